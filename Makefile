@@ -1,0 +1,48 @@
+# The verbs people type. `make run` and `make test` set everything up themselves.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PORT    ?= 8000
+HOST    ?= 127.0.0.1
+PYTHON  ?= python3
+STAMP   := $(VENV)/.installed-stamp
+
+.PHONY: setup run test test-fast bench lint fmt clean
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# One machine: SQLite + embedded Redis + web + scheduler + one GPU worker (simulated GPUs where none exist).
+run: setup
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo_setup
+	@echo
+	@echo "  yoloportal: http://$(HOST):$(PORT)/   (admin: http://$(HOST):$(PORT)/admin/)"
+	@echo "  API token:  $(PY) manage.py issue_token alice"
+	@echo "  Ctrl-C stops everything."
+	@echo
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH YP_PORT=$(PORT) YP_HOST=$(HOST) \
+	  $(VENV)/bin/honcho start -f Procfile $(if $(REDIS_URL),web scheduler worker,)
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not integration and not faults and not browser"
+
+bench: setup
+	$(PY) bench/scheduler_pass.py --queued 10000 --nodes 128 --gpus-per-node 8
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+fmt: setup
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf var/test .pytest_cache

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Node(models.Model):
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        DRAINING = "draining"  # runs what it has, takes nothing new
+        LOST = "lost"  # silent past the grace period
+
+    name = models.SlugField(max_length=100, unique=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
+    simulated = models.BooleanField(default=False, help_text="GPUs are simulated; training runs on CPU.")
+    cpu_count = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(default=0)
+    hostname = models.CharField(max_length=255, blank=True)
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def queue_name(self) -> str:
+        return f"node.{self.name}"
+
+    def is_alive(self, now=None) -> bool:
+        now = now or timezone.now()
+        return (
+            self.last_heartbeat is not None
+            and now - self.last_heartbeat <= timedelta(seconds=settings.NODE_GRACE_S)
+        )
+
+
+class GPU(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=100, blank=True)
+    model = models.CharField(max_length=100, blank=True)
+    memory_mb = models.PositiveIntegerField(default=0)
+    memory_used_mb = models.PositiveIntegerField(default=0)
+    utilization = models.PositiveSmallIntegerField(default=0, help_text="percent")
+    simulated = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="one_gpu_per_index")]
+
+    def __str__(self) -> str:
+        label = " (simulated)" if self.simulated else ""
+        return f"{self.node.name}:{self.index} {self.model}{label}"

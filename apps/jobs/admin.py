@@ -1,0 +1,73 @@
+from django.contrib import admin, messages
+
+from apps.scheduling.kick import kick_scheduler
+
+from .models import Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint
+from .services import job_cancel, job_event, job_requeue
+
+
+class JobEventInline(admin.TabularInline):
+    model = JobEvent
+    extra = 0
+    can_delete = False
+    readonly_fields = ["seq", "attempt", "kind", "message", "created_at"]
+    fields = readonly_fields
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["task_name", "state", "team", "user", "priority_class", "gpus", "node", "attempt",
+                    "queue_position", "estimated_start_at", "priority", "created_at"]
+    list_filter = ["state", "priority_class", "team"]
+    search_fields = ["task_name", "id", "user__username"]
+    readonly_fields = ["id", "state", "attempt", "attempt_id", "node", "gpu_indices", "gpu_share", "created_at",
+                       "queued_at", "dispatched_at", "started_at", "finished_at", "heartbeat_at",
+                       "queue_position", "estimated_start_at", "predicted_start_at", "reason", "priority",
+                       "priority_factors", "spec", "raw_spec", "spec_hash", "weights_path", "error", "seq"]
+    inlines = [JobEventInline]
+    actions = ["cancel", "requeue", "make_low", "make_medium", "make_high", "make_urgent"]
+
+    @admin.action(description="Cancel selected jobs")
+    def cancel(self, request, queryset):
+        done = sum(job_cancel(job=job, by=request.user) for job in queryset)
+        self.message_user(request, f"cancel requested for {done} job(s)")
+
+    @admin.action(description="Requeue selected running jobs (resume from checkpoint)")
+    def requeue(self, request, queryset):
+        done = sum(job_requeue(job, reason=f"requeued by {request.user.username}", kind="requeued")
+                   for job in queryset)
+        self.message_user(request, f"requeued {done} job(s)")
+
+    def _set_class(self, request, queryset, cls):
+        for job in queryset.filter(state=JobState.QUEUED):
+            type(job).objects.filter(pk=job.pk).update(priority_class=cls)
+            job_event(job, "class_changed", f"priority class set to {cls} by {request.user.username}")
+        kick_scheduler()
+        self.message_user(request, f"queued jobs set to {cls}", messages.SUCCESS)
+
+    @admin.action(description="Set class: low")
+    def make_low(self, request, queryset):
+        self._set_class(request, queryset, "low")
+
+    @admin.action(description="Set class: medium")
+    def make_medium(self, request, queryset):
+        self._set_class(request, queryset, "medium")
+
+    @admin.action(description="Set class: high")
+    def make_high(self, request, queryset):
+        self._set_class(request, queryset, "high")
+
+    @admin.action(description="Set class: urgent")
+    def make_urgent(self, request, queryset):
+        self._set_class(request, queryset, "urgent")
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(admin.ModelAdmin):
+    list_display = ["job", "seq", "attempt", "kind", "message", "created_at"]
+    list_filter = ["kind"]
+
+
+admin.site.register(MetricPoint)
+admin.site.register(LogChunk)
+admin.site.register(Checkpoint)

@@ -1,0 +1,271 @@
+"""REST endpoints for jobs: thin views over services and selectors."""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from django.http import FileResponse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import parsers, serializers, status
+from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+from rest_framework.views import APIView
+
+from .api_errors import field_errors
+from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
+from .selectors import job_get, job_list, queue_list
+from .services import DuplicateJob, job_cancel, job_submit
+from .spec import SpecError, load_yaml, parse_spec
+
+
+class YAMLParser(parsers.BaseParser):
+    media_type = "application/yaml"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        raw = stream.read(settings.SPEC_MAX_BYTES + 1)
+        try:
+            return {"__raw__": raw.decode("utf-8", "replace"), "__doc__": load_yaml(raw, max_bytes=settings.SPEC_MAX_BYTES)}
+        except SpecError as exc:
+            raise ParseError(exc.errors) from None
+
+
+class TextYAMLParser(YAMLParser):
+    media_type = "text/yaml"
+
+
+class XYAMLParser(YAMLParser):
+    media_type = "application/x-yaml"
+
+
+class BoundedJSONParser(parsers.JSONParser):
+    def parse(self, stream, media_type=None, parser_context=None):
+        raw = stream.read(settings.SPEC_MAX_BYTES + 1)
+        if len(raw) > settings.SPEC_MAX_BYTES:
+            raise ParseError({"spec": f"is larger than the limit of {settings.SPEC_MAX_BYTES} bytes"})
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ParseError({"spec": f"is not valid JSON: {exc}"}) from None
+
+
+def query_int(request, name: str, default: int = 0) -> int:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ParseError({name: f"must be an integer, got {raw!r}"}) from None
+    if value < 0:
+        raise ParseError({name: "must be 0 or more"})
+    return value
+
+
+class JobOut(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.slug")
+    user = serializers.CharField(source="user.username")
+    node = serializers.SerializerMethodField()
+    gpus = serializers.JSONField(source="gpu_indices")
+    resources = serializers.SerializerMethodField()
+    epochs = serializers.SerializerMethodField()
+    simulated = serializers.SerializerMethodField()
+    cancel_requested = serializers.SerializerMethodField()
+    model_version = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "task_name", "state", "team", "user", "priority_class", "resources", "attempt",
+            "created_at", "started_at", "finished_at", "queue_position", "estimated_start_at",
+            "reason", "node", "gpus", "gpu_share", "simulated", "error", "exit_code", "priority",
+            "priority_factors", "timeout_s", "retries_left", "epochs", "epochs_done",
+            "cancel_requested", "model_version", "spec",
+        ]
+
+    def get_node(self, job: Job) -> str | None:
+        return job.node.name if job.node_id else None
+
+    def get_simulated(self, job: Job) -> bool | None:
+        return job.node.simulated if job.node_id else None
+
+    def get_resources(self, job: Job) -> dict:
+        return {"gpu": job.gpus, "gpu_memory_mb": job.gpu_memory_mb, "cpu_milli": job.cpu_milli,
+                "memory_mb": job.memory_mb, "gpu_model": job.spec.get("gpu_models", [])}
+
+    def get_epochs(self, job: Job) -> int | None:
+        return (job.spec.get("train_args") or {}).get("epochs")
+
+    def get_cancel_requested(self, job: Job) -> bool:
+        return job.cancel_requested_at is not None
+
+    def get_model_version(self, job: Job) -> int | None:
+        version = getattr(job, "model_version", None)
+        return version.pk if version else None
+
+
+class SubmitThrottle(UserRateThrottle):
+    scope = "submit"
+    rate = "120/min"
+
+
+class JobListCreate(APIView):
+    parser_classes = [BoundedJSONParser, YAMLParser, TextYAMLParser, XYAMLParser]
+
+    def get_throttles(self):
+        return [SubmitThrottle()] if self.request.method == "POST" else super().get_throttles()
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str, enum=[s.value for s in JobState]),
+            OpenApiParameter("team", str),
+            OpenApiParameter("mine", bool),
+        ],
+        responses=JobOut(many=True),
+    )
+    def get(self, request):
+        state = request.query_params.get("state") or None
+        if state and state not in JobState.values:
+            return field_errors({"state": f"must be one of {', '.join(JobState.values)}"})
+        mine = request.query_params.get("mine", "").lower() in {"1", "true", "yes"}
+        jobs = job_list(user=request.user, state=state, team=request.query_params.get("team") or None, mine=mine)
+        paginator = self.paginator_class()
+        page = paginator.paginate_queryset(jobs.select_related("model_version"), request, view=self)
+        return paginator.get_paginated_response(JobOut(page, many=True).data)
+
+    @property
+    def paginator_class(self):
+        from rest_framework.pagination import LimitOffsetPagination
+
+        return LimitOffsetPagination
+
+    @extend_schema(request={"application/json": dict, "application/yaml": str}, responses={201: JobOut})
+    def post(self, request):
+        if isinstance(request.data, dict) and "__doc__" in request.data:
+            raw, document = request.data["__raw__"], request.data["__doc__"]
+        else:
+            document = request.data
+            raw = json.dumps(document, indent=2, default=str)
+        key = request.headers.get("Idempotency-Key", "")
+        if len(key) > 200:
+            return field_errors({"Idempotency-Key": "must be at most 200 characters"})
+        try:
+            spec = parse_spec(document)
+            job, created = job_submit(user=request.user, spec=spec, raw_spec=raw, idempotency_key=key)
+        except SpecError as exc:
+            return field_errors(exc.errors)
+        except DuplicateJob as dup:
+            return Response(
+                {"detail": "an identical job of your team is already active; set allow_duplicate: true to run it again",
+                 "job": JobOut(dup.job).data},
+                status=status.HTTP_409_CONFLICT,
+            )
+        return Response(JobOut(job).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+def visible_job(request, job_id) -> Job:
+    job = job_get(user=request.user, job_id=job_id)
+    if job is None:
+        raise NotFound("No job with that id in your teams.")
+    return job
+
+
+class JobDetail(APIView):
+    @extend_schema(responses=JobOut)
+    def get(self, request, job_id):
+        return Response(JobOut(visible_job(request, job_id)).data)
+
+
+class JobCancel(APIView):
+    @extend_schema(request=None, responses=JobOut)
+    def post(self, request, job_id):
+        job = visible_job(request, job_id)
+        from apps.accounts.selectors import is_manager_of
+
+        if job.user_id != request.user.pk and not is_manager_of(user=request.user, team=job.team):
+            return Response({"detail": "only the job's owner or a team manager may cancel it"},
+                            status=status.HTTP_403_FORBIDDEN)
+        if job.state not in (JobState.QUEUED, JobState.STARTING, JobState.RUNNING):
+            return field_errors({"state": f"job is already {job.state}; nothing to cancel"}, status.HTTP_409_CONFLICT)
+        job_cancel(job=job, by=request.user)
+        job.refresh_from_db()
+        return Response(JobOut(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class MetricOut(serializers.ModelSerializer):
+    class Meta:
+        model = MetricPoint
+        fields = ["seq", "epoch", "attempt", "values", "created_at"]
+
+
+class LogOut(serializers.ModelSerializer):
+    class Meta:
+        model = LogChunk
+        fields = ["seq", "attempt", "text", "created_at"]
+
+
+class EventOut(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["seq", "attempt", "kind", "message", "data", "created_at"]
+
+
+class _SeqList(APIView):
+    model = None
+    out = None
+    limit = 1000
+
+    def get(self, request, job_id):
+        job = visible_job(request, job_id)
+        after = query_int(request, "after")
+        rows = self.model.objects.filter(job=job, seq__gt=after).order_by("seq")[: self.limit]
+        return Response({"job": str(job.pk), "state": job.state, "seq": job.seq,
+                         "results": self.out(rows, many=True).data})
+
+
+@extend_schema(parameters=[OpenApiParameter("after", int)])
+class JobMetrics(_SeqList):
+    model, out = MetricPoint, MetricOut
+
+
+@extend_schema(parameters=[OpenApiParameter("after", int)])
+class JobLogs(_SeqList):
+    model, out = LogChunk, LogOut
+    limit = 500
+
+
+@extend_schema(parameters=[OpenApiParameter("after", int)])
+class JobEvents(_SeqList):
+    model, out = JobEvent, EventOut
+
+
+class JobWeights(APIView):
+    """Download the job's trained weights (best.pt)."""
+
+    def get(self, request, job_id):
+        job = visible_job(request, job_id)
+        if not job.weights_path:
+            raise NotFound("This job has no weights yet.")
+        from pathlib import Path
+
+        path = Path(job.weights_path)
+        if not path.is_file() or not path.resolve().is_relative_to(settings.JOBS_DIR.resolve()):
+            raise NotFound("The weights file is gone.")
+        return FileResponse(path.open("rb"), as_attachment=True, filename=f"{job.task_name}-{job.id}.pt")
+
+
+class QueueList(APIView):
+    @extend_schema(responses=JobOut(many=True))
+    def get(self, request):
+        jobs = queue_list(user=request.user)[:1000]
+        return Response({
+            "count": len(jobs),
+            "results": [
+                {"position": j.queue_position, "id": str(j.pk), "task_name": j.task_name, "team": j.team.slug,
+                 "user": j.user.username, "priority_class": j.priority_class, "priority": j.priority,
+                 "priority_factors": j.priority_factors, "resources": JobOut().get_resources(j),
+                 "estimated_start_at": j.estimated_start_at, "reason": j.reason, "created_at": j.created_at}
+                for j in jobs
+            ],
+        })

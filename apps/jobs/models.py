@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+ACTIVE_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING)
+HOLDING_STATES = (JobState.STARTING, JobState.RUNNING)  # states that hold GPUs
+TERMINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
+
+
+class PriorityClass(models.TextChoices):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    URGENT = "urgent"
+
+
+class Job(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    task_name = models.CharField(max_length=200)
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="jobs")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
+    priority_class = models.CharField(max_length=10, choices=PriorityClass.choices, default=PriorityClass.MEDIUM)
+
+    # What was asked: the user's text, and the validated spec (apps.jobs.spec.JobSpec.as_dict()).
+    raw_spec = models.TextField(blank=True)
+    spec = models.JSONField(default=dict)
+    spec_hash = models.CharField(max_length=64, db_index=True)
+    idempotency_key = models.CharField(max_length=200, blank=True, default="")
+
+    gpus = models.FloatField(default=1.0, help_text="GPUs requested; < 1 is a share of one GPU")
+    gpu_memory_mb = models.PositiveIntegerField(default=0)
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(default=0)
+    timeout_s = models.PositiveIntegerField()
+    retries_left = models.PositiveSmallIntegerField(default=0)
+
+    # The current attempt. A new attempt_id is minted each time the job is (re)queued;
+    # a worker refuses an attempt that is no longer current (fencing).
+    attempt = models.PositiveIntegerField(default=1)
+    attempt_id = models.UUIDField(default=uuid.uuid4)
+    node = models.ForeignKey("cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    gpu_indices = models.JSONField(default=list, blank=True)
+    gpu_share = models.FloatField(default=1.0)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    error = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    weights_path = models.CharField(max_length=500, blank=True)
+    epochs_done = models.PositiveIntegerField(default=0)
+
+    # Written by the scheduler on every planning pass.
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    predicted_start_at = models.DateTimeField(null=True, blank=True, help_text="first ETA given; kept for accuracy")
+    reason = models.CharField(max_length=300, blank=True)
+    priority = models.FloatField(default=0.0)
+    priority_factors = models.JSONField(default=dict, blank=True)
+
+    # Per-job message counter shared by metrics, logs and events (WebSocket `seq`).
+    seq = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["team", "state"]), models.Index(fields=["state", "node"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="one_job_per_idempotency_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} ({self.id})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def rq_job_id(self) -> str:
+        return f"{self.id}-a{self.attempt}"
+
+    @property
+    def run_dir(self):
+        return settings.JOBS_DIR / str(self.id)
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    seq = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+    kind = models.CharField(max_length=40)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["seq"]
+        indexes = [models.Index(fields=["job", "seq"])]
+
+
+class MetricPoint(models.Model):
+    """One epoch's metrics; upserted by (job, epoch) so a retried epoch replaces, not duplicates."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metrics")
+    epoch = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    seq = models.BigIntegerField()
+    values = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["epoch"]
+        constraints = [models.UniqueConstraint(fields=["job", "epoch"], name="one_metric_point_per_epoch")]
+
+
+class LogChunk(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_chunks")
+    seq = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["seq"]
+        indexes = [models.Index(fields=["job", "seq"])]
+
+
+class Checkpoint(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
+    attempt = models.PositiveIntegerField()
+    epoch = models.PositiveIntegerField()
+    path = models.CharField(max_length=500)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-epoch", "-created_at"]

@@ -1,0 +1,48 @@
+"""Reads about jobs, always scoped to what the caller may see."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from apps.accounts.selectors import team_ids
+
+from .models import ACTIVE_STATES, Job, JobState
+
+
+def job_list(*, user, state: str | None = None, team: str | None = None, mine: bool = False) -> QuerySet[Job]:
+    jobs = Job.objects.filter(team_id__in=team_ids(user=user)).select_related("team", "user", "node")
+    if state:
+        jobs = jobs.filter(state=state)
+    if team:
+        jobs = jobs.filter(team__slug=team)
+    if mine:
+        jobs = jobs.filter(user=user)
+    return jobs
+
+
+def job_get(*, user, job_id) -> Job | None:
+    """The job if the caller may see it; None otherwise (the API answers 404 either way)."""
+    try:
+        return job_list(user=user).filter(pk=job_id).first()
+    except (ValueError, TypeError):
+        return None
+
+
+def queue_list(*, user) -> QuerySet[Job]:
+    """Queued jobs of the caller's teams in the order the scheduler will consider them."""
+    return (
+        job_list(user=user, state=JobState.QUEUED)
+        .order_by("queue_position", "created_at")
+    )
+
+
+def queue_depth_by_class() -> dict[str, int]:
+    """Cluster-wide counts (no job details), for dashboards."""
+    counts = {c: 0 for c in ("low", "medium", "high", "urgent")}
+    for cls in Job.objects.filter(state=JobState.QUEUED).values_list("priority_class", flat=True):
+        counts[cls] = counts.get(cls, 0) + 1
+    return counts
+
+
+def active_jobs_of(*, user) -> QuerySet[Job]:
+    return job_list(user=user, mine=True).filter(state__in=ACTIVE_STATES)

@@ -1,0 +1,266 @@
+"""Writes about jobs: submit, cancel, state transitions, events, metrics, logs.
+
+Every state change is a conditional update (``UPDATE … WHERE state IN (expected)``) and
+reports whether this caller won; nobody moves a job from a state it is no longer in.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.accounts.models import Team
+from apps.accounts.selectors import team_list
+from apps.cluster.models import Node
+from apps.datasets.selectors import dataset_resolve
+from apps.scheduling.kick import kick_scheduler
+from apps.scheduling.policy import GpuInfo, JobRequest, NodeInfo
+from apps.scheduling.policy.placement import fits_empty_cluster
+
+from . import live
+from .models import ACTIVE_STATES, HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
+from .spec import JobSpec, SpecError
+from .weights import model_resolve
+
+log = logging.getLogger(__name__)
+
+
+class DuplicateJob(Exception):
+    def __init__(self, job: Job):
+        self.job = job
+        super().__init__(f"an identical job is already active: {job.id}")
+
+
+# --- sequence numbers, events ------------------------------------------------------------
+
+
+def seq_allocate(job_id, count: int = 1) -> int:
+    """Reserve ``count`` sequence numbers for the job; returns the first."""
+    with transaction.atomic():
+        Job.objects.filter(pk=job_id).update(seq=F("seq") + count)
+        last = Job.objects.filter(pk=job_id).values_list("seq", flat=True).get()
+    return last - count + 1
+
+
+def job_event(job: Job, kind: str, message: str = "", data: dict | None = None) -> JobEvent:
+    seq = seq_allocate(job.pk)
+    event = JobEvent.objects.create(
+        job_id=job.pk, seq=seq, attempt=job.attempt, kind=kind, message=message, data=data or {}
+    )
+    state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+    live.publish(job.pk, {"type": "status", "seq": seq, "job": str(job.pk),
+                          "data": {"state": state, "kind": kind, "message": message, "attempt": job.attempt}})
+    return event
+
+
+# --- transitions ----------------------------------------------------------------------------
+
+
+def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None, **fields: Any) -> bool:
+    """Move a job to ``to`` if it is in one of ``expected`` (and on ``attempt_id``). True if we won."""
+    query = Job.objects.filter(pk=job_id, state__in=list(expected))
+    if attempt_id is not None:
+        query = query.filter(attempt_id=attempt_id)
+    now = timezone.now()
+    if to in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT):
+        fields.setdefault("finished_at", now)
+        fields.setdefault("queue_position", None)
+        fields.setdefault("estimated_start_at", None)
+    return query.update(state=to, **fields) == 1
+
+
+def job_requeue(job: Job, *, reason: str, kind: str = "requeued") -> bool:
+    """Put a starting/running job back in the queue as a new attempt (not charged as a retry)."""
+    moved = Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES, attempt_id=job.attempt_id).update(
+        state=JobState.QUEUED,
+        attempt=F("attempt") + 1,
+        attempt_id=uuid.uuid4(),
+        node=None,
+        gpu_indices=[],
+        dispatched_at=None,
+        started_at=None,
+        heartbeat_at=None,
+        queued_at=timezone.now(),
+    )
+    if moved:
+        job.refresh_from_db()
+        job_event(job, kind, reason)
+        kick_scheduler()
+    return bool(moved)
+
+
+# --- submit -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ResolvedSpec:
+    spec: JobSpec
+    team: Team
+    data_yaml: str
+    model_ref: str
+
+
+def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
+    """Check what needs the database; raise SpecError naming the field."""
+    errors: dict[str, str] = {}
+    teams = list(team_list(user=user))
+    team = None
+    if spec.charge_to and spec.charge_to != user.username:
+        team = next((t for t in teams if t.slug == spec.charge_to), None)
+        if team is None:
+            errors["user"] = f"you are not a member of a team named {spec.charge_to!r}"
+    elif teams:
+        team = teams[0]
+    else:
+        errors["user"] = "you belong to no team; ask a manager to add you to one"
+
+    data_yaml = model_ref = ""
+    if team is not None:
+        data_key = "train.data" if not spec.command else "command.data"
+        model_key = "train.model" if not spec.command else "command.model"
+        try:
+            data_yaml = dataset_resolve(team=team, reference=spec.train_args.get("data", ""))
+        except ValueError as exc:
+            errors[data_key] = str(exc)
+        try:
+            model_ref = model_resolve(team=team, reference=spec.train_args.get("model", ""))
+        except ValueError as exc:
+            errors[model_key] = str(exc)
+
+    timeout = spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S
+    if timeout > settings.MAX_JOB_TIMEOUT_S:
+        errors["timeout"] = f"is {timeout} s; the limit is {settings.MAX_JOB_TIMEOUT_S} s"
+
+    nodes = list(Node.objects.prefetch_related("gpus"))
+    if nodes:
+        request = JobRequest(job_id="?", team="", user="", submitted_at=0, gpus=spec.gpus,
+                             gpu_memory_mb=spec.gpu_memory_mb, gpu_models=tuple(spec.gpu_models),
+                             cpu_milli=spec.cpu_milli, memory_mb=spec.memory_mb)
+        if not fits_empty_cluster(cluster_nodes(nodes), request):
+            largest = max(n.gpus.count() for n in nodes)
+            errors["resources"] = (
+                f"no node can ever run this: asks for {spec.gpus:g} GPU(s)"
+                f"{' of model ' + '/'.join(spec.gpu_models) if spec.gpu_models else ''}"
+                f"{f', {spec.gpu_memory_mb} MiB GPU memory' if spec.gpu_memory_mb else ''}"
+                f"{f', {spec.memory_mb} MiB RAM' if spec.memory_mb else ''}"
+                f"{f', {spec.cpu_milli / 1000:g} CPUs' if spec.cpu_milli else ''}"
+                f"; the largest node has {largest} GPU(s)"
+            )
+    if errors:
+        raise SpecError(errors)
+    return ResolvedSpec(spec=spec, team=team, data_yaml=data_yaml, model_ref=model_ref)
+
+
+def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
+    return tuple(
+        NodeInfo(
+            name=n.name,
+            gpus=tuple(GpuInfo(g.index, g.model, g.memory_mb) for g in n.gpus.all()),
+            cpu_milli=n.cpu_count * 1000,
+            memory_mb=n.memory_mb,
+            schedulable=n.state == Node.State.ACTIVE,
+        )
+        for n in nodes
+    )
+
+
+def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str = "") -> tuple[Job, bool]:
+    """Validate against the database and queue the job. Returns (job, created).
+
+    1. An ``idempotency_key`` already used by this user returns that job (created=False).
+    2. Resolve team, dataset, model and capacity (SpecError on any problem).
+    3. Refuse an identical active job of the same team (DuplicateJob) unless allowed.
+    4. Insert, record the event, kick the scheduler after commit.
+    """
+    if idempotency_key:
+        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
+        if existing:
+            return existing, False
+    resolved = spec_resolve(spec=spec, user=user)
+    fingerprint = spec.fingerprint()
+    if not spec.allow_duplicate:
+        twin = Job.objects.filter(team=resolved.team, spec_hash=fingerprint, state__in=ACTIVE_STATES).first()
+        if twin:
+            raise DuplicateJob(twin)
+    stored = spec.as_dict()
+    stored["resolved"] = {"data_yaml": resolved.data_yaml, "model": resolved.model_ref}
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                task_name=spec.task_name,
+                team=resolved.team,
+                user=user,
+                priority_class=spec.priority,
+                raw_spec=raw_spec,
+                spec=stored,
+                spec_hash=fingerprint,
+                idempotency_key=idempotency_key,
+                gpus=spec.gpus,
+                gpu_memory_mb=spec.gpu_memory_mb,
+                cpu_milli=spec.cpu_milli,
+                memory_mb=spec.memory_mb,
+                timeout_s=spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S,
+                retries_left=spec.retries,
+                queued_at=timezone.now(),
+                reason="waiting for the scheduler",
+            )
+            job_event(job, "submitted", f"submitted by {user.username} for team {resolved.team.slug}")
+            transaction.on_commit(kick_scheduler)
+    except IntegrityError:
+        # Two requests with the same Idempotency-Key raced; the other one won.
+        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
+        if existing and idempotency_key:
+            return existing, False
+        raise
+    return job, True
+
+
+def job_cancel(*, job: Job, by) -> bool:
+    """Cancel: a queued job at once; a starting/running one is stopped by its worker.
+
+    A running job whose worker is gone is cancelled by the scheduler's reaper instead of
+    being requeued, so a cancel always ends in ``cancelled``.
+    """
+    now = timezone.now()
+    if job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.CANCELLED, cancel_requested_at=now):
+        job_event(job, "cancelled", f"cancelled by {by.username} while queued")
+        kick_scheduler()
+        return True
+    requested = Job.objects.filter(
+        pk=job.pk, state__in=HOLDING_STATES, cancel_requested_at__isnull=True
+    ).update(cancel_requested_at=now)
+    if requested:
+        job_event(job, "cancel_requested", f"cancel requested by {by.username}")
+        return True
+    return False
+
+
+# --- telemetry written by the worker ---------------------------------------------------------
+
+
+def metrics_record(job: Job, *, epoch: int, values: dict[str, Any]) -> MetricPoint:
+    """Upsert one epoch's metrics (a redone epoch replaces its point) and publish it."""
+    seq = seq_allocate(job.pk)
+    point, _ = MetricPoint.objects.update_or_create(
+        job_id=job.pk, epoch=epoch, defaults={"attempt": job.attempt, "seq": seq, "values": values}
+    )
+    Job.objects.filter(pk=job.pk, epochs_done__lt=epoch).update(epochs_done=epoch)
+    live.publish(job.pk, {"type": "metrics", "seq": seq, "job": str(job.pk),
+                          "data": {"epoch": epoch, "attempt": job.attempt, "values": values}})
+    return point
+
+
+def log_append(job: Job, text: str) -> LogChunk | None:
+    if not text:
+        return None
+    seq = seq_allocate(job.pk)
+    chunk = LogChunk.objects.create(job_id=job.pk, seq=seq, attempt=job.attempt, text=text)
+    live.publish(job.pk, {"type": "log", "seq": seq, "job": str(job.pk), "data": {"text": text}})
+    return chunk

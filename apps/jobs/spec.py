@@ -1,0 +1,507 @@
+"""The job spec: the user's YAML or JSON → a validated :class:`JobSpec`.
+
+Pure parsing and typing; no database. What needs the database (does the dataset
+exist, is the caller in that team, does any node have that many GPUs) is checked by
+``apps.jobs.services.spec_resolve``. Every error names the field path it is about,
+e.g. ``{"command.epochs": "must be an integer, got 'ten'"}``.
+
+``command`` follows the ``yolo`` CLI grammar (``yolo [TASK] train key=value …``). It is
+tokenised with :func:`shlex.split` and never handed to a shell; only allow-listed keys
+with typed values pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import yaml
+
+TASKS = ("detect", "segment", "classify", "pose", "obb")
+PRIORITIES = ("low", "medium", "high", "urgent")
+FRACTIONS = (0.125, 0.25, 0.5)
+TOP_LEVEL_KEYS = {
+    "task_name", "image", "command", "train", "task", "resources", "priority", "user", "team",
+    "timeout", "retries", "allow_duplicate", "description",
+}
+# Arguments the platform sets itself: a user value would break isolation or bookkeeping.
+RESERVED_ARGS = {
+    "device": "chosen by the scheduler (the GPUs allocated to the job)",
+    "project": "set by the platform (the job's own folder)",
+    "name": "set by the platform (the job's own folder)",
+    "exist_ok": "set by the platform",
+    "resume": "managed by the platform (jobs resume from their own checkpoints)",
+    "save_dir": "set by the platform",
+    "plots": "set by the platform (plots need fonts that are downloaded)",
+    "mode": "only train jobs are supported",
+    "task": "give the task as the word after 'yolo' (e.g. 'yolo detect train …')",
+}
+
+
+class SpecError(ValueError):
+    """Validation failed; ``errors`` maps field paths to messages."""
+
+    def __init__(self, errors: dict[str, str]):
+        self.errors = errors
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+
+
+# --- typed value parsers --------------------------------------------------------------------
+
+
+def _int(lo: int, hi: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError(f"must be an integer, got {value!r}")
+        if isinstance(value, str):
+            if not re.fullmatch(r"[+-]?\d+", value.strip()):
+                raise ValueError(f"must be an integer, got {value!r}")
+            value = int(value)
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"must be an integer, got {value!r}")
+            value = int(value)
+        if not isinstance(value, int):
+            raise ValueError(f"must be an integer, got {type(value).__name__}")
+        if not lo <= value <= hi:
+            raise ValueError(f"must be between {lo} and {hi}, got {value}")
+        return value
+
+    return parse
+
+
+def _float(lo: float, hi: float) -> Callable[[Any], float]:
+    def parse(value: Any) -> float:
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be a number, got {value!r}") from None
+        if not math.isfinite(number) or not lo <= number <= hi:
+            raise ValueError(f"must be between {lo:g} and {hi:g}, got {value!r}")
+        return number
+
+    return parse
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in {"true", "false"}:
+        return value.lower() == "true"
+    raise ValueError(f"must be true or false, got {value!r}")
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if not isinstance(value, str) or value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}; got {value!r}")
+        return value
+
+    return parse
+
+
+def _name(value: Any) -> str:
+    """A dataset or model reference: a plain name or relative path, nothing a shell would love."""
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a non-empty string")
+    if len(value) > 200:
+        raise ValueError("is longer than 200 characters")
+    if not re.fullmatch(r"[A-Za-z0-9._:/-]+", value):
+        raise ValueError(f"may only contain letters, digits and . _ - / : (got {value!r})")
+    if value.startswith("/") or ".." in value.split("/"):
+        raise ValueError("must be a name or a path inside your team's storage (no '/' prefix, no '..')")
+    return value
+
+
+def _batch(value: Any) -> int | float:
+    number = _float(-1, 4096)(value)
+    if number == -1 or number >= 1:
+        return _int(-1, 4096)(value if not isinstance(value, float) else number)
+    if 0 < number < 1:
+        return number  # a fraction of GPU memory (Ultralytics auto-batch)
+    raise ValueError("must be -1 (auto), a positive integer, or a fraction between 0 and 1")
+
+
+def _cache(value: Any) -> bool | str:
+    if isinstance(value, str) and value in {"ram", "disk"}:
+        return value
+    try:
+        return _bool(value)
+    except ValueError:
+        raise ValueError(f"must be true, false, ram or disk; got {value!r}") from None
+
+
+_unit = _float(0, 1)
+TRAIN_ARGS: dict[str, Callable[[Any], Any]] = {
+    "data": _name,
+    "model": _name,
+    "epochs": _int(1, 10000),
+    "imgsz": _int(32, 8192),
+    "batch": _batch,
+    "workers": _int(0, 64),
+    "patience": _int(0, 10000),
+    "optimizer": _choice("SGD", "Adam", "Adamax", "AdamW", "NAdam", "RAdam", "RMSProp", "MuSGD", "auto"),
+    "lr0": _float(0, 10),
+    "lrf": _float(0, 10),
+    "momentum": _float(0, 1),
+    "weight_decay": _float(0, 1),
+    "warmup_epochs": _float(0, 1000),
+    "warmup_momentum": _unit,
+    "warmup_bias_lr": _float(0, 10),
+    "box": _float(0, 100),
+    "cls": _float(0, 100),
+    "dfl": _float(0, 100),
+    "seed": _int(0, 2**31 - 1),
+    "deterministic": _bool,
+    "cos_lr": _bool,
+    "close_mosaic": _int(0, 10000),
+    "amp": _bool,
+    "fraction": _unit,
+    "single_cls": _bool,
+    "rect": _bool,
+    "cache": _cache,
+    "val": _bool,
+    "save_period": _int(-1, 10000),
+    "freeze": _int(0, 1000),
+    "dropout": _unit,
+    "pretrained": _bool,
+    "time": _float(0, 10000),
+    "multi_scale": _float(0, 1),
+    "hsv_h": _unit,
+    "hsv_s": _unit,
+    "hsv_v": _unit,
+    "degrees": _float(-360, 360),
+    "translate": _unit,
+    "scale": _float(0, 10),
+    "shear": _float(-180, 180),
+    "perspective": _float(0, 0.001),
+    "flipud": _unit,
+    "fliplr": _unit,
+    "bgr": _unit,
+    "mosaic": _unit,
+    "mixup": _unit,
+    "cutmix": _unit,
+    "copy_paste": _unit,
+    "erasing": _unit,
+    "nbs": _int(1, 4096),
+    "overlap_mask": _bool,
+    "mask_ratio": _int(1, 64),
+    "max_det": _int(1, 10000),
+    "verbose": _bool,
+}
+TRAIN_DEFAULTS = {"epochs": 100, "imgsz": 640}
+
+
+# --- resources ------------------------------------------------------------------------------
+
+_MEMORY_UNITS = {"": 1 / 2**20, "k": 1e3 / 2**20, "m": 1e6 / 2**20, "g": 1e9 / 2**20, "t": 1e12 / 2**20,
+                 "ki": 1 / 1024, "mi": 1, "gi": 1024, "ti": 1024**2}
+
+
+def parse_memory_mb(value: Any) -> int:
+    """Kubernetes-style quantities (``16Gi``, ``512Mi``, ``2G``) or plain bytes → MiB."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a quantity like 16Gi or 512Mi, got {value!r}")
+    if isinstance(value, (int, float)):
+        mib = value / 2**20
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGTkmgt]i?)?[bB]?\s*", str(value))
+        if not match:
+            raise ValueError(f"must be a quantity like 16Gi or 512Mi, got {value!r}")
+        mib = float(match.group(1)) * _MEMORY_UNITS[(match.group(2) or "").lower()]
+    if not 0 <= mib <= 64 * 1024 * 1024:
+        raise ValueError(f"is out of range: {value!r}")
+    return int(math.ceil(mib))
+
+
+def parse_cpu_milli(value: Any) -> int:
+    """``"4"``, ``4``, ``0.5`` or ``"500m"`` → millicores."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a CPU count like 4 or 500m, got {value!r}")
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text)
+    if not match:
+        raise ValueError(f"must be a CPU count like 4 or 500m, got {value!r}")
+    milli = float(match.group(1)) * (1 if match.group(2) else 1000)
+    if not 0 <= milli <= 1024 * 1000:
+        raise ValueError(f"is out of range: {value!r}")
+    return int(math.ceil(milli))
+
+
+def parse_gpus(value: Any) -> float:
+    number = _float(0, 64)(value)
+    if number >= 1:
+        if not number.is_integer():
+            raise ValueError(f"must be a whole number of GPUs, or one of {FRACTIONS} of one GPU; got {value!r}")
+        return number
+    if number in FRACTIONS:
+        return number
+    raise ValueError(f"must be a whole number of GPUs, or one of {FRACTIONS} of one GPU; got {value!r}")
+
+
+# --- the spec -------------------------------------------------------------------------------
+
+
+@dataclass
+class JobSpec:
+    task_name: str
+    task: str
+    train_args: dict[str, Any]
+    gpus: float = 1.0
+    gpu_memory_mb: int = 0
+    gpu_models: list[str] = field(default_factory=list)
+    cpu_milli: int = 0
+    memory_mb: int = 0
+    priority: str = "medium"
+    charge_to: str = ""  # team slug (or the caller's own username); resolved by the service
+    timeout_s: int = 0  # 0 = the platform default
+    retries: int = 0
+    allow_duplicate: bool = False
+    image: str = ""
+    command: str = ""
+    description: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def fingerprint(self) -> str:
+        """Identity for duplicate detection: what would run, not who asked or when."""
+        what = {
+            "task": self.task,
+            "train_args": self.train_args,
+            "gpus": self.gpus,
+            "gpu_memory_mb": self.gpu_memory_mb,
+            "gpu_models": sorted(self.gpu_models),
+            "image": self.image,
+        }
+        return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --- YAML ----------------------------------------------------------------------------------
+
+
+class _StrictSafeLoader(yaml.SafeLoader):
+    """Safe loader that refuses anchors/aliases (billion laughs) and deep nesting."""
+
+    max_depth = 20
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML aliases (*name) are not allowed", event.start_mark
+            )
+        event = self.peek_event()
+        if getattr(event, "anchor", None):
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML anchors (&name) are not allowed", event.start_mark
+            )
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > self.max_depth:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"nesting deeper than {self.max_depth} levels", event.start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def load_yaml(text: str | bytes, *, max_bytes: int) -> Any:
+    """Parse untrusted YAML: size cap first, then the strict safe loader."""
+    raw = text.encode() if isinstance(text, str) else text
+    if len(raw) > max_bytes:
+        raise SpecError({"spec": f"is {len(raw)} bytes; the limit is {max_bytes} bytes"})
+    try:
+        return yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
+    except UnicodeDecodeError:
+        raise SpecError({"spec": "is not UTF-8 text"}) from None
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        if mark is not None:
+            where = f" (line {mark.line + 1}, column {mark.column + 1})"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError({"spec": f"is not valid YAML{where}: {problem}"}) from None
+
+
+# --- parsing --------------------------------------------------------------------------------
+
+
+def parse_command(command: Any) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """``yolo [TASK] train k=v …`` → (task, raw args, errors). Values stay strings here."""
+    errors: dict[str, str] = {}
+    if not isinstance(command, str) or not command.strip():
+        return "detect", {}, {"command": "must be a non-empty string like 'yolo train data=… model=…'"}
+    if len(command) > 4000:
+        return "detect", {}, {"command": "is longer than 4000 characters"}
+    try:
+        tokens = shlex.split(command)
+    except ValueError as exc:
+        return "detect", {}, {"command": f"cannot be split into words: {exc}"}
+    if not tokens or tokens[0] != "yolo":
+        return "detect", {}, {"command": "must start with 'yolo' (only Ultralytics training commands run here)"}
+    words = tokens[1:]
+    task = "detect"
+    if words and words[0] in TASKS:
+        task, words = words[0], words[1:]
+    if not words or "=" in words[0]:
+        return task, {}, {"command": "must name the mode after 'yolo' (only 'train' is supported)"}
+    mode, words = words[0], words[1:]
+    if mode in TASKS and words and words[0] == "train":  # `yolo train detect` order is not valid either
+        return task, {}, {"command": f"put the task before the mode: 'yolo {mode} train …'"}
+    if mode != "train":
+        return task, {}, {"command": f"mode {mode!r} is not supported; only 'train' jobs run here"}
+    args: dict[str, Any] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            errors["command"] = f"expected key=value, got {word!r}"
+            continue
+        if key in args:
+            errors[f"command.{key}"] = "is given twice"
+            continue
+        args[key] = value
+    return task, args, errors
+
+
+def _typed_train_args(raw: dict[str, Any], path: str, errors: dict[str, str]) -> dict[str, Any]:
+    typed: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"{path}.{key}"
+        if key in RESERVED_ARGS:
+            errors[where] = f"cannot be set: {RESERVED_ARGS[key]}"
+            continue
+        parser = TRAIN_ARGS.get(key)
+        if parser is None:
+            errors[where] = "is not an allowed training argument"
+            continue
+        if isinstance(value, str) and parser is not _name and value.lower() in {"none", "null"}:
+            errors[where] = "must have a value"
+            continue
+        try:
+            typed[key] = parser(value)
+        except ValueError as exc:
+            errors[where] = str(exc)
+    for required in ("data", "model"):
+        if required not in raw and f"{path}.{required}" not in errors:
+            errors[f"{path}.{required}"] = "is required"
+    for key, default in TRAIN_DEFAULTS.items():
+        typed.setdefault(key, default)
+    return typed
+
+
+def parse_spec(document: Any) -> JobSpec:
+    """Validate a decoded document (dict from YAML or JSON). Raises :class:`SpecError`."""
+    if not isinstance(document, dict):
+        raise SpecError({"spec": "must be a mapping of fields (task_name, command, resources, …)"})
+    errors: dict[str, str] = {}
+    for key in document:
+        if key not in TOP_LEVEL_KEYS:
+            errors[str(key)] = "is not a known field"
+
+    task_name = document.get("task_name")
+    if not isinstance(task_name, str) or not task_name.strip():
+        errors["task_name"] = "is required (a short name for the job)"
+    elif len(task_name) > 200 or not re.fullmatch(r"[\w .:+@()-]+", task_name):
+        errors["task_name"] = "must be at most 200 letters, digits, spaces or . _ - : + @ ( )"
+
+    command = document.get("command")
+    structured = document.get("train")
+    task = "detect"
+    train_args: dict[str, Any] = {}
+    if command is not None and structured is not None:
+        errors["command"] = "give either command or train, not both"
+    elif structured is not None:
+        if not isinstance(structured, dict):
+            errors["train"] = "must be a mapping of training arguments (data, model, epochs, …)"
+        else:
+            train_args = _typed_train_args(structured, "train", errors)
+        task_value = document.get("task", "detect")
+        try:
+            task = _choice(*TASKS)(task_value)
+        except ValueError as exc:
+            errors["task"] = str(exc)
+        command = None
+    elif command is not None:
+        task, raw_args, command_errors = parse_command(command)
+        errors.update(command_errors)
+        if "command" not in command_errors:
+            train_args = _typed_train_args(raw_args, "command", errors)
+        if "task" in document:
+            errors["task"] = "give the task inside command ('yolo detect train …')"
+    else:
+        errors["command"] = "is required: e.g. 'yolo train data=demo model=yolov8n.yaml epochs=3'"
+
+    spec = JobSpec(task_name=str(task_name or ""), task=task, train_args=train_args,
+                   command=command if isinstance(command, str) else "")
+
+    resources = document.get("resources", {}) or {}
+    if not isinstance(resources, dict):
+        errors["resources"] = "must be a mapping like {gpu: 1, memory: 16Gi, cpu: '4'}"
+        resources = {}
+    for key, value in resources.items():
+        where = f"resources.{key}"
+        try:
+            if key == "gpu":
+                spec.gpus = parse_gpus(value)
+            elif key == "memory":
+                spec.memory_mb = parse_memory_mb(value)
+            elif key == "cpu":
+                spec.cpu_milli = parse_cpu_milli(value)
+            elif key == "gpu_memory":
+                spec.gpu_memory_mb = parse_memory_mb(value)
+            elif key == "gpu_model":
+                models = [value] if isinstance(value, str) else value
+                if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+                    raise ValueError("must be a GPU model name or a list of them")
+                spec.gpu_models = models
+            else:
+                errors[where] = "is not a known resource (gpu, memory, cpu, gpu_memory, gpu_model)"
+        except ValueError as exc:
+            errors[where] = str(exc)
+
+    try:
+        spec.priority = _choice(*PRIORITIES)(document.get("priority", "medium"))
+    except ValueError as exc:
+        errors["priority"] = str(exc)
+    for key in ("user", "team"):
+        if key in document:
+            value = document[key]
+            if not isinstance(value, str) or not re.fullmatch(r"[\w.@+-]{1,150}", value):
+                errors[key] = "must be a team slug or your username"
+            else:
+                spec.charge_to = value
+    if "user" in document and "team" in document:
+        errors["team"] = "give either user or team, not both"
+    if "timeout" in document:
+        try:
+            spec.timeout_s = _int(1, 10**9)(document["timeout"])
+        except ValueError as exc:
+            errors["timeout"] = str(exc)
+    if "retries" in document:
+        try:
+            spec.retries = _int(0, 5)(document["retries"])
+        except ValueError as exc:
+            errors["retries"] = str(exc)
+    if "allow_duplicate" in document:
+        try:
+            spec.allow_duplicate = _bool(document["allow_duplicate"])
+        except ValueError as exc:
+            errors["allow_duplicate"] = str(exc)
+    for key in ("image", "description"):
+        value = document.get(key, "")
+        if not isinstance(value, str) or len(value) > 300:
+            errors[key] = "must be a string of at most 300 characters"
+        else:
+            setattr(spec, key, value)
+    if errors:
+        raise SpecError(errors)
+    return spec

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PortalConfig(AppConfig):
+    name = "apps.portal"
+    label = "portal"

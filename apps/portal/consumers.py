@@ -1,0 +1,81 @@
+"""WebSocket ``/ws/jobs/<id>/``: the stored history first, then live messages, all with ``seq``.
+
+Join the group before reading history: Channels dispatches this consumer's messages one
+at a time, so group messages that arrive while ``connect`` reads the database wait
+until it returns; anything at or below the last history ``seq`` is then dropped here,
+and the page dedupes by ``seq`` too.
+"""
+
+from __future__ import annotations
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from apps.jobs import live
+from apps.jobs.models import JobEvent, LogChunk, MetricPoint
+from apps.jobs.selectors import job_get
+
+HISTORY_LOG_CHUNKS = 200
+
+
+@database_sync_to_async
+def load_history(user, job_id):
+    job = job_get(user=user, job_id=job_id)
+    if job is None:
+        return None
+    messages = []
+    for point in MetricPoint.objects.filter(job=job):
+        messages.append({"type": "metrics", "seq": point.seq, "job": str(job.pk),
+                         "data": {"epoch": point.epoch, "attempt": point.attempt, "values": point.values}})
+    for event in JobEvent.objects.filter(job=job):
+        messages.append({"type": "status", "seq": event.seq, "job": str(job.pk),
+                         "data": {"state": None, "kind": event.kind, "message": event.message, "attempt": event.attempt}})
+    chunks = list(LogChunk.objects.filter(job=job).order_by("-seq")[:HISTORY_LOG_CHUNKS])
+    for chunk in reversed(chunks):
+        messages.append({"type": "log", "seq": chunk.seq, "job": str(job.pk), "data": {"text": chunk.text}})
+    messages.sort(key=lambda m: m["seq"])
+    return job, messages
+
+
+class JobConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        job_id = self.scope["url_route"]["kwargs"]["job_id"]
+        # Refuse before joining anything: another team's job looks exactly like a missing one.
+        if await database_sync_to_async(job_get)(user=user, job_id=job_id) is None:
+            await self.close(code=4404)
+            return
+        self.group = live.group_name(job_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        loaded = await load_history(user, job_id)
+        if loaded is None:
+            await self.close(code=4404)
+            return
+        job, messages = loaded
+        self.last_seq = 0
+        for message in messages:
+            await self.send_json(message)
+            self.last_seq = message["seq"]
+        await self.send_json({"type": "status", "seq": self.last_seq, "job": str(job.pk), "history_end": True,
+                              "data": {"state": job.state, "kind": "snapshot", "attempt": job.attempt,
+                                       "epochs_done": job.epochs_done}})
+
+    async def disconnect(self, code):
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def job_message(self, event):
+        message = event["message"]
+        seq = message.get("seq")
+        if message.get("type") != "progress" and seq is not None and seq <= getattr(self, "last_seq", 0):
+            return
+        if message.get("type") != "progress" and seq is not None:
+            self.last_seq = seq
+        await self.send_json(message)
+
+    async def receive_json(self, content, **kwargs):
+        pass  # the socket is one-way; clients use REST to act

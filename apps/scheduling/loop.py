@@ -1,0 +1,186 @@
+"""The live scheduler: each step is a function that returns "did work?" and is testable alone.
+
+``manage.py scheduler`` runs :func:`tick` whenever it is kicked (submit, finish, cancel,
+node change) and at least every ``SCHEDULER_TICK_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.cluster.models import Node
+from apps.jobs.models import HOLDING_STATES, Job, JobState
+from apps.jobs.services import cluster_nodes, job_event, job_requeue, job_transition
+from apps.quotas.services import usage_charge
+
+from . import policy
+from .dispatch import dispatch, is_delivered
+from .inputs import cluster_state
+
+log = logging.getLogger(__name__)
+
+
+def reap_lost_nodes(now: datetime | None = None) -> bool:
+    """Mark nodes silent past the grace period as lost and requeue what ran on them.
+
+    A job whose cancel was requested is cancelled instead, so a cancel always ends.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.NODE_GRACE_S)
+    did = False
+    for node in Node.objects.exclude(state=Node.State.LOST).filter(last_heartbeat__lt=cutoff):
+        if not Node.objects.filter(pk=node.pk, last_heartbeat__lt=cutoff).exclude(state=Node.State.LOST).update(
+            state=Node.State.LOST
+        ):
+            continue  # it heartbeated just now
+        did = True
+        silent = (now - node.last_heartbeat).total_seconds()
+        log.warning("node %s lost (silent %.0f s); requeueing its jobs", node.name, silent)
+        for job in Job.objects.filter(node=node, state__in=HOLDING_STATES):
+            attempt_end(job, reason=f"node {node.name} stopped reporting for {silent:.0f} s", now=now)
+    return did
+
+
+def reap_silent_attempts(now: datetime | None = None) -> bool:
+    """Running attempts whose monitor stopped heartbeating while the node lives (the work-horse died)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.NODE_GRACE_S)
+    did = False
+    for job in Job.objects.filter(state=JobState.RUNNING, heartbeat_at__lt=cutoff).select_related("node"):
+        did = True
+        attempt_end(job, reason=f"attempt {job.attempt} stopped reporting on {job.node} "
+                                f"for {(now - job.heartbeat_at).total_seconds():.0f} s", now=now)
+    return did
+
+
+def attempt_end(job: Job, *, reason: str, now: datetime) -> None:
+    """An attempt died with its infrastructure: requeue it (or cancel it if that was asked)."""
+    if job.cancel_requested_at:
+        if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.CANCELLED, attempt_id=job.attempt_id):
+            usage_charge(job, ended_at=now)
+            job_event(job, "cancelled", f"cancelled; {reason}")
+        return
+    usage_charge(job, ended_at=now)
+    job_requeue(job, reason=f"{reason}; requeued as attempt {job.attempt + 1} (not counted as a retry)",
+                kind="node_lost")
+
+
+def repair_dispatch(now: datetime | None = None) -> bool:
+    """Re-enqueue starting jobs that Redis does not hold (lost, flushed, or never sent).
+
+    ``dispatched_at`` is null when the scheduler died between committing the allocation
+    and enqueueing; otherwise give RQ ``DISPATCH_REPAIR_S`` before asking it.
+    Delivering twice is harmless: the worker's fenced start lets only one run.
+    """
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=settings.DISPATCH_REPAIR_S)
+    did = False
+    for job in Job.objects.filter(state=JobState.STARTING).select_related("node"):
+        if job.dispatched_at is not None and (job.dispatched_at > stale or is_delivered(job)):
+            continue
+        dispatch(job)
+        Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id).update(dispatched_at=now)
+        job_event(job, "redispatched", f"re-enqueued on {job.node.name}: Redis did not hold attempt {job.attempt}")
+        did = True
+    return did
+
+
+def _fault(point: str) -> None:
+    """Fault injection for the tests: YOLOPORTAL_FAULT=<point> kills the process there."""
+    if os.environ.get("YOLOPORTAL_FAULT") == point:
+        log.error("fault injection: exiting at %s", point)
+        os._exit(17)
+
+
+def plan_and_start(now: datetime | None = None) -> bool:
+    """Run the policy and act on its plan.
+
+    1. Build the ClusterState from the database and call the pure policy.
+    2. Claim each planned start with a conditional update (queued → starting) and
+       enqueue it after commit; requeue each planned preemption.
+    3. Store every waiting job's position, ETA, priority factors and reason.
+    """
+    now = now or timezone.now()
+    state, jobs_by_id = cluster_state(now)
+    if not state.queued:
+        return False
+    plan = policy.plan(state, now.timestamp())
+
+    for preemption in plan.preemptions:
+        victim = Job.objects.filter(pk=preemption.job_id, state__in=HOLDING_STATES).first()
+        if victim and not victim.cancel_requested_at:
+            # The victim's worker notices at its next heartbeat that the attempt is no longer
+            # current (fencing) and stops the process tree; the checkpoint carries the work over.
+            usage_charge(victim, ended_at=now)
+            job_requeue(victim, reason=f"preempted: {preemption.reason}", kind="preempted")
+
+    nodes = {n.name: n for n in Node.objects.filter(name__in={s.node for s in plan.starts})}
+    started = []
+    with transaction.atomic():
+        for start in plan.starts:
+            job = jobs_by_id[start.job_id]
+            claimed = job_transition(
+                job.pk, expected=[JobState.QUEUED], to=JobState.STARTING, attempt_id=job.attempt_id,
+                node=nodes[start.node], gpu_indices=list(start.gpu_indices), gpu_share=start.gpu_share,
+                dispatched_at=None, queue_position=None, reason="", estimated_start_at=None,
+            )
+            if claimed:
+                started.append(job.pk)
+    _fault("after_allocate")
+    for job in Job.objects.filter(pk__in=started).select_related("node"):
+        try:
+            dispatch(job)
+        except redis.RedisError as exc:
+            log.warning("enqueue of %s failed (%s); repair will retry", job.pk, exc)
+            continue
+        Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id).update(dispatched_at=timezone.now())
+        job_event(job, "scheduled", f"placed on {job.node.name} GPU {','.join(map(str, job.gpu_indices))}"
+                                    f"{f' ({job.gpu_share:g} share)' if job.gpu_share < 1 else ''}")
+
+    queue_update(plan.queue, jobs_by_id)
+    return bool(started) or bool(plan.preemptions)
+
+
+def queue_update(entries, jobs_by_id) -> None:
+    changed = []
+    for entry in entries:
+        job = jobs_by_id.get(entry.job_id)
+        if job is None:
+            continue
+        eta = (datetime.fromtimestamp(entry.estimated_start, tz=dt_timezone.utc)
+               if entry.estimated_start is not None else None)
+        job.queue_position = entry.position
+        job.estimated_start_at = eta
+        job.reason = entry.reason[:300]
+        job.priority = entry.priority
+        job.priority_factors = dict(entry.factors)
+        if job.predicted_start_at is None and eta is not None:
+            job.predicted_start_at = eta
+        changed.append(job)
+    # Only queued rows: a job cancelled meanwhile keeps its own fields.
+    fields = ["queue_position", "estimated_start_at", "reason", "priority", "priority_factors", "predicted_start_at"]
+    for job in changed:
+        Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(**{f: getattr(job, f) for f in fields})
+
+
+def tick(now: datetime | None = None) -> bool:
+    """One full pass. Reaping and repairs first, so freed GPUs are planned in the same pass."""
+    did = reap_lost_nodes(now)
+    did |= reap_silent_attempts(now)
+    try:
+        did |= repair_dispatch(now)
+        did |= plan_and_start(now)
+    except redis.RedisError as exc:
+        log.warning("Redis unavailable (%s); jobs stay in the database and are dispatched once it is back", exc)
+    return did
+
+
+__all__ = ["tick", "plan_and_start", "repair_dispatch", "reap_lost_nodes", "reap_silent_attempts", "cluster_nodes"]

@@ -1,0 +1,72 @@
+"""manage.py scheduler: the one active scheduler loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+
+from apps.scheduling.kick import redis_client, wait_for_kick
+from apps.scheduling.loop import reap_lost_nodes, reap_silent_attempts, tick
+
+log = logging.getLogger("yoloportal.scheduler")
+LEADER_KEY = "yoloportal:scheduler:leader"
+
+
+class Command(BaseCommand):
+    help = "Run the scheduler loop (wakes on kicks and every SCHEDULER_TICK_S seconds)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="run one pass and exit")
+
+    def handle(self, *args, once: bool = False, **options):
+        if once:
+            tick()
+            return
+        self.stopping = False
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        me = f"{socket.gethostname()}:{os.getpid()}"
+        log.info("scheduler %s started (tick %.1f s, node grace %.0f s)", me, settings.SCHEDULER_TICK_S,
+                 settings.NODE_GRACE_S)
+        while not self.stopping:
+            close_old_connections()
+            try:
+                if self.lead(me):
+                    tick()
+                    wait_for_kick(settings.SCHEDULER_TICK_S)
+                else:
+                    time.sleep(settings.SCHEDULER_TICK_S)
+            except redis.RedisError as exc:
+                # Without Redis nothing can be dispatched, but reaping still matters.
+                # Planning is skipped too: without the leader lease two schedulers could
+                # both allocate. Reaping is a set of conditional updates, safe to run anyway.
+                log.warning("Redis unavailable: %s", exc)
+                reap_lost_nodes()
+                reap_silent_attempts()
+                time.sleep(min(settings.SCHEDULER_TICK_S, 2.0))
+            except Exception:
+                log.exception("scheduler pass failed; retrying")
+                time.sleep(1.0)
+        log.info("scheduler %s stopped", me)
+
+    def lead(self, me: str) -> bool:
+        """Hold a short lease so that only one scheduler acts at a time."""
+        client = redis_client()
+        ttl = max(10, int(settings.SCHEDULER_TICK_S * 4))
+        if client.set(LEADER_KEY, me, nx=True, ex=ttl):
+            return True
+        if (client.get(LEADER_KEY) or b"").decode() == me:
+            client.expire(LEADER_KEY, ttl)
+            return True
+        return False
+
+    def stop(self, *_):
+        self.stopping = True

@@ -1,0 +1,42 @@
+"""The scheduling policy: pure, deterministic, no Django or Redis imports.
+
+``plan(state, now)`` is the only entry point the live scheduler and the simulator use;
+``state.config.policy`` picks ``fifo`` (the baseline) or ``fair``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .admission import admission_error
+from .fair import plan_fair
+from .fifo import plan_fifo
+from .placement import fits_empty_cluster
+from .types import (
+    PRIORITY_CLASSES,
+    Allocation,
+    ClusterState,
+    GpuInfo,
+    JobRequest,
+    NodeInfo,
+    Plan,
+    PolicyConfig,
+    Preemption,
+    QueueEntry,
+    Start,
+    TeamPolicy,
+)
+from .usage import DecayedUsage, RollingUsage
+
+POLICIES: dict[str, Callable[[ClusterState, float], Plan]] = {"fifo": plan_fifo, "fair": plan_fair}
+
+__all__ = [
+    "PRIORITY_CLASSES", "POLICIES", "Allocation", "ClusterState", "DecayedUsage", "GpuInfo", "JobRequest",
+    "NodeInfo", "Plan", "PolicyConfig", "Preemption", "QueueEntry", "RollingUsage", "Start", "TeamPolicy",
+    "admission_error", "fits_empty_cluster", "plan",
+]
+
+
+def plan(state: ClusterState, now: float) -> Plan:
+    """One planning pass: what to start, what to preempt, and every waiting job's place."""
+    return POLICIES[state.config.policy](state, now)

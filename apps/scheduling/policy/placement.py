@@ -1,0 +1,248 @@
+"""Where a job fits: free capacity per node and best-fit choice of GPUs.
+
+A job's GPUs are always on one node. Whole-GPU jobs take idle GPUs on the node that is
+left with the fewest idle GPUs (best fit keeps whole nodes free for big jobs).
+Fractional jobs (``gpus < 1``) share a GPU: they go on the fullest already-shared GPU
+that still has room (share and, when known, memory), and break an idle GPU only when
+no shared one fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from .types import Allocation, JobRequest, NodeInfo
+
+EPS = 1e-9
+Fit = tuple[str, tuple[int, ...], float]  # node, GPU indices, share of each GPU
+
+
+@dataclass
+class NodeCapacity:
+    """Mutable free capacity of one node while a plan is being built."""
+
+    node: NodeInfo
+    gpu_free: dict[int, float]  # GPU index -> free fraction (1.0 = idle; < 0 = promised away)
+    gpu_mem_free: dict[int, int]  # GPU index -> free memory in MB (0 if unknown)
+    cpu_free: int
+    mem_free: int
+    whole_free: int = 0  # GPUs with gpu_free == 1
+
+    @classmethod
+    def of(cls, node: NodeInfo, running: Iterable[Allocation]) -> NodeCapacity:
+        cap = cls(
+            node=node,
+            gpu_free={g.index: 1.0 for g in node.gpus},
+            gpu_mem_free={g.index: g.memory_mb for g in node.gpus},
+            cpu_free=node.cpu_milli,
+            mem_free=node.memory_mb,
+            whole_free=len(node.gpus),
+        )
+        for alloc in running:
+            cap.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb,
+                     alloc.cpu_milli, alloc.memory_mb)
+        return cap
+
+    def copy(self) -> NodeCapacity:
+        return NodeCapacity(self.node, dict(self.gpu_free), dict(self.gpu_mem_free),
+                            self.cpu_free, self.mem_free, self.whole_free)
+
+    def take(self, indices, share: float, gpu_mem: int, cpu: int, mem: int, sign: int = 1) -> None:
+        """Use (``sign=1``) or give back (``sign=-1``) resources on this node."""
+        gpu_free = self.gpu_free
+        for i in indices:
+            if i in gpu_free:
+                before = gpu_free[i]
+                after = round(before - sign * share, 6)
+                gpu_free[i] = after
+                self.whole_free += (after >= 1.0 - EPS) - (before >= 1.0 - EPS)
+                if gpu_mem and self.gpu_mem_free[i]:
+                    self.gpu_mem_free[i] -= sign * gpu_mem
+        if self.node.cpu_milli:
+            self.cpu_free -= sign * cpu
+        if self.node.memory_mb:
+            self.mem_free -= sign * mem
+
+    def release(self, alloc: Allocation) -> None:
+        self.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb,
+                  alloc.cpu_milli, alloc.memory_mb, sign=-1)
+
+    def fit(self, job: JobRequest) -> tuple[tuple[int, ...], float] | None:
+        """GPU indices and per-GPU share for ``job`` on this node, or None."""
+        node = self.node
+        if not node.schedulable:
+            return None
+        if node.cpu_milli and job.cpu_milli > self.cpu_free:
+            return None
+        if node.memory_mb and job.memory_mb > self.mem_free:
+            return None
+        need = job.gpus
+        if need >= 1 and self.whole_free < need - EPS:
+            return None
+        models = job.gpu_models
+        gmem = job.gpu_memory_mb
+        gpu_free = self.gpu_free
+        if need < 1:
+            best = None
+            for g in node.gpus:
+                free = gpu_free[g.index]
+                if free + EPS < need:
+                    continue
+                if models and g.model not in models:
+                    continue
+                if gmem and g.memory_mb and (g.memory_mb < gmem or self.gpu_mem_free[g.index] < gmem):
+                    continue
+                key = (free, g.index)  # fullest GPU that still has room
+                if best is None or key < best:
+                    best = key
+            if best is None:
+                return None
+            return (best[1],), need
+        whole = [
+            g.index for g in node.gpus
+            if gpu_free[g.index] >= 1.0 - EPS
+            and (not models or g.model in models)
+            and (not gmem or not g.memory_mb or g.memory_mb >= gmem)
+        ]
+        n = int(round(need))
+        if len(whole) < n:
+            return None
+        whole.sort()
+        return tuple(whole[:n]), 1.0
+
+    def free_whole_gpus(self) -> int:
+        return self.whole_free
+
+    def has_partial(self) -> bool:
+        return any(EPS < f < 1.0 - EPS for f in self.gpu_free.values())
+
+
+def capacities(nodes: Iterable[NodeInfo], running: Iterable[Allocation]) -> dict[str, NodeCapacity]:
+    by_node: dict[str, list[Allocation]] = {}
+    for alloc in running:
+        by_node.setdefault(alloc.node, []).append(alloc)
+    return {n.name: NodeCapacity.of(n, by_node.get(n.name, [])) for n in nodes}
+
+
+def best_fit(caps: dict[str, NodeCapacity], job: JobRequest) -> Fit | None:
+    """(node name, indices, share) on the node left with the fewest free GPUs."""
+    best = None
+    for name in sorted(caps):
+        fit = caps[name].fit(job)
+        if fit is None:
+            continue
+        key = _fit_key(caps[name], job, fit, name)
+        if best is None or key < best[0]:
+            best = (key, name, fit)
+    if best is None:
+        return None
+    _, name, (indices, share) = best
+    return name, indices, share
+
+
+def _fit_key(cap: NodeCapacity, job: JobRequest, fit: tuple[tuple[int, ...], float], name: str):
+    indices, share = fit
+    if share < 1.0:
+        free = cap.gpu_free[indices[0]]
+        breaks_idle = free >= 1.0 - EPS
+        return (breaks_idle, free, cap.whole_free, name)
+    return (False, 0.0, cap.whole_free - len(indices), name)
+
+
+def shape_of(job: JobRequest) -> tuple:
+    return (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
+
+
+class Placer:
+    """Best-fit placement over a whole cluster, fast when the cluster is nearly full.
+
+    Nodes are bucketed by how many idle GPUs they have, so a whole-GPU job looks only at
+    nodes with enough idle GPUs, smallest bucket first. A job shape that did not fit stays
+    unfittable for the rest of the pass (capacity only shrinks), so a queue of 10,000
+    similar jobs costs one scan, not 10,000. ``release`` (preemption) clears that memory.
+    """
+
+    def __init__(self, caps: dict[str, NodeCapacity]) -> None:
+        self.caps = caps
+        self.failed: set[tuple] = set()
+        self.buckets: dict[int, set[str]] = {}
+        self.partial: set[str] = set()
+        for name, cap in caps.items():
+            if cap.node.schedulable:
+                self._index(name, cap)
+
+    def _index(self, name: str, cap: NodeCapacity) -> None:
+        if cap.whole_free > 0:
+            self.buckets.setdefault(cap.whole_free, set()).add(name)
+        if cap.has_partial():
+            self.partial.add(name)
+
+    def _unindex(self, name: str, cap: NodeCapacity) -> None:
+        bucket = self.buckets.get(cap.whole_free)
+        if bucket is not None:
+            bucket.discard(name)
+            if not bucket:
+                del self.buckets[cap.whole_free]
+        self.partial.discard(name)
+
+    def candidates(self, job: JobRequest) -> Iterator[Fit]:
+        """Places for ``job`` right now, best fit first."""
+        if shape_of(job) in self.failed:
+            return
+        caps = self.caps
+        found = False
+        if job.gpus < 1:
+            fits = []
+            for name in self.partial:
+                fit = caps[name].fit(job)
+                if fit is not None and caps[name].gpu_free[fit[0][0]] < 1.0 - EPS:
+                    fits.append((_fit_key(caps[name], job, fit, name), name, fit))
+            fits.sort()
+            for _, name, fit in fits:
+                found = True
+                yield name, fit[0], fit[1]
+            start = 1
+        else:
+            start = int(round(job.gpus))
+        for k in sorted(self.buckets):
+            if k < start:
+                continue
+            for name in sorted(self.buckets.get(k, ())):
+                fit = caps[name].fit(job)
+                if fit is not None:
+                    found = True
+                    yield name, fit[0], fit[1]
+        if not found:
+            self.failed.add(shape_of(job))
+
+    def place(self, job: JobRequest, allowed: Callable[[str, tuple[int, ...], float], bool] | None = None) -> Fit | None:
+        """The best place for ``job`` that ``allowed`` accepts; resources are taken."""
+        for name, indices, share in self.candidates(job):
+            if allowed is None or allowed(name, indices, share):
+                self.take(name, job, indices, share)
+                return name, indices, share
+        return None
+
+    def take(self, name: str, job: JobRequest, indices: tuple[int, ...], share: float) -> None:
+        cap = self.caps[name]
+        self._unindex(name, cap)
+        cap.take(indices, share, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
+        if cap.node.schedulable:
+            self._index(name, cap)
+
+    def release(self, alloc: Allocation) -> None:
+        cap = self.caps.get(alloc.node)
+        if cap is None:
+            return
+        self._unindex(alloc.node, cap)
+        cap.release(alloc)
+        if cap.node.schedulable:
+            self._index(alloc.node, cap)
+        self.failed.clear()
+
+
+def fits_empty_cluster(nodes: Iterable[NodeInfo], job: JobRequest) -> bool:
+    """Could ``job`` ever run here, with every node idle?"""
+    caps = capacities([NodeInfo(n.name, n.gpus, n.cpu_milli, n.memory_mb, True) for n in nodes], [])
+    return any(c.fit(job) is not None for c in caps.values())

@@ -1,0 +1,86 @@
+"""Multifactor priority: fair-share (Fair Tree), age, job size and class, each in [0, 1]."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping
+
+from .types import PRIORITY_CLASSES, JobRequest, PolicyConfig, TeamPolicy
+
+CLASS_FACTOR = {name: i / (len(PRIORITY_CLASSES) - 1) for i, name in enumerate(PRIORITY_CLASSES)}
+CLASS_RANK = {name: i for i, name in enumerate(PRIORITY_CLASSES)}
+
+
+def fair_tree(
+    pairs: Iterable[tuple[str, str]],
+    usage: Mapping[tuple[str, str], float],
+    teams: Mapping[str, TeamPolicy],
+    default_team: TeamPolicy,
+) -> dict[tuple[str, str], float]:
+    """Fair-share factor per (team, user), in the spirit of Slurm's Fair Tree.
+
+    1. Each team's level fair-share is S/U: its share of the team shares divided by its
+       share of all decayed usage (no usage = infinitely under-served).
+    2. Within a team, users have equal shares; a user's level fair-share is
+       (1 / users in team) / (user usage / team usage).
+    3. Walk teams by level fair-share (highest first), and inside each team its users the
+       same way; that order ranks every user. Every user of an under-served team outranks
+       every user of an over-served one.
+    4. The factor is (N - rank) / N for N users, so the most under-served user gets 1 and
+       ties (e.g. two users with no usage in equal teams) get the same factor.
+    """
+    members: dict[str, set[str]] = {}
+    for team, user in pairs:
+        members.setdefault(team, set()).add(user)
+    if not members:
+        return {}
+    team_usage = {t: sum(usage.get((t, u), 0.0) for u in users) for t, users in members.items()}
+    total_usage = sum(team_usage.values())
+    total_shares = sum(max(teams.get(t, default_team).shares, 1e-12) for t in members)
+
+    def level(share: float, used: float) -> float:
+        return math.inf if used <= 0 else share / used
+
+    team_level = {
+        t: level(max(teams.get(t, default_team).shares, 1e-12) / total_shares,
+                 team_usage[t] / total_usage if total_usage > 0 else 0.0)
+        for t in members
+    }
+    ordered: list[tuple[tuple[float, float], tuple[str, str]]] = []
+    for team in sorted(members, key=lambda t: (-team_level[t], t)):
+        users = members[team]
+        tu = team_usage[team]
+        for user in sorted(users):
+            u_level = level(1.0 / len(users), usage.get((team, user), 0.0) / tu if tu > 0 else 0.0)
+            ordered.append(((team_level[team], u_level), (team, user)))
+    # Stable sort by team level then user level, both descending; names break no ties in rank.
+    ordered.sort(key=lambda item: (-item[0][0], -item[0][1]))
+    n = len(ordered)
+    factors: dict[tuple[str, str], float] = {}
+    rank = 0
+    previous = None
+    for i, (levels, pair) in enumerate(ordered):
+        if levels != previous:
+            rank = i
+            previous = levels
+        factors[pair] = (n - rank) / n
+    return factors
+
+
+def age_factor(job: JobRequest, now: float, config: PolicyConfig) -> float:
+    return min(1.0, max(0.0, now - job.submitted_at) / config.age_cap_s)
+
+
+def size_factor(job: JobRequest, config: PolicyConfig) -> float:
+    """1 for a tiny job, 0 at ``size_cap_gpu_hours`` requested (GPUs × walltime), log scale."""
+    gpu_hours = job.gpus * job.walltime / 3600.0
+    return max(0.0, 1.0 - math.log1p(gpu_hours) / math.log1p(config.size_cap_gpu_hours))
+
+
+def priority(factors: Mapping[str, float], config: PolicyConfig) -> float:
+    return (
+        config.weight_fairshare * factors["fairshare"]
+        + config.weight_age * factors["age"]
+        + config.weight_size * factors["size"]
+        + config.weight_class * factors["class"]
+    )

@@ -1,0 +1,206 @@
+"""Plain inputs and outputs of the scheduling policy.
+
+Nothing here imports Django or Redis: the live scheduler (``apps.scheduling.loop``)
+and the trace simulator both build a :class:`ClusterState`, call
+:func:`apps.scheduling.policy.plan`, and act on the :class:`Plan` it returns.
+Times are float seconds since the epoch (or since trace start in the simulator);
+the policy never reads the clock.
+
+GPU-seconds are the unit of usage everywhere: a job holding 2 GPUs for an hour uses
+7,200; a job holding half of one GPU for an hour uses 1,800.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+PRIORITY_CLASSES = ("low", "medium", "high", "urgent")
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    model: str = ""
+    memory_mb: int = 0  # 0 = unknown (memory constraints are then not enforced)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    gpus: tuple[GpuInfo, ...]
+    cpu_milli: int = 0  # 0 = not tracked
+    memory_mb: int = 0  # 0 = not tracked
+    schedulable: bool = True  # False while draining or lost
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A queued job as the policy sees it."""
+
+    job_id: str
+    team: str
+    user: str
+    submitted_at: float  # first submission; a requeued (preempted) job keeps it, so it keeps its age
+    gpus: float = 1.0  # whole GPUs (1, 2, 8) or a fraction of one GPU (0.25, 0.5)
+    priority_class: str = "medium"  # as requested by the user
+    gpu_memory_mb: int = 0  # per GPU; 0 = no constraint beyond the fraction
+    gpu_models: tuple[str, ...] = ()  # allowed GPU models, empty = any
+    cpu_milli: int = 0
+    memory_mb: int = 0
+    timeout_s: float = 86400.0  # hard limit, also the backfill walltime fallback
+    walltime_s: float | None = None  # better runtime estimate when known
+
+    @property
+    def walltime(self) -> float:
+        """Runtime the planner assumes: the estimate when known, else the timeout."""
+        w = self.walltime_s or self.timeout_s
+        if self.timeout_s:
+            w = min(w, self.timeout_s)
+        return max(1.0, w)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A job that holds resources now (running or starting)."""
+
+    job_id: str
+    team: str
+    user: str
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_share: float = 1.0  # fraction of each listed GPU (1.0 = whole GPUs)
+    gpu_memory_mb: int = 0  # per GPU, for shared GPUs
+    cpu_milli: int = 0
+    memory_mb: int = 0
+    priority_class: str = "medium"  # the class it *runs as* (Start.priority_class), not the one asked for
+    started_at: float = 0.0  # start of the current attempt
+    expected_end: float = 0.0  # started_at + walltime estimate (or timeout)
+    preemptible: bool = False  # has a verified checkpoint and may be requeued
+
+    @property
+    def gpus(self) -> float:
+        return len(self.gpu_indices) * self.gpu_share
+
+
+@dataclass(frozen=True)
+class TeamPolicy:
+    """What managers set per team. Teams without an entry get ``PolicyConfig.default_team``."""
+
+    shares: float = 1.0  # fair-share weight relative to sibling teams (> 0)
+    max_gpus: float | None = None  # concurrent GPUs the team may hold; None = no limit
+    urgent_gpu_hours_per_day: float = 8.0  # urgent GPU-hours per rolling 24 h
+    urgent_max_gpus: float = 2.0  # GPUs the team may hold as urgent at once
+    max_gpus_per_job: float | None = None  # overrides PolicyConfig.max_gpus_per_job
+    user_gpu_hours_per_day: float | None = None  # overrides PolicyConfig.user_gpu_hours_per_day
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The scheduler configuration row (admin-editable). Defaults are the shipped values.
+
+    Priority = Σ weight × factor, every factor in [0, 1]:
+
+    - ``fairshare``: Fair Tree rank of (team, user) from decayed usage (1 = most under-served)
+    - ``age``: time queued / ``age_cap_s``, capped at 1
+    - ``size``: 1 for tiny jobs, falling with log(requested GPU-hours) to 0 at ``size_cap_gpu_hours``
+    - ``class``: low 0, medium 1/3, high 2/3, urgent 1 (the class the job runs as)
+    """
+
+    policy: str = "fifo"  # "fifo" | "fair"
+    weight_fairshare: int = 2000
+    weight_age: int = 1000
+    weight_size: int = 1000
+    weight_class: int = 3000
+    half_life_s: float = 7 * DAY_S  # usage decay half-life; must be > 0 (0 would silently disable fair-share)
+    age_cap_s: float = 7 * DAY_S
+    size_cap_gpu_hours: float = 1000.0
+    user_gpu_hours_per_day: float | None = 20.0  # per user, rolling 24 h; None = no limit
+    max_gpus_per_job: float | None = None  # None = no limit
+    preempt_min_runtime_s: float = 600.0  # a victim must have run this long (this attempt)
+    preemption: bool = True
+    backfill: bool = True
+    reservations: int = 1  # blocked jobs that get a reservation (1 = EASY backfill)
+    default_team: TeamPolicy = field(default_factory=TeamPolicy)
+
+    def __post_init__(self) -> None:
+        if not self.half_life_s or self.half_life_s <= 0:
+            raise ValueError("half_life_s must be > 0: a zero half-life would switch fair-share off")
+        if self.age_cap_s <= 0 or self.size_cap_gpu_hours <= 0:
+            raise ValueError("age_cap_s and size_cap_gpu_hours must be > 0")
+        for name in ("weight_fairshare", "weight_age", "weight_size", "weight_class", "reservations"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer")
+
+    def team(self, teams: Mapping[str, TeamPolicy], name: str) -> TeamPolicy:
+        return teams.get(name, self.default_team)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Everything one planning pass looks at. The live scheduler fills it from the database.
+
+    - ``nodes``: every known node with its GPUs (unschedulable ones are kept but skipped).
+    - ``running``: every allocation holding resources (starting or running), with
+      ``priority_class`` = the class it runs as and ``expected_end`` = start + walltime.
+    - ``queued``: every queued job (including preempted/requeued ones).
+    - ``usage``: decayed GPU-seconds per ``(team, user)``, already decayed to ``now`` with
+      ``config.half_life_s`` (see :class:`~.usage.DecayedUsage`); include the part of
+      running jobs consumed so far. Missing pairs count as 0.
+    - ``user_usage_24h``: GPU-seconds each user consumed in ``(now - 24 h, now]`` (finished
+      and running jobs, all teams). See :class:`~.usage.RollingUsage`.
+    - ``user_usage_expiry``: optional, per user, ``(time, gpu_seconds)`` pairs saying when
+      each part of ``user_usage_24h`` leaves the window (``RollingUsage.expiries``); used
+      only to say *until when* a user is over quota. Missing = no time in the reason.
+    - ``team_urgent_usage_24h``: GPU-seconds each team ran *as urgent* in the last 24 h.
+    - ``teams``: per-team policy (shares, limits, urgent allowance).
+    """
+
+    nodes: tuple[NodeInfo, ...]
+    running: tuple[Allocation, ...] = ()
+    queued: tuple[JobRequest, ...] = ()
+    config: PolicyConfig = field(default_factory=PolicyConfig)
+    usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    user_usage_24h: Mapping[str, float] = field(default_factory=dict)
+    user_usage_expiry: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    team_urgent_usage_24h: Mapping[str, float] = field(default_factory=dict)
+    teams: Mapping[str, TeamPolicy] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Start:
+    job_id: str
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_share: float = 1.0
+    priority_class: str = ""  # the class it runs as (urgent may be demoted to high); store on the allocation
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Requeue this running job (resume from its checkpoint; not charged a retry)."""
+
+    job_id: str
+    reason: str
+    by_job_id: str = ""  # the urgent job that needs its resources
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    job_id: str
+    position: int  # 1-based, in the order the policy considers jobs
+    priority: float = 0.0
+    factors: Mapping[str, float] = field(default_factory=dict)
+    estimated_start: float | None = None  # None = cannot say (never fits, or no end in sight)
+    reason: str = ""
+    reserved_node: str | None = None  # set when this job holds a backfill reservation
+
+
+@dataclass(frozen=True)
+class Plan:
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    queue: tuple[QueueEntry, ...] = ()  # every job not started by this plan
+    wake_at: float | None = None  # plan again by then even without events (a quota frees up)

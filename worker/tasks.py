@@ -1,0 +1,397 @@
+"""The RQ job function that runs one attempt of a training job on this node.
+
+It runs in RQ's forked work-horse. The training itself runs in a child process
+(``worker.train_child``) in its own process group, so cancel and timeout can kill the
+whole tree; the child also gets SIGKILL if this monitor dies (``PR_SET_PDEATHSIG``),
+so a dead worker never leaves training running on a GPU the scheduler thinks is free.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.db.models import Sum
+from django.utils import timezone
+
+from apps.jobs import live
+from apps.jobs.models import HOLDING_STATES, Checkpoint, Job, JobState
+from apps.jobs.services import job_event, job_requeue, job_transition, log_append, metrics_record
+from apps.quotas.models import UsageRecord
+from apps.quotas.services import usage_charge
+from apps.registry.services import model_register
+from apps.scheduling.kick import kick_scheduler
+
+log = logging.getLogger("yoloportal.worker")
+
+EXIT_CHECKPOINT_UNUSABLE = 4
+KILL_GRACE_S = 5.0
+POLL_S = 0.25
+LOG_FLUSH_S = 1.0
+MAX_INFRA_REQUEUES = 10
+
+
+def run_attempt(job_id: str, attempt_id: str) -> str:
+    """Entry point RQ calls with ids only. Returns a short outcome word for RQ's result."""
+    close_old_connections()
+    node_name = os.environ.get("YOLOPORTAL_NODE", "")
+    now = timezone.now()
+    # Fenced start: only the current attempt, on the node it was given to, moves to running.
+    won = Job.objects.filter(
+        pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node__name=node_name
+    ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now)
+    if not won:
+        log.warning("refusing job %s attempt %s: no longer the current attempt for node %s",
+                    job_id, attempt_id, node_name)
+        return "refused"
+    job = Job.objects.select_related("node", "team", "user").get(pk=job_id)
+    job_event(job, "running", f"running on {job.node.name} (GPU {','.join(map(str, job.gpu_indices))}"
+                              f"{', simulated on CPU' if job.node.simulated else ''}), attempt {job.attempt}")
+    try:
+        return AttemptRunner(job).run()
+    finally:
+        kick_scheduler()
+
+
+def set_parent_death_signal() -> None:
+    """In the child before exec: die with SIGKILL if the monitor (our parent) dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class ChildResult:
+    exit_code: int | None = None
+    outcome: str = ""  # succeeded | failed | cancelled | timed_out | fenced | checkpoint_unusable | killed
+    finished: dict | None = None
+    error: dict | None = None
+    log_tail: list[str] = field(default_factory=list)
+
+
+class AttemptRunner:
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.run_dir = Path(job.run_dir)
+        self.attempt_dir = self.run_dir / f"attempt-{job.attempt}"
+        self.checkpoint_dir = self.run_dir / "checkpoints"
+        for folder in (self.attempt_dir, self.checkpoint_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.attempt_dir / "output.log"
+        self.log_tail: list[str] = []
+        self.previous_runtime_s = self._previous_runtime()
+
+    def _previous_runtime(self) -> float:
+        gpu_seconds = UsageRecord.objects.filter(job=self.job).aggregate(s=Sum("gpu_seconds"))["s"] or 0.0
+        return gpu_seconds / max(self.job.gpus, 1e-9)
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def verified_checkpoints(self) -> list[Checkpoint]:
+        """Newest first; a file that is missing or fails its checksum is dropped with an event."""
+        good = []
+        for ckpt in Checkpoint.objects.filter(job=self.job).order_by("-epoch", "-created_at"):
+            path = Path(ckpt.path)
+            if path.is_file() and path.stat().st_size == ckpt.size and file_sha256(path) == ckpt.sha256:
+                good.append(ckpt)
+                continue
+            job_event(self.job, "checkpoint_rejected",
+                      f"checkpoint of epoch {ckpt.epoch} is missing or corrupt; falling back to an older one")
+            ckpt.delete()
+        return good
+
+    # --- the attempt --------------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Try the newest verified checkpoint, then older ones, then from scratch."""
+        candidates: list[Checkpoint | None] = [*self.verified_checkpoints(), None]
+        result = ChildResult()
+        for number, checkpoint in enumerate(candidates, start=1):
+            if checkpoint is not None:
+                job_event(self.job, "resuming", f"resuming from the checkpoint of epoch {checkpoint.epoch}")
+            result = self.run_child(number, checkpoint)
+            if result.outcome != "checkpoint_unusable":
+                break
+            job_event(self.job, "checkpoint_rejected",
+                      f"Ultralytics could not load the checkpoint of epoch {checkpoint.epoch}; trying an older one")
+            if checkpoint is not None:
+                checkpoint.delete()
+        return self.finish(result)
+
+    def child_config(self, number: int, checkpoint: Checkpoint | None) -> Path:
+        spec = self.job.spec
+        args = dict(spec.get("train_args") or {})
+        args.pop("data", None)
+        args.pop("model", None)
+        if self.job.node.simulated:
+            args.setdefault("workers", 0)  # CPU-only: dataloader processes only compete for cores
+        device = "cpu" if self.job.node.simulated else ",".join(str(i) for i in range(len(self.job.gpu_indices)))
+        config = {
+            "model": spec["resolved"]["model"],
+            "data": spec["resolved"]["data_yaml"],
+            "task": spec.get("task", "detect"),
+            "args": args,
+            "device": device,
+            "project": str(self.run_dir),
+            "name": "train",
+            "resume_from": checkpoint.path if checkpoint else None,
+            "checkpoint_dir": str(self.checkpoint_dir),
+            "events_path": str(self.attempt_dir / f"events-{number}.jsonl"),
+            "progress_interval_s": 0.25,
+            "config_dir": str(settings.DATA_DIR / "ultralytics-config"),
+        }
+        path = self.attempt_dir / f"config-{number}.json"
+        path.write_text(json.dumps(config, indent=2))
+        return path
+
+    def child_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "RQ_"))}
+        env.update({
+            "PYTHONUNBUFFERED": "1",
+            "YOLO_OFFLINE": "1",
+            "YOLO_AUTOINSTALL": "false",
+            "YOLO_VERBOSE": "true",
+            "CUDA_VISIBLE_DEVICES": "" if self.job.node.simulated else ",".join(map(str, self.job.gpu_indices)),
+        })
+        return env
+
+    def run_child(self, number: int, checkpoint: Checkpoint | None) -> ChildResult:
+        config = self.child_config(number, checkpoint)
+        events_path = Path(json.loads(config.read_text())["events_path"])
+        budget = self.job.timeout_s - self.previous_runtime_s
+        started = time.monotonic()
+        with open(self.log_path, "ab") as log_file:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "worker.train_child", str(config)],
+                cwd=str(settings.BASE_DIR), env=self.child_env(), stdout=log_file, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=set_parent_death_signal,
+            )
+        Job.objects.filter(pk=self.job.pk).update(heartbeat_at=timezone.now())
+        result = ChildResult()
+        events = EventReader(events_path)
+        logs = LogReader(self.log_path)
+        last_beat = last_log = time.monotonic()
+        stop_reason = ""
+        while True:
+            exit_code = child.poll()
+            for event in events.read():
+                self.on_event(event, result)
+            now = time.monotonic()
+            if now - last_log >= LOG_FLUSH_S or exit_code is not None:
+                self.flush_logs(logs)
+                last_log = now
+            if exit_code is not None:
+                break
+            if not stop_reason and now - last_beat >= min(settings.HEARTBEAT_S, 2.0):
+                last_beat = now
+                stop_reason = self.check_in()
+            if not stop_reason and now - started > budget:
+                stop_reason = "timed_out"
+            if stop_reason:
+                kill_tree(child)
+                continue
+            time.sleep(POLL_S)
+        for event in events.read():
+            self.on_event(event, result)
+        self.flush_logs(logs)
+        result.exit_code = exit_code
+        result.log_tail = self.log_tail[-40:]
+        if stop_reason:
+            result.outcome = stop_reason
+        elif exit_code == 0 and result.finished:
+            result.outcome = "succeeded"
+        elif exit_code == EXIT_CHECKPOINT_UNUSABLE and checkpoint is not None:
+            result.outcome = "checkpoint_unusable"
+        elif exit_code is not None and exit_code < 0:
+            result.outcome = "killed"  # by a signal we did not send: OOM killer, an operator, a crash
+        else:
+            result.outcome = "failed"
+        return result
+
+    def check_in(self) -> str:
+        """Heartbeat the attempt; return why to stop ('' to go on)."""
+        close_old_connections()
+        beat = Job.objects.filter(pk=self.job.pk, attempt_id=self.job.attempt_id, state=JobState.RUNNING).update(
+            heartbeat_at=timezone.now())
+        if not beat:
+            return "fenced"  # requeued, preempted or reaped elsewhere: this attempt is no longer current
+        if Job.objects.filter(pk=self.job.pk, cancel_requested_at__isnull=False).exists():
+            return "cancelled"
+        return ""
+
+    def on_event(self, event: dict, result: ChildResult) -> None:
+        kind = event.get("type")
+        if kind == "epoch":
+            metrics_record(self.job, epoch=int(event["epoch"]), values=event.get("values") or {})
+        elif kind == "progress":
+            live.publish(self.job.pk, {"type": "progress", "seq": None, "job": str(self.job.pk),
+                                       "data": {k: v for k, v in event.items() if k != "type"}})
+        elif kind == "checkpoint":
+            Checkpoint.objects.create(job=self.job, attempt=self.job.attempt, epoch=int(event["epoch"]),
+                                      path=event["path"], sha256=event["sha256"], size=int(event["size"]))
+            # Keep the rows in step with the files the child keeps (it prunes old ones).
+            for old in Checkpoint.objects.filter(job=self.job):
+                if not Path(old.path).exists():
+                    old.delete()
+        elif kind == "started":
+            job_event(self.job, "training_started",
+                      f"training epochs {event.get('start_epoch', 1)}..{event.get('epochs')}", event)
+        elif kind == "finished":
+            result.finished = event
+        elif kind == "error":
+            result.error = event
+
+    def flush_logs(self, reader: LogReader) -> None:
+        text = reader.read()
+        if not text:
+            return
+        self.log_tail.extend(line for line in text.splitlines() if line.strip())
+        self.log_tail = self.log_tail[-200:]
+        log_append(self.job, text)
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def finish(self, result: ChildResult) -> str:
+        close_old_connections()
+        job = Job.objects.select_related("team", "user", "node").get(pk=self.job.pk)
+        now = timezone.now()
+        if result.outcome == "fenced" or job.attempt_id != self.job.attempt_id:
+            log.warning("job %s attempt %s was taken away; stopped it", job.pk, self.job.attempt)
+            return "fenced"
+        mine = {"expected": HOLDING_STATES, "attempt_id": self.job.attempt_id}
+        if result.outcome == "succeeded":
+            weights = Path(result.finished.get("weights") or "")
+            if job_transition(job.pk, to=JobState.SUCCEEDED, weights_path=str(weights), exit_code=0, error="",
+                              **mine):
+                usage_charge(job, ended_at=now)
+                version = model_register(job=job, weights=weights, metrics=result.finished.get("metrics") or {}) \
+                    if weights.is_file() else None
+                job_event(job, "succeeded", f"finished; weights at {weights.name}"
+                                            f"{f', registered as {version}' if version else ''}")
+            return "succeeded"
+        if result.outcome == "cancelled":
+            if job_transition(job.pk, to=JobState.CANCELLED, exit_code=result.exit_code, **mine):
+                usage_charge(job, ended_at=now)
+                job_event(job, "cancelled", "cancelled; the training process tree was stopped")
+            return "cancelled"
+        if result.outcome == "timed_out":
+            message = f"exceeded its timeout of {job.timeout_s} s"
+            if job_transition(job.pk, to=JobState.TIMED_OUT, exit_code=result.exit_code, error=message, **mine):
+                usage_charge(job, ended_at=now)
+                job_event(job, "timed_out", message)
+            return "timed_out"
+        if result.outcome == "killed" and job.attempt <= job.retries_left + MAX_INFRA_REQUEUES:
+            usage_charge(job, ended_at=now)
+            job_requeue(job, kind="requeued",
+                        reason=f"training process was killed by signal {-result.exit_code}; "
+                               f"requeued to resume from its last checkpoint (not counted as a retry)")
+            return "requeued"
+        error = self.error_text(result)
+        if job.retries_left > 0:
+            usage_charge(job, ended_at=now)
+            Job.objects.filter(pk=job.pk).update(retries_left=job.retries_left - 1)
+            job_requeue(job, kind="retry", reason=f"failed ({error.splitlines()[0]}); retrying, "
+                                                  f"{job.retries_left - 1} retries left after this one")
+            return "retry"
+        if job_transition(job.pk, to=JobState.FAILED, exit_code=result.exit_code, error=error, **mine):
+            usage_charge(job, ended_at=now)
+            job_event(job, "failed", error.splitlines()[0] if error else "failed")
+        return "failed"
+
+    @staticmethod
+    def error_text(result: ChildResult) -> str:
+        parts = []
+        if result.error:
+            kind = result.error.get("kind", "exception")
+            label = {"oom": "CUDA out of memory", "data": "dataset problem"}.get(kind, "training error")
+            parts.append(f"{label}: {result.error.get('message', '')}".strip())
+            if result.error.get("advice"):
+                parts.append(f"Advice: {result.error['advice']}")
+        elif result.exit_code is not None and result.exit_code < 0:
+            parts.append(f"training process was killed by signal {-result.exit_code}")
+        else:
+            parts.append(f"training process exited with code {result.exit_code}")
+        if result.log_tail:
+            parts.append("Last log lines:\n" + "\n".join(result.log_tail[-20:]))
+        return "\n".join(parts)[:20000]
+
+
+def kill_tree(child: subprocess.Popen) -> None:
+    """SIGTERM the child's process group, SIGKILL what is left after a grace period."""
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        child.wait(KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
+
+
+class EventReader:
+    """Reads complete JSON lines appended to the child's events file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *lines, self.partial = data.split(b"\n")
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                log.warning("ignoring a malformed event line: %r", line[:200])
+        return events
+
+
+class LogReader:
+    """Reads new output; progress bars' carriage-return updates collapse to their last state."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, ""
+
+    def read(self) -> str:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(1 << 20)
+        except FileNotFoundError:
+            return ""
+        self.offset += len(data)
+        text = self.partial + data.decode("utf-8", "replace")
+        *lines, self.partial = text.split("\n")
+        return "".join(line.rsplit("\r", 1)[-1].rstrip() + "\n" for line in lines if line.rsplit("\r", 1)[-1].strip())

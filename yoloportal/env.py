@@ -1,0 +1,106 @@
+"""Typed readers for environment variables that fail loudly on a bad value."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+
+class EnvError(ValueError):
+    pass
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise EnvError(f"{name}={raw!r} is not a boolean (use true/false, 1/0, yes/no, on/off)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise EnvError(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise EnvError(f"{name}={value} is below the minimum {minimum}")
+    if maximum is not None and value > maximum:
+        raise EnvError(f"{name}={value} is above the maximum {maximum}")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise EnvError(f"{name}={raw!r} is not a number") from None
+    if minimum is not None and value < minimum:
+        raise EnvError(f"{name}={value} is below the minimum {minimum}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_path(name: str, default: Path) -> Path:
+    raw = os.environ.get(name)
+    return Path(raw).expanduser().resolve() if raw else default
+
+
+def parse_database_url(url: str) -> dict:
+    """``sqlite:///abs/path.db``, ``postgres://user:pw@host:port/name`` → Django DATABASES entry."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = unquote(parsed.path)
+        if url.startswith("sqlite:////"):
+            path = "/" + path.lstrip("/")
+        elif url.startswith("sqlite:///"):
+            path = path[1:] if path.startswith("/") else path
+        if not path:
+            raise EnvError(f"DATABASE_URL={url!r} has no file path")
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(Path(path).resolve()),
+            # Several processes (web, scheduler, worker, training monitor) share the file:
+            # WAL lets readers run beside the writer; IMMEDIATE takes the write lock up
+            # front so two writers queue on the busy timeout instead of deadlocking.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
+        name = parsed.path.lstrip("/")
+        if not name:
+            raise EnvError(f"DATABASE_URL={url!r} names no database")
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(name),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": 60,
+        }
+    raise EnvError(f"DATABASE_URL={url!r}: unsupported scheme {parsed.scheme!r} (use sqlite:// or postgres://)")

@@ -1,0 +1,163 @@
+"""yoloportal settings: everything comes from environment variables (see README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from yoloportal.env import (
+    EnvError,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_path,
+    env_str,
+    parse_database_url,
+)
+
+import os
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+# Under pytest (which sets PYTEST_VERSION, inherited by the processes tests start) the
+# default data folder is var/test, so a test run never touches `make run`'s data.
+DATA_DIR = env_path("DATA_DIR", BASE_DIR / "var" / ("test" if os.environ.get("PYTEST_VERSION") else ""))
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    # One machine: a key generated once and kept under DATA_DIR, so sessions survive restarts.
+    from yoloportal.secret import load_or_create_secret_key
+
+    SECRET_KEY = load_or_create_secret_key(DATA_DIR / "secret_key")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "django_rq",
+    "apps.accounts",
+    "apps.cluster",
+    "apps.datasets",
+    "apps.jobs",
+    "apps.quotas",
+    "apps.registry",
+    "apps.scheduling",
+    "apps.portal",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "yoloportal.urls"
+WSGI_APPLICATION = "yoloportal.wsgi.application"
+ASGI_APPLICATION = "yoloportal.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'yoloportal.sqlite3'}"
+DATABASES = {"default": parse_database_url(DATABASE_URL)}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # A file, not :memory:, so test subprocesses (scheduler, worker, web) share it.
+    DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_PATH") or str(DATA_DIR / "test.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+# --- Redis: RQ delivery, channel layer, scheduler kicks ------------------------------
+EMBEDDED_REDIS_PORT = env_int("EMBEDDED_REDIS_PORT", 6390, minimum=1, maximum=65535)
+REDIS_URL = env_str("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+RQ_QUEUES = {"default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 3600}}
+RQ_SHOW_ADMIN_LINK = True
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+    }
+}
+
+# --- REST API ---------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.accounts.auth.HashedTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "EXCEPTION_HANDLER": "apps.jobs.api_errors.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "yoloportal API",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Scheduler and workers ----------------------------------------------------------------
+SCHEDULER_TICK_S = env_float("SCHEDULER_TICK_S", 3.0, minimum=0.1)
+NODE_GRACE_S = env_float("NODE_GRACE_S", 30.0, minimum=1.0)
+HEARTBEAT_S = env_float("HEARTBEAT_S", 5.0, minimum=0.2)
+DISPATCH_REPAIR_S = env_float("DISPATCH_REPAIR_S", 20.0, minimum=1.0)
+SPEC_MAX_BYTES = env_int("SPEC_MAX_BYTES", 64 * 1024, minimum=1024)
+DEFAULT_JOB_TIMEOUT_S = env_int("DEFAULT_JOB_TIMEOUT_S", 24 * 3600, minimum=60)
+MAX_JOB_TIMEOUT_S = env_int("MAX_JOB_TIMEOUT_S", 7 * 24 * 3600, minimum=60)
+WEIGHTS_DIR = env_path("WEIGHTS_DIR", DATA_DIR / "weights")
+DATASETS_DIR = env_path("DATASETS_DIR", DATA_DIR / "datasets")
+JOBS_DIR = env_path("JOBS_DIR", DATA_DIR / "jobs")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+__all__ = ["EnvError"]
