@@ -44,6 +44,12 @@ MAX_INFRA_REQUEUES = 10
 
 def run_attempt(job_id: str, attempt_id: str) -> str:
     """Entry point RQ calls with ids only. Returns a short outcome word for RQ's result."""
+    # The work-horse dies with the worker that forked it (and the training child with the
+    # horse), so "the worker died" always means the whole tree is gone and the node's
+    # silence, not a half-alive orphan, decides what happens to the job.
+    set_parent_death_signal()
+    if os.getppid() == 1:
+        return "orphaned"
     close_old_connections()
     node_name = os.environ.get("YOLOPORTAL_NODE", "")
     now = timezone.now()
@@ -65,7 +71,7 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
 
 
 def set_parent_death_signal() -> None:
-    """In the child before exec: die with SIGKILL if the monitor (our parent) dies."""
+    """Ask Linux to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
     except OSError:
@@ -247,8 +253,11 @@ class AttemptRunner:
             live.publish(self.job.pk, {"type": "progress", "seq": None, "job": str(self.job.pk),
                                        "data": {k: v for k, v in event.items() if k != "type"}})
         elif kind == "checkpoint":
-            Checkpoint.objects.create(job=self.job, attempt=self.job.attempt, epoch=int(event["epoch"]),
-                                      path=event["path"], sha256=event["sha256"], size=int(event["size"]))
+            # Keyed by epoch: an attempt that redoes epoch N replaces that file with new bytes.
+            Checkpoint.objects.update_or_create(
+                job=self.job, epoch=int(event["epoch"]),
+                defaults={"attempt": self.job.attempt, "path": event["path"], "sha256": event["sha256"],
+                          "size": int(event["size"])})
             # Keep the rows in step with the files the child keeps (it prunes old ones).
             for old in Checkpoint.objects.filter(job=self.job):
                 if not Path(old.path).exists():

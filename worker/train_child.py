@@ -18,6 +18,7 @@ Config (JSON object)
 ``progress_interval_s`` minimum seconds between progress events (default 0.25)
 ``config_dir``       YOLO_CONFIG_DIR (Ultralytics settings, DDP temp files); never $HOME
 ``weights_dir``      optional: local weights store (Ultralytics ``weights_dir`` setting)
+``task``             optional: detect/segment/...; inferred from the model when absent
 
 Events (one JSON object per line, flushed per line; every event also has ``time``,
 Unix seconds)
@@ -35,7 +36,8 @@ Unix seconds)
 ``checkpoint``  ``epoch``, ``path``, ``sha256``, ``size``. The file is a complete, fsynced
                 copy of that epoch's ``last.pt``; its sidecar ``epoch-NNNN.json``
                 (epoch, sha256, size) is written after it. Only the newest
-                ``KEEP_CHECKPOINTS`` are kept.
+                ``KEEP_CHECKPOINTS`` are kept. A resumed attempt that redoes epoch N
+                replaces ``epoch-NNNN.pt`` with new bytes: key checkpoints by epoch.
 ``finished``    ``weights`` (best.pt, else last.pt), ``last``, ``metrics`` (final
                 validation of best.pt), ``epochs``. Exit 0. When ``resume_from`` is the
                 checkpoint of a run that already finished, ``finished`` is the only event
@@ -113,6 +115,7 @@ class ChildConfig:
     config_dir: Path
     progress_interval_s: float = 0.25
     weights_dir: Path | None = None
+    task: str | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -140,6 +143,9 @@ class ChildConfig:
         args = raw.get("args") or {}
         if not isinstance(args, dict):
             raise ConfigError("'args' must be an object")
+        task = raw.get("task")
+        if task is not None and not isinstance(task, str):
+            raise ConfigError("'task' must be a string or null")
         interval = raw.get("progress_interval_s", 0.25)
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval < 0:
             raise ConfigError("'progress_interval_s' must be a non-negative number")
@@ -156,6 +162,7 @@ class ChildConfig:
             config_dir=absolute("config_dir"),  # type: ignore[arg-type]
             progress_interval_s=float(interval),
             weights_dir=absolute("weights_dir", optional=True),
+            task=task or None,
         )
 
 
@@ -628,7 +635,7 @@ def train(config: ChildConfig, events: EventLog) -> int:
             "save_dir": str(config.run_dir),
         }
     else:
-        model = YOLO(config.model)
+        model = YOLO(config.model, task=config.task)  # task None: inferred from the model
         kwargs = {
             **user_args,
             **forced,

@@ -1,21 +1,25 @@
 from django.contrib import admin, messages
 
+from apps.portal.admin_scoping import TeamScopedAdmin, TeamScopedInline
 from apps.scheduling.kick import kick_scheduler
 
 from .models import Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint
 from .services import job_cancel, job_event, job_requeue
 
 
-class JobEventInline(admin.TabularInline):
+class JobEventInline(TeamScopedInline, admin.TabularInline):
     model = JobEvent
     extra = 0
     can_delete = False
+    team_field = "job__team"
+    parent_team_field = "team"
+    manager_can_change = False
     readonly_fields = ["seq", "attempt", "kind", "message", "created_at"]
     fields = readonly_fields
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["task_name", "state", "team", "user", "priority_class", "gpus", "node", "attempt",
                     "queue_position", "estimated_start_at", "priority", "created_at"]
     list_filter = ["state", "priority_class", "team"]
@@ -25,6 +29,7 @@ class JobAdmin(admin.ModelAdmin):
                        "queue_position", "estimated_start_at", "predicted_start_at", "reason", "priority",
                        "priority_factors", "spec", "raw_spec", "spec_hash", "weights_path", "error", "seq"]
     inlines = [JobEventInline]
+    superuser_only_fields = ("team", "user")
     actions = ["cancel", "requeue", "make_low", "make_medium", "make_high", "make_urgent"]
 
     @admin.action(description="Cancel selected jobs")
@@ -63,11 +68,29 @@ class JobAdmin(admin.ModelAdmin):
 
 
 @admin.register(JobEvent)
-class JobEventAdmin(admin.ModelAdmin):
+class JobEventAdmin(TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["job", "seq", "attempt", "kind", "message", "created_at"]
     list_filter = ["kind"]
+    team_field = "job__team"
+    manager_can_change = False
 
 
-admin.site.register(MetricPoint)
-admin.site.register(LogChunk)
-admin.site.register(Checkpoint)
+@admin.register(MetricPoint)
+class MetricPointAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    list_display = ["job", "epoch", "attempt", "seq", "created_at"]
+    team_field = "job__team"
+    manager_can_change = False
+
+
+@admin.register(LogChunk)
+class LogChunkAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    list_display = ["job", "seq", "attempt", "created_at"]
+    team_field = "job__team"
+    manager_can_change = False
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    list_display = ["job", "attempt", "epoch", "size", "created_at"]
+    team_field = "job__team"
+    manager_can_change = False

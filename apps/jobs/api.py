@@ -6,17 +6,21 @@ import json
 
 from django.conf import settings
 from django.http import FileResponse
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import parsers, serializers, status
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.response import Response
-from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
+
+from apps.accounts.openapi import ERROR, paginated
+from apps.accounts.selectors import is_manager_of
+from apps.accounts.throttles import SubmitThrottle
 
 from .api_errors import field_errors
 from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
 from .selectors import job_get, job_list, queue_list
-from .services import DuplicateJob, job_cancel, job_submit
+from .services import DuplicateJob, job_cancel, job_requeue, job_submit
 from .spec import SpecError, load_yaml, parse_spec
 
 
@@ -25,6 +29,8 @@ class YAMLParser(parsers.BaseParser):
 
     def parse(self, stream, media_type=None, parser_context=None):
         raw = stream.read(settings.SPEC_MAX_BYTES + 1)
+        if len(raw) > settings.SPEC_MAX_BYTES:
+            raise ParseError({"spec": f"is larger than the limit of {settings.SPEC_MAX_BYTES} bytes"})
         try:
             return {"__raw__": raw.decode("utf-8", "replace"), "__doc__": load_yaml(raw, max_bytes=settings.SPEC_MAX_BYTES)}
         except SpecError as exc:
@@ -48,6 +54,8 @@ class BoundedJSONParser(parsers.JSONParser):
             return json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ParseError({"spec": f"is not valid JSON: {exc}"}) from None
+        except RecursionError:
+            raise ParseError({"spec": "is nested too deeply"}) from None
 
 
 def query_int(request, name: str, default: int = 0) -> int:
@@ -105,9 +113,22 @@ class JobOut(serializers.ModelSerializer):
         return version.pk if version else None
 
 
-class SubmitThrottle(UserRateThrottle):
-    scope = "submit"
-    rate = "120/min"
+class JobSpecDoc(serializers.Serializer):
+    """The job spec as JSON (documentation only: apps.jobs.spec.parse_spec validates it)."""
+
+    task_name = serializers.CharField(max_length=200)
+    command = serializers.CharField(required=False, help_text="yolo [task] train key=value …")
+    train = serializers.DictField(required=False, help_text="training arguments, instead of command")
+    task = serializers.ChoiceField(choices=["detect", "segment", "classify", "pose", "obb"], required=False)
+    resources = serializers.DictField(required=False, help_text="{gpu: 1, memory: 16Gi, cpu: '4'}")
+    priority = serializers.ChoiceField(choices=["low", "medium", "high", "urgent"], required=False)
+    user = serializers.CharField(required=False, help_text="team slug to charge (or your username)")
+    team = serializers.CharField(required=False)
+    timeout = serializers.IntegerField(required=False)
+    retries = serializers.IntegerField(required=False)
+    allow_duplicate = serializers.BooleanField(required=False)
+    image = serializers.CharField(required=False)
+    description = serializers.CharField(required=False)
 
 
 class JobListCreate(APIView):
@@ -122,7 +143,8 @@ class JobListCreate(APIView):
             OpenApiParameter("team", str),
             OpenApiParameter("mine", bool),
         ],
-        responses=JobOut(many=True),
+        responses={200: paginated(JobOut), 400: ERROR},
+        operation_id="jobs_list",
     )
     def get(self, request):
         state = request.query_params.get("state") or None
@@ -140,7 +162,11 @@ class JobListCreate(APIView):
 
         return LimitOffsetPagination
 
-    @extend_schema(request={"application/json": dict, "application/yaml": str}, responses={201: JobOut})
+    @extend_schema(
+        request={"application/json": JobSpecDoc, "application/yaml": OpenApiTypes.STR},
+        responses={201: JobOut, 200: JobOut, 400: ERROR, 409: ERROR, 429: ERROR},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+    )
     def post(self, request):
         if isinstance(request.data, dict) and "__doc__" in request.data:
             raw, document = request.data["__raw__"], request.data["__doc__"]
@@ -172,23 +198,39 @@ def visible_job(request, job_id) -> Job:
 
 
 class JobDetail(APIView):
-    @extend_schema(responses=JobOut)
+    @extend_schema(responses={200: JobOut, 404: ERROR})
     def get(self, request, job_id):
         return Response(JobOut(visible_job(request, job_id)).data)
 
 
 class JobCancel(APIView):
-    @extend_schema(request=None, responses=JobOut)
+    @extend_schema(request=None, responses={202: JobOut, 403: ERROR, 404: ERROR, 409: ERROR})
     def post(self, request, job_id):
         job = visible_job(request, job_id)
-        from apps.accounts.selectors import is_manager_of
-
         if job.user_id != request.user.pk and not is_manager_of(user=request.user, team=job.team):
             return Response({"detail": "only the job's owner or a team manager may cancel it"},
                             status=status.HTTP_403_FORBIDDEN)
         if job.state not in (JobState.QUEUED, JobState.STARTING, JobState.RUNNING):
             return field_errors({"state": f"job is already {job.state}; nothing to cancel"}, status.HTTP_409_CONFLICT)
         job_cancel(job=job, by=request.user)
+        job.refresh_from_db()
+        return Response(JobOut(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class JobRequeue(APIView):
+    """Managers: put a starting/running job back in the queue as a new attempt (resumes from its checkpoint)."""
+
+    @extend_schema(request=None, responses={202: JobOut, 403: ERROR, 404: ERROR, 409: ERROR})
+    def post(self, request, job_id):
+        job = visible_job(request, job_id)
+        if not is_manager_of(user=request.user, team=job.team):
+            return Response({"detail": "only a manager of the job's team may requeue it"},
+                            status=status.HTTP_403_FORBIDDEN)
+        if job.state not in (JobState.STARTING, JobState.RUNNING):
+            return field_errors({"state": f"job is {job.state}; only starting or running jobs can be requeued"},
+                                status.HTTP_409_CONFLICT)
+        if not job_requeue(job, reason=f"requeued by {request.user.username}", kind="requeued", by=request.user):
+            return field_errors({"state": "job changed state meanwhile; try again"}, status.HTTP_409_CONFLICT)
         job.refresh_from_db()
         return Response(JobOut(job).data, status=status.HTTP_202_ACCEPTED)
 
@@ -224,18 +266,27 @@ class _SeqList(APIView):
                          "results": self.out(rows, many=True).data})
 
 
-@extend_schema(parameters=[OpenApiParameter("after", int)])
+def seq_page(name: str, out) -> serializers.Serializer:
+    return inline_serializer(name, fields={
+        "job": serializers.UUIDField(), "state": serializers.CharField(), "seq": serializers.IntegerField(),
+        "results": out(many=True)})
+
+
+@extend_schema(parameters=[OpenApiParameter("after", int)],
+               responses={200: seq_page("JobMetricsPage", MetricOut), 400: ERROR, 404: ERROR})
 class JobMetrics(_SeqList):
     model, out = MetricPoint, MetricOut
 
 
-@extend_schema(parameters=[OpenApiParameter("after", int)])
+@extend_schema(parameters=[OpenApiParameter("after", int)],
+               responses={200: seq_page("JobLogsPage", LogOut), 400: ERROR, 404: ERROR})
 class JobLogs(_SeqList):
     model, out = LogChunk, LogOut
     limit = 500
 
 
-@extend_schema(parameters=[OpenApiParameter("after", int)])
+@extend_schema(parameters=[OpenApiParameter("after", int)],
+               responses={200: seq_page("JobEventsPage", EventOut), 400: ERROR, 404: ERROR})
 class JobEvents(_SeqList):
     model, out = JobEvent, EventOut
 
@@ -243,6 +294,7 @@ class JobEvents(_SeqList):
 class JobWeights(APIView):
     """Download the job's trained weights (best.pt)."""
 
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR})
     def get(self, request, job_id):
         job = visible_job(request, job_id)
         if not job.weights_path:
@@ -255,8 +307,24 @@ class JobWeights(APIView):
         return FileResponse(path.open("rb"), as_attachment=True, filename=f"{job.task_name}-{job.id}.pt")
 
 
+class QueueEntryOut(serializers.Serializer):
+    position = serializers.IntegerField(allow_null=True)
+    id = serializers.UUIDField()
+    task_name = serializers.CharField()
+    team = serializers.CharField()
+    user = serializers.CharField()
+    priority_class = serializers.CharField()
+    priority = serializers.FloatField()
+    priority_factors = serializers.DictField()
+    resources = serializers.DictField()
+    estimated_start_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+
+
 class QueueList(APIView):
-    @extend_schema(responses=JobOut(many=True))
+    @extend_schema(responses=inline_serializer("Queue", fields={
+        "count": serializers.IntegerField(), "results": QueueEntryOut(many=True)}))
     def get(self, request):
         jobs = queue_list(user=request.user)[:1000]
         return Response({

@@ -160,3 +160,4 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["-epoch", "-created_at"]
+        constraints = [models.UniqueConstraint(fields=["job", "epoch"], name="one_checkpoint_per_epoch")]

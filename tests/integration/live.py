@@ -1,0 +1,148 @@
+"""The live system for integration tests: real scheduler and gpu_worker processes.
+
+They run ``manage.py`` against the test database file and the session's Redis, with
+short grace periods so faults show within seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+BASE_DIR = Path(settings.BASE_DIR)
+FAST_TIMINGS = {
+    "SCHEDULER_TICK_S": "1",
+    "HEARTBEAT_S": "1",
+    "NODE_GRACE_S": "8",
+    "DISPATCH_REPAIR_S": "4",
+}
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class LiveSystem:
+    def __init__(self, log_dir: Path, redis_url: str) -> None:
+        self.log_dir = log_dir
+        self.redis_url = redis_url
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(FAST_TIMINGS)
+        env.update({
+            "DATABASE_URL": f"sqlite:///{settings.DATABASES['default']['NAME']}",
+            "REDIS_URL": self.redis_url,
+            "DATA_DIR": str(settings.DATA_DIR),
+            "PYTHONUNBUFFERED": "1",
+            "DJANGO_SETTINGS_MODULE": "yoloportal.settings",
+        })
+        env.update(extra)
+        return env
+
+    def start(self, name: str, *args: str, **env: str) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "ab")
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=self.env(**env),
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def start_scheduler(self, name: str = "scheduler", **env: str) -> subprocess.Popen:
+        return self.start(name, "scheduler", **env)
+
+    def start_worker(self, name: str = "worker", node: str = "node-a", gpus: int = 1, **env: str) -> subprocess.Popen:
+        return self.start(name, "gpu_worker", "--name", node, "--simulate-gpus", str(gpus), **env)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Kill the process's whole group (a worker's work-horse is in it; training is not)."""
+        process = self.processes.pop(name)
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        process.wait(30)
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.kill(name, signal.SIGKILL)
+
+
+def training_processes() -> dict[str, list[int]]:
+    """Live training children by job id (read from their command lines via the config path)."""
+    found: dict[str, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if state == "Z" or b"worker.train_child" not in cmdline:
+            continue
+        config = Path(cmdline[-2].decode() if cmdline[-1] == b"" else cmdline[-1].decode())
+        job_id = config.parent.parent.name  # JOBS_DIR/<job id>/attempt-N/config-K.json
+        found.setdefault(job_id, []).append(int(entry.name))
+    return found
+
+
+class InvariantWatch:
+    """Samples, while faults happen, that no GPU is over-allocated and no job trains twice."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        import threading
+
+        self.interval = interval
+        self.violations: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> InvariantWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        from apps.jobs.models import HOLDING_STATES, Job
+
+        try:
+            while not self._stop.wait(self.interval):
+                shares: dict[tuple[int, int], float] = {}
+                for node_id, indices, share in Job.objects.filter(state__in=HOLDING_STATES).values_list(
+                        "node_id", "gpu_indices", "gpu_share"):
+                    for index in indices or []:
+                        shares[(node_id, index)] = shares.get((node_id, index), 0.0) + share
+                for key, total in shares.items():
+                    if total > 1.0 + 1e-9:
+                        self.violations.append(f"GPU {key} allocated {total:g}")
+                for job_id, pids in training_processes().items():
+                    if len(pids) > 1:
+                        self.violations.append(f"job {job_id} trains in {len(pids)} processes {pids}")
+                self.samples += 1
+        finally:
+            connection.close()

@@ -1,0 +1,276 @@
+"""Fault injection against the live system: real Redis, scheduler, workers and training.
+
+Each test checks the invariants: no job lost, no GPU given twice, no job left in a
+non-final state, no job training twice at once, metrics continuous (each epoch once).
+Timings (kill → requeue → training resumed, epochs lost) are appended to
+test-artifacts/reliability.jsonl for docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+
+from apps.cluster.models import Node
+from apps.jobs.models import TERMINAL_STATES, Checkpoint, Job, JobEvent, JobState, MetricPoint
+from tests.conftest import SEED_SPEC, api_client
+
+from .live import InvariantWatch, training_processes, wait_for
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
+
+
+def submit(client, epochs: int, name: str = "fault", **extra) -> str:
+    spec = SEED_SPEC.replace("epochs=2", f"epochs={epochs}").replace(
+        "yolo-v8s-industrial-inspection", name)
+    for key, value in extra.items():
+        spec += f"{key}: {value}\n"
+    response = client.post("/api/v1/jobs/", spec, content_type="application/yaml")
+    assert response.status_code == 201, response.content
+    return response.json()["id"]
+
+
+def job(job_id) -> Job:
+    return Job.objects.get(pk=job_id)
+
+
+def finished(job_id) -> bool:
+    return job(job_id).state in TERMINAL_STATES
+
+
+def event_times(job_id, kind: str) -> list[float]:
+    return [e.created_at.timestamp() for e in JobEvent.objects.filter(job_id=job_id, kind=kind)]
+
+
+def assert_metrics_continuous(job_id, epochs: int) -> None:
+    stored = list(MetricPoint.objects.filter(job_id=job_id).values_list("epoch", flat=True))
+    assert sorted(stored) == list(range(1, epochs + 1)), stored
+
+
+def assert_trained_once_per_attempt(job_id) -> None:
+    attempts = list(JobEvent.objects.filter(job_id=job_id, kind="running").values_list("attempt", flat=True))
+    assert len(attempts) == len(set(attempts)), f"an attempt ran twice: {attempts}"
+
+
+def record(fault: str, **figures) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    with open(ARTIFACTS / "reliability.jsonl", "a") as f:
+        f.write(json.dumps({"fault": fault, **figures}) + "\n")
+
+
+def resumed_from_epoch(job_id, attempt: int) -> int:
+    started = JobEvent.objects.filter(job_id=job_id, kind="training_started", attempt=attempt).first()
+    assert started is not None, f"attempt {attempt} never started training"
+    return int(started.data["start_epoch"])
+
+
+def test_it_resumes_from_the_checkpoint_after_the_training_process_is_killed(live, alice):
+    """1. SIGKILL the training process mid-epoch."""
+    live.start_scheduler()
+    live.start_worker()
+    job_id = submit(api_client(alice), epochs=4)
+    with InvariantWatch() as watch:
+        wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
+        pids = training_processes()[job_id]
+        killed_at = time.time()
+        os.kill(pids[0], signal.SIGKILL)
+        wait_for(lambda: finished(job_id), 240, what="the job to finish")
+    final = job(job_id)
+    assert final.state == JobState.SUCCEEDED, final.error
+    assert final.attempt == 2 and final.retries_left == 0
+    assert resumed_from_epoch(job_id, 2) >= 2
+    assert_metrics_continuous(job_id, 4)
+    assert_trained_once_per_attempt(job_id)
+    assert not watch.violations, watch.violations
+    requeued = event_times(job_id, "requeued")[0]
+    resumed = JobEvent.objects.get(job_id=job_id, kind="training_started", attempt=2).created_at.timestamp()
+    record("training process SIGKILL", kill_to_requeue_s=round(requeued - killed_at, 2),
+           requeue_to_resume_s=round(resumed - requeued, 2),
+           epochs_lost=0 if resumed_from_epoch(job_id, 2) > 1 else 1)
+
+
+def test_it_requeues_a_dead_nodes_job_and_another_worker_finishes_it(live, alice):
+    """2. SIGKILL the whole worker (parent, work-horse and, through PDEATHSIG, training)."""
+    live.start_scheduler()
+    live.start_worker()
+    job_id = submit(api_client(alice), epochs=4)
+    with InvariantWatch() as watch:
+        wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
+        epochs_before = job(job_id).epochs_done
+        killed_at = time.time()
+        live.kill("worker")
+        wait_for(lambda: not training_processes().get(job_id), 10, what="the orphaned training to die")
+        grace = float(live.env()["NODE_GRACE_S"])
+        wait_for(lambda: Node.objects.get(name="node-a").state == Node.State.LOST, grace + 10,
+                 what="the node to be marked lost")
+        lost_at = time.time()
+        wait_for(lambda: job(job_id).state == JobState.QUEUED or job(job_id).attempt == 2, 10,
+                 what="the job to be requeued")
+        live.start_worker("worker2", node="node-b")
+        wait_for(lambda: finished(job_id), 240, what="the job to finish on node-b")
+    final = job(job_id)
+    assert final.state == JobState.SUCCEEDED, final.error
+    assert final.node.name == "node-b" and final.attempt == 2
+    start_epoch = resumed_from_epoch(job_id, 2)
+    assert start_epoch >= 2
+    assert_metrics_continuous(job_id, 4)
+    assert_trained_once_per_attempt(job_id)
+    assert not watch.violations, watch.violations
+    requeued = event_times(job_id, "node_lost")[0]
+    resumed = JobEvent.objects.get(job_id=job_id, kind="training_started", attempt=2).created_at.timestamp()
+    record("worker SIGKILL (node lost)", kill_to_lost_s=round(lost_at - killed_at, 2),
+           kill_to_requeue_s=round(requeued - killed_at, 2), requeue_to_resume_s=round(resumed - requeued, 2),
+           epochs_lost=max(0, epochs_before + 1 - start_epoch))
+
+
+def test_it_survives_redis_being_killed_and_restarted(live, alice, redis_server):
+    """3a. SIGKILL Redis mid-training and bring it back (AOF): nothing lost, nothing run twice."""
+    live.start_scheduler()
+    live.start_worker()
+    client = api_client(alice)
+    first = submit(client, epochs=3, name="redis-kill-a")
+    second = submit(client, epochs=2, name="redis-kill-b")
+    with InvariantWatch() as watch:
+        wait_for(lambda: job(first).epochs_done >= 1, 180, what="the first job to train")
+        killed_at = time.time()
+        redis_server.kill()
+        time.sleep(3)
+        redis_server.start()
+        wait_for(lambda: finished(first) and finished(second), 300, what="both jobs to finish")
+    for job_id, epochs in ((first, 3), (second, 2)):
+        final = job(job_id)
+        assert final.state == JobState.SUCCEEDED, final.error
+        assert final.attempt == 1, "a Redis restart must not restart training"
+        assert_metrics_continuous(job_id, epochs)
+        assert_trained_once_per_attempt(job_id)
+    assert not watch.violations, watch.violations
+    started_second = event_times(second, "running")[0]
+    record("Redis SIGKILL + restart", restart_to_next_dispatch_s=round(started_second - killed_at - 3, 2),
+           epochs_lost=0)
+
+
+def test_it_redelivers_jobs_after_redis_is_flushed(live, alice, redis_server):
+    """3b. FLUSHALL while a job sits in its node's RQ queue: repair re-enqueues it within 60 s."""
+    # A long node grace: the node stays schedulable while its worker is briefly away.
+    live.start_scheduler(NODE_GRACE_S="60")
+    live.start_worker()
+    wait_for(lambda: Node.objects.filter(name="node-a").exists(), 60, what="the node to register")
+    live.kill("worker")
+    job_id = submit(api_client(alice), epochs=1, name="flushed")
+    wait_for(lambda: job(job_id).state == JobState.STARTING and job(job_id).dispatched_at, 30,
+             what="the job to be dispatched into Redis")
+    flushed_at = time.time()
+    redis.Redis.from_url(redis_server.url).flushall()
+    live.start_worker("worker2")
+    with InvariantWatch() as watch:
+        wait_for(lambda: job(job_id).state != JobState.STARTING, 60, what="the job to be re-delivered")
+        wait_for(lambda: finished(job_id), 180, what="the job to finish")
+    final = job(job_id)
+    assert final.state == JobState.SUCCEEDED, final.error
+    assert final.attempt == 1
+    assert JobEvent.objects.filter(job_id=job_id, kind="redispatched").exists()
+    assert_trained_once_per_attempt(job_id)
+    assert not watch.violations, watch.violations
+    record("Redis FLUSHALL", flush_to_running_s=round(event_times(job_id, "running")[0] - flushed_at, 2),
+           epochs_lost=0)
+
+
+def test_it_repairs_an_allocation_the_scheduler_died_before_enqueueing(live, alice):
+    """4. Kill the scheduler between allocation (committed) and enqueue."""
+    live.start_worker()
+    wait_for(lambda: Node.objects.filter(name="node-a").exists(), 60, what="the node to register")
+    crashing = live.start_scheduler("crashing", YOLOPORTAL_FAULT="after_allocate")
+    job_id = submit(api_client(alice), epochs=1, name="half-dispatched")
+    assert crashing.wait(60) == 17, live.log("crashing")[-2000:]
+    stuck = job(job_id)
+    assert stuck.state == JobState.STARTING and stuck.dispatched_at is None
+    restarted_at = time.time()
+    live.start_scheduler()
+    with InvariantWatch() as watch:
+        wait_for(lambda: finished(job_id), 180, what="the job to finish after the restart")
+    final = job(job_id)
+    assert final.state == JobState.SUCCEEDED, final.error
+    assert final.attempt == 1
+    assert_trained_once_per_attempt(job_id)
+    assert not watch.violations, watch.violations
+    record("scheduler killed between allocate and enqueue",
+           restart_to_running_s=round(event_times(job_id, "running")[0] - restarted_at, 2), epochs_lost=0)
+
+
+def test_it_falls_back_to_the_previous_checkpoint_when_the_newest_is_truncated(live, alice):
+    """5. A truncated checkpoint is refused; the attempt resumes from the one before."""
+    live.start_scheduler()
+    live.start_worker()
+    job_id = submit(api_client(alice), epochs=8)
+    wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).count() >= 2, 240, what="two checkpoints")
+    live.kill("worker")
+    wait_for(lambda: not training_processes().get(job_id), 10, what="training to die with its worker")
+    newest = Checkpoint.objects.filter(job_id=job_id).order_by("-epoch").first()
+    with open(newest.path, "r+b") as f:
+        f.truncate(newest.size // 3)
+    with InvariantWatch() as watch:
+        live.start_worker("worker2")
+        wait_for(lambda: finished(job_id), 300, what="the job to finish")
+    final = job(job_id)
+    assert final.state == JobState.SUCCEEDED, final.error
+    rejected = JobEvent.objects.filter(job_id=job_id, kind="checkpoint_rejected")
+    assert rejected.exists()
+    assert resumed_from_epoch(job_id, final.attempt) == newest.epoch  # redoes the lost epoch
+    assert_metrics_continuous(job_id, 8)
+    assert not watch.violations, watch.violations
+    record("newest checkpoint truncated", epochs_lost=1)
+
+
+def test_it_finishes_every_accepted_job_exactly_once_under_concurrent_submissions(live, teams, demo_registered):
+    """6. Many concurrent submissions from 10 users while a worker is killed and restarted."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    from tests.conftest import make_user
+
+    total = int(os.environ.get("FAULTS_SUBMISSIONS", "200"))
+    users = [make_user(f"user{i}", teams["vision" if i % 2 else "robotics"]) for i in range(10)]
+    clients = [api_client(u) for u in users]
+    live.start_scheduler()
+    live.start_worker(gpus=2)
+
+    def submit_one(i: int):
+        client = clients[i % len(clients)]
+        spec = (SEED_SPEC.replace("epochs=2 imgsz=128", "epochs=1 imgsz=64 fraction=0.25")
+                .replace("yolo-v8s-industrial-inspection", f"burst-{i}")
+                .replace("user: vision\n", "") + "allow_duplicate: true\n")
+        try:
+            response = client.post("/api/v1/jobs/", spec, content_type="application/yaml",
+                                   HTTP_IDEMPOTENCY_KEY=f"burst-{i}")
+            return response.status_code, response.json().get("id")
+        finally:
+            connection.close()
+
+    with InvariantWatch() as watch:
+        with ThreadPoolExecutor(max_workers=10) as pool:
+            results = list(pool.map(submit_one, range(total)))
+        accepted = [job_id for status, job_id in results if status == 201]
+        assert len(accepted) == total, [r for r in results if r[0] != 201][:5]
+        wait_for(lambda: Job.objects.filter(state=JobState.RUNNING).exists(), 120, what="a job to run")
+        live.kill("worker")
+        time.sleep(2)
+        live.start_worker("worker2", gpus=2)
+        wait_for(lambda: Job.objects.filter(pk__in=accepted, state__in=TERMINAL_STATES).count() == len(accepted),
+                 timeout=60 + 12 * total, interval=1.0, what="every accepted job to finish")
+    states = Job.objects.filter(pk__in=accepted).values_list("state", flat=True)
+    assert set(states) == {JobState.SUCCEEDED}, sorted(set(states))
+    terminal_events = JobEvent.objects.filter(job_id__in=accepted, kind="succeeded").count()
+    assert terminal_events == len(accepted), "each job finishes exactly once"
+    for job_id in accepted:
+        assert_trained_once_per_attempt(job_id)
+    assert MetricPoint.objects.filter(job_id__in=accepted).count() == len(accepted)
+    assert not watch.violations, watch.violations
