@@ -33,6 +33,8 @@ from apps.quotas.services import usage_charge
 from apps.registry.services import model_register
 from apps.scheduling.kick import kick_scheduler
 
+from .zygote import ZygoteChild
+
 log = logging.getLogger("yoloportal.worker")
 
 EXIT_CHECKPOINT_UNUSABLE = 4
@@ -186,12 +188,7 @@ class AttemptRunner:
         events_path = Path(json.loads(config.read_text())["events_path"])
         budget = self.job.timeout_s - self.previous_runtime_s
         started = time.monotonic()
-        with open(self.log_path, "ab") as log_file:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "worker.train_child", str(config)],
-                cwd=str(settings.BASE_DIR), env=self.child_env(), stdout=log_file, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=set_parent_death_signal,
-            )
+        child = self.spawn(config)
         Job.objects.filter(pk=self.job.pk).update(heartbeat_at=timezone.now())
         result = ChildResult()
         events = EventReader(events_path)
@@ -233,6 +230,22 @@ class AttemptRunner:
         else:
             result.outcome = "failed"
         return result
+
+    def spawn(self, config: Path):
+        """Fork the training child from the node's zygote when there is one, else exec it afresh."""
+        zygote = os.environ.get("YOLOPORTAL_ZYGOTE")
+        if zygote and Path(zygote).exists():
+            try:
+                return ZygoteChild(Path(zygote), config=str(config), log=str(self.log_path),
+                                   env=self.child_env(), cwd=str(settings.BASE_DIR))
+            except (OSError, ValueError) as exc:
+                log.warning("zygote unavailable (%s); starting a fresh interpreter", exc)
+        with open(self.log_path, "ab") as log_file:
+            return subprocess.Popen(
+                [sys.executable, "-m", "worker.train_child", str(config)],
+                cwd=str(settings.BASE_DIR), env=self.child_env(), stdout=log_file, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=set_parent_death_signal,
+            )
 
     def check_in(self) -> str:
         """Heartbeat the attempt; return why to stop ('' to go on)."""
@@ -345,7 +358,7 @@ class AttemptRunner:
         return "\n".join(parts)[:20000]
 
 
-def kill_tree(child: subprocess.Popen) -> None:
+def kill_tree(child: subprocess.Popen | ZygoteChild) -> None:
     """SIGTERM the child's process group, SIGKILL what is left after a grace period."""
     try:
         os.killpg(child.pid, signal.SIGTERM)

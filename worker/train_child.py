@@ -415,15 +415,33 @@ class TrainingReporter:
 
 def prepare_environment(config: ChildConfig) -> None:
     """Environment Ultralytics reads once, at import time; must run before importing it."""
-    config.config_dir.mkdir(parents=True, exist_ok=True)
-    os.environ["YOLO_CONFIG_DIR"] = str(config.config_dir)  # settings.json, DDP temp files
+    import_time_environment(config.config_dir)
+
+
+def preload(config_dir: Path) -> None:
+    """For the zygote (worker/zygote.py): import torch and Ultralytics once, set up as a child would."""
+    import_time_environment(config_dir)
+    # torch.cuda.is_available() through NVML, without initialising CUDA: CUDA does not
+    # survive the fork that turns this process into a training child.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    import torch  # noqa: F401
+    import ultralytics  # noqa: F401
+    import ultralytics.data.build  # noqa: F401
+    import ultralytics.engine.trainer  # noqa: F401
+    import ultralytics.models.yolo  # noqa: F401
+    from ultralytics import YOLO  # noqa: F401
+
+
+def import_time_environment(config_dir: Path) -> None:
+    config_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["YOLO_CONFIG_DIR"] = str(config_dir)  # settings.json, DDP temp files
     os.environ["YOLO_OFFLINE"] = "1"  # is_online() -> False: no update checks, no analytics
     os.environ["YOLO_AUTOINSTALL"] = "false"  # never pip-install a missing requirement
     # 8.4.190 honours this: checkpoints load with torch.load(weights_only=True) against an
     # allow-list of Ultralytics/torch classes instead of arbitrary unpickling.
     os.environ["ULTRALYTICS_SAFE_LOAD"] = "1"
     # matplotlib (imported by Ultralytics) would otherwise write its cache into $HOME.
-    os.environ.setdefault("MPLCONFIGDIR", str(config.config_dir / "matplotlib"))
+    os.environ.setdefault("MPLCONFIGDIR", str(config_dir / "matplotlib"))
     # The Platform callbacks stream metrics and upload weights when a key is present.
     os.environ.pop("ULTRALYTICS_API_KEY", None)
 

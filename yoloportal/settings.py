@@ -102,6 +102,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
+# Daphne serves /static/ itself on one machine (no collectstatic step); turn off behind a proxy that does.
+SERVE_STATIC = env_bool("SERVE_STATIC", True)
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -116,7 +118,9 @@ RQ_SHOW_ADMIN_LINK = True
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+        # redis-py ≥ 6 reads with a 5 s socket timeout by default, and channels-redis blocks
+        # 5 s in BZPOPMIN: an idle socket's consumer then dies with TimeoutError. Read longer.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "capacity": 1000, "expiry": 30},
     }
 }
 
@@ -131,6 +135,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "apps.jobs.api_errors.exception_handler",
+    # Per process (Django's cache); a proxy in front should rate-limit too (docs/security.md).
+    "DEFAULT_THROTTLE_RATES": {
+        "submit": env_str("THROTTLE_SUBMIT", "120/min"),
+        "auth": env_str("THROTTLE_AUTH", "20/min"),
+        "login": env_str("THROTTLE_LOGIN", "10/min"),
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "yoloportal API",
@@ -147,9 +157,42 @@ DISPATCH_REPAIR_S = env_float("DISPATCH_REPAIR_S", 20.0, minimum=1.0)
 SPEC_MAX_BYTES = env_int("SPEC_MAX_BYTES", 64 * 1024, minimum=1024)
 DEFAULT_JOB_TIMEOUT_S = env_int("DEFAULT_JOB_TIMEOUT_S", 24 * 3600, minimum=60)
 MAX_JOB_TIMEOUT_S = env_int("MAX_JOB_TIMEOUT_S", 7 * 24 * 3600, minimum=60)
+# Fork training children from a preloaded interpreter (worker/zygote.py): "auto" uses it
+# on simulated (CPU) nodes only, until it is verified on NVIDIA nodes; true/false force it.
+TRAINER_PRELOAD = env_str("TRAINER_PRELOAD", "auto").lower()
+if TRAINER_PRELOAD not in {"auto", "true", "false", "1", "0"}:
+    raise EnvError(f"TRAINER_PRELOAD={TRAINER_PRELOAD!r} must be auto, true or false")
 WEIGHTS_DIR = env_path("WEIGHTS_DIR", DATA_DIR / "weights")
 DATASETS_DIR = env_path("DATASETS_DIR", DATA_DIR / "datasets")
 JOBS_DIR = env_path("JOBS_DIR", DATA_DIR / "jobs")
+
+API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1, maximum=3650)
+DATASET_UPLOAD_MAX_BYTES = env_int("DATASET_UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1024)
+DATASET_MAX_UNCOMPRESSED_BYTES = env_int("DATASET_MAX_UNCOMPRESSED_BYTES", 20 * 1024**3, minimum=1024)
+DATASET_MAX_FILES = env_int("DATASET_MAX_FILES", 200_000, minimum=1)
+DATASET_MAX_RATIO = env_float("DATASET_MAX_RATIO", 100.0, minimum=1.0)
+
+# --- HTTPS and session security (Django's deployment checklist; docs/security.md) ----------
+# SECURE=true behind HTTPS: secure cookies, HSTS, redirect to https. Off by default so
+# `make run` works on http://127.0.0.1.
+SECURE = env_bool("SECURE", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", SECURE)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if SECURE else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", SECURE)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Only when the proxy in front sets X-Forwarded-Proto (and strips it from clients).
+if env_bool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Health and metrics probes come over plain HTTP from inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 
 LOGGING = {
     "version": 1,

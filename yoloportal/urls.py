@@ -1,10 +1,16 @@
 from django.contrib import admin
 from django.urls import include, path
+from django_rq import urls as django_rq_urls
 from drf_spectacular.views import SpectacularAPIView
 
+from apps.accounts import api as accounts_api
+from apps.accounts.views import ThrottledLoginView
 from apps.cluster.api import ClusterView
+from apps.datasets import api as datasets_api
 from apps.jobs import api as jobs_api
+from apps.portal.admin_scoping import superuser_only_patterns
 from apps.portal.metrics import prometheus_metrics
+from apps.portal.views import sign_out
 from apps.quotas.api import UsageView
 from apps.registry import api as registry_api
 
@@ -12,6 +18,7 @@ api_v1 = [
     path("jobs/", jobs_api.JobListCreate.as_view(), name="api-jobs"),
     path("jobs/<uuid:job_id>/", jobs_api.JobDetail.as_view(), name="api-job"),
     path("jobs/<uuid:job_id>/cancel/", jobs_api.JobCancel.as_view(), name="api-job-cancel"),
+    path("jobs/<uuid:job_id>/requeue/", jobs_api.JobRequeue.as_view(), name="api-job-requeue"),
     path("jobs/<uuid:job_id>/metrics/", jobs_api.JobMetrics.as_view(), name="api-job-metrics"),
     path("jobs/<uuid:job_id>/logs/", jobs_api.JobLogs.as_view(), name="api-job-logs"),
     path("jobs/<uuid:job_id>/events/", jobs_api.JobEvents.as_view(), name="api-job-events"),
@@ -22,14 +29,25 @@ api_v1 = [
     path("models/", registry_api.ModelListView.as_view(), name="api-models"),
     path("models/<int:pk>/", registry_api.ModelDetailView.as_view(), name="api-model"),
     path("models/<int:pk>/download/", registry_api.ModelDownloadView.as_view(), name="api-model-download"),
+    path("datasets/", datasets_api.DatasetListCreate.as_view(), name="api-datasets"),
+    path("datasets/<int:pk>/", datasets_api.DatasetDetail.as_view(), name="api-dataset"),
+    path("tokens/", accounts_api.TokenListCreate.as_view(), name="api-tokens"),
+    path("tokens/<int:token_id>/", accounts_api.TokenDetail.as_view(), name="api-token"),
+    path("audit/", accounts_api.AuditList.as_view(), name="api-audit"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]
 
 urlpatterns = [
-    path("admin/rq/", include("django_rq.urls")),
+    # The RQ dashboard shows every team's queue entries: superusers only (managers are staff).
+    path("admin/rq/", include((superuser_only_patterns(django_rq_urls.urlpatterns), "django_rq"))),
     path("admin/", admin.site.urls),
+    path("accounts/logout/", sign_out, name="logout"),
+    path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", include(api_v1)),
     path("metrics", prometheus_metrics, name="metrics"),
     path("", include("apps.portal.urls")),
 ]
+
+# JSON 404s under /api/ (e.g. a malformed id in the path); the usual page elsewhere.
+handler404 = "apps.jobs.api_errors.not_found"

@@ -72,3 +72,40 @@ class ApiToken(models.Model):
     @classmethod
     def new_key(cls) -> str:
         return cls.PREFIX + secrets.token_urlsafe(32)
+
+
+class AuditEntry(models.Model):
+    """Who did what, when: one row per security-relevant action (append-only).
+
+    ``team`` is the team the action concerns (None for user-level actions such as
+    creating an API token); managers read the entries of their teams.
+    """
+
+    class Action(models.TextChoices):
+        JOB_SUBMIT = "job.submit"
+        JOB_CANCEL = "job.cancel"
+        JOB_REQUEUE = "job.requeue"
+        QUOTA_CHANGE = "quota.change"
+        ROLE_CHANGE = "role.change"
+        TOKEN_CREATE = "token.create"
+        TOKEN_REVOKE = "token.revoke"
+        DATASET_UPLOAD = "dataset.upload"
+        MODEL_PROMOTE = "model.promote"
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="audit_entries")
+    actor_name = models.CharField(max_length=150, blank=True, help_text="kept when the user is deleted")
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries")
+    action = models.CharField(max_length=40, db_index=True)
+    target_type = models.CharField(max_length=40, blank=True)
+    target_id = models.CharField(max_length=64, blank=True)
+    message = models.CharField(max_length=500, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target_type}:{self.target_id}"

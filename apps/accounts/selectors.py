@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
-from .models import Membership, Team
+from .models import ApiToken, AuditEntry, Membership, Team
 
 
 def team_list(*, user) -> QuerySet[Team]:
@@ -38,3 +38,41 @@ def managed_team_ids(*, user) -> list[int]:
             user=user, role__in=[Membership.Role.MANAGER, Membership.Role.ADMIN]
         ).values_list("team_id", flat=True)
     )
+
+
+def manager_team_list(*, user) -> QuerySet[Team]:
+    if not user.is_authenticated:
+        return Team.objects.none()
+    return Team.objects.filter(id__in=managed_team_ids(user=user))
+
+
+def audit_list(*, user, team: str | None = None, action: str | None = None) -> QuerySet[AuditEntry]:
+    """Audit entries the caller may read: every entry of the teams they manage (all for an
+    admin), plus their own user-level entries (their tokens)."""
+    if not user.is_authenticated:
+        return AuditEntry.objects.none()
+    if user.is_superuser:
+        entries = AuditEntry.objects.all()
+    else:
+        entries = AuditEntry.objects.filter(
+            Q(team_id__in=managed_team_ids(user=user)) | Q(team__isnull=True, actor=user)
+        )
+    if team:
+        entries = entries.filter(team__slug=team)
+    if action:
+        entries = entries.filter(action=action)
+    return entries.select_related("team")
+
+
+def token_list(*, user) -> QuerySet[ApiToken]:
+    """The caller's own API tokens (never anyone else's, not even for an admin)."""
+    if not user.is_authenticated:
+        return ApiToken.objects.none()
+    return ApiToken.objects.filter(user=user)
+
+
+def token_get(*, user, pk) -> ApiToken | None:
+    try:
+        return token_list(user=user).filter(pk=int(pk)).first()
+    except (TypeError, ValueError):
+        return None

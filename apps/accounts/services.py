@@ -1,15 +1,49 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from .models import ApiToken, Membership, Team, hash_token
+from .models import ApiToken, AuditEntry, Membership, Team, hash_token
+
+MAX_ACTIVE_TOKENS_PER_USER = 50
 
 
-def token_create(*, user, name: str = "default", ttl_days: int | None = None) -> tuple[ApiToken, str]:
-    """Create a token; returns the row and the plain key (never stored)."""
+def audit_record(
+    *,
+    actor,
+    action: str,
+    team: Team | int | None = None,
+    target: Any = None,
+    message: str = "",
+    data: dict | None = None,
+) -> AuditEntry:
+    """Append one audit entry: ``actor`` did ``action`` to ``target`` (in ``team``).
+
+    ``actor`` may be None for the system (scheduler, reaper); ``target`` any model
+    instance (its class name and primary key are kept, not a foreign key, so the entry
+    outlives it).
+    """
+    actor_obj = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
+    team_id = team.pk if isinstance(team, Team) else team
+    return AuditEntry.objects.create(
+        actor=actor_obj,
+        actor_name=actor_obj.get_username() if actor_obj else "system",
+        team_id=team_id,
+        action=str(action),
+        target_type=type(target).__name__.lower() if target is not None else "",
+        target_id=str(target.pk) if target is not None and getattr(target, "pk", None) is not None else "",
+        message=message[:500],
+        data=data or {},
+    )
+
+
+def token_create(
+    *, user, name: str = "default", ttl_days: int | None = None, by=None
+) -> tuple[ApiToken, str]:
+    """Create a token; returns the row and the plain key (never stored, shown once)."""
     key = ApiToken.new_key()
     token = ApiToken.objects.create(
         user=user,
@@ -18,11 +52,21 @@ def token_create(*, user, name: str = "default", ttl_days: int | None = None) ->
         key_prefix=key[:10],
         expires_at=timezone.now() + timedelta(days=ttl_days) if ttl_days else None,
     )
+    audit_record(actor=by or user, action=AuditEntry.Action.TOKEN_CREATE, target=token,
+                 message=f"API token {name!r} ({token.key_prefix}…) for {user.get_username()}",
+                 data={"user": user.get_username(), "name": name, "expires_at": str(token.expires_at or "")})
     return token, key
 
 
-def token_revoke(*, token: ApiToken) -> None:
-    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+def token_revoke(*, token: ApiToken, by=None) -> bool:
+    """Revoke a token (idempotent). True if this call revoked it."""
+    revoked = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    if revoked:
+        token.refresh_from_db(fields=["revoked_at"])
+        audit_record(actor=by or token.user, action=AuditEntry.Action.TOKEN_REVOKE, target=token,
+                     message=f"API token {token.name!r} ({token.key_prefix}…) of {token.user.get_username()} revoked",
+                     data={"user": token.user.get_username(), "name": token.name})
+    return bool(revoked)
 
 
 def team_ensure(*, slug: str, name: str | None = None) -> Team:
@@ -30,8 +74,14 @@ def team_ensure(*, slug: str, name: str | None = None) -> Team:
     return team
 
 
-def membership_set(*, user, team: Team, role: str) -> Membership:
+def membership_set(*, user, team: Team, role: str, by=None) -> Membership:
+    """Add ``user`` to ``team`` with ``role`` (or change the role); role changes are audited."""
+    previous = Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
     membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
+    if previous != role:
+        audit_record(actor=by, action=AuditEntry.Action.ROLE_CHANGE, team=team, target=membership,
+                     message=f"{user.get_username()}: {previous or 'not a member'} → {role} in {team.slug}",
+                     data={"user": user.get_username(), "from": previous, "to": role})
     return membership
 
 

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from django.conf import settings
 from django.db.models import QuerySet
 
@@ -10,9 +9,22 @@ from apps.accounts.selectors import team_ids
 
 from .models import Dataset
 
+DATA_YAML_MAX_BYTES = 256 * 1024
+SPLIT_KEYS = ("train", "val", "test", "minival")  # the keys Ultralytics joins onto `path`
 
-def dataset_list(*, user) -> QuerySet[Dataset]:
-    return Dataset.objects.filter(team_id__in=team_ids(user=user)).select_related("team")
+
+def dataset_list(*, user, team: str | None = None) -> QuerySet[Dataset]:
+    datasets = Dataset.objects.filter(team_id__in=team_ids(user=user)).select_related("team")
+    if team:
+        datasets = datasets.filter(team__slug=team)
+    return datasets
+
+
+def dataset_get(*, user, pk) -> Dataset | None:
+    try:
+        return dataset_list(user=user).filter(pk=int(pk)).first()
+    except (TypeError, ValueError):
+        return None
 
 
 def team_dataset_root(team) -> Path:
@@ -28,6 +40,9 @@ def dataset_resolve(*, team, reference: str) -> str:
         raise ValueError("is required")
     registered = Dataset.objects.filter(team=team, name=reference).first()
     if registered:
+        path = Path(registered.yaml_path)
+        # A registered dataset is confined to its own folder (it may be shared, like the demo).
+        data_yaml_check(path, root=path.parent.resolve())
         return registered.yaml_path
     root = team_dataset_root(team)
     candidate = (root / reference).resolve()
@@ -44,20 +59,48 @@ def dataset_resolve(*, team, reference: str) -> str:
 
 
 def data_yaml_check(path: Path, *, root: Path) -> None:
-    """Refuse dataset YAMLs Ultralytics would execute or that point outside the team's storage."""
+    """Refuse dataset YAMLs Ultralytics would execute or that reach outside ``root``.
+
+    Mirrors how Ultralytics (8.4 ``check_det_dataset``) reads the file: a ``download:``
+    key is executed when the val images are missing; a relative ``path`` is resolved
+    against the *working directory* or its own datasets folder, so only an absolute
+    ``path`` inside ``root`` (or none: the YAML's folder) is accepted; each split is
+    joined onto ``path`` and must be a folder inside ``root`` (an image-list ``.txt``
+    could name any file on the machine).
+    """
+    from apps.jobs.spec import SpecError, load_yaml
+
     try:
-        document = yaml.safe_load(path.read_text()[: 256 * 1024])
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"dataset YAML cannot be read: {exc}") from None
+        document = load_yaml(path.read_bytes()[: DATA_YAML_MAX_BYTES + 1], max_bytes=DATA_YAML_MAX_BYTES)
+    except OSError as exc:
+        raise ValueError(f"dataset YAML cannot be read: {exc.strerror or exc}") from None
+    except SpecError as exc:
+        raise ValueError(f"dataset YAML {exc.errors.get('spec', exc)}") from None
     if not isinstance(document, dict):
         raise ValueError("dataset YAML must be a mapping")
     if "download" in document:
         raise ValueError("dataset YAML has a 'download' key; Ultralytics would execute it, so it is refused")
-    base = Path(document.get("path") or path.parent)
-    base = (path.parent / base).resolve() if not base.is_absolute() else base.resolve()
+    raw_base = document.get("path")
+    if raw_base in (None, ""):
+        base = path.parent.resolve()
+    elif isinstance(raw_base, str) and Path(raw_base).is_absolute():
+        base = Path(raw_base).resolve()
+    else:
+        raise ValueError("dataset YAML 'path' must be an absolute folder inside your team's dataset folder")
     if not base.is_relative_to(root):
         raise ValueError("dataset YAML 'path' points outside your team's dataset folder")
-    for key in ("train", "val", "test"):
-        for entry in document.get(key) or [] if isinstance(document.get(key), list) else [document.get(key)]:
-            if entry and not (base / str(entry)).resolve().is_relative_to(root):
+    for key in SPLIT_KEYS:
+        value = document.get(key)
+        if value in (None, ""):
+            continue
+        entries = value if isinstance(value, list) else [value]
+        for entry in entries:
+            if not isinstance(entry, str) or not entry:
+                raise ValueError(f"dataset YAML '{key}' must be a folder name or a list of them")
+            if ".." in Path(entry).parts:
+                raise ValueError(f"dataset YAML '{key}' must not contain '..'")
+            target = (base / entry).resolve()
+            if not target.is_relative_to(root):
                 raise ValueError(f"dataset YAML '{key}' points outside your team's dataset folder")
+            if target.exists() and not target.is_dir():
+                raise ValueError(f"dataset YAML '{key}' must be a folder of images, not a file")

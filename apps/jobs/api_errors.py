@@ -39,6 +39,10 @@ PLATFORM_FIELDS = {
 }
 
 
+# Sent by browser forms; CSRF middleware has already checked it.
+IGNORED_FIELDS = {"csrfmiddlewaretoken"}
+
+
 def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
@@ -61,7 +65,7 @@ class StrictInput(serializers.Serializer):
 
     def to_internal_value(self, data):
         if hasattr(data, "keys"):
-            unknown = [key for key in data.keys() if key not in self.fields]
+            unknown = [key for key in data.keys() if key not in self.fields and key not in IGNORED_FIELDS]
             if unknown:
                 errors = {}
                 for key in unknown:
@@ -70,3 +74,13 @@ class StrictInput(serializers.Serializer):
                                                     else reason, code="unknown_field")]
                 raise ValidationError(errors)
         return super().to_internal_value(data)
+
+
+def not_found(request, exception=None):
+    """``handler404``: JSON under /api/ (a malformed id in the path is a 404 too), Django's page elsewhere."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"Not found: no API endpoint or object at {request.path[:200]}"}, status=404)
+    return page_not_found(request, exception)

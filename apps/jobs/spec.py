@@ -17,8 +17,9 @@ import json
 import math
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 

@@ -93,13 +93,17 @@ def training_processes() -> dict[str, list[int]]:
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().split()[2]
-        except OSError:
+            words = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").split()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
             continue
-        if state == "Z" or b"worker.train_child" not in cmdline:
+        # A plain subprocess or a child forked by the zygote (which retitles itself).
+        if state == "Z" or "worker.train_child" not in words:
             continue
-        config = Path(cmdline[-2].decode() if cmdline[-1] == b"" else cmdline[-1].decode())
+        configs = [w for w in words if w.endswith(".json")]
+        if not configs:
+            continue
+        config = Path(configs[-1])
         job_id = config.parent.parent.name  # JOBS_DIR/<job id>/attempt-N/config-K.json
         found.setdefault(job_id, []).append(int(entry.name))
     return found

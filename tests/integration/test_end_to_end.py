@@ -10,7 +10,7 @@ import pytest
 from apps.jobs.models import Job, JobState
 from tests.conftest import SEED_SPEC, api_client
 
-from .live import wait_for
+from .live import training_processes, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -73,18 +73,7 @@ def test_it_cancels_a_running_job_and_kills_its_process_tree(live, alice):
 
 
 def training_pids(job_id) -> list[int]:
-    """PIDs of processes whose command line mentions this job's training config."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if "worker.train_child" in cmdline and str(job_id) in cmdline:
-            pids.append(int(entry.name))
-    return pids
+    return training_processes().get(str(job_id), [])
 
 
 def alive(pid: int) -> bool:

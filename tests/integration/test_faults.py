@@ -28,9 +28,9 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db
 ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
 
 
-def submit(client, epochs: int, name: str = "fault", **extra) -> str:
+def submit(client, epochs: int, name: str = "fault", timeout: int = 3600, **extra) -> str:
     spec = SEED_SPEC.replace("epochs=2", f"epochs={epochs}").replace(
-        "yolo-v8s-industrial-inspection", name)
+        "yolo-v8s-industrial-inspection", name).replace("timeout: 3600", f"timeout: {timeout}")
     for key, value in extra.items():
         spec += f"{key}: {value}\n"
     response = client.post("/api/v1/jobs/", spec, content_type="application/yaml")
@@ -274,3 +274,35 @@ def test_it_finishes_every_accepted_job_exactly_once_under_concurrent_submission
         assert_trained_once_per_attempt(job_id)
     assert MetricPoint.objects.filter(job_id__in=accepted).count() == len(accepted)
     assert not watch.violations, watch.violations
+
+
+def test_it_changes_nothing_when_a_worker_pauses_within_the_grace_period(live, alice):
+    """A brief blip (SIGSTOP/SIGCONT of the whole worker for less than the grace) is not a loss."""
+    live.start_scheduler()
+    worker = live.start_worker()
+    job_id = submit(api_client(alice), epochs=4)
+    wait_for(lambda: job(job_id).epochs_done >= 1, 180, what="the first epoch")
+    os.killpg(worker.pid, signal.SIGSTOP)
+    time.sleep(float(live.env()["NODE_GRACE_S"]) / 2)
+    os.killpg(worker.pid, signal.SIGCONT)
+    wait_for(lambda: finished(job_id), 180, what="the job to finish")
+    final = job(job_id)
+    assert final.state == JobState.SUCCEEDED and final.attempt == 1
+    assert Node.objects.get(name="node-a").state == Node.State.ACTIVE
+    assert not JobEvent.objects.filter(job_id=job_id, kind__in=["node_lost", "requeued"]).exists()
+
+
+def test_it_times_out_a_job_and_stops_its_process_tree(live, alice):
+    """The job's own timeout ends it as timed_out within 10 s, GPUs freed, usage charged."""
+    from apps.quotas.models import UsageRecord
+
+    live.start_scheduler()
+    live.start_worker()
+    job_id = submit(api_client(alice), epochs=300, name="too-long", timeout=12)
+    wait_for(lambda: job(job_id).state == JobState.RUNNING, 60, what="the job to run")
+    wait_for(lambda: finished(job_id), 12 + 30, what="the timeout")
+    final = job(job_id)
+    assert final.state == JobState.TIMED_OUT and "timeout" in final.error
+    assert (final.finished_at - final.started_at).total_seconds() <= 12 + 10
+    wait_for(lambda: not training_processes().get(job_id), 10, what="the process tree to be gone")
+    assert UsageRecord.objects.get(job_id=job_id).gpu_seconds >= 10

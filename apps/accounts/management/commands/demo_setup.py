@@ -35,7 +35,7 @@ class Command(BaseCommand):
             dataset_register(team=team, name="demo", yaml_path=data_yaml,
                              description="generated shapes (rectangle, circle, triangle)")
         self.stdout.write(self.style.SUCCESS("demo data ready"))
-        self.stdout.write(f"  users: admin (superuser), alice (vision manager), bob (vision), carol (robotics)")
+        self.stdout.write("  users: admin (superuser), alice (vision manager), bob (vision), carol (robotics)")
         self.stdout.write(f"  password for all: {password}" + ("" if os.environ.get("DEMO_PASSWORD") else
                                                                "  (set DEMO_PASSWORD to choose another)"))
         self.stdout.write(f"  dataset 'demo' registered for vision and robotics: {data_yaml}")

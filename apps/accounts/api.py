@@ -1,0 +1,120 @@
+"""REST endpoints for the caller's API tokens and the audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.jobs.api_errors import StrictInput
+
+from .models import ApiToken, AuditEntry
+from .openapi import ERROR, paginated
+from .selectors import audit_list, token_get, token_list
+from .services import MAX_ACTIVE_TOKENS_PER_USER, token_create, token_revoke
+from .throttles import AuthThrottle
+
+# --- tokens -------------------------------------------------------------------------------
+
+
+class TokenOut(serializers.ModelSerializer):
+    active = serializers.BooleanField(source="is_active", read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "key_prefix", "created_at", "expires_at", "revoked_at", "last_used_at", "active"]
+
+
+class TokenCreatedOut(TokenOut):
+    key = serializers.CharField(help_text="the token itself; shown only in this response, store it now")
+
+    class Meta(TokenOut.Meta):
+        fields = [*TokenOut.Meta.fields, "key"]
+
+
+class TokenIn(StrictInput):
+    forbidden = {"user": "tokens are always created for the caller",
+                 "expires_at": "give expires_in_days instead"}
+    name = serializers.RegexField(r"^[\w .:@+-]{1,100}$", max_length=100, default="default",
+                                  error_messages={"invalid": "must be 1-100 letters, digits, spaces or . _ - : @ +"})
+    expires_in_days = serializers.IntegerField(min_value=1, max_value=3650, required=False)
+
+
+class TokenListCreate(APIView):
+    def get_throttles(self):
+        return [AuthThrottle()] if self.request.method == "POST" else super().get_throttles()
+
+    @extend_schema(responses=paginated(TokenOut), operation_id="tokens_list")
+    def get(self, request):
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(token_list(user=request.user), request, view=self)
+        return paginator.get_paginated_response(TokenOut(page, many=True).data)
+
+    @extend_schema(request=TokenIn, responses={201: TokenCreatedOut, 400: ERROR, 429: ERROR})
+    def post(self, request):
+        data = TokenIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        active = [t for t in token_list(user=request.user).filter(revoked_at__isnull=True) if t.is_active]
+        if len(active) >= MAX_ACTIVE_TOKENS_PER_USER:
+            raise serializers.ValidationError(
+                {"name": [f"you already have {len(active)} active tokens (the limit); revoke one first"]})
+        days = data.validated_data.get("expires_in_days", settings.API_TOKEN_DEFAULT_DAYS)
+        token, key = token_create(user=request.user, name=data.validated_data["name"], ttl_days=days)
+        token.key = key  # the plain key lives only on this instance, for this one response
+        return Response(TokenCreatedOut(token).data, status=status.HTTP_201_CREATED)
+
+
+def own_token(request, token_id) -> ApiToken:
+    token = token_get(user=request.user, pk=token_id)
+    if token is None:
+        raise NotFound("No token with that id among yours.")
+    return token
+
+
+class TokenDetail(APIView):
+    @extend_schema(responses={200: TokenOut, 404: ERROR})
+    def get(self, request, token_id: int):
+        return Response(TokenOut(own_token(request, token_id)).data)
+
+    @extend_schema(request=None, responses={200: TokenOut, 404: ERROR}, description="Revoke the token (idempotent).")
+    def delete(self, request, token_id: int):
+        token = own_token(request, token_id)
+        token_revoke(token=token, by=request.user)
+        token.refresh_from_db()
+        return Response(TokenOut(token).data)
+
+
+# --- audit ------------------------------------------------------------------------------
+
+
+class AuditOut(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name")
+    team = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AuditEntry
+        fields = ["id", "created_at", "actor", "team", "action", "target_type", "target_id", "message", "data"]
+
+    def get_team(self, entry: AuditEntry) -> str | None:
+        return entry.team.slug if entry.team_id else None
+
+
+class AuditList(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("team", str), OpenApiParameter("action", str, enum=AuditEntry.Action.values)],
+        responses={200: paginated(AuditOut), 400: ERROR},
+        operation_id="audit_list",
+        description="Entries of the teams the caller manages (all for an admin), plus the caller's own tokens.",
+    )
+    def get(self, request):
+        action = request.query_params.get("action") or None
+        if action and action not in AuditEntry.Action.values:
+            raise serializers.ValidationError({"action": [f"must be one of {', '.join(AuditEntry.Action.values)}"]})
+        entries = audit_list(user=request.user, team=request.query_params.get("team") or None, action=action)
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(entries, request, view=self)
+        return paginator.get_paginated_response(AuditOut(page, many=True).data)

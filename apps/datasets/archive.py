@@ -1,0 +1,469 @@
+"""Inspect an uploaded YOLO dataset zip **before** anything is extracted, then extract it safely.
+
+:func:`archive_inspect` reads only the zip's central directory and the small text members
+(``data.yaml``, label files). It returns an :class:`ArchivePlan` or raises
+:class:`ArchiveRejected` whose ``problems`` say, per archive member, what was wrong.
+
+Checked, in this order, and all reported together where possible:
+
+1. the upload's compressed size; that it is a zip at all;
+2. member count, declared total uncompressed size, per-member and overall
+   compression ratio (zip bombs), compression method (stored/deflated only:
+   bzip2/lzma decompress without an output bound), encryption;
+3. member names: no absolute paths, drive letters, backslashes, ``..`` (zip slip),
+   control characters, duplicates; no symlinks or other special files;
+4. member types: images, ``.txt`` labels and one ``data.yaml``; anything else — notably
+   Ultralytics ``*.cache`` files, which are unpickled on load — is refused;
+5. structure: ``data.yaml`` (strict safe YAML: no ``download:``, relative train/val
+   folders present in the archive), images under ``images/`` with labels beside them
+   under ``labels/``; every label line ``class x y w h`` (or a polygon/keypoints)
+   with a known class id and normalised coordinates.
+
+:func:`archive_extract` writes into a fresh folder with ``O_EXCL | O_NOFOLLOW``,
+re-checks every target path, and stops a member that inflates past its declared size.
+Pure Python: no Django.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from apps.jobs.spec import SpecError, load_yaml
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".dng", ".mpo", ".pfm", ".heic"}
+LABEL_SUFFIX = ".txt"
+DATA_YAML_NAMES = {"data.yaml", "data.yml"}
+# OS clutter that zip tools add; skipped (not extracted), never an error.
+SKIPPED_PARTS = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini"}
+SPLIT_KEYS = ("train", "val", "test")
+MAX_REPORTED_PROBLEMS = 50
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    max_compressed_bytes: int = 2 * 1024**3
+    max_uncompressed_bytes: int = 20 * 1024**3
+    max_files: int = 200_000
+    max_member_bytes: int = 512 * 1024**2
+    max_ratio: float = 100.0  # overall uncompressed/compressed
+    max_member_ratio: float = 200.0  # for members over 64 KiB
+    max_label_bytes: int = 1024**2
+    max_yaml_bytes: int = 64 * 1024
+    max_name_chars: int = 512
+    max_depth: int = 16
+
+
+@dataclass
+class Problem:
+    path: str
+    problem: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "problem": self.problem}
+
+
+class ArchiveRejected(ValueError):
+    """The archive cannot be accepted. ``summary`` is one line; ``problems`` lists each finding."""
+
+    def __init__(self, summary: str, problems: list[Problem] | None = None):
+        self.summary = summary
+        self.problems = problems or []
+        super().__init__(summary)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "file": [self.summary],
+            "problems": [p.as_dict() for p in self.problems[:MAX_REPORTED_PROBLEMS]],
+            "problem_count": len(self.problems),
+        }
+
+
+@dataclass
+class ArchivePlan:
+    """What to extract: member name in the zip → relative path in the dataset folder."""
+
+    members: dict[str, str]
+    directories: set[str]
+    data_yaml: dict[str, Any]
+    names: dict[int, str]
+    splits: dict[str, str]  # split key → relative images folder
+    num_images: int
+    num_labels: int
+    uncompressed_bytes: int
+    skipped: list[str] = field(default_factory=list)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _name_problem(name: str, limits: ArchiveLimits) -> str | None:
+    """Why this member name is unsafe, or None."""
+    if len(name) > limits.max_name_chars:
+        return f"name is longer than {limits.max_name_chars} characters"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "name contains control characters"
+    if "\\" in name:
+        return "name contains a backslash; use '/' between folders"
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+        return "absolute path (would be written outside the dataset folder)"
+    parts = [p for p in name.split("/") if p]
+    if ".." in parts:
+        return "path contains '..' (zip slip: would be written outside the dataset folder)"
+    if len(parts) > limits.max_depth:
+        return f"nested deeper than {limits.max_depth} folders"
+    if any(len(p.encode()) > 255 for p in parts):
+        return "a path component is longer than 255 bytes"
+    return None
+
+
+def _normalize(name: str) -> str:
+    """``./a//b/`` → ``a/b``; the archive root → ''."""
+    normalized = posixpath.normpath(name)
+    return "" if normalized == "." else normalized
+
+
+def _member_kind(info: zipfile.ZipInfo) -> str:
+    """'dir', 'file', 'symlink' or 'special' from the Unix mode bits (when present)."""
+    mode = info.external_attr >> 16
+    kind = stat.S_IFMT(mode)
+    if kind == stat.S_IFLNK:
+        return "symlink"
+    if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
+        return "special"
+    if info.is_dir() or kind == stat.S_IFDIR:
+        return "dir"
+    return "file"
+
+
+def _common_root(names: list[str]) -> str:
+    """A single top folder every member lives in (``mydata/``), or ''."""
+    tops = {n.split("/", 1)[0] for n in names}
+    if len(tops) == 1 and all("/" in n for n in names):
+        return tops.pop() + "/"
+    return ""
+
+
+def _class_names(document: dict) -> dict[int, str] | str:
+    names = document.get("names")
+    if names is None:
+        nc = document.get("nc")
+        if isinstance(nc, int) and not isinstance(nc, bool) and 0 < nc <= 10000:
+            return {i: f"class_{i}" for i in range(nc)}
+        return "needs 'names' (a list or {id: name} mapping) or 'nc'"
+    if isinstance(names, list):
+        names = dict(enumerate(names))
+    if not isinstance(names, dict) or not names or len(names) > 10000:
+        return "'names' must be a non-empty list or {id: name} mapping"
+    out: dict[int, str] = {}
+    for key, value in names.items():
+        if not isinstance(key, int) or isinstance(key, bool) or key < 0:
+            return f"'names' has a non-integer class id {key!r}"
+        if not isinstance(value, (str, int, float)) or len(str(value)) > 200:
+            return f"'names' entry {key} must be a short name"
+        out[key] = str(value)
+    if sorted(out) != list(range(len(out))):
+        return "'names' class ids must be 0, 1, 2, … without gaps"
+    if "nc" in document and document["nc"] != len(out):
+        return f"'nc' is {document['nc']!r} but 'names' has {len(out)} entries"
+    return out
+
+
+def _label_problems(text: str, num_classes: int) -> str | None:
+    """The first problem in a YOLO label file, or None."""
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words:
+            continue
+        if not re.fullmatch(r"\d+", words[0]):
+            return f"line {number}: class id must be a whole number, got {words[0][:20]!r}"
+        if int(words[0]) >= num_classes:
+            return f"line {number}: class id {words[0]} is not in data.yaml names (0…{num_classes - 1})"
+        try:
+            values = [float(w) for w in words[1:]]
+        except ValueError:
+            return f"line {number}: coordinates must be numbers"
+        if len(values) < 4:
+            return f"line {number}: expected 'class x_center y_center width height', got {len(words)} values"
+        # Boxes (4) and polygons (even counts) are all normalised; keypoints with a
+        # visibility flag (odd counts) have flags up to 2 after the box.
+        bounded = values if len(values) % 2 == 0 else values[:4]
+        if any(not 0.0 <= v <= 1.0 for v in bounded) or any(v < 0 or v != v for v in values):
+            return f"line {number}: coordinates must be normalised to 0…1"
+    return None
+
+
+# --- inspection -------------------------------------------------------------------------------
+
+
+def archive_inspect(upload: IO[bytes], *, size: int, limits: ArchiveLimits) -> ArchivePlan:
+    """Check the archive without extracting anything. Raises :class:`ArchiveRejected`."""
+    if size > limits.max_compressed_bytes:
+        raise ArchiveRejected(f"is {_human(size)}; the upload limit is {_human(limits.max_compressed_bytes)}")
+    if size == 0:
+        raise ArchiveRejected("is empty")
+    try:
+        upload.seek(0)
+        archive = zipfile.ZipFile(upload)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        raise ArchiveRejected(f"is not a readable zip archive ({exc})") from None
+    with archive:
+        return _inspect_open(archive, size=size, limits=limits)
+
+
+def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits) -> ArchivePlan:
+    infos = archive.infolist()
+    if len(infos) > limits.max_files:
+        raise ArchiveRejected(f"has {len(infos)} entries; the limit is {limits.max_files}")
+    declared = sum(i.file_size for i in infos)
+    if declared > limits.max_uncompressed_bytes:
+        raise ArchiveRejected(
+            f"would unpack to {_human(declared)}; the limit is {_human(limits.max_uncompressed_bytes)}")
+    if declared > 1024**2 and declared / max(size, 1) > limits.max_ratio:
+        raise ArchiveRejected(
+            f"compression ratio {declared / max(size, 1):.0f}:1 is above {limits.max_ratio:.0f}:1 (zip bomb?)")
+
+    problems: list[Problem] = []
+    files: dict[str, zipfile.ZipInfo] = {}
+    directories: set[str] = set()
+    skipped: list[str] = []
+    seen: set[str] = set()
+    for info in infos:
+        name = info.filename
+        bad = _name_problem(name, limits)
+        if bad:
+            problems.append(Problem(name, bad))
+            continue
+        normalized = _normalize(name)
+        kind = _member_kind(info)
+        if kind == "symlink":
+            problems.append(Problem(name, "is a symbolic link; links are not allowed"))
+            continue
+        if kind == "special":
+            problems.append(Problem(name, "is a device, pipe or socket; only files and folders are allowed"))
+            continue
+        if not normalized:
+            continue
+        if normalized in seen:
+            problems.append(Problem(name, "appears twice in the archive"))
+            continue
+        seen.add(normalized)
+        if any(part in SKIPPED_PARTS or part.startswith("._") for part in normalized.split("/")):
+            skipped.append(name)
+            continue
+        if kind == "dir":
+            directories.add(normalized)
+            continue
+        if info.flag_bits & 0x1:
+            problems.append(Problem(name, "is encrypted; upload an unencrypted zip"))
+            continue
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            problems.append(Problem(name, "uses a compression method other than stored/deflate"))
+            continue
+        if info.file_size > limits.max_member_bytes:
+            problems.append(Problem(name, f"is {_human(info.file_size)}; one file may be at most "
+                                          f"{_human(limits.max_member_bytes)}"))
+            continue
+        if info.file_size > 64 * 1024 and info.file_size / max(info.compress_size, 1) > limits.max_member_ratio:
+            problems.append(Problem(name, f"compression ratio {info.file_size / max(info.compress_size, 1):.0f}:1 "
+                                          f"is above {limits.max_member_ratio:.0f}:1 (zip bomb?)"))
+            continue
+        suffix = posixpath.splitext(normalized)[1].lower()
+        base = posixpath.basename(normalized)
+        if suffix not in IMAGE_SUFFIXES and suffix != LABEL_SUFFIX and base not in DATA_YAML_NAMES:
+            why = ("Ultralytics unpickles .cache files, so they are never accepted" if suffix == ".cache"
+                   else "only images, .txt label files and data.yaml are accepted")
+            problems.append(Problem(name, f"unexpected file type {suffix or '(none)'}: {why}"))
+            continue
+        files[normalized] = info
+    if problems:
+        raise ArchiveRejected(f"has {len(problems)} unsafe or unexpected entr{'y' if len(problems) == 1 else 'ies'}",
+                              problems)
+
+    prefix = _common_root(list(files) + [d + "/" for d in directories])
+    members = {name: name[len(prefix):] for name in files}
+    by_relative = {rel: files[name] for name, rel in members.items()}
+    dirs = {d[len(prefix):] for d in directories if d.startswith(prefix) and len(d) > len(prefix)}
+    return _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
+
+
+def _check_structure(archive, by_relative, members, dirs, skipped, declared, limits) -> ArchivePlan:
+    problems: list[Problem] = []
+    yaml_name = next((n for n in DATA_YAML_NAMES if n in by_relative), None)
+    if yaml_name is None:
+        raise ArchiveRejected("has no data.yaml at its top (it names the classes and the train/val image folders)",
+                              [Problem("data.yaml", "missing")])
+    for rel in by_relative:
+        if posixpath.basename(rel) in DATA_YAML_NAMES and rel != yaml_name:
+            problems.append(Problem(rel, "only one data.yaml, at the top of the archive, is allowed"))
+    info = by_relative[yaml_name]
+    if info.file_size > limits.max_yaml_bytes:
+        raise ArchiveRejected("has a data.yaml that is too large",
+                              [Problem(yaml_name, f"is {_human(info.file_size)}; the limit is "
+                                                  f"{_human(limits.max_yaml_bytes)}")])
+    try:
+        document = load_yaml(_read_member(archive, info, limits.max_yaml_bytes), max_bytes=limits.max_yaml_bytes)
+    except SpecError as exc:
+        raise ArchiveRejected("has a data.yaml that cannot be read",
+                              [Problem(yaml_name, exc.errors.get("spec", str(exc)))]) from None
+    if not isinstance(document, dict):
+        raise ArchiveRejected("has a data.yaml that is not a mapping", [Problem(yaml_name, "must be a mapping")])
+    if "download" in document:
+        problems.append(Problem(f"{yaml_name}: download",
+                                "is not allowed: Ultralytics executes 'download' (shell or Python)"))
+    if document.get("path") not in (None, "", ".", "./"):
+        problems.append(Problem(f"{yaml_name}: path",
+                                "must be left out or '.': the platform sets it to where the dataset is stored"))
+    names = _class_names(document)
+    if isinstance(names, str):
+        problems.append(Problem(f"{yaml_name}: names", names))
+        names = {}
+
+    image_files = {rel for rel in by_relative if posixpath.splitext(rel)[1].lower() in IMAGE_SUFFIXES}
+    label_files = {rel for rel in by_relative if rel.endswith(LABEL_SUFFIX)}
+    all_dirs = set(dirs) | {posixpath.dirname(rel) for rel in by_relative}
+    for rel in list(all_dirs):
+        while rel:
+            rel = posixpath.dirname(rel)
+            all_dirs.add(rel)
+    splits: dict[str, str] = {}
+    for key in SPLIT_KEYS:
+        value = document.get(key)
+        if value is None:
+            if key != "test":
+                problems.append(Problem(f"{yaml_name}: {key}", "is required (a folder of images, e.g. images/train)"))
+            continue
+        if not isinstance(value, str):
+            problems.append(Problem(f"{yaml_name}: {key}", "must be one folder (e.g. images/train), not a list"))
+            continue
+        bad = _name_problem(value, limits)
+        folder = _normalize(value) if not bad else ""
+        if bad or folder.startswith(".."):
+            problems.append(Problem(f"{yaml_name}: {key}", bad or "must stay inside the dataset"))
+            continue
+        if folder in by_relative:
+            problems.append(Problem(f"{yaml_name}: {key}",
+                                    "must be a folder of images; image-list files are not accepted"))
+            continue
+        if folder not in all_dirs:
+            problems.append(Problem(f"{yaml_name}: {key}", f"folder {value!r} is not in the archive"))
+            continue
+        in_split = [rel for rel in image_files if rel.startswith(folder + "/") or not folder]
+        if not in_split:
+            problems.append(Problem(f"{yaml_name}: {key}", f"folder {value!r} holds no images"))
+            continue
+        if "images" not in folder.split("/"):
+            problems.append(Problem(f"{yaml_name}: {key}",
+                                    "the image folder must be inside an 'images' folder (labels go in 'labels')"))
+            continue
+        splits[key] = folder
+
+    for rel in sorted(label_files):
+        if "labels" not in rel.split("/")[:-1]:
+            problems.append(Problem(rel, "label files belong in a 'labels' folder beside 'images'"))
+            continue
+        info = by_relative[rel]
+        if info.file_size > limits.max_label_bytes:
+            problems.append(Problem(rel, f"label file is {_human(info.file_size)}; the limit is "
+                                         f"{_human(limits.max_label_bytes)}"))
+            continue
+        if names:
+            try:
+                text = _read_member(archive, info, limits.max_label_bytes).decode("utf-8")
+            except UnicodeDecodeError:
+                problems.append(Problem(rel, "is not UTF-8 text"))
+                continue
+            except ArchiveRejected as exc:
+                problems.append(Problem(rel, exc.summary))
+                continue
+            bad = _label_problems(text, len(names))
+            if bad:
+                problems.append(Problem(rel, bad))
+        if len(problems) > MAX_REPORTED_PROBLEMS * 4:
+            break
+    for rel in sorted(image_files):
+        if "images" not in rel.split("/")[:-1]:
+            problems.append(Problem(rel, "images belong in an 'images' folder (e.g. images/train/)"))
+    if not label_files and not problems:
+        problems.append(Problem("labels/", "no label files: put one .txt per image under labels/"))
+    if problems:
+        raise ArchiveRejected(f"is not a valid YOLO dataset ({len(problems)} problem{'s' if len(problems) > 1 else ''})",
+                              problems)
+    return ArchivePlan(
+        members=members, directories=dirs, data_yaml=document, names=names, splits=splits,
+        num_images=len(image_files), num_labels=len(label_files), uncompressed_bytes=declared, skipped=skipped,
+    )
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    try:
+        with archive.open(info) as stream:
+            data = stream.read(limit + 1)
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError) as exc:
+        raise ArchiveRejected(f"member cannot be read ({exc})", [Problem(info.filename, str(exc))]) from None
+    if len(data) > limit:
+        raise ArchiveRejected("member is larger than declared", [Problem(info.filename, "inflates past its limit")])
+    return data
+
+
+# --- extraction -------------------------------------------------------------------------------
+
+
+def archive_extract(upload: IO[bytes], plan: ArchivePlan, *, destination: Path) -> None:
+    """Extract the planned members into ``destination`` (must not exist yet)."""
+    destination.mkdir(mode=0o755)
+    root = destination.resolve()
+    upload.seek(0)
+    with zipfile.ZipFile(upload) as archive:
+        for relative in sorted(plan.directories):
+            _safe_target(root, relative).mkdir(parents=True, exist_ok=True)
+        for name, relative in plan.members.items():
+            if posixpath.basename(relative) in DATA_YAML_NAMES:
+                continue  # rewritten by the caller with the real paths
+            info = archive.getinfo(name)
+            target = _safe_target(root, relative)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.parent.resolve().is_relative_to(root):
+                raise ArchiveRejected("would write outside the dataset folder", [Problem(name, "escapes")])
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            written = 0
+            with os.fdopen(fd, "wb") as out, archive.open(info) as stream:
+                while chunk := stream.read(1024 * 1024):
+                    written += len(chunk)
+                    if written > info.file_size:
+                        raise ArchiveRejected("a member inflates past its declared size",
+                                              [Problem(name, "inflates past its declared size")])
+                    out.write(chunk)
+
+
+def _safe_target(root: Path, relative: str) -> Path:
+    target = (root / relative)
+    if not target.resolve().is_relative_to(root):
+        raise ArchiveRejected("would write outside the dataset folder", [Problem(relative, "escapes")])
+    return target
+
+
+def data_yaml_text(plan: ArchivePlan, *, dataset_dir: Path) -> str:
+    """The data.yaml the platform stores: absolute ``path``, relative split folders, no extras."""
+    document: dict[str, Any] = {"path": str(dataset_dir)}
+    for key in SPLIT_KEYS:
+        if key in plan.splits:
+            document[key] = plan.splits[key]
+    document["names"] = plan.names
+    return yaml.safe_dump(document, sort_keys=False)

@@ -1,0 +1,119 @@
+"""API tokens: hashed at rest, several per user, named, expiring, revocable, shown once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from apps.accounts.models import ApiToken, AuditEntry, hash_token
+from tests.conftest import api_client
+
+pytestmark = pytest.mark.django_db
+
+
+def with_key(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    return client
+
+
+def test_a_new_token_is_shown_once_and_stored_only_as_a_hash(bob):
+    response = api_client(bob).post("/api/v1/tokens/", {"name": "laptop", "expires_in_days": 7}, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    key = body["key"]
+    token = ApiToken.objects.get(pk=body["id"])
+    assert token.key_hash == hash_token(key) and key not in (token.key_hash, token.key_prefix)
+    assert body["name"] == "laptop" and body["active"] is True
+    assert timedelta(days=6) < token.expires_at - timezone.now() <= timedelta(days=7)
+    listed = api_client(bob).get("/api/v1/tokens/").json()["results"]
+    assert all("key" not in t for t in listed) and {t["name"] for t in listed} == {"laptop", "test"}
+    assert with_key(key).get("/api/v1/jobs/").status_code == 200
+
+
+def test_tokens_default_to_an_expiry(bob, settings):
+    body = api_client(bob).post("/api/v1/tokens/", {"name": "ci"}, format="json").json()
+    expires = ApiToken.objects.get(pk=body["id"]).expires_at
+    assert expires - timezone.now() > timedelta(days=settings.API_TOKEN_DEFAULT_DAYS - 1)
+
+
+def test_a_revoked_token_stops_working_at_once(bob):
+    body = api_client(bob).post("/api/v1/tokens/", {"name": "old"}, format="json").json()
+    response = api_client(bob).delete(f"/api/v1/tokens/{body['id']}/")
+    assert response.status_code == 200 and response.json()["active"] is False
+    assert with_key(body["key"]).get("/api/v1/jobs/").status_code == 401
+    assert AuditEntry.objects.filter(action="token.revoke", actor__username="bob").exists()
+
+
+def test_an_expired_token_is_refused(bob):
+    body = api_client(bob).post("/api/v1/tokens/", {"name": "short"}, format="json").json()
+    ApiToken.objects.filter(pk=body["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = with_key(body["key"]).get("/api/v1/jobs/")
+    assert response.status_code == 401 and "expired" in response.json()["detail"]
+
+
+def test_someone_elses_token_is_not_found(bob, carol):
+    token_id = api_client(bob).post("/api/v1/tokens/", {"name": "b"}, format="json").json()["id"]
+    assert api_client(carol).get(f"/api/v1/tokens/{token_id}/").status_code == 404
+    assert api_client(carol).delete(f"/api/v1/tokens/{token_id}/").status_code == 404
+    assert ApiToken.objects.get(pk=token_id).is_active
+    assert all(t["id"] != token_id for t in api_client(carol).get("/api/v1/tokens/").json()["results"])
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("user", "alice"), ("key", "yp_chosen"), ("key_hash", "0" * 64), ("expires_at", "2999-01-01T00:00:00Z"),
+    ("revoked_at", None),
+])
+def test_fields_the_caller_may_not_set_are_refused(field, value, bob):
+    response = api_client(bob).post("/api/v1/tokens/", {"name": "x", field: value}, format="json")
+    assert response.status_code == 400 and field in response.json()
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"name": ""}, "name"), ({"name": "a" * 101}, "name"), ({"name": "x; rm -rf"}, "name"),
+    ({"expires_in_days": 0}, "expires_in_days"), ({"expires_in_days": 99999}, "expires_in_days"),
+    ({"expires_in_days": "soon"}, "expires_in_days"),
+])
+def test_bad_values_name_the_field(body, field, bob):
+    response = api_client(bob).post("/api/v1/tokens/", body, format="json")
+    assert response.status_code == 400 and field in response.json()
+
+
+@pytest.mark.parametrize("header", ["Token", "Token a b", "Token yp_not-a-real-key", "Token \u00e9"])
+def test_malformed_or_unknown_tokens_are_401(header):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header)
+    assert client.get("/api/v1/jobs/").status_code == 401
+
+
+def test_token_creation_is_throttled(bob, monkeypatch):
+    from django.core.cache import cache
+
+    from apps.accounts.throttles import AuthThrottle
+
+    cache.clear()
+    monkeypatch.setattr(AuthThrottle, "THROTTLE_RATES", {"auth": "3/min"})
+    try:
+        client = api_client(bob)
+        codes = [client.post("/api/v1/tokens/", {"name": f"t{i}"}, format="json").status_code for i in range(5)]
+        assert codes == [201, 201, 201, 429, 429]
+    finally:
+        cache.clear()
+
+
+def test_login_is_throttled_per_username(bob, settings, client):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.REST_FRAMEWORK = settings.REST_FRAMEWORK | {
+        "DEFAULT_THROTTLE_RATES": settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] | {"login": "3/min"}}
+    try:
+        codes = [client.post("/accounts/login/", {"username": "bob", "password": "wrong"}).status_code
+                 for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        assert client.post("/accounts/login/", {"username": "bob", "password": "pw-bob"}).status_code == 429
+    finally:
+        cache.clear()

@@ -1,0 +1,139 @@
+"""Dataset zip uploads: checked before extraction, extracted into the team's storage, registered."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apps.accounts.models import AuditEntry
+from apps.datasets.models import Dataset
+from tests.conftest import api_client
+
+from .archives import make_zip, upload, valid_files
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def storage(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    return settings.DATASETS_DIR
+
+
+def post(user, content: bytes, **fields):
+    return api_client(user).post("/api/v1/datasets/", {"file": upload(content), "name": "pcb", **fields},
+                                 format="multipart")
+
+
+def test_a_member_uploads_a_dataset_into_their_teams_storage(bob, storage):
+    response = post(bob, make_zip(valid_files()), team="vision", description="scratches")
+    assert response.status_code == 201, response.content
+    assert response.json() | {"id": 0, "created_at": ""} == {
+        "id": 0, "team": "vision", "name": "pcb", "num_images": 4, "num_classes": 2,
+        "description": "scratches", "created_at": ""}
+    folder = storage / "vision" / "pcb"
+    document = yaml.safe_load((folder / "data.yaml").read_text())
+    assert document == {"path": str(folder.resolve()), "train": "images/train", "val": "images/val",
+                        "names": {0: "scratch", 1: "dent"}}
+    assert (folder / "labels" / "val" / "1.txt").is_file()
+    assert [p.name for p in (storage / "vision").iterdir()] == ["pcb"], "no staging folder left behind"
+    assert AuditEntry.objects.filter(action="dataset.upload", team__slug="vision").exists()
+
+
+def test_a_single_top_folder_in_the_archive_is_stripped(bob, storage):
+    response = post(bob, make_zip(valid_files("my-data/") | {"__MACOSX/._x": b"junk"}))
+    assert response.status_code == 201, response.content
+    assert (storage / "vision" / "pcb" / "images" / "train" / "0.png").is_file()
+    assert not (storage / "vision" / "pcb" / "__MACOSX").exists()
+
+
+def test_an_uploaded_dataset_can_be_trained_on_by_name(bob, storage):
+    assert post(bob, make_zip(valid_files())).status_code == 201
+    spec = {"task_name": "t", "command": "yolo train data=pcb model=yolov8n.yaml epochs=1"}
+    response = api_client(bob).post("/api/v1/jobs/", spec, format="json")
+    assert response.status_code == 201, response.content
+
+
+def test_the_list_and_detail_are_scoped_to_the_callers_teams(bob, carol):
+    dataset_id = post(bob, make_zip(valid_files())).json()["id"]
+    assert [d["name"] for d in api_client(bob).get("/api/v1/datasets/").json()["results"]] == ["pcb"]
+    assert api_client(carol).get("/api/v1/datasets/").json()["results"] == []
+    assert api_client(carol).get(f"/api/v1/datasets/{dataset_id}/").status_code == 404
+    assert api_client(bob).get(f"/api/v1/datasets/{dataset_id}/").status_code == 200
+
+
+def test_uploading_into_another_team_is_refused_naming_the_team(carol, bob, storage):
+    response = post(carol, make_zip(valid_files()), team="vision")
+    assert response.status_code == 400 and "not a member" in response.json()["team"][0]
+    assert not (storage / "vision").exists()
+
+
+def test_a_taken_name_is_a_conflict_naming_the_field(bob):
+    assert post(bob, make_zip(valid_files())).status_code == 201
+    response = post(bob, make_zip(valid_files()))
+    assert response.status_code == 409 and "already has" in response.json()["name"][0]
+
+
+@pytest.mark.parametrize("field", ["yaml_path", "num_images", "owner", "path"])
+def test_fields_the_platform_sets_are_refused(field, bob):
+    response = post(bob, make_zip(valid_files()), **{field: "/etc"})
+    assert response.status_code == 400 and field in response.json()
+    assert not Dataset.objects.exists()
+
+
+def test_a_missing_file_names_the_field(bob):
+    response = api_client(bob).post("/api/v1/datasets/", {"name": "x"}, format="multipart")
+    assert response.status_code == 400 and "file" in response.json()
+
+
+def test_an_upload_over_the_size_limit_is_refused_before_reading(bob, settings):
+    settings.DATASET_UPLOAD_MAX_BYTES = 1024
+    response = post(bob, make_zip(valid_files()) + b"\0" * (2 * 1024**2))
+    assert response.status_code == 400 and "limit" in response.json()["file"][0]
+
+
+def test_an_archive_over_the_compressed_limit_is_refused(bob, settings):
+    settings.DATASET_UPLOAD_MAX_BYTES = 1024
+    response = post(bob, make_zip(valid_files()) + b"\0" * 2048)
+    assert response.status_code == 400 and "limit" in response.json()["file"][0]
+
+
+def test_too_many_files_are_refused_before_extracting(bob, settings, storage):
+    settings.DATASET_MAX_FILES = 5
+    response = post(bob, make_zip(valid_files()))
+    assert response.status_code == 400 and "entries" in response.json()["file"][0]
+    assert not (storage / "vision").exists()
+
+
+def test_label_problems_are_reported_per_file(bob):
+    files = valid_files() | {"labels/train/0.txt": b"0 0.5 0.5 0.2\n", "labels/train/1.txt": b"7 0.5 0.5 0.2 0.2\n",
+                             "labels/val/0.txt": b"0 1.5 0.5 0.2 0.2\n", "labels/val/1.txt": b"cat 0 0 0 0\n"}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert "expected 'class x_center" in problems["labels/train/0.txt"]
+    assert "not in data.yaml names" in problems["labels/train/1.txt"]
+    assert "normalised" in problems["labels/val/0.txt"]
+    assert "whole number" in problems["labels/val/1.txt"]
+
+
+def test_structure_problems_are_reported(bob):
+    files = {k: v for k, v in valid_files().items() if not k.startswith("images/val")}
+    files["stray.png"] = b"x"
+    response = post(bob, make_zip(files))
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert "not in the archive" in problems["data.yaml: val"]
+    assert "'images' folder" in problems["stray.png"]
+
+
+def test_it_checks_in_well_under_a_second(bob):
+    started = time.monotonic()
+    post(bob, make_zip(valid_files() | {"../evil.txt": b"x"}))
+    assert time.monotonic() - started < 2.0
+
+
+def nothing_outside(storage: Path) -> bool:
+    return not any(p.name.startswith(("evil", "owned")) for p in storage.parent.rglob("*"))

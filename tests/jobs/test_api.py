@@ -1,0 +1,150 @@
+"""The jobs API: every read scoped to the caller's teams; roles decide who may act."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.jobs.models import Job, JobState
+from tests.conftest import SEED_SPEC, api_client, make_user
+
+from .factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+JOB_ENDPOINTS = [
+    ("get", "/api/v1/jobs/{id}/"),
+    ("get", "/api/v1/jobs/{id}/metrics/"),
+    ("get", "/api/v1/jobs/{id}/logs/"),
+    ("get", "/api/v1/jobs/{id}/events/"),
+    ("get", "/api/v1/jobs/{id}/weights/"),
+    ("post", "/api/v1/jobs/{id}/cancel/"),
+    ("post", "/api/v1/jobs/{id}/requeue/"),
+]
+
+
+@pytest.fixture
+def bobs_job(bob, teams):
+    return make_job(team=teams["vision"], user=bob, state=JobState.RUNNING)
+
+
+def test_a_member_submits_the_seed_spec(bob, demo_registered):
+    response = api_client(bob).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["state"], body["team"], body["user"]) == ("queued", "vision", "bob")
+
+
+def test_the_same_spec_as_json_is_accepted(bob, demo_registered):
+    import yaml
+
+    response = api_client(bob).post("/api/v1/jobs/", yaml.safe_load(SEED_SPEC), format="json")
+    assert response.status_code == 201, response.content
+
+
+@pytest.mark.parametrize(("method", "url"), JOB_ENDPOINTS)
+def test_another_teams_job_is_not_found_on_every_endpoint(method, url, carol, bobs_job):
+    response = getattr(api_client(carol), method)(url.format(id=bobs_job.pk))
+    assert response.status_code == 404
+    assert "detail" in response.json()
+    bobs_job.refresh_from_db()
+    assert bobs_job.state == JobState.RUNNING and bobs_job.cancel_requested_at is None
+
+
+@pytest.mark.parametrize(("method", "url"), JOB_ENDPOINTS)
+def test_a_missing_job_looks_the_same(method, url, carol):
+    response = getattr(api_client(carol), method)(url.format(id="00000000-0000-0000-0000-000000000000"))
+    assert response.status_code == 404
+
+
+def test_lists_show_only_the_callers_teams(carol, bob, bobs_job, teams):
+    carols = make_job(team=teams["robotics"], user=carol, state=JobState.QUEUED)
+    for url in ("/api/v1/jobs/", "/api/v1/queue/"):
+        ids = {j["id"] for j in api_client(carol).get(url).json()["results"]}
+        assert str(bobs_job.pk) not in ids
+    assert [j["id"] for j in api_client(carol).get("/api/v1/jobs/").json()["results"]] == [str(carols.pk)]
+    assert api_client(carol).get("/api/v1/jobs/?team=vision").json()["results"] == []
+
+
+def test_the_cluster_view_hides_other_teams_jobs(carol, bobs_job, node):
+    Job.objects.filter(pk=bobs_job.pk).update(node=node, gpu_indices=[0])
+    body = api_client(carol).get("/api/v1/cluster/").json()
+    jobs = [j for n in body["nodes"] for g in n["gpus"] for j in g["jobs"]]
+    assert jobs and all(j["id"] is None and j["team"] is None for j in jobs)
+
+
+def test_a_member_cancels_their_own_job(bob, bobs_job):
+    assert api_client(bob).post(f"/api/v1/jobs/{bobs_job.pk}/cancel/").status_code == 202
+
+
+def test_a_member_cannot_cancel_a_teammates_job(alice, bob, teams):
+    job = make_job(team=teams["vision"], user=make_user("dave", teams["vision"]))
+    response = api_client(bob).post(f"/api/v1/jobs/{job.pk}/cancel/")
+    assert response.status_code == 403 and "manager" in response.json()["detail"]
+    assert Job.objects.get(pk=job.pk).state == JobState.QUEUED
+
+
+def test_a_manager_cancels_any_job_of_their_team(alice, bobs_job):
+    assert api_client(alice).post(f"/api/v1/jobs/{bobs_job.pk}/cancel/").status_code == 202
+
+
+def test_a_manager_requeues_a_running_job_of_their_team(alice, bobs_job):
+    response = api_client(alice).post(f"/api/v1/jobs/{bobs_job.pk}/requeue/")
+    assert response.status_code == 202, response.content
+    assert (response.json()["state"], response.json()["attempt"]) == ("queued", 2)
+
+
+def test_a_member_cannot_requeue(bob, bobs_job):
+    assert api_client(bob).post(f"/api/v1/jobs/{bobs_job.pk}/requeue/").status_code == 403
+
+
+def test_requeue_of_a_queued_job_names_the_state(alice, teams, bob):
+    job = make_job(team=teams["vision"], user=bob)
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/requeue/")
+    assert response.status_code == 409 and "state" in response.json()
+
+
+def test_an_admin_acts_on_every_team(bobs_job, teams):
+    from apps.accounts.services import user_ensure
+
+    root = user_ensure(username="root", password="pw", superuser=True)
+    client = api_client(root)
+    assert client.get(f"/api/v1/jobs/{bobs_job.pk}/").status_code == 200
+    assert client.post(f"/api/v1/jobs/{bobs_job.pk}/requeue/").status_code == 202
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("state", "running"), ("node", "node-a"), ("gpus", [0, 1]), ("attempt", 7), ("priority_factors", {"age": 1}),
+    ("queue_position", 1), ("id", "00000000-0000-0000-0000-000000000001"),
+])
+def test_mass_assignment_of_platform_fields_is_refused(field, value, bob, demo_registered):
+    import yaml
+
+    document = yaml.safe_load(SEED_SPEC) | {field: value}
+    response = api_client(bob).post("/api/v1/jobs/", document, format="json")
+    assert response.status_code == 400
+    assert "cannot be set" in response.json()[field][0]
+    assert not Job.objects.exists()
+
+
+def test_charging_a_team_the_caller_is_not_in_is_refused(carol, demo_registered):
+    response = api_client(carol).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
+    assert response.status_code == 400
+    assert "not a member" in response.json()["user"][0]
+
+
+def test_charging_another_user_is_refused(bob, alice, demo_registered):
+    response = api_client(bob).post("/api/v1/jobs/", SEED_SPEC.replace("user: vision", "user: alice"),
+                                    content_type="application/yaml")
+    assert response.status_code == 400 and "user" in response.json()
+
+
+def test_unauthenticated_requests_are_refused():
+    from rest_framework.test import APIClient
+
+    assert APIClient().get("/api/v1/jobs/").status_code in (401, 403)
+
+
+@pytest.mark.parametrize("query", ["after=-1", "after=x"])
+def test_bad_query_parameters_name_the_parameter(query, bob, bobs_job):
+    response = api_client(bob).get(f"/api/v1/jobs/{bobs_job.pk}/metrics/?{query}")
+    assert response.status_code == 400 and "after" in response.json()

