@@ -104,7 +104,7 @@ def main() -> None:
     call_command("demo_setup", verbosity=0, stdout=open(os.devnull, "w"))
     with RedisServer(data_dir=WORK / "redis") as server:
         settings.REDIS_URL = server.url
-        settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [server.url]
+        settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = server.url
         results = {"baseline_fresh_interpreter": run("false", args.jobs, server.url),
                    "zygote": run("true", args.jobs, server.url)}
     base, fast = results["baseline_fresh_interpreter"], results["zygote"]

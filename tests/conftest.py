@@ -27,7 +27,7 @@ def use_redis(url: str) -> None:
 
     settings.REDIS_URL = url
     settings.RQ_QUEUES["default"]["URL"] = url
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [url]
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
     kick._client = None
     channel_layers.backends.clear()
 

@@ -1,26 +1,69 @@
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+
+from apps.portal.admin_scoping import SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
 
 from .models import ApiToken, Membership, Team
+from .services import membership_set
+
+MANAGER_ROLES = [(Membership.Role.MEMBER, "member"), (Membership.Role.MANAGER, "manager")]
 
 
-class MembershipInline(admin.TabularInline):
+class RoleChoicesForManagers:
+    """A manager may make people members or managers; only superusers grant the admin role."""
+
+    def formfield_for_choice_field(self, db_field, request, **kwargs):
+        if db_field.name == "role" and not request.user.is_superuser:
+            kwargs["choices"] = MANAGER_ROLES
+        return super().formfield_for_choice_field(db_field, request, **kwargs)
+
+
+class MembershipInline(RoleChoicesForManagers, TeamScopedInline, admin.TabularInline):
     model = Membership
     extra = 0
+    manager_can_add = manager_can_delete = True
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "shares"]
+class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    list_display = ["slug", "name", "shares", "members"]
+    search_fields = ["slug", "name"]
     inlines = [MembershipInline]
+    team_field = "pk"
+    # The fair-share weight decides everyone's priority: only admins change it.
+    superuser_only_fields = ("slug", "shares")
+
+    @admin.display(description="members")
+    def members(self, team: Team) -> int:
+        return team.memberships.count()
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Membership:
+            return super().save_formset(request, form, formset, change)
+        # Through the service, so role changes are audited.
+        for membership in formset.save(commit=False):
+            membership_set(user=membership.user, team=form.instance, role=membership.role, by=request.user)
+        for membership in formset.deleted_objects:
+            membership.delete()
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(RoleChoicesForManagers, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["user", "team", "role"]
     list_filter = ["role", "team"]
+    search_fields = ["user__username", "team__slug"]
+    manager_can_add = manager_can_delete = True
+
+    def save_model(self, request, obj, form, change):
+        if not self.manages(request, obj):
+            raise PermissionDenied("you do not manage that team")
+        if change and {"user", "team"} & set(form.changed_data):
+            return super().save_model(request, obj, form, change)
+        saved = membership_set(user=obj.user, team=obj.team, role=obj.role, by=request.user)
+        obj.pk = saved.pk
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(SuperuserOnlyAdmin, admin.ModelAdmin):
     list_display = ["key_prefix", "name", "user", "created_at", "expires_at", "revoked_at", "last_used_at"]
     readonly_fields = ["key_hash", "key_prefix", "created_at", "last_used_at"]

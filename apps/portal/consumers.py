@@ -2,8 +2,10 @@
 
 Join the group before reading history: Channels dispatches this consumer's messages one
 at a time, so group messages that arrive while ``connect`` reads the database wait
-until it returns; anything at or below the last history ``seq`` is then dropped here,
-and the page dedupes by ``seq`` too.
+until it returns. Those already sent as history are then dropped here (by ``seq``); a
+message *below* the last history ``seq`` that history did not contain (its row was
+written just after the read, or by a second writer whose number was allocated earlier)
+is still delivered. The page dedupes by ``seq`` too and refetches gaps over REST.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def load_history(user, job_id):
                          "data": {"epoch": point.epoch, "attempt": point.attempt, "values": point.values}})
     for event in JobEvent.objects.filter(job=job):
         messages.append({"type": "status", "seq": event.seq, "job": str(job.pk),
-                         "data": {"state": None, "kind": event.kind, "message": event.message, "attempt": event.attempt}})
+                         "data": {"state": None, "kind": event.kind, "message": event.message, "attempt": event.attempt,
+                                  "time": event.created_at.isoformat()}})
     chunks = list(LogChunk.objects.filter(job=job).order_by("-seq")[:HISTORY_LOG_CHUNKS])
     for chunk in reversed(chunks):
         messages.append({"type": "log", "seq": chunk.seq, "job": str(job.pk), "data": {"text": chunk.text}})
@@ -56,11 +59,14 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4404)
             return
         job, messages = loaded
-        self.last_seq = 0
+        self.history_seqs = {message["seq"] for message in messages}
+        self.last_seq = max(self.history_seqs, default=0)
         for message in messages:
             await self.send_json(message)
-            self.last_seq = message["seq"]
-        await self.send_json({"type": "status", "seq": self.last_seq, "job": str(job.pk), "history_end": True,
+        # The snapshot repeats the last history seq so the page knows where live numbering
+        # resumes (a live number above it + 1 means a gap); it is not itself a new message.
+        await self.send_json({"type": "status", "seq": self.last_seq, "job": str(job.pk),
+                              "history_end": True,
                               "data": {"state": job.state, "kind": "snapshot", "attempt": job.attempt,
                                        "epochs_done": job.epochs_done}})
 
@@ -71,10 +77,9 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     async def job_message(self, event):
         message = event["message"]
         seq = message.get("seq")
-        if message.get("type") != "progress" and seq is not None and seq <= getattr(self, "last_seq", 0):
+        if seq is not None and seq in getattr(self, "history_seqs", ()):
+            self.history_seqs.discard(seq)  # sent as history already; each number is sent once
             return
-        if message.get("type") != "progress" and seq is not None:
-            self.last_seq = seq
         await self.send_json(message)
 
     async def receive_json(self, content, **kwargs):

@@ -4,4 +4,14 @@ from . import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("dashboard/live/", views.dashboard_live, name="dashboard-live"),
+    path("jobs/", views.jobs, name="jobs"),
+    path("jobs/new/", views.job_new, name="job-new"),
+    path("jobs/<uuid:job_id>/", views.job_detail, name="job"),
+    path("jobs/<uuid:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("jobs/<uuid:job_id>/resubmit/", views.job_resubmit, name="job-resubmit"),
+    path("usage/", views.usage, name="usage"),
+    path("models/", views.models, name="models"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<int:pk>/revoke/", views.token_revoke_view, name="token-revoke"),
 ]

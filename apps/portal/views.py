@@ -1,18 +1,269 @@
+"""Browser pages. Thin: reads go through selectors, writes through the same services the
+REST API uses, so a page can do nothing the API would refuse."""
+
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+import json
+import uuid
 
+from django.contrib import messages
+from django.contrib.auth import logout
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from apps.accounts.selectors import is_manager_of, team_list, token_get, token_list
+from apps.accounts.services import token_create, token_revoke
 from apps.cluster.selectors import cluster_overview, cluster_totals
-from apps.jobs.selectors import active_jobs_of, queue_depth_by_class
+from apps.datasets.selectors import dataset_list
+from apps.jobs.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
+from apps.jobs.selectors import active_jobs_of, job_get, job_list, queue_depth_by_class
+from apps.jobs.services import DuplicateJob, job_cancel, job_submit
+from apps.jobs.spec import SpecError, load_yaml, parse_spec
+from apps.quotas.selectors import usage_summary
+from apps.registry.selectors import model_list
+
+from .forms import JobForm, YamlSpecForm
+from .selectors import headline_metrics, usage_by_day
+
+MODEL_SUGGESTIONS = ["yolov8n.yaml", "yolov8s.yaml", "yolov8m.yaml", "yolo11n.yaml", "yolo11s.yaml"]
+EXAMPLE_SPEC = """\
+task_name: yolo-v8n-demo
+command: "yolo train data=demo model=yolov8n.yaml epochs=10 imgsz=640"
+resources: {gpu: 1, memory: 8Gi, cpu: "4"}
+priority: medium
+timeout: 7200
+"""
+JOBS_PER_PAGE = 50
+
+
+# --- dashboard ------------------------------------------------------------------------------
+
+
+def dashboard_context(user) -> dict:
+    nodes = cluster_overview(user=user)
+    return {
+        "nodes": nodes,
+        "totals": cluster_totals(nodes),
+        "queue_depth": queue_depth_by_class(),
+        "my_jobs": list(active_jobs_of(user=user).order_by("queue_position", "-created_at")[:50]),
+    }
 
 
 @login_required
 def dashboard(request):
-    nodes = cluster_overview(user=request.user)
-    return render(request, "portal/dashboard.html", {
-        "nodes": nodes,
-        "totals": cluster_totals(nodes),
-        "queue_depth": queue_depth_by_class(),
-        "my_jobs": active_jobs_of(user=request.user)[:50],
+    return render(request, "portal/dashboard.html", dashboard_context(request.user))
+
+
+@login_required
+@never_cache
+def dashboard_live(request):
+    """The part of the dashboard that htmx refreshes every few seconds."""
+    return render(request, "portal/_dashboard_live.html", dashboard_context(request.user))
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+@login_required
+def jobs(request):
+    scope = request.GET.get("scope", "mine")
+    state = request.GET.get("state", "")
+    team = request.GET.get("team", "")
+    queryset = job_list(user=request.user, mine=scope == "mine", team=team or None)
+    if state == "active":
+        queryset = queryset.filter(state__in=ACTIVE_STATES)
+    elif state == "finished":
+        queryset = queryset.filter(state__in=TERMINAL_STATES)
+    elif state in JobState.values:
+        queryset = queryset.filter(state=state)
+    page = Paginator(queryset.order_by("-created_at"), JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "portal/jobs.html", {
+        "page": page, "scope": scope, "state": state, "team": team, "query": query.urlencode(),
+        "teams": [t.slug for t in team_list(user=request.user)],
+        "states": ["active", "finished", *JobState.values],
     })
+
+
+def visible_job_or_404(request, job_id) -> Job:
+    job = job_get(user=request.user, job_id=job_id)
+    if job is None:
+        raise Http404("No job with that id in your teams.")
+    return job
+
+
+def may_cancel(user, job: Job) -> bool:
+    return job.user_id == user.pk or is_manager_of(user=user, team=job.team)
+
+
+@login_required
+def job_detail(request, job_id):
+    job = visible_job_or_404(request, job_id)
+    model_version = getattr(job, "model_version", None) if job.state == JobState.SUCCEEDED else None
+    return render(request, "portal/job.html", {
+        "job": job,
+        "epochs": (job.spec.get("train_args") or {}).get("epochs"),
+        "can_cancel": job.state in ACTIVE_STATES and may_cancel(request.user, job),
+        "model_version": model_version,
+        "page_config": {
+            "job": str(job.pk),
+            "state": job.state,
+            "epochs": (job.spec.get("train_args") or {}).get("epochs"),
+            "terminal": [s.value for s in TERMINAL_STATES],
+            "socket": f"/ws/jobs/{job.pk}/",
+            "api": f"/api/v1/jobs/{job.pk}/",
+        },
+    })
+
+
+@login_required
+@require_POST
+def job_cancel_view(request, job_id):
+    job = visible_job_or_404(request, job_id)
+    if not may_cancel(request.user, job):
+        messages.error(request, "Only the job's owner or a manager of its team may cancel it.")
+    elif job.state not in ACTIVE_STATES:
+        messages.info(request, f"The job is already {job.state}; nothing to cancel.")
+    elif job_cancel(job=job, by=request.user):
+        job.refresh_from_db(fields=["state"])
+        messages.success(request, "Cancelled." if job.state == JobState.CANCELLED
+                         else "Cancel requested; the worker is stopping the training process.")
+    return redirect("job", job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_resubmit(request, job_id):
+    """Submit the same spec again as a new job (the duplicate check still applies)."""
+    job = visible_job_or_404(request, job_id)
+    try:
+        document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
+        if not isinstance(document, dict):
+            raise SpecError({"spec": "the original spec text is missing; use Edit & resubmit"})
+        new_job, _ = job_submit(user=request.user, spec=parse_spec(document), raw_spec=job.raw_spec,
+                                idempotency_key=request.POST.get("idempotency_key", "")[:200])
+    except SpecError as exc:
+        messages.error(request, "Could not resubmit: " + "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
+        return redirect(f"{reverse('job-new')}?from={job.pk}")
+    except DuplicateJob as dup:
+        messages.warning(request, "An identical job of your team is still active; this is it.")
+        return redirect("job", job_id=dup.job.pk)
+    messages.success(request, f"Resubmitted as a new job (from {job.task_name}).")
+    return redirect("job", job_id=new_job.pk)
+
+
+@login_required
+def job_new(request):
+    """Submit through the common-fields form or the full YAML spec; errors stay at their field."""
+    teams = [t.slug for t in team_list(user=request.user)]
+    job_form = JobForm(teams=teams, prefix="f")
+    yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": EXAMPLE_SPEC})
+    mode = "form"
+    duplicate_of = None
+    if request.method == "GET" and request.GET.get("from"):
+        source = job_get(user=request.user, job_id=request.GET["from"])
+        if source is not None and source.raw_spec:
+            yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": source.raw_spec})
+            mode = "yaml"
+    if request.method == "POST":
+        mode = "yaml" if request.POST.get("mode") == "yaml" else "form"
+        form = YamlSpecForm(request.POST, request.FILES, prefix="y") if mode == "yaml" else \
+            JobForm(request.POST, teams=teams, prefix="f")
+        if mode == "yaml":
+            yaml_form = form
+        else:
+            job_form = form
+        if form.is_valid():
+            try:
+                document = form.spec_document()
+                if not form.errors:
+                    raw = form.cleaned_data["spec_text"] if mode == "yaml" else json.dumps(document, indent=2)
+                    job, _ = job_submit(user=request.user, spec=parse_spec(document), raw_spec=raw,
+                                        idempotency_key=request.POST.get("idempotency_key", "")[:200])
+                    messages.success(request, f"Submitted {job.task_name}.")
+                    return redirect("job", job_id=job.pk)
+            except SpecError as exc:
+                form.add_spec_errors(exc)
+            except DuplicateJob as dup:
+                duplicate_of = dup.job
+    return render(request, "portal/submit.html", {
+        "job_form": job_form, "yaml_form": yaml_form, "mode": mode, "duplicate_of": duplicate_of,
+        "datasets": dataset_list(user=request.user).values_list("name", flat=True).distinct(),
+        "models": MODEL_SUGGESTIONS + [f"{m.name}:v{m.version}" for m in model_list(user=request.user)[:50]],
+        "idempotency_key": uuid.uuid4().hex,
+    })
+
+
+# --- usage, models, tokens -------------------------------------------------------------------
+
+
+@login_required
+def usage(request):
+    summary = usage_summary(user=request.user)
+    return render(request, "portal/usage.html", {
+        "summary": summary,
+        "chart": {**usage_by_day(user=request.user), "quota": summary["me"].get("quota_gpu_hours_24h")},
+    })
+
+
+@login_required
+def models(request):
+    versions = list(model_list(user=request.user)[:500])
+    for version in versions:
+        version.headline = headline_metrics(version.metrics or {})
+    return render(request, "portal/models.html", {"versions": versions})
+
+
+@login_required
+@never_cache
+def tokens(request):
+    new_key = None
+    errors = {}
+    if request.method == "POST":
+        name = request.POST.get("name", "").strip()[:100] or "cli"
+        days_raw = request.POST.get("ttl_days", "").strip()
+        days = None
+        if days_raw:
+            try:
+                days = int(days_raw)
+                if not 1 <= days <= 3650:
+                    raise ValueError
+            except ValueError:
+                errors["ttl_days"] = "must be a whole number of days between 1 and 3650, or empty for no expiry"
+        if not errors:
+            _, new_key = token_create(user=request.user, name=name, ttl_days=days)
+    return render(request, "portal/tokens.html", {
+        "tokens": token_list(user=request.user), "new_key": new_key, "errors": errors,
+        "server_url": request.build_absolute_uri("/").rstrip("/"),
+    })
+
+
+@login_required
+@require_POST
+def token_revoke_view(request, pk: int):
+    token = token_get(user=request.user, pk=pk)
+    if token is None:
+        raise Http404("No such token.")
+    token_revoke(token=token)
+    messages.success(request, f"Token {token.key_prefix}… revoked.")
+    return redirect("tokens")
+
+
+# --- sign out ---------------------------------------------------------------------------------
+
+
+@never_cache
+def sign_out(request):
+    """GET asks (Django only signs out on POST, against cross-site log-outs); POST signs out."""
+    if request.method == "POST":
+        logout(request)
+        return redirect("login")
+    if not request.user.is_authenticated:
+        return redirect("login")
+    return render(request, "registration/logout_confirm.html")

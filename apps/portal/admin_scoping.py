@@ -1,0 +1,232 @@
+"""Manager-scoped Django admin: a team manager sees and edits only their teams' rows.
+
+Django's admin normally asks the auth permission tables; here the team role decides.
+A superuser sees everything. A staff user who manages at least one team (role manager
+or admin in :class:`~apps.accounts.models.Membership`) sees the rows whose team they
+manage, and nothing else: querysets, foreign-key choices, list filters and saves are
+all scoped. Anyone else sees nothing.
+
+Use it on any team-owned model::
+
+    @admin.register(Dataset)
+    class DatasetAdmin(TeamScopedAdmin, admin.ModelAdmin):
+        team_field = "team"            # the lookup path from the row to its Team
+        manager_can_add = True
+
+For rows that belong to nobody's team (nodes, the RQ dashboard) use
+:class:`SuperuserEditAdmin`.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import wraps
+
+from django.contrib import admin
+from django.contrib.auth.decorators import user_passes_test
+from django.core.exceptions import PermissionDenied
+
+from apps.accounts.models import Team
+from apps.accounts.selectors import managed_team_ids
+
+
+def managed_ids(request) -> list[int]:
+    """The teams the request's user manages, computed once per request."""
+    cached = getattr(request, "_managed_team_ids", None)
+    if cached is None:
+        user = request.user
+        cached = managed_team_ids(user=user) if user.is_active and user.is_staff else []
+        request._managed_team_ids = cached
+    return cached
+
+
+class ManagedTeamFilter(admin.SimpleListFilter):
+    """A ``team`` list filter that offers only the teams the viewer manages."""
+
+    title = "team"
+    parameter_name = "team"
+
+    def lookups(self, request, model_admin):
+        teams = Team.objects.all() if request.user.is_superuser else Team.objects.filter(pk__in=managed_ids(request))
+        return [(str(t.pk), t.slug) for t in teams]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(**{f"{self._team_field}__pk": self.value()})
+        return queryset
+
+    def __init__(self, request, params, model, model_admin):
+        self._team_field = getattr(model_admin, "team_field", "team")
+        super().__init__(request, params, model, model_admin)
+
+
+class TeamScopedAdmin:
+    """Mixin for ModelAdmin: permissions and rows follow the viewer's managed teams.
+
+    ``team_field``           lookup path from the row to its Team ("team", "job__team"; "pk" for Team)
+    ``manager_can_add``      managers may create rows (for their teams)
+    ``manager_can_change``   managers may edit rows of their teams
+    ``manager_can_delete``   managers may delete rows of their teams
+    ``superuser_only_fields`` fields a manager sees read-only (e.g. a team's fair-share weight)
+    """
+
+    team_field: str = "team"
+    manager_can_add: bool = False
+    manager_can_change: bool = True
+    manager_can_delete: bool = False
+    superuser_only_fields: tuple[str, ...] = ()
+
+    # --- which rows -----------------------------------------------------------------------
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(**{f"{self.team_field}__in": managed_ids(request)})
+
+    def team_of(self, obj) -> int | None:
+        """The id of the team ``obj`` belongs to (follows ``team_field``)."""
+        if self.team_field == "pk":
+            return obj.pk
+        value = obj
+        for part in self.team_field.split("__"):
+            value = getattr(value, part, None)
+            if value is None:
+                return None
+        return value.pk if isinstance(value, Team) else value
+
+    def manages(self, request, obj=None) -> bool:
+        if request.user.is_superuser:
+            return True
+        teams = managed_ids(request)
+        if not teams:
+            return False
+        return obj is None or self.team_of(obj) in teams
+
+    # --- what the viewer may do -------------------------------------------------------------
+
+    def has_module_permission(self, request):
+        return self.manages(request)
+
+    def has_view_permission(self, request, obj=None):
+        return self.manages(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        if request.user.is_superuser:
+            return True
+        return self.manager_can_change and self.manages(request, obj)
+
+    def has_add_permission(self, request, *args):
+        if request.user.is_superuser:
+            return True
+        return self.manager_can_add and self.manages(request)
+
+    def has_delete_permission(self, request, obj=None):
+        if request.user.is_superuser:
+            return True
+        return self.manager_can_delete and self.manages(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            fields += [f for f in self.superuser_only_fields if f not in fields]
+        return fields
+
+    def get_list_filter(self, request):
+        # The stock related-field filter would list every team; offer only the managed ones.
+        return [ManagedTeamFilter if f == self.team_field else f for f in super().get_list_filter(request)]
+
+    # --- choices and saves --------------------------------------------------------------------
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.related_model is Team and not request.user.is_superuser:
+            kwargs["queryset"] = Team.objects.filter(pk__in=managed_ids(request))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        # Defence in depth: the form already offers only managed teams.
+        if not self.manages(request, obj):
+            raise PermissionDenied("you do not manage that team")
+        super().save_model(request, obj, form, change)
+
+    def delete_model(self, request, obj):
+        if not self.manages(request, obj):
+            raise PermissionDenied("you do not manage that team")
+        super().delete_model(request, obj)
+
+
+class TeamScopedInline(TeamScopedAdmin):
+    """The same rules for inlines. Django passes the *parent* to an inline's permission
+    checks, so ``parent_team_field`` leads from the parent to its team ("pk" when the
+    parent is the Team itself); ``team_field`` still scopes the inline's own rows."""
+
+    parent_team_field: str = "pk"
+
+    def team_of(self, obj) -> int | None:
+        if self.parent_team_field == "pk":
+            return obj.pk if isinstance(obj, Team) else None
+        value = obj
+        for part in self.parent_team_field.split("__"):
+            value = getattr(value, part, None)
+            if value is None:
+                return None
+        return value.pk if isinstance(value, Team) else value
+
+    def has_add_permission(self, request, obj=None):
+        if request.user.is_superuser:
+            return True
+        return self.manager_can_add and self.manages(request)
+
+
+class SuperuserEditAdmin:
+    """Shared infrastructure: staff managers may look, only superusers change anything."""
+
+    def has_module_permission(self, request):
+        return request.user.is_superuser or bool(managed_ids(request))
+
+    def has_view_permission(self, request, obj=None):
+        return self.has_module_permission(request)
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_add_permission(self, request, *args):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+class SuperuserOnlyAdmin:
+    """Not shown to managers at all (API tokens of other people, the RQ dashboard)."""
+
+    def has_module_permission(self, request):
+        return request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_add_permission(self, request, *args):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+def superuser_required(view):
+    """Wrap a view so only active superusers reach it (others go to the admin sign-in)."""
+    check = user_passes_test(lambda u: u.is_active and u.is_superuser, login_url="admin:login")
+    return wraps(view)(check(view))
+
+
+def superuser_only_patterns(patterns: list) -> list:
+    """The same URL patterns with every view wrapped by :func:`superuser_required`."""
+    wrapped = []
+    for pattern in patterns:
+        clone = copy.copy(pattern)
+        clone.callback = superuser_required(pattern.callback)
+        wrapped.append(clone)
+    return wrapped

@@ -1,0 +1,57 @@
+"""Reads that only the pages need, scoped to the caller like every selector."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from django.db.models import Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from apps.accounts.selectors import team_list
+from apps.jobs.models import HOLDING_STATES, Job
+from apps.quotas.models import UsageRecord
+from apps.quotas.selectors import running_gpu_seconds
+
+METRIC_COLUMNS = [
+    ("mAP50-95", ("metrics/mAP50-95(B)", "metrics/mAP50-95(M)", "metrics/mAP50-95(P)")),
+    ("mAP50", ("metrics/mAP50(B)", "metrics/mAP50(M)", "metrics/mAP50(P)")),
+    ("precision", ("metrics/precision(B)", "metrics/precision(M)", "metrics/precision(P)")),
+    ("recall", ("metrics/recall(B)", "metrics/recall(M)", "metrics/recall(P)")),
+    ("top1", ("metrics/accuracy_top1",)),
+]
+
+
+def usage_by_day(*, user, days: int = 14) -> dict:
+    """GPU-hours per day over the last ``days`` days: the caller's and each of their teams'.
+
+    Finished attempts count on the day they ended; what runs now counts today.
+    """
+    now = timezone.now()
+    today = timezone.localdate(now)
+    labels = [today - timedelta(days=n) for n in range(days - 1, -1, -1)]
+    since = now - timedelta(days=days + 1)
+
+    def series(records, running) -> list[float]:
+        per_day: dict[date, float] = {
+            row["day"]: row["seconds"] or 0.0
+            for row in records.filter(ended_at__gte=since).annotate(day=TruncDate("ended_at"))
+            .values("day").annotate(seconds=Sum("gpu_seconds"))
+        }
+        per_day[today] = per_day.get(today, 0.0) + running_gpu_seconds(running, now)
+        return [round(per_day.get(day, 0.0) / 3600, 3) for day in labels]
+
+    mine = series(UsageRecord.objects.filter(user=user), Job.objects.filter(user=user, state__in=HOLDING_STATES))
+    teams = {
+        team.slug: series(UsageRecord.objects.filter(team=team), Job.objects.filter(team=team, state__in=HOLDING_STATES))
+        for team in team_list(user=user)
+    }
+    return {"labels": [day.isoformat() for day in labels], "me": mine, "teams": teams}
+
+
+def headline_metrics(values: dict) -> dict[str, float | None]:
+    """The few numbers people compare models by, whatever the task's suffix (B, M, P)."""
+    found: dict[str, float | None] = {}
+    for label, keys in METRIC_COLUMNS:
+        found[label] = next((values[k] for k in keys if values.get(k) is not None), None)
+    return found

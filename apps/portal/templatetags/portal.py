@@ -1,0 +1,48 @@
+"""Small display filters for the pages."""
+
+from __future__ import annotations
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def mib(value) -> str:
+    """MiB → '16 GiB', '512 MiB'."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return ""
+    if value >= 1024:
+        return f"{value / 1024:.1f}".removesuffix(".0") + " GiB"
+    return f"{value:.0f} MiB"
+
+
+@register.filter
+def seconds(value) -> str:
+    """Seconds → '2 h 5 min', '45 s'."""
+    try:
+        value = int(value)
+    except (TypeError, ValueError):
+        return ""
+    days, rest = divmod(value, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
+    text = " ".join(p for p in parts if p)
+    return text or f"{secs} s"
+
+
+@register.filter
+def metric(value) -> str:
+    """A metric to three decimals; empty when missing."""
+    try:
+        return f"{float(value):.3f}"
+    except (TypeError, ValueError):
+        return "–"
+
+
+@register.filter
+def get(mapping, key):
+    return mapping.get(key) if hasattr(mapping, "get") else None

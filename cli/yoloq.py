@@ -1,0 +1,354 @@
+"""yoloq: the command line for yoloportal, with the habits of Slurm users.
+
+    yoloq login URL [--token KEY]     sbatch's cousins need a server and a token first
+    yoloq submit job.yaml             ~ sbatch
+    yoloq queue [--mine]              ~ squeue
+    yoloq status ID [--json]          ~ scontrol show job
+    yoloq logs [-f] ID                ~ tail -f slurm-ID.out
+    yoloq cancel ID                   ~ scancel
+
+Talks to the REST API (``/api/v1/``) with ``Authorization: Token …``. The server URL and
+token live in ``$XDG_CONFIG_HOME/yoloq/config.json`` (``~/.config/yoloq/config.json``),
+readable only by you; ``YOLOQ_URL`` and ``YOLOQ_TOKEN`` override it. A job ID may be
+shortened to any unique prefix, as shown by ``yoloq queue``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+
+TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
+TIMEOUT_S = 30
+
+
+class CliError(Exception):
+    """A problem to print for the user (no traceback); exit status 1."""
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def config_path() -> Path:
+    if os.environ.get("YOLOQ_CONFIG"):
+        return Path(os.environ["YOLOQ_CONFIG"])
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "yoloq" / "config.json"
+
+
+def config_load() -> dict[str, str]:
+    path = config_path()
+    config: dict[str, str] = {}
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text())
+        except ValueError as exc:
+            raise CliError(f"{path} is not valid JSON ({exc}); run `yoloq login URL` again") from None
+    if os.environ.get("YOLOQ_URL"):
+        config["url"] = os.environ["YOLOQ_URL"]
+    if os.environ.get("YOLOQ_TOKEN"):
+        config["token"] = os.environ["YOLOQ_TOKEN"]
+    if not config.get("url") or not config.get("token"):
+        raise CliError("not logged in: run `yoloq login URL` (get a token on the portal's API tokens page)")
+    return config
+
+
+def config_save(url: str, token: str) -> Path:
+    """Write the config readable by the owner only (0600), in a 0700 folder."""
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temp = path.with_suffix(".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"url": url, "token": token}, f, indent=2)
+    os.chmod(temp, 0o600)  # the umask cannot widen it, but an existing file kept its mode
+    os.replace(temp, path)
+    return path
+
+
+# --- HTTP ------------------------------------------------------------------------------------
+
+
+class Api:
+    def __init__(self, url: str, token: str) -> None:
+        self.base = url.rstrip("/") + "/api/v1/"
+        self.session = requests.Session()
+        self.session.headers.update({"Authorization": f"Token {token}", "Accept": "application/json",
+                                     "User-Agent": "yoloq"})
+
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), **kwargs: Any) -> requests.Response:
+        try:
+            response = self.session.request(method, self.base + path, timeout=TIMEOUT_S, **kwargs)
+        except requests.RequestException as exc:
+            raise CliError(f"cannot reach {self.base}: {exc}") from None
+        if response.status_code in ok:
+            return response
+        raise CliError(error_text(response))
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params).json()
+
+
+def error_text(response: requests.Response) -> str:
+    """The server's field errors as 'field: message' lines."""
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}: {response.text[:300]}"
+    if response.status_code == 401:
+        return "the server refused the token (invalid, expired or revoked): run `yoloq login URL` again"
+    if isinstance(body, dict):
+        lines = []
+        for key, value in body.items():
+            if key == "job":
+                continue
+            message = " ".join(value) if isinstance(value, list) else str(value)
+            lines.append(message if key == "detail" else f"{key}: {message}")
+        if lines:
+            return "\n".join(lines)
+    return f"HTTP {response.status_code}: {body}"
+
+
+def api_from_config() -> Api:
+    config = config_load()
+    return Api(config["url"], config["token"])
+
+
+def job_resolve(api: Api, ref: str) -> str:
+    """A full job id from an id or a unique prefix of one (as `yoloq queue` prints)."""
+    try:
+        return str(uuid.UUID(ref))
+    except ValueError:
+        pass
+    if len(ref) < 4:
+        raise CliError(f"job id {ref!r} is too short; give at least 4 characters")
+    matches = [j["id"] for j in api.get("jobs/", limit=1000)["results"] if j["id"].startswith(ref.lower())]
+    if not matches:
+        raise CliError(f"no job of yours or your teams' starts with {ref!r}")
+    if len(matches) > 1:
+        raise CliError(f"{ref!r} matches {len(matches)} jobs; give more characters")
+    return matches[0]
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def when(iso: str | None) -> str:
+    """'in 5 min', '2 h ago' from an ISO timestamp."""
+    if not iso:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    seconds = (moment - datetime.now(UTC)).total_seconds()
+    size = abs(seconds)
+    text = f"{size:.0f} s" if size < 90 else f"{size / 60:.0f} min" if size < 5400 else f"{size / 3600:.1f} h"
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def gpus_text(value: float) -> str:
+    return f"{value:g}"
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    url = args.url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise CliError("URL must start with http:// or https://")
+    token = args.token or os.environ.get("YOLOQ_TOKEN") or getpass.getpass("API token (from the portal's API tokens page): ")
+    token = token.strip()
+    if not token:
+        raise CliError("no token given")
+    me = Api(url, token).get("usage/")
+    path = config_save(url, token)
+    print(f"Logged in to {url} as {me.get('user', '?')}; settings saved in {path}")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    path = Path(args.file)
+    try:
+        body = sys.stdin.buffer.read() if args.file == "-" else path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc.strerror}") from None
+    # One key per invocation: a retried request cannot queue the job twice.
+    headers = {"Content-Type": "application/yaml", "Idempotency-Key": f"yoloq-{uuid.uuid4()}"}
+    response = api.request("POST", "jobs/", data=body, headers=headers, ok=(200, 201, 400, 409))
+    job = response.json()
+    if response.status_code == 400:
+        print(f"{args.file}: the spec was refused:", file=sys.stderr)
+        for field, messages in job.items():
+            print(f"  {field}: {' '.join(messages) if isinstance(messages, list) else messages}", file=sys.stderr)
+        return 1
+    if response.status_code == 409:
+        twin = job.get("job", {})
+        print(f"{job.get('detail')}\n  active twin: {twin.get('id')} ({twin.get('state')})", file=sys.stderr)
+        return 1
+    if args.quiet:
+        print(job["id"])
+        return 0
+    print(f"Submitted job {job['id']} ({job['task_name']}) for team {job['team']}: {job['state']}")
+    print(f"  follow it: yoloq status {job['id'][:8]}   ·   yoloq logs -f {job['id'][:8]}")
+    return 0
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    rows = []
+    for state in ("running", "starting"):
+        params = {"state": state, "limit": 500, **({"mine": "true"} if args.mine else {})}
+        for j in api.get("jobs/", **params)["results"]:
+            rows.append(["", j["id"][:8], j["task_name"], j["team"], j["user"], j["priority_class"],
+                         gpus_text(j["resources"]["gpu"]), j["state"], f"on {j['node']} (started {when(j['started_at'])})"])
+    me = None
+    for q in api.get("queue/")["results"]:
+        if args.mine:
+            me = me or api.get("usage/")["user"]
+            if q["user"] != me:
+                continue
+        rows.append([str(q["position"] or ""), q["id"][:8], q["task_name"], q["team"], q["user"],
+                     q["priority_class"], gpus_text(q["resources"]["gpu"]), "queued",
+                     f"start {when(q['estimated_start_at'])}; {q['reason']}" if q["estimated_start_at"] else q["reason"]])
+    if not rows:
+        print("Nothing running or queued.")
+        return 0
+    print(table(rows, ["POS", "ID", "TASK", "TEAM", "USER", "CLASS", "GPUS", "STATE", "WHERE / WHY"]))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    job = api.get(f"jobs/{job_resolve(api, args.id)}/")
+    if args.json:
+        print(json.dumps(job, indent=2))
+        return 0
+    epochs = f"{job['epochs_done']}/{job['epochs']}" if job.get("epochs") else str(job["epochs_done"])
+    lines = [
+        ("job", f"{job['id']}  {job['task_name']}"),
+        ("state", job["state"] + (" (cancel requested)" if job.get("cancel_requested") and job["state"] not in TERMINAL else "")),
+        ("team / user", f"{job['team']} / {job['user']}"),
+        ("class", f"{job['priority_class']} (priority {job['priority']:.3f})"),
+        ("resources", f"{gpus_text(job['resources']['gpu'])} GPU(s), timeout {job['timeout_s']} s"),
+        ("attempt", str(job["attempt"])),
+    ]
+    if job["state"] == "queued":
+        lines += [("position", str(job["queue_position"] or "-")),
+                  ("estimated start", when(job["estimated_start_at"])), ("why it waits", job["reason"] or "-")]
+    if job["node"]:
+        lines.append(("node", f"{job['node']} GPUs {job['gpus']}" + (" (simulated)" if job["simulated"] else "")))
+    lines += [("epochs done", epochs), ("submitted", when(job["created_at"]))]
+    if job["started_at"]:
+        lines.append(("started", when(job["started_at"])))
+    if job["finished_at"]:
+        lines.append(("finished", when(job["finished_at"])))
+    if job.get("model_version"):
+        lines.append(("model", f"models/{job['model_version']} (download: {api.base}models/{job['model_version']}/download/)"))
+    width = max(len(k) for k, _ in lines)
+    print("\n".join(f"{k.rjust(width)}: {v}" for k, v in lines))
+    if job["error"]:
+        print(f"\n{job['error']}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    after = 0
+    while True:
+        body = api.get(f"jobs/{job_id}/logs/", after=after)
+        for chunk in body["results"]:
+            sys.stdout.write(chunk["text"])
+            after = chunk["seq"]
+        sys.stdout.flush()
+        if body["results"] and len(body["results"]) >= 500:
+            continue  # more pages
+        if not args.follow or body["state"] in TERMINAL:
+            if args.follow:
+                print(f"\n[yoloq] job {body['state']}", file=sys.stderr)
+            return 0
+        time.sleep(args.interval)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    job = api.request("POST", f"jobs/{job_id}/cancel/", ok=(202,)).json()
+    if job["state"] == "cancelled":
+        print(f"Cancelled {job_id} ({job['task_name']}).")
+    else:
+        print(f"Cancel requested for {job_id} ({job['task_name']}); its worker is stopping it.")
+    return 0
+
+
+# --- entry point -----------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="yoloq", description="Submit and follow YOLO training jobs on yoloportal.")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = commands.add_parser("login", help="save the server URL and your API token")
+    p.add_argument("url", help="the portal, e.g. http://gpu-portal:8000")
+    p.add_argument("--token", help="API token (asked for when not given)")
+    p.set_defaults(func=cmd_login)
+
+    p = commands.add_parser("submit", help="submit a job spec (YAML), like sbatch")
+    p.add_argument("file", help="job spec file, or - for standard input")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the job id")
+    p.set_defaults(func=cmd_submit)
+
+    p = commands.add_parser("queue", help="running and queued jobs of your teams, like squeue")
+    p.add_argument("--mine", action="store_true", help="only my jobs")
+    p.set_defaults(func=cmd_queue)
+
+    p = commands.add_parser("status", help="one job in detail")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true", help="the API's job object")
+    p.set_defaults(func=cmd_status)
+
+    p = commands.add_parser("logs", help="a job's log")
+    p.add_argument("id")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_logs)
+
+    p = commands.add_parser("cancel", help="cancel a job, like scancel")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_cancel)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"yoloq: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The portal in a real browser: sign in, submit, watch the curves arrive live, cancel."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from apps.jobs.models import Job, JobState, MetricPoint
+from apps.jobs.services import job_transition, metrics_record, seq_allocate
+from tests.portal.helpers import submit
+
+from .conftest import screenshot, sign_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+JOB_URL = re.compile(r".*/jobs/[0-9a-f-]{36}/$")
+
+
+def in_thread(function, *args, **kwargs):
+    """Run outside Playwright's event loop (async_to_sync, used by the publisher, refuses to run inside it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    def call():
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result()
+
+
+def chart_points(page, chart: str = "loss-chart") -> int:
+    return int(page.get_attribute(f"#{chart}", "data-points") or 0)
+
+
+def test_every_page_renders_without_script_errors_and_signs_out(live_portal, page, alice, node):
+    _, web = live_portal
+    page.goto(f"{web.url}/accounts/login/")
+    screenshot(page, "01-sign-in")
+    sign_in(page, web.url, "alice", "pw-alice")
+    for path, name in [("/", "02-dashboard-idle"), ("/jobs/", "03-jobs-empty"), ("/usage/", "04-usage"),
+                       ("/models/", "05-models-empty"), ("/tokens/", "06-tokens")]:
+        page.goto(web.url + path)
+        page.wait_for_load_state("networkidle")
+        screenshot(page, name)
+    assert page.errors == []
+    page.click("header .logout button")
+    page.wait_for_url(f"{web.url}/accounts/login/")
+
+
+def test_a_gap_in_the_live_numbers_is_refetched_over_rest(live_portal, page, alice, node):
+    """A dropped epoch message (written, never published) shows up once the next one reveals the gap."""
+    _, web = live_portal
+    job = submit(alice, task_name="gap")
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.RUNNING, node=node, gpu_indices=[0])
+    sign_in(page, web.url, "alice", "pw-alice")
+    page.goto(f"{web.url}/jobs/{job.pk}/")
+    page.wait_for_function("window.jobPage.live()")  # history sent: what follows is live
+
+    dropped = seq_allocate(job.pk)
+    MetricPoint.objects.create(job=job, epoch=1, attempt=1, seq=dropped, values={"train/box_loss": 2.0})
+    in_thread(metrics_record, job, epoch=2, values={"train/box_loss": 1.0})
+
+    page.wait_for_function("window.jobPage.epochs().length === 2", timeout=10_000)
+    stats = page.evaluate("window.jobPage.stats")
+    assert stats["gaps"] == 1 and stats["refetched"] == 1
+    assert page.evaluate("window.jobPage.metric(1)") == {"train/box_loss": 2.0}
+    assert page.evaluate("window.jobPage.state()") == "running"  # not the end-of-job resync
+    assert page.errors == []
+
+
+@pytest.mark.integration
+def test_submit_watch_the_curves_live_and_cancel_a_second_job(live_portal, page, alice):
+    live, web = live_portal
+    live.start_scheduler()
+    live.start_worker()
+    sign_in(page, web.url, "alice", "pw-alice")
+
+    # 1. A bad value is shown at its field; fixing it submits and lands on the job page.
+    page.goto(f"{web.url}/jobs/new/")
+    page.fill("#id_f-task_name", "browser-run")
+    page.fill("#id_f-dataset", "demo")
+    page.fill("#id_f-epochs", "ten")
+    page.fill("#id_f-imgsz", "128")
+    page.fill("#id_f-batch", "8")
+    page.click("#common button[type=submit]")
+    error = page.locator("#field-f-epochs .field-error")
+    assert error.inner_text() == "must be an integer, got 'ten'"
+    screenshot(page, "07-submit-error-at-field")
+    assert not Job.objects.exists()
+    page.fill("#id_f-epochs", "3")
+    page.click("#common button[type=submit]")
+    page.wait_for_url(JOB_URL)
+    job = Job.objects.get()
+
+    # 2. The loss chart gains points over the socket while the job runs.
+    page.wait_for_function("Number(document.getElementById('loss-chart').dataset.points) >= 1", timeout=180_000)
+    assert page.evaluate("window.jobPage.stats.refetched") == 0, "the first point came over the socket"
+    screenshot(page, "08-job-running")
+    page.evaluate("window.jobPage.drop()")  # a lost connection: it reconnects and catches up
+    page.wait_for_function("document.body.dataset.synced === 'true'", timeout=180_000)
+    assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
+
+    # 3. The chart ends equal to the database.
+    stored = {p.epoch: p.values for p in MetricPoint.objects.filter(job=job)}
+    assert page.evaluate("window.jobPage.epochs()") == sorted(stored) == [1, 2, 3]
+    for epoch, values in stored.items():
+        assert page.evaluate(f"window.jobPage.metric({epoch})") == values
+    assert chart_points(page, "loss-chart") == chart_points(page, "map-chart") == 3
+    assert page.evaluate("window.jobPage.stats.reconnects") >= 1
+    page.wait_for_selector("#model-link:not(.hidden)")
+    assert page.locator("#timeline li[data-kind=succeeded]").count() == 1
+    screenshot(page, "09-job-succeeded")
+
+    # 4. A second job, from the YAML tab, cancelled from its page while it runs.
+    page.goto(f"{web.url}/jobs/new/")
+    page.click("a[data-tab=yaml]")
+    page.fill("#id_y-spec_text", 'task_name: long-run\ncommand: "yolo train data=demo model=yolov8n.yaml '
+                                 'epochs=200 imgsz=128 batch=8"\nresources: {gpu: 1}\n')
+    screenshot(page, "10-submit-yaml")
+    page.click("#yaml button[type=submit]")
+    page.wait_for_url(JOB_URL)
+    page.wait_for_selector("#state[data-state=running]", timeout=120_000)
+    page.wait_for_function("document.querySelector('#batch-progress:not(.hidden)') !== null", timeout=120_000)
+    screenshot(page, "11-second-job-running")
+    page.click("#cancel-button")
+    page.wait_for_selector("#state[data-state=cancelled]", timeout=60_000)
+    assert Job.objects.get(task_name="long-run").state == JobState.CANCELLED
+    screenshot(page, "12-second-job-cancelled")
+
+    for path, name in [("/", "13-dashboard"), ("/jobs/?scope=team", "14-jobs"), ("/models/", "15-models"),
+                       ("/usage/", "16-usage")]:
+        page.goto(web.url + path)
+        page.wait_for_load_state("networkidle")
+        screenshot(page, name)
+    assert "browser-run" in page.goto(f"{web.url}/models/").text()
+    assert page.errors == []

@@ -1,0 +1,90 @@
+"""yoloq against a live server: login, submit, queue, status, logs -f, cancel."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from apps.accounts.services import token_create
+from apps.jobs.models import Job, JobState
+from apps.jobs.services import job_transition, log_append
+from cli import yoloq
+from tests.conftest import SEED_SPEC
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    path = tmp_path / "home" / "yoloq" / "config.json"
+    monkeypatch.setenv("YOLOQ_CONFIG", str(path))
+    monkeypatch.delenv("YOLOQ_URL", raising=False)
+    monkeypatch.delenv("YOLOQ_TOKEN", raising=False)
+    return path
+
+
+@pytest.fixture
+def logged_in(web, alice, config):
+    _, key = token_create(user=alice, name="cli")
+    assert yoloq.main(["login", web.url, "--token", key]) == 0
+    return web
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = yoloq.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_login_keeps_the_url_and_token_readable_only_by_the_owner(logged_in, config):
+    saved = json.loads(config.read_text())
+    assert saved["url"] == logged_in.url and saved["token"].startswith("yp_")
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+
+
+def test_login_refuses_a_bad_token(web, alice, config, capsys):
+    code, _, err = run(capsys, "login", web.url, "--token", "yp_nonsense")
+    assert code == 1 and "refused the token" in err and not config.exists()
+
+
+def test_submit_queue_status_and_cancel(logged_in, tmp_path, capsys):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SEED_SPEC)
+    code, out, _ = run(capsys, "submit", str(spec))
+    assert code == 0 and "Submitted job" in out
+    job = Job.objects.get()
+
+    code, out, _ = run(capsys, "queue")
+    assert code == 0 and str(job.pk)[:8] in out and "yolo-v8s-industrial-inspection" in out and "queued" in out
+
+    code, out, _ = run(capsys, "status", str(job.pk)[:8])
+    assert code == 0 and "state: queued" in out and "vision / alice" in out
+
+    code, out, _ = run(capsys, "cancel", str(job.pk)[:8])
+    assert code == 0 and "Cancelled" in out
+    assert Job.objects.get().state == JobState.CANCELLED
+
+
+def test_submit_prints_the_field_errors_of_a_bad_spec(logged_in, tmp_path, capsys):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(SEED_SPEC.replace("epochs=2", "epochs=ten"))
+    code, _, err = run(capsys, "submit", str(spec))
+    assert code == 1 and "command.epochs: must be an integer, got 'ten'" in err
+
+
+def test_logs_follow_prints_everything_and_stops_when_the_job_ends(logged_in, alice, capsys):
+    from tests.portal.helpers import submit
+
+    job = submit(alice)
+    log_append(job, "epoch 1/2\n")
+    log_append(job, "epoch 2/2\n")
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.SUCCEEDED)
+    code, out, err = run(capsys, "logs", "-f", str(job.pk))
+    assert code == 0 and out == "epoch 1/2\nepoch 2/2\n" and "job succeeded" in err
+
+
+def test_an_unknown_job_is_reported_plainly(logged_in, capsys):
+    code, _, err = run(capsys, "status", "deadbeef")
+    assert code == 1 and "no job of yours" in err

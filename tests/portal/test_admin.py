@@ -1,0 +1,122 @@
+"""Admin for managers: a team manager sees and edits only their teams; superusers see all."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import Membership, Team
+from apps.jobs.models import Job
+
+from .helpers import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def admin_client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def manager(alice):
+    """alice manages vision; managers are staff so they can open the admin."""
+    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+    alice.refresh_from_db()
+    return alice
+
+
+@pytest.fixture
+def superuser(db):
+    from apps.accounts.services import user_ensure
+
+    return user_ensure(username="root", password="pw-root", superuser=True)
+
+
+def test_a_manager_sees_only_the_teams_they_manage(manager, carol, teams):
+    html = admin_client(manager).get("/admin/accounts/team/").content.decode()
+    assert "vision" in html and "robotics" not in html
+    robotics = teams["robotics"]
+    assert admin_client(manager).get(f"/admin/accounts/team/{robotics.pk}/change/").status_code in (302, 403, 404)
+
+
+def test_a_manager_cannot_change_the_fair_share_weight(manager, teams):
+    vision = teams["vision"]
+    response = admin_client(manager).get(f"/admin/accounts/team/{vision.pk}/change/")
+    assert response.status_code == 200
+    assert 'name="shares"' not in response.content.decode() and 'name="name"' in response.content.decode()
+
+
+def test_membership_lists_and_filters_are_scoped(manager, bob, carol):
+    client = admin_client(manager)
+    html = client.get("/admin/accounts/membership/").content.decode()
+    assert "bob" in html and "carol" not in html
+    assert "robotics" not in html  # not even in the team filter
+
+
+def test_a_manager_adds_a_member_to_their_team_but_not_to_another(manager, carol, teams):
+    client = admin_client(manager)
+    form = client.get("/admin/accounts/membership/add/").content.decode()
+    team_select = form[form.index('name="team"'):].split("</select>")[0]
+    assert ">vision<" in team_select and ">robotics<" not in team_select
+    assert 'value="admin"' not in form  # only superusers grant the admin role
+    response = client.post("/admin/accounts/membership/add/",
+                           {"user": carol.pk, "team": teams["vision"].pk, "role": "member"})
+    assert response.status_code == 302
+    assert Membership.objects.filter(user=carol, team=teams["vision"]).exists()
+    response = client.post("/admin/accounts/membership/add/",
+                           {"user": manager.pk, "team": teams["robotics"].pk, "role": "manager"})
+    assert response.status_code == 200  # the form refuses the choice
+    assert not Membership.objects.filter(user=manager, team=teams["robotics"]).exists()
+
+
+def test_a_manager_sees_only_their_teams_jobs(manager, carol, demo_registered):
+    submit(manager, task_name="vision-job")
+    submit(carol, task_name="robotics-job", team="robotics")
+    html = admin_client(manager).get("/admin/jobs/job/").content.decode()
+    assert "vision-job" in html and "robotics-job" not in html
+
+
+def test_a_manager_cancels_their_teams_job_with_the_admin_action(manager, bob, demo_registered):
+    job = submit(bob, task_name="to-cancel")
+    admin_client(manager).post("/admin/jobs/job/", {"action": "cancel", "_selected_action": [str(job.pk)]})
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
+
+
+def test_a_member_who_is_not_staff_has_no_admin(bob):
+    assert admin_client(bob).get("/admin/").status_code == 302
+
+
+def test_a_manager_may_look_at_nodes_but_not_drain_them(manager, node):
+    client = admin_client(manager)
+    html = client.get("/admin/cluster/node/").content.decode()
+    assert "node-a" in html and 'value="drain"' not in html
+    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
+    node.refresh_from_db()
+    assert node.state == "active"
+
+
+def test_a_superuser_sees_everything_and_drains_nodes(superuser, teams, node):
+    client = admin_client(superuser)
+    html = client.get("/admin/accounts/team/").content.decode()
+    assert "vision" in html and "robotics" in html
+    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
+    node.refresh_from_db()
+    assert node.state == "draining"
+
+
+def test_the_rq_dashboard_is_for_superusers_only(manager, superuser):
+    for path in ("/admin/rq/", "/admin/django_rq/dashboard/"):
+        assert admin_client(manager).get(path).status_code == 302, path
+        assert admin_client(superuser).get(path).status_code == 200, path
+
+
+def test_api_tokens_are_not_shown_to_managers(manager):
+    assert admin_client(manager).get("/admin/accounts/apitoken/").status_code == 403
+
+
+def test_the_admin_index_lists_only_what_a_manager_may_use(manager):
+    html = admin_client(manager).get("/admin/").content.decode()
+    assert "Teams" in html and "Jobs" in html and "Api tokens" not in html and "Django-RQ" not in html
+    assert Team.objects.count() == 2

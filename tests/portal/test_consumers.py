@@ -1,0 +1,203 @@
+"""The /ws/jobs/<id>/ socket: history first, then live; every message numbered; outsiders refused."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from apps.jobs import live
+from apps.jobs.services import job_event, log_append, metrics_record
+from apps.portal.routing import websocket_urlpatterns
+from yoloportal.asgi import application
+
+from .helpers import submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def socket_for(user, job_id) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/jobs/{job_id}/")
+    communicator.scope["user"] = user
+    return communicator
+
+
+async def receive_until_history_end(communicator) -> list[dict]:
+    messages = []
+    while True:
+        message = await communicator.receive_json_from(timeout=5)
+        messages.append(message)
+        if message.get("history_end"):
+            return messages
+
+
+def test_it_sends_the_stored_history_in_seq_order_then_a_snapshot(alice, demo_registered):
+    job = submit(alice)
+    metrics_record(job, epoch=1, values={"train/box_loss": 1.5})
+    log_append(job, "epoch 1 done\n")
+    metrics_record(job, epoch=2, values={"train/box_loss": 1.2})
+
+    async def run():
+        communicator = socket_for(alice, job.pk)
+        connected, _ = await communicator.connect()
+        assert connected
+        messages = await receive_until_history_end(communicator)
+        await communicator.disconnect()
+        return messages
+
+    messages = async_to_sync(run)()
+    history, snapshot = messages[:-1], messages[-1]
+    assert [m["type"] for m in history] == ["status", "metrics", "log", "metrics"]
+    assert [m["seq"] for m in history] == [1, 2, 3, 4]
+    assert history[0]["data"]["kind"] == "submitted"
+    assert [m["data"]["epoch"] for m in history if m["type"] == "metrics"] == [1, 2]
+    assert snapshot["seq"] == 4 and snapshot["data"]["state"] == "queued"
+
+
+def test_it_streams_live_messages_after_history_with_the_next_seq(alice, demo_registered):
+    job = submit(alice)
+
+    async def run():
+        communicator = socket_for(alice, job.pk)
+        await communicator.connect()
+        history = await receive_until_history_end(communicator)
+        await sync_to_async(metrics_record)(job, epoch=1, values={"train/box_loss": 1.0})
+        await sync_to_async(log_append)(job, "hello\n")
+        live_messages = [await communicator.receive_json_from(timeout=5) for _ in range(2)]
+        await communicator.disconnect()
+        return history, live_messages
+
+    history, live_messages = async_to_sync(run)()
+    last_history_seq = history[-1]["seq"]
+    assert [m["seq"] for m in live_messages] == [last_history_seq + 1, last_history_seq + 2]
+    assert [m["type"] for m in live_messages] == ["metrics", "log"]
+    assert live_messages[0]["data"] == {"epoch": 1, "attempt": 1, "values": {"train/box_loss": 1.0}}
+
+
+def test_it_passes_progress_messages_which_have_no_seq(alice, demo_registered):
+    job = submit(alice)
+
+    async def run():
+        communicator = socket_for(alice, job.pk)
+        await communicator.connect()
+        await receive_until_history_end(communicator)
+        await sync_to_async(live.publish)(job.pk, {"type": "progress", "seq": None, "job": str(job.pk),
+                                                   "data": {"epoch": 1, "batch": 3, "batches": 10}})
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return message
+
+    assert async_to_sync(run)()["data"]["batch"] == 3
+
+
+def test_it_does_not_repeat_a_message_already_sent_as_history(alice, demo_registered):
+    """A live copy of a history message (joined the group before reading) is dropped."""
+    job = submit(alice)
+    point = metrics_record(job, epoch=1, values={"x": 1})
+
+    async def run():
+        communicator = socket_for(alice, job.pk)
+        await communicator.connect()
+        await receive_until_history_end(communicator)
+        duplicate = {"type": "metrics", "seq": point.seq, "job": str(job.pk), "data": {"epoch": 1, "values": {}}}
+        await sync_to_async(live.publish)(job.pk, duplicate)
+        await sync_to_async(job_event)(job, "note", "after history")
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return message
+
+    message = async_to_sync(run)()
+    assert message["type"] == "status" and message["data"]["kind"] == "note"
+
+
+def test_it_delivers_a_number_below_the_history_end_that_history_did_not_contain(alice, demo_registered):
+    """A number allocated before history was read but written after it is delivered live."""
+    from apps.jobs.services import seq_allocate
+
+    job = submit(alice)
+    raced = seq_allocate(job.pk)  # a writer took this number and has not written its row yet
+    metrics_record(job, epoch=1, values={"x": 1})
+
+    async def run():
+        communicator = socket_for(alice, job.pk)
+        await communicator.connect()
+        history = await receive_until_history_end(communicator)
+        await sync_to_async(live.publish)(job.pk, {"type": "log", "seq": raced, "job": str(job.pk),
+                                                   "data": {"text": "raced"}})
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return history, message
+
+    history, message = async_to_sync(run)()
+    assert raced < history[-1]["seq"] and raced not in [m["seq"] for m in history[:-1]]
+    assert message["seq"] == raced and message["data"]["text"] == "raced"
+
+
+def test_it_refuses_another_teams_job(alice, carol, demo_registered):
+    job = submit(alice)
+
+    async def run():
+        communicator = socket_for(carol, job.pk)
+        connected, code = await communicator.connect()
+        return connected, code
+
+    connected, code = async_to_sync(run)()
+    assert not connected and code == 4404
+
+
+def test_it_refuses_an_anonymous_socket(alice, demo_registered):
+    from django.contrib.auth.models import AnonymousUser
+
+    job = submit(alice)
+
+    async def run():
+        return await socket_for(AnonymousUser(), job.pk).connect()
+
+    connected, code = async_to_sync(run)()
+    assert not connected and code == 4401
+
+
+def test_it_lets_a_teammate_watch(alice, bob, demo_registered):
+    job = submit(alice)
+
+    async def run():
+        communicator = socket_for(bob, job.pk)
+        connected, _ = await communicator.connect()
+        await communicator.disconnect()
+        return connected
+
+    assert async_to_sync(run)()
+
+
+def session_headers(user, origin: str) -> list[tuple[bytes, bytes]]:
+    client = Client()
+    client.force_login(user)
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    return [(b"cookie", cookie.encode()), (b"origin", origin.encode()), (b"host", b"testserver")]
+
+
+def test_the_full_stack_authenticates_the_session_cookie(alice, demo_registered):
+    job = submit(alice)
+    headers = session_headers(alice, "http://testserver")
+
+    async def run():
+        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=headers)
+        connected, _ = await communicator.connect()
+        await communicator.disconnect()
+        return connected
+
+    assert async_to_sync(run)()
+
+
+def test_the_full_stack_refuses_a_foreign_origin(alice, demo_registered):
+    job = submit(alice)
+    headers = session_headers(alice, "http://evil.example")
+
+    async def run():
+        communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=headers)
+        connected, _ = await communicator.connect()
+        return connected
+
+    assert not async_to_sync(run)()

@@ -1,0 +1,260 @@
+"""The browser pages through Django's test client: scoping, the submit form's errors, actions."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import ApiToken
+from apps.jobs.models import Job, JobState
+from apps.jobs.services import job_transition, metrics_record
+
+from .helpers import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+FORM = {"mode": "form", "f-task_name": "pcb", "f-team": "vision", "f-dataset": "demo", "f-model": "yolov8n.yaml",
+        "f-epochs": "3", "f-imgsz": "128", "f-batch": "8", "f-gpus": "1", "f-priority": "medium",
+        "f-timeout_hours": "2"}
+
+
+def field_errors(html: str) -> dict[str, str]:
+    return dict(re.findall(r'<p class="field-error" data-field="(\w+)">([^<]*)</p>', html))
+
+
+# --- sign in and out --------------------------------------------------------------------------
+
+
+def test_pages_send_anonymous_visitors_to_sign_in(client):
+    for path in ("/", "/jobs/", "/jobs/new/", "/usage/", "/models/", "/tokens/"):
+        response = client.get(path)
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/"), path
+
+
+def test_it_signs_in_with_a_password_and_out_with_a_post(alice):
+    client = Client()
+    response = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice"})
+    assert response.status_code == 302 and response["Location"] == "/"
+    assert "Sign out?" in client.get("/accounts/logout/").content.decode()
+    assert client.post("/accounts/logout/").status_code == 302
+    assert client.get("/").status_code == 302
+
+
+# --- dashboard ----------------------------------------------------------------------------------
+
+
+def test_the_dashboard_shows_gpus_with_the_simulated_badge_and_my_jobs(alice, node, demo_registered):
+    submit(alice, task_name="mine-queued")
+    html = signed_in(alice).get("/").content.decode()
+    assert "node-a" in html and "simulated" in html and "16384 MiB" in html
+    assert "mine-queued" in html
+    assert 'data-class="medium"><b>1</b>' in html
+
+
+def test_the_dashboard_hides_what_another_team_runs(alice, carol, node, demo_registered):
+    job = submit(carol, task_name="robotics-secret", team="robotics")
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.RUNNING, node=node, gpu_indices=[0])
+    html = signed_in(alice).get("/dashboard/live/").content.decode()
+    assert "robotics-secret" not in html and "busy (another team)" in html
+
+
+# --- submit ---------------------------------------------------------------------------------------
+
+
+def test_the_form_shows_a_bad_value_next_to_its_field(alice, demo_registered):
+    response = signed_in(alice).post("/jobs/new/", {**FORM, "f-epochs": "ten"})
+    assert response.status_code == 200
+    assert field_errors(response.content.decode()) == {"epochs": "must be an integer, got &#x27;ten&#x27;"}
+    assert not Job.objects.exists()
+
+
+def test_the_form_puts_database_errors_at_their_field_too(alice, demo_registered):
+    response = signed_in(alice).post("/jobs/new/", {**FORM, "f-dataset": "nope", "f-model": "nope.yaml",
+                                                    "f-task_name": ""})
+    errors = field_errors(response.content.decode())
+    assert set(errors) == {"task_name"}  # the parser stops before the database checks
+    response = signed_in(alice).post("/jobs/new/", {**FORM, "f-dataset": "nope", "f-model": "nope.yaml"})
+    errors = field_errors(response.content.decode())
+    assert "unknown dataset" in errors["dataset"] and "unknown model YAML" in errors["model"]
+
+
+def test_the_form_submits_and_goes_to_the_job_page(alice, demo_registered):
+    response = signed_in(alice).post("/jobs/new/", FORM)
+    job = Job.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
+    assert job.spec["train_args"] == {"data": "demo", "model": "yolov8n.yaml", "epochs": 3, "imgsz": 128, "batch": 8}
+    assert job.timeout_s == 7200 and job.team.slug == "vision"
+
+
+def test_a_double_submit_with_the_same_form_key_makes_one_job(alice, demo_registered):
+    client = signed_in(alice)
+    client.post("/jobs/new/", {**FORM, "idempotency_key": "k1"})
+    client.post("/jobs/new/", {**FORM, "idempotency_key": "k1"})
+    assert Job.objects.count() == 1
+
+
+def test_a_duplicate_of_an_active_job_is_explained(alice, demo_registered):
+    client = signed_in(alice)
+    client.post("/jobs/new/", FORM)
+    html = client.post("/jobs/new/", FORM).content.decode()
+    assert "An identical job of your team is already active" in html
+    assert client.post("/jobs/new/", {**FORM, "f-allow_duplicate": "on"}).status_code == 302
+    assert Job.objects.count() == 2
+
+
+def test_the_yaml_box_lists_every_problem_by_path(alice, demo_registered):
+    spec = 'task_name: x\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=ten"\npriority: asap\n'
+    html = signed_in(alice).post("/jobs/new/", {"mode": "yaml", "y-spec_text": spec}).content.decode()
+    assert re.search(r'data-path="command.epochs"><code>command.epochs</code> must be an integer', html)
+    assert 'data-path="priority"' in html
+
+
+def test_an_uploaded_yaml_file_is_submitted(alice, demo_registered):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from tests.conftest import SEED_SPEC
+
+    upload = SimpleUploadedFile("job.yaml", SEED_SPEC.encode(), content_type="application/yaml")
+    response = signed_in(alice).post("/jobs/new/", {"mode": "yaml", "y-spec_text": "", "y-spec_file": upload})
+    assert response.status_code == 302
+    assert Job.objects.get().raw_spec == SEED_SPEC
+
+
+def test_edit_and_resubmit_prefills_the_yaml_box(alice, demo_registered):
+    job = submit(alice, task_name="again")
+    html = signed_in(alice).get(f"/jobs/new/?from={job.pk}").content.decode()
+    assert "task_name: again" in html
+
+
+# --- jobs list and job page ---------------------------------------------------------------------
+
+
+def test_the_jobs_list_filters_mine_team_and_state(alice, bob, carol, demo_registered):
+    submit(alice, task_name="alices")
+    bobs = submit(bob, task_name="bobs")
+    submit(carol, task_name="carols", team="robotics")
+    job_transition(bobs.pk, expected=[JobState.QUEUED], to=JobState.CANCELLED)
+    client = signed_in(alice)
+    mine = client.get("/jobs/?scope=mine").content.decode()
+    assert "alices" in mine and "bobs" not in mine
+    team = client.get("/jobs/?scope=team").content.decode()
+    assert "alices" in team and "bobs" in team and "carols" not in team
+    cancelled = client.get("/jobs/?scope=team&state=cancelled").content.decode()
+    assert "bobs" in cancelled and "alices" not in cancelled
+
+
+def test_the_jobs_list_shows_position_estimate_and_reason(alice, demo_registered):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    job = submit(alice, task_name="waiting")
+    Job.objects.filter(pk=job.pk).update(queue_position=3, reason="waiting for 1 GPU on node-a",
+                                         estimated_start_at=timezone.now() + timedelta(hours=2))
+    html = signed_in(alice).get("/jobs/").content.decode()
+    assert "<td>3</td>" in html and "waiting for 1 GPU on node-a" in html and "in 1\xa0hour" in html
+
+
+def test_the_job_page_is_404_for_another_team(alice, carol, demo_registered):
+    job = submit(alice)
+    assert signed_in(carol).get(f"/jobs/{job.pk}/").status_code == 404
+    assert signed_in(carol).post(f"/jobs/{job.pk}/cancel/").status_code == 404
+
+
+def test_the_job_page_shows_the_socket_and_a_cancel_button_to_the_owner(alice, bob, demo_registered):
+    job = submit(alice)
+    html = signed_in(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert f"/ws/jobs/{job.pk}/" in html and 'id="cancel-button"' in html and 'id="loss-chart"' in html
+    assert 'id="cancel-button"' not in signed_in(bob).get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_a_teammate_who_is_not_a_manager_cannot_cancel(alice, bob, demo_registered):
+    job = submit(bob)
+    signed_in(bob).get("/")
+    job_of_alice = submit(alice, task_name="alices")
+    signed_in(bob).post(f"/jobs/{job_of_alice.pk}/cancel/")
+    assert Job.objects.get(pk=job_of_alice.pk).state == JobState.QUEUED
+    # alice manages vision: she may cancel bob's job
+    signed_in(alice).post(f"/jobs/{job.pk}/cancel/")
+    assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
+
+
+def test_resubmit_makes_a_new_job_from_the_same_spec(alice, demo_registered):
+    job = submit(alice, task_name="first")
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.FAILED)
+    response = signed_in(alice).post(f"/jobs/{job.pk}/resubmit/")
+    new = Job.objects.exclude(pk=job.pk).get()
+    assert response["Location"] == f"/jobs/{new.pk}/" and new.raw_spec == job.raw_spec
+
+
+# --- usage, models, tokens ------------------------------------------------------------------------
+
+
+def test_the_usage_page_has_a_chart_of_gpu_hours_by_day(alice, demo_registered):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.quotas.models import UsageRecord
+
+    job = submit(alice)
+    now = timezone.now()
+    UsageRecord.objects.create(job=job, team=job.team, user=alice, attempt=1, priority_class="medium",
+                               gpu_seconds=7200, started_at=now - timedelta(hours=3), ended_at=now - timedelta(hours=1))
+    response = signed_in(alice).get("/usage/")
+    chart = response.context["chart"]
+    assert chart["me"][-1] == 2.0 and chart["teams"]["vision"][-1] == 2.0 and len(chart["labels"]) == 14
+    assert 'id="usage-chart"' in response.content.decode()
+
+
+def test_the_models_page_lists_team_models_with_metrics_and_download(alice, carol, demo_registered):
+    from apps.registry.models import ModelVersion
+
+    job = submit(alice)
+    version = ModelVersion.objects.create(team=job.team, name="pcb", version=1, job=job, weights_path="/x.pt",
+                                          metrics={"metrics/mAP50(B)": 0.5, "metrics/mAP50-95(B)": 0.25})
+    html = signed_in(alice).get("/models/").content.decode()
+    assert "pcb</b>:v1" in html and "0.500" in html and "0.250" in html
+    assert f"/api/v1/models/{version.pk}/download/" in html
+    assert "pcb</b>" not in signed_in(carol).get("/models/").content.decode()
+
+
+def test_a_new_token_is_shown_once_and_can_be_revoked(alice):
+    client = signed_in(alice)
+    html = client.post("/tokens/", {"name": "laptop", "ttl_days": "30"}).content.decode()
+    key = re.search(r'<pre class="code" id="new-token">(yp_[^<]+)</pre>', html).group(1)
+    token = ApiToken.objects.get(user=alice)
+    assert token.name == "laptop" and token.expires_at is not None
+    assert key not in client.get("/tokens/").content.decode()
+    client.post(f"/tokens/{token.pk}/revoke/")
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+
+
+def test_nobody_revokes_someone_elses_token(alice, bob):
+    from apps.accounts.services import token_create
+
+    token, _ = token_create(user=bob, name="bobs")
+    assert signed_in(alice).post(f"/tokens/{token.pk}/revoke/").status_code == 404
+
+
+def test_a_bad_token_lifetime_is_shown_at_its_field(alice):
+    response = signed_in(alice).post("/tokens/", {"name": "x", "ttl_days": "forever"})
+    assert "must be a whole number of days" in response.content.decode()
+    assert not ApiToken.objects.exists()
+
+
+def test_the_live_metrics_reach_the_page_config(alice, demo_registered):
+    job = submit(alice)
+    metrics_record(job, epoch=1, values={"train/box_loss": 1.0})
+    response = signed_in(alice).get(f"/jobs/{job.pk}/")
+    assert response.context["page_config"]["api"] == f"/api/v1/jobs/{job.pk}/"
