@@ -22,7 +22,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import close_old_connections
-from django.db.models import Sum
+from django.db.models import F, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.jobs import live
@@ -58,7 +59,8 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
     # Fenced start: only the current attempt, on the node it was given to, moves to running.
     won = Job.objects.filter(
         pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node__name=node_name
-    ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now)
+    ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
+             first_started_at=Coalesce(F("first_started_at"), Value(now)))
     if not won:
         log.warning("refusing job %s attempt %s: no longer the current attempt for node %s",
                     job_id, attempt_id, node_name)

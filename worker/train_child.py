@@ -431,6 +431,11 @@ def preload(config_dir: Path) -> None:
     import ultralytics.models.yolo  # noqa: F401
     from ultralytics import YOLO  # noqa: F401
 
+    # init_seeds() -> torch.use_deterministic_algorithms() imports torch._inductor (~1.7 s
+    # of CPU) on every run; import it once here. It starts no threads at import.
+    import torch._inductor  # noqa: F401
+    import torch._inductor.standalone_compile  # noqa: F401
+
 
 def import_time_environment(config_dir: Path) -> None:
     config_dir.mkdir(parents=True, exist_ok=True)

@@ -35,11 +35,16 @@ class Job(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     priority_class = models.CharField(max_length=10, choices=PriorityClass.choices, default=PriorityClass.MEDIUM)
+    # The class the current attempt runs as: urgent beyond the team's allowance runs as high.
+    run_class = models.CharField(max_length=10, choices=PriorityClass.choices, blank=True)
 
     # What was asked: the user's text, and the validated spec (apps.jobs.spec.JobSpec.as_dict()).
     raw_spec = models.TextField(blank=True)
     spec = models.JSONField(default=dict)
     spec_hash = models.CharField(max_length=64, db_index=True)
+    # Jobs with the same signature (model, data, imgsz, epochs, batch, GPUs) take about as
+    # long: finished ones estimate the runtime of queued ones.
+    runtime_signature = models.CharField(max_length=64, blank=True, db_index=True)
     idempotency_key = models.CharField(max_length=200, blank=True, default="")
 
     gpus = models.FloatField(default=1.0, help_text="GPUs requested; < 1 is a share of one GPU")
@@ -61,6 +66,7 @@ class Job(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    first_started_at = models.DateTimeField(null=True, blank=True, help_text="start of the first attempt")
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)

@@ -143,10 +143,12 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
 
     nodes = list(Node.objects.prefetch_related("gpus"))
     if nodes:
-        request = JobRequest(job_id="?", team="", user="", submitted_at=0, gpus=spec.gpus,
+        request = JobRequest(job_id="?", team=team.slug if team else "", user="", submitted_at=0, gpus=spec.gpus,
                              gpu_memory_mb=spec.gpu_memory_mb, gpu_models=tuple(spec.gpu_models),
                              cpu_milli=spec.cpu_milli, memory_mb=spec.memory_mb)
-        if not fits_empty_cluster(cluster_nodes(nodes), request):
+        if team is not None and (limit := job_limit_error(request, team)):
+            errors["resources.gpu"] = limit
+        elif not fits_empty_cluster(cluster_nodes(nodes), request):
             largest = max(n.gpus.count() for n in nodes)
             errors["resources"] = (
                 f"no node can ever run this: asks for {spec.gpus:g} GPU(s)"
@@ -159,6 +161,19 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
     if errors:
         raise SpecError(errors)
     return ResolvedSpec(spec=spec, team=team, data_yaml=data_yaml, model_ref=model_ref)
+
+
+def job_limit_error(request: JobRequest, team: Team) -> str | None:
+    """The per-job and per-team GPU limits (SchedulerConfig, TeamQuota): a job above them never starts."""
+    from apps.scheduling.inputs import team_policies
+    from apps.scheduling.models import SchedulerConfig
+    from apps.scheduling.policy import admission_error
+
+    config = SchedulerConfig.current().to_policy()
+    # Capacity is checked separately (with a message naming the largest node); an empty
+    # cluster list keeps admission_error to the limits here.
+    error = admission_error((), request, config, team_policies(config))
+    return None if error is None or error.startswith("no node") else error
 
 
 def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
@@ -204,6 +219,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                 raw_spec=raw_spec,
                 spec=stored,
                 spec_hash=fingerprint,
+                runtime_signature=spec.runtime_signature(),
                 idempotency_key=idempotency_key,
                 gpus=spec.gpus,
                 gpu_memory_mb=spec.gpu_memory_mb,

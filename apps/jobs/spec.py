@@ -294,6 +294,13 @@ class JobSpec:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def runtime_signature(self) -> str:
+        """What decides how long training takes; finished jobs with the same one estimate queued ones."""
+        args = self.train_args
+        what = [self.task, args.get("model"), args.get("data"), args.get("imgsz"), args.get("epochs"),
+                args.get("batch"), args.get("fraction"), self.gpus]
+        return hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()
+
     def fingerprint(self) -> str:
         """Identity for duplicate detection: what would run, not who asked or when."""
         what = {

@@ -19,3 +19,20 @@ class UsageRecord(models.Model):
     class Meta:
         ordering = ["-ended_at"]
         constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="one_usage_record_per_attempt")]
+
+
+class TeamQuota(models.Model):
+    """Limits a team's managers set; empty fields fall back to the scheduler configuration."""
+
+    team = models.OneToOneField("accounts.Team", on_delete=models.CASCADE, related_name="quota")
+    max_gpus = models.FloatField(null=True, blank=True, help_text="GPUs the team may hold at once; empty = no limit")
+    max_gpus_per_job = models.FloatField(null=True, blank=True)
+    user_gpu_hours_per_day = models.FloatField(null=True, blank=True,
+                                               help_text="per member, rolling 24 h; empty = the global default")
+    urgent_gpu_hours_per_day = models.FloatField(null=True, blank=True,
+                                                 help_text="urgent allowance; beyond it urgent jobs run as high")
+    urgent_max_gpus = models.FloatField(null=True, blank=True, help_text="GPUs the team may hold as urgent at once")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"quota of {self.team}"

@@ -1,53 +1,155 @@
-"""Building the policy's plain inputs from the database."""
+"""Building the policy's plain inputs (ClusterState) from the database.
+
+Usage comes from the ledger (``UsageRecord``, one row per finished attempt) plus what
+running attempts have consumed so far. Decay is computed on hourly buckets, so a pass
+costs one grouped query however long the ledger grows.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+import statistics
+from collections import defaultdict
+from datetime import datetime, timedelta
 
-from django.conf import settings
+from django.db.models import Sum
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from apps.accounts.models import Team
 from apps.cluster.models import Node
 from apps.jobs.models import HOLDING_STATES, Job, JobState
 from apps.jobs.services import cluster_nodes
+from apps.quotas.models import TeamQuota, UsageRecord
 
-from .policy import Allocation, ClusterState, JobRequest, PolicyConfig
+from .models import SchedulerConfig
+from .policy import Allocation, ClusterState, DecayedUsage, JobRequest, PolicyConfig, RollingUsage, TeamPolicy
+
+DAY = timedelta(days=1)
+ESTIMATE_SAMPLES = 20
 
 
-def walltime_estimate(job: Job) -> float:
-    return float(job.timeout_s)
+def runtime_estimates(signatures: set[str]) -> dict[str, float]:
+    """Median runtime (seconds) of recent succeeded jobs per runtime signature."""
+    if not signatures:
+        return {}
+    runtimes: dict[str, list[float]] = defaultdict(list)
+    finished = (Job.objects.filter(runtime_signature__in=signatures, state=JobState.SUCCEEDED)
+                .order_by("-finished_at").values_list("runtime_signature", "gpus", "pk"))
+    per_job = dict(UsageRecord.objects.filter(job__runtime_signature__in=signatures, job__state=JobState.SUCCEEDED)
+                   .values_list("job_id").annotate(s=Sum("gpu_seconds")))
+    for signature, gpus, pk in finished[:2000]:
+        if len(runtimes[signature]) < ESTIMATE_SAMPLES and per_job.get(pk):
+            runtimes[signature].append(per_job[pk] / max(gpus, 1e-9))
+    return {signature: statistics.median(values) for signature, values in runtimes.items() if values}
+
+
+def team_policies(config: PolicyConfig) -> dict[str, TeamPolicy]:
+    quotas = {q.team_id: q for q in TeamQuota.objects.all()}
+    default = config.default_team
+    policies = {}
+    def pick(quota: TeamQuota | None, field: str, fallback):
+        value = getattr(quota, field, None) if quota else None
+        return fallback if value is None else value
+
+    for team in Team.objects.all():
+        quota = quotas.get(team.pk)
+
+        policies[team.slug] = TeamPolicy(
+            shares=team.shares if team.shares > 0 else 1.0,
+            max_gpus=pick(quota, "max_gpus", default.max_gpus),
+            urgent_gpu_hours_per_day=pick(quota, "urgent_gpu_hours_per_day", default.urgent_gpu_hours_per_day),
+            urgent_max_gpus=pick(quota, "urgent_max_gpus", default.urgent_max_gpus),
+            max_gpus_per_job=pick(quota, "max_gpus_per_job", default.max_gpus_per_job),
+            user_gpu_hours_per_day=pick(quota, "user_gpu_hours_per_day", default.user_gpu_hours_per_day),
+        )
+    return policies
+
+
+def usage_inputs(config: PolicyConfig, holding: list[Job], now: datetime):
+    """Decayed usage per (team, user), rolling 24 h per user, urgent 24 h per team."""
+    decayed = DecayedUsage(config.half_life_s)
+    horizon = now - timedelta(seconds=config.half_life_s * 10)
+    buckets = (UsageRecord.objects.filter(ended_at__gte=horizon)
+               .annotate(hour=TruncHour("ended_at"))
+               .values_list("team__slug", "user__username", "hour")
+               .annotate(total=Sum("gpu_seconds")).order_by("hour"))
+    for team, user, hour, total in buckets:
+        decayed.add((team, user), total, at=hour.timestamp())
+
+    rolling_user = RollingUsage()
+    urgent_team: dict[str, float] = defaultdict(float)
+    window_start = now - DAY
+    recent = (UsageRecord.objects.filter(ended_at__gt=window_start)
+              .values_list("user__username", "team__slug", "priority_class", "gpu_seconds", "started_at", "ended_at")
+              .order_by("ended_at"))
+    for user, team, run_class, gpu_seconds, started, ended in recent:
+        # Only the part of the attempt inside the window counts against the 24 h quota.
+        span = max((ended - started).total_seconds(), 1e-9)
+        inside = gpu_seconds * min(1.0, (ended - max(started, window_start)).total_seconds() / span)
+        rolling_user.add(user, inside, at=ended.timestamp())
+        if run_class == "urgent":
+            urgent_team[team] += inside
+    for job in holding:
+        if job.started_at is None:
+            continue
+        started = max(job.started_at, window_start)
+        consumed = job.gpus * max(0.0, (now - job.started_at).total_seconds())
+        decayed.add((job.team.slug, job.user.username), consumed, at=now.timestamp())
+        inside = job.gpus * max(0.0, (now - started).total_seconds())
+        rolling_user.add(job.user.username, inside, at=now.timestamp())
+        if (job.run_class or job.priority_class) == "urgent":
+            urgent_team[job.team.slug] += inside
+    t = now.timestamp()
+    users = rolling_user.keys()
+    return (
+        decayed.snapshot(t),
+        {u: rolling_user.total(u, t) for u in users},
+        {u: rolling_user.expiries(u, t) for u in users},
+        dict(urgent_team),
+    )
 
 
 def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, Job]]:
     now = now or timezone.now()
-    nodes = [n for n in Node.objects.prefetch_related("gpus")]
-    infos = cluster_nodes(nodes)
+    config = SchedulerConfig.current().to_policy()
+    nodes = list(Node.objects.prefetch_related("gpus"))
     alive = {n.name for n in nodes if n.is_alive(now)}
     infos = tuple(
         info if info.name in alive else type(info)(info.name, info.gpus, info.cpu_milli, info.memory_mb, False)
-        for info in infos
+        for info in cluster_nodes(nodes)
     )
+    holding = list(Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False)
+                   .select_related("node", "team", "user"))
+    queued_jobs = list(Job.objects.filter(state=JobState.QUEUED).select_related("team", "user"))
+    estimates = runtime_estimates({j.runtime_signature for j in holding + queued_jobs if j.runtime_signature})
+    with_checkpoint = set(Job.objects.filter(pk__in=[j.pk for j in holding], checkpoints__isnull=False)
+                          .values_list("pk", flat=True))
+
     running = []
-    for job in Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False).select_related("node", "team", "user"):
+    for job in holding:
         started = (job.started_at or job.dispatched_at or now).timestamp()
+        walltime = min(estimates.get(job.runtime_signature, job.timeout_s), job.timeout_s)
         running.append(Allocation(
             job_id=str(job.pk), team=job.team.slug, user=job.user.username, node=job.node.name,
             gpu_indices=tuple(job.gpu_indices), gpu_share=job.gpu_share, gpu_memory_mb=job.gpu_memory_mb,
-            cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, priority_class=job.priority_class,
-            started_at=started, expected_end=started + walltime_estimate(job),
-            preemptible=job.checkpoints.exists(),
+            cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, priority_class=job.run_class or job.priority_class,
+            started_at=started, expected_end=max(now.timestamp() + 1, started + walltime),
+            preemptible=job.pk in with_checkpoint and job.state == JobState.RUNNING,
         ))
-    queued_jobs = list(Job.objects.filter(state=JobState.QUEUED).select_related("team", "user"))
     queued = tuple(
         JobRequest(
             job_id=str(job.pk), team=job.team.slug, user=job.user.username,
             submitted_at=job.created_at.timestamp(), gpus=job.gpus, priority_class=job.priority_class,
             gpu_memory_mb=job.gpu_memory_mb, gpu_models=tuple(job.spec.get("gpu_models") or ()),
             cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, timeout_s=float(job.timeout_s),
-            walltime_s=walltime_estimate(job),
+            walltime_s=estimates.get(job.runtime_signature),
         )
         for job in queued_jobs
     )
-    state = ClusterState(nodes=infos, running=tuple(running), queued=queued,
-                         config=PolicyConfig(policy=getattr(settings, "SCHEDULER_POLICY", "fifo")))
+    usage, usage_24h, expiry, urgent = usage_inputs(config, holding, now)
+    state = ClusterState(
+        nodes=infos, running=tuple(running), queued=queued, config=config, usage=usage,
+        user_usage_24h=usage_24h, user_usage_expiry=expiry, team_urgent_usage_24h=urgent,
+        teams=team_policies(config),
+    )
     return state, {str(j.pk): j for j in queued_jobs}

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 import redis
 from django.conf import settings
@@ -115,7 +114,7 @@ def plan_and_start(now: datetime | None = None) -> bool:
     plan = policy.plan(state, now.timestamp())
 
     for preemption in plan.preemptions:
-        victim = Job.objects.filter(pk=preemption.job_id, state__in=HOLDING_STATES).first()
+        victim = Job.objects.filter(pk=preemption.job_id, state=JobState.RUNNING).first()
         if victim and not victim.cancel_requested_at:
             # The victim's worker notices at its next heartbeat that the attempt is no longer
             # current (fencing) and stops the process tree; the checkpoint carries the work over.
@@ -130,6 +129,7 @@ def plan_and_start(now: datetime | None = None) -> bool:
             claimed = job_transition(
                 job.pk, expected=[JobState.QUEUED], to=JobState.STARTING, attempt_id=job.attempt_id,
                 node=nodes[start.node], gpu_indices=list(start.gpu_indices), gpu_share=start.gpu_share,
+                run_class=start.priority_class or job.priority_class,
                 dispatched_at=None, queue_position=None, reason="", estimated_start_at=None,
             )
             if claimed:
@@ -142,8 +142,10 @@ def plan_and_start(now: datetime | None = None) -> bool:
             log.warning("enqueue of %s failed (%s); repair will retry", job.pk, exc)
             continue
         Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id).update(dispatched_at=timezone.now())
+        demoted = job.run_class != job.priority_class
         job_event(job, "scheduled", f"placed on {job.node.name} GPU {','.join(map(str, job.gpu_indices))}"
-                                    f"{f' ({job.gpu_share:g} share)' if job.gpu_share < 1 else ''}")
+                                    f"{f' ({job.gpu_share:g} share)' if job.gpu_share < 1 else ''}"
+                                    f"{f'; runs as {job.run_class}: the team used its urgent allowance' if demoted else ''}")
 
     queue_update(plan.queue, jobs_by_id)
     return bool(started) or bool(plan.preemptions)
@@ -155,7 +157,7 @@ def queue_update(entries, jobs_by_id) -> None:
         job = jobs_by_id.get(entry.job_id)
         if job is None:
             continue
-        eta = (datetime.fromtimestamp(entry.estimated_start, tz=dt_timezone.utc)
+        eta = (datetime.fromtimestamp(entry.estimated_start, tz=UTC)
                if entry.estimated_start is not None else None)
         job.queue_position = entry.position
         job.estimated_start_at = eta

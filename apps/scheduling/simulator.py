@@ -37,8 +37,8 @@ import math
 import random
 import re
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
 from .policy import (
     Allocation,
@@ -54,12 +54,14 @@ from .policy import (
 )
 
 QOS_CLASS = {"Guaranteed": "urgent", "LS": "high", "Burstable": "medium", "BE": "low"}
-# Shape of one GPU in an ``NxG`` cluster: the trace's most common 8-GPU node (model G2,
-# 96 cores, 384 GiB for 8 GPUs), scaled per GPU.
+# Shape of one GPU in an ``NxG`` cluster. Model G2 (the trace's most common 8-GPU node);
+# CPU and RAM per GPU of the trace's G3 8-GPU nodes (128 cores, 768 GiB), because the
+# trace's tasks ask for ~11.4 cores per GPU on average: on G2's 12 cores per GPU a small
+# cluster runs out of CPU before GPUs, and this study is about GPUs.
 NXG_MODEL = "G2"
 NXG_GPU_MEMORY_MB = 0  # the openb trace has no GPU-memory requests
-NXG_CPU_MILLI_PER_GPU = 12000
-NXG_MEMORY_MB_PER_GPU = 49152
+NXG_CPU_MILLI_PER_GPU = 16000
+NXG_MEMORY_MB_PER_GPU = 98304
 BOUNDED_SLOWDOWN_S = 10.0
 
 
@@ -91,16 +93,18 @@ def load_trace(path: str) -> tuple[list[TraceTask], dict[str, int]]:
             milli = int(row.get("gpu_milli") or 1000)
             gpus = float(num_gpu) if num_gpu >= 2 else min(1000, max(1, milli)) / 1000.0
             models = tuple(sorted({m for m in (row.get("gpu_spec") or "").split("|") if m}))
-            tasks.append(TraceTask(
-                name=row["name"],
-                submit=float(row["creation_time"]),
-                duration=max(0.0, float(row["deletion_time"]) - float(row["scheduled_time"])),
-                gpus=gpus,
-                gpu_models=models,
-                cpu_milli=int(float(row.get("cpu_milli") or 0)),
-                memory_mb=int(float(row.get("memory_mib") or 0)),
-                qos=row.get("qos") or "",
-            ))
+            tasks.append(
+                TraceTask(
+                    name=row["name"],
+                    submit=float(row["creation_time"]),
+                    duration=max(0.0, float(row["deletion_time"]) - float(row["scheduled_time"])),
+                    gpus=gpus,
+                    gpu_models=models,
+                    cpu_milli=int(float(row.get("cpu_milli") or 0)),
+                    memory_mb=int(float(row.get("memory_mib") or 0)),
+                    qos=row.get("qos") or "",
+                )
+            )
     tasks.sort(key=lambda t: (t.submit, t.name))
     return tasks, skipped
 
@@ -125,12 +129,14 @@ def load_nodes(spec: str) -> tuple[NodeInfo, ...]:
             g = int(row["gpu"] or 0)
             if g <= 0:
                 continue
-            nodes.append(NodeInfo(
-                name=row["sn"],
-                gpus=tuple(GpuInfo(j, row.get("model") or "", 0) for j in range(g)),
-                cpu_milli=int(float(row.get("cpu_milli") or 0)),
-                memory_mb=int(float(row.get("memory_mib") or 0)),
-            ))
+            nodes.append(
+                NodeInfo(
+                    name=row["sn"],
+                    gpus=tuple(GpuInfo(j, row.get("model") or "", 0) for j in range(g)),
+                    cpu_milli=int(float(row.get("cpu_milli") or 0)),
+                    memory_mb=int(float(row.get("memory_mib") or 0)),
+                )
+            )
     return tuple(nodes)
 
 
@@ -233,13 +239,20 @@ def simulate_policy(
     jobs: dict[str, _Job] = {}
     arrivals: list[_Job] = []
     rejected = 0
-    for task, (team, user) in zip(tasks, owners):
+    for task, (team, user) in zip(tasks, owners, strict=True):
         noise = math.exp(rng.gauss(0.0, walltime_sigma)) if walltime_sigma > 0 else 1.0
         request = JobRequest(
-            job_id=task.name, team=team, user=user, submitted_at=task.submit, gpus=task.gpus,
-            priority_class=QOS_CLASS.get(task.qos, "low"), gpu_models=task.gpu_models,
-            cpu_milli=task.cpu_milli, memory_mb=task.memory_mb,
-            timeout_s=365 * 86400.0, walltime_s=max(60.0, task.duration * noise),
+            job_id=task.name,
+            team=team,
+            user=user,
+            submitted_at=task.submit,
+            gpus=task.gpus,
+            priority_class=QOS_CLASS.get(task.qos, "low"),
+            gpu_models=task.gpu_models,
+            cpu_milli=task.cpu_milli,
+            memory_mb=task.memory_mb,
+            timeout_s=365 * 86400.0,
+            walltime_s=max(60.0, task.duration * noise),
         )
         if admission_error(nodes, request, config) is not None:
             rejected += 1
@@ -320,6 +333,7 @@ def simulate_policy(
             user_usage_24h={u: rolling.total(u, t) for u in rolling.keys()} if rolling else {},
             user_usage_expiry={u: rolling.expiries(u, t) for u in rolling.keys()} if rolling else {},
             team_urgent_usage_24h={k: urgent_rolling.total(k, t) for k in urgent_rolling.keys()},
+            explain_only=frozenset(new_ids),
         )
         result = plan(state, t)
         passes += 1
@@ -335,17 +349,23 @@ def simulate_policy(
             job.attempt += 1
             job.preempted += 1
             preemptions += 1
-            queued[pre.job_id] = replace(
-                job.request, walltime_s=max(60.0, (job.request.walltime_s or 60.0) - kept))
+            queued[pre.job_id] = replace(job.request, walltime_s=max(60.0, (job.request.walltime_s or 60.0) - kept))
         for start in result.starts:
             job = jobs[start.job_id]
             request = queued.pop(start.job_id)
             alloc = Allocation(
-                job_id=start.job_id, team=request.team, user=request.user, node=start.node,
-                gpu_indices=start.gpu_indices, gpu_share=start.gpu_share,
-                gpu_memory_mb=request.gpu_memory_mb, cpu_milli=request.cpu_milli,
-                memory_mb=request.memory_mb, priority_class=start.priority_class or request.priority_class,
-                started_at=t, expected_end=t + request.walltime,
+                job_id=start.job_id,
+                team=request.team,
+                user=request.user,
+                node=start.node,
+                gpu_indices=start.gpu_indices,
+                gpu_share=start.gpu_share,
+                gpu_memory_mb=request.gpu_memory_mb,
+                cpu_milli=request.cpu_milli,
+                memory_mb=request.memory_mb,
+                priority_class=start.priority_class or request.priority_class,
+                started_at=t,
+                expected_end=t + request.walltime,
                 preemptible=request.priority_class in ("low", "medium"),
             )
             running[start.job_id] = alloc
@@ -354,7 +374,7 @@ def simulate_policy(
                 job.first_start = t
             heapq.heappush(completions, (t + job.remaining, start.job_id, job.attempt))
         if new_ids:
-            etas = {e.job_id: e.estimated_start for e in result.queue if e.job_id in set(new_ids)}
+            etas = {e.job_id: e.estimated_start for e in result.queue}
             for job_id in new_ids:
                 job = jobs[job_id]
                 job.eta_at_submit = etas[job_id] if job_id in etas else t
@@ -368,9 +388,13 @@ def simulate_policy(
     per_user: dict[str, list[float]] = {}
     for j in finished:
         per_user.setdefault(j.request.user, []).append(
-            (j.task.duration + BOUNDED_SLOWDOWN_S) / (j.finish - j.task.submit + BOUNDED_SLOWDOWN_S))
-    eta_errors = [abs(j.eta_at_submit - j.first_start) for j in finished
-                  if j.eta_at_submit is not None and j.first_start is not None]
+            (j.task.duration + BOUNDED_SLOWDOWN_S) / (j.finish - j.task.submit + BOUNDED_SLOWDOWN_S)
+        )
+    eta_errors = [
+        abs(j.eta_at_submit - j.first_start)
+        for j in finished
+        if j.eta_at_submit is not None and j.first_start is not None
+    ]
     span = window[1] - window[0]
     step = max(1, len(queue_samples) // timeline_points)
     return {
@@ -447,14 +471,30 @@ def run_simulation(
             config = PolicyConfig(policy=entry, user_gpu_hours_per_day=None)
         else:
             label, config = entry
-        metrics = simulate_policy(tasks, owners, nodes, config, seed=seed,
-                                  walltime_sigma=walltime_sigma, checkpoint_s=checkpoint_s)
+        metrics = simulate_policy(
+            tasks, owners, nodes, config, seed=seed, walltime_sigma=walltime_sigma, checkpoint_s=checkpoint_s
+        )
         series[label] = (metrics.pop("_waits"), metrics.pop("_queue"))
         result["policies"][label] = metrics
-    fitting = [t for t, (team, user) in zip(tasks, owners)
-               if admission_error(nodes, JobRequest(t.name, team, user, t.submit, t.gpus, gpu_models=t.gpu_models,
-                                                    cpu_milli=t.cpu_milli, memory_mb=t.memory_mb),
-                                  PolicyConfig(user_gpu_hours_per_day=None)) is None]
+    fitting = [
+        t
+        for t, (team, user) in zip(tasks, owners, strict=True)
+        if admission_error(
+            nodes,
+            JobRequest(
+                t.name,
+                team,
+                user,
+                t.submit,
+                t.gpus,
+                gpu_models=t.gpu_models,
+                cpu_milli=t.cpu_milli,
+                memory_mb=t.memory_mb,
+            ),
+            PolicyConfig(user_gpu_hours_per_day=None),
+        )
+        is None
+    ]
     srpt = srpt_lower_bound(fitting, total_gpus)
     mean_duration = statistics.fmean(t.duration for t in fitting) if fitting else 0.0
     result["lower_bound"] = {
@@ -493,8 +533,10 @@ def write_plot(path: str, series: dict, result: dict) -> None:
     ax2.set_title("Queue length")
     ax2.grid(True, alpha=0.3)
     ax2.legend()
-    fig.suptitle(f"{result['trace'].rsplit('/', 1)[-1]} on {result['nodes']} "
-                 f"({result['gpus']:g} GPUs), offered load {result['offered_load']:.2f}, seed {result['seed']}")
+    fig.suptitle(
+        f"{result['trace'].rsplit('/', 1)[-1]} on {result['nodes']} "
+        f"({result['gpus']:g} GPUs), offered load {result['offered_load']:.2f}, seed {result['seed']}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

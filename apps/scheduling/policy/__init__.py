@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .admission import admission_error
 from .fair import plan_fair
@@ -31,9 +31,24 @@ from .usage import DecayedUsage, RollingUsage
 POLICIES: dict[str, Callable[[ClusterState, float], Plan]] = {"fifo": plan_fifo, "fair": plan_fair}
 
 __all__ = [
-    "PRIORITY_CLASSES", "POLICIES", "Allocation", "ClusterState", "DecayedUsage", "GpuInfo", "JobRequest",
-    "NodeInfo", "Plan", "PolicyConfig", "Preemption", "QueueEntry", "RollingUsage", "Start", "TeamPolicy",
-    "admission_error", "fits_empty_cluster", "plan",
+    "PRIORITY_CLASSES",
+    "POLICIES",
+    "Allocation",
+    "ClusterState",
+    "DecayedUsage",
+    "GpuInfo",
+    "JobRequest",
+    "NodeInfo",
+    "Plan",
+    "PolicyConfig",
+    "Preemption",
+    "QueueEntry",
+    "RollingUsage",
+    "Start",
+    "TeamPolicy",
+    "admission_error",
+    "fits_empty_cluster",
+    "plan",
 ]
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from .placement import EPS, fits_empty_cluster
-from .types import DAY_S, JobRequest, NodeInfo, PolicyConfig, TeamPolicy
+from .types import JobRequest, NodeInfo, PolicyConfig, TeamPolicy
 
 
 def admission_error(
@@ -23,9 +23,4 @@ def admission_error(
         return f"asks for {job.gpus:g} GPUs; team {job.team} may hold at most {tp.max_gpus:g}"
     if not fits_empty_cluster(list(nodes), job):
         return "no node can fit this job's GPUs, GPU model/memory, CPU and RAM on one node"
-    hours = tp.user_gpu_hours_per_day if tp.user_gpu_hours_per_day is not None else config.user_gpu_hours_per_day
-    needed = job.gpus * min(job.walltime, DAY_S)
-    if hours is not None and needed > hours * 3600 + EPS:
-        return (f"needs {needed / 3600:.1f} GPU-hours within 24 h, more than the daily quota of "
-                f"{hours:g}; lower its timeout or GPUs")
     return None

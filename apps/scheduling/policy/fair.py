@@ -8,10 +8,10 @@ import bisect
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from .placement import EPS, NodeCapacity, Placer, capacities, shape_of
+from .placement import EPS, NodeCapacity, Placer, capacities
 from .priority import CLASS_FACTOR, CLASS_RANK, fair_tree
 from .types import (
     DAY_S,
@@ -39,12 +39,17 @@ class _Reservation:
     share: float
 
 
-@dataclass
 class _Waiting:
-    job: JobRequest
-    kind: str  # "never" | "quota" | "resources" | "reserved"
-    note: str = ""
-    until: float | None = None  # quota: when it frees up; reserved: reserved start
+    """A job this pass does not start, and why."""
+
+    __slots__ = ("job", "kind", "note", "until", "cls")
+
+    def __init__(self, job: JobRequest, kind: str, note: str = "", until: float | None = None, cls: str = "") -> None:
+        self.job = job
+        self.kind = kind  # "never" | "quota" | "resources" | "reserved"
+        self.note = note
+        self.until = until  # quota: when it frees up; reserved: reserved start
+        self.cls = cls  # the class it would run as
 
 
 def fmt_time(t: float, now: float) -> str:
@@ -100,7 +105,8 @@ class FairPlanner:
     1. Free capacity per node from running allocations; team/user totals for quotas.
     2. Fair-share factor per (team, user) by Fair Tree over decayed usage.
     3. Each queued job's class (urgent beyond its team's allowance counts as high), its
-       factors and priority; jobs are considered in priority order (ties: older first).
+       factors and priority; jobs are considered urgent-within-allowance first, then by
+       priority (ties: older first).
     4. For each job in order: reject what can never start (per-job limit, no node large
        enough, more GPU-hours than the daily quota); hold what is over a quota; otherwise
        place it best-fit now if that delays no reservation; an urgent job that does not
@@ -115,7 +121,12 @@ class FairPlanner:
         self.now = now
         self.config: PolicyConfig = state.config
         self.caps = capacities(state.nodes, state.running)
-        self.placer = Placer(self.caps)
+        drain: dict[str, float] = {}
+        for a in state.running:
+            end = max(a.expected_end, now)
+            if end > drain.get(a.node, now):
+                drain[a.node] = end
+        self.placer = Placer(self.caps, drain if self.config.drain_aware else None, now)
         self.counters = _Counters(state, now)
         self.starts: list[Start] = []
         self.started_allocs: list[Allocation] = []
@@ -123,9 +134,13 @@ class FairPlanner:
         self.reservations: list[_Reservation] = []
         self.waiting: list[_Waiting] = []
         self.blocked = False  # without backfill nothing passes a blocked job
-        self._never_fit: dict[tuple, bool] = {}
+        self._never_cache: dict[tuple, str | None] = {}
+        self._empty_nodes: list[NodeCapacity] | None = None
         self._events: list[tuple[float, str, str, Allocation]] | None = None
-        self._team_running: dict[str, list[Allocation]] | None = None
+        self._index: dict[tuple[str, str], list[Allocation]] | None = None
+        self._cache: dict[tuple, list] = {}
+        self._started_by: dict[tuple[str, str], list[Allocation]] = {}
+        self._fmt_cache: dict[float, str] = {}
 
     # -- policy lookups --------------------------------------------------------------
 
@@ -133,7 +148,9 @@ class FairPlanner:
         return self.state.teams.get(team, self.config.default_team)
 
     def user_quota_s(self, tp: TeamPolicy) -> float | None:
-        hours = tp.user_gpu_hours_per_day if tp.user_gpu_hours_per_day is not None else self.config.user_gpu_hours_per_day
+        hours = (
+            tp.user_gpu_hours_per_day if tp.user_gpu_hours_per_day is not None else self.config.user_gpu_hours_per_day
+        )
         return None if hours is None else hours * 3600.0
 
     def job_limit(self, tp: TeamPolicy) -> float | None:
@@ -150,7 +167,7 @@ class FairPlanner:
 
     # -- priorities ----------------------------------------------------------------
 
-    def prioritise(self) -> list[tuple[float, JobRequest, str, dict[str, float]]]:
+    def prioritise(self) -> list[tuple[float, JobRequest, str, tuple[float, float, float, float]]]:
         state, config, now = self.state, self.config, self.now
         pairs = {(j.team, j.user) for j in state.queued}
         pairs.update(state.usage.keys())
@@ -176,42 +193,47 @@ class FairPlanner:
                 f_size = 0.0
             f_class = CLASS_FACTOR[cls]
             prio = wf * f_share + wa * f_age + ws * f_size + wc * f_class
-            factors = {"fairshare": f_share, "age": f_age, "size": f_size, "class": f_class}
-            rows.append((prio, job, cls, factors))
-        rows.sort(key=lambda r: (-r[0], r[1].submitted_at, r[1].job_id))
+            rows.append((prio, job, cls, (f_share, f_age, f_size, f_class)))
+        # Urgent jobs within their allowance form a tier above everyone else; the rest by priority.
+        rows.sort(key=lambda r: (r[2] != "urgent", -r[0], r[1].submitted_at, r[1].job_id))
         return rows
 
     # -- checks --------------------------------------------------------------------
 
-    def never_reason(self, job: JobRequest, tp: TeamPolicy) -> str | None:
+    def _never_static(self, job: JobRequest, tp: TeamPolicy, shape: tuple) -> str | None:
         limit = self.job_limit(tp)
         if limit is not None and job.gpus > limit + EPS:
             return f"asks for {job.gpus:g} GPUs; the per-job limit is {limit:g}"
         if tp.max_gpus is not None and job.gpus > tp.max_gpus + EPS:
             return f"asks for {job.gpus:g} GPUs; team {job.team} may hold at most {tp.max_gpus:g}"
-        shape = shape_of(job)
-        fits = self._never_fit.get(shape)
-        if fits is None:
-            fits = self._never_fit[shape] = any(
-                NodeCapacity.of(n, ()).fit(job) is not None for n in self.state.nodes if n.schedulable
-            )
-        if not fits:
+        if self._empty_nodes is None:
+            distinct = {(n.gpus, n.cpu_milli, n.memory_mb): n for n in self.state.nodes if n.schedulable}
+            self._empty_nodes = [NodeCapacity.of(n, ()) for n in distinct.values()]
+        if not any(c.fit(job) is not None for c in self._empty_nodes):
             return f"no schedulable node can ever fit {_gpus_text(job)} with the CPU/RAM asked"
-        quota = self.user_quota_s(tp)
-        if quota is not None and _request_24h(job) > quota + EPS:
-            return (f"needs {_request_24h(job) / 3600:.1f} GPU-hours within 24 h, more than the "
-                    f"daily quota of {quota / 3600:g}; lower its timeout or GPUs")
         return None
+
+    def _holdings(self, attr: str, key: str) -> list[Allocation]:
+        """Allocations of one team (``attr="team"``) or user held now, incl. this pass's starts."""
+        if self._index is None:
+            self._index = {}
+            for a in self.state.running:
+                self._index.setdefault(("team", a.team), []).append(a)
+                self._index.setdefault(("user", a.user), []).append(a)
+        held = self._index.get((attr, key), []) + self._started_by.get((attr, key), [])
+        if self.preempted:
+            held = [a for a in held if a.job_id not in self.preempted]
+        return held
+
+    def _held_version(self, attr: str, key: str) -> tuple:
+        return (attr, key, len(self._started_by.get((attr, key), ())), len(self.preempted))
 
     def team_free_at(self, team: str, need: float, limit: float) -> float | None:
         """When enough of the team's running GPUs end for ``need`` more to fit under ``limit``."""
-        if self._team_running is None:
-            self._team_running = {}
-            for a in self.state.running:
-                if a.job_id not in self.preempted:
-                    self._team_running.setdefault(a.team, []).append(a)
-        allocs = sorted(self._team_running.get(team, []) + [a for a in self.started_allocs if a.team == team],
-                        key=lambda a: a.expected_end)
+        cache_key = self._held_version("team", team)
+        allocs = self._cache.get(cache_key)
+        if allocs is None:
+            allocs = self._cache[cache_key] = sorted(self._holdings("team", team), key=lambda a: a.expected_end)
         in_use = self.counters.team_gpus.get(team, 0.0)
         for a in allocs:
             in_use -= a.gpus
@@ -220,12 +242,24 @@ class FairPlanner:
         return None
 
     def user_free_at(self, user: str, excess: float) -> float | None:
-        """When enough of the user's 24 h usage leaves the window to cover ``excess``."""
-        expiries = self.state.user_usage_expiry.get(user)
-        if not expiries:
-            return None
+        """When enough of the user's 24 h usage leaves the window to cover ``excess``.
+
+        Past usage leaves at the times ``user_usage_expiry`` gives; what the user's running
+        jobs will still use is counted as leaving 24 h after each job's expected end.
+        """
+        cache_key = self._held_version("user", user)
+        expiries = self._cache.get(cache_key)
+        if expiries is None:
+            expiries = list(self.state.user_usage_expiry.get(user, ()))
+            horizon = self.now + DAY_S
+            for a in self._holdings("user", user):
+                if a.expected_end > self.now:
+                    end = min(a.expected_end, horizon)
+                    expiries.append((end + DAY_S, a.gpus * (end - self.now)))
+            expiries.sort()
+            self._cache[cache_key] = expiries
         freed = 0.0
-        for at, amount in sorted(expiries):
+        for at, amount in expiries:
             freed += amount
             if freed + EPS >= excess:
                 return max(self.now, at)
@@ -237,18 +271,17 @@ class FairPlanner:
             in_use = c.team_gpus.get(job.team, 0.0)
             if in_use + job.gpus > tp.max_gpus + EPS:
                 until = self.team_free_at(job.team, job.gpus, tp.max_gpus)
-                note = f"over team quota ({in_use:g} of {tp.max_gpus:g} GPUs in use)"
-                return _Waiting(job, "quota", note, until)
+                return _Waiting(job, "quota", ("team", in_use, tp.max_gpus), until)
+        # The daily quota is a consumption budget (like a prepaid allowance): a user who has
+        # used it up in the last 24 h starts nothing new until usage rolls out of the window;
+        # running jobs are never stopped for it. Projecting future use instead would make
+        # any job longer than the quota (a three-day training) impossible to run at all.
         quota = self.user_quota_s(tp)
         if quota is not None:
             used = self.state.user_usage_24h.get(job.user, 0.0)
-            committed = c.user_committed.get(job.user, 0.0)
-            excess = used + committed + _request_24h(job) - quota
-            if excess > EPS:
-                until = self.user_free_at(job.user, excess)
-                note = (f"over daily GPU-hour quota ({used / 3600:.1f} used + {committed / 3600:.1f} "
-                        f"running + {_request_24h(job) / 3600:.1f} asked > {quota / 3600:g} in 24 h)")
-                return _Waiting(job, "quota", note, until)
+            if used + EPS >= quota:
+                until = self.user_free_at(job.user, used - quota + 2 * EPS)
+                return _Waiting(job, "quota", ("user", used, quota), until)
         return None
 
     # -- starting ------------------------------------------------------------------
@@ -272,11 +305,24 @@ class FairPlanner:
     def start(self, job: JobRequest, cls: str, node: str, indices: tuple[int, ...], share: float) -> None:
         self.starts.append(Start(job.job_id, node, indices, share, cls))
         alloc = Allocation(
-            job.job_id, job.team, job.user, node, indices, share, job.gpu_memory_mb,
-            job.cpu_milli, job.memory_mb, cls, self.now, self.now + job.walltime, False,
+            job.job_id,
+            job.team,
+            job.user,
+            node,
+            indices,
+            share,
+            job.gpu_memory_mb,
+            job.cpu_milli,
+            job.memory_mb,
+            cls,
+            self.now,
+            self.now + job.walltime,
+            False,
         )
         self.started_allocs.append(alloc)
         self.counters.add(alloc, sign=1)
+        self._started_by.setdefault(("team", alloc.team), []).append(alloc)
+        self._started_by.setdefault(("user", alloc.user), []).append(alloc)
         if self._events is not None:
             bisect.insort(self._events, (alloc.expected_end, alloc.node, alloc.job_id, alloc))
 
@@ -285,8 +331,12 @@ class FairPlanner:
         now, min_run = self.now, self.config.preempt_min_runtime_s
         by_node: dict[str, list[Allocation]] = {}
         for a in self.state.running:
-            if (a.preemptible and a.priority_class in VICTIM_CLASSES and a.job_id not in self.preempted
-                    and now - a.started_at >= min_run):
+            if (
+                a.preemptible
+                and a.priority_class in VICTIM_CLASSES
+                and a.job_id not in self.preempted
+                and now - a.started_at >= min_run
+            ):
                 by_node.setdefault(a.node, []).append(a)
         best = None
         for node in sorted(by_node):
@@ -304,14 +354,20 @@ class FairPlanner:
                 continue
             # Drop victims the job turns out not to need (greedy can over-pick).
             for victim in list(chosen[:-1]):
-                trial.take(victim.gpu_indices, victim.gpu_share, victim.gpu_memory_mb,
-                           victim.cpu_milli, victim.memory_mb)
+                trial.take(
+                    victim.gpu_indices, victim.gpu_share, victim.gpu_memory_mb, victim.cpu_milli, victim.memory_mb
+                )
                 if trial.fit(job) is None:
                     trial.release(victim)
                 else:
                     chosen.remove(victim)
-            key = (len(chosen), max(CLASS_RANK[v.priority_class] for v in chosen),
-                   sum(CLASS_RANK[v.priority_class] for v in chosen), -min(v.started_at for v in chosen), node)
+            key = (
+                len(chosen),
+                max(CLASS_RANK[v.priority_class] for v in chosen),
+                sum(CLASS_RANK[v.priority_class] for v in chosen),
+                -min(v.started_at for v in chosen),
+                node,
+            )
             if best is None or key < best[0]:
                 best = (key, node, chosen)
         if best is None:
@@ -321,9 +377,9 @@ class FairPlanner:
             self.placer.release(victim)
             self.counters.add(victim, sign=-1)
             self.preempted[victim.job_id] = Preemption(
-                victim.job_id, f"preempted by urgent job {job.job_id}; resumes from its checkpoint", job.job_id)
+                victim.job_id, f"preempted by urgent job {job.job_id}; resumes from its checkpoint", job.job_id
+            )
         self._events = None
-        self._team_running = None
         placed = self.placer.place(job, lambda n, i, s: n == node)
         if placed is None:  # cannot happen: the trial fitted
             return False
@@ -369,25 +425,38 @@ class FairPlanner:
     def run(self) -> Plan:
         config = self.config
         rows = self.prioritise()
-        classes: dict[str, str] = {}
-        for prio, job, cls, factors in rows:
-            classes[job.job_id] = cls
-            tp = self.team_policy(job.team)
-            never = self.never_reason(job, tp)
+        failed = self.placer.failed  # the same set object all pass (cleared in place)
+        waiting = self.waiting
+        never_cache = self._never_cache
+        team_info: dict[str, tuple[TeamPolicy, bool]] = {}
+        for _prio, job, cls, _factors in rows:
+            info = team_info.get(job.team)
+            if info is None:
+                tp = self.team_policy(job.team)
+                limited = tp.max_gpus is not None or self.user_quota_s(tp) is not None
+                info = team_info[job.team] = (tp, limited)
+            tp, limited = info
+            shape = (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
+            key = (shape, job.team)
+            if key in never_cache:
+                never = never_cache[key]
+            else:
+                never = never_cache[key] = self._never_static(job, tp, shape)
             if never is not None:
-                self.waiting.append(_Waiting(job, "never", never))
+                waiting.append(_Waiting(job, "never", never, None, cls))
                 continue
-            blocked = self.quota_block(job, tp)
-            if blocked is not None:
-                self.waiting.append(blocked)
-                continue
-            if self.blocked:
-                self.waiting.append(_Waiting(job, "resources"))
+            if limited:
+                blocked = self.quota_block(job, tp)
+                if blocked is not None:
+                    blocked.cls = cls
+                    waiting.append(blocked)
+                    continue
+            if self.blocked or shape in failed:  # on a full cluster: nothing of this shape fits
+                waiting.append(_Waiting(job, "resources", "", None, cls))
                 continue
             if cls == "urgent" and not self.urgent_ok(job):
-                cls = classes[job.job_id] = "high"  # an earlier urgent job in this pass used the allowance
-            allowed = self.reservation_ok(job) if self.reservations else None
-            placed = self.placer.place(job, allowed)
+                cls = "high"  # an earlier urgent job in this pass used the allowance
+            placed = self.placer.place(job, self.reservation_ok(job) if self.reservations else None)
             if placed is not None:
                 self.start(job, cls, *placed)
                 continue
@@ -398,10 +467,10 @@ class FairPlanner:
             if len(self.reservations) < config.reservations:
                 res = self.reserve(job)
                 if res is not None:
-                    self.waiting.append(_Waiting(job, "reserved", until=res.at))
+                    waiting.append(_Waiting(job, "reserved", "", res.at, cls))
                     continue
-            self.waiting.append(_Waiting(job, "resources"))
-        queue, wake_at = self.explain(rows, classes)
+            waiting.append(_Waiting(job, "resources", "", None, cls))
+        queue, wake_at = self.explain(rows)
         return Plan(
             starts=tuple(self.starts),
             preemptions=tuple(self.preempted[k] for k in sorted(self.preempted)),
@@ -437,65 +506,101 @@ class FairPlanner:
         heapq.heapify(slots)
         return slots
 
-    def explain(self, rows, classes: dict[str, str]) -> tuple[tuple[QueueEntry, ...], float | None]:
-        """ETA, position and reason for every waiting job, in one sweep in priority order."""
+    def explain(self, rows) -> tuple[tuple[QueueEntry, ...], float | None]:
+        """ETA, position and reason for every waiting job, in one sweep in priority order.
+
+        ETAs come from list scheduling on the pooled GPUs: each GPU is a slot free at the
+        end of what runs on it; each waiting job, in order, takes the earliest slots it
+        needs (a fractional job one slot for ``walltime × share``, area-preserving).
+        Reserved jobs start at their reservation; quota-held jobs not before their quota
+        frees up. Node boundaries and GPU models are ignored beyond the reservations.
+        """
         now = self.now
-        info = {job.job_id: (prio, requested_cls, factors) for prio, job, requested_cls, factors in rows}
+        only = self.state.explain_only
+        info = {job.job_id: (prio, factors) for prio, job, _, factors in rows}
         slots = self.gpu_slots()
+        n_slots = len(slots)
         reserved_node = {r.job.job_id: r.node for r in self.reservations}
         entries: list[QueueEntry] = []
         wake_at: float | None = None
-        heappop, heappush = heapq.heappop, heapq.heappush
+        heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
         ahead = 0
+        position = 0
         for w in self.waiting:
             job = w.job
-            prio, _, factors = info[job.job_id]
-            eta: float | None
-            if w.kind == "never":
-                eta = None
-            else:
-                t0 = now
-                if w.kind == "quota":
-                    t0 = w.until if w.until is not None else None
-                    if w.until is not None and w.until > now and (wake_at is None or w.until < wake_at):
-                        wake_at = w.until
-                if t0 is None:
-                    eta = None
-                else:
-                    n = 1 if job.gpus < 1 else int(round(job.gpus))
-                    if n > len(slots):
-                        eta = None
+            position += 1
+            eta: float | None = None
+            kind = w.kind
+            if kind != "never":
+                t0: float | None = now
+                if kind == "quota":
+                    t0 = w.until
+                    if t0 is not None and t0 > now and (wake_at is None or t0 < wake_at):
+                        wake_at = t0
+                gpus = job.gpus
+                if t0 is not None and gpus <= n_slots:
+                    if gpus <= 1:
+                        start = slots[0]
+                        if start < t0:
+                            start = t0
+                        if kind == "reserved":
+                            start = w.until
+                        heapreplace(slots, start + job.walltime * gpus)
                     else:
+                        n = int(round(gpus))
                         popped = [heappop(slots) for _ in range(n)]
                         start = max(t0, popped[-1])
-                        if w.kind == "reserved":
+                        if kind == "reserved":
                             start = w.until
-                        run = job.walltime * (job.gpus if job.gpus < 1 else 1.0)
+                        end = start + job.walltime
                         for _ in range(n):
-                            heappush(slots, start + run)
-                        eta = start
-            cls = classes[job.job_id]
-            reason = self.reason(w, cls, ahead, eta)
-            entries.append(QueueEntry(job.job_id, len(entries) + 1, prio, factors, eta, reason,
-                                      reserved_node.get(job.job_id)))
-            if w.kind != "never":
+                            heappush(slots, end)
+                    eta = start
+            if only is None or job.job_id in only:
+                prio, f = info[job.job_id]
+                cls = w.cls
+                factors = {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]}
+                entries.append(
+                    QueueEntry(
+                        job.job_id,
+                        position,
+                        prio,
+                        factors,
+                        eta,
+                        self.reason(w, cls, ahead, eta),
+                        reserved_node.get(job.job_id),
+                    )
+                )
+            if kind == "resources" or kind == "reserved":
                 ahead += 1
         return tuple(entries), wake_at
 
+    def fmt(self, t: float) -> str:
+        text = self._fmt_cache.get(t)
+        if text is None:
+            text = self._fmt_cache[t] = fmt_time(t, self.now)
+        return text
+
     def reason(self, w: _Waiting, cls: str, ahead: int, eta: float | None) -> str:
-        job, now = w.job, self.now
+        job, fmt_time = w.job, self.fmt
         if w.kind == "never":
             return w.note
         if w.kind == "quota":
-            text = w.note + (f" until {fmt_time(w.until, now)}" if w.until is not None else "")
+            if w.note[0] == "team":
+                _, in_use, limit = w.note
+                text = f"over team quota ({in_use:g} of {limit:g} GPUs in use)"
+            else:
+                _, used, quota = w.note
+                text = f"over daily GPU-hour quota ({used / 3600:.1f} of {quota / 3600:g} used in 24 h)"
+            text += f" until {fmt_time(w.until)}" if w.until is not None else ""
         elif w.kind == "reserved":
-            text = f"waiting for {_gpus_text(job)}; reserved; expected {fmt_time(w.until, now)}"
+            text = f"waiting for {_gpus_text(job)}; reserved; expected {fmt_time(w.until)}"
         else:
             text = f"waiting for {_gpus_text(job)}"
             if ahead:
                 text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
             if eta is not None:
-                text += f"; expected {fmt_time(eta, now)}"
+                text += f"; expected {fmt_time(eta)}"
         if job.priority_class == "urgent" and cls != "urgent":
             text += " (team's urgent allowance used up: runs as high)"
         return text

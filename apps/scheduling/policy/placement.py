@@ -9,8 +9,8 @@ no shared one fits.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
 from .types import Allocation, JobRequest, NodeInfo
 
@@ -40,13 +40,13 @@ class NodeCapacity:
             whole_free=len(node.gpus),
         )
         for alloc in running:
-            cap.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb,
-                     alloc.cpu_milli, alloc.memory_mb)
+            cap.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb, alloc.cpu_milli, alloc.memory_mb)
         return cap
 
     def copy(self) -> NodeCapacity:
-        return NodeCapacity(self.node, dict(self.gpu_free), dict(self.gpu_mem_free),
-                            self.cpu_free, self.mem_free, self.whole_free)
+        return NodeCapacity(
+            self.node, dict(self.gpu_free), dict(self.gpu_mem_free), self.cpu_free, self.mem_free, self.whole_free
+        )
 
     def take(self, indices, share: float, gpu_mem: int, cpu: int, mem: int, sign: int = 1) -> None:
         """Use (``sign=1``) or give back (``sign=-1``) resources on this node."""
@@ -65,8 +65,7 @@ class NodeCapacity:
             self.mem_free -= sign * mem
 
     def release(self, alloc: Allocation) -> None:
-        self.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb,
-                  alloc.cpu_milli, alloc.memory_mb, sign=-1)
+        self.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb, alloc.cpu_milli, alloc.memory_mb, sign=-1)
 
     def fit(self, job: JobRequest) -> tuple[tuple[int, ...], float] | None:
         """GPU indices and per-GPU share for ``job`` on this node, or None."""
@@ -100,7 +99,8 @@ class NodeCapacity:
                 return None
             return (best[1],), need
         whole = [
-            g.index for g in node.gpus
+            g.index
+            for g in node.gpus
             if gpu_free[g.index] >= 1.0 - EPS
             and (not models or g.model in models)
             and (not gmem or not g.memory_mb or g.memory_mb >= gmem)
@@ -158,13 +158,20 @@ class Placer:
     """Best-fit placement over a whole cluster, fast when the cluster is nearly full.
 
     Nodes are bucketed by how many idle GPUs they have, so a whole-GPU job looks only at
-    nodes with enough idle GPUs, smallest bucket first. A job shape that did not fit stays
-    unfittable for the rest of the pass (capacity only shrinks), so a queue of 10,000
-    similar jobs costs one scan, not 10,000. ``release`` (preemption) clears that memory.
+    nodes with enough idle GPUs. A job shape that did not fit stays unfittable for the
+    rest of the pass (capacity only shrinks), so a queue of 10,000 similar jobs costs one
+    scan, not 10,000. ``release`` (preemption) clears that memory.
+
+    With ``drain`` (node -> time its last running job is expected to end) the first key is
+    how much later the node would drain: a long job goes where long jobs already run, a
+    short job anywhere it ends before the node drains anyway, so nodes empty out together
+    and 8-GPU jobs find whole nodes. Among equal nodes, best fit as in :func:`best_fit`.
     """
 
-    def __init__(self, caps: dict[str, NodeCapacity]) -> None:
+    def __init__(self, caps: dict[str, NodeCapacity], drain: dict[str, float] | None = None, now: float = 0.0) -> None:
         self.caps = caps
+        self.drain = drain
+        self.now = now
         self.failed: set[tuple] = set()
         self.buckets: dict[int, set[str]] = {}
         self.partial: set[str] = set()
@@ -186,37 +193,43 @@ class Placer:
                 del self.buckets[cap.whole_free]
         self.partial.discard(name)
 
+    def _delay(self, name: str, end: float) -> float:
+        if self.drain is None:
+            return 0.0
+        later = end - self.drain.get(name, self.now)
+        return later if later > 0 else 0.0
+
     def candidates(self, job: JobRequest) -> Iterator[Fit]:
-        """Places for ``job`` right now, best fit first."""
+        """Places for ``job`` right now, best first."""
         if shape_of(job) in self.failed:
             return
         caps = self.caps
-        found = False
+        end = self.now + job.walltime
         if job.gpus < 1:
-            fits = []
-            for name in self.partial:
-                fit = caps[name].fit(job)
-                if fit is not None and caps[name].gpu_free[fit[0][0]] < 1.0 - EPS:
-                    fits.append((_fit_key(caps[name], job, fit, name), name, fit))
-            fits.sort()
-            for _, name, fit in fits:
-                found = True
-                yield name, fit[0], fit[1]
-            start = 1
+            names = set(self.partial)
+            for bucket in self.buckets.values():
+                names.update(bucket)
         else:
-            start = int(round(job.gpus))
-        for k in sorted(self.buckets):
-            if k < start:
-                continue
-            for name in sorted(self.buckets.get(k, ())):
-                fit = caps[name].fit(job)
-                if fit is not None:
-                    found = True
-                    yield name, fit[0], fit[1]
-        if not found:
+            need = int(round(job.gpus))
+            names = set()
+            for k, bucket in self.buckets.items():
+                if k >= need:
+                    names.update(bucket)
+        fits = []
+        for name in names:
+            fit = caps[name].fit(job)
+            if fit is not None:
+                fits.append(((self._delay(name, end),) + _fit_key(caps[name], job, fit, name), name, fit))
+        if not fits:
             self.failed.add(shape_of(job))
+            return
+        fits.sort()
+        for _, name, fit in fits:
+            yield name, fit[0], fit[1]
 
-    def place(self, job: JobRequest, allowed: Callable[[str, tuple[int, ...], float], bool] | None = None) -> Fit | None:
+    def place(
+        self, job: JobRequest, allowed: Callable[[str, tuple[int, ...], float], bool] | None = None
+    ) -> Fit | None:
         """The best place for ``job`` that ``allowed`` accepts; resources are taken."""
         for name, indices, share in self.candidates(job):
             if allowed is None or allowed(name, indices, share):
@@ -230,6 +243,10 @@ class Placer:
         cap.take(indices, share, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
         if cap.node.schedulable:
             self._index(name, cap)
+        if self.drain is not None:
+            end = self.now + job.walltime
+            if end > self.drain.get(name, self.now):
+                self.drain[name] = end
 
     def release(self, alloc: Allocation) -> None:
         cap = self.caps.get(alloc.node)

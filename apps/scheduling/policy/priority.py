@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from .types import PRIORITY_CLASSES, JobRequest, PolicyConfig, TeamPolicy
 
@@ -42,8 +42,10 @@ def fair_tree(
         return math.inf if used <= 0 else share / used
 
     team_level = {
-        t: level(max(teams.get(t, default_team).shares, 1e-12) / total_shares,
-                 team_usage[t] / total_usage if total_usage > 0 else 0.0)
+        t: level(
+            max(teams.get(t, default_team).shares, 1e-12) / total_shares,
+            team_usage[t] / total_usage if total_usage > 0 else 0.0,
+        )
         for t in members
     }
     ordered: list[tuple[tuple[float, float], tuple[str, str]]] = []

@@ -12,8 +12,8 @@ GPU-seconds are the unit of usage everywhere: a job holding 2 GPUs for an hour u
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 PRIORITY_CLASSES = ("low", "medium", "high", "urgent")
 DAY_S = 86400.0
@@ -51,14 +51,14 @@ class JobRequest:
     memory_mb: int = 0
     timeout_s: float = 86400.0  # hard limit, also the backfill walltime fallback
     walltime_s: float | None = None  # better runtime estimate when known
+    # Runtime the planner assumes: the estimate when known, else the timeout (derived).
+    walltime: float = field(init=False, repr=False, compare=False, default=0.0)
 
-    @property
-    def walltime(self) -> float:
-        """Runtime the planner assumes: the estimate when known, else the timeout."""
+    def __post_init__(self) -> None:
         w = self.walltime_s or self.timeout_s
         if self.timeout_s:
             w = min(w, self.timeout_s)
-        return max(1.0, w)
+        object.__setattr__(self, "walltime", max(1.0, float(w)))
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,11 @@ class PolicyConfig:
     """
 
     policy: str = "fifo"  # "fifo" | "fair"
-    weight_fairshare: int = 2000
-    weight_age: int = 1000
-    weight_size: int = 1000
+    # Tuned on the openb trace (docs/scheduling.md): size dominates because ordering short
+    # jobs first is what cuts waiting; class and fair-share decide among similar sizes.
+    weight_fairshare: int = 3000
+    weight_age: int = 2000
+    weight_size: int = 20000
     weight_class: int = 3000
     half_life_s: float = 7 * DAY_S  # usage decay half-life; must be > 0 (0 would silently disable fair-share)
     age_cap_s: float = 7 * DAY_S
@@ -121,7 +123,8 @@ class PolicyConfig:
     preempt_min_runtime_s: float = 600.0  # a victim must have run this long (this attempt)
     preemption: bool = True
     backfill: bool = True
-    reservations: int = 1  # blocked jobs that get a reservation (1 = EASY backfill)
+    reservations: int = 2  # top blocked jobs that get a reservation (1 = EASY backfill)
+    drain_aware: bool = True  # place jobs where they delay a node's emptying least, then best fit
     default_team: TeamPolicy = field(default_factory=TeamPolicy)
 
     def __post_init__(self) -> None:
@@ -156,6 +159,7 @@ class ClusterState:
       only to say *until when* a user is over quota. Missing = no time in the reason.
     - ``team_urgent_usage_24h``: GPU-seconds each team ran *as urgent* in the last 24 h.
     - ``teams``: per-team policy (shares, limits, urgent allowance).
+    - ``explain_only``: leave it None in the live scheduler.
     """
 
     nodes: tuple[NodeInfo, ...]
@@ -167,6 +171,10 @@ class ClusterState:
     user_usage_expiry: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     team_urgent_usage_24h: Mapping[str, float] = field(default_factory=dict)
     teams: Mapping[str, TeamPolicy] = field(default_factory=dict)
+    # None = explain every queued job (the live scheduler). A set of job ids = ``Plan.queue``
+    # holds entries for those jobs only (positions and ETAs still account for the whole
+    # queue); the simulator passes the jobs that just arrived, to skip formatting the rest.
+    explain_only: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

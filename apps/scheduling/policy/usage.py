@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Hashable
+from collections.abc import Hashable
 
 from .types import DAY_S
 
@@ -88,9 +88,7 @@ class RollingUsage:
 
     def expiries(self, key: Hashable, now: float) -> tuple[tuple[float, float], ...]:
         """``(time it leaves the window, gpu_seconds)`` for each bucket still in the window."""
-        return tuple(
-            (start + self.bucket_s + self.window_s, amount) for start, amount in self._trim(key, now)
-        )
+        return tuple((start + self.bucket_s + self.window_s, amount) for start, amount in self._trim(key, now))
 
     def keys(self) -> list[Hashable]:
         return list(self._buckets)

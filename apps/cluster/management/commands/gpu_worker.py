@@ -1,9 +1,21 @@
-"""manage.py gpu_worker: register this node's GPUs, heartbeat, and run what the scheduler sends."""
+"""manage.py gpu_worker: register this node's GPUs, heartbeat, and run what the scheduler sends.
+
+Process tree of one node::
+
+    gpu_worker (registers the node, heartbeats into the database, restarts slots)
+    ├── zygote (torch + Ultralytics preloaded; forks training children)   [simulated nodes by default]
+    └── slot 0..N-1: RQ Worker on queue node.<name>  (one job at a time each)
+        └── work-horse (worker.tasks.run_attempt) ── training child (own process group)
+
+Every process below gpu_worker dies with its parent (PR_SET_PDEATHSIG), so a killed
+worker leaves nothing training on a GPU the scheduler will hand out again.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +30,7 @@ from django.db import connections
 from rq import Worker
 
 from apps.scheduling.dispatch import node_queue
-from apps.scheduling.kick import kick_scheduler, redis_client
+from apps.scheduling.kick import kick_scheduler
 from worker.inventory import detect
 from worker.node import Heartbeat, node_register
 from worker.tasks import set_parent_death_signal
@@ -27,34 +39,83 @@ log = logging.getLogger("yoloportal.worker")
 
 
 class Command(BaseCommand):
-    help = "Run the GPU worker for this node (one RQ worker on the queue node.<name>)."
+    help = "Run the GPU worker for this node (RQ workers on the queue node.<name>)."
 
     def add_arguments(self, parser):
         parser.add_argument("--name", default=os.environ.get("NODE_NAME") or socket.gethostname().split(".")[0])
         parser.add_argument("--simulate-gpus", type=int, default=None, metavar="K",
                             help="register K simulated GPUs (training runs on CPU) instead of detecting GPUs")
+        parser.add_argument("--slots", type=int, default=None,
+                            help="jobs this node runs at once (default 4 per GPU, enough for 0.25-GPU jobs)")
 
-    def handle(self, *args, name: str, simulate_gpus: int | None, **options):
+    def handle(self, *args, name: str, simulate_gpus: int | None, slots: int | None, **options):
         if simulate_gpus is not None and not 1 <= simulate_gpus <= 64:
             raise CommandError("--simulate-gpus must be between 1 and 64")
+        if slots is not None and not 1 <= slots <= 256:
+            raise CommandError("--slots must be between 1 and 256")
         name = name.lower().replace("_", "-")
         os.environ["YOLOPORTAL_NODE"] = name
         gpus = detect(simulate_gpus)
         node = node_register(name=name, gpus=gpus)
         kind = "simulated (CPU)" if node.simulated else "NVIDIA"
-        self.stdout.write(f"node {name}: {len(gpus)} {kind} GPU(s): " + ", ".join(g.model for g in gpus[:4]))
+        slots = slots or 4 * len(gpus)
+        self.stdout.write(f"node {name}: {len(gpus)} {kind} GPU(s) ({', '.join(g.model for g in gpus[:4])}), "
+                          f"{slots} job slots")
         zygote = self.start_zygote(name) if self.preload(node) else None
-        heartbeat = Heartbeat(node, settings.HEARTBEAT_S, simulated=node.simulated)
-        # RQ forks a work-horse per job: no open DB connection may be shared across that fork.
+        # Slots are forked from this process: no DB connection may be shared across a fork.
         connections.close_all()
+        self.stopping = False
+        children = {self.spawn_slot(name, i): i for i in range(slots)}
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        heartbeat = Heartbeat(node, settings.HEARTBEAT_S, simulated=node.simulated)
         heartbeat.start()
         kick_scheduler()
         try:
-            self.work(name)
+            while children:
+                try:
+                    pid, _ = os.waitpid(-1, 0)
+                except ChildProcessError:
+                    break
+                except InterruptedError:
+                    continue
+                if pid in children and not self.stopping:
+                    slot = children.pop(pid)
+                    log.warning("slot %d (pid %d) exited; restarting it", slot, pid)
+                    time.sleep(1)
+                    children[self.spawn_slot(name, slot)] = slot
+                else:
+                    children.pop(pid, None)
         finally:
             heartbeat.stop()
             if zygote is not None:
                 zygote.terminate()
+
+    def stop(self, signum, _frame) -> None:
+        """Warm stop: each slot finishes its current job (RQ semantics); a second signal is cold."""
+        self.stopping = True
+        for pid in list(getattr(self, "_slot_pids", [])):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def spawn_slot(self, name: str, slot: int) -> int:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                set_parent_death_signal()
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                self.work(name, slot)
+            except BaseException:  # noqa: BLE001
+                log.exception("slot %d crashed", slot)
+                code = 1
+            finally:
+                os._exit(code)
+        self._slot_pids = [*getattr(self, "_slot_pids", []), pid]
+        return pid
 
     @staticmethod
     def preload(node) -> bool:
@@ -62,29 +123,25 @@ class Command(BaseCommand):
             return True
         return settings.TRAINER_PRELOAD == "auto" and node.simulated
 
-    def start_zygote(self, name: str) -> subprocess.Popen | None:
-        """Start the preloaded template process that forks training children (worker/zygote.py)."""
+    def start_zygote(self, name: str) -> subprocess.Popen:
+        """Start the preloaded template process that forks training children (worker/zygote.py).
+
+        Not waited for: until its socket exists, children start a fresh interpreter.
+        """
         path = Path(tempfile.gettempdir()) / f"yoloportal-zygote-{name}-{os.getpid()}.sock"
         process = subprocess.Popen(
             [sys.executable, "-m", "worker.zygote", str(path), str(settings.DATA_DIR / "ultralytics-config")],
             cwd=str(settings.BASE_DIR), preexec_fn=set_parent_death_signal,
         )
-        deadline = time.monotonic() + 120
-        while not path.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not path.exists():
-            log.warning("the training zygote did not start; children will start a fresh interpreter")
-            process.kill()
-            return None
         os.environ["YOLOPORTAL_ZYGOTE"] = str(path)
         return process
 
-    def work(self, name: str) -> None:
+    def work(self, name: str, slot: int) -> None:
         """Run RQ's forking worker on our single queue (BLMOVE delivery); restart it if it dies."""
         while True:
             try:
-                worker = Worker([node_queue(name)], connection=redis_client(),
-                                name=f"{name}.{os.getpid()}.{int(time.time())}")
+                worker = Worker([node_queue(name)], connection=redis.Redis.from_url(settings.REDIS_URL),
+                                name=f"{name}.{slot}.{os.getpid()}.{int(time.time())}")
                 worker.work(with_scheduler=False, logging_level=settings.LOGGING["root"]["level"])
                 return  # a clean stop (SIGINT/SIGTERM)
             except redis.RedisError as exc:

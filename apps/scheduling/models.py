@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from .policy import PolicyConfig, TeamPolicy
+
+DAY_S = 86400.0
+
+
+class SchedulerConfig(models.Model):
+    """The one scheduler configuration row, edited in admin. Read by every planning pass."""
+
+    class Policy(models.TextChoices):
+        FAIR = "fair", "fair (multifactor priority, quotas, backfill, preemption)"
+        FIFO = "fifo", "fifo (first come, first served)"
+
+    policy = models.CharField(max_length=10, choices=Policy.choices, default=Policy.FAIR)
+    weight_fairshare = models.PositiveIntegerField(default=PolicyConfig.weight_fairshare)
+    weight_age = models.PositiveIntegerField(default=PolicyConfig.weight_age)
+    weight_size = models.PositiveIntegerField(default=PolicyConfig.weight_size)
+    weight_class = models.PositiveIntegerField(default=PolicyConfig.weight_class)
+    half_life_hours = models.FloatField(
+        default=PolicyConfig.half_life_s / 3600, validators=[MinValueValidator(0.01)],
+        help_text="usage decay half-life; must be > 0 (0 would silently switch fair-share off)")
+    age_cap_hours = models.FloatField(default=PolicyConfig.age_cap_s / 3600, validators=[MinValueValidator(0.01)])
+    size_cap_gpu_hours = models.FloatField(default=PolicyConfig.size_cap_gpu_hours,
+                                           validators=[MinValueValidator(0.01)])
+    user_gpu_hours_per_day = models.FloatField(null=True, blank=True, default=PolicyConfig.user_gpu_hours_per_day,
+                                               help_text="per user, rolling 24 h; empty = no limit")
+    max_gpus_per_job = models.FloatField(null=True, blank=True, help_text="empty = no limit")
+    preemption = models.BooleanField(default=PolicyConfig.preemption)
+    preempt_min_runtime_s = models.FloatField(default=PolicyConfig.preempt_min_runtime_s,
+                                              validators=[MinValueValidator(0)])
+    backfill = models.BooleanField(default=PolicyConfig.backfill)
+    reservations = models.PositiveSmallIntegerField(default=PolicyConfig.reservations)
+    default_urgent_gpu_hours_per_day = models.FloatField(default=TeamPolicy.urgent_gpu_hours_per_day)
+    default_urgent_max_gpus = models.FloatField(default=TeamPolicy.urgent_max_gpus)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "scheduler configuration"
+        verbose_name_plural = "scheduler configuration"
+
+    def __str__(self) -> str:
+        return f"scheduler configuration ({self.policy})"
+
+    def clean(self) -> None:
+        try:
+            self.to_policy()
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+
+    @classmethod
+    def current(cls) -> SchedulerConfig:
+        return cls.objects.order_by("pk").first() or cls.objects.create()
+
+    def to_policy(self) -> PolicyConfig:
+        return PolicyConfig(
+            policy=self.policy,
+            weight_fairshare=self.weight_fairshare,
+            weight_age=self.weight_age,
+            weight_size=self.weight_size,
+            weight_class=self.weight_class,
+            half_life_s=self.half_life_hours * 3600,
+            age_cap_s=self.age_cap_hours * 3600,
+            size_cap_gpu_hours=self.size_cap_gpu_hours,
+            user_gpu_hours_per_day=self.user_gpu_hours_per_day,
+            max_gpus_per_job=self.max_gpus_per_job,
+            preempt_min_runtime_s=self.preempt_min_runtime_s,
+            preemption=self.preemption,
+            backfill=self.backfill,
+            reservations=self.reservations,
+            default_team=TeamPolicy(urgent_gpu_hours_per_day=self.default_urgent_gpu_hours_per_day,
+                                    urgent_max_gpus=self.default_urgent_max_gpus),
+        )

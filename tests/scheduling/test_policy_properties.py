@@ -1,0 +1,315 @@
+"""Property tests: invariants of a planning pass over random clusters and queues."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from apps.scheduling.policy import (
+    Allocation,
+    ClusterState,
+    GpuInfo,
+    JobRequest,
+    NodeInfo,
+    PolicyConfig,
+    TeamPolicy,
+    fits_empty_cluster,
+    plan,
+)
+from apps.scheduling.policy.placement import NodeCapacity
+from apps.scheduling.policy.types import DAY_S
+from apps.scheduling.simulator import TraceTask, simulate_policy
+
+NOW = 1_800_000_000.0
+EPS = 1e-6
+TEAMS = ("vision", "nlp", "safety")
+USERS = ("ann", "bob", "cid", "dee")
+MODELS = ("A100", "T4")
+
+
+@st.composite
+def clusters(draw) -> ClusterState:
+    nodes = []
+    for n in range(draw(st.integers(1, 4))):
+        gpus = draw(st.sampled_from((1, 2, 4, 8)))
+        model = draw(st.sampled_from(MODELS))
+        mem = draw(st.sampled_from((0, 16000, 40000)))
+        nodes.append(
+            NodeInfo(
+                f"n{n}",
+                tuple(GpuInfo(i, model, mem) for i in range(gpus)),
+                cpu_milli=draw(st.sampled_from((0, 16000, 64000))),
+                memory_mb=draw(st.sampled_from((0, 65536, 262144))),
+            )
+        )
+    running = []
+    for node in nodes:
+        free = [g.index for g in node.gpus]
+        cpu_left = node.cpu_milli
+        while free and draw(st.booleans()):
+            team, user = draw(st.sampled_from(TEAMS)), draw(st.sampled_from(USERS))
+            fractional = draw(st.booleans())
+            count = 1 if fractional else draw(st.integers(1, len(free)))
+            indices = tuple(free[:count])
+            del free[:count]
+            cpu = min(cpu_left, 2000) if node.cpu_milli else 0
+            cpu_left -= cpu
+            running.append(
+                Allocation(
+                    f"run-{len(running)}",
+                    team,
+                    user,
+                    node.name,
+                    indices,
+                    gpu_share=0.5 if fractional else 1.0,
+                    cpu_milli=cpu,
+                    priority_class=draw(st.sampled_from(("low", "medium", "high", "urgent"))),
+                    started_at=NOW - draw(st.sampled_from((60.0, 3600.0, 7200.0))),
+                    expected_end=NOW + draw(st.sampled_from((-60.0, 600.0, 3600.0, 50000.0))),
+                    preemptible=draw(st.booleans()),
+                )
+            )
+    queued = []
+    for k in range(draw(st.integers(0, 25))):
+        queued.append(
+            JobRequest(
+                f"job-{k:02d}",
+                draw(st.sampled_from(TEAMS)),
+                draw(st.sampled_from(USERS)),
+                NOW - draw(st.sampled_from((0.0, 600.0, 86400.0, 10 * 86400.0))),
+                gpus=draw(st.sampled_from((0.25, 0.5, 1.0, 1.0, 2.0, 4.0, 8.0))),
+                priority_class=draw(st.sampled_from(("low", "medium", "high", "urgent"))),
+                gpu_memory_mb=draw(st.sampled_from((0, 0, 8000, 30000))),
+                gpu_models=draw(st.sampled_from(((), (), ("A100",), ("T4",)))),
+                cpu_milli=draw(st.sampled_from((0, 1000, 8000))),
+                memory_mb=draw(st.sampled_from((0, 4096, 65536))),
+                timeout_s=draw(st.sampled_from((3600.0, 8 * 3600.0, 30 * 3600.0))),
+                walltime_s=draw(st.sampled_from((None, 600.0, 3600.0))),
+            )
+        )
+    teams = {
+        "vision": TeamPolicy(max_gpus=draw(st.sampled_from((None, 2.0, 6.0)))),
+        "safety": TeamPolicy(
+            urgent_max_gpus=draw(st.sampled_from((0.0, 1.0, 4.0))),
+            urgent_gpu_hours_per_day=draw(st.sampled_from((0.5, 4.0, 50.0))),
+        ),
+    }
+    config = PolicyConfig(
+        policy="fair",
+        user_gpu_hours_per_day=draw(st.sampled_from((None, 2.0, 10.0, 40.0))),
+        reservations=draw(st.integers(0, 3)),
+        backfill=draw(st.booleans()),
+        preempt_min_runtime_s=600.0,
+    )
+    return ClusterState(
+        tuple(nodes),
+        tuple(running),
+        tuple(queued),
+        config,
+        usage={(t, u): draw(st.sampled_from((0.0, 3600.0, 360000.0))) for t in TEAMS for u in USERS},
+        user_usage_24h={u: draw(st.sampled_from((0.0, 3600.0, 5 * 3600.0, 30 * 3600.0))) for u in USERS},
+        team_urgent_usage_24h={"safety": draw(st.sampled_from((0.0, 3 * 3600.0)))},
+        teams=teams,
+    )
+
+
+def holdings_after(state: ClusterState, result) -> list[tuple[Allocation | None, object]]:
+    """(allocation, start) pairs for everything holding resources once the plan is applied."""
+    preempted = {p.job_id for p in result.preemptions}
+    jobs = {j.job_id: j for j in state.queued}
+    kept = [a for a in state.running if a.job_id not in preempted]
+    new = []
+    for s in result.starts:
+        j = jobs[s.job_id]
+        new.append(
+            Allocation(
+                j.job_id,
+                j.team,
+                j.user,
+                s.node,
+                s.gpu_indices,
+                s.gpu_share,
+                j.gpu_memory_mb,
+                j.cpu_milli,
+                j.memory_mb,
+                s.priority_class,
+                NOW,
+                NOW + j.walltime,
+            )
+        )
+    return kept, new
+
+
+relaxed = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@relaxed
+@given(clusters())
+def test_never_more_gpu_cpu_or_memory_than_exists(state: ClusterState) -> None:
+    result = plan(state, NOW)
+    kept, new = holdings_after(state, result)
+    nodes = {n.name: n for n in state.nodes}
+    share: dict[tuple[str, int], float] = defaultdict(float)
+    gpu_mem: dict[tuple[str, int], int] = defaultdict(int)
+    cpu: dict[str, int] = defaultdict(int)
+    mem: dict[str, int] = defaultdict(int)
+    for a in kept + new:
+        for i in a.gpu_indices:
+            share[(a.node, i)] += a.gpu_share
+            gpu_mem[(a.node, i)] += a.gpu_memory_mb
+        cpu[a.node] += a.cpu_milli
+        mem[a.node] += a.memory_mb
+    for (node, i), used in share.items():
+        assert used <= 1.0 + EPS, f"GPU {node}/{i} over-allocated: {used}"
+    jobs = {j.job_id: j for j in state.queued}
+    for a in new:
+        node = nodes[a.node]
+        gpu = {g.index: g for g in node.gpus}
+        job = jobs[a.job_id]
+        assert all(i in gpu for i in a.gpu_indices)
+        assert abs(len(a.gpu_indices) * a.gpu_share - job.gpus) < EPS
+        assert not job.gpu_models or all(gpu[i].model in job.gpu_models for i in a.gpu_indices)
+        for i in a.gpu_indices:
+            if gpu[i].memory_mb and job.gpu_memory_mb:
+                assert gpu[i].memory_mb >= job.gpu_memory_mb
+                if a.gpu_share < 1:
+                    assert gpu_mem[(a.node, i)] <= gpu[i].memory_mb
+        if node.cpu_milli:
+            assert cpu[a.node] <= node.cpu_milli
+        if node.memory_mb:
+            assert mem[a.node] <= node.memory_mb
+
+
+@relaxed
+@given(clusters())
+def test_quotas_are_never_exceeded_by_a_start(state: ClusterState) -> None:
+    result = plan(state, NOW)
+    kept, new = holdings_after(state, result)
+    for team in {a.team for a in new}:
+        limit = state.teams.get(team, state.config.default_team).max_gpus
+        if limit is not None:
+            assert sum(a.gpus for a in kept + new if a.team == team) <= limit + EPS
+    quota = state.config.user_gpu_hours_per_day
+    if quota is not None:
+        # The daily quota is a budget of GPU-hours used: nobody at or over it starts a job.
+        for user in {a.user for a in new}:
+            assert state.user_usage_24h.get(user, 0.0) < quota * 3600
+
+
+@relaxed
+@given(clusters())
+def test_urgent_allowance_is_respected(state: ClusterState) -> None:
+    result = plan(state, NOW)
+    kept, new = holdings_after(state, result)
+    horizon = NOW + DAY_S
+    for team in {a.team for a in new if a.priority_class == "urgent"}:
+        tp = state.teams.get(team, state.config.default_team)
+        urgent = [a for a in kept + new if a.team == team and a.priority_class == "urgent"]
+        assert sum(a.gpus for a in urgent) <= tp.urgent_max_gpus + EPS
+        committed = sum(a.gpus * max(0.0, min(a.expected_end, horizon) - NOW) for a in urgent)
+        assert state.team_urgent_usage_24h.get(team, 0.0) + committed <= tp.urgent_gpu_hours_per_day * 3600 + EPS
+
+
+@relaxed
+@given(clusters())
+def test_only_checkpointed_low_or_medium_jobs_are_preempted_for_urgent_ones(state: ClusterState) -> None:
+    result = plan(state, NOW)
+    running = {a.job_id: a for a in state.running}
+    for p in result.preemptions:
+        victim = running[p.job_id]
+        assert victim.preemptible and victim.priority_class in ("low", "medium")
+        assert NOW - victim.started_at >= state.config.preempt_min_runtime_s
+    if result.preemptions:
+        assert any(s.priority_class == "urgent" for s in result.starts)
+
+
+@relaxed
+@given(clusters())
+def test_backfill_never_delays_a_reservation(state: ClusterState) -> None:
+    """At its reserved time, the reserved job still fits on its node next to everything started now."""
+    result = plan(state, NOW)
+    kept, new = holdings_after(state, result)
+    jobs = {j.job_id: j for j in state.queued}
+    nodes = {n.name: n for n in state.nodes}
+    reserved = [e for e in result.queue if e.reserved_node]
+    for k, entry in enumerate(reserved):
+        at = entry.estimated_start
+        still = [a for a in kept + new if a.node == entry.reserved_node and max(a.expected_end, NOW) > at]
+        cap = NodeCapacity.of(nodes[entry.reserved_node], still)
+        for earlier in reserved[:k]:  # earlier reservations on the same node hold their GPUs
+            if earlier.reserved_node == entry.reserved_node:
+                fit = cap.fit(jobs[earlier.job_id])
+                assert fit is not None
+                j = jobs[earlier.job_id]
+                cap.take(fit[0], fit[1], j.gpu_memory_mb, j.cpu_milli, j.memory_mb)
+        assert cap.fit(jobs[entry.job_id]) is not None, f"{entry.job_id} no longer fits at its reservation"
+
+
+@relaxed
+@given(clusters())
+def test_plan_is_deterministic_and_ignores_input_order(state: ClusterState) -> None:
+    first = plan(state, NOW)
+    assert plan(state, NOW) == first
+    shuffled = ClusterState(
+        tuple(reversed(state.nodes)),
+        tuple(reversed(state.running)),
+        tuple(reversed(state.queued)),
+        state.config,
+        state.usage,
+        state.user_usage_24h,
+        state.user_usage_expiry,
+        state.team_urgent_usage_24h,
+        state.teams,
+    )
+    assert plan(shuffled, NOW) == first
+
+
+@relaxed
+@given(clusters())
+def test_every_queued_job_is_started_or_explained_once(state: ClusterState) -> None:
+    result = plan(state, NOW)
+    started = [s.job_id for s in result.starts]
+    waiting = [e.job_id for e in result.queue]
+    assert sorted(started + waiting) == sorted(j.job_id for j in state.queued)
+    assert [e.position for e in result.queue] == list(range(1, len(waiting) + 1))
+    assert all(e.reason for e in result.queue)
+    assert all(0.0 <= v <= 1.0 for e in result.queue for v in e.factors.values())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    gpus_per_node=st.sampled_from((2, 4, 8)),
+    n_nodes=st.integers(1, 3),
+    jobs=st.lists(
+        st.tuples(
+            st.floats(0, 20000),
+            st.floats(60, 20000),
+            st.sampled_from((0.25, 0.5, 1.0, 2.0, 4.0, 8.0)),
+            st.sampled_from(("BE", "LS", "Burstable", "Guaranteed")),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    quota=st.sampled_from((None, 30.0)),
+)
+def test_a_job_that_fits_an_empty_cluster_eventually_starts(gpus_per_node, n_nodes, jobs, quota) -> None:
+    nodes = tuple(
+        NodeInfo(f"n{i}", tuple(GpuInfo(g, "G2") for g in range(gpus_per_node)), 64000, 262144) for i in range(n_nodes)
+    )
+    tasks, owners = [], []
+    for k, (submit, duration, gpus, qos, who) in enumerate(sorted(jobs)):
+        probe = JobRequest(f"t{k}", "x", "y", submit, gpus=gpus, walltime_s=duration)
+        if not fits_empty_cluster(nodes, probe):
+            continue
+        tasks.append(TraceTask(f"t{k:03d}", submit, duration, gpus, (), 1000, 1024, qos))
+        owners.append((TEAMS[who % 3], USERS[who]))
+    if not tasks:
+        return
+    config = PolicyConfig(policy="fair", user_gpu_hours_per_day=quota)
+    metrics = simulate_policy(tasks, owners, nodes, config, seed=1, walltime_sigma=0.3)
+    assert metrics["never_started"] == 0
+    assert metrics["unfinished"] == 0
+    assert metrics["jobs"] + metrics["rejected"] == len(tasks)

@@ -1,0 +1,107 @@
+"""The trace simulator: parsing, load scaling, metrics and the lower bound (pure, small inputs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from apps.scheduling.simulator import (
+    TraceTask,
+    jain,
+    load_nodes,
+    load_trace,
+    offered_load,
+    rescale,
+    run_simulation,
+    srpt_lower_bound,
+)
+
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+)
+
+
+@pytest.fixture
+def trace(tmp_path):
+    rows = [
+        "p0,8000,16384,1,1000,,LS,Running,0,3600,0",
+        "p1,4000,8192,1,500,,BE,Succeeded,10,1810,10",
+        "p2,4000,8192,1,500,,BE,Succeeded,20,1820,20",
+        "p3,32000,65536,8,1000,,Burstable,Succeeded,30,7230,30",
+        "p4,4000,8192,2,1000,G2|T4,LS,Failed,40,640,40",
+        "p5,4000,8192,1,1000,,LS,Pending,50,900,",
+        "p6,4000,8192,0,0,,LS,Running,60,900,60",
+        "p7,4000,8192,1,1000,A10,Guaranteed,Running,70,700,70",
+    ]
+    path = tmp_path / "pods.csv"
+    path.write_text(POD_HEADER + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_trace_parsing_skips_never_scheduled_and_cpu_only_tasks(trace) -> None:
+    tasks, skipped = load_trace(trace)
+    assert skipped == {"never_scheduled": 1, "cpu_only": 1}
+    by_name = {t.name: t for t in tasks}
+    assert by_name["p1"].gpus == 0.5 and by_name["p3"].gpus == 8.0
+    assert by_name["p4"].gpu_models == ("G2", "T4") and by_name["p4"].duration == 600
+
+
+def test_nxg_and_csv_nodes(tmp_path) -> None:
+    nodes = load_nodes("3x8")
+    assert len(nodes) == 3 and all(len(n.gpus) == 8 for n in nodes)
+    csv_path = tmp_path / "nodes.csv"
+    csv_path.write_text("sn,cpu_milli,memory_mib,gpu,model\na,64000,262144,2,P100\nb,96000,393216,0,\n")
+    (node,) = load_nodes(str(csv_path))
+    assert node.name == "a" and [g.model for g in node.gpus] == ["P100", "P100"]
+
+
+def test_rescale_hits_the_requested_load() -> None:
+    tasks = [TraceTask(f"t{i}", i * 100.0, 500.0, 1.0, (), 0, 0, "LS") for i in range(50)]
+    assert offered_load(rescale(tasks, 4.0, 0.9), 4.0) == pytest.approx(0.9)
+
+
+def test_srpt_bound_on_one_job_is_its_size_over_the_pool() -> None:
+    assert srpt_lower_bound([TraceTask("a", 0.0, 100.0, 2.0, (), 0, 0, "")], 4.0) == pytest.approx(50.0)
+
+
+def test_srpt_bound_runs_the_short_job_first() -> None:
+    tasks = [TraceTask("long", 0.0, 100.0, 1.0, (), 0, 0, ""), TraceTask("short", 0.0, 10.0, 1.0, (), 0, 0, "")]
+    assert srpt_lower_bound(tasks, 1.0) == pytest.approx((10 + 110) / 2)
+
+
+def test_jain_index() -> None:
+    assert jain([1, 1, 1]) == pytest.approx(1.0)
+    assert jain([1, 0, 0, 0]) == pytest.approx(0.25)
+
+
+def test_run_simulation_reports_every_metric(trace, tmp_path) -> None:
+    plot = tmp_path / "plot.png"
+    result = run_simulation(trace, "1x8", ("fifo", "fair"), seed=3, load=0.9, plot_path=str(plot))
+    json.dumps(result)
+    assert plot.stat().st_size > 0
+    assert result["lower_bound"]["mean_jct_s"] > 0
+    for name in ("fifo", "fair"):
+        m = result["policies"][name]
+        for key in (
+            "jobs",
+            "mean_wait_s",
+            "p50_wait_s",
+            "p95_wait_s",
+            "p99_wait_s",
+            "max_wait_s",
+            "mean_jct_s",
+            "utilization",
+            "jain_fairness",
+            "eta_mae_s",
+            "preemptions",
+        ):
+            assert key in m
+        assert m["rejected"] == 1  # p7 asks for an A10 the G2 cluster does not have
+        assert m["jobs"] == 5 and m["never_started"] == 0
+        assert m["mean_jct_s"] >= result["lower_bound"]["mean_jct_s"] - 1e-6
+        assert 0 < m["utilization"] <= 1
+
+
+def test_simulation_is_deterministic(trace) -> None:
+    assert run_simulation(trace, "1x4", ("fair",), seed=5) == run_simulation(trace, "1x4", ("fair",), seed=5)
