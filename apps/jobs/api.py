@@ -86,7 +86,8 @@ class JobOut(serializers.ModelSerializer):
         model = Job
         fields = [
             "id", "task_name", "state", "team", "user", "priority_class", "resources", "attempt",
-            "created_at", "started_at", "finished_at", "queue_position", "estimated_start_at",
+            "created_at", "first_started_at", "started_at", "finished_at", "queue_position",
+            "estimated_start_at", "predicted_start_at", "run_class",
             "reason", "node", "gpus", "gpu_share", "simulated", "error", "exit_code", "priority",
             "priority_factors", "timeout_s", "retries_left", "epochs", "epochs_done",
             "cancel_requested", "model_version", "spec",

@@ -24,4 +24,13 @@ def prometheus_metrics(request) -> HttpResponse:
         "# HELP yoloportal_gpus Registered GPUs.", "# TYPE yoloportal_gpus gauge",
         f"yoloportal_gpus {GPU.objects.count()}",
     ]
+    pairs = list(Job.objects.filter(first_started_at__isnull=False, predicted_start_at__isnull=False)
+                 .order_by("-first_started_at").values_list("predicted_start_at", "first_started_at")[:100])
+    if pairs:
+        error = sum(abs((actual - predicted).total_seconds()) for predicted, actual in pairs) / len(pairs)
+        lines += [
+            "# HELP yoloportal_eta_abs_error_seconds Mean |first ETA given - actual start| of the last 100 started jobs.",
+            "# TYPE yoloportal_eta_abs_error_seconds gauge",
+            f"yoloportal_eta_abs_error_seconds {error:.1f}",
+        ]
     return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")

@@ -1,0 +1,38 @@
+from django.contrib import admin
+
+from apps.accounts.services import plain_value as plain
+
+from apps.portal.admin_scoping import SuperuserEditAdmin
+
+from .kick import kick_scheduler
+from .models import SchedulerConfig
+
+
+@admin.register(SchedulerConfig)
+class SchedulerConfigAdmin(SuperuserEditAdmin, admin.ModelAdmin):
+    """The one configuration row: weights, half-life, quotas, urgent defaults. Admins edit; managers read."""
+
+    fieldsets = [
+        ("Policy", {"fields": ["policy", "preemption", "preempt_min_runtime_s", "backfill", "reservations"]}),
+        ("Priority weights (each factor is in [0, 1])",
+         {"fields": ["weight_fairshare", "weight_age", "weight_size", "weight_class"]}),
+        ("Fair-share and age", {"fields": ["half_life_hours", "age_cap_hours", "size_cap_gpu_hours"]}),
+        ("Quotas (teams can override in Team quotas)",
+         {"fields": ["user_gpu_hours_per_day", "max_gpus_per_job", "default_urgent_gpu_hours_per_day",
+                     "default_urgent_max_gpus"]}),
+    ]
+
+    def has_add_permission(self, request, *args):
+        return request.user.is_superuser and not SchedulerConfig.objects.exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        from apps.accounts.services import audit_record
+
+        audit_record(actor=request.user, action="scheduler.config", target=obj,
+                     message=f"scheduler configuration changed by {request.user.username}",
+                     data={field: plain(form.cleaned_data.get(field)) for field in form.changed_data})
+        kick_scheduler()

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# GPU check: on a machine with an NVIDIA GPU, start the whole system against a scratch
+# DATA_DIR, check that pynvml sees the GPU(s), and train yolov8n for 1 epoch on GPU 0
+# through the normal path (API -> scheduler -> gpu_worker -> training child).
+# Usage: scripts/gpu_check.sh            (uses .venv, creating it with `make setup` if missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || make setup
+PY=$PWD/.venv/bin/python
+export DATA_DIR=${DATA_DIR:-$(mktemp -d /tmp/yoloportal-gpucheck.XXXX)}
+export EMBEDDED_REDIS_PORT=${EMBEDDED_REDIS_PORT:-6399} HEARTBEAT_S=2 SCHEDULER_TICK_S=1
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 -- -"$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+echo "== nvidia-smi"; nvidia-smi -L || echo "(nvidia-smi not found)"
+echo "== pynvml"
+$PY - <<'PY'
+from worker.inventory import nvml_gpus
+gpus = nvml_gpus()
+if not gpus:
+    raise SystemExit("pynvml sees no NVIDIA GPU: this check needs one")
+for g in gpus:
+    print(f"GPU {g.index}: {g.model}, {g.memory_mb} MiB, {g.memory_used_mb} MiB used, {g.utilization}% busy")
+PY
+echo "== torch"
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available(), 'devices', torch.cuda.device_count())"
+
+$PY manage.py migrate -v0
+$PY manage.py demo_setup >/dev/null
+setsid $PY manage.py embedded_redis >"$DATA_DIR/redis.log" 2>&1 & pids+=($!)
+$PY manage.py wait_for_redis
+setsid $PY manage.py scheduler >"$DATA_DIR/scheduler.log" 2>&1 & pids+=($!)
+setsid $PY manage.py gpu_worker --name gpucheck >"$DATA_DIR/worker.log" 2>&1 & pids+=($!)
+
+echo "== training 1 epoch on GPU 0"
+$PY - <<'PY'
+import os, time
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "yoloportal.settings")
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from apps.cluster.models import Node
+from apps.jobs.models import Job, JobEvent
+from apps.jobs.services import job_submit
+from apps.jobs.spec import parse_spec, load_yaml
+
+deadline = time.time() + 120
+while not Node.objects.filter(name="gpucheck").exists():
+    if time.time() > deadline:
+        raise SystemExit("the worker did not register")
+    time.sleep(0.5)
+node = Node.objects.get(name="gpucheck")
+print("node:", node.name, "simulated" if node.simulated else "NVIDIA", [str(g) for g in node.gpus.all()])
+if node.simulated:
+    raise SystemExit("the worker registered simulated GPUs: no NVIDIA GPU was detected")
+spec = parse_spec(load_yaml('task_name: gpu-check\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz=320 batch=16"\nresources: {gpu: 1}\nuser: vision\ntimeout: 1800\n', max_bytes=65536))
+job, _ = job_submit(user=get_user_model().objects.get(username="alice"), spec=spec)
+started = time.time()
+while Job.objects.get(pk=job.pk).state not in ("succeeded", "failed", "cancelled", "timed_out"):
+    if time.time() - started > 900:
+        raise SystemExit("the job did not finish within 15 minutes")
+    time.sleep(1)
+job.refresh_from_db()
+for e in JobEvent.objects.filter(job=job):
+    print(f"  {e.created_at:%H:%M:%S} {e.kind}: {e.message}")
+print("state:", job.state, "gpus:", job.gpu_indices, "weights:", job.weights_path)
+print("metrics:", list(job.metrics.values_list("epoch", "values")))
+log = "".join(job.log_chunks.values_list("text", flat=True))
+print("device line:", [l for l in log.splitlines() if "CUDA:" in l or "device=" in l][:3])
+if job.state != "succeeded":
+    print(job.error)
+    raise SystemExit(1)
+print(f"GPU check passed in {time.time() - started:.0f} s")
+PY
