@@ -49,7 +49,6 @@ allow_duplicate: true
 
 def run(preload: str, jobs: int, redis_url: str) -> dict:
     from apps.jobs.models import JobEvent
-    from apps.scheduling import kick
     from tests.conftest import api_client
 
     env = dict(os.environ, REDIS_URL=redis_url, TRAINER_PRELOAD=preload, SCHEDULER_TICK_S="1",

@@ -425,16 +425,16 @@ def preload(config_dir: Path) -> None:
     # survive the fork that turns this process into a training child.
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     import torch  # noqa: F401
-    import ultralytics  # noqa: F401
-    import ultralytics.data.build  # noqa: F401
-    import ultralytics.engine.trainer  # noqa: F401
-    import ultralytics.models.yolo  # noqa: F401
-    from ultralytics import YOLO  # noqa: F401
 
     # init_seeds() -> torch.use_deterministic_algorithms() imports torch._inductor (~1.7 s
     # of CPU) on every run; import it once here. It starts no threads at import.
     import torch._inductor  # noqa: F401
     import torch._inductor.standalone_compile  # noqa: F401
+    import ultralytics  # noqa: F401
+    import ultralytics.data.build  # noqa: F401
+    import ultralytics.engine.trainer  # noqa: F401
+    import ultralytics.models.yolo  # noqa: F401
+    from ultralytics import YOLO  # noqa: F401
 
 
 def import_time_environment(config_dir: Path) -> None:

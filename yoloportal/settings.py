@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from yoloportal.env import (
@@ -14,8 +15,6 @@ from yoloportal.env import (
     env_str,
     parse_database_url,
 )
-
-import os
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Under pytest (which sets PYTEST_VERSION, inherited by the processes tests start) the

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -17,8 +18,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.accounts.models import AuditEntry, Team
-from apps.accounts.services import audit_record
 from apps.accounts.selectors import team_list
+from apps.accounts.services import audit_record
 from apps.cluster.models import Node
 from apps.datasets.selectors import dataset_resolve
 from apps.scheduling.kick import kick_scheduler

@@ -1,7 +1,6 @@
 from django.contrib import admin
 
 from apps.accounts.services import plain_value as plain
-
 from apps.portal.admin_scoping import SuperuserEditAdmin
 
 from .kick import kick_scheduler
