@@ -146,6 +146,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # priority_class and run_class share one choice set: one enum in the schema.
+    "ENUM_NAME_OVERRIDES": {"PriorityClassEnum": "apps.jobs.models.PriorityClass"},
 }
 
 # --- Scheduler and workers ----------------------------------------------------------------
