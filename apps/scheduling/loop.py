@@ -145,7 +145,7 @@ def plan_and_start(now: datetime | None = None) -> bool:
         demoted = job.run_class != job.priority_class
         job_event(job, "scheduled", f"placed on {job.node.name} GPU {','.join(map(str, job.gpu_indices))}"
                                     f"{f' ({job.gpu_share:g} share)' if job.gpu_share < 1 else ''}"
-                                    f"{f'; runs as {job.run_class}: the team used its urgent allowance' if demoted else ''}")
+                                    f"{f'; runs as {job.run_class}: beyond the team urgent allowance (urgent GPU-hours per day, counting this job timeout, or concurrent urgent GPUs)' if demoted else ''}")
 
     queue_update(plan.queue, jobs_by_id)
     return bool(started) or bool(plan.preemptions)
