@@ -36,6 +36,7 @@ from worker.node import Heartbeat, node_register
 from worker.tasks import set_parent_death_signal
 
 log = logging.getLogger("yoloportal.worker")
+STOP_GRACE_S = 3
 
 
 class Command(BaseCommand):
@@ -92,13 +93,22 @@ class Command(BaseCommand):
                 zygote.terminate()
 
     def stop(self, signum, _frame) -> None:
-        """Warm stop: each slot finishes its current job (RQ semantics); a second signal is cold."""
+        """Stop the node: SIGTERM to the slots (idle ones exit at once), SIGKILL after a grace.
+
+        Jobs running here are not waited for (a training can take days): their process
+        trees die with their slots, and the scheduler requeues them from their checkpoints
+        once the node's heartbeat is missed. Waiting would only make Ctrl-C hang.
+        """
+        first = not self.stopping
         self.stopping = True
         for pid in list(getattr(self, "_slot_pids", [])):
             try:
-                os.kill(pid, signum)
+                os.kill(pid, signal.SIGTERM if first else signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if first:
+            signal.signal(signal.SIGALRM, lambda *_: self.stop(signal.SIGKILL, None))
+            signal.alarm(STOP_GRACE_S)
 
     def spawn_slot(self, name: str, slot: int) -> int:
         pid = os.fork()
