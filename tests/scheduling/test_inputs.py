@@ -1,0 +1,71 @@
+"""The live scheduler's inputs: what the database says becomes the policy's ClusterState."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.jobs.models import Job, JobState
+from apps.jobs.services import job_submit
+from apps.jobs.spec import parse_spec
+from apps.quotas.models import TeamQuota, UsageRecord
+from apps.scheduling.inputs import cluster_state
+
+pytestmark = pytest.mark.django_db
+
+
+def submit(user, epochs: int = 3, **extra):
+    document = {"task_name": f"t{epochs}", "command": f"yolo train data=demo model=yolov8n.yaml epochs={epochs}",
+                "timeout": 7200, "allow_duplicate": True, **extra}
+    job, _ = job_submit(user=user, spec=parse_spec(document))
+    return job
+
+
+def finish(job, *, runtime_s: float, ended_ago_s: float = 60.0, run_class: str = "medium"):
+    end = timezone.now() - timedelta(seconds=ended_ago_s)
+    Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED, started_at=end - timedelta(seconds=runtime_s),
+                                         finished_at=end)
+    UsageRecord.objects.create(job=job, team=job.team, user=job.user, attempt=1, priority_class=run_class,
+                               gpu_seconds=runtime_s * job.gpus, started_at=end - timedelta(seconds=runtime_s),
+                               ended_at=end)
+
+
+def test_it_estimates_a_queued_jobs_runtime_from_finished_jobs_of_the_same_signature(alice, demo_registered, node):
+    for runtime in (100.0, 300.0, 200.0):
+        finish(submit(alice), runtime_s=runtime)
+    same, other = submit(alice), submit(alice, epochs=50)
+    state, _ = cluster_state()
+    walltimes = {j.job_id: j.walltime_s for j in state.queued}
+    assert walltimes[str(same.pk)] == pytest.approx(200.0, rel=0.01)
+    assert walltimes[str(other.pk)] is None  # nothing comparable finished: the timeout applies
+
+
+def test_it_feeds_decayed_usage_the_rolling_day_and_urgent_use(alice, bob, demo_registered, node):
+    finish(submit(alice), runtime_s=3600, ended_ago_s=60, run_class="urgent")
+    finish(submit(bob, epochs=4), runtime_s=3600, ended_ago_s=2 * 86400)
+    state, _ = cluster_state()
+    assert state.user_usage_24h["alice"] == pytest.approx(3600, rel=0.01)
+    assert state.user_usage_24h.get("bob", 0.0) == 0.0
+    assert state.team_urgent_usage_24h["vision"] == pytest.approx(3600, rel=0.01)
+    # Two days at a 7-day half-life: bob's usage is worth 2 ** (-2/7) of what it was.
+    assert state.usage[("vision", "bob")] == pytest.approx(3600 * 2 ** (-2 / 7), rel=0.02)
+    assert state.usage[("vision", "alice")] > state.usage[("vision", "bob")]
+
+
+def test_team_quota_rows_become_team_policies(alice, demo_registered, node, teams):
+    TeamQuota.objects.create(team=teams["vision"], max_gpus=3, urgent_max_gpus=1)
+    state, _ = cluster_state()
+    assert state.teams["vision"].max_gpus == 3 and state.teams["vision"].urgent_max_gpus == 1
+    assert state.teams["robotics"].max_gpus is None
+    assert state.config.policy == "fair"
+
+
+def test_a_job_over_the_teams_gpu_limit_is_rejected_at_submit(alice, demo_registered, node, teams):
+    from apps.jobs.spec import SpecError
+
+    TeamQuota.objects.create(team=teams["vision"], max_gpus_per_job=1)
+    with pytest.raises(SpecError) as error:
+        submit(alice, resources={"gpu": 2})
+    assert "per-job limit is 1" in error.value.errors["resources.gpu"]
