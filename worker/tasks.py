@@ -9,7 +9,6 @@ so a dead worker never leaves training running on a GPU the scheduler thinks is 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from apps.jobs.models import HOLDING_STATES, Checkpoint, Job, JobState
 from apps.jobs.services import job_event, job_requeue, job_transition, log_append, metrics_record
 from apps.quotas.models import UsageRecord
 from apps.quotas.services import usage_charge
-from apps.registry.services import model_register
+from apps.registry.services import file_sha256, model_register
 from apps.scheduling.kick import kick_scheduler
 
 from .zygote import ZygoteChild
@@ -80,14 +79,6 @@ def set_parent_death_signal() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
     except OSError:
         pass
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass

@@ -193,7 +193,13 @@ class ZygoteChild:
             except (BlockingIOError, InterruptedError):
                 return None
             if not chunk:
-                # The zygote died: the child has lost its reaper; treat it as killed.
+                # The zygote died, so nobody can report this child's exit any more: stop it
+                # (it would die with this horse anyway) and treat the attempt as killed.
+                if getattr(self, "pid", None):
+                    try:
+                        os.killpg(self.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
                 return {"exit": -signal.SIGKILL}
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)

@@ -104,6 +104,8 @@ def training_processes() -> dict[str, list[int]]:
         if not configs:
             continue
         config = Path(configs[-1])
+        if not str(config).startswith(str(settings.JOBS_DIR)):
+            continue  # another test run's (or `make run`'s) training
         job_id = config.parent.parent.name  # JOBS_DIR/<job id>/attempt-N/config-K.json
         found.setdefault(job_id, []).append(int(entry.name))
     return found

@@ -306,3 +306,40 @@ def test_it_times_out_a_job_and_stops_its_process_tree(live, alice):
     assert (final.finished_at - final.started_at).total_seconds() <= 12 + 10
     wait_for(lambda: not training_processes().get(job_id), 10, what="the process tree to be gone")
     assert UsageRecord.objects.get(job_id=job_id).gpu_seconds >= 10
+
+
+def test_it_recovers_when_the_training_zygote_dies(live, alice):
+    """SIGKILL the zygote that forks training children: the attempt is requeued and finishes."""
+    live.start_scheduler()
+    live.start_worker()
+    # Until the zygote has preloaded, children start a fresh interpreter instead.
+    wait_for(lambda: "zygote ready" in live.log("worker"), 60, what="the zygote to preload")
+    job_id = submit(api_client(alice), epochs=4, name="zygote-dies")
+    with InvariantWatch() as watch:
+        wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
+        zygotes = zygote_pids()
+        assert zygotes, "simulated nodes train through the zygote"
+        for pid in zygotes:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: finished(job_id), 240, what="the job to finish")
+        wait_for(lambda: zygote_pids(), 30, what="gpu_worker to restart the zygote")
+    final = job(job_id)
+    assert final.state == JobState.SUCCEEDED, final.error
+    assert final.attempt == 2 and resumed_from_epoch(job_id, 2) >= 2
+    assert_metrics_continuous(job_id, 4)
+    assert_trained_once_per_attempt(job_id)
+    assert not watch.violations, watch.violations
+
+
+def zygote_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            # This test run's zygotes only: their config dir is under our DATA_DIR.
+            if b"worker.zygote" in words and any(str(settings.DATA_DIR).encode() in w for w in words):
+                pids.append(int(entry.name))
+    return pids

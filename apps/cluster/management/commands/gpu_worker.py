@@ -85,6 +85,11 @@ class Command(BaseCommand):
                     log.warning("slot %d (pid %d) exited; restarting it", slot, pid)
                     time.sleep(1)
                     children[self.spawn_slot(name, slot)] = slot
+                elif zygote is not None and pid == zygote.pid and not self.stopping:
+                    # Until it is back, children start a fresh interpreter (spawn falls back).
+                    log.warning("the training zygote (pid %d) exited; restarting it", pid)
+                    time.sleep(1)
+                    zygote = self.start_zygote(name)
                 else:
                     children.pop(pid, None)
         finally:
