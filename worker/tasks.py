@@ -33,6 +33,7 @@ from apps.quotas.services import usage_charge
 from apps.registry.services import file_sha256, model_register
 from apps.scheduling.kick import kick_scheduler
 
+from .gpulock import GpuLocks, lock_dir
 from .zygote import ZygoteChild
 
 log = logging.getLogger("yoloportal.worker")
@@ -42,6 +43,7 @@ KILL_GRACE_S = 5.0
 POLL_S = 0.25
 LOG_FLUSH_S = 1.0
 MAX_INFRA_REQUEUES = 10
+GPU_WAIT_S = 60.0
 
 
 def run_attempt(job_id: str, attempt_id: str) -> str:
@@ -124,7 +126,36 @@ class AttemptRunner:
     # --- the attempt --------------------------------------------------------------------------
 
     def run(self) -> str:
-        """Try the newest verified checkpoint, then older ones, then from scratch."""
+        """Wait until the GPUs are ours, then try the newest verified checkpoint, older ones, scratch."""
+        locks = GpuLocks(lock_dir(self.job.node.name, settings.DATA_DIR), list(self.job.gpu_indices),
+                         exclusive=self.job.gpu_share >= 1.0)
+        try:
+            stop = self.wait_for_gpus(locks)
+            if stop:
+                return self.finish(ChildResult(outcome=stop))
+            return self.train()
+        finally:
+            locks.release()
+
+    def wait_for_gpus(self, locks: GpuLocks) -> str:
+        """Block until the previous attempts on our GPUs have stopped; '' or why to stop instead."""
+        deadline = time.monotonic() + GPU_WAIT_S
+        waited = False
+        while not locks.try_acquire():
+            if time.monotonic() > deadline:
+                job_event(self.job, "gpus_busy", f"GPU {','.join(map(str, self.job.gpu_indices))} still held by "
+                                                  f"another process after {GPU_WAIT_S:.0f} s; starting anyway")
+                return ""
+            if not waited:
+                log.info("job %s waits for GPU %s to be released", self.job.pk, self.job.gpu_indices)
+                waited = True
+            stop = self.check_in()
+            if stop:
+                return stop
+            time.sleep(0.5)
+        return ""
+
+    def train(self) -> str:
         candidates: list[Checkpoint | None] = [*self.verified_checkpoints(), None]
         result = ChildResult()
         for number, checkpoint in enumerate(candidates, start=1):
@@ -292,6 +323,9 @@ class AttemptRunner:
         now = timezone.now()
         if result.outcome == "fenced" or job.attempt_id != self.job.attempt_id:
             log.warning("job %s attempt %s was taken away; stopped it", job.pk, self.job.attempt)
+            # Recorded against the old attempt: its process tree is gone, its GPUs truly free.
+            job_event(self.job, "attempt_stopped",
+                      f"attempt {self.job.attempt} stopped: it was requeued, preempted or reaped meanwhile")
             return "fenced"
         mine = {"expected": HOLDING_STATES, "attempt_id": self.job.attempt_id}
         if result.outcome == "succeeded":

@@ -45,3 +45,6 @@ def test_an_urgent_job_preempts_a_low_job_which_resumes_from_its_checkpoint(live
     assert sorted(MetricPoint.objects.filter(job_id=low_id).values_list("epoch", flat=True)) == [1, 2, 3, 4, 5, 6]
     urgent_ran = JobEvent.objects.get(job_id=urgent_id, kind="running").created_at
     assert preempted.created_at <= urgent_ran
+    # The urgent job trained only once the preempted attempt's processes were gone (GPU locks).
+    stopped = JobEvent.objects.get(job_id=low_id, kind="attempt_stopped", attempt=1).created_at
+    assert JobEvent.objects.get(job_id=urgent_id, kind="training_started").created_at >= stopped
