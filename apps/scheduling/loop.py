@@ -151,26 +151,43 @@ def plan_and_start(now: datetime | None = None) -> bool:
     return bool(started) or bool(plan.preemptions)
 
 
+QUEUE_FIELDS = ("queue_position", "estimated_start_at", "reason", "priority", "priority_factors",
+                "predicted_start_at")
+ETA_SLACK_S = 30.0
+
+
 def queue_update(entries, jobs_by_id) -> None:
-    changed = []
+    """Store each waiting job's position, ETA, reason and priority — only where they changed.
+
+    Every pass re-plans the whole queue; writing every row each time would be one UPDATE
+    per queued job every few seconds. An ETA that moved less than ``ETA_SLACK_S`` and
+    factors that moved in the third decimal are not news.
+    """
     for entry in entries:
         job = jobs_by_id.get(entry.job_id)
         if job is None:
             continue
         eta = (datetime.fromtimestamp(entry.estimated_start, tz=UTC)
                if entry.estimated_start is not None else None)
-        job.queue_position = entry.position
-        job.estimated_start_at = eta
-        job.reason = entry.reason[:300]
-        job.priority = entry.priority
-        job.priority_factors = dict(entry.factors)
-        if job.predicted_start_at is None and eta is not None:
-            job.predicted_start_at = eta
-        changed.append(job)
-    # Only queued rows: a job cancelled meanwhile keeps its own fields.
-    fields = ["queue_position", "estimated_start_at", "reason", "priority", "priority_factors", "predicted_start_at"]
-    for job in changed:
-        Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(**{f: getattr(job, f) for f in fields})
+        new = {
+            "queue_position": entry.position,
+            "estimated_start_at": eta,
+            "reason": entry.reason[:300],
+            "priority": round(entry.priority, 3),
+            "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
+            "predicted_start_at": job.predicted_start_at or eta,
+        }
+        if all(getattr(job, f) == new[f] for f in QUEUE_FIELDS if f != "estimated_start_at") and same_eta(
+                job.estimated_start_at, eta):
+            continue
+        # Only queued rows: a job cancelled or started meanwhile keeps its own fields.
+        Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(**new)
+
+
+def same_eta(old: datetime | None, new: datetime | None) -> bool:
+    if old is None or new is None:
+        return old is new
+    return abs((old - new).total_seconds()) < ETA_SLACK_S
 
 
 def tick(now: datetime | None = None) -> bool:

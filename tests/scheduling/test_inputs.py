@@ -69,3 +69,20 @@ def test_a_job_over_the_teams_gpu_limit_is_rejected_at_submit(alice, demo_regist
     with pytest.raises(SpecError) as error:
         submit(alice, resources={"gpu": 2})
     assert "per-job limit is 1" in error.value.errors["resources.gpu"]
+
+
+def test_a_second_planning_pass_rewrites_no_unchanged_queue_row(alice, demo_registered, node):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.scheduling.loop import plan_and_start
+
+    waiting = [submit(alice, epochs=e, resources={"gpu": 2}) for e in (5, 6, 7)]  # node-a has 2 GPUs
+    plan_and_start()
+    queued = Job.objects.filter(state=JobState.QUEUED)
+    assert queued.count() == 2 and all(j.reason and j.queue_position for j in queued)
+    with CaptureQueriesContext(connection) as queries:
+        plan_and_start()
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('UPDATE "jobs_job"')]
+    assert updates == [], updates
+    assert len(waiting) == 3
