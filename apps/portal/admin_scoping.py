@@ -197,22 +197,10 @@ class SuperuserEditAdmin:
         return request.user.is_superuser
 
 
-class SuperuserOnlyAdmin:
+class SuperuserOnlyAdmin(SuperuserEditAdmin):
     """Not shown to managers at all (API tokens of other people, the RQ dashboard)."""
 
     def has_module_permission(self, request):
-        return request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_superuser
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_superuser
-
-    def has_add_permission(self, request, *args):
-        return request.user.is_superuser
-
-    def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser
 
 
