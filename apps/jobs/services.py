@@ -168,13 +168,10 @@ def job_limit_error(request: JobRequest, team: Team) -> str | None:
     """The per-job and per-team GPU limits (SchedulerConfig, TeamQuota): a job above them never starts."""
     from apps.scheduling.inputs import team_policies
     from apps.scheduling.models import SchedulerConfig
-    from apps.scheduling.policy import admission_error
+    from apps.scheduling.policy.admission import limit_error
 
     config = SchedulerConfig.current().to_policy()
-    # Capacity is checked separately (with a message naming the largest node); an empty
-    # cluster list keeps admission_error to the limits here.
-    error = admission_error((), request, config, team_policies(config))
-    return None if error is None or error.startswith("no node") else error
+    return limit_error(request, config, team_policies(config))
 
 
 def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
