@@ -25,12 +25,13 @@ from django.db.models import F, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from apps.core.hashing import file_sha256
 from apps.jobs import live
 from apps.jobs.models import HOLDING_STATES, Checkpoint, Job, JobState
 from apps.jobs.services import job_event, job_requeue, job_transition, log_append, metrics_record
 from apps.quotas.models import UsageRecord
 from apps.quotas.services import usage_charge
-from apps.registry.services import file_sha256, model_register
+from apps.registry.services import model_register
 from apps.scheduling.kick import kick_scheduler
 
 from .gpulock import GpuLocks, lock_dir

@@ -68,6 +68,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apps.core.hashing import file_sha256  # Django-free, like this module
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -271,14 +273,6 @@ def prune_checkpoints(checkpoint_dir: Path, keep: int = KEEP_CHECKPOINTS) -> lis
         path.unlink(missing_ok=True)
         removed.append(path)
     return removed
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
@@ -543,7 +537,7 @@ def inspect_checkpoint(path: Path) -> ResumePoint:
             expected = json.loads(sidecar.read_text())
         except ValueError as e:
             raise CheckpointError(f"unreadable sidecar {sidecar}: {e}") from e
-        if expected.get("size") != path.stat().st_size or expected.get("sha256") != sha256_file(path):
+        if expected.get("size") != path.stat().st_size or expected.get("sha256") != file_sha256(path):
             raise CheckpointError(f"checkpoint {path} does not match the hash in {sidecar}")
     from ultralytics.nn.tasks import load_checkpoint
 

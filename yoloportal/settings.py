@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "django_rq",
+    "apps.core",
     "apps.accounts",
     "apps.cluster",
     "apps.datasets",
@@ -107,6 +108,10 @@ SERVE_STATIC = env_bool("SERVE_STATIC", True)
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+# apps/core (admin team scoping) names the team model and the "teams this user manages" read
+# here instead of importing an app, as AUTH_USER_MODEL does for users.
+TEAM_MODEL = "accounts.Team"
+MANAGED_TEAM_IDS = "apps.accounts.selectors.managed_team_ids"
 
 # --- Redis: RQ delivery, channel layer, scheduler kicks ------------------------------
 EMBEDDED_REDIS_PORT = env_int("EMBEDDED_REDIS_PORT", 6390, minimum=1, maximum=65535)
@@ -133,7 +138,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
-    "EXCEPTION_HANDLER": "apps.jobs.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "apps.core.api.exception_handler",
     # Per process (Django's cache); a proxy in front should rate-limit too (docs/security.md).
     "DEFAULT_THROTTLE_RATES": {
         "submit": env_str("THROTTLE_SUBMIT", "120/min"),

@@ -6,9 +6,9 @@ from drf_spectacular.views import SpectacularAPIView
 from apps.accounts import api as accounts_api
 from apps.accounts.views import ThrottledLoginView
 from apps.cluster.api import ClusterView
+from apps.core.admin_scoping import superuser_only_patterns
 from apps.datasets import api as datasets_api
 from apps.jobs import api as jobs_api
-from apps.portal.admin_scoping import superuser_only_patterns
 from apps.portal.metrics import prometheus_metrics
 from apps.portal.views import sign_out
 from apps.quotas.api import UsageView
@@ -50,4 +50,4 @@ urlpatterns = [
 ]
 
 # JSON 404s under /api/ (e.g. a malformed id in the path); the usual page elsewhere.
-handler404 = "apps.jobs.api_errors.not_found"
+handler404 = "apps.core.api.not_found"

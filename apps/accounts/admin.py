@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 
-from apps.portal.admin_scoping import SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
+from apps.core.admin_scoping import SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
 
 from .models import ApiToken, Membership, Team
 from .services import membership_set

@@ -5,16 +5,16 @@ from __future__ import annotations
 from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.jobs.api_errors import StrictInput
+from apps.core.api import StrictInput
+from apps.core.openapi import ERROR, paginated
+from apps.core.selectors import get_or_404
 
 from .models import ApiToken, AuditEntry
-from .openapi import ERROR, paginated
-from .selectors import audit_list, token_get, token_list
+from .selectors import audit_list, token_list
 from .services import MAX_ACTIVE_TOKENS_PER_USER, token_create, token_revoke
 from .throttles import AuthThrottle
 
@@ -68,21 +68,14 @@ class TokenListCreate(APIView):
         return Response(TokenCreatedOut(token).data, status=status.HTTP_201_CREATED)
 
 
-def own_token(request, token_id) -> ApiToken:
-    token = token_get(user=request.user, pk=token_id)
-    if token is None:
-        raise NotFound("No token with that id among yours.")
-    return token
-
-
 class TokenDetail(APIView):
     @extend_schema(responses={200: TokenOut, 404: ERROR})
     def get(self, request, token_id: int):
-        return Response(TokenOut(own_token(request, token_id)).data)
+        return Response(TokenOut(get_or_404(token_list(user=request.user), token_id, "No token with that id among yours.")).data)
 
     @extend_schema(request=None, responses={200: TokenOut, 404: ERROR}, description="Revoke the token (idempotent).")
     def delete(self, request, token_id: int):
-        token = own_token(request, token_id)
+        token = get_or_404(token_list(user=request.user), token_id, "No token with that id among yours.")
         token_revoke(token=token, by=request.user)
         token.refresh_from_db()
         return Response(TokenOut(token).data)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
+from apps.core.selectors import scoped_get
+
 from .models import ApiToken, AuditEntry, Membership, Team
 
 
@@ -72,7 +74,4 @@ def token_list(*, user) -> QuerySet[ApiToken]:
 
 
 def token_get(*, user, pk) -> ApiToken | None:
-    try:
-        return token_list(user=user).filter(pk=int(pk)).first()
-    except (TypeError, ValueError):
-        return None
+    return scoped_get(token_list(user=user), pk)

@@ -93,8 +93,3 @@ def user_ensure(*, username: str, password: str, superuser: bool = False):
     user.set_password(password)
     user.save()
     return user
-
-
-def plain_value(value: Any) -> Any:
-    """A form value as something an audit entry's JSON can hold."""
-    return value if isinstance(value, (int, float, bool, str, type(None))) else str(value)

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.portal.admin_scoping import SuperuserEditAdmin
+from apps.core.admin_scoping import SuperuserEditAdmin
 
 from .models import GPU, Node
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -8,7 +10,23 @@ from apps.jobs.selectors import queue_depth_by_class
 from .selectors import cluster_overview, cluster_totals
 
 
+class ClusterTotalsOut(serializers.Serializer):
+    gpus = serializers.IntegerField()
+    gpus_allocated = serializers.FloatField()
+    allocation = serializers.FloatField()
+    nodes = serializers.IntegerField()
+    nodes_alive = serializers.IntegerField()
+
+
+# Schema only: the view returns the selectors' dicts (a docstring here would show in the schema).
+class ClusterOut(serializers.Serializer):
+    totals = ClusterTotalsOut()
+    queue_depth = serializers.DictField(child=serializers.IntegerField())
+    nodes = serializers.ListField(child=serializers.DictField())
+
+
 class ClusterView(APIView):
+    @extend_schema(responses=ClusterOut)
     def get(self, request):
         nodes = cluster_overview(user=request.user)
         return Response({"totals": cluster_totals(nodes), "queue_depth": queue_depth_by_class(), "nodes": nodes})

@@ -6,18 +6,18 @@ from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, serializers, status
-from rest_framework.exceptions import NotFound
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.openapi import ERROR, paginated
 from apps.accounts.selectors import team_list
-from apps.jobs.api_errors import StrictInput, field_errors
+from apps.core.api import StrictInput, field_errors
+from apps.core.openapi import ERROR, paginated
+from apps.core.selectors import get_or_404
 
 from .archive import ArchiveRejected
 from .models import Dataset
-from .selectors import dataset_get, dataset_list
+from .selectors import dataset_list
 from .services import DatasetExists, dataset_upload
 
 
@@ -96,7 +96,5 @@ class DatasetListCreate(APIView):
 class DatasetDetail(APIView):
     @extend_schema(responses={200: DatasetOut, 404: ERROR})
     def get(self, request, pk: int):
-        dataset = dataset_get(user=request.user, pk=pk)
-        if dataset is None:
-            raise NotFound("No dataset with that id in your teams.")
+        dataset = get_or_404(dataset_list(user=request.user), pk, "No dataset with that id in your teams.")
         return Response(DatasetOut(dataset).data)

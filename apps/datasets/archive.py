@@ -37,7 +37,7 @@ from typing import IO, Any
 
 import yaml
 
-from apps.jobs.spec import SpecError, load_yaml
+from apps.core.strict_yaml import YamlError, load_yaml
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".dng", ".mpo", ".pfm", ".heic"}
 LABEL_SUFFIX = ".txt"
@@ -319,7 +319,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
                                                   f"{_human(limits.max_yaml_bytes)}")])
     try:
         document = load_yaml(_read_member(archive, info, limits.max_yaml_bytes), max_bytes=limits.max_yaml_bytes)
-    except SpecError as exc:
+    except YamlError as exc:
         raise ArchiveRejected("has a data.yaml that cannot be read",
                               [Problem(yaml_name, exc.errors.get("spec", str(exc)))]) from None
     if not isinstance(document, dict):

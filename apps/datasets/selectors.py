@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from apps.accounts.selectors import team_ids
+from apps.core.selectors import scoped_get
+from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import Dataset
 
@@ -21,10 +23,7 @@ def dataset_list(*, user, team: str | None = None) -> QuerySet[Dataset]:
 
 
 def dataset_get(*, user, pk) -> Dataset | None:
-    try:
-        return dataset_list(user=user).filter(pk=int(pk)).first()
-    except (TypeError, ValueError):
-        return None
+    return scoped_get(dataset_list(user=user), pk)
 
 
 def team_dataset_root(team) -> Path:
@@ -68,13 +67,11 @@ def data_yaml_check(path: Path, *, root: Path) -> None:
     joined onto ``path`` and must be a folder inside ``root`` (an image-list ``.txt``
     could name any file on the machine).
     """
-    from apps.jobs.spec import SpecError, load_yaml
-
     try:
         document = load_yaml(path.read_bytes()[: DATA_YAML_MAX_BYTES + 1], max_bytes=DATA_YAML_MAX_BYTES)
     except OSError as exc:
         raise ValueError(f"dataset YAML cannot be read: {exc.strerror or exc}") from None
-    except SpecError as exc:
+    except YamlError as exc:
         raise ValueError(f"dataset YAML {exc.errors.get('spec', exc)}") from None
     if not isinstance(document, dict):
         raise ValueError("dataset YAML must be a mapping")

@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from apps.portal.admin_scoping import TeamScopedAdmin, TeamScopedInline
+from apps.core.admin_scoping import TeamScopedAdmin, TeamScopedInline
 from apps.scheduling.kick import kick_scheduler
 
 from .models import Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint

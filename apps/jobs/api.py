@@ -13,15 +13,17 @@ from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.openapi import ERROR, paginated
 from apps.accounts.selectors import is_manager_of
 from apps.accounts.throttles import SubmitThrottle
+from apps.core.api import field_errors
+from apps.core.openapi import ERROR, paginated
+from apps.core.selectors import get_or_404
+from apps.core.strict_yaml import YamlError, load_yaml
 
-from .api_errors import field_errors
 from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
-from .selectors import job_get, job_list, queue_list
+from .selectors import JOB_NOT_VISIBLE, job_list, queue_list
 from .services import DuplicateJob, job_cancel, job_requeue, job_submit
-from .spec import SpecError, load_yaml, parse_spec
+from .spec import SpecError, parse_spec
 
 
 class YAMLParser(parsers.BaseParser):
@@ -33,7 +35,7 @@ class YAMLParser(parsers.BaseParser):
             raise ParseError({"spec": f"is larger than the limit of {settings.SPEC_MAX_BYTES} bytes"})
         try:
             return {"__raw__": raw.decode("utf-8", "replace"), "__doc__": load_yaml(raw, max_bytes=settings.SPEC_MAX_BYTES)}
-        except SpecError as exc:
+        except YamlError as exc:
             raise ParseError(exc.errors) from None
 
 
@@ -191,23 +193,16 @@ class JobListCreate(APIView):
         return Response(JobOut(job).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
-def visible_job(request, job_id) -> Job:
-    job = job_get(user=request.user, job_id=job_id)
-    if job is None:
-        raise NotFound("No job with that id in your teams.")
-    return job
-
-
 class JobDetail(APIView):
     @extend_schema(responses={200: JobOut, 404: ERROR})
     def get(self, request, job_id):
-        return Response(JobOut(visible_job(request, job_id)).data)
+        return Response(JobOut(get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)).data)
 
 
 class JobCancel(APIView):
     @extend_schema(request=None, responses={202: JobOut, 403: ERROR, 404: ERROR, 409: ERROR})
     def post(self, request, job_id):
-        job = visible_job(request, job_id)
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         if job.user_id != request.user.pk and not is_manager_of(user=request.user, team=job.team):
             return Response({"detail": "only the job's owner or a team manager may cancel it"},
                             status=status.HTTP_403_FORBIDDEN)
@@ -223,7 +218,7 @@ class JobRequeue(APIView):
 
     @extend_schema(request=None, responses={202: JobOut, 403: ERROR, 404: ERROR, 409: ERROR})
     def post(self, request, job_id):
-        job = visible_job(request, job_id)
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         if not is_manager_of(user=request.user, team=job.team):
             return Response({"detail": "only a manager of the job's team may requeue it"},
                             status=status.HTTP_403_FORBIDDEN)
@@ -260,7 +255,7 @@ class _SeqList(APIView):
     limit = 1000
 
     def get(self, request, job_id):
-        job = visible_job(request, job_id)
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         after = query_int(request, "after")
         rows = self.model.objects.filter(job=job, seq__gt=after).order_by("seq")[: self.limit]
         return Response({"job": str(job.pk), "state": job.state, "seq": job.seq,
@@ -297,7 +292,7 @@ class JobWeights(APIView):
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR})
     def get(self, request, job_id):
-        job = visible_job(request, job_id)
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         if not job.weights_path:
             raise NotFound("This job has no weights yet.")
         from pathlib import Path

@@ -5,8 +5,11 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from apps.accounts.selectors import team_ids
+from apps.core.selectors import scoped_get
 
 from .models import ACTIVE_STATES, Job, JobState
+
+JOB_NOT_VISIBLE = "No job with that id in your teams."
 
 
 def job_list(*, user, state: str | None = None, team: str | None = None, mine: bool = False) -> QuerySet[Job]:
@@ -22,10 +25,7 @@ def job_list(*, user, state: str | None = None, team: str | None = None, mine: b
 
 def job_get(*, user, job_id) -> Job | None:
     """The job if the caller may see it; None otherwise (the API answers 404 either way)."""
-    try:
-        return job_list(user=user).filter(pk=job_id).first()
-    except (ValueError, TypeError):
-        return None
+    return scoped_get(job_list(user=user), job_id)
 
 
 def queue_list(*, user) -> QuerySet[Job]:

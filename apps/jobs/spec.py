@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import yaml
+from apps.core.errors import FieldErrors
 
 TASKS = ("detect", "segment", "classify", "pose", "obb")
 PRIORITIES = ("low", "medium", "high", "urgent")
@@ -66,12 +66,8 @@ RESERVED_ARGS = {
 }
 
 
-class SpecError(ValueError):
+class SpecError(FieldErrors):
     """Validation failed; ``errors`` maps field paths to messages."""
-
-    def __init__(self, errors: dict[str, str]):
-        self.errors = errors
-        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
 
 
 # --- typed value parsers --------------------------------------------------------------------
@@ -312,57 +308,6 @@ class JobSpec:
             "image": self.image,
         }
         return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
-
-
-# --- YAML ----------------------------------------------------------------------------------
-
-
-class _StrictSafeLoader(yaml.SafeLoader):
-    """Safe loader that refuses anchors/aliases (billion laughs) and deep nesting."""
-
-    max_depth = 20
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML aliases (*name) are not allowed", event.start_mark
-            )
-        event = self.peek_event()
-        if getattr(event, "anchor", None):
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML anchors (&name) are not allowed", event.start_mark
-            )
-        self._depth = getattr(self, "_depth", 0) + 1
-        try:
-            if self._depth > self.max_depth:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"nesting deeper than {self.max_depth} levels", event.start_mark
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
-def load_yaml(text: str | bytes, *, max_bytes: int) -> Any:
-    """Parse untrusted YAML: size cap first, then the strict safe loader."""
-    raw = text.encode() if isinstance(text, str) else text
-    if len(raw) > max_bytes:
-        raise SpecError({"spec": f"is {len(raw)} bytes; the limit is {max_bytes} bytes"})
-    try:
-        return yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
-    except UnicodeDecodeError:
-        raise SpecError({"spec": "is not UTF-8 text"}) from None
-    except (ValueError, OverflowError, RecursionError) as exc:
-        # PyYAML's constructors let these through, e.g. an integer past Python's 4300-digit limit.
-        raise SpecError({"spec": f"is not valid YAML: {str(exc)[:200]}"}) from None
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        if mark is not None:
-            where = f" (line {mark.line + 1}, column {mark.column + 1})"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError({"spec": f"is not valid YAML{where}: {problem}"}) from None
 
 
 # --- parsing --------------------------------------------------------------------------------

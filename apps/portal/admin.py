@@ -10,7 +10,7 @@ from django.contrib import admin
 from django_rq import models as rq_models
 from django_rq.admin import QueueAdmin
 
-from .admin_scoping import superuser_required
+from apps.core.admin_scoping import superuser_required
 
 
 class SuperuserQueueAdmin(QueueAdmin):

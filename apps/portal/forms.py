@@ -9,7 +9,9 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from apps.jobs.spec import PRIORITIES, SpecError, load_yaml
+from apps.core.errors import FieldErrors
+from apps.core.strict_yaml import load_yaml
+from apps.jobs.spec import PRIORITIES
 
 GPU_CHOICES = [("0.25", "¼ of a GPU"), ("0.5", "½ of a GPU"), ("1", "1"), ("2", "2"), ("4", "4"), ("8", "8")]
 
@@ -91,7 +93,7 @@ class JobForm(forms.Form):
             document["allow_duplicate"] = True
         return document
 
-    def add_spec_errors(self, error: SpecError) -> None:
+    def add_spec_errors(self, error: FieldErrors) -> None:
         for path, message in error.errors.items():
             field = form_field_for(path)
             if field == "timeout_hours" and "limit is" in message:
@@ -124,9 +126,9 @@ class YamlSpecForm(forms.Form):
         return data
 
     def spec_document(self) -> Any:
-        """Parse the YAML (SpecError on a size, syntax or alias problem)."""
+        """Parse the YAML (YamlError on a size, syntax or alias problem)."""
         return load_yaml(self.cleaned_data["spec_text"], max_bytes=settings.SPEC_MAX_BYTES)
 
-    def add_spec_errors(self, error: SpecError) -> None:
+    def add_spec_errors(self, error: FieldErrors) -> None:
         self.spec_errors = sorted(error.errors.items())
         self.add_error("spec_text", f"{len(error.errors)} problem(s) in the spec, listed below")

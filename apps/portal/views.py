@@ -10,20 +10,22 @@ from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from apps.accounts.selectors import is_manager_of, team_list, token_get, token_list
+from apps.accounts.selectors import is_manager_of, team_list, token_list
 from apps.accounts.services import token_create, token_revoke
 from apps.cluster.selectors import cluster_overview, cluster_totals
+from apps.core.errors import FieldErrors
+from apps.core.selectors import get_or_404
+from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
 from apps.jobs.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
-from apps.jobs.selectors import active_jobs_of, job_get, job_list, queue_depth_by_class
+from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_get, job_list, queue_depth_by_class
 from apps.jobs.services import DuplicateJob, job_cancel, job_submit
-from apps.jobs.spec import SpecError, load_yaml, parse_spec
+from apps.jobs.spec import SpecError, parse_spec
 from apps.quotas.selectors import usage_summary
 from apps.registry.selectors import model_list
 
@@ -91,20 +93,13 @@ def jobs(request):
     })
 
 
-def visible_job_or_404(request, job_id) -> Job:
-    job = job_get(user=request.user, job_id=job_id)
-    if job is None:
-        raise Http404("No job with that id in your teams.")
-    return job
-
-
 def may_cancel(user, job: Job) -> bool:
     return job.user_id == user.pk or is_manager_of(user=user, team=job.team)
 
 
 @login_required
 def job_detail(request, job_id):
-    job = visible_job_or_404(request, job_id)
+    job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
     model_version = getattr(job, "model_version", None) if job.state == JobState.SUCCEEDED else None
     return render(request, "portal/job.html", {
         "job": job,
@@ -125,7 +120,7 @@ def job_detail(request, job_id):
 @login_required
 @require_POST
 def job_cancel_view(request, job_id):
-    job = visible_job_or_404(request, job_id)
+    job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
     if not may_cancel(request.user, job):
         messages.error(request, "Only the job's owner or a manager of its team may cancel it.")
     elif job.state not in ACTIVE_STATES:
@@ -141,14 +136,14 @@ def job_cancel_view(request, job_id):
 @require_POST
 def job_resubmit(request, job_id):
     """Submit the same spec again as a new job (the duplicate check still applies)."""
-    job = visible_job_or_404(request, job_id)
+    job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
     try:
         document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
         if not isinstance(document, dict):
             raise SpecError({"spec": "the original spec text is missing; use Edit & resubmit"})
         new_job, _ = job_submit(user=request.user, spec=parse_spec(document), raw_spec=job.raw_spec,
                                 idempotency_key=request.POST.get("idempotency_key", "")[:200])
-    except SpecError as exc:
+    except FieldErrors as exc:  # the stored text's YAML (YamlError) or the spec itself (SpecError)
         messages.error(request, "Could not resubmit: " + "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
         return redirect(f"{reverse('job-new')}?from={job.pk}")
     except DuplicateJob as dup:
@@ -188,7 +183,7 @@ def job_new(request):
                                         idempotency_key=request.POST.get("idempotency_key", "")[:200])
                     messages.success(request, f"Submitted {job.task_name}.")
                     return redirect("job", job_id=job.pk)
-            except SpecError as exc:
+            except FieldErrors as exc:  # YamlError or SpecError
                 form.add_spec_errors(exc)
             except DuplicateJob as dup:
                 duplicate_of = dup.job
@@ -247,9 +242,7 @@ def tokens(request):
 @login_required
 @require_POST
 def token_revoke_view(request, pk: int):
-    token = token_get(user=request.user, pk=pk)
-    if token is None:
-        raise Http404("No such token.")
+    token = get_or_404(token_list(user=request.user), pk, "No such token.")
     token_revoke(token=token)
     messages.success(request, f"Token {token.key_prefix}… revoked.")
     return redirect("tokens")

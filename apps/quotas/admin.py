@@ -1,7 +1,7 @@
 from django.contrib import admin
 
-from apps.accounts.services import plain_value as plain
-from apps.portal.admin_scoping import TeamScopedAdmin
+from apps.core.admin_scoping import TeamScopedAdmin
+from apps.core.values import plain_value as plain
 from apps.scheduling.kick import kick_scheduler
 
 from .models import TeamQuota, UsageRecord

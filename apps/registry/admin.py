@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.portal.admin_scoping import TeamScopedAdmin
+from apps.core.admin_scoping import TeamScopedAdmin
 
 from .models import ModelVersion
 

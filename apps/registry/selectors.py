@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from apps.accounts.selectors import team_ids
+from apps.core.selectors import scoped_get
 
 from .models import ModelVersion
 
@@ -12,4 +13,4 @@ def model_list(*, user) -> QuerySet[ModelVersion]:
 
 
 def model_get(*, user, pk) -> ModelVersion | None:
-    return model_list(user=user).filter(pk=pk).first()
+    return scoped_get(model_list(user=user), pk)

@@ -1,20 +1,13 @@
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from apps.core.hashing import file_sha256
+
 from .models import ModelVersion
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def model_register(*, job, weights: Path, metrics: dict) -> ModelVersion:

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
-from apps.accounts.services import plain_value as plain
-from apps.portal.admin_scoping import SuperuserEditAdmin
+from apps.core.admin_scoping import SuperuserEditAdmin
+from apps.core.values import plain_value as plain
 
 from .kick import kick_scheduler
 from .models import SchedulerConfig

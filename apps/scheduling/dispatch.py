@@ -10,9 +10,8 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job as RQJob
 from rq.job import JobStatus
 
+from apps.core.redis_client import redis_client
 from apps.jobs.models import Job
-
-from .kick import redis_client
 
 log = logging.getLogger(__name__)
 RUN_ATTEMPT = "worker.tasks.run_attempt"

@@ -5,18 +5,11 @@ from __future__ import annotations
 import logging
 
 import redis
-from django.conf import settings
+
+from apps.core.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 KICK_KEY = "yoloportal:scheduler:kick"
-_client: redis.Redis | None = None
-
-
-def redis_client() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
-    return _client
 
 
 def kick_scheduler() -> None:

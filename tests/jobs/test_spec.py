@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from apps.jobs.spec import SpecError, load_yaml, parse_command, parse_spec
+from apps.core.strict_yaml import YamlError, load_yaml
+from apps.jobs.spec import SpecError, parse_command, parse_spec
 from tests.conftest import SEED_SPEC
 
 DESIGN_SEED = """\
@@ -155,13 +156,13 @@ def test_several_problems_are_reported_together():
     b"task_name: \xff\xfe\n",
 ])
 def test_hostile_yaml_is_a_spec_error_not_a_crash(text):
-    with pytest.raises(SpecError) as caught:
+    with pytest.raises(YamlError) as caught:
         load_yaml(text, max_bytes=64 * 1024)
     assert "spec" in caught.value.errors
 
 
 def test_yaml_over_the_size_cap_is_refused_before_parsing():
-    with pytest.raises(SpecError, match="limit"):
+    with pytest.raises(YamlError, match="limit"):
         load_yaml("a: b\n" * 20000, max_bytes=64 * 1024)
 
 

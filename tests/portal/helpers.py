@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from apps.core.strict_yaml import load_yaml
 from apps.jobs.services import job_submit
-from apps.jobs.spec import load_yaml, parse_spec
+from apps.jobs.spec import parse_spec
 from tests.conftest import SEED_SPEC
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apps.core.hashing import file_sha256
 from apps.datasets.demo import generate_demo_dataset
 from worker.train_child import (
     EXIT_CHECKPOINT,
@@ -33,7 +34,6 @@ from worker.train_child import (
     json_safe,
     prune_checkpoints,
     run,
-    sha256_file,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -247,7 +247,7 @@ def test_copy_checkpoint_writes_the_file_then_a_matching_sidecar(tmp_path: Path)
     info = copy_checkpoint(source, tmp_path / "ckpt", 7)
     assert info.path == tmp_path / "ckpt/epoch-0007.pt"
     assert info.path.read_bytes() == source.read_bytes()
-    assert info.sha256 == sha256_file(source) and info.size == 3 << 20
+    assert info.sha256 == file_sha256(source) and info.size == 3 << 20
     sidecar = json.loads((tmp_path / "ckpt/epoch-0007.json").read_text())
     assert sidecar == {"epoch": 7, "sha256": info.sha256, "size": info.size}
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch-0007.json", "epoch-0007.pt"]
@@ -332,7 +332,7 @@ def test_it_trains_and_reports_every_epoch_and_checkpoint(trained: dict[str, Any
     for c in checkpoints:
         path = Path(c["path"])
         assert path.name == f"epoch-{c['epoch']:04d}.pt"
-        assert sha256_file(path) == c["sha256"] and path.stat().st_size == c["size"]
+        assert file_sha256(path) == c["sha256"] and path.stat().st_size == c["size"]
         assert json.loads(path.with_suffix(".json").read_text())["sha256"] == c["sha256"]
     # Metrics of an epoch are reported before its checkpoint.
     kinds = [e["type"] for e in events if e["type"] in {"epoch", "checkpoint"}]

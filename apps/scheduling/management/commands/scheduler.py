@@ -13,7 +13,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from apps.scheduling.kick import redis_client, wait_for_kick
+from apps.core.redis_client import redis_client
+from apps.scheduling.kick import wait_for_kick
 from apps.scheduling.loop import reap_lost_nodes, reap_silent_attempts, tick
 
 log = logging.getLogger("yoloportal.scheduler")

@@ -1,4 +1,8 @@
-"""Error bodies for the API: every 4xx names the field and the problem."""
+"""What every app's API builds on: error bodies that name the field and the problem, the
+strict input serializer and the JSON 404.
+
+``REST_FRAMEWORK["EXCEPTION_HANDLER"]`` and ``handler404`` point here.
+"""
 
 from __future__ import annotations
 
@@ -84,3 +88,4 @@ def not_found(request, exception=None):
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": f"Not found: no API endpoint or object at {request.path[:200]}"}, status=404)
     return page_not_found(request, exception)
+

@@ -15,19 +15,35 @@ Use it on any team-owned model::
 
 For rows that belong to nobody's team (nodes, the RQ dashboard) use
 :class:`SuperuserEditAdmin`.
+
+apps/core imports no app: the team model and the "teams this user manages" read are
+named by the settings ``TEAM_MODEL`` and ``MANAGED_TEAM_IDS`` (as ``AUTH_USER_MODEL``
+names the user model) and looked up on first use.
 """
 
 from __future__ import annotations
 
 import copy
-from functools import wraps
+from collections.abc import Callable
+from functools import cache, wraps
 
+from django.apps import apps
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.decorators import user_passes_test
 from django.core.exceptions import PermissionDenied
+from django.db.models import Model
+from django.utils.module_loading import import_string
 
-from apps.accounts.models import Team
-from apps.accounts.selectors import managed_team_ids
+
+def team_model() -> type[Model]:
+    """The model ``settings.TEAM_MODEL`` names ("accounts.Team")."""
+    return apps.get_model(settings.TEAM_MODEL)
+
+
+@cache
+def _managed_team_ids() -> Callable[..., list[int]]:
+    return import_string(settings.MANAGED_TEAM_IDS)
 
 
 def managed_ids(request) -> list[int]:
@@ -35,7 +51,7 @@ def managed_ids(request) -> list[int]:
     cached = getattr(request, "_managed_team_ids", None)
     if cached is None:
         user = request.user
-        cached = managed_team_ids(user=user) if user.is_active and user.is_staff else []
+        cached = _managed_team_ids()(user=user) if user.is_active and user.is_staff else []
         request._managed_team_ids = cached
     return cached
 
@@ -47,6 +63,7 @@ class ManagedTeamFilter(admin.SimpleListFilter):
     parameter_name = "team"
 
     def lookups(self, request, model_admin):
+        Team = team_model()
         teams = Team.objects.all() if request.user.is_superuser else Team.objects.filter(pk__in=managed_ids(request))
         return [(str(t.pk), t.slug) for t in teams]
 
@@ -93,7 +110,7 @@ class TeamScopedAdmin:
             value = getattr(value, part, None)
             if value is None:
                 return None
-        return value.pk if isinstance(value, Team) else value
+        return value.pk if isinstance(value, team_model()) else value
 
     def manages(self, request, obj=None) -> bool:
         if request.user.is_superuser:
@@ -139,8 +156,8 @@ class TeamScopedAdmin:
     # --- choices and saves --------------------------------------------------------------------
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
-        if db_field.related_model is Team and not request.user.is_superuser:
-            kwargs["queryset"] = Team.objects.filter(pk__in=managed_ids(request))
+        if db_field.related_model is team_model() and not request.user.is_superuser:
+            kwargs["queryset"] = team_model().objects.filter(pk__in=managed_ids(request))
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request, obj, form, change):
@@ -164,13 +181,13 @@ class TeamScopedInline(TeamScopedAdmin):
 
     def team_of(self, obj) -> int | None:
         if self.parent_team_field == "pk":
-            return obj.pk if isinstance(obj, Team) else None
+            return obj.pk if isinstance(obj, team_model()) else None
         value = obj
         for part in self.parent_team_field.split("__"):
             value = getattr(value, part, None)
             if value is None:
                 return None
-        return value.pk if isinstance(value, Team) else value
+        return value.pk if isinstance(value, team_model()) else value
 
     def has_add_permission(self, request, obj=None):
         if request.user.is_superuser:
