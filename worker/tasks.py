@@ -28,6 +28,7 @@ from django.utils import timezone
 from apps.core.hashing import file_sha256
 from apps.jobs import live
 from apps.jobs.models import HOLDING_STATES, Checkpoint, Job, JobState
+from apps.jobs.paths import public_text, traceback_strip
 from apps.jobs.services import job_event, job_requeue, job_transition, log_append, metrics_record
 from apps.quotas.models import UsageRecord
 from apps.quotas.services import usage_charge
@@ -302,7 +303,8 @@ class AttemptRunner:
                     old.delete()
         elif kind == "started":
             job_event(self.job, "training_started",
-                      f"training epochs {event.get('start_epoch', 1)}..{event.get('epochs')}", event)
+                      f"training epochs {event.get('start_epoch', 1)}..{event.get('epochs')}",
+                      {k: v for k, v in event.items() if k != "save_dir"})  # a server path: not for the team
         elif kind == "finished":
             result.finished = event
         elif kind == "error":
@@ -356,7 +358,7 @@ class AttemptRunner:
                         reason=f"training process was killed by signal {-result.exit_code}; "
                                f"requeued to resume from its last checkpoint (not counted as a retry)")
             return "requeued"
-        error = self.error_text(result)
+        error = public_text(self.error_text(result), job=job)  # team-relative names only
         if job.retries_left > 0:
             usage_charge(job, ended_at=now)
             Job.objects.filter(pk=job.pk).update(retries_left=job.retries_left - 1)
@@ -381,8 +383,10 @@ class AttemptRunner:
             parts.append(f"training process was killed by signal {-result.exit_code}")
         else:
             parts.append(f"training process exited with code {result.exit_code}")
-        if result.log_tail:
-            parts.append("Last log lines:\n" + "\n".join(result.log_tail[-20:]))
+        # The traceback stays in the job's files and the worker's log; the team sees what failed.
+        tail = traceback_strip(result.log_tail)
+        if tail:
+            parts.append("Last log lines:\n" + "\n".join(tail[-20:]))
         return "\n".join(parts)[:20000]
 
 

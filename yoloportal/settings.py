@@ -168,6 +168,9 @@ MAX_JOB_TIMEOUT_S = env_int("MAX_JOB_TIMEOUT_S", 7 * 24 * 3600, minimum=60)
 TRAINER_PRELOAD = env_str("TRAINER_PRELOAD", "auto").lower()
 if TRAINER_PRELOAD not in {"auto", "true", "false", "1", "0"}:
     raise EnvError(f"TRAINER_PRELOAD={TRAINER_PRELOAD!r} must be auto, true or false")
+# Training arguments that would take what a node shares with other jobs (docs/security.md).
+TRAIN_MAX_WORKERS = env_int("TRAIN_MAX_WORKERS", 8, minimum=0)
+TRAIN_MAX_SAVED_EPOCHS = env_int("TRAIN_MAX_SAVED_EPOCHS", 20, minimum=0)
 WEIGHTS_DIR = env_path("WEIGHTS_DIR", DATA_DIR / "weights")
 DATASETS_DIR = env_path("DATASETS_DIR", DATA_DIR / "datasets")
 JOBS_DIR = env_path("JOBS_DIR", DATA_DIR / "jobs")

@@ -21,6 +21,7 @@ from apps.core.selectors import get_or_404
 from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
+from .paths import public_text, public_value
 from .selectors import JOB_NOT_VISIBLE, job_list, queue_list
 from .services import DuplicateJob, job_cancel, job_requeue, job_submit
 from .spec import SpecError, parse_spec
@@ -83,6 +84,9 @@ class JobOut(serializers.ModelSerializer):
     simulated = serializers.SerializerMethodField()
     cancel_requested = serializers.SerializerMethodField()
     model_version = serializers.SerializerMethodField()
+    # Team-relative only: the resolved absolute paths stay server-side (apps.jobs.paths).
+    spec = serializers.JSONField(source="public_spec", read_only=True)
+    error = serializers.CharField(source="public_error", read_only=True)
 
     class Meta:
         model = Job
@@ -247,6 +251,13 @@ class EventOut(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["seq", "attempt", "kind", "message", "data", "created_at"]
+
+    def to_representation(self, event: JobEvent) -> dict:
+        # Stored clean since job_event() scrubs; rows written before that are scrubbed here.
+        data = super().to_representation(event)
+        data["message"] = public_text(data["message"])
+        data["data"] = public_value(data["data"])
+        return data
 
 
 class _SeqList(APIView):

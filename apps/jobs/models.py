@@ -106,6 +106,18 @@ class Job(models.Model):
         return self.state in ACTIVE_STATES
 
     @property
+    def public_spec(self) -> dict:
+        """The validated spec without what was resolved for the worker (absolute server paths)."""
+        return {key: value for key, value in self.spec.items() if key != "resolved"}
+
+    @property
+    def public_error(self) -> str:
+        """The error with team-relative names only (also for rows stored before errors were cleaned)."""
+        from .paths import public_text
+
+        return public_text(self.error, job=self)
+
+    @property
     def rq_job_id(self) -> str:
         return f"{self.id}-a{self.attempt}"
 

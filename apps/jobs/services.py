@@ -28,6 +28,7 @@ from apps.scheduling.policy.placement import fits_empty_cluster
 
 from . import live
 from .models import ACTIVE_STATES, HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
+from .paths import public_text, public_value
 from .spec import JobSpec, SpecError
 from .weights import model_resolve
 
@@ -52,6 +53,9 @@ def seq_allocate(job_id, count: int = 1) -> int:
 
 
 def job_event(job: Job, kind: str, message: str = "", data: dict | None = None) -> JobEvent:
+    # Events are read by the team: team-relative names only (apps.jobs.paths).
+    message = public_text(message, job=job)
+    data = public_value(data or {}, job=job)
     seq = seq_allocate(job.pk)
     event = JobEvent.objects.create(
         job_id=job.pk, seq=seq, attempt=job.attempt, kind=kind, message=message, data=data or {}
@@ -137,6 +141,7 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
             model_ref = model_resolve(team=team, reference=spec.train_args.get("model", ""))
         except ValueError as exc:
             errors[model_key] = str(exc)
+    errors.update(train_args_limit_errors(spec))
 
     timeout = spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S
     if timeout > settings.MAX_JOB_TIMEOUT_S:
@@ -162,6 +167,52 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
     if errors:
         raise SpecError(errors)
     return ResolvedSpec(spec=spec, team=team, data_yaml=data_yaml, model_ref=model_ref)
+
+
+def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
+    """Training arguments that would take what a node shares with other jobs (issue 9, finding 6).
+
+    Each is refused (not capped), so what runs is exactly what the spec says:
+
+    - ``save_period``: Ultralytics writes a full weights file every ``save_period`` epochs
+      and keeps them all; more than ``TRAIN_MAX_SAVED_EPOCHS`` files fill the node's disk
+      (the platform keeps its own resume checkpoints anyway).
+    - ``workers``: dataloader processes, each with its own copy of the pipeline: at most
+      ``TRAIN_MAX_WORKERS``, and at most the CPUs the job asked for (``resources.cpu``).
+    - ``cache=ram`` (and ``true``, which means ram): the whole dataset in the node's RAM.
+    - ``batch=-1`` or a fraction on a share of a GPU: auto-batch sizes itself on the whole
+      GPU's free memory, taking the other sharers' part.
+    """
+    prefix = "command" if spec.command else "train"
+    args = spec.train_args
+    errors: dict[str, str] = {}
+    epochs = int(args.get("epochs") or 0)
+    period = args.get("save_period")
+    limit = settings.TRAIN_MAX_SAVED_EPOCHS
+    if isinstance(period, int) and period > 0 and epochs // period > limit:
+        errors[f"{prefix}.save_period"] = (
+            f"save_period={period} with epochs={epochs} keeps {epochs // period} weight files; the limit is {limit} "
+            f"(use save_period >= {-(-epochs // limit)}, or -1: the platform keeps its own resume checkpoints)")
+    workers = args.get("workers")
+    if isinstance(workers, int):
+        cpus = spec.cpu_milli // 1000 if spec.cpu_milli else None
+        if workers > settings.TRAIN_MAX_WORKERS:
+            errors[f"{prefix}.workers"] = (
+                f"is {workers}; the limit is {settings.TRAIN_MAX_WORKERS} dataloader workers per job")
+        elif cpus is not None and workers > max(cpus, 1):
+            errors[f"{prefix}.workers"] = (
+                f"is {workers}, but the job asks for {spec.cpu_milli / 1000:g} CPU(s) (resources.cpu): "
+                f"use at most {max(cpus, 1)} workers, or ask for more CPUs")
+    if args.get("cache") in (True, "ram"):
+        errors[f"{prefix}.cache"] = (
+            "cache=ram (or true) loads the whole dataset into the node's RAM, which other jobs share; "
+            "use cache=disk or false")
+    batch = args.get("batch")
+    if spec.gpus < 1 and batch is not None and (batch == -1 or 0 < batch < 1):
+        errors[f"{prefix}.batch"] = (
+            f"batch={batch:g} sizes itself on the whole GPU's free memory, but the job asks for a {spec.gpus:g} "
+            "share of a GPU; give a fixed batch size (e.g. 8 or 16)")
+    return errors
 
 
 def job_limit_error(request: JobRequest, team: Team) -> str | None:
@@ -280,6 +331,7 @@ def metrics_record(job: Job, *, epoch: int, values: dict[str, Any]) -> MetricPoi
 def log_append(job: Job, text: str) -> LogChunk | None:
     if not text:
         return None
+    text = public_text(text, job=job)
     seq = seq_allocate(job.pk)
     chunk = LogChunk.objects.create(job_id=job.pk, seq=seq, attempt=job.attempt, text=text)
     live.publish(job.pk, {"type": "log", "seq": seq, "job": str(job.pk), "data": {"text": text}})

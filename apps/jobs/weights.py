@@ -39,14 +39,7 @@ def model_resolve(*, team, reference: str) -> str:
             raise ValueError(f"unknown model YAML {reference!r} (e.g. yolov8n.yaml, yolo11s.yaml)")
         return reference
     if reference.endswith(".pt"):
-        for folder in (settings.WEIGHTS_DIR / team.slug, settings.WEIGHTS_DIR):
-            path = (folder / reference).resolve()
-            if path.is_relative_to(folder.resolve()) and path.is_file():
-                return str(path)
-        raise ValueError(
-            f"weights {reference!r} are not in the local weights store; nothing is downloaded here — "
-            "use a model YAML (e.g. yolov8n.yaml) or a registered model (name:v1)"
-        )
+        return weights_resolve(team=team, reference=reference)
     match = re.fullmatch(r"([\w.-]+):(v(\d+)|latest)", reference)
     if match:
         from apps.registry.models import ModelVersion
@@ -57,3 +50,31 @@ def model_resolve(*, team, reference: str) -> str:
             raise ValueError(f"no registered model {reference!r} in your team")
         return version.weights_path
     raise ValueError("must be a model YAML (yolov8n.yaml), weights in the local store (name.pt) or a registered model (name:v1)")
+
+
+def weights_resolve(*, team, reference: str) -> str:
+    """``name.pt`` → an absolute path in the team's own weights folder or the shared store.
+
+    1. The team's folder (``WEIGHTS_DIR/<team>/``): any path inside it, symlinks resolved.
+    2. The shared store: a bare file name only, a regular file directly in ``WEIGHTS_DIR``
+       (after resolving symlinks). Team folders live inside ``WEIGHTS_DIR`` too, so a path
+       with a ``/`` must never reach the shared fallback: ``robotics/secret.pt`` would be
+       another team's weights (issue 9, finding 1).
+    """
+    own = (settings.WEIGHTS_DIR / team.slug).resolve()
+    path = (own / reference).resolve()
+    if path.is_relative_to(own) and path.is_file():
+        return str(path)
+    if "/" in reference:
+        raise ValueError(
+            f"weights {reference!r} are not in your team's weights folder; shared weights are named by a "
+            "bare file name (e.g. yolov8n.pt), and other teams' folders are not readable"
+        )
+    shared = settings.WEIGHTS_DIR.resolve()
+    path = (shared / reference).resolve()
+    if path.parent == shared and path.is_file():
+        return str(path)
+    raise ValueError(
+        f"weights {reference!r} are not in the local weights store; nothing is downloaded here — "
+        "use a model YAML (e.g. yolov8n.yaml) or a registered model (name:v1)"
+    )

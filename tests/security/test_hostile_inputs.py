@@ -64,11 +64,43 @@ HOSTILE_SPECS = [
     ("node", seed_with(node="node-a"), "node", "cannot be set"),
     ("device", seed_with(command='"yolo train data=demo model=yolov8n.yaml device=0,1,2,3"'), "command.device",
      "cannot be set"),
+    # Finding 1: another team's weights through the shared weights fallback.
+    ("other-teams-weights", seed_with(command='"yolo train data=demo model=robotics/secret.pt"'), "command.model",
+     "bare file name"),
+    ("other-teams-weights-structured", seed_with(command='""', train="{data: demo, model: robotics/secret.pt}")
+     .replace('command: ""\n', ""), "train.model", "bare file name"),
+    ("shared-store-subfolder", seed_with(command='"yolo train data=demo model=robotics/../yolov8n.pt"'),
+     "command.model", ".."),
+    # Finding 6: arguments that exhaust what the node shares with other jobs.
+    ("save-every-epoch", seed_with(command='"yolo train data=demo model=yolov8n.yaml epochs=10000 save_period=1"'),
+     "command.save_period", "limit"),
+    ("64-workers", seed_with(command='"yolo train data=demo model=yolov8n.yaml workers=64"'), "command.workers",
+     "limit"),
+    ("workers-over-cpus", seed_with(command='"yolo train data=demo model=yolov8n.yaml workers=4"'),
+     "command.workers", "CPU"),
+    ("cache-ram", seed_with(command='"yolo train data=demo model=yolov8n.yaml cache=ram"'), "command.cache",
+     "RAM"),
+    ("cache-true", seed_with(command='"yolo train data=demo model=yolov8n.yaml cache=true"'), "command.cache",
+     "RAM"),
+    ("autobatch-on-a-share", seed_with(command='"yolo train data=demo model=yolov8n.yaml batch=-1"',
+                                       resources="{gpu: 0.5}"), "command.batch", "share"),
+    ("fraction-batch-on-a-share", seed_with(command='"yolo train data=demo model=yolov8n.yaml batch=0.7"',
+                                            resources="{gpu: 0.25}"), "command.batch", "share"),
 ]
 
 
+@pytest.fixture
+def weights_store(settings, tmp_path):
+    """A shared weights store with one public file and one file in another team's folder."""
+    settings.WEIGHTS_DIR = tmp_path / "weights"
+    (settings.WEIGHTS_DIR / "robotics").mkdir(parents=True)
+    (settings.WEIGHTS_DIR / "robotics" / "secret.pt").write_bytes(b"robotics only")
+    (settings.WEIGHTS_DIR / "yolov8n.pt").write_bytes(b"shared")
+    return settings.WEIGHTS_DIR
+
+
 @pytest.mark.parametrize(("body", "field", "word"), [c[1:] for c in HOSTILE_SPECS], ids=[c[0] for c in HOSTILE_SPECS])
-def test_a_hostile_spec_is_a_fast_400_naming_the_problem(body, field, word, bob, demo_registered):
+def test_a_hostile_spec_is_a_fast_400_naming_the_problem(body, field, word, bob, demo_registered, weights_store):
     client = api_client(bob)
     started = time.monotonic()
     response = client.post("/api/v1/jobs/", body, content_type="application/yaml")

@@ -1,0 +1,131 @@
+"""Finding 8: server paths and tracebacks never reach a team member; names are team-relative."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.test import Client
+
+from apps.jobs.models import Job, JobEvent
+from tests.conftest import SEED_SPEC, api_client
+
+pytestmark = pytest.mark.django_db
+
+
+def server_roots() -> list[str]:
+    return [str(p) for p in (settings.DATA_DIR, settings.JOBS_DIR, settings.DATASETS_DIR, settings.WEIGHTS_DIR,
+                             settings.BASE_DIR)]
+
+
+def assert_no_server_paths(text: str) -> None:
+    for root in server_roots():
+        assert root not in text, f"{root} leaks in {text[:600]}"
+
+
+@pytest.fixture
+def submitted(bob, demo_registered):
+    response = api_client(bob).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
+    assert response.status_code == 201, response.content
+    return Job.objects.get(pk=response.json()["id"])
+
+
+def test_the_job_api_shows_no_resolved_paths(bob, submitted):
+    assert submitted.spec["resolved"]["data_yaml"].startswith("/")  # the worker still has them
+    client = api_client(bob)
+    for url in (f"/api/v1/jobs/{submitted.pk}/", "/api/v1/jobs/"):
+        text = client.get(url).content.decode()
+        assert "resolved" not in text
+        assert_no_server_paths(text)
+
+
+def test_the_job_page_shows_no_resolved_paths_even_without_the_raw_spec(bob, submitted):
+    Job.objects.filter(pk=submitted.pk).update(raw_spec="")
+    client = Client()
+    client.force_login(bob)
+    html = client.get(f"/jobs/{submitted.pk}/").content.decode()
+    assert "resolved" not in html
+    assert_no_server_paths(html)
+
+
+def test_the_started_event_keeps_no_save_dir(bob, submitted, node):
+    from worker.tasks import AttemptRunner, ChildResult
+
+    Job.objects.filter(pk=submitted.pk).update(node=node)
+    submitted.refresh_from_db()
+    runner = AttemptRunner(submitted)
+    save_dir = str(submitted.run_dir / "train")
+    runner.on_event({"type": "started", "epochs": 2, "start_epoch": 1, "save_dir": save_dir}, ChildResult())
+    event = JobEvent.objects.get(job=submitted, kind="training_started")
+    assert "save_dir" not in event.data
+    text = api_client(bob).get(f"/api/v1/jobs/{submitted.pk}/events/").content.decode()
+    assert_no_server_paths(text)
+
+
+def test_logs_name_files_relative_to_the_job_and_the_team(bob, submitted):
+    from apps.jobs.services import log_append
+
+    run = submitted.run_dir
+    dataset = settings.DATASETS_DIR / "vision" / "pcb"
+    log_append(submitted, f"Results saved to {run}/train\ntrain: Scanning {dataset}/labels/train... 8 images\n"
+                          f"Loading {settings.BASE_DIR}/.venv/lib/python3.11/site-packages/x.py\n")
+    chunks = api_client(bob).get(f"/api/v1/jobs/{submitted.pk}/logs/").json()["results"]
+    text = "".join(c["text"] for c in chunks)
+    assert_no_server_paths(text)
+    assert "Results saved to train\n" in text
+    assert "Scanning pcb/labels/train..." in text
+    assert "x.py" in text
+
+
+@pytest.mark.django_db(transaction=True)  # the worker's finish() closes old connections
+def test_an_error_keeps_the_message_but_no_traceback_or_absolute_path(bob, submitted, node):
+    from worker.tasks import AttemptRunner, ChildResult
+
+    Job.objects.filter(pk=submitted.pk).update(node=node, state="running")
+    submitted.refresh_from_db()
+    data_yaml = submitted.spec["resolved"]["data_yaml"]
+    result = ChildResult(
+        exit_code=1, outcome="failed",
+        error={"kind": "data", "message": f"Dataset '{data_yaml}' images not found, missing path "
+                                          f"'{settings.DATASETS_DIR}/_shared/demo/images/val'",
+               "advice": "Check the dataset", "traceback": "Traceback (most recent call last): …"},
+        log_tail=["Ultralytics 8.4 🚀 Python-3.11 torch CPU",
+                  "Traceback (most recent call last):",
+                  f'  File "{settings.BASE_DIR}/worker/train_child.py", line 700, in train',
+                  "    model.train(**kwargs)",
+                  '  File "/usr/lib/python3/dist-packages/ultralytics/engine/trainer.py", line 10, in f',
+                  "    raise FileNotFoundError(x)",
+                  f"FileNotFoundError: Dataset '{data_yaml}' images not found"],
+    )
+    AttemptRunner(submitted).finish(result)
+    job = api_client(bob).get(f"/api/v1/jobs/{submitted.pk}/").json()
+    assert job["state"] == "failed"
+    assert "Traceback" not in job["error"] and 'File "' not in job["error"]
+    assert "images not found" in job["error"] and "data.yaml" in job["error"]
+    assert "FileNotFoundError" in job["error"]  # the exception's own line stays: it says what went wrong
+    assert_no_server_paths(job["error"])
+    assert "/usr/lib" not in job["error"]
+    events = api_client(bob).get(f"/api/v1/jobs/{submitted.pk}/events/").content.decode()
+    assert_no_server_paths(events)
+
+
+def test_old_rows_are_cleaned_when_served(bob, submitted):
+    """Errors stored before the fix are scrubbed on the way out too."""
+    Job.objects.filter(pk=submitted.pk).update(
+        error=f"training error: no such file {settings.JOBS_DIR}/{submitted.pk}/train/weights/last.pt")
+    job = api_client(bob).get(f"/api/v1/jobs/{submitted.pk}/").json()
+    assert_no_server_paths(job["error"])
+    assert "train/weights/last.pt" in job["error"]
+
+
+def test_urls_and_ratios_are_left_alone():
+    from apps.jobs.paths import public_text
+
+    text = "see https://docs.ultralytics.com/modes/train/ 1/10 epochs 3/4 ok, lr 0.01/2"
+    assert public_text(text) == text
+
+
+def test_paths_inside_terminal_colour_codes_are_cut_too(bob, submitted):
+    from apps.jobs.paths import public_text
+
+    text = f"Logging results to \x1b[1m{submitted.run_dir}/train\x1b[0m\n"
+    assert public_text(text, job=submitted) == "Logging results to \x1b[1mtrain\x1b[0m\n"
