@@ -20,11 +20,10 @@ from django.utils import timezone
 from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import team_list
 from apps.accounts.services import audit_record
-from apps.cluster.models import Node
 from apps.datasets.selectors import dataset_resolve
+from apps.scheduling.admission import job_admission_errors
 from apps.scheduling.kick import kick_scheduler
-from apps.scheduling.policy import GpuInfo, JobRequest, NodeInfo
-from apps.scheduling.policy.placement import fits_empty_cluster
+from apps.scheduling.policy import JobRequest
 
 from . import live
 from .models import ACTIVE_STATES, HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
@@ -147,23 +146,10 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
     if timeout > settings.MAX_JOB_TIMEOUT_S:
         errors["timeout"] = f"is {timeout} s; the limit is {settings.MAX_JOB_TIMEOUT_S} s"
 
-    nodes = list(Node.objects.prefetch_related("gpus"))
-    if nodes:
-        request = JobRequest(job_id="?", team=team.slug if team else "", user="", submitted_at=0, gpus=spec.gpus,
-                             gpu_memory_mb=spec.gpu_memory_mb, gpu_models=tuple(spec.gpu_models),
-                             cpu_milli=spec.cpu_milli, memory_mb=spec.memory_mb)
-        if team is not None and (limit := job_limit_error(request, team)):
-            errors["resources.gpu"] = limit
-        elif not fits_empty_cluster(cluster_nodes(nodes), request):
-            largest = max(n.gpus.count() for n in nodes)
-            errors["resources"] = (
-                f"no node can ever run this: asks for {spec.gpus:g} GPU(s)"
-                f"{' of model ' + '/'.join(spec.gpu_models) if spec.gpu_models else ''}"
-                f"{f', {spec.gpu_memory_mb} MiB GPU memory' if spec.gpu_memory_mb else ''}"
-                f"{f', {spec.memory_mb} MiB RAM' if spec.memory_mb else ''}"
-                f"{f', {spec.cpu_milli / 1000:g} CPUs' if spec.cpu_milli else ''}"
-                f"; the largest node has {largest} GPU(s)"
-            )
+    request = JobRequest(job_id="?", team=team.slug if team else "", user="", submitted_at=0, gpus=spec.gpus,
+                         gpu_memory_mb=spec.gpu_memory_mb, gpu_models=tuple(spec.gpu_models),
+                         cpu_milli=spec.cpu_milli, memory_mb=spec.memory_mb)
+    errors.update(job_admission_errors(request, team_known=team is not None))
     if errors:
         raise SpecError(errors)
     return ResolvedSpec(spec=spec, team=team, data_yaml=data_yaml, model_ref=model_ref)
@@ -213,29 +199,6 @@ def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
             f"batch={batch:g} sizes itself on the whole GPU's free memory, but the job asks for a {spec.gpus:g} "
             "share of a GPU; give a fixed batch size (e.g. 8 or 16)")
     return errors
-
-
-def job_limit_error(request: JobRequest, team: Team) -> str | None:
-    """The per-job and per-team GPU limits (SchedulerConfig, TeamQuota): a job above them never starts."""
-    from apps.scheduling.inputs import team_policies
-    from apps.scheduling.models import SchedulerConfig
-    from apps.scheduling.policy.admission import limit_error
-
-    config = SchedulerConfig.current().to_policy()
-    return limit_error(request, config, team_policies(config))
-
-
-def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
-    return tuple(
-        NodeInfo(
-            name=n.name,
-            gpus=tuple(GpuInfo(g.index, g.model, g.memory_mb) for g in n.gpus.all()),
-            cpu_milli=n.cpu_count * 1000,
-            memory_mb=n.memory_mb,
-            schedulable=n.state == Node.State.ACTIVE,
-        )
-        for n in nodes
-    )
 
 
 def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str = "") -> tuple[Job, bool]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db.models import Sum
@@ -18,14 +19,37 @@ from django.utils import timezone
 from apps.accounts.models import Team
 from apps.cluster.models import Node
 from apps.jobs.models import HOLDING_STATES, Job, JobState
-from apps.jobs.services import cluster_nodes
 from apps.quotas.models import TeamQuota, UsageRecord
 
 from .models import SchedulerConfig
-from .policy import Allocation, ClusterState, DecayedUsage, JobRequest, PolicyConfig, RollingUsage, TeamPolicy
+from .policy import (
+    Allocation,
+    ClusterState,
+    DecayedUsage,
+    GpuInfo,
+    JobRequest,
+    NodeInfo,
+    PolicyConfig,
+    RollingUsage,
+    TeamPolicy,
+)
 
 DAY = timedelta(days=1)
 ESTIMATE_SAMPLES = 20
+
+
+def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
+    """Nodes and their GPUs as the policy sees them (a draining or lost node is not schedulable)."""
+    return tuple(
+        NodeInfo(
+            name=n.name,
+            gpus=tuple(GpuInfo(g.index, g.model, g.memory_mb) for g in n.gpus.all()),
+            cpu_milli=n.cpu_count * 1000,
+            memory_mb=n.memory_mb,
+            schedulable=n.state == Node.State.ACTIVE,
+        )
+        for n in nodes
+    )
 
 
 def runtime_estimates(signatures: set[str]) -> dict[str, float]:

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.cluster.models import Node
 from apps.jobs.models import HOLDING_STATES, Job, JobState
-from apps.jobs.services import cluster_nodes, job_event, job_requeue, job_transition
+from apps.jobs.services import job_event, job_requeue, job_transition
 from apps.quotas.services import usage_charge
 
 from . import policy
@@ -202,4 +202,4 @@ def tick(now: datetime | None = None) -> bool:
     return did
 
 
-__all__ = ["tick", "plan_and_start", "repair_dispatch", "reap_lost_nodes", "reap_silent_attempts", "cluster_nodes"]
+__all__ = ["tick", "plan_and_start", "repair_dispatch", "reap_lost_nodes", "reap_silent_attempts"]
