@@ -41,7 +41,7 @@ def setup_django(data_dir: Path) -> None:
 def make_cluster():
     from apps.accounts.services import membership_set, team_ensure, user_ensure
     from worker.inventory import simulated_gpus
-    from worker.node import node_register
+    from worker.node import register_this_host
 
     teams = [team_ensure(slug="vision"), team_ensure(slug="robotics")]
     users = []
@@ -49,7 +49,7 @@ def make_cluster():
         user = user_ensure(username=f"user{n}", password="pw")
         membership_set(user=user, team=teams[n % 2], role="manager" if n == 0 else "member")
         users.append(user)
-    nodes = [node_register(name=f"gpu-{n}", gpus=simulated_gpus(8)) for n in range(4)]
+    nodes = [register_this_host(name=f"gpu-{n}", gpus=simulated_gpus(8)) for n in range(4)]
     return teams, users, nodes
 
 

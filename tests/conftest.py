@@ -112,9 +112,9 @@ def demo_registered(teams, demo_dataset_yaml):
 def node(db):
     """A registered node with two simulated GPUs, heartbeating now."""
     from worker.inventory import simulated_gpus
-    from worker.node import node_register
+    from worker.node import register_this_host
 
-    return node_register(name="node-a", gpus=simulated_gpus(2))
+    return register_this_host(name="node-a", gpus=simulated_gpus(2))
 
 
 def api_client(user):

@@ -1,4 +1,4 @@
-"""Registering this node and keeping its heartbeat (in the database, not Redis)."""
+"""This host as a node: its facts go to ``apps.cluster.services`` at start and every heartbeat."""
 
 from __future__ import annotations
 
@@ -7,54 +7,20 @@ import os
 import socket
 import threading
 
-from django.db import close_old_connections, transaction
-from django.utils import timezone
+from django.db import close_old_connections
 
-from apps.cluster.models import GPU, Node
+from apps.cluster.models import Node
+from apps.cluster.services import node_heartbeat, node_register
 
 from .inventory import GpuReading, host_memory_mb, nvml_gpus
 
 log = logging.getLogger(__name__)
 
 
-def node_register(*, name: str, gpus: list[GpuReading]) -> Node:
-    """Create or refresh the node and its GPUs; a lost node that comes back is active again."""
-    simulated = all(g.simulated for g in gpus)
-    with transaction.atomic():
-        node, _ = Node.objects.update_or_create(
-            name=name,
-            defaults={
-                "simulated": simulated,
-                "cpu_count": os.cpu_count() or 0,
-                "memory_mb": host_memory_mb(),
-                "hostname": socket.gethostname(),
-                "worker_pid": os.getpid(),
-                "last_heartbeat": timezone.now(),
-            },
-        )
-        Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=Node.State.ACTIVE)
-        GPU.objects.filter(node=node).exclude(index__in=[g.index for g in gpus]).delete()
-        for g in gpus:
-            GPU.objects.update_or_create(
-                node=node, index=g.index,
-                defaults={"uuid": g.uuid, "model": g.model, "memory_mb": g.memory_mb,
-                          "memory_used_mb": g.memory_used_mb, "utilization": g.utilization,
-                          "simulated": g.simulated},
-            )
-    node.refresh_from_db()
-    return node
-
-
-def node_heartbeat(node: Node, *, refresh_gpus: bool) -> None:
-    Node.objects.filter(pk=node.pk).update(last_heartbeat=timezone.now())
-    # A node marked lost during a long pause comes back; its old attempts were requeued
-    # and are fenced off, so it is safe to take new work again.
-    if Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=Node.State.ACTIVE):
-        log.warning("node %s was marked lost; reporting again", node.name)
-    if refresh_gpus:
-        for g in nvml_gpus() or []:
-            GPU.objects.filter(node=node, index=g.index).update(
-                memory_used_mb=g.memory_used_mb, utilization=g.utilization)
+def register_this_host(*, name: str, gpus: list[GpuReading]) -> Node:
+    """Register (or refresh) node ``name`` with this host's CPUs, memory, hostname and process."""
+    return node_register(name=name, gpus=gpus, cpu_count=os.cpu_count() or 0, memory_mb=host_memory_mb(),
+                         hostname=socket.gethostname(), worker_pid=os.getpid())
 
 
 class Heartbeat(threading.Thread):
@@ -69,7 +35,7 @@ class Heartbeat(threading.Thread):
         while not self.stopped.wait(self.interval_s):
             try:
                 close_old_connections()
-                node_heartbeat(self.node, refresh_gpus=not self.simulated)
+                node_heartbeat(self.node, gpus=None if self.simulated else nvml_gpus())
             except Exception as exc:  # noqa: BLE001 - keep beating through DB blips
                 log.warning("heartbeat failed: %s", exc)
 

@@ -32,7 +32,7 @@ from rq import Worker
 from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
 from worker.inventory import detect
-from worker.node import Heartbeat, node_register
+from worker.node import Heartbeat, register_this_host
 from worker.tasks import set_parent_death_signal
 
 log = logging.getLogger("yoloportal.worker")
@@ -57,7 +57,7 @@ class Command(BaseCommand):
         name = name.lower().replace("_", "-")
         os.environ["YOLOPORTAL_NODE"] = name
         gpus = detect(simulate_gpus)
-        node = node_register(name=name, gpus=gpus)
+        node = register_this_host(name=name, gpus=gpus)
         kind = "simulated (CPU)" if node.simulated else "NVIDIA"
         slots = slots or 4 * len(gpus)
         self.stdout.write(f"node {name}: {len(gpus)} {kind} GPU(s) ({', '.join(g.model for g in gpus[:4])}), "

@@ -1,0 +1,78 @@
+"""Writes about nodes: registration and heartbeats (in the database, not Redis).
+
+The GPU worker process gathers the facts (``worker/inventory.py``) and reports them here;
+the scheduler's reaper is the only other writer of a node's state (lost).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from django.db import transaction
+from django.utils import timezone
+
+from .models import GPU, Node
+
+log = logging.getLogger(__name__)
+
+
+class GpuFacts(Protocol):
+    """One GPU as the worker reads it (``worker.inventory.GpuReading`` is one)."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    memory_used_mb: int
+    utilization: int
+    simulated: bool
+
+
+def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory_mb: int, hostname: str,
+                  worker_pid: int) -> Node:
+    """Create or refresh the node and its GPUs; a lost node that comes back is active again."""
+    simulated = all(g.simulated for g in gpus)
+    with transaction.atomic():
+        node, _ = Node.objects.update_or_create(
+            name=name,
+            defaults={
+                "simulated": simulated,
+                "cpu_count": cpu_count,
+                "memory_mb": memory_mb,
+                "hostname": hostname,
+                "worker_pid": worker_pid,
+                "last_heartbeat": timezone.now(),
+            },
+        )
+        Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=Node.State.ACTIVE)
+        GPU.objects.filter(node=node).exclude(index__in=[g.index for g in gpus]).delete()
+        for g in gpus:
+            GPU.objects.update_or_create(
+                node=node, index=g.index,
+                defaults={"uuid": g.uuid, "model": g.model, "memory_mb": g.memory_mb,
+                          "memory_used_mb": g.memory_used_mb, "utilization": g.utilization,
+                          "simulated": g.simulated},
+            )
+    node.refresh_from_db()
+    return node
+
+
+def node_heartbeat(node: Node, *, gpus: Sequence[GpuFacts] | None = None) -> None:
+    """The node's worker is alive; ``gpus``, when given, refresh their memory use and utilization."""
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=timezone.now())
+    # A node marked lost during a long pause comes back; its old attempts were requeued
+    # and are fenced off, so it is safe to take new work again.
+    if Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=Node.State.ACTIVE):
+        log.warning("node %s was marked lost; reporting again", node.name)
+    for g in gpus or []:
+        GPU.objects.filter(node=node, index=g.index).update(memory_used_mb=g.memory_used_mb, utilization=g.utilization)
+
+
+def node_mark_lost(node: Node, *, silent_since: datetime) -> bool:
+    """Mark the node lost if it has still not reported since ``silent_since``. True if this call did
+    (False: it heartbeated just now, or it was already lost)."""
+    return Node.objects.filter(pk=node.pk, last_heartbeat__lt=silent_since).exclude(
+        state=Node.State.LOST).update(state=Node.State.LOST) == 1

@@ -1,0 +1,57 @@
+"""Nodes are written by apps.cluster.services: registration, heartbeats, loss."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.cluster.models import GPU, Node
+from apps.cluster.services import node_heartbeat, node_mark_lost, node_register
+from worker.inventory import simulated_gpus
+
+pytestmark = pytest.mark.django_db
+
+
+def register(gpus: int = 2) -> Node:
+    return node_register(name="node-a", gpus=simulated_gpus(gpus), cpu_count=8, memory_mb=32768,
+                         hostname="host-a", worker_pid=1234)
+
+
+def test_it_registers_the_node_and_its_gpus():
+    node = register()
+    assert (node.cpu_count, node.memory_mb, node.hostname, node.simulated) == (8, 32768, "host-a", True)
+    assert list(node.gpus.values_list("index", flat=True)) == [0, 1]
+    assert node.is_alive()
+
+
+def test_registering_again_drops_gpus_that_are_gone():
+    register(4)
+    node = register(2)
+    assert GPU.objects.filter(node=node).count() == 2
+
+
+def test_a_lost_node_is_active_again_when_it_registers_or_reports():
+    node = register()
+    Node.objects.filter(pk=node.pk).update(state=Node.State.LOST)
+    assert register().state == Node.State.ACTIVE
+    Node.objects.filter(pk=node.pk).update(state=Node.State.LOST)
+    node_heartbeat(node)
+    assert Node.objects.get(pk=node.pk).state == Node.State.ACTIVE
+
+
+def test_a_heartbeat_refreshes_gpu_readings():
+    node = register()
+    readings = simulated_gpus(2)
+    readings[1].memory_used_mb, readings[1].utilization = 2048, 77
+    node_heartbeat(node, gpus=readings)
+    assert GPU.objects.filter(node=node, index=1).values_list("memory_used_mb", "utilization").get() == (2048, 77)
+
+
+def test_a_node_is_marked_lost_only_if_still_silent():
+    node = register()
+    assert not node_mark_lost(node, silent_since=timezone.now() - timedelta(seconds=30))  # reported just now
+    assert node_mark_lost(node, silent_since=timezone.now() + timedelta(seconds=1))
+    assert not node_mark_lost(node, silent_since=timezone.now() + timedelta(seconds=1))  # already lost
+    assert Node.objects.get(pk=node.pk).state == Node.State.LOST
