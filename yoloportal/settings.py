@@ -33,7 +33,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "apps.accounts.admin_apps.AuditedAdminConfig",  # django.contrib.admin, every change audited
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

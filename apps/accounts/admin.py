@@ -3,8 +3,8 @@ from django.core.exceptions import PermissionDenied
 
 from apps.core.admin_scoping import SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
 
-from .models import ApiToken, Membership, Team
-from .services import membership_set
+from .models import ApiToken, AuditEntry, Membership, Team
+from .services import membership_remove, membership_set
 
 MANAGER_ROLES = [(Membership.Role.MEMBER, "member"), (Membership.Role.MANAGER, "manager")]
 
@@ -42,9 +42,10 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
             return super().save_formset(request, form, formset, change)
         # Through the service, so role changes are audited.
         for membership in formset.save(commit=False):
-            membership_set(user=membership.user, team=form.instance, role=membership.role, by=request.user)
+            saved = membership_set(user=membership.user, team=form.instance, role=membership.role, by=request.user)
+            membership.pk = saved.pk  # the form's row is the one saved (the admin audit reads it back)
         for membership in formset.deleted_objects:
-            membership.delete()
+            membership_remove(membership=membership, by=request.user)
 
 
 @admin.register(Membership)
@@ -62,8 +63,37 @@ class MembershipAdmin(RoleChoicesForManagers, TeamScopedAdmin, admin.ModelAdmin)
         saved = membership_set(user=obj.user, team=obj.team, role=obj.role, by=request.user)
         obj.pk = saved.pk
 
+    def delete_model(self, request, obj):
+        if not self.manages(request, obj):
+            raise PermissionDenied("you do not manage that team")
+        membership_remove(membership=obj, by=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for membership in queryset:
+            self.delete_model(request, membership)
+
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(SuperuserOnlyAdmin, admin.ModelAdmin):
     list_display = ["key_prefix", "name", "user", "created_at", "expires_at", "revoked_at", "last_used_at"]
     readonly_fields = ["key_hash", "key_prefix", "created_at", "last_used_at"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(TeamScopedAdmin, admin.ModelAdmin):
+    """Read-only for everyone, superusers included: the log is append-only (the model refuses too).
+    Managers see their teams' entries; user-level entries (tokens) only superusers."""
+
+    list_display = ["created_at", "actor_name", "team", "action", "target_type", "target_id", "message"]
+    list_filter = ["action", "team"]
+    search_fields = ["actor_name", "message", "target_id"]
+    manager_can_change = False
+
+    def has_add_permission(self, request, *args):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -74,11 +74,25 @@ class ApiToken(models.Model):
         return cls.PREFIX + secrets.token_urlsafe(32)
 
 
+class AuditEntryQuerySet(models.QuerySet):
+    """Append-only: no bulk edits or deletes (issue 9, finding 2)."""
+
+    def update(self, **kwargs):
+        # The one update allowed: forgetting a deleted actor or team (their SET_NULL).
+        if kwargs and set(kwargs) <= {"actor", "team"} and all(value is None for value in kwargs.values()):
+            return super().update(**kwargs)
+        raise PermissionError("audit entries are append-only: they cannot be changed")
+
+    def delete(self):
+        raise PermissionError("audit entries are append-only: they cannot be deleted")
+
+
 class AuditEntry(models.Model):
     """Who did what, when: one row per security-relevant action (append-only).
 
     ``team`` is the team the action concerns (None for user-level actions such as
-    creating an API token); managers read the entries of their teams.
+    creating an API token); managers read the entries of their teams. Rows refuse to be
+    saved twice or deleted, in code (here) and in admin (view-only for everyone).
     """
 
     class Action(models.TextChoices):
@@ -87,10 +101,21 @@ class AuditEntry(models.Model):
         JOB_REQUEUE = "job.requeue"
         QUOTA_CHANGE = "quota.change"
         ROLE_CHANGE = "role.change"
+        MEMBERSHIP_REMOVE = "membership.remove"
         TOKEN_CREATE = "token.create"
         TOKEN_REVOKE = "token.revoke"
         DATASET_UPLOAD = "dataset.upload"
+        DATASET_DELETE = "dataset.delete"
         MODEL_PROMOTE = "model.promote"
+        MODEL_DELETE = "model.delete"
+        SCHEDULER_CONFIG = "scheduler.config"
+        # Every change made through Django admin (apps.accounts.admin_audit), with before/after.
+        ADMIN_ADD = "admin.add"
+        ADMIN_CHANGE = "admin.change"
+        ADMIN_DELETE = "admin.delete"
+        ADMIN_ACTION = "admin.action"
+
+    objects = AuditEntryQuerySet.as_manager()
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
@@ -109,3 +134,11 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target_type}:{self.target_id}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise PermissionError("audit entries are append-only: they cannot be changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("audit entries are append-only: they cannot be deleted")

@@ -19,12 +19,13 @@ def audit_record(
     target: Any = None,
     message: str = "",
     data: dict | None = None,
+    target_id: str | None = None,
 ) -> AuditEntry:
     """Append one audit entry: ``actor`` did ``action`` to ``target`` (in ``team``).
 
     ``actor`` may be None for the system (scheduler, reaper); ``target`` any model
     instance (its class name and primary key are kept, not a foreign key, so the entry
-    outlives it).
+    outlives it); ``target_id`` names the key a just-deleted target had.
     """
     actor_obj = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
     team_id = team.pk if isinstance(team, Team) else team
@@ -34,7 +35,8 @@ def audit_record(
         team_id=team_id,
         action=str(action),
         target_type=type(target).__name__.lower() if target is not None else "",
-        target_id=str(target.pk) if target is not None and getattr(target, "pk", None) is not None else "",
+        target_id=str(target_id) if target_id is not None else
+        str(target.pk) if target is not None and getattr(target, "pk", None) is not None else "",
         message=message[:500],
         data=data or {},
     )
@@ -83,6 +85,17 @@ def membership_set(*, user, team: Team, role: str, by=None) -> Membership:
                      message=f"{user.get_username()}: {previous or 'not a member'} → {role} in {team.slug}",
                      data={"user": user.get_username(), "from": previous, "to": role})
     return membership
+
+
+def membership_remove(*, membership: Membership, by=None) -> None:
+    """Take ``membership.user`` out of the team (audited)."""
+    user, team, role = membership.user, membership.team, membership.role
+    target_id = membership.pk
+    membership.delete()
+    audit_record(actor=by, action=AuditEntry.Action.MEMBERSHIP_REMOVE, team=team, target=membership,
+                 target_id=str(target_id),
+                 message=f"{user.get_username()} removed from {team.slug} (was {role})",
+                 data={"user": user.get_username(), "from": role, "to": None})
 
 
 def user_ensure(*, username: str, password: str, superuser: bool = False):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
@@ -15,7 +16,7 @@ def scoped_get(rows: QuerySet[M], pk: Any) -> M | None:
     or None when it is not there or ``pk`` is malformed."""
     try:
         return rows.filter(pk=pk).first()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, ValidationError):  # ValidationError: a malformed UUID
         return None
 
 

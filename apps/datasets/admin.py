@@ -1,8 +1,10 @@
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 
 from apps.core.admin_scoping import TeamScopedAdmin
 
 from .models import Dataset
+from .services import dataset_delete
 
 
 @admin.register(Dataset)
@@ -12,3 +14,13 @@ class DatasetAdmin(TeamScopedAdmin, admin.ModelAdmin):
     manager_can_delete = True
     # A registered path is trusted by the training worker: only admins point it somewhere.
     superuser_only_fields = ("team", "name", "yaml_path")
+
+    def delete_model(self, request, obj):
+        # Through the service: audited, and the files go so the name no longer resolves.
+        if not self.manages(request, obj):
+            raise PermissionDenied("you do not manage that team")
+        dataset_delete(dataset=obj, by=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for dataset in queryset:
+            self.delete_model(request, dataset)

@@ -44,8 +44,11 @@ def dataset_resolve(*, team, reference: str) -> str:
         data_yaml_check(path, root=path.parent.resolve())
         return registered.yaml_path
     root = team_dataset_root(team)
+    if any(part.startswith(".") for part in Path(reference).parts):
+        # Uploads in progress (.upload-*) and deleted datasets on their way out (.deleted-*).
+        raise ValueError("must not name a hidden folder or file (one starting with '.')")
     candidate = (root / reference).resolve()
-    if not candidate.is_relative_to(root):
+    if not candidate.is_relative_to(root) or any(part.startswith(".") for part in candidate.relative_to(root).parts):
         raise ValueError("must be a dataset registered to your team or a path inside its dataset folder")
     if candidate.is_dir():
         candidate = candidate / "data.yaml"

@@ -86,3 +86,26 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
                  message=f"dataset {name!r} uploaded: {plan.num_images} images, {len(plan.names)} classes",
                  data={"name": name, "images": plan.num_images, "bytes": plan.uncompressed_bytes})
     return dataset
+
+
+def dataset_delete(*, dataset: Dataset, by) -> None:
+    """Delete a dataset (audited) so that it cannot be trained on any more.
+
+    The row goes, and so do its files when they are the team's own (inside the team's
+    dataset root): otherwise ``data=<name>`` would still resolve as a path in that root
+    (issue 9, finding 9). A registered dataset outside the root (the shared demo) keeps
+    its files; without the row this team can no longer name it. The folder is first
+    renamed to a hidden name (path references refuse hidden components), then removed.
+    """
+    root = team_dataset_root(dataset.team)
+    folder = Path(dataset.yaml_path).parent.resolve()
+    owned = folder != root and folder.is_relative_to(root) and folder.is_dir()
+    target_id, name, team = str(dataset.pk), dataset.name, dataset.team
+    dataset.delete()
+    if owned:
+        doomed = root / f".deleted-{uuid.uuid4().hex}"
+        folder.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+    audit_record(actor=by, action=AuditEntry.Action.DATASET_DELETE, team=team, target=dataset, target_id=target_id,
+                 message=f"dataset {name!r} deleted{' with its files' if owned else ''}",
+                 data={"name": name, "files_removed": owned})

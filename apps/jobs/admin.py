@@ -30,7 +30,28 @@ class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
                        "priority_factors", "spec", "raw_spec", "spec_hash", "weights_path", "error", "seq"]
     inlines = [JobEventInline]
     superuser_only_fields = ("team", "user")
+    # Managers look and act through the actions (cancel, requeue, class), which go through
+    # the services; they never edit a job's fields: shrinking `gpus` of a running job would
+    # undercharge its usage (issue 9, finding 2). Superusers' edits are audited.
+    manager_can_change = False
     actions = ["cancel", "requeue", "make_low", "make_medium", "make_high", "make_urgent"]
+
+    def get_exclude(self, request, obj=None):
+        # The stored spec and weights path hold absolute server paths: managers see the public spec.
+        excluded = list(super().get_exclude(request, obj) or [])
+        return excluded if request.user.is_superuser else [*excluded, "spec", "weights_path"]
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            fields = [f for f in fields if f not in ("spec", "weights_path")] + ["public_spec"]
+        return fields
+
+    @admin.display(description="spec")
+    def public_spec(self, job: Job) -> str:
+        import json
+
+        return json.dumps(job.public_spec, indent=2)
 
     @admin.action(description="Cancel selected jobs")
     def cancel(self, request, queryset):
@@ -39,7 +60,8 @@ class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
     @admin.action(description="Requeue selected running jobs (resume from checkpoint)")
     def requeue(self, request, queryset):
-        done = sum(job_requeue(job, reason=f"requeued by {request.user.username}", kind="requeued")
+        done = sum(job_requeue(job, reason=f"requeued by {request.user.username}", kind="requeued",
+                               by=request.user)
                    for job in queryset)
         self.message_user(request, f"requeued {done} job(s)")
 

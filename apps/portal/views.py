@@ -23,7 +23,7 @@ from apps.core.selectors import get_or_404
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
 from apps.jobs.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
-from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_get, job_list, queue_depth_by_class
+from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_list, queue_depth_by_class
 from apps.jobs.services import DuplicateJob, job_cancel, job_submit
 from apps.jobs.spec import SpecError, parse_spec
 from apps.quotas.selectors import usage_summary
@@ -162,8 +162,9 @@ def job_new(request):
     mode = "form"
     duplicate_of = None
     if request.method == "GET" and request.GET.get("from"):
-        source = job_get(user=request.user, job_id=request.GET["from"])
-        if source is not None and source.raw_spec:
+        # A malformed id or another team's job is a 404, like the job page itself.
+        source = get_or_404(job_list(user=request.user), request.GET["from"], JOB_NOT_VISIBLE)
+        if source.raw_spec:
             yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": source.raw_spec})
             mode = "yaml"
     if request.method == "POST":

@@ -1,7 +1,6 @@
 from django.contrib import admin
 
 from apps.core.admin_scoping import TeamScopedAdmin
-from apps.core.values import plain_value as plain
 from apps.scheduling.kick import kick_scheduler
 
 from .models import TeamQuota, UsageRecord
@@ -16,17 +15,20 @@ class UsageRecordAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
 @admin.register(TeamQuota)
 class TeamQuotaAdmin(TeamScopedAdmin, admin.ModelAdmin):
-    """Managers set their teams' limits and urgent allowance; every change is audited."""
+    """Superusers set each team's limits and urgent allowance; managers read their teams' quotas.
+
+    A manager who could edit these could raise their own team's GPU limit and urgent
+    allowance (issue 9, finding 3), so the fields are superuser-only (rather than clamped
+    to superuser-set ceilings: one number per limit, set by the people who own the pool).
+    Every change is audited with before/after (``quota.change``, apps.accounts.admin_audit).
+    """
 
     list_display = ["team", "max_gpus", "max_gpus_per_job", "user_gpu_hours_per_day",
                     "urgent_gpu_hours_per_day", "urgent_max_gpus", "updated_at"]
-    manager_can_add = True
+    manager_can_add = False
+    manager_can_change = False
+    audit_add_action = audit_change_action = "quota.change"
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
-        from apps.accounts.services import audit_record
-
-        audit_record(actor=request.user, action="quota.change", team=obj.team, target=obj,
-                     message=f"quota of {obj.team} set by {request.user.username}",
-                     data={field: plain(form.cleaned_data.get(field)) for field in form.changed_data})
         kick_scheduler()

@@ -22,3 +22,23 @@ class ModelVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.name}:v{self.version}"
+
+
+class VersionCounter(models.Model):
+    """The last version number issued per (kind, team, name).
+
+    A version number is never issued twice, also after its row was deleted (issue 9,
+    finding 9): numbers come from this counter, not from the highest row left.
+    ``kind`` is "model" for :class:`ModelVersion`; other versioned things take their own.
+    """
+
+    kind = models.CharField(max_length=20)
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=200)
+    last = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "team", "name"], name="one_version_counter")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.team_id}/{self.name}: v{self.last}"

@@ -1,7 +1,6 @@
 from django.contrib import admin
 
 from apps.core.admin_scoping import SuperuserEditAdmin
-from apps.core.values import plain_value as plain
 
 from .kick import kick_scheduler
 from .models import SchedulerConfig
@@ -27,11 +26,9 @@ class SchedulerConfigAdmin(SuperuserEditAdmin, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    # Audited with before/after by apps.accounts.admin_audit, under this action name.
+    audit_add_action = audit_change_action = "scheduler.config"
+
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
-        from apps.accounts.services import audit_record
-
-        audit_record(actor=request.user, action="scheduler.config", target=obj,
-                     message=f"scheduler configuration changed by {request.user.username}",
-                     data={field: plain(form.cleaned_data.get(field)) for field in form.changed_data})
         kick_scheduler()

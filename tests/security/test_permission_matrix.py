@@ -208,3 +208,163 @@ def test_an_outsider_cannot_open_another_teams_job_socket(alice, bob, carol, tea
     connected, code = asyncio.run(connect(carol))
     assert not connected and code == 4404
     assert asyncio.run(connect(bob))[0], "the owner connects: the refusal is about access"
+
+
+# --- portal pages: every route classified; another team's job is a 404 for GET and POST --------
+
+# URL name → "page" (the caller's own data only), "job" (addressed by a job id), "token" (by token id)
+PORTAL_ROUTES = {
+    "dashboard": "page", "dashboard-live": "page", "jobs": "page", "job-new": "page", "usage": "page",
+    "models": "page", "tokens": "page", "logout": "page",
+    "job": "job", "job-cancel": "job", "job-resubmit": "job",
+    "token-revoke": "token",
+}
+
+
+def portal_routes() -> list[tuple[str, str]]:
+    found = []
+
+    def walk(patterns, prefix):
+        for pattern in patterns:
+            route = prefix + str(pattern.pattern)
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns, route)
+            elif isinstance(pattern, URLPattern) and getattr(pattern.callback, "__module__", "") == "apps.portal.views":
+                found.append((pattern.name, route))
+
+    walk(get_resolver().url_patterns, "")
+    return found
+
+
+def test_every_portal_route_is_classified():
+    assert {name for name, _ in portal_routes()} == set(PORTAL_ROUTES)
+
+
+def session_client(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+@pytest.mark.parametrize(("name", "route"), [(n, r) for n, r in portal_routes() if PORTAL_ROUTES.get(n) == "job"])
+def test_an_outsider_gets_404_on_every_portal_job_page(name, route, method, world, carol):
+    job = world["job"]
+    response = getattr(session_client(carol), method)("/" + re.sub(r"<uuid:\w+>", str(job.pk), route))
+    assert response.status_code in ((404,) if method == "post" or name == "job" else (404, 405))
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.cancel_requested_at is None
+    from apps.jobs.models import Job
+
+    assert Job.objects.count() == 1  # no resubmitted copy
+
+
+def test_an_outsider_cannot_revoke_someone_elses_token_from_the_portal(world, carol):
+    response = session_client(carol).post(f"/tokens/{world['token'].pk}/revoke/")
+    assert response.status_code == 404
+    world["token"].refresh_from_db()
+    assert world["token"].revoked_at is None
+
+
+def test_new_from_another_teams_job_is_a_404(world, carol):
+    assert session_client(carol).get(f"/jobs/new/?from={world['job'].pk}").status_code == 404
+
+
+# --- admin: every registered model classified; a manager's POSTs on another team's rows fail ---
+
+# model label → "team" (rows scoped to the teams a manager manages), "shared" (managers may look,
+# only superusers change), "superuser" (not shown to managers at all)
+ADMIN_MODELS = {
+    "accounts.Team": "team", "accounts.Membership": "team", "accounts.AuditEntry": "team",
+    "datasets.Dataset": "team", "jobs.Job": "team", "jobs.JobEvent": "team", "jobs.MetricPoint": "team",
+    "jobs.LogChunk": "team", "jobs.Checkpoint": "team", "quotas.UsageRecord": "team", "quotas.TeamQuota": "team",
+    "registry.ModelVersion": "team",
+    "cluster.Node": "shared", "cluster.GPU": "shared", "scheduling.SchedulerConfig": "shared",
+    "accounts.ApiToken": "superuser", "auth.User": "superuser", "auth.Group": "superuser",
+    "django_rq.Dashboard": "superuser",
+}
+
+
+def test_every_admin_model_is_classified():
+    from django.contrib import admin
+
+    assert {model._meta.label for model in admin.site._registry} == set(ADMIN_MODELS)
+
+
+@pytest.fixture
+def robotics_rows(world, carol, teams, node, settings):
+    """One row of every admin model that belongs to robotics (or to nobody's team)."""
+    from django.contrib.auth.models import Group
+
+    from apps.accounts.models import AuditEntry, Membership
+    from apps.accounts.services import audit_record
+    from apps.datasets.models import Dataset
+    from apps.jobs.models import Checkpoint, JobEvent, LogChunk, MetricPoint
+    from apps.quotas.models import TeamQuota, UsageRecord
+    from apps.registry.models import ModelVersion
+    from apps.scheduling.models import SchedulerConfig
+
+    robotics = teams["robotics"]
+    job = make_job(team=robotics, user=carol, state=JobState.RUNNING)
+    now = job.created_at
+    rows = {
+        "accounts.Team": robotics,
+        "accounts.Membership": Membership.objects.get(user=carol, team=robotics),
+        "accounts.AuditEntry": audit_record(actor=carol, action="job.submit", team=robotics),
+        "datasets.Dataset": Dataset.objects.create(team=robotics, name="r", yaml_path="/nonexistent"),
+        "jobs.Job": job,
+        "jobs.JobEvent": JobEvent.objects.create(job=job, seq=1, attempt=1, kind="x"),
+        "jobs.MetricPoint": MetricPoint.objects.create(job=job, epoch=1, attempt=1, seq=2),
+        "jobs.LogChunk": LogChunk.objects.create(job=job, seq=3, attempt=1, text="x"),
+        "jobs.Checkpoint": Checkpoint.objects.create(job=job, attempt=1, epoch=1, path="/x", sha256="0", size=1),
+        "quotas.UsageRecord": UsageRecord.objects.create(job=job, team=robotics, user=carol, attempt=1,
+                                                         priority_class="medium", gpu_seconds=1, started_at=now,
+                                                         ended_at=now),
+        "quotas.TeamQuota": TeamQuota.objects.create(team=robotics, max_gpus=1),
+        "registry.ModelVersion": ModelVersion.objects.create(team=robotics, name="r", version=1,
+                                                             weights_path="/x"),
+        "cluster.Node": node,
+        "cluster.GPU": node.gpus.first(),
+        "scheduling.SchedulerConfig": SchedulerConfig.current(),
+        "accounts.ApiToken": ApiToken.objects.create(user=carol, name="c", key_hash="1" * 64, key_prefix="yp_c"),
+        "auth.User": carol,
+        "auth.Group": Group.objects.create(name="g"),
+    }
+    assert AuditEntry.objects.exists()
+    return rows
+
+
+@pytest.mark.parametrize("label", sorted(set(ADMIN_MODELS) - {"django_rq.Dashboard"}))
+def test_a_manager_cannot_change_or_delete_another_teams_rows_or_shared_ones(label, robotics_rows, alice):
+    from django.contrib import admin
+    from django.forms.models import model_to_dict
+
+    from apps.accounts.models import AuditEntry
+
+    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+    alice.refresh_from_db()
+    row = robotics_rows[label]
+    model = type(row)
+    before = model_to_dict(row)
+    base = f"/admin/{model._meta.app_label}/{model._meta.model_name}/{row.pk}"
+    client = session_client(alice)
+    kind = ADMIN_MODELS[label]
+    seen = client.get(f"{base}/change/")
+    assert seen.status_code == (200 if kind == "shared" else 302 if kind == "team" else 403), seen.status_code
+    # The stored values themselves, posted back with a change in every text field.
+    body = {k: ("changed" if isinstance(v, str) else v) for k, v in before.items() if v is not None}
+    for url in (f"{base}/change/", f"{base}/delete/"):
+        response = client.post(url, body | {"post": "yes"})
+        not_found = response.status_code == 302 and response.url == "/admin/"
+        assert response.status_code == 403 or not_found, (url, response.status_code)
+    assert admin.site._registry[model] is not None
+    row_now = model.objects.filter(pk=row.pk).first()
+    assert row_now is not None and model_to_dict(row_now) == before
+    assert not AuditEntry.objects.filter(actor=alice, action__startswith="admin.").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "1", "00000000-0000-0000-0000-000000000000", "'; drop table"])
+def test_new_from_a_malformed_or_unknown_id_is_a_404(value, bob):
+    assert session_client(bob).get("/jobs/new/", {"from": value}).status_code == 404

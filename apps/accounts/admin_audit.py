@@ -1,0 +1,194 @@
+"""Every change made through Django admin leaves an audit entry with the before and after values.
+
+:class:`AuditedAdminSite` is the project's admin site (``AuditedAdminConfig`` in
+``INSTALLED_APPS`` replaces ``django.contrib.admin``). Its ``register`` puts
+:class:`AuditedModelAdmin` in front of every ModelAdmin — ours, Django's User/Group and
+django-rq's — so no admin can be added that skips the audit
+(``tests/security/test_admin_audit.py::test_every_registered_admin_is_audited``).
+
+What is recorded (``AuditEntry``; team = the row's team where it has one):
+
+- ``admin.add``: the values the form set;
+- ``admin.change``: ``{"changes": {field: {"from": before, "to": after}}}`` for each field
+  whose stored value changed (nothing when a save changes nothing);
+- ``admin.delete``: every field's value before the delete;
+- ``admin.action``: one entry per selected row, with the action's name and the fields it
+  changed (before/after, read back from the database);
+- inline rows (memberships on a team's page) the same way.
+
+Admins may name their own actions (``audit_add_action``/``audit_change_action``, e.g.
+``quota.change``). Services called from admin (cancel, requeue, deletes of models,
+datasets and memberships) record their own entries too.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import wraps
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Model
+
+from .models import AuditEntry
+from .services import audit_record
+
+# Never copy these into an entry: a password hash is a secret even when hashed.
+SECRET_FIELDS = {"password", "key_hash"}
+
+
+def plain(value: Any) -> Any:
+    """A field value as JSON an audit entry can hold (a related row by its name)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Model):
+        return str(value)
+    if isinstance(value, (list, tuple, dict)):
+        return json.loads(json.dumps(value, default=str))
+    return str(value)
+
+
+def audited_fields(model: type[Model]) -> list:
+    return [f for f in model._meta.get_fields()
+            if (f.concrete or f.many_to_many) and not f.auto_created and getattr(f, "editable", False)]
+
+
+def snapshot(obj: Model, names: set[str] | None = None) -> dict[str, Any]:
+    """Field name → plain value, for ``names`` (all editable fields when None)."""
+    values = {}
+    for field in audited_fields(type(obj)):
+        if names is not None and field.name not in names:
+            continue
+        if field.name in SECRET_FIELDS:
+            values[field.name] = "(secret)"
+        elif field.many_to_many:
+            values[field.name] = sorted(str(o) for o in getattr(obj, field.name).all()) if obj.pk else []
+        else:
+            values[field.name] = plain(getattr(obj, field.name, None))
+    return values
+
+
+def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: {"from": before.get(name), "to": value} for name, value in after.items()
+            if before.get(name) != value}
+
+
+def stored(obj: Model) -> Model | None:
+    """The row as the database has it now (None for a new one)."""
+    if obj.pk is None:
+        return None
+    return type(obj)._base_manager.filter(pk=obj.pk).first()
+
+
+class AuditedModelAdmin:
+    """Mixin (first in the MRO) that records every admin write; see the module docstring."""
+
+    # An admin may name its add/change entries with ``audit_add_action``/``audit_change_action``.
+    # Read with getattr: this mixin comes first in the MRO, so a default here would hide them.
+
+    def audit_team(self, obj: Model):
+        team_of = getattr(self, "team_of", None)
+        if team_of is not None:
+            try:
+                return team_of(obj)
+            except AttributeError:
+                return None
+        return getattr(obj, "team_id", None)
+
+    def audit(self, request, entry_action: str, obj: Model, *, target_id: str | None = None, **data: Any) -> None:
+        data = {"model": obj._meta.label, **data}
+        audit_record(actor=request.user, action=entry_action, team=self.audit_team(obj), target=obj,
+                     target_id=target_id, data=data,
+                     message=f"{entry_action} {obj._meta.verbose_name} {str(obj)[:200]} "
+                             f"by {request.user.get_username()}")
+
+    # --- the main form ---------------------------------------------------------------------
+
+    def save_model(self, request, obj, form, change):
+        names = {f.name for f in audited_fields(type(obj)) if f.name in form.fields}
+        previous = stored(obj) if change else None
+        before = snapshot(previous, names) if previous is not None else dict.fromkeys(names)
+        super().save_model(request, obj, form, change)
+        after = snapshot(obj, names)
+        for name in names & {f.name for f in audited_fields(type(obj)) if f.many_to_many}:
+            if name in form.cleaned_data:  # saved later by save_related: the form has the new set
+                after[name] = sorted(str(o) for o in form.cleaned_data[name])
+        changes = diff(before, after)
+        if changes:
+            action = (getattr(self, "audit_change_action", AuditEntry.Action.ADMIN_CHANGE) if change
+                      else getattr(self, "audit_add_action", AuditEntry.Action.ADMIN_ADD))
+            self.audit(request, action, obj, changes=changes)
+
+    def delete_model(self, request, obj):
+        before, target_id = snapshot(obj), str(obj.pk)
+        super().delete_model(request, obj)
+        self.audit(request, AuditEntry.Action.ADMIN_DELETE, obj, target_id=target_id, before=before)
+
+    def delete_queryset(self, request, queryset):
+        rows = [(obj, snapshot(obj), str(obj.pk)) for obj in queryset]
+        super().delete_queryset(request, queryset)
+        for obj, before, target_id in rows:
+            self.audit(request, AuditEntry.Action.ADMIN_DELETE, obj, target_id=target_id, before=before)
+
+    # --- inlines ------------------------------------------------------------------------------
+
+    def save_formset(self, request, form, formset, change):
+        pending = []
+        for inline_form in formset.forms:
+            cleaned = getattr(inline_form, "cleaned_data", None)
+            instance = inline_form.instance
+            if not cleaned:
+                continue
+            if formset.can_delete and formset._should_delete_form(inline_form):
+                if instance.pk is not None:
+                    pending.append((AuditEntry.Action.ADMIN_DELETE, instance, snapshot(instance), str(instance.pk)))
+                continue
+            if inline_form.has_changed():
+                names = {f.name for f in audited_fields(type(instance)) if f.name in inline_form.fields}
+                previous = stored(instance)
+                before = snapshot(previous, names) if previous is not None else dict.fromkeys(names)
+                pending.append(("save", instance, before, names))
+        super().save_formset(request, form, formset, change)
+        for kind, instance, before, extra in pending:
+            if kind == AuditEntry.Action.ADMIN_DELETE:
+                self.audit(request, kind, instance, target_id=extra, before=before)
+                continue
+            saved = stored(instance)
+            if saved is None:
+                continue  # the admin's own save_formset chose not to keep it
+            changes = diff(before, snapshot(saved, extra))
+            if changes:
+                added = all(value is None for value in before.values())
+                self.audit(request, AuditEntry.Action.ADMIN_ADD if added else AuditEntry.Action.ADMIN_CHANGE, saved,
+                           changes=changes)
+
+    # --- actions ------------------------------------------------------------------------------
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        return {name: (func if name == "delete_selected" else self._audited_action(func, name), name, description)
+                for name, (func, _, description) in actions.items()}
+
+    def _audited_action(self, func, name: str):
+        @wraps(func)
+        def run(modeladmin, request, queryset):
+            rows = [(obj, snapshot(obj)) for obj in queryset]
+            result = func(modeladmin, request, queryset)
+            for obj, before in rows:
+                after = stored(obj)
+                changes = diff(before, snapshot(after)) if after is not None else {}
+                self.audit(request, AuditEntry.Action.ADMIN_ACTION, obj, action=name, changes=changes)
+            return result
+
+        return run
+
+
+class AuditedAdminSite(admin.AdminSite):
+    """The default admin site: every registered ModelAdmin gets :class:`AuditedModelAdmin` in front."""
+
+    def register(self, model_or_iterable, admin_class=None, **options):
+        admin_class = admin_class or admin.ModelAdmin
+        if not issubclass(admin_class, AuditedModelAdmin):
+            admin_class = type(admin_class.__name__, (AuditedModelAdmin, admin_class),
+                               {"__module__": admin_class.__module__, "__doc__": admin_class.__doc__})
+        return super().register(model_or_iterable, admin_class, **options)

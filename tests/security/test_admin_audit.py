@@ -1,0 +1,329 @@
+"""Findings 2, 3 and 9: what managers may change in admin, and every admin change leaves an audit entry."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib import admin
+from django.contrib.admin.widgets import AdminSplitDateTime
+from django.test import Client
+
+from apps.accounts.models import AuditEntry, Membership
+from apps.jobs.models import Job, JobState
+from tests.conftest import SEED_SPEC, api_client, make_user
+from tests.jobs.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def admin_client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def manager(alice):
+    """alice manages vision; managers are staff so they can open the admin."""
+    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+    alice.refresh_from_db()
+    return alice
+
+
+@pytest.fixture
+def superuser(db):
+    from apps.accounts.services import user_ensure
+
+    return user_ensure(username="root", password="pw-root", superuser=True)
+
+
+def form_data(client: Client, url: str) -> dict:
+    """What the browser would send back for the change form at ``url``, unchanged (inlines included)."""
+    response = client.get(url)
+    assert response.status_code == 200, (url, response.status_code)
+    forms = [response.context["adminform"].form]
+    data = {}
+    for inline in response.context["inline_admin_formsets"]:
+        formset = inline.formset
+        management = formset.management_form
+        data.update({management.add_prefix(name): management[name].value() for name in management.fields})
+        forms += formset.forms
+    for form in forms:
+        for name, field in form.fields.items():
+            value = form[name].value()
+            key = form.add_prefix(name)
+            if value is None or value is False:
+                continue
+            if isinstance(field.widget, AdminSplitDateTime):
+                date, time = field.widget.decompress(value)
+                data[f"{key}_0"], data[f"{key}_1"] = str(date), str(time)
+            elif isinstance(value, (list, tuple)):
+                data[key] = [str(v) for v in value]
+            elif value is True:
+                data[key] = "on"
+            else:
+                data[key] = str(value)
+    return data
+
+
+def entries(action: str, **filters) -> list[AuditEntry]:
+    return list(AuditEntry.objects.filter(action=action, **filters).order_by("id"))
+
+
+# --- finding 2: managers cannot edit jobs in admin; superuser edits are audited ---------------
+
+ALLOCATION_FIELDS = ["gpus", "run_class", "timeout_s", "retries_left", "exit_code", "gpu_memory_mb", "cpu_milli",
+                     "memory_mb", "priority_class", "cancel_requested_at", "first_started_at", "epochs_done"]
+
+
+def test_a_manager_sees_a_running_job_read_only(manager, bob, teams):
+    job = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING, gpus=2)
+    client = admin_client(manager)
+    html = client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    for field in ALLOCATION_FIELDS:
+        assert f'name="{field}"' not in html, field
+    response = client.post(f"/admin/jobs/job/{job.pk}/change/",
+                           {"task_name": "t", "gpus": "0.25", "run_class": "low", "timeout_s": "1",
+                            "retries_left": "5", "priority_class": "urgent"})
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert (job.gpus, job.retries_left, job.timeout_s, job.priority_class) == (2, 0, 3600, "medium")
+
+
+def test_a_manager_still_cancels_and_requeues_with_the_admin_actions_and_both_are_audited(manager, bob, teams):
+    queued = make_job(team=teams["vision"], user=bob)
+    running = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING)
+    client = admin_client(manager)
+    client.post("/admin/jobs/job/", {"action": "cancel", "_selected_action": [str(queued.pk)]})
+    client.post("/admin/jobs/job/", {"action": "requeue", "_selected_action": [str(running.pk)]})
+    assert Job.objects.get(pk=queued.pk).state == JobState.CANCELLED
+    assert Job.objects.get(pk=running.pk).attempt == 2
+    assert [e.actor_name for e in entries("job.requeue", target_id=str(running.pk))] == ["alice"]
+    assert [e.actor_name for e in entries("job.cancel", target_id=str(queued.pk))] == ["alice"]
+    actions = entries("admin.action", actor=manager)
+    assert {(e.data["action"], e.target_id) for e in actions} == {("cancel", str(queued.pk)),
+                                                                  ("requeue", str(running.pk))}
+
+
+def test_a_superuser_edit_of_a_running_job_is_audited_with_before_and_after(superuser, bob, teams):
+    job = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING, gpus=2)
+    client = admin_client(superuser)
+    url = f"/admin/jobs/job/{job.pk}/change/"
+    data = form_data(client, url) | {"gpus": "1", "retries_left": "3"}
+    response = client.post(url, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors if response.context else ""
+    job.refresh_from_db()
+    assert (job.gpus, job.retries_left) == (1, 3)
+    (entry,) = entries("admin.change", target_id=str(job.pk))
+    assert entry.actor_name == "root" and entry.team_id == teams["vision"].pk
+    assert entry.data["changes"] == {"gpus": {"from": 2.0, "to": 1.0}, "retries_left": {"from": 0, "to": 3}}
+
+
+def test_a_save_that_changes_nothing_records_nothing(superuser, bob, teams):
+    job = make_job(team=teams["vision"], user=bob)
+    client = admin_client(superuser)
+    url = f"/admin/jobs/job/{job.pk}/change/"
+    assert client.post(url, form_data(client, url)).status_code == 302
+    assert not entries("admin.change")
+
+
+def test_every_registered_admin_is_audited():
+    from apps.accounts.admin_audit import AuditedModelAdmin
+
+    unaudited = [type(model_admin).__name__ for model_admin in admin.site._registry.values()
+                 if not isinstance(model_admin, AuditedModelAdmin)]
+    assert not unaudited
+
+
+def test_adds_deletes_inlines_and_actions_are_audited(superuser, teams, node):
+    client = admin_client(superuser)
+    # add
+    client.post("/admin/accounts/team/add/", {"slug": "lab", "name": "Lab", "shares": "1",
+                                              "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+    (added,) = entries("admin.add")
+    assert added.data["changes"]["slug"] == {"from": None, "to": "lab"}
+    # inline: add a member to vision through the team page
+    user = make_user("erin", None)
+    url = f"/admin/accounts/team/{teams['vision'].pk}/change/"
+    data = form_data(client, url)
+    total = int(data["memberships-TOTAL_FORMS"])
+    data |= {"memberships-TOTAL_FORMS": str(total + 1), f"memberships-{total}-user": str(user.pk),
+             f"memberships-{total}-role": "member", f"memberships-{total}-team": str(teams["vision"].pk)}
+    assert client.post(url, data).status_code == 302
+    assert Membership.objects.filter(user=user, team=teams["vision"]).exists()
+    inline = [e for e in entries("admin.add") if e.target_type == "membership"]
+    assert inline and inline[0].team_id == teams["vision"].pk
+    # action
+    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
+    assert [e.data["action"] for e in entries("admin.action", target_type="node")] == ["drain"]
+    # delete
+    client.post(f"/admin/cluster/node/{node.pk}/delete/", {"post": "yes"})
+    (deleted,) = entries("admin.delete", target_type="node")
+    assert deleted.data["before"]["name"] == "node-a"
+
+
+# --- audit entries are immutable and view-only -----------------------------------------------
+
+
+def test_audit_entries_are_view_only_in_admin_even_for_superusers(superuser, manager, teams, carol):
+    from apps.accounts.services import audit_record
+
+    mine = audit_record(actor=carol, action="job.submit", team=teams["vision"], message="original")
+    other = audit_record(actor=carol, action="job.submit", team=teams["robotics"], message="robotics")
+    html = admin_client(manager).get("/admin/accounts/auditentry/").content.decode()
+    assert "original" in html and "robotics" not in html
+    for user in (manager, superuser):
+        client = admin_client(user)
+        assert client.get(f"/admin/accounts/auditentry/{mine.pk}/change/").status_code == 200
+        assert client.post(f"/admin/accounts/auditentry/{mine.pk}/change/", {"message": "edited"}).status_code == 403
+        assert client.post(f"/admin/accounts/auditentry/{mine.pk}/delete/", {"post": "yes"}).status_code == 403
+        assert client.get("/admin/accounts/auditentry/add/").status_code == 403
+    mine.refresh_from_db()
+    assert mine.message == "original" and AuditEntry.objects.filter(pk=other.pk).exists()
+
+
+def test_audit_entries_refuse_updates_and_deletes_in_code(carol, teams):
+    from apps.accounts.services import audit_record
+
+    entry = audit_record(actor=carol, action="job.submit", team=teams["vision"], message="original")
+    entry.message = "edited"
+    with pytest.raises(PermissionError):
+        entry.save()
+    with pytest.raises(PermissionError):
+        entry.delete()
+    with pytest.raises(PermissionError):
+        AuditEntry.objects.filter(pk=entry.pk).update(message="edited")
+    with pytest.raises(PermissionError):
+        AuditEntry.objects.filter(pk=entry.pk).delete()
+    assert AuditEntry.objects.get(pk=entry.pk).message == "original"
+
+
+# --- finding 3: quotas and urgent allowance are superuser-only --------------------------------
+
+QUOTA_FIELDS = ["max_gpus", "max_gpus_per_job", "user_gpu_hours_per_day", "urgent_gpu_hours_per_day",
+                "urgent_max_gpus"]
+
+
+def test_a_manager_cannot_raise_their_teams_quota(manager, teams):
+    from apps.quotas.models import TeamQuota
+
+    quota = TeamQuota.objects.create(team=teams["vision"], max_gpus=2, urgent_gpu_hours_per_day=1)
+    client = admin_client(manager)
+    html = client.get(f"/admin/quotas/teamquota/{quota.pk}/change/").content.decode()
+    assert "urgent_gpu_hours_per_day" in html or "Urgent gpu hours per day" in html  # they may read it
+    for field in QUOTA_FIELDS:
+        assert f'name="{field}"' not in html, field
+    body = {"team": teams["vision"].pk, "max_gpus": "64", "urgent_gpu_hours_per_day": "1000"}
+    assert client.post(f"/admin/quotas/teamquota/{quota.pk}/change/", body).status_code == 403
+    assert client.post("/admin/quotas/teamquota/add/", body).status_code == 403
+    quota.refresh_from_db()
+    assert (quota.max_gpus, quota.urgent_gpu_hours_per_day) == (2, 1)
+
+
+def test_a_manager_cannot_create_a_quota_for_a_team_without_one(manager, teams):
+    from apps.quotas.models import TeamQuota
+
+    response = admin_client(manager).post("/admin/quotas/teamquota/add/",
+                                          {"team": teams["vision"].pk, "urgent_max_gpus": "64"})
+    assert response.status_code == 403 and not TeamQuota.objects.exists()
+
+
+def test_a_superuser_sets_a_quota_and_it_is_audited_with_before_and_after(superuser, teams):
+    from apps.quotas.models import TeamQuota
+
+    quota = TeamQuota.objects.create(team=teams["vision"], max_gpus=2)
+    client = admin_client(superuser)
+    url = f"/admin/quotas/teamquota/{quota.pk}/change/"
+    assert client.post(url, form_data(client, url) | {"max_gpus": "4"}).status_code == 302
+    (entry,) = entries("quota.change")
+    assert entry.data["changes"] == {"max_gpus": {"from": 2.0, "to": 4.0}}
+
+
+# --- finding 9: deletes are audited, versions are never reused, a deleted dataset is gone -------
+
+
+@pytest.fixture
+def weights(tmp_path, settings):
+    settings.JOBS_DIR = tmp_path / "jobs"
+    path = settings.JOBS_DIR / "w" / "best.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"weights")
+    return path
+
+
+def register(job_team, user, weights):
+    from apps.registry.services import model_register
+
+    job = make_job(team=job_team, user=user, state=JobState.SUCCEEDED, task_name="pcb")
+    return model_register(job=job, weights=weights, metrics={})
+
+
+def test_a_deleted_model_versions_number_is_never_issued_again(manager, bob, teams, weights):
+    first, second = register(teams["vision"], bob, weights), register(teams["vision"], bob, weights)
+    assert (first.version, second.version) == (1, 2)
+    response = admin_client(manager).post(f"/admin/registry/modelversion/{second.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert register(teams["vision"], bob, weights).version == 3
+    (entry,) = entries("model.delete")
+    assert (entry.actor_name, entry.team_id, entry.data["version"]) == ("alice", teams["vision"].pk, 2)
+
+
+def test_versions_are_counted_per_team_and_name(bob, carol, teams, weights):
+    assert register(teams["vision"], bob, weights).version == 1
+    assert register(teams["robotics"], carol, weights).version == 1
+
+
+def test_a_bulk_delete_of_model_versions_is_audited_per_version(manager, bob, teams, weights):
+    versions = [register(teams["vision"], bob, weights) for _ in range(2)]
+    admin_client(manager).post("/admin/registry/modelversion/", {
+        "action": "delete_selected", "_selected_action": [str(v.pk) for v in versions], "post": "yes"})
+    assert sorted(e.data["version"] for e in entries("model.delete")) == [1, 2]
+
+
+@pytest.fixture
+def uploaded(bob, teams, settings, tmp_path):
+    from apps.datasets.services import dataset_upload
+    from tests.datasets.archives import make_zip, upload, valid_files
+
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    content = make_zip(valid_files())
+    return dataset_upload(user=bob, team=teams["vision"], name="pcb", upload=upload(content), size=len(content))
+
+
+def test_a_deleted_dataset_cannot_be_trained_on_and_the_delete_is_audited(manager, bob, uploaded, settings):
+    folder = settings.DATASETS_DIR / "vision" / "pcb"
+    assert folder.is_dir()
+    spec = SEED_SPEC.replace("data=demo", "data=pcb")
+    assert api_client(bob).post("/api/v1/jobs/", spec, content_type="application/yaml").status_code == 201
+    response = admin_client(manager).post(f"/admin/datasets/dataset/{uploaded.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert not folder.exists()
+    for reference in ("pcb", "pcb/data.yaml"):
+        again = SEED_SPEC.replace("data=demo", f"data={reference}")
+        response = api_client(bob).post("/api/v1/jobs/", again, content_type="application/yaml")
+        assert response.status_code == 400 and "command.data" in response.json(), reference
+    (entry,) = entries("dataset.delete")
+    assert (entry.actor_name, entry.data["name"]) == ("alice", "pcb")
+
+
+def test_hidden_folders_in_team_storage_are_not_trainable(bob, uploaded, settings):
+    hidden = settings.DATASETS_DIR / "vision" / ".upload-abc"
+    (settings.DATASETS_DIR / "vision" / "pcb").rename(hidden)
+    spec = SEED_SPEC.replace("data=demo", "data=.upload-abc/data.yaml")
+    response = api_client(bob).post("/api/v1/jobs/", spec, content_type="application/yaml")
+    assert response.status_code == 400 and "command.data" in response.json()
+
+
+def test_membership_deletes_are_audited_on_both_admin_pages(manager, bob, teams, superuser):
+    erin = make_user("erin", teams["vision"])
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    client = admin_client(manager)
+    assert client.post(f"/admin/accounts/membership/{membership.pk}/delete/", {"post": "yes"}).status_code == 302
+    url = f"/admin/accounts/team/{teams['vision'].pk}/change/"
+    data = form_data(client, url)
+    index = next(i for i in range(int(data["memberships-TOTAL_FORMS"]))
+                 if data.get(f"memberships-{i}-id") == str(Membership.objects.get(user=erin).pk))
+    data[f"memberships-{index}-DELETE"] = "on"
+    assert client.post(url, data).status_code == 302
+    removed = entries("membership.remove")
+    assert [(e.actor_name, e.data["user"]) for e in removed] == [("alice", "bob"), ("alice", "erin")]
+    assert not Membership.objects.filter(user__in=[bob, erin]).exists()
