@@ -39,6 +39,14 @@ def use_redis(url: str) -> None:
     settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
     kick._client = None
     channel_layers.backends.clear()
+    # The shared cache (throttle counters) is this Redis too, as in production.
+    from asgiref.local import Local
+    from django.core.cache import caches, close_caches
+
+    settings.CACHES["default"]["LOCATION"] = url
+    close_caches()
+    caches._settings = caches.settings = caches.configure_settings(None)
+    caches._connections = Local()
 
 
 @pytest.fixture(autouse=True)

@@ -12,10 +12,17 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from apps.portal.routing import websocket_urlpatterns  # noqa: E402
+from yoloportal.body_limit import BodyLimitMiddleware, install_daphne_body_limit  # noqa: E402
+
+# Oversized request bodies: 413 before they are read (docs/security.md). Daphne receives a
+# body before calling the app, so it gets the check too; other ASGI servers need only the
+# middleware.
+install_daphne_body_limit()
+http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app
 
 application = ProtocolTypeRouter(
     {
-        "http": ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app,
+        "http": BodyLimitMiddleware(http_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

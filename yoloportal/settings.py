@@ -119,6 +119,16 @@ REDIS_URL = env_str("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
 RQ_QUEUES = {"default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 3600}}
 RQ_SHOW_ADMIN_LINK = True
 
+# The shared cache: throttle and login counters every web process sees (docs/security.md).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "yoloportal",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -139,9 +149,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "apps.core.api.exception_handler",
-    # Per process (Django's cache); a proxy in front should rate-limit too (docs/security.md).
+    # Counted in the shared cache (Redis, CACHES below), so they hold across web processes.
     "DEFAULT_THROTTLE_RATES": {
         "submit": env_str("THROTTLE_SUBMIT", "120/min"),
+        "upload": env_str("THROTTLE_UPLOAD", "20/hour"),
         "auth": env_str("THROTTLE_AUTH", "20/min"),
         "login": env_str("THROTTLE_LOGIN", "10/min"),
     },
@@ -161,6 +172,11 @@ NODE_GRACE_S = env_float("NODE_GRACE_S", 30.0, minimum=1.0)
 HEARTBEAT_S = env_float("HEARTBEAT_S", 5.0, minimum=0.2)
 DISPATCH_REPAIR_S = env_float("DISPATCH_REPAIR_S", 20.0, minimum=1.0)
 SPEC_MAX_BYTES = env_int("SPEC_MAX_BYTES", 64 * 1024, minimum=1024)
+# Any other request body (yoloportal/body_limit.py has the per-path limits); Django's own
+# form limit is the same 2.5 MiB.
+REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
+# Queued + starting + running jobs one user may have at once (429 beyond it).
+MAX_ACTIVE_JOBS_PER_USER = env_int("MAX_ACTIVE_JOBS_PER_USER", 100, minimum=1)
 DEFAULT_JOB_TIMEOUT_S = env_int("DEFAULT_JOB_TIMEOUT_S", 24 * 3600, minimum=60)
 MAX_JOB_TIMEOUT_S = env_int("MAX_JOB_TIMEOUT_S", 7 * 24 * 3600, minimum=60)
 # Fork training children from a preloaded interpreter (worker/zygote.py): "auto" uses it

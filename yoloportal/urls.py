@@ -4,7 +4,7 @@ from django_rq import urls as django_rq_urls
 from drf_spectacular.views import SpectacularAPIView
 
 from apps.accounts import api as accounts_api
-from apps.accounts.views import ThrottledLoginView
+from apps.accounts.views import ThrottledLoginView, login_throttled
 from apps.cluster.api import ClusterView
 from apps.core.admin_scoping import superuser_only_patterns
 from apps.datasets import api as datasets_api
@@ -40,6 +40,8 @@ api_v1 = [
 urlpatterns = [
     # The RQ dashboard shows every team's queue entries: superusers only (managers are staff).
     path("admin/rq/", include((superuser_only_patterns(django_rq_urls.urlpatterns), "django_rq"))),
+    # The admin's sign-in page shares the portal's login throttle (429), before admin's own URLs.
+    path("admin/login/", login_throttled(admin.site.login), name="admin-login"),
     path("admin/", admin.site.urls),
     path("accounts/logout/", sign_out, name="logout"),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),

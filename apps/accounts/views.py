@@ -1,6 +1,8 @@
-"""The login page, throttled (the rest of the browser pages live in apps.portal)."""
+"""The sign-in pages, throttled (the rest of the browser pages live in apps.portal)."""
 
 from __future__ import annotations
+
+from functools import wraps
 
 from django.conf import settings
 from django.contrib.auth.views import LoginView
@@ -9,12 +11,17 @@ from django.http import HttpResponse
 from .throttles import login_attempt_allowed, parse_rate
 
 
-class ThrottledLoginView(LoginView):
-    """Django's LoginView with a per-address and per-username limit on POSTs (429 beyond it)."""
+def login_throttled(view):
+    """Wrap a sign-in view: POSTs count per address and per username; 429 beyond the ``login`` rate.
 
-    def post(self, request, *args, **kwargs):
+    Used for the portal's ``/accounts/login/`` and the admin's ``/admin/login/``, which
+    share the counters (a guesser gains nothing by switching pages).
+    """
+
+    @wraps(view)
+    def throttled(request, *args, **kwargs):
         rate = settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"].get("login")
-        if rate:
+        if request.method == "POST" and rate:
             ip = request.META.get("REMOTE_ADDR", "")
             username = str(request.POST.get("username", ""))
             if not login_attempt_allowed(ip=ip, username=username, rate=parse_rate(rate)):
@@ -22,4 +29,14 @@ class ThrottledLoginView(LoginView):
                     "Too many login attempts: wait a minute and try again.",
                     status=429, content_type="text/plain; charset=utf-8",
                 )
-        return super().post(request, *args, **kwargs)
+        return view(request, *args, **kwargs)
+
+    return throttled
+
+
+class ThrottledLoginView(LoginView):
+    """Django's LoginView with the sign-in throttle on POSTs."""
+
+    @classmethod
+    def as_view(cls, **initkwargs):
+        return login_throttled(super().as_view(**initkwargs))

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.selectors import team_list
+from apps.accounts.throttles import UploadThrottle
 from apps.core.api import StrictInput, field_errors
 from apps.core.openapi import ERROR, paginated
 from apps.core.selectors import get_or_404
@@ -50,6 +51,9 @@ class UploadReport(serializers.Serializer):
 class DatasetListCreate(APIView):
     parser_classes = [parsers.MultiPartParser]
 
+    def get_throttles(self):
+        return [UploadThrottle()] if self.request.method == "POST" else super().get_throttles()
+
     @extend_schema(parameters=[OpenApiParameter("team", str)], responses=paginated(DatasetOut),
                    operation_id="datasets_list")
     def get(self, request):
@@ -58,15 +62,16 @@ class DatasetListCreate(APIView):
         page = paginator.paginate_queryset(datasets, request, view=self)
         return paginator.get_paginated_response(DatasetOut(page, many=True).data)
 
-    @extend_schema(request={"multipart/form-data": DatasetIn}, responses={201: DatasetOut, 409: ERROR, 400: OpenApiResponse(
+    @extend_schema(request={"multipart/form-data": DatasetIn}, responses={201: DatasetOut, 409: ERROR, 413: ERROR, 429: ERROR, 400: OpenApiResponse(
                        OpenApiTypes.OBJECT,
                        description="field → problems; for a refused archive the body is an UploadReport: "
                                    "{file: [summary], problems: [{path, problem}], problem_count}")})
     def post(self, request):
+        # Under ASGI, bodies past DATASET_UPLOAD_MAX_BYTES (+ multipart slack) never get here:
+        # yoloportal/body_limit.py answers 413 before reading them. This check is for WSGI.
         declared = request.META.get("CONTENT_LENGTH") or "0"
         limit = settings.DATASET_UPLOAD_MAX_BYTES
         if declared.isdigit() and int(declared) > limit + 1024**2:
-            # Refuse before Django spools the body to disk.
             return field_errors({"file": f"the upload is {int(declared)} bytes; the limit is {limit} bytes"})
         data = DatasetIn(data=request.data)
         data.is_valid(raise_exception=True)

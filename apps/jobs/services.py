@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -38,6 +39,15 @@ class DuplicateJob(Exception):
     def __init__(self, job: Job):
         self.job = job
         super().__init__(f"an identical job is already active: {job.id}")
+
+
+class TooManyActiveJobs(Exception):
+    """The user already has ``limit`` queued or running jobs (MAX_ACTIVE_JOBS_PER_USER)."""
+
+    def __init__(self, count: int, limit: int):
+        self.count, self.limit = count, limit
+        super().__init__(f"you have {count} active (queued, starting or running) jobs; the limit is {limit} "
+                         "per user: wait for some to finish or cancel some")
 
 
 # --- sequence numbers, events ------------------------------------------------------------
@@ -207,7 +217,10 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     1. An ``idempotency_key`` already used by this user returns that job (created=False).
     2. Resolve team, dataset, model and capacity (SpecError on any problem).
     3. Refuse an identical active job of the same team (DuplicateJob) unless allowed.
-    4. Insert, record the event, kick the scheduler after commit.
+    4. Refuse when the user already has MAX_ACTIVE_JOBS_PER_USER active jobs (TooManyActiveJobs),
+       counted in the inserting transaction with the user's row locked (PostgreSQL; SQLite's
+       IMMEDIATE transactions serialise writers anyway), so parallel submits cannot pass it.
+    5. Insert, record the event, kick the scheduler after commit.
     """
     if idempotency_key:
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
@@ -223,6 +236,10 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     stored["resolved"] = {"data_yaml": resolved.data_yaml, "model": resolved.model_ref}
     try:
         with transaction.atomic():
+            list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+            active = Job.objects.filter(user=user, state__in=ACTIVE_STATES).count()
+            if active >= settings.MAX_ACTIVE_JOBS_PER_USER:
+                raise TooManyActiveJobs(active, settings.MAX_ACTIVE_JOBS_PER_USER)
             job = Job.objects.create(
                 task_name=spec.task_name,
                 team=resolved.team,

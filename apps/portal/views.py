@@ -4,6 +4,7 @@ REST API uses, so a page can do nothing the API would refuse."""
 from __future__ import annotations
 
 import json
+import math
 import uuid
 
 from django.contrib import messages
@@ -17,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.selectors import is_manager_of, team_list, token_list
 from apps.accounts.services import token_create, token_revoke
+from apps.accounts.throttles import SubmitThrottle, throttle_wait
 from apps.cluster.selectors import cluster_overview, cluster_totals
 from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
@@ -24,7 +26,7 @@ from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
 from apps.jobs.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
 from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_list, queue_depth_by_class
-from apps.jobs.services import DuplicateJob, job_cancel, job_submit
+from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_submit
 from apps.jobs.spec import SpecError, parse_spec
 from apps.quotas.selectors import usage_summary
 from apps.registry.selectors import model_list
@@ -132,11 +134,24 @@ def job_cancel_view(request, job_id):
     return redirect("job", job_id=job.pk)
 
 
+def submit_refusal(request) -> str:
+    """Count a submission against the API's submit throttle; why to refuse it ('' to go on)."""
+    wait = throttle_wait(SubmitThrottle(), request)
+    if wait is None:
+        return ""
+    rate = SubmitThrottle().get_rate()
+    return f"Too many submissions (the limit is {rate} per user, as in the API): try again in {math.ceil(wait)} s."
+
+
 @login_required
 @require_POST
 def job_resubmit(request, job_id):
-    """Submit the same spec again as a new job (the duplicate check still applies)."""
+    """Submit the same spec again as a new job (the duplicate check, throttle and cap still apply)."""
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+    refused = submit_refusal(request)
+    if refused:
+        return submit_page(request, yaml_form=YamlSpecForm(prefix="y", initial={"spec_text": job.raw_spec}),
+                           mode="yaml", refused=refused, status=429)
     try:
         document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
         if not isinstance(document, dict):
@@ -149,6 +164,9 @@ def job_resubmit(request, job_id):
     except DuplicateJob as dup:
         messages.warning(request, "An identical job of your team is still active; this is it.")
         return redirect("job", job_id=dup.job.pk)
+    except TooManyActiveJobs as cap:
+        return submit_page(request, yaml_form=YamlSpecForm(prefix="y", initial={"spec_text": job.raw_spec}),
+                           mode="yaml", refused=str(cap), status=429)
     messages.success(request, f"Resubmitted as a new job (from {job.task_name}).")
     return redirect("job", job_id=new_job.pk)
 
@@ -167,6 +185,7 @@ def job_new(request):
         if source.raw_spec:
             yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": source.raw_spec})
             mode = "yaml"
+    refused, status = "", 200
     if request.method == "POST":
         mode = "yaml" if request.POST.get("mode") == "yaml" else "form"
         form = YamlSpecForm(request.POST, request.FILES, prefix="y") if mode == "yaml" else \
@@ -175,7 +194,10 @@ def job_new(request):
             yaml_form = form
         else:
             job_form = form
-        if form.is_valid():
+        refused = submit_refusal(request)
+        if refused:
+            status = 429
+        elif form.is_valid():
             try:
                 document = form.spec_document()
                 if not form.errors:
@@ -188,12 +210,23 @@ def job_new(request):
                 form.add_spec_errors(exc)
             except DuplicateJob as dup:
                 duplicate_of = dup.job
+            except TooManyActiveJobs as cap:
+                refused, status = str(cap), 429
+    return submit_page(request, job_form=job_form, yaml_form=yaml_form, mode=mode, duplicate_of=duplicate_of,
+                       refused=refused, status=status)
+
+
+def submit_page(request, *, job_form=None, yaml_form=None, mode: str = "form", duplicate_of=None,
+                refused: str = "", status: int = 200):
+    teams = [t.slug for t in team_list(user=request.user)]
     return render(request, "portal/submit.html", {
-        "job_form": job_form, "yaml_form": yaml_form, "mode": mode, "duplicate_of": duplicate_of,
+        "job_form": job_form or JobForm(teams=teams, prefix="f"),
+        "yaml_form": yaml_form or YamlSpecForm(prefix="y", initial={"spec_text": EXAMPLE_SPEC}),
+        "mode": mode, "duplicate_of": duplicate_of, "refused": refused,
         "datasets": dataset_list(user=request.user).values_list("name", flat=True).distinct(),
         "models": MODEL_SUGGESTIONS + [f"{m.name}:v{m.version}" for m in model_list(user=request.user)[:50]],
         "idempotency_key": uuid.uuid4().hex,
-    })
+    }, status=status)
 
 
 # --- usage, models, tokens -------------------------------------------------------------------
