@@ -71,5 +71,14 @@ print("device line:", [l for l in log.splitlines() if "CUDA:" in l or "device=" 
 if job.state != "succeeded":
     print(job.error)
     raise SystemExit(1)
+# /metrics' GPU families come from pynvml readings the worker's heartbeat stored: on a real
+# GPU the memory total must be non-zero (simulated GPUs report fixed zeros).
+from prometheus_client import generate_latest
+from apps.monitoring.collector import registry
+scrape = generate_latest(registry()).decode()
+gpu_lines = [l for l in scrape.splitlines() if l.startswith(("yoloportal_gpu_utilization", "yoloportal_gpu_memory"))]
+print("/metrics GPU families:", *gpu_lines, sep="\n  ")
+if not any(l.startswith("yoloportal_gpu_memory_total_bytes") and not l.endswith(" 0.0") for l in gpu_lines):
+    raise SystemExit("/metrics reports no GPU memory: the pynvml readings did not reach it")
 print(f"GPU check passed in {time.time() - started:.0f} s")
 PY

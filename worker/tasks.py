@@ -30,6 +30,7 @@ from apps.jobs import live
 from apps.jobs.models import HOLDING_STATES, Checkpoint, Job, JobState
 from apps.jobs.paths import public_text, traceback_strip
 from apps.jobs.services import job_event, job_requeue, job_transition, log_append, metrics_record
+from apps.monitoring import recorders
 from apps.quotas.models import UsageRecord
 from apps.quotas.services import usage_charge
 from apps.registry.services import model_register
@@ -170,6 +171,10 @@ class AttemptRunner:
                       f"Ultralytics could not load the checkpoint of epoch {checkpoint.epoch}; trying an older one")
             if checkpoint is not None:
                 checkpoint.delete()
+        # The training tree is gone: its GPUs are free from here (dispatch latency starts).
+        # A job already placed on them (starting) waits for our lock, so it counts as waiting.
+        recorders.gpus_freed(self.job.node.name, self.job.gpu_indices, jobs_waiting=Job.objects.filter(
+            state__in=[JobState.QUEUED, JobState.STARTING]).exclude(pk=self.job.pk).exists())
         return self.finish(result)
 
     def child_config(self, number: int, checkpoint: Checkpoint | None) -> Path:
@@ -215,6 +220,8 @@ class AttemptRunner:
         budget = self.job.timeout_s - self.previous_runtime_s
         started = time.monotonic()
         child = self.spawn(config)
+        if number == 1:
+            recorders.training_started(self.job.node.name, self.job.gpu_indices)
         Job.objects.filter(pk=self.job.pk).update(heartbeat_at=timezone.now())
         result = ChildResult()
         events = EventReader(events_path)

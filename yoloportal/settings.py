@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "apps.registry",
     "apps.scheduling",
     "apps.portal",
+    "apps.monitoring",
 ]
 
 MIDDLEWARE = [
@@ -216,6 +217,9 @@ X_FRAME_OPTIONS = "DENY"
 # Only when the proxy in front sets X-Forwarded-Proto (and strips it from clients).
 if env_bool("SECURE_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Prometheus scrapes /metrics with "Authorization: Bearer <METRICS_TOKEN>". Without a token
+# /metrics is open (one machine, loopback) unless SECURE=true, which then closes it.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 # Health and metrics probes come over plain HTTP from inside the cluster.
 SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 

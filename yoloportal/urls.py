@@ -9,7 +9,7 @@ from apps.cluster.api import ClusterView
 from apps.core.admin_scoping import superuser_only_patterns
 from apps.datasets import api as datasets_api
 from apps.jobs import api as jobs_api
-from apps.portal.metrics import prometheus_metrics
+from apps.monitoring.views import prometheus_metrics
 from apps.portal.views import sign_out
 from apps.quotas.api import UsageView
 from apps.registry import api as registry_api

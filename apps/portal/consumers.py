@@ -10,12 +10,14 @@ is still delivered. The page dedupes by ``seq`` too and refetches gaps over REST
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from apps.jobs import live
 from apps.jobs.models import JobEvent, LogChunk, MetricPoint
 from apps.jobs.selectors import job_get
+from apps.monitoring import recorders
 
 HISTORY_LOG_CHUNKS = 200
 
@@ -54,6 +56,8 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         self.group = live.group_name(job_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.counted = True
+        await sync_to_async(recorders.websocket_connected)(self.channel_name)
         loaded = await load_history(user, job_id)
         if loaded is None:
             await self.close(code=4404)
@@ -71,6 +75,8 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                                        "epochs_done": job.epochs_done}})
 
     async def disconnect(self, code):
+        if getattr(self, "counted", False):
+            await sync_to_async(recorders.websocket_disconnected)(self.channel_name)
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 

@@ -14,11 +14,19 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from apps.core.redis_client import redis_client
+from apps.monitoring.recorders import scheduler_pass_record
 from apps.scheduling.kick import wait_for_kick
 from apps.scheduling.loop import reap_lost_nodes, reap_silent_attempts, tick
 
 log = logging.getLogger("yoloportal.scheduler")
 LEADER_KEY = "yoloportal:scheduler:leader"
+
+
+def timed_tick() -> None:
+    """One pass, its duration and end time recorded for /metrics (best effort, in Redis)."""
+    started = time.monotonic()
+    tick()
+    scheduler_pass_record(time.monotonic() - started)
 
 
 class Command(BaseCommand):
@@ -29,7 +37,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, once: bool = False, **options):
         if once:
-            tick()
+            timed_tick()
             return
         self.stopping = False
         signal.signal(signal.SIGTERM, self.stop)
@@ -41,7 +49,7 @@ class Command(BaseCommand):
             close_old_connections()
             try:
                 if self.lead(me):
-                    tick()
+                    timed_tick()
                     wait_for_kick(settings.SCHEDULER_TICK_S)
                 else:
                     time.sleep(settings.SCHEDULER_TICK_S)
