@@ -250,3 +250,10 @@ def test_secure_without_a_token_keeps_metrics_closed(db):
 @override_settings(SECURE=True, METRICS_TOKEN="t0k", SECURE_SSL_REDIRECT=False)
 def test_secure_with_a_token_serves_metrics(db):
     assert scrape(HTTP_AUTHORIZATION="Bearer t0k")[0] == 200
+
+
+def test_check_deploy_names_a_missing_metrics_token(tmp_path):
+    from tests.security.test_deployment import deploy_check
+
+    result = deploy_check(tmp_path, SECURE="true", ALLOWED_HOSTS="portal.example.com", DEBUG="false")
+    assert result.returncode != 0 and "METRICS_TOKEN" in result.stdout + result.stderr

@@ -19,7 +19,8 @@ def deploy_check(tmp_path, **env) -> subprocess.CompletedProcess:
 
 def test_check_deploy_is_clean_with_production_settings(tmp_path):
     """SECURE=true, real hosts, and the secret key generated under DATA_DIR (no SECRET_KEY given)."""
-    result = deploy_check(tmp_path, SECURE="true", ALLOWED_HOSTS="portal.example.com", DEBUG="false")
+    result = deploy_check(tmp_path, SECURE="true", ALLOWED_HOSTS="portal.example.com", DEBUG="false",
+                          METRICS_TOKEN="a-long-random-scrape-token")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 
