@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "apps.scheduling",
     "apps.portal",
     "apps.monitoring",
+    "apps.notifications",
 ]
 
 MIDDLEWARE = [
@@ -164,7 +165,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     # priority_class and run_class share one choice set: one enum in the schema.
-    "ENUM_NAME_OVERRIDES": {"PriorityClassEnum": "apps.jobs.models.PriorityClass"},
+    "ENUM_NAME_OVERRIDES": {"PriorityClassEnum": "apps.jobs.models.PriorityClass",
+                            "ChannelKindEnum": "apps.notifications.models.Channel.Kind"},
 }
 
 # --- Scheduler and workers ----------------------------------------------------------------
@@ -197,6 +199,24 @@ DATASET_UPLOAD_MAX_BYTES = env_int("DATASET_UPLOAD_MAX_BYTES", 2 * 1024**3, mini
 DATASET_MAX_UNCOMPRESSED_BYTES = env_int("DATASET_MAX_UNCOMPRESSED_BYTES", 20 * 1024**3, minimum=1024)
 DATASET_MAX_FILES = env_int("DATASET_MAX_FILES", 200_000, minimum=1)
 DATASET_MAX_RATIO = env_float("DATASET_MAX_RATIO", 100.0, minimum=1.0)
+
+# --- Notifications (apps/notifications; sent by `manage.py notify_worker`) ------------------
+# The portal's public address, for links in messages ("" = no links).
+PORTAL_URL = env_str("PORTAL_URL")
+# Seconds between a failed delivery's retries (backoff); one retry per value, then it is failed.
+try:
+    NOTIFY_RETRY_INTERVALS = [int(v) for v in env_list("NOTIFY_RETRY_INTERVALS", ["10", "60", "300", "900", "3600"])]
+except ValueError:
+    raise EnvError("NOTIFY_RETRY_INTERVALS must be comma-separated whole seconds, e.g. 10,60,300") from None
+NOTIFY_TIMEOUT_S = env_float("NOTIFY_TIMEOUT_S", 10.0, minimum=0.5)
+NOTIFY_SMTP_HOST = env_str("NOTIFY_SMTP_HOST", "127.0.0.1")
+NOTIFY_SMTP_PORT = env_int("NOTIFY_SMTP_PORT", 25, minimum=1, maximum=65535)
+NOTIFY_SMTP_USER = env_str("NOTIFY_SMTP_USER")
+NOTIFY_SMTP_PASSWORD = env_str("NOTIFY_SMTP_PASSWORD")
+NOTIFY_SMTP_SECURITY = env_str("NOTIFY_SMTP_SECURITY", "insecure").lower()
+if NOTIFY_SMTP_SECURITY not in {"insecure", "starttls", "ssl"}:
+    raise EnvError(f"NOTIFY_SMTP_SECURITY={NOTIFY_SMTP_SECURITY!r} must be insecure, starttls or ssl")
+NOTIFY_FROM = env_str("NOTIFY_FROM", "yoloportal@localhost")
 
 # --- HTTPS and session security (Django's deployment checklist; docs/security.md) ----------
 # SECURE=true behind HTTPS: secure cookies, HSTS, redirect to https. Off by default so

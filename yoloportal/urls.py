@@ -10,6 +10,7 @@ from apps.core.admin_scoping import superuser_only_patterns
 from apps.datasets import api as datasets_api
 from apps.jobs import api as jobs_api
 from apps.monitoring.views import prometheus_metrics
+from apps.notifications import api as notifications_api
 from apps.portal.views import sign_out
 from apps.quotas.api import UsageView
 from apps.registry import api as registry_api
@@ -34,6 +35,11 @@ api_v1 = [
     path("tokens/", accounts_api.TokenListCreate.as_view(), name="api-tokens"),
     path("tokens/<int:token_id>/", accounts_api.TokenDetail.as_view(), name="api-token"),
     path("audit/", accounts_api.AuditList.as_view(), name="api-audit"),
+    path("notifications/channels/", notifications_api.ChannelListCreate.as_view(), name="api-notification-channels"),
+    path("notifications/channels/<int:channel_id>/", notifications_api.ChannelDetail.as_view(),
+         name="api-notification-channel"),
+    path("notifications/preferences/", notifications_api.PreferenceView.as_view(), name="api-notification-preferences"),
+    path("notifications/deliveries/", notifications_api.DeliveryList.as_view(), name="api-notification-deliveries"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]
 

@@ -22,6 +22,7 @@ from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import team_list
 from apps.accounts.services import audit_record
 from apps.datasets.selectors import dataset_resolve
+from apps.notifications.hooks import job_event_recorded
 from apps.scheduling.admission import job_admission_errors
 from apps.scheduling.kick import kick_scheduler
 from apps.scheduling.policy import JobRequest
@@ -72,6 +73,7 @@ def job_event(job: Job, kind: str, message: str = "", data: dict | None = None) 
     state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
     live.publish(job.pk, {"type": "status", "seq": seq, "job": str(job.pk),
                           "data": {"state": state, "kind": kind, "message": message, "attempt": job.attempt}})
+    job_event_recorded(job_id=job.pk, kind=kind, event_id=event.pk)  # notifications, after commit
     return event
 
 

@@ -1,0 +1,23 @@
+"""manage.py notify_worker: the RQ worker for the ``notifications`` queue (with RQ's scheduler,
+which runs the delayed retries)."""
+
+from __future__ import annotations
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from rq import Queue, Worker
+
+from apps.notifications.hooks import QUEUE
+
+
+class Command(BaseCommand):
+    help = "Send notifications (email, webhooks) queued by job events; retries with backoff."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+
+    def handle(self, *args, burst: bool = False, **options):
+        connection = redis.Redis.from_url(settings.REDIS_URL)
+        worker = Worker([Queue(QUEUE, connection=connection)], connection=connection)
+        worker.work(with_scheduler=True, burst=burst, logging_level=settings.LOGGING["root"]["level"])

@@ -1,0 +1,85 @@
+"""Sending one delivery: our signed JSON webhook ourselves; email and everything else via apprise."""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import quote, urlencode
+
+import apprise
+import requests
+from django.conf import settings
+
+from .models import Channel, Delivery
+from .signing import sign
+
+
+class DeliveryError(Exception):
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def send(delivery: Delivery) -> int | None:
+    """Send or raise DeliveryError; returns the HTTP status for webhooks."""
+    channel = delivery.channel
+    if channel.kind == Channel.Kind.WEBHOOK:
+        return send_webhook(delivery)
+    title = f"[yoloportal] {delivery.payload.get('message', delivery.event)}"
+    url = email_url(channel.target) if channel.kind == Channel.Kind.EMAIL else channel.target
+    notifier = apprise.Apprise()
+    if not notifier.add(url):
+        raise DeliveryError("the channel's target is not a URL apprise can send to")
+    if not notifier.notify(title=title, body=text_body(delivery.payload)):
+        raise DeliveryError(f"{channel.kind} delivery failed (apprise reported failure; see the worker log)")
+    return None
+
+
+def body_bytes(payload: dict) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+
+
+def send_webhook(delivery: Delivery) -> int:
+    body = body_bytes({**delivery.payload, "delivery": delivery.pk})
+    timestamp = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "yoloportal-webhook/1",
+        "X-Yoloportal-Event": delivery.event,
+        "X-Yoloportal-Delivery": str(delivery.pk),
+        "X-Yoloportal-Timestamp": str(timestamp),
+        "X-Yoloportal-Signature": sign(delivery.channel.secret, timestamp, body),
+    }
+    try:
+        response = requests.post(delivery.channel.target, data=body, headers=headers,
+                                 timeout=settings.NOTIFY_TIMEOUT_S, allow_redirects=False)
+    except requests.RequestException as exc:
+        raise DeliveryError(f"webhook unreachable: {exc}") from None
+    if not 200 <= response.status_code < 300:
+        raise DeliveryError(f"webhook answered HTTP {response.status_code}", status=response.status_code)
+    return response.status_code
+
+
+def text_body(payload: dict) -> str:
+    lines = [payload.get("message", "")]
+    job = payload.get("job")
+    if job:
+        lines += [f"Job: {job['task_name']} ({job['id']})", f"Team: {job['team']}, user: {job['user']}",
+                  f"State: {job['state']}, attempt {job['attempt']}"]
+        if job.get("error"):
+            lines.append(f"Error: {job['error']}")
+    if payload.get("url"):
+        lines.append(payload["url"])
+    return "\n".join(lines)
+
+
+def email_url(address: str) -> str:
+    """An apprise mail URL for one recipient through the configured SMTP server."""
+    secure = settings.NOTIFY_SMTP_SECURITY
+    auth = ""
+    if settings.NOTIFY_SMTP_USER:
+        auth = f"{quote(settings.NOTIFY_SMTP_USER, safe='')}:{quote(settings.NOTIFY_SMTP_PASSWORD, safe='')}@"
+    query = urlencode({"smtp": settings.NOTIFY_SMTP_HOST, "from": settings.NOTIFY_FROM, "to": address,
+                       "mode": secure})
+    scheme = "mailto" if secure == "insecure" else "mailtos"
+    return f"{scheme}://{auth}{settings.NOTIFY_SMTP_HOST}:{settings.NOTIFY_SMTP_PORT}?{query}"

@@ -1,0 +1,148 @@
+"""RQ tasks on the ``notifications`` queue (run by ``manage.py notify_worker``).
+
+1. :func:`fan_out` turns one job event into Delivery rows: the job owner's personal
+   channels where their preferences want it, the job's team channels subscribed to it.
+   Nothing reaches a channel of another user or team.
+2. :func:`deliver` sends one Delivery; a failure is recorded and raised, and RQ retries
+   it with backoff (``NOTIFY_RETRY_INTERVALS``) until the last try marks it failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError
+from django.db.models import F
+from django.utils import timezone
+from rq import Retry
+
+from apps.jobs.models import Job
+from apps.quotas.selectors import user_gpu_hours_24h, user_quota_gpu_hours
+
+from .hooks import enqueue
+from .models import Channel, Delivery, Event, NotificationPreference
+from .senders import send
+
+log = logging.getLogger(__name__)
+FINAL_KINDS = {"succeeded", "failed", "timed_out"}
+
+
+def preference_of(user) -> NotificationPreference:
+    return NotificationPreference.objects.filter(user=user).first() or NotificationPreference(user=user)
+
+
+def event_for(kind: str, wait_s: float | None, late_minutes: int) -> str | None:
+    if kind == "running":
+        return Event.STARTED_LATE if wait_s is not None and wait_s > late_minutes * 60 else None
+    return kind if kind in Event.values else None
+
+
+def fan_out(job_id: str, kind: str, event_id: int) -> int:
+    """Create and queue the deliveries one job event causes. Returns how many were queued."""
+    job = Job.objects.select_related("team", "user").filter(pk=job_id).first()
+    if job is None:
+        return 0
+    wait_s = (job.started_at - job.queued_at).total_seconds() if job.started_at and job.queued_at else None
+    preference = preference_of(job.user)
+    wanted: list[tuple[Channel, str]] = []
+    for channel in Channel.objects.filter(user=job.user, enabled=True):
+        event = event_for(kind, wait_s, preference.started_late_minutes)
+        if event and preference.wants(event):
+            wanted.append((channel, event))
+    for channel in Channel.objects.filter(team=job.team, enabled=True):
+        event = event_for(kind, wait_s, channel.started_late_minutes)
+        if event and event in (channel.events or []):
+            wanted.append((channel, event))
+    queued = sum(queue_delivery(channel, event, job=job, cause=f"event:{event_id}",
+                                payload=job_payload(job, event, wait_s)) for channel, event in wanted)
+    if kind in FINAL_KINDS:
+        queued += quota_check(job, preference)
+    return queued
+
+
+def quota_check(job: Job, preference: NotificationPreference) -> int:
+    """Tell the user once a day when their rolling 24 h GPU-hours pass their threshold."""
+    if not preference.on_quota_nearly_used:
+        return 0
+    quota = user_quota_gpu_hours(user=job.user, team=job.team)
+    if not quota:
+        return 0
+    used = user_gpu_hours_24h(user=job.user)
+    if used < quota * preference.quota_percent / 100:
+        return 0
+    day = timezone.now().date().isoformat()
+    payload = {"event": Event.QUOTA_NEARLY_USED, "user": job.user.username, "team": job.team.slug,
+               "gpu_hours_24h": round(used, 3), "quota_gpu_hours_24h": quota,
+               "message": f"You used {used:.1f} of your {quota:g} GPU-hours in the last 24 h "
+                          f"({used / quota:.0%}) under team {job.team.slug}."}
+    return sum(queue_delivery(channel, Event.QUOTA_NEARLY_USED, job=None, cause=f"quota:{job.user_id}:{day}",
+                              payload=payload)
+               for channel in Channel.objects.filter(user=job.user, enabled=True))
+
+
+MESSAGES = {
+    Event.SUCCEEDED: "{task} succeeded",
+    Event.FAILED: "{task} failed",
+    Event.TIMED_OUT: "{task} timed out",
+    Event.PREEMPTED: "{task} was preempted and requeued",
+    Event.STARTED_LATE: "{task} started after waiting {wait}",
+}
+
+
+def job_payload(job: Job, event: str, wait_s: float | None) -> dict:
+    wait = f"{wait_s / 60:.0f} min" if wait_s is not None else "?"
+    payload = {
+        "event": event,
+        "message": MESSAGES[event].format(task=job.task_name, wait=wait),
+        "job": {"id": str(job.pk), "task_name": job.task_name, "team": job.team.slug, "user": job.user.username,
+                "state": job.state, "attempt": job.attempt, "priority_class": job.priority_class,
+                "error": (job.error.splitlines() or [""])[0][:500]},
+    }
+    if wait_s is not None and event == Event.STARTED_LATE:
+        payload["wait_seconds"] = round(wait_s)
+    if settings.PORTAL_URL:
+        payload["url"] = f"{settings.PORTAL_URL.rstrip('/')}/jobs/{job.pk}/"
+    return payload
+
+
+def retry_policy() -> Retry | None:
+    intervals = list(settings.NOTIFY_RETRY_INTERVALS)
+    return Retry(max=len(intervals), interval=intervals) if intervals else None
+
+
+def queue_delivery(channel: Channel, event: str, *, job: Job | None, cause: str, payload: dict) -> int:
+    """One Delivery per (channel, cause): a fan-out that RQ runs twice sends nothing twice."""
+    try:
+        delivery = Delivery.objects.create(channel=channel, event=event, job=job, cause=cause, payload=payload)
+    except IntegrityError:
+        return 0
+    enqueue("apps.notifications.tasks.deliver", delivery.pk, retry=retry_policy(),
+            job_timeout=settings.NOTIFY_TIMEOUT_S * 3 + 30)
+    return 1
+
+
+def deliver(delivery_id: int) -> str:
+    delivery = Delivery.objects.select_related("channel").filter(pk=delivery_id).first()
+    if delivery is None or delivery.state != Delivery.State.PENDING:
+        return delivery.state if delivery else "gone"
+    Delivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
+    delivery.refresh_from_db(fields=["attempts"])
+    try:
+        status = send(delivery)
+    except Exception as exc:
+        last = delivery.attempts > len(settings.NOTIFY_RETRY_INTERVALS)
+        Delivery.objects.filter(pk=delivery.pk).update(
+            last_error=str(exc)[:2000], response_status=getattr(exc, "status", None),
+            state=Delivery.State.FAILED if last else Delivery.State.PENDING)
+        log.warning("delivery %s to %s failed (try %d%s): %s", delivery.pk, delivery.channel, delivery.attempts,
+                    ", giving up" if last else "", exc)
+        raise
+    Delivery.objects.filter(pk=delivery.pk).update(state=Delivery.State.SENT, sent_at=timezone.now(),
+                                                   response_status=status, last_error="")
+    return Delivery.State.SENT
+
+
+def prune_old(days: int = 90) -> int:
+    return Delivery.objects.filter(created_at__lt=timezone.now() - timedelta(days=days)).delete()[0]

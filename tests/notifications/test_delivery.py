@@ -1,0 +1,250 @@
+"""Notifications: from a job event to a signed webhook / an email, with retries and a delivery log."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+
+from apps.jobs.models import JobState
+from apps.jobs.services import job_event, job_requeue, job_transition
+from apps.notifications.models import Channel, Delivery
+from apps.notifications.services import channel_create, preference_update
+from apps.notifications.signing import verify
+from apps.quotas.models import UsageRecord
+from apps.scheduling.models import SchedulerConfig
+from tests.conftest import api_client
+from tests.jobs.factories import make_job
+
+from .helpers import run_notifications
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("instant_retries")]
+
+
+@pytest.fixture
+def instant_retries(settings):
+    settings.NOTIFY_RETRY_INTERVALS = [0, 0, 0]
+    settings.NOTIFY_TIMEOUT_S = 5
+
+
+@pytest.fixture
+def smtp(settings, mail_server):
+    settings.NOTIFY_SMTP_HOST, settings.NOTIFY_SMTP_PORT = "127.0.0.1", mail_server.port
+    settings.NOTIFY_FROM = "portal@example.org"
+    return mail_server
+
+
+def finish(job, state: str, django_capture_on_commit_callbacks, **fields) -> None:
+    """What the worker does at the end of an attempt: the transition, then the event."""
+    with django_capture_on_commit_callbacks(execute=True):
+        assert job_transition(job.pk, expected=[JobState.RUNNING], to=state, **fields)
+        job.refresh_from_db()
+        job_event(job, state, f"{state} for the test")
+    run_notifications()
+
+
+@pytest.fixture
+def running_job(teams, bob, node):
+    now = timezone.now()
+    return make_job(team=teams["vision"], user=bob, state="running", node=node, gpu_indices=[0],
+                    task_name="pcb-detector", queued_at=now - timedelta(minutes=2), started_at=now)
+
+
+def test_a_webhook_carries_the_exact_body_signed_with_the_channels_secret(
+        running_job, bob, receiver, django_capture_on_commit_callbacks):
+    channel = channel_create(by=bob, name="my hook", kind="webhook", target=receiver.url)
+    finish(running_job, "succeeded", django_capture_on_commit_callbacks)
+
+    [post] = receiver.received
+    headers = post.headers
+    assert verify(channel.secret, timestamp=headers["x-yoloportal-timestamp"], body=post.body,
+                  signature=headers["x-yoloportal-signature"])
+    assert not verify("whsec_another", timestamp=headers["x-yoloportal-timestamp"], body=post.body,
+                      signature=headers["x-yoloportal-signature"])
+    assert not verify(channel.secret, timestamp=headers["x-yoloportal-timestamp"], body=post.body + b" ",
+                      signature=headers["x-yoloportal-signature"])
+    payload = json.loads(post.body)
+    assert payload["event"] == "succeeded" and payload["job"]["id"] == str(running_job.pk)
+    assert payload["job"]["team"] == "vision" and headers["x-yoloportal-event"] == "succeeded"
+    delivery = Delivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.response_status) == ("sent", 1, 200)
+
+
+def test_a_failing_endpoint_is_retried_until_it_answers(running_job, bob, receiver,
+                                                        django_capture_on_commit_callbacks):
+    receiver.statuses = [500, 503]
+    channel_create(by=bob, name="flaky", kind="webhook", target=receiver.url)
+    finish(running_job, "failed", django_capture_on_commit_callbacks, error="CUDA out of memory")
+    assert len(receiver.received) == 3
+    delivery = Delivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.last_error) == ("sent", 3, "")
+    # Each try is signed afresh over the same body.
+    assert len({r.body for r in receiver.received}) == 1
+
+
+def test_an_endpoint_that_never_answers_ends_failed_with_its_error_logged(
+        running_job, bob, receiver, django_capture_on_commit_callbacks):
+    receiver.statuses = [500] * 10
+    channel_create(by=bob, name="down", kind="webhook", target=receiver.url)
+    finish(running_job, "failed", django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get()
+    assert len(receiver.received) == 4  # the first try and three retries
+    assert (delivery.state, delivery.attempts, delivery.response_status) == ("failed", 4, 500)
+    assert "HTTP 500" in delivery.last_error
+
+
+def test_an_email_reaches_a_real_smtp_server(running_job, bob, smtp, django_capture_on_commit_callbacks):
+    channel_create(by=bob, name="mail", kind="email", target="bob@example.org")
+    finish(running_job, "timed_out", django_capture_on_commit_callbacks, error="exceeded its timeout of 3600 s")
+    [mail] = smtp.messages
+    assert mail.mail_from == "portal@example.org" and mail.rcpt_tos == ["bob@example.org"]
+    text = mail.content.decode(errors="replace")
+    assert "pcb-detector timed out" in text and str(running_job.pk) in text
+    assert Delivery.objects.get().state == "sent"
+
+
+def test_preferences_decide_which_events_reach_personal_channels(
+        running_job, bob, receiver, django_capture_on_commit_callbacks):
+    channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
+    preference_update(user=bob, on_succeeded=False)
+    finish(running_job, "succeeded", django_capture_on_commit_callbacks)
+    assert receiver.received == [] and not Delivery.objects.exists()
+
+
+def test_preemption_is_sent_only_to_those_who_asked(teams, bob, alice, node, receiver,
+                                                     django_capture_on_commit_callbacks):
+    job = make_job(team=teams["vision"], user=bob, state="running", node=node, gpu_indices=[0],
+                   started_at=timezone.now())
+    channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)  # preempted is off by default
+    with django_capture_on_commit_callbacks(execute=True):
+        job_requeue(job, reason="preempted: an urgent job", kind="preempted")
+    run_notifications()
+    assert receiver.received == []
+    preference_update(user=bob, on_preempted=True)
+    job.refresh_from_db()
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.RUNNING, started_at=timezone.now())
+    job.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        job_requeue(job, reason="preempted again", kind="preempted")
+    run_notifications()
+    assert [json.loads(r.body)["event"] for r in receiver.received] == ["preempted"]
+
+
+def test_a_start_after_a_long_wait_is_news_and_a_short_wait_is_not(teams, bob, node, receiver,
+                                                                    django_capture_on_commit_callbacks):
+    channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
+    preference_update(user=bob, on_started_late=True, started_late_minutes=30)
+    now = timezone.now()
+    for waited in (45, 5):
+        job = make_job(team=teams["vision"], user=bob, state="running", node=node, task_name=f"waited-{waited}",
+                       queued_at=now - timedelta(minutes=waited), started_at=now)
+        with django_capture_on_commit_callbacks(execute=True):
+            job_event(job, "running", "running on node-a")
+    run_notifications()
+    [post] = receiver.received
+    payload = json.loads(post.body)
+    assert payload["event"] == "started_late" and payload["job"]["task_name"] == "waited-45"
+    assert payload["wait_seconds"] == pytest.approx(45 * 60, abs=5)
+
+
+def test_quota_nearly_used_is_said_once_a_day(teams, bob, node, receiver, django_capture_on_commit_callbacks):
+    SchedulerConfig.current()
+    SchedulerConfig.objects.update(user_gpu_hours_per_day=1.0)
+    channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
+    preference_update(user=bob, on_succeeded=False, on_quota_nearly_used=True, quota_percent=80)
+    now = timezone.now()
+    for _ in range(2):
+        job = make_job(team=teams["vision"], user=bob, state="running", node=node, started_at=now)
+        UsageRecord.objects.create(job=job, team=teams["vision"], user=bob, attempt=1, priority_class="medium",
+                                   gpu_seconds=0.45 * 3600, started_at=now - timedelta(hours=1), ended_at=now)
+        finish(job, "succeeded", django_capture_on_commit_callbacks)
+    [post] = receiver.received  # 0.45 h is under 80 % of 1 h; 0.9 h is over; the second time is not news
+    payload = json.loads(post.body)
+    assert payload["event"] == "quota_nearly_used" and payload["quota_gpu_hours_24h"] == 1.0
+    assert payload["gpu_hours_24h"] == pytest.approx(0.9, abs=0.01)
+
+
+def test_team_channels_carry_their_teams_jobs_and_nothing_reaches_another_team(
+        teams, alice, bob, carol, running_job, receiver, django_capture_on_commit_callbacks):
+    vision_hook = channel_create(by=alice, team=teams["vision"], name="vision ops", kind="webhook",
+                                 target=receiver.url + "/vision", events=["failed", "succeeded"])
+    # Carol is in robotics: her own channel and her team's must hear nothing of vision's jobs.
+    from tests.conftest import make_user
+
+    robotics_manager = make_user("rita", teams["robotics"], "manager")
+    channel_create(by=carol, name="carol", kind="webhook", target=receiver.url + "/carol")
+    channel_create(by=robotics_manager, team=teams["robotics"], name="robotics ops", kind="webhook",
+                   target=receiver.url + "/robotics", events=["failed", "succeeded", "timed_out", "preempted"])
+    finish(running_job, "failed", django_capture_on_commit_callbacks)
+    assert [r.path for r in receiver.received] == ["/hook/vision"]
+    assert verify(vision_hook.secret, timestamp=receiver.received[0].headers["x-yoloportal-timestamp"],
+                  body=receiver.received[0].body, signature=receiver.received[0].headers["x-yoloportal-signature"])
+    assert set(Delivery.objects.values_list("channel__name", flat=True)) == {"vision ops"}
+
+
+def test_a_job_event_only_queues_work_and_survives_redis_being_down(running_job, bob, receiver,
+                                                                    django_capture_on_commit_callbacks):
+    channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"), django_capture_on_commit_callbacks(execute=True):
+        from apps.core import redis_client as core_redis
+
+        saved, core_redis._client = core_redis._client, None
+        try:
+            job_transition(running_job.pk, expected=[JobState.RUNNING], to=JobState.SUCCEEDED)
+            job_event(running_job, "succeeded")  # must not raise
+        finally:
+            core_redis._client = saved
+    assert not Delivery.objects.exists()  # nothing is sent from the job's own process
+
+
+# --- the API: channels, preferences, delivery log ------------------------------------------------
+
+
+def test_only_a_teams_manager_may_set_its_channels(teams, alice, bob, receiver):
+    refused = api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "x", "kind": "webhook", "target": receiver.url, "team": "vision", "events": ["failed"]},
+        format="json")
+    assert refused.status_code == 400 and "team" in refused.json()
+    created = api_client(alice).post("/api/v1/notifications/channels/", {
+        "name": "vision ops", "kind": "webhook", "target": receiver.url, "team": "vision", "events": ["failed"]},
+        format="json")
+    assert created.status_code == 201 and created.json()["secret"].startswith("whsec_")
+    listed = api_client(alice).get("/api/v1/notifications/channels/").json()["results"]
+    assert [c["name"] for c in listed] == ["vision ops"] and "secret" not in listed[0]
+    assert api_client(bob).get("/api/v1/notifications/channels/").json()["results"] == []
+
+
+def test_channel_input_errors_name_the_field(bob):
+    client = api_client(bob)
+    bad = client.post("/api/v1/notifications/channels/", {"name": "m", "kind": "email", "target": "not-an-address"},
+                      format="json")
+    assert bad.status_code == 400 and "email address" in bad.json()["target"][0]
+    bad = client.post("/api/v1/notifications/channels/", {"name": "w", "kind": "webhook", "target": "ftp://x"},
+                      format="json")
+    assert bad.status_code == 400 and "http(s)" in bad.json()["target"][0]
+    bad = client.post("/api/v1/notifications/channels/", {"name": "w", "kind": "webhook", "target": "http://x.org",
+                                                          "secret": "mine"}, format="json")
+    assert bad.status_code == 400 and "secret" in bad.json()
+    bad = client.patch("/api/v1/notifications/preferences/", {"quota_percent": 150}, format="json")
+    assert bad.status_code == 400 and "quota_percent" in bad.json()
+
+
+def test_the_delivery_log_is_the_owners(running_job, bob, carol, receiver, django_capture_on_commit_callbacks):
+    receiver.statuses = [500]
+    channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
+    finish(running_job, "succeeded", django_capture_on_commit_callbacks)
+    [entry] = api_client(bob).get("/api/v1/notifications/deliveries/").json()["results"]
+    assert (entry["event"], entry["state"], entry["attempts"], entry["channel"]) == ("succeeded", "sent", 2, "hook")
+    assert api_client(carol).get("/api/v1/notifications/deliveries/").json()["results"] == []
+
+
+def test_preferences_round_trip(bob):
+    client = api_client(bob)
+    assert client.get("/api/v1/notifications/preferences/").json()["on_failed"] is True
+    response = client.patch("/api/v1/notifications/preferences/", {"on_started_late": True,
+                                                                   "started_late_minutes": 15}, format="json")
+    assert response.status_code == 200 and response.json()["started_late_minutes"] == 15
+    assert Channel.objects.count() == 0
