@@ -40,6 +40,10 @@ ROUTES = {
     "api-tokens": "collection",
     "api-token": "object",
     "api-audit": "collection",
+    "api-notification-channels": "collection",
+    "api-notification-channel": "object",
+    "api-notification-preferences": "collection",
+    "api-notification-deliveries": "collection",
     "api-schema": "public",
 }
 # (URL name, method) a team member may not use even on their own team's objects.
@@ -88,12 +92,17 @@ def world(alice, bob, carol, teams, settings, tmp_path):
                                         weights_path=str(weights), size=7)
     dataset = Dataset.objects.create(team=teams["vision"], name="vision-secret", yaml_path="/nonexistent")
     token = ApiToken.objects.create(user=bob, name="bobs", key_hash="0" * 64, key_prefix="yp_bob")
-    return {"job": job, "model": model, "dataset": dataset, "token": token}
+    from apps.notifications.models import Channel
+
+    channel = Channel.objects.create(team=teams["vision"], name="vision ops", kind="webhook",
+                                     target="https://hooks.example.org/vision", events=["failed"])
+    return {"job": job, "model": model, "dataset": dataset, "token": token, "channel": channel}
 
 
 def url_for(name: str, route: str, world) -> str:
     ids = {"api-model": world["model"].pk, "api-model-download": world["model"].pk,
-           "api-dataset": world["dataset"].pk, "api-token": world["token"].pk}
+           "api-dataset": world["dataset"].pk, "api-token": world["token"].pk,
+           "api-notification-channel": world["channel"].pk}
     url = "/" + route
     url = re.sub(r"<uuid:\w+>", str(world["job"].pk), url)
     return re.sub(r"<int:\w+>", str(ids.get(name, 0)), url)
