@@ -170,17 +170,29 @@ class FakeNvml(types.ModuleType):
         return types.SimpleNamespace(gpu=handle["util"])
 
 
-def test_gpu_readings_travel_from_the_pynvml_reader_through_the_heartbeat(db, monkeypatch):
+def test_gpu_readings_travel_from_the_pynvml_reader_through_the_heartbeat(transactional_db, monkeypatch):
+    """The worker's own heartbeat thread reads pynvml (faked at that boundary) into the GPU rows."""
+    import time
+
+    from apps.cluster.models import GPU
     from worker.inventory import nvml_gpus
-    from worker.node import node_heartbeat, node_register
+    from worker.node import Heartbeat, register_this_host
 
     gib = 2**30
     fake = FakeNvml([{"name": "NVIDIA H100", "uuid": "GPU-0", "total": 80 * gib, "used": 20 * gib, "util": 97},
                      {"name": "NVIDIA H100", "uuid": "GPU-1", "total": 80 * gib, "used": 0, "util": 0}])
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    node = node_register(name="gpu-1", gpus=nvml_gpus())
+    node = register_this_host(name="gpu-1", gpus=nvml_gpus())
     fake.devices[1].update(used=40 * gib, util=55)
-    node_heartbeat(node, refresh_gpus=True)
+    beat = Heartbeat(node, 0.05, simulated=False)
+    beat.start()
+    try:
+        deadline = time.monotonic() + 10
+        while GPU.objects.get(node=node, index=1).utilization != 55 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        beat.stop()
+        beat.join(5)
     _, text = scrape()
     assert value(text, "yoloportal_gpu_utilization_ratio", node="gpu-1", gpu="0") == 0.97
     assert value(text, "yoloportal_gpu_utilization_ratio", node="gpu-1", gpu="1") == 0.55
