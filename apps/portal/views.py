@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth import logout
@@ -13,6 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -28,6 +30,8 @@ from apps.jobs.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
 from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_list, queue_depth_by_class
 from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_submit
 from apps.jobs.spec import SpecError, parse_spec
+from apps.monitoring.services import cluster_history
+from apps.quotas.reports import GROUPS, period_parse, usage_report
 from apps.quotas.selectors import usage_summary
 from apps.registry.selectors import model_list
 
@@ -235,10 +239,30 @@ def submit_page(request, *, job_form=None, yaml_form=None, mode: str = "form", d
 @login_required
 def usage(request):
     summary = usage_summary(user=request.user)
-    return render(request, "portal/usage.html", {
-        "summary": summary,
-        "chart": {**usage_by_day(user=request.user), "quota": summary["me"].get("quota_gpu_hours_24h")},
-    })
+    group = request.GET.get("group", "team")
+    if group not in GROUPS:
+        group = "team"
+    errors: dict[str, str] = {}
+    try:
+        start, end = period_parse(request.GET.get("from") or None, request.GET.get("to") or None,
+                                  now=timezone.now())
+    except FieldErrors as exc:
+        errors = exc.errors
+        start, end = period_parse(None, None, now=timezone.now())
+    rows = [row.flat() for row in usage_report(user=request.user, start=start, end=end, group=group)]
+    report = {"group": group, "rows": rows, "from": start, "to": end,
+              "from_value": request.GET.get("from") or timezone.localdate(start).isoformat(),
+              "to_value": request.GET.get("to") or timezone.localdate(end).isoformat(),
+              "csv_query": urlencode({"from": start.isoformat(), "to": end.isoformat(), "group": group,
+                                      "format": "csv"})}
+    chart = {**usage_by_day(user=request.user), "quota": summary["me"].get("quota_gpu_hours_24h"),
+             "report": {"labels": [r["key"] for r in rows], "gpu_hours": [r["gpu_hours"] for r in rows],
+                        "wait_p95_min": [round((r["wait_p95_s"] or 0) / 60, 1) for r in rows],
+                        "failures": [r["failures"] for r in rows], "preemptions": [r["preemptions"] for r in rows]}}
+    if request.user.is_superuser:
+        chart["cluster"] = cluster_history(days=30)
+    return render(request, "portal/usage.html", {"summary": summary, "chart": chart, "report": report,
+                                                 "errors": errors, "groups": GROUPS})
 
 
 @login_required

@@ -3,7 +3,7 @@ from django.contrib import admin
 from apps.core.admin_scoping import TeamScopedAdmin
 from apps.scheduling.kick import kick_scheduler
 
-from .models import TeamQuota, UsageRecord
+from .models import TeamQuota, UsageRecord, UsageReport
 
 
 @admin.register(UsageRecord)
@@ -32,3 +32,47 @@ class TeamQuotaAdmin(TeamScopedAdmin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         kick_scheduler()
+
+
+@admin.register(UsageReport)
+class UsageReportAdmin(admin.ModelAdmin):
+    """Per team or per user over a period (?from=&to=&group=), scoped like the API's report:
+    managers see their teams and their members' usage charged to them; superusers all."""
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_staff
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_staff
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        from django.template.response import TemplateResponse
+        from django.utils import timezone
+
+        from apps.core.errors import FieldErrors
+
+        from .reports import COLUMNS, GROUPS, period_parse, usage_report
+
+        group = request.GET.get("group") if request.GET.get("group") in GROUPS else "team"
+        errors = {}
+        try:
+            start, end = period_parse(request.GET.get("from") or None, request.GET.get("to") or None,
+                                      now=timezone.now())
+        except FieldErrors as exc:
+            errors = exc.errors
+            start, end = period_parse(None, None, now=timezone.now())
+        rows = [row.flat() for row in usage_report(user=request.user, start=start, end=end, group=group)]
+        context = {**self.admin_site.each_context(request), "title": "Usage report", "opts": self.model._meta,
+                   "rows": rows, "columns": COLUMNS[1:], "group": group, "groups": GROUPS, "errors": errors,
+                   "start": start, "end": end, "from_value": timezone.localdate(start).isoformat(),
+                   "to_value": timezone.localdate(end).isoformat()}
+        return TemplateResponse(request, "admin/quotas/usage_report.html", context)

@@ -1,11 +1,43 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+import csv
+import io
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
+from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from apps.core.api import field_errors
+from apps.core.errors import FieldErrors
+from apps.core.openapi import ERROR
+
+from .reports import COLUMNS, GROUPS, period_parse, usage_report
 from .selectors import usage_summary
+
+
+class UsageCsvRenderer(BaseRenderer):
+    """``?format=csv``: the report's rows, one per team or user, columns as in reports.COLUMNS."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        out = io.StringIO()
+        if isinstance(data, dict) and "rows" in data:
+            writer = csv.DictWriter(out, fieldnames=[data["group"], *COLUMNS[1:]], lineterminator="\n")
+            writer.writeheader()
+            for row in data["rows"]:
+                writer.writerow({data["group"]: row["key"], **{c: row[c] for c in COLUMNS[1:]}})
+        else:  # an error body or the summary: still CSV, key,value
+            writer = csv.writer(out, lineterminator="\n")
+            for key, value in (data or {}).items():
+                writer.writerow([key, value])
+        return out.getvalue().encode()
 
 
 # Schema only: the view returns usage_summary's dict (a docstring here would show in the schema).
@@ -16,6 +48,30 @@ class UsageOut(serializers.Serializer):
 
 
 class UsageView(APIView):
-    @extend_schema(responses=UsageOut)
+    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, UsageCsvRenderer]
+
+    @extend_schema(responses={200: UsageOut, 400: ERROR}, parameters=[
+        OpenApiParameter("group", str, enum=list(GROUPS), description="report per team or per user"),
+        OpenApiParameter("from", str, description="ISO date or date-time (default: 7 days before 'to')"),
+        OpenApiParameter("to", str, description="ISO date (inclusive) or date-time (default: now)"),
+        OpenApiParameter("format", str, enum=["json", "csv"]),
+    ])
     def get(self, request):
-        return Response(usage_summary(user=request.user))
+        params = request.query_params
+        wants_report = any(name in params for name in ("group", "from", "to")) or params.get("format") == "csv"
+        if not wants_report:
+            return Response(usage_summary(user=request.user))
+        group = params.get("group", "team")
+        if group not in GROUPS:
+            return field_errors({"group": f"must be one of {', '.join(GROUPS)}"})
+        try:
+            start, end = period_parse(params.get("from"), params.get("to"), now=timezone.now())
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
+        rows = [row.flat() for row in usage_report(user=request.user, start=start, end=end, group=group)]
+        data = {"from": start.isoformat(), "to": end.isoformat(), "group": group, "rows": rows}
+        response = Response(data)
+        if params.get("format") == "csv":
+            response["Content-Disposition"] = (
+                f'attachment; filename="usage-{group}-{start:%Y%m%d}-{end:%Y%m%d}.csv"')
+        return response

@@ -36,3 +36,12 @@ class TeamQuota(models.Model):
 
     def __str__(self) -> str:
         return f"quota of {self.team}"
+
+
+class UsageReport(UsageRecord):
+    """Admin's "usage report" page (apps/quotas/admin.py): the ledger summed per team or user."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "usage report"
+        verbose_name_plural = "usage report"

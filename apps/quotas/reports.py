@@ -1,0 +1,151 @@
+"""Usage reports: per team or per user over a period, from the ledger and the job rows.
+
+Scope: a team's totals are visible to its members (as the usage page always showed);
+per-user rows to the user themselves, and to the managers of the teams the usage was
+charged to (only that team's part); superusers see everything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, Q, Sum
+
+from apps.accounts.selectors import managed_team_ids, team_ids
+from apps.jobs.models import TERMINAL_STATES, Job, JobEvent
+
+from .models import UsageRecord
+from .selectors import user_quota_gpu_hours
+
+GROUPS = ("team", "user")
+FAILURE_KINDS = ("failed", "retry")  # attempts that failed, retried or not
+COLUMNS = ("key", "gpu_hours", "jobs_succeeded", "jobs_failed", "jobs_timed_out", "jobs_cancelled",
+           "jobs_started", "wait_mean_s", "wait_p95_s", "failures", "preemptions", "quota_gpu_hours_per_user_day")
+
+
+@dataclass
+class ReportRow:
+    key: str
+    gpu_hours: float = 0.0
+    jobs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TERMINAL_STATES, 0))
+    jobs_started: int = 0
+    wait_mean_s: float | None = None
+    wait_p95_s: float | None = None
+    failures: int = 0
+    preemptions: int = 0
+    quota_gpu_hours_per_user_day: float | None = None
+
+    def flat(self) -> dict:
+        row = asdict(self)
+        for state, n in row.pop("jobs").items():
+            row[f"jobs_{state}"] = n
+        return {column: row[column] for column in COLUMNS}
+
+
+def visible(user, group: str) -> Q:
+    """Rows (with ``team_id``/``user_id`` fields) the caller may count."""
+    if user.is_superuser:
+        return Q()
+    if group == "team":
+        return Q(team_id__in=team_ids(user=user))
+    return Q(team_id__in=managed_team_ids(user=user)) | Q(team_id__in=team_ids(user=user), user_id=user.pk)
+
+
+def p95(values: list[float]) -> float | None:
+    """Nearest-rank 95th percentile."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def usage_report(*, user, start: datetime, end: datetime, group: str) -> list[ReportRow]:
+    """One row per team (or user) with any activity in [start, end), plus the caller's teams.
+
+    GPU-hours: ledger records whose attempt ended in the period. Jobs by outcome: jobs
+    that finished in it. Wait: submit → first start of jobs first started in it. Failures
+    and preemptions: attempt events in it.
+    """
+    if group not in GROUPS:
+        raise ValueError(group)
+    key = "team__slug" if group == "team" else "user__username"
+    scope = visible(user, group)
+    rows: dict[str, ReportRow] = {}
+
+    def row(name: str) -> ReportRow:
+        return rows.setdefault(name, ReportRow(key=name))
+
+    if group == "team":
+        from apps.accounts.models import Team
+
+        for team in Team.objects.filter(id__in=team_ids(user=user)):
+            row(team.slug).quota_gpu_hours_per_user_day = user_quota_gpu_hours(user=None, team=team)
+
+    ledger = (UsageRecord.objects.filter(scope, ended_at__gte=start, ended_at__lt=end).order_by()
+              .values_list(key).annotate(s=Sum("gpu_seconds")))
+    for name, seconds in ledger:
+        row(name).gpu_hours = round((seconds or 0.0) / 3600, 4)
+
+    finished = (Job.objects.filter(scope, state__in=TERMINAL_STATES, finished_at__gte=start, finished_at__lt=end)
+                .order_by().values_list(key, "state").annotate(n=Count("id")))
+    for name, state, n in finished:
+        row(name).jobs[state] = n
+
+    waits: dict[str, list[float]] = {}
+    for name, created, started in (Job.objects.filter(scope, first_started_at__gte=start, first_started_at__lt=end)
+                                   .values_list(key, "created_at", "first_started_at")):
+        waits.setdefault(name, []).append(max(0.0, (started - created).total_seconds()))
+    for name, values in waits.items():
+        r = row(name)
+        r.jobs_started = len(values)
+        r.wait_mean_s = round(sum(values) / len(values), 1)
+        r.wait_p95_s = round(p95(values), 1)
+
+    event_scope = Q(job__in=Job.objects.filter(scope).values("pk"))
+    events = (JobEvent.objects.filter(event_scope, created_at__gte=start, created_at__lt=end,
+                                      kind__in=(*FAILURE_KINDS, "preempted"))
+              .order_by().values_list(f"job__{key}", "kind").annotate(n=Count("id")))
+    for name, kind, n in events:
+        if kind == "preempted":
+            row(name).preemptions += n
+        else:
+            row(name).failures += n
+    return sorted(rows.values(), key=lambda r: (-r.gpu_hours, r.key))
+
+
+DEFAULT_DAYS = 7
+
+
+def period_parse(raw_from: str | None, raw_to: str | None, *, now: datetime) -> tuple[datetime, datetime]:
+    """``from``/``to`` as ISO dates (whole days, ``to`` inclusive) or datetimes; default the last 7 days."""
+    from datetime import date, timedelta
+
+    from django.utils import timezone
+    from django.utils.dateparse import parse_date, parse_datetime
+
+    from apps.core.errors import FieldErrors
+
+    def parse(name: str, raw: str, end: bool) -> datetime:
+        moment = day = None
+        try:
+            # A bare date is a whole day (parse_datetime would read it as midnight).
+            day = parse_date(raw)
+            moment = None if day else parse_datetime(raw)
+        except ValueError:
+            pass
+        if moment is None and day is None:
+            raise FieldErrors({name: f"{raw!r} is not an ISO date (2026-01-31) or date-time"})
+        if moment is None:
+            assert isinstance(day, date)
+            moment = datetime.combine(day + timedelta(days=1) if end else day, datetime.min.time())
+        return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+
+    end = parse("to", raw_to, True) if raw_to else now
+    start = parse("from", raw_from, False) if raw_from else end - timedelta(days=DEFAULT_DAYS)
+    if start >= end:
+        raise FieldErrors({"from": "must be before 'to'"})
+    if end - start > timedelta(days=3660):
+        raise FieldErrors({"from": "the period may span at most 10 years"})
+    return start, end

@@ -1,0 +1,160 @@
+"""Usage reports: numbers equal to the ledger, per team and per user, CSV, scope, the quota in force."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.db.models import Sum
+from django.test import Client
+from django.utils import timezone
+
+from apps.jobs.models import JobEvent
+from apps.monitoring.services import cluster_history, utilisation_sample
+from apps.quotas.models import TeamQuota, UsageRecord
+from apps.scheduling.models import SchedulerConfig
+from tests.conftest import api_client, make_user
+from tests.jobs.factories import make_job
+
+pytestmark = pytest.mark.django_db
+DAY = timedelta(days=1)
+
+
+@pytest.fixture
+def history(teams, alice, bob, carol):
+    """Three days of work: vision (alice, bob) and robotics (carol); one old record outside the period."""
+    now = timezone.now()
+    vision, robotics = teams["vision"], teams["robotics"]
+
+    def job(team, user, state, waited_min, hours, ago):
+        end = now - ago
+        j = make_job(team=team, user=user, state=state, finished_at=end,
+                     first_started_at=end - timedelta(hours=hours))
+        j.created_at = end - timedelta(hours=hours, minutes=waited_min)
+        j.save(update_fields=["created_at"])
+        UsageRecord.objects.create(job=j, team=team, user=user, attempt=1, priority_class="medium",
+                                   gpu_seconds=hours * 3600 * 2, started_at=end - timedelta(hours=hours), ended_at=end)
+        return j
+
+    jobs = [
+        job(vision, bob, "succeeded", 10, 1.0, DAY),
+        job(vision, bob, "failed", 30, 0.5, 2 * DAY),
+        job(vision, alice, "succeeded", 2, 2.0, timedelta(hours=3)),
+        job(robotics, carol, "timed_out", 60, 3.0, timedelta(hours=5)),
+        job(vision, bob, "succeeded", 0, 4.0, 30 * DAY),  # outside a 7-day period
+    ]
+    JobEvent.objects.create(job=jobs[1], seq=1, attempt=1, kind="retry")
+    JobEvent.objects.create(job=jobs[1], seq=2, attempt=2, kind="failed")
+    JobEvent.objects.create(job=jobs[0], seq=1, attempt=1, kind="preempted")
+    return jobs
+
+
+def report(user, **params):
+    response = api_client(user).get("/api/v1/usage/", params)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_team_gpu_hours_equal_the_ledger(history, alice, teams):
+    start = timezone.now() - 7 * DAY
+    rows = {r["key"]: r for r in report(alice, group="team", **{"from": start.isoformat()})["rows"]}
+    ledger = UsageRecord.objects.filter(team=teams["vision"], ended_at__gte=start).aggregate(s=Sum("gpu_seconds"))["s"]
+    assert rows["vision"]["gpu_hours"] == pytest.approx(ledger / 3600, abs=1e-3) == pytest.approx(7.0, abs=1e-3)
+    assert (rows["vision"]["jobs_succeeded"], rows["vision"]["jobs_failed"]) == (2, 1)
+    assert (rows["vision"]["failures"], rows["vision"]["preemptions"]) == (2, 1)
+    # waits 10, 30 and 2 minutes: mean 14 min, nearest-rank p95 = 30 min
+    assert rows["vision"]["wait_mean_s"] == pytest.approx(14 * 60, abs=1)
+    assert rows["vision"]["wait_p95_s"] == pytest.approx(30 * 60, abs=1)
+    assert "robotics" not in rows  # alice is not in robotics
+
+
+def test_per_user_rows_are_the_managers_team_and_only_their_own_for_members(history, alice, bob, teams):
+    rows = {r["key"]: r for r in report(alice, group="user")["rows"]}
+    assert set(rows) == {"alice", "bob"}
+    assert rows["bob"]["gpu_hours"] == pytest.approx(3.0, abs=1e-3)  # 2 h + 1 h; the 30-day-old record is out
+    assert rows["alice"]["gpu_hours"] == pytest.approx(4.0, abs=1e-3)
+    assert {r["key"] for r in report(bob, group="user")["rows"]} == {"bob"}
+
+
+def test_a_period_selects_by_end_of_attempt(history, alice):
+    today = timezone.localdate()
+    rows = {r["key"]: r for r in report(alice, group="team", **{"from": today.isoformat(),
+                                                                "to": today.isoformat()})["rows"]}
+    assert rows["vision"]["gpu_hours"] == pytest.approx(4.0, abs=1e-3)  # only alice's job ended today
+
+
+def test_csv_export_has_one_row_per_team_with_the_same_numbers(history, alice):
+    response = api_client(alice).get("/api/v1/usage/", {"group": "team", "format": "csv"})
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert [r["team"] for r in rows] == ["vision"]
+    assert float(rows[0]["gpu_hours"]) == pytest.approx(7.0, abs=1e-3)
+    assert rows[0]["jobs_succeeded"] == "2" and rows[0]["preemptions"] == "1"
+
+
+def test_bad_parameters_name_the_field(alice):
+    client = api_client(alice)
+    for params, field in (({"group": "planet"}, "group"), ({"from": "yesterday"}, "from"),
+                          ({"from": "2026-02-02", "to": "2026-01-01"}, "from"), ({"to": "31/01/2026"}, "to")):
+        response = client.get("/api/v1/usage/", params)
+        assert response.status_code == 400 and field in response.json(), (params, response.content)
+
+
+def test_the_quota_shown_is_the_configuration_in_force(teams, alice, bob):
+    SchedulerConfig.current()
+    SchedulerConfig.objects.update(user_gpu_hours_per_day=12)
+    assert report(bob)["me"]["quota_gpu_hours_24h"] == 12
+    TeamQuota.objects.create(team=teams["vision"], user_gpu_hours_per_day=5)
+    summary = report(bob)
+    assert summary["me"]["quota_gpu_hours_24h"] == 5 and summary["teams"]["vision"]["my_quota_gpu_hours_24h"] == 5
+    rows = {r["key"]: r for r in report(alice, group="team")["rows"]}
+    assert rows["vision"]["quota_gpu_hours_per_user_day"] == 5
+    page = Client()
+    page.force_login(bob)
+    html = page.get("/usage/").content.decode()
+    assert "/ 5 h" in html and "20 h" not in html
+    SchedulerConfig.objects.update(user_gpu_hours_per_day=None)
+    TeamQuota.objects.all().delete()
+    assert report(bob)["me"]["quota_gpu_hours_24h"] is None
+    assert "no quota" in page.get("/usage/").content.decode()
+
+
+def test_the_usage_page_shows_the_report_table(history, alice):
+    page = Client()
+    page.force_login(alice)
+    html = page.get("/usage/", {"group": "user"}).content.decode()
+    assert 'id="usage-report"' in html and "<td>bob</td>" in html and "carol" not in html
+    assert 'id="report-hours"' in html and "format=csv" in html
+    assert "cluster-chart" not in html  # the cluster history is for admins
+
+
+def test_the_admin_usage_report_is_scoped(history, alice):
+    alice.is_staff = True
+    alice.save(update_fields=["is_staff"])
+    page = Client()
+    page.force_login(alice)
+    response = page.get("/admin/quotas/usagereport/", {"group": "team"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<td>vision</td>" in html and "robotics" not in html
+
+
+def test_the_cluster_history_rolls_samples_into_hours_and_days(node, teams, bob):
+    make_job(team=teams["vision"], user=bob, state="running", node=node, gpu_indices=[0], gpu_share=1.0)
+    make_job(team=teams["vision"], user=bob)
+    now = timezone.now()
+    utilisation_sample(now)
+    hour = utilisation_sample(now)
+    assert hour.samples == 2 and hour.allocation == pytest.approx(0.5)  # 1 of node-a's 2 GPUs
+    assert hour.mean("queued_jobs_sum") == 1
+    day = cluster_history(days=2, now=now)
+    assert day["allocation"] == [0.5] and day["queued"] == [1.0]
+    admin = make_user("root", None)
+    admin.is_superuser = admin.is_staff = True
+    admin.save()
+    page = Client()
+    page.force_login(admin)
+    assert "cluster-chart" in page.get("/usage/").content.decode()
