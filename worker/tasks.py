@@ -35,6 +35,7 @@ from apps.quotas.models import UsageRecord
 from apps.quotas.services import usage_charge
 from apps.registry.services import model_register
 from apps.scheduling.kick import kick_scheduler
+from yoloportal.logs import bind
 
 from .gpulock import GpuLocks, lock_dir
 from .zygote import ZygoteChild
@@ -59,6 +60,8 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
         return "orphaned"
     close_old_connections()
     node_name = os.environ.get("YOLOPORTAL_NODE", "")
+    # The work-horse runs one attempt and exits: every log line from here on carries it.
+    bind(job_id=job_id, node=node_name)
     now = timezone.now()
     # Fenced start: only the current attempt, on the node it was given to, moves to running.
     won = Job.objects.filter(
@@ -70,6 +73,7 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
                     job_id, attempt_id, node_name)
         return "refused"
     job = Job.objects.select_related("node", "team", "user").get(pk=job_id)
+    bind(attempt=job.attempt)
     job_event(job, "running", f"running on {job.node.name} (GPU {','.join(map(str, job.gpu_indices))}"
                               f"{', simulated on CPU' if job.node.simulated else ''}), attempt {job.attempt}")
     try:

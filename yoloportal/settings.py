@@ -15,6 +15,7 @@ from yoloportal.env import (
     env_str,
     parse_database_url,
 )
+from yoloportal.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Under pytest (which sets PYTEST_VERSION, inherited by the processes tests start) the
@@ -57,6 +58,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.monitoring.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -243,13 +245,8 @@ METRICS_TOKEN = env_str("METRICS_TOKEN")
 # Health and metrics probes come over plain HTTP from inside the cluster.
 SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
-}
+# LOG_FORMAT=json: one JSON object per line with request_id / job_id / attempt / node (yoloportal/logs.py).
+LOG_FORMAT = env_str("LOG_FORMAT", "plain").lower()
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env_str("LOG_LEVEL", "INFO"))
 
 __all__ = ["EnvError"]

@@ -42,7 +42,7 @@ def reap_lost_nodes(now: datetime | None = None) -> bool:
             continue  # it heartbeated just now
         did = True
         silent = (now - node.last_heartbeat).total_seconds()
-        log.warning("node %s lost (silent %.0f s); requeueing its jobs", node.name, silent)
+        log.warning("node %s lost (silent %.0f s); requeueing its jobs", node.name, silent, extra={"node": node.name})
         for job in Job.objects.filter(node=node, state__in=HOLDING_STATES):
             attempt_end(job, reason=f"node {node.name} stopped reporting for {silent:.0f} s", now=now)
     return did
@@ -62,6 +62,8 @@ def reap_silent_attempts(now: datetime | None = None) -> bool:
 
 def attempt_end(job: Job, *, reason: str, now: datetime) -> None:
     """An attempt died with its infrastructure: requeue it (or cancel it if that was asked)."""
+    log.warning("job %s attempt %d ended without its worker: %s", job.pk, job.attempt, reason,
+                extra={"job_id": str(job.pk), "attempt": job.attempt, "node": getattr(job.node, "name", None)})
     if job.cancel_requested_at:
         if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.CANCELLED, attempt_id=job.attempt_id):
             usage_charge(job, ended_at=now)
@@ -139,7 +141,8 @@ def plan_and_start(now: datetime | None = None) -> bool:
         try:
             dispatch(job)
         except redis.RedisError as exc:
-            log.warning("enqueue of %s failed (%s); repair will retry", job.pk, exc)
+            log.warning("enqueue of %s failed (%s); repair will retry", job.pk, exc,
+                        extra={"job_id": str(job.pk), "attempt": job.attempt, "node": job.node.name})
             continue
         Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id).update(dispatched_at=timezone.now())
         demoted = job.run_class != job.priority_class

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 
@@ -32,8 +33,8 @@ def test_a_live_scrape_sees_the_scheduler_the_worker_and_training_and_promtool_f
     monkeypatch.setenv("METRICS_TOKEN", TOKEN)  # the web process's environment
     web = WebServer(live, live.log_dir)
     try:
-        live.start_scheduler()
-        live.start_worker()
+        live.start_scheduler(LOG_FORMAT="json")
+        live.start_worker(LOG_FORMAT="json")
         with pytest.raises(urllib.error.HTTPError) as refused:
             scrape(web.url, token=None)
         assert refused.value.code == 401
@@ -55,6 +56,11 @@ def test_a_live_scrape_sees_the_scheduler_the_worker_and_training_and_promtool_f
         assert values[("yoloportal_dispatch_latency_seconds_count", ())] == 1
         assert values[("yoloportal_gpu_seconds_charged_total", (("team", "vision"),))] > 0
         assert values[("yoloportal_job_wait_seconds_count", (("class", "medium"),))] == 2
+
+        # Structured logs: the work-horses' lines carry the job, its attempt and the node.
+        lines = [json.loads(line) for line in live.log("worker").splitlines() if line.startswith("{")]
+        assert {(e.get("job_id"), e.get("attempt"), e.get("node")) for e in lines} >= {(i, 1, "node-a") for i in ids}
+        assert all(e.get("component") for e in lines if e["logger"].startswith("rq."))
 
         result = run("promtool", "check", "metrics", stdin=text.encode())
         assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (

@@ -34,6 +34,7 @@ from apps.scheduling.kick import kick_scheduler
 from worker.inventory import detect
 from worker.node import Heartbeat, register_this_host
 from worker.tasks import set_parent_death_signal
+from yoloportal.logs import bind
 
 log = logging.getLogger("yoloportal.worker")
 STOP_GRACE_S = 3
@@ -55,6 +56,7 @@ class Command(BaseCommand):
         if slots is not None and not 1 <= slots <= 256:
             raise CommandError("--slots must be between 1 and 256")
         name = name.lower().replace("_", "-")
+        bind(component="worker", node=name)  # inherited by the slots and work-horses forked below
         os.environ["YOLOPORTAL_NODE"] = name
         gpus = detect(simulate_gpus)
         node = register_this_host(name=name, gpus=gpus)

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand
 from rq import Queue, Worker
 
 from apps.notifications.hooks import QUEUE
+from yoloportal.logs import bind
 
 
 class Command(BaseCommand):
@@ -18,6 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
 
     def handle(self, *args, burst: bool = False, **options):
+        bind(component="notify")
         connection = redis.Redis.from_url(settings.REDIS_URL)
         worker = Worker([Queue(QUEUE, connection=connection)], connection=connection)
         worker.work(with_scheduler=True, burst=burst, logging_level=settings.LOGGING["root"]["level"])

@@ -15,18 +15,29 @@ from django.db import close_old_connections
 
 from apps.core.redis_client import redis_client
 from apps.monitoring.recorders import scheduler_pass_record
+from apps.monitoring.services import utilisation_sample
 from apps.scheduling.kick import wait_for_kick
 from apps.scheduling.loop import reap_lost_nodes, reap_silent_attempts, tick
+from yoloportal.logs import bind
 
 log = logging.getLogger("yoloportal.scheduler")
 LEADER_KEY = "yoloportal:scheduler:leader"
 
 
+UTILISATION_SAMPLE_S = 60.0
+_last_sample = -UTILISATION_SAMPLE_S
+
+
 def timed_tick() -> None:
-    """One pass, its duration and end time recorded for /metrics (best effort, in Redis)."""
+    """One pass, its duration and end time recorded for /metrics (best effort, in Redis), and
+    about once a minute a sample of the cluster for the hourly history (apps.monitoring)."""
+    global _last_sample
     started = time.monotonic()
     tick()
     scheduler_pass_record(time.monotonic() - started)
+    if started - _last_sample >= UTILISATION_SAMPLE_S:
+        _last_sample = started
+        utilisation_sample()
 
 
 class Command(BaseCommand):
@@ -36,6 +47,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="run one pass and exit")
 
     def handle(self, *args, once: bool = False, **options):
+        bind(component="scheduler")
         if once:
             timed_tick()
             return
