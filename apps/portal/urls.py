@@ -1,5 +1,7 @@
 from django.urls import path
 
+from apps.notifications import views as notification_views
+
 from . import views
 
 urlpatterns = [
@@ -14,4 +16,7 @@ urlpatterns = [
     path("models/", views.models, name="models"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke/", views.token_revoke_view, name="token-revoke"),
+    path("notifications/", notification_views.notifications, name="notifications"),
+    path("notifications/channels/<int:pk>/delete/", notification_views.channel_delete_view,
+         name="notification-channel-delete"),
 ]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from apps.jobs.models import Job, JobState
@@ -46,6 +48,9 @@ def test_a_live_scrape_sees_the_scheduler_the_worker_and_training_and_promtool_f
                  timeout=400, interval=0.5, what="both jobs to succeed")
 
         text = scrape(web.url)
+        artifacts = Path(settings.BASE_DIR) / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        (artifacts / "live-scrape.txt").write_text(text)  # for the docs and the closing note
         values = {(s.name, tuple(sorted(s.labels.items()))): s.value
                   for family in text_string_to_metric_families(text) for s in family.samples}
         assert values[("yoloportal_jobs_finished_total", (("outcome", "succeeded"),))] == 2

@@ -1,0 +1,65 @@
+"""The notifications page: my preferences, my channels and my teams' (as a manager), the log."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.accounts.selectors import manager_team_list
+from apps.core.errors import FieldErrors
+from apps.core.selectors import get_or_404
+
+from .models import Channel, Event, NotificationPreference
+from .selectors import channel_list, delivery_list
+from .services import PREFERENCE_FIELDS, channel_create, channel_may_change, preference_update
+
+BOOLEAN_PREFERENCES = [f for f in PREFERENCE_FIELDS if f.startswith("on_")]
+
+
+@login_required
+def notifications(request):
+    errors: dict[str, str] = {}
+    secret = None
+    if request.method == "POST" and request.POST.get("action") == "preferences":
+        try:
+            values = {f: f in request.POST for f in BOOLEAN_PREFERENCES}
+            values["started_late_minutes"] = int(request.POST.get("started_late_minutes") or 30)
+            values["quota_percent"] = int(request.POST.get("quota_percent") or 80)
+            preference_update(user=request.user, **values)
+            messages.success(request, "Preferences saved.")
+            return redirect("notifications")
+        except ValueError as exc:
+            errors = getattr(exc, "errors", {"preferences": "minutes and percent must be whole numbers"})
+    elif request.method == "POST" and request.POST.get("action") == "channel":
+        team = manager_team_list(user=request.user).filter(slug=request.POST.get("team", "")).first()
+        if request.POST.get("team") and team is None:
+            errors = {"team": "you do not manage that team"}
+        else:
+            try:
+                channel = channel_create(by=request.user, name=request.POST.get("name", "")[:100] or "channel",
+                                         kind=request.POST.get("kind", ""), target=request.POST.get("target", ""),
+                                         team=team, events=request.POST.getlist("events"))
+                secret = channel.secret if channel.kind == Channel.Kind.WEBHOOK else None
+                messages.success(request, f"Channel {channel.name} added.")
+            except FieldErrors as exc:
+                errors = exc.errors
+    preference = NotificationPreference.objects.filter(user=request.user).first() or \
+        NotificationPreference(user=request.user)
+    return render(request, "portal/notifications.html", {
+        "preference": preference, "channels": channel_list(user=request.user), "errors": errors,
+        "deliveries": delivery_list(user=request.user)[:50], "managed_teams": manager_team_list(user=request.user),
+        "kinds": Channel.Kind.choices, "events": Event.choices, "new_secret": secret,
+        "flags": [(f, getattr(preference, f), f.removeprefix("on_").replace("_", " ")) for f in BOOLEAN_PREFERENCES],
+    })
+
+
+@login_required
+@require_POST
+def channel_delete_view(request, pk: int):
+    channel = get_or_404(channel_list(user=request.user), pk, "No such channel.")
+    if channel_may_change(channel=channel, by=request.user):
+        channel.delete()
+        messages.success(request, f"Channel {channel.name} removed.")
+    return redirect("notifications")

@@ -1,0 +1,61 @@
+"""The notifications page: preferences, channels (personal; team for managers), the delivery log."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from apps.notifications.models import Channel, Delivery, NotificationPreference
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_preferences_are_saved_from_the_page(bob):
+    page = signed_in(bob)
+    assert page.get("/notifications/").status_code == 200
+    page.post("/notifications/", {"action": "preferences", "on_failed": "on", "on_started_late": "on",
+                                  "started_late_minutes": "20", "quota_percent": "90"})
+    pref = NotificationPreference.objects.get(user=bob)
+    assert (pref.on_failed, pref.on_succeeded, pref.on_started_late, pref.started_late_minutes,
+            pref.quota_percent) == (True, False, True, 20, 90)
+    html = page.post("/notifications/", {"action": "preferences", "quota_percent": "300"}).content.decode()
+    assert "quota_percent" in html and NotificationPreference.objects.get(user=bob).quota_percent == 90
+
+
+def test_a_member_adds_a_personal_channel_and_sees_its_secret_once(bob):
+    page = signed_in(bob)
+    html = page.post("/notifications/", {"action": "channel", "name": "hook", "kind": "webhook",
+                                         "target": "https://hooks.example.org/bob"}).content.decode()
+    channel = Channel.objects.get()
+    assert channel.user == bob and channel.secret in html
+    assert channel.secret not in page.get("/notifications/").content.decode()
+
+
+def test_only_managers_add_team_channels_and_outsiders_cannot_remove_them(alice, bob, carol):
+    html = signed_in(bob).post("/notifications/", {"action": "channel", "name": "x", "kind": "webhook",
+                                                   "target": "https://h.example.org", "team": "vision",
+                                                   "events": ["failed"]}).content.decode()
+    assert "you do not manage that team" in html and not Channel.objects.exists()
+    signed_in(alice).post("/notifications/", {"action": "channel", "name": "vision ops", "kind": "email",
+                                              "target": "ops@example.org", "team": "vision",
+                                              "events": ["failed", "timed_out"]})
+    channel = Channel.objects.get(team__slug="vision")
+    assert channel.events == ["failed", "timed_out"]
+    assert "vision ops" not in signed_in(bob).get("/notifications/").content.decode()
+    assert signed_in(carol).post(f"/notifications/channels/{channel.pk}/delete/").status_code == 404
+    signed_in(alice).post(f"/notifications/channels/{channel.pk}/delete/")
+    assert not Channel.objects.exists()
+
+
+def test_the_delivery_log_shows_the_owners_tries(bob, carol):
+    channel = Channel.objects.create(user=bob, name="hook", kind="webhook", target="https://h.example.org")
+    Delivery.objects.create(channel=channel, event="failed", cause="event:1", state="failed", attempts=6,
+                            last_error="webhook answered HTTP 500")
+    assert "webhook answered HTTP 500" in signed_in(bob).get("/notifications/").content.decode()
+    assert "HTTP 500" not in signed_in(carol).get("/notifications/").content.decode()
