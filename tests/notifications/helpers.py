@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import signal
+
 import redis
 from django.conf import settings
 from rq import Queue, SimpleWorker
@@ -9,6 +11,12 @@ from apps.notifications.hooks import QUEUE
 
 def run_notifications() -> None:
     """Drain the notifications queue in this process with RQ's own (non-forking) worker, so it
-    sees the test's database transaction. Retries with interval 0 are requeued at once."""
+    sees the test's database transaction. Retries with interval 0 are requeued at once.
+    RQ installs its SIGINT/SIGTERM handlers in the process it runs in: put pytest's back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     connection = redis.Redis.from_url(settings.REDIS_URL)
-    SimpleWorker([Queue(QUEUE, connection=connection)], connection=connection).work(burst=True)
+    try:
+        SimpleWorker([Queue(QUEUE, connection=connection)], connection=connection).work(burst=True)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
