@@ -45,6 +45,13 @@ class UsageReportAdmin(admin.ModelAdmin):
     def has_view_permission(self, request, obj=None):
         return request.user.is_active and request.user.is_staff
 
+    def get_queryset(self, request):
+        # Only the report page is meant to be used; a row opened by id is still team-scoped.
+        from apps.accounts.selectors import managed_team_ids
+
+        rows = super().get_queryset(request)
+        return rows if request.user.is_superuser else rows.filter(team_id__in=managed_team_ids(user=request.user))
+
     def has_add_permission(self, request):
         return False
 

@@ -289,10 +289,12 @@ ADMIN_MODELS = {
     "accounts.Team": "team", "accounts.Membership": "team", "accounts.AuditEntry": "team",
     "datasets.Dataset": "team", "jobs.Job": "team", "jobs.JobEvent": "team", "jobs.MetricPoint": "team",
     "jobs.LogChunk": "team", "jobs.Checkpoint": "team", "quotas.UsageRecord": "team", "quotas.TeamQuota": "team",
-    "registry.ModelVersion": "team",
+    "registry.ModelVersion": "team", "quotas.UsageReport": "team",
     "cluster.Node": "shared", "cluster.GPU": "shared", "scheduling.SchedulerConfig": "shared",
     "accounts.ApiToken": "superuser", "auth.User": "superuser", "auth.Group": "superuser",
     "django_rq.Dashboard": "superuser",
+    "monitoring.UtilisationHour": "superuser", "notifications.Channel": "superuser",
+    "notifications.Delivery": "superuser", "notifications.NotificationPreference": "superuser",
 }
 
 
@@ -340,6 +342,19 @@ def robotics_rows(world, carol, teams, node, settings):
         "accounts.ApiToken": ApiToken.objects.create(user=carol, name="c", key_hash="1" * 64, key_prefix="yp_c"),
         "auth.User": carol,
         "auth.Group": Group.objects.create(name="g"),
+    }
+    from apps.monitoring.models import UtilisationHour
+    from apps.notifications.models import Channel, Delivery, NotificationPreference
+    from apps.quotas.models import UsageReport
+
+    channel = Channel.objects.create(team=robotics, name="r", kind="webhook", target="https://h.example.org/r",
+                                     events=["failed"])
+    rows |= {
+        "quotas.UsageReport": UsageReport.objects.get(pk=rows["quotas.UsageRecord"].pk),
+        "monitoring.UtilisationHour": UtilisationHour.objects.create(hour=now, samples=1, gpu_sum=2),
+        "notifications.Channel": channel,
+        "notifications.Delivery": Delivery.objects.create(channel=channel, event="failed", cause="event:1"),
+        "notifications.NotificationPreference": NotificationPreference.objects.create(user=carol),
     }
     assert AuditEntry.objects.exists()
     return rows
