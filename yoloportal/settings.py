@@ -210,6 +210,8 @@ try:
     NOTIFY_RETRY_INTERVALS = [int(v) for v in env_list("NOTIFY_RETRY_INTERVALS", ["10", "60", "300", "900", "3600"])]
 except ValueError:
     raise EnvError("NOTIFY_RETRY_INTERVALS must be comma-separated whole seconds, e.g. 10,60,300") from None
+# Webhook/apprise targets on loopback or private addresses are refused (SSRF) unless this is on.
+NOTIFY_ALLOW_PRIVATE_TARGETS = env_bool("NOTIFY_ALLOW_PRIVATE_TARGETS", False)
 NOTIFY_TIMEOUT_S = env_float("NOTIFY_TIMEOUT_S", 10.0, minimum=0.5)
 NOTIFY_SMTP_HOST = env_str("NOTIFY_SMTP_HOST", "127.0.0.1")
 NOTIFY_SMTP_PORT = env_int("NOTIFY_SMTP_PORT", 25, minimum=1, maximum=65535)

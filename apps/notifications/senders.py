@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import time
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import apprise
 import requests
@@ -20,9 +22,40 @@ class DeliveryError(Exception):
         self.status = status
 
 
+def internal_address_error(host: str | None) -> str | None:
+    """Refuse targets on loopback, private, link-local or reserved addresses (SSRF: a user's
+    webhook must not reach Redis, the database or a cloud metadata service), unless
+    NOTIFY_ALLOW_PRIVATE_TARGETS is on (a closed network, the tests' local receivers)."""
+    if not host or settings.NOTIFY_ALLOW_PRIVATE_TARGETS:
+        return None
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None)}
+    except (OSError, UnicodeError):
+        return f"{host} does not resolve"
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_multicast \
+                or ip.is_unspecified:
+            return f"{host} is an internal address ({ip}); set NOTIFY_ALLOW_PRIVATE_TARGETS=true to allow it"
+    return None
+
+
+def target_hosts(kind: str, target: str) -> list[str | None]:
+    if kind == Channel.Kind.WEBHOOK:
+        return [urlsplit(target).hostname]
+    if kind == Channel.Kind.APPRISE:
+        notifier = apprise.Apprise()
+        notifier.add(target)
+        return [getattr(server, attr, None) for server in notifier for attr in ("host", "smtp_host")]
+    return []  # email goes through the configured SMTP server
+
+
 def send(delivery: Delivery) -> int | None:
     """Send or raise DeliveryError; returns the HTTP status for webhooks."""
     channel = delivery.channel
+    for host in target_hosts(channel.kind, channel.target):
+        if problem := internal_address_error(host):
+            raise DeliveryError(problem)
     if channel.kind == Channel.Kind.WEBHOOK:
         return send_webhook(delivery)
     title = f"[yoloportal] {delivery.payload.get('message', delivery.event)}"

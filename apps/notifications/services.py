@@ -32,6 +32,11 @@ def target_error(kind: str, target: str) -> str | None:
             return "is not a URL apprise supports (e.g. slack://…, msteams://…, ntfy://…, mailto://…)"
     else:
         return f"kind must be one of {', '.join(Channel.Kind.values)}"
+    from .senders import internal_address_error, target_hosts
+
+    for host in target_hosts(kind, target):
+        if problem := internal_address_error(host):
+            return problem
     return None
 
 

@@ -22,11 +22,13 @@ from .live import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
-def test_the_notify_worker_retries_with_backoff_and_mails(live, teams, bob, node):
+def test_the_notify_worker_retries_with_backoff_and_mails(live, teams, bob, node, settings):
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True  # channel_create here; the worker gets it by env
     receiver, mail = WebhookReceiver(statuses=[502]).start(), MailServer().start()
     try:
         live.start("notify", "notify_worker", NOTIFY_RETRY_INTERVALS="2,2", NOTIFY_SMTP_PORT=str(mail.port),
-                   NOTIFY_SMTP_HOST="127.0.0.1", NOTIFY_FROM="portal@example.org")
+                   NOTIFY_SMTP_HOST="127.0.0.1", NOTIFY_FROM="portal@example.org",
+                   NOTIFY_ALLOW_PRIVATE_TARGETS="true")
         hook = channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
         channel_create(by=bob, name="mail", kind="email", target="bob@example.org")
         job = make_job(team=teams["vision"], user=bob, state="running", node=node, task_name="live-notify",

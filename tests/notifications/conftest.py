@@ -19,3 +19,9 @@ def mail_server():
     server = MailServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _local_receivers_allowed(settings):
+    """The receivers below listen on 127.0.0.1, which production settings refuse (SSRF)."""
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True

@@ -248,3 +248,22 @@ def test_preferences_round_trip(bob):
                                                                    "started_late_minutes": 15}, format="json")
     assert response.status_code == 200 and response.json()["started_late_minutes"] == 15
     assert Channel.objects.count() == 0
+
+
+def test_internal_addresses_are_refused_unless_allowed(running_job, bob, receiver, settings,
+                                                       django_capture_on_commit_callbacks):
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    for target in (receiver.url, "http://10.0.0.5/hook", "http://169.254.169.254/latest/meta-data/",
+                   "http://[::1]:6390/"):
+        response = api_client(bob).post("/api/v1/notifications/channels/",
+                                        {"name": "x", "kind": "webhook", "target": target}, format="json")
+        assert response.status_code == 400 and "internal address" in response.json()["target"][0], target
+    bad = api_client(bob).post("/api/v1/notifications/channels/",
+                               {"name": "x", "kind": "apprise", "target": "json://127.0.0.1:6390/"}, format="json")
+    assert bad.status_code == 400 and "internal address" in bad.json()["target"][0]
+    # A channel stored while allowed (or whose name now resolves inside) is refused at send time.
+    Channel.objects.create(user=bob, name="old", kind="webhook", target=receiver.url)
+    finish(running_job, "succeeded", django_capture_on_commit_callbacks)
+    assert receiver.received == []
+    delivery = Delivery.objects.get()
+    assert delivery.state == "failed" and "internal address" in delivery.last_error
