@@ -29,7 +29,7 @@ from apps.core.hashing import file_sha256
 from apps.jobs import live
 from apps.jobs.models import HOLDING_STATES, Checkpoint, Job, JobState
 from apps.jobs.paths import public_text, traceback_strip
-from apps.jobs.services import job_event, job_requeue, job_transition, log_append, metrics_record
+from apps.jobs.services import job_event, job_requeue, job_transition, log_append, log_full, metrics_record
 from apps.monitoring import recorders
 from apps.quotas.models import UsageRecord
 from apps.quotas.services import usage_charge
@@ -48,6 +48,24 @@ POLL_S = 0.25
 LOG_FLUSH_S = 1.0
 MAX_INFRA_REQUEUES = 10
 GPU_WAIT_S = 60.0
+# Once a job's stored log is full, its output file is emptied whenever it grows past this.
+LOG_FILE_KEEP_BYTES = 1 << 20
+
+
+# What the training child (and the zygote it may be forked from) inherits of the worker's
+# environment: an allow-list, so SECRET_KEY, DATABASE_URL, REDIS_URL, cloud credentials and
+# whatever else the worker was given stay out of reach of training code (docs/security.md).
+TRAINER_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "VIRTUAL_ENV",
+    "PYTHONPATH", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+})
+TRAINER_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "NUMEXPR_")
+
+
+def trainer_environment() -> dict[str, str]:
+    """The allow-listed part of this process's environment, for training processes."""
+    return {key: value for key, value in os.environ.items()
+            if key in TRAINER_ENV_NAMES or key.startswith(TRAINER_ENV_PREFIXES)}
 
 
 def run_attempt(job_id: str, attempt_id: str) -> str:
@@ -208,7 +226,7 @@ class AttemptRunner:
         return path
 
     def child_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "RQ_"))}
+        env = trainer_environment()
         env.update({
             "PYTHONUNBUFFERED": "1",
             "YOLO_OFFLINE": "1",
@@ -328,6 +346,8 @@ class AttemptRunner:
         self.log_tail.extend(line for line in text.splitlines() if line.strip())
         self.log_tail = self.log_tail[-200:]
         log_append(self.job, text)
+        if reader.offset > LOG_FILE_KEEP_BYTES and log_full(self.job):
+            reader.truncate()  # nothing more is stored: keep the node's disk bounded too
 
     # --- the end ------------------------------------------------------------------------------
 
@@ -448,6 +468,14 @@ class LogReader:
 
     def __init__(self, path: Path) -> None:
         self.path, self.offset, self.partial = path, 0, ""
+
+    def truncate(self) -> None:
+        """Empty the file and read on from its start (the child appends: O_APPEND)."""
+        try:
+            os.truncate(self.path, 0)
+        except OSError:
+            return
+        self.offset, self.partial = 0, ""
 
     def read(self) -> str:
         try:

@@ -176,6 +176,10 @@ SCHEDULER_TICK_S = env_float("SCHEDULER_TICK_S", 3.0, minimum=0.1)
 NODE_GRACE_S = env_float("NODE_GRACE_S", 30.0, minimum=1.0)
 HEARTBEAT_S = env_float("HEARTBEAT_S", 5.0, minimum=0.2)
 DISPATCH_REPAIR_S = env_float("DISPATCH_REPAIR_S", 20.0, minimum=1.0)
+# An open job WebSocket re-checks that its user may still see the job this often (seconds).
+WS_ACCESS_RECHECK_S = env_float("WS_ACCESS_RECHECK_S", 5.0, minimum=0.5)
+# Stored log text per job (all attempts); past it one notice is stored and the rest dropped.
+JOB_LOG_MAX_BYTES = env_int("JOB_LOG_MAX_BYTES", 20 * 1024**2, minimum=1024)
 SPEC_MAX_BYTES = env_int("SPEC_MAX_BYTES", 64 * 1024, minimum=1024)
 # Any other request body (yoloportal/body_limit.py has the per-path limits); Django's own
 # form limit is the same 2.5 MiB.

@@ -1,4 +1,6 @@
+from django import forms
 from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 
 from apps.core.admin_scoping import SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
@@ -9,13 +11,38 @@ from .services import membership_remove, membership_set
 MANAGER_ROLES = [(Membership.Role.MEMBER, "member"), (Membership.Role.MANAGER, "manager")]
 
 
+class UsernameChoiceField(forms.ModelChoiceField):
+    """A user typed by exact username, instead of a list of every account on the system."""
+
+    widget = forms.TextInput
+    default_error_messages = {"invalid_choice": "no active account with that username"}
+
+    def __init__(self, **kwargs):
+        kwargs.pop("queryset", None)
+        kwargs.pop("to_field_name", None)
+        super().__init__(queryset=get_user_model().objects.filter(is_active=True), to_field_name="username",
+                         **kwargs)
+
+    def prepare_value(self, value):
+        # An unbound change form's initial value is the user's primary key (model_to_dict).
+        if isinstance(value, int):
+            return get_user_model().objects.filter(pk=value).values_list("username", flat=True).first() or ""
+        return super().prepare_value(value)
+
+
 class RoleChoicesForManagers:
-    """A manager may make people members or managers; only superusers grant the admin role."""
+    """A manager may make people members or managers; only superusers grant the admin role.
+    Managers name a user by their exact username: the chooser lists no accounts."""
 
     def formfield_for_choice_field(self, db_field, request, **kwargs):
         if db_field.name == "role" and not request.user.is_superuser:
             kwargs["choices"] = MANAGER_ROLES
         return super().formfield_for_choice_field(db_field, request, **kwargs)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user" and not request.user.is_superuser:
+            return UsernameChoiceField(label="User (exact username)", required=not db_field.blank)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 class MembershipInline(RoleChoicesForManagers, TeamScopedInline, admin.TabularInline):

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.api import StrictInput
+from apps.core.api import StrictInput, field_errors
+from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
 from apps.core.selectors import get_or_404
 
 from .models import ApiToken, AuditEntry
 from .selectors import audit_list, token_list
-from .services import MAX_ACTIVE_TOKENS_PER_USER, token_create, token_revoke
+from .services import token_issue, token_revoke
 from .throttles import AuthThrottle
 
 # --- tokens -------------------------------------------------------------------------------
@@ -58,12 +58,11 @@ class TokenListCreate(APIView):
     def post(self, request):
         data = TokenIn(data=request.data)
         data.is_valid(raise_exception=True)
-        active = [t for t in token_list(user=request.user).filter(revoked_at__isnull=True) if t.is_active]
-        if len(active) >= MAX_ACTIVE_TOKENS_PER_USER:
-            raise serializers.ValidationError(
-                {"name": [f"you already have {len(active)} active tokens (the limit); revoke one first"]})
-        days = data.validated_data.get("expires_in_days", settings.API_TOKEN_DEFAULT_DAYS)
-        token, key = token_create(user=request.user, name=data.validated_data["name"], ttl_days=days)
+        try:  # the same service as the portal's token page: name, expiry and cap rules live there
+            token, key = token_issue(user=request.user, name=data.validated_data["name"],
+                                     expires_in_days=data.validated_data.get("expires_in_days"))
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
         token.key = key  # the plain key lives only on this instance, for this one response
         return Response(TokenCreatedOut(token).data, status=status.HTTP_201_CREATED)
 

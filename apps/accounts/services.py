@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 
+from apps.core.errors import FieldErrors
+
+from .live import access_changed
 from .models import ApiToken, AuditEntry, Membership, Team, hash_token
 
 MAX_ACTIVE_TOKENS_PER_USER = 50
@@ -60,6 +66,30 @@ def token_create(
     return token, key
 
 
+TOKEN_NAME = re.compile(r"[\w .:@+-]{1,100}")
+TOKEN_MAX_DAYS = 3650
+
+
+def token_issue(*, user, name: str, expires_in_days: int | None = None) -> tuple[ApiToken, str]:
+    """The one way people create tokens (API and portal): the name rule, an expiry (default
+    ``API_TOKEN_DEFAULT_DAYS``, at most 3650 days) and the cap on active tokens.
+    Raises FieldErrors naming ``name`` or ``expires_in_days``. (``manage.py issue_token`` may
+    still make a non-expiring token for automation, through :func:`token_create`.)"""
+    errors = {}
+    if not isinstance(name, str) or not TOKEN_NAME.fullmatch(name):  # fullmatch: no trailing newline
+        errors["name"] = "must be 1-100 letters, digits, spaces or . _ - : @ +"
+    days = settings.API_TOKEN_DEFAULT_DAYS if expires_in_days is None else expires_in_days
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= TOKEN_MAX_DAYS:
+        errors["expires_in_days"] = f"must be a whole number of days between 1 and {TOKEN_MAX_DAYS}"
+    if errors:
+        raise FieldErrors(errors)
+    active = sum(1 for token in ApiToken.objects.filter(user=user, revoked_at__isnull=True) if token.is_active)
+    if active >= MAX_ACTIVE_TOKENS_PER_USER:
+        raise FieldErrors({"name": f"you already have {active} active tokens (the limit is "
+                                   f"{MAX_ACTIVE_TOKENS_PER_USER}); revoke one first"})
+    return token_create(user=user, name=name, ttl_days=days)
+
+
 def token_revoke(*, token: ApiToken, by=None) -> bool:
     """Revoke a token (idempotent). True if this call revoked it."""
     revoked = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
@@ -92,6 +122,8 @@ def membership_remove(*, membership: Membership, by=None) -> None:
     user, team, role = membership.user, membership.team, membership.role
     target_id = membership.pk
     membership.delete()
+    # Their open job sockets of this team close now (they re-check every few seconds anyway).
+    transaction.on_commit(lambda: access_changed(user.pk))
     audit_record(actor=by, action=AuditEntry.Action.MEMBERSHIP_REMOVE, team=team, target=membership,
                  target_id=str(target_id),
                  message=f"{user.get_username()} removed from {team.slug} (was {role})",

@@ -86,6 +86,8 @@ class Job(models.Model):
 
     # Per-job message counter shared by metrics, logs and events (WebSocket `seq`).
     seq = models.BigIntegerField(default=0)
+    # Log text stored so far (all attempts); capped at JOB_LOG_MAX_BYTES (jobs.services.log_append).
+    log_bytes = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]

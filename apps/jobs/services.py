@@ -311,10 +311,31 @@ def metrics_record(job: Job, *, epoch: int, values: dict[str, Any]) -> MetricPoi
 
 
 def log_append(job: Job, text: str) -> LogChunk | None:
+    """Store and publish a piece of the job's output, up to JOB_LOG_MAX_BYTES per job.
+
+    The piece that crosses the cap is cut there and followed by one notice; later pieces
+    are dropped (None). The count is a conditional update, so the notice is written once.
+    """
     if not text:
         return None
     text = public_text(text, job=job)
+    limit = settings.JOB_LOG_MAX_BYTES
+    size = len(text.encode())
+    with transaction.atomic():
+        if not Job.objects.filter(pk=job.pk, log_bytes__lt=limit).update(log_bytes=F("log_bytes") + size):
+            return None
+        total = Job.objects.filter(pk=job.pk).values_list("log_bytes", flat=True).get()
+    if total > limit:
+        keep = size - (total - limit)
+        text = (text.encode()[:keep].decode("utf-8", "ignore")
+                + f"\n[log truncated: this job's log reached {limit} bytes (JOB_LOG_MAX_BYTES); "
+                  "later output is not stored]\n")
     seq = seq_allocate(job.pk)
     chunk = LogChunk.objects.create(job_id=job.pk, seq=seq, attempt=job.attempt, text=text)
     live.publish(job.pk, {"type": "log", "seq": seq, "job": str(job.pk), "data": {"text": text}})
     return chunk
+
+
+def log_full(job: Job) -> bool:
+    """Whether the job's stored log has reached JOB_LOG_MAX_BYTES."""
+    return Job.objects.filter(pk=job.pk, log_bytes__gte=settings.JOB_LOG_MAX_BYTES).exists()

@@ -10,10 +10,15 @@ is still delivered. The page dedupes by ``seq`` too and refetches gaps over REST
 
 from __future__ import annotations
 
+import asyncio
+
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import get_user_model
 
+from apps.accounts.live import access_group
 from apps.jobs import live
 from apps.jobs.models import JobEvent, LogChunk, MetricPoint
 from apps.jobs.selectors import job_get
@@ -42,7 +47,19 @@ def load_history(user, job_id):
     return job, messages
 
 
+def still_visible(user_id, job_id) -> bool:
+    """Whether the account is still active and may still see the job (memberships change)."""
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    return user is not None and job_get(user=user, job_id=job_id) is not None
+
+
 class JobConsumer(AsyncJsonWebsocketConsumer):
+    """A removed member's socket closes (4404) within ``WS_ACCESS_RECHECK_S`` seconds: at once
+    when the membership service announces it (group ``access.<user id>``), and by a periodic
+    re-check for changes made any other way (issue 9, finding 10)."""
+
+    closed = False
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -54,10 +71,14 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4404)
             return
         self.group = live.group_name(job_id)
+        self.user_id, self.job_id = user.pk, job_id
         await self.channel_layer.group_add(self.group, self.channel_name)
+        self.access_group = access_group(user.pk)
+        await self.channel_layer.group_add(self.access_group, self.channel_name)
         await self.accept()
         self.counted = True
         await sync_to_async(recorders.websocket_connected)(self.channel_name)
+        self.recheck = asyncio.ensure_future(self.recheck_periodically())
         loaded = await load_history(user, job_id)
         if loaded is None:
             await self.close(code=4404)
@@ -77,8 +98,27 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code):
         if getattr(self, "counted", False):
             await sync_to_async(recorders.websocket_disconnected)(self.channel_name)
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        recheck = getattr(self, "recheck", None)
+        if recheck is not None:
+            recheck.cancel()
+        for group in (getattr(self, "group", None), getattr(self, "access_group", None)):
+            if group:
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def access_changed(self, event):
+        await self.close_unless_visible()
+
+    async def recheck_periodically(self):
+        while not self.closed:
+            await asyncio.sleep(settings.WS_ACCESS_RECHECK_S)
+            await self.close_unless_visible()
+
+    async def close_unless_visible(self):
+        if self.closed:
+            return
+        if not await database_sync_to_async(still_visible)(self.user_id, self.job_id):
+            self.closed = True
+            await self.close(code=4404)
 
     async def job_message(self, event):
         message = event["message"]

@@ -8,6 +8,7 @@ import math
 import uuid
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
@@ -19,8 +20,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from apps.accounts.selectors import is_manager_of, team_list, token_list
-from apps.accounts.services import token_create, token_revoke
-from apps.accounts.throttles import SubmitThrottle, throttle_wait
+from apps.accounts.services import TOKEN_MAX_DAYS, token_issue, token_revoke
+from apps.accounts.throttles import AuthThrottle, SubmitThrottle, throttle_wait
 from apps.cluster.selectors import cluster_overview, cluster_totals
 from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
@@ -276,25 +277,36 @@ def models(request):
 @login_required
 @never_cache
 def tokens(request):
+    """Create tokens with the API's rules (``token_issue``) and throttle (``AuthThrottle``)."""
     new_key = None
-    errors = {}
+    errors: dict[str, str] = {}
+    status = 200
     if request.method == "POST":
-        name = request.POST.get("name", "").strip()[:100] or "cli"
+        name = request.POST.get("name", "").strip() or "cli"
         days_raw = request.POST.get("ttl_days", "").strip()
         days = None
         if days_raw:
             try:
                 days = int(days_raw)
-                if not 1 <= days <= 3650:
-                    raise ValueError
             except ValueError:
-                errors["ttl_days"] = "must be a whole number of days between 1 and 3650, or empty for no expiry"
-        if not errors:
-            _, new_key = token_create(user=request.user, name=name, ttl_days=days)
+                errors["ttl_days"] = f"must be a whole number of days between 1 and {TOKEN_MAX_DAYS}"
+        wait = None if errors else throttle_wait(AuthThrottle(), request)
+        if wait is not None:
+            errors["name"] = f"Too many tokens created: try again in {math.ceil(wait)} s."
+            status = 429
+        elif not errors:
+            try:
+                _, new_key = token_issue(user=request.user, name=name, expires_in_days=days)
+            except FieldErrors as exc:
+                errors = {("ttl_days" if key == "expires_in_days" else key): message
+                          for key, message in exc.errors.items()}
+        if errors and status == 200:
+            status = 400
     return render(request, "portal/tokens.html", {
         "tokens": token_list(user=request.user), "new_key": new_key, "errors": errors,
         "server_url": request.build_absolute_uri("/").rstrip("/"),
-    })
+        "default_days": settings.API_TOKEN_DEFAULT_DAYS,
+    }, status=status)
 
 
 @login_required

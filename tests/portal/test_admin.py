@@ -62,11 +62,11 @@ def test_a_manager_adds_a_member_to_their_team_but_not_to_another(manager, carol
     assert ">vision<" in team_select and ">robotics<" not in team_select
     assert 'value="admin"' not in form  # only superusers grant the admin role
     response = client.post("/admin/accounts/membership/add/",
-                           {"user": carol.pk, "team": teams["vision"].pk, "role": "member"})
+                           {"user": "carol", "team": teams["vision"].pk, "role": "member"})  # by username
     assert response.status_code == 302
     assert Membership.objects.filter(user=carol, team=teams["vision"]).exists()
     response = client.post("/admin/accounts/membership/add/",
-                           {"user": manager.pk, "team": teams["robotics"].pk, "role": "manager"})
+                           {"user": manager.username, "team": teams["robotics"].pk, "role": "manager"})
     assert response.status_code == 200  # the form refuses the choice
     assert not Membership.objects.filter(user=manager, team=teams["robotics"]).exists()
 

@@ -86,6 +86,9 @@ HOSTILE_SPECS = [
                                        resources="{gpu: 0.5}"), "command.batch", "share"),
     ("fraction-batch-on-a-share", seed_with(command='"yolo train data=demo model=yolov8n.yaml batch=0.7"',
                                             resources="{gpu: 0.25}"), "command.batch", "share"),
+    # Finding 9: uploads in progress and deleted datasets sit in hidden folders of the team's root.
+    ("hidden-dataset-folder", seed_with(command='"yolo train data=.deleted-abc/data.yaml model=yolov8n.yaml"'),
+     "command.data", "hidden"),
 ]
 
 
@@ -259,3 +262,70 @@ def test_a_member_that_lies_about_its_size_stops_extraction(tmp_path):
     with pytest.raises((ArchiveRejected, zipfile.BadZipFile)):
         archive_extract(io.BytesIO(bytes(content)), plan, destination=tmp_path / "out")
     assert info.file_size == 5000
+
+
+# --- request bodies and portal inputs (findings 4, 5, 10) ------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "length"), [
+    ("/api/v1/datasets/", 50 * 1024**3), ("/api/v1/jobs/", 10 * 1024**2), ("/jobs/new/", 10 * 1024**2),
+    ("/accounts/login/", 100 * 1024**2), ("/admin/login/", 100 * 1024**2),
+])
+def test_an_oversized_body_is_a_413_from_the_asgi_app_before_any_of_it_is_read(path, length):
+    """The whole ASGI application (yoloportal.asgi) answers from Content-Length alone."""
+    from asgiref.sync import async_to_sync
+    from asgiref.testing import ApplicationCommunicator
+
+    from yoloportal.asgi import application
+
+    async def run():
+        scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "headers": [(b"host", b"testserver"), (b"content-length", str(length).encode())],
+                 "http_version": "1.1", "scheme": "http", "server": ("testserver", 80), "client": ("10.0.0.1", 1)}
+        communicator = ApplicationCommunicator(application, scope)  # no body message is ever sent
+        start = await communicator.receive_output(timeout=5)
+        body = await communicator.receive_output(timeout=5)
+        return start["status"], body["body"]
+
+    status, body = async_to_sync(run)()
+    assert status == 413 and b"limit" in body
+
+
+@pytest.mark.parametrize("value", ["abc", "../../etc/passwd", "00000000-0000-0000-0000-00000000000g", "1 OR 1=1",
+                                   "%00"])
+def test_a_hostile_from_parameter_is_a_404(value, bob):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(bob)
+    assert client.get("/jobs/new/", {"from": value}).status_code == 404
+
+
+@pytest.mark.parametrize(("form", "field"), [
+    ({"name": "x\nSet-Cookie: a=b", "ttl_days": "7"}, "name"),
+    ({"name": "<script>alert(1)</script>", "ttl_days": "7"}, "name"),
+    ({"name": "x", "ttl_days": "9" * 50}, "ttl_days"),
+    ({"name": "x", "ttl_days": "-1"}, "ttl_days"),
+    ({"name": "x", "ttl_days": "1e9"}, "ttl_days"),
+])
+def test_hostile_portal_token_values_are_refused_at_their_field(form, field, bob):
+    from django.test import Client
+
+    from apps.accounts.models import ApiToken
+
+    client = Client()
+    client.force_login(bob)
+    response = client.post("/tokens/", form)
+    assert response.status_code == 400 and f'data-field="{field}"' in response.content.decode()
+    assert not ApiToken.objects.filter(user=bob).exists()
+
+
+def test_a_login_spray_is_cut_off_on_both_sign_in_pages(bob, settings):
+    from django.test import Client
+
+    settings.REST_FRAMEWORK = settings.REST_FRAMEWORK | {
+        "DEFAULT_THROTTLE_RATES": settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] | {"login": "5/min"}}
+    client = Client()
+    codes = [client.post(page, {"username": "bob", "password": f"guess-{n}"}).status_code
+             for n in range(6) for page in ("/accounts/login/", "/admin/login/")]
+    assert codes[:5] == [200] * 5 and set(codes[5:]) == {429}

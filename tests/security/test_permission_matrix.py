@@ -392,3 +392,19 @@ def test_a_manager_cannot_change_or_delete_another_teams_rows_or_shared_ones(lab
 @pytest.mark.parametrize("value", ["abc", "1", "00000000-0000-0000-0000-000000000000", "'; drop table"])
 def test_new_from_a_malformed_or_unknown_id_is_a_404(value, bob):
     assert session_client(bob).get("/jobs/new/", {"from": value}).status_code == 404
+
+
+
+@pytest.mark.parametrize(("name", "route", "method"), [p for p in matrix("object") if p.values[2] == "get"])
+def test_a_removed_member_gets_404_on_every_object_endpoint(name, route, method, world, bob, alice, teams):
+    """The owner of yesterday: once their membership is removed they are an outsider everywhere."""
+    from apps.accounts.models import Membership
+    from apps.accounts.services import membership_remove
+
+    client = api_client(bob)  # the token outlives the membership; the access does not
+    membership_remove(membership=Membership.objects.get(user=bob, team=teams["vision"]), by=alice)
+    response = client.get(url_for(name, route, world))
+    if name == "api-token":
+        assert response.status_code == 200  # their own token stays theirs
+    else:
+        assert response.status_code == 404, (response.status_code, response.content[:200])

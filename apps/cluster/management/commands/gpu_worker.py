@@ -33,7 +33,7 @@ from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
 from worker.inventory import detect
 from worker.node import Heartbeat, register_this_host
-from worker.tasks import set_parent_death_signal
+from worker.tasks import set_parent_death_signal, trainer_environment
 from yoloportal.logs import bind
 
 log = logging.getLogger("yoloportal.worker")
@@ -149,6 +149,7 @@ class Command(BaseCommand):
         process = subprocess.Popen(
             [sys.executable, "-m", "worker.zygote", str(path), str(settings.DATA_DIR / "ultralytics-config")],
             cwd=str(settings.BASE_DIR), preexec_fn=set_parent_death_signal,
+            env=trainer_environment(),  # children forked from it must not see the worker's secrets
         )
         os.environ["YOLOPORTAL_ZYGOTE"] = str(path)
         return process
