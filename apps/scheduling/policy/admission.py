@@ -1,11 +1,15 @@
-"""Checks at submit time: reject a job that could never start, with a reason."""
+"""Jobs that can never start: the per-job limit rule (one place) and "no node can hold it".
+
+``admission_error`` is the submit-time check; :class:`NeverStarts` is the same rule
+inside a planning pass, memoised per job shape and team, against schedulable nodes only.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .placement import EPS, fits_empty_cluster
-from .types import JobRequest, NodeInfo, PolicyConfig, TeamPolicy
+from .placement import EPS, NodeCapacity, fits_empty_cluster, shape_of
+from .types import ClusterState, JobRequest, NodeInfo, PolicyConfig, TeamPolicy
 
 
 def admission_error(
@@ -32,3 +36,44 @@ def limit_error(job: JobRequest, config: PolicyConfig, teams: Mapping[str, TeamP
     if tp.max_gpus is not None and job.gpus > tp.max_gpus + EPS:
         return f"asks for {job.gpus:g} GPUs; team {job.team} may hold at most {tp.max_gpus:g}"
     return None
+
+
+def gpus_text(job: JobRequest) -> str:
+    """``2 GPUs on one node (A100)``, ``0.5 of a GPU``: what a job waits for, in words."""
+    if job.gpus < 1:
+        what = f"{job.gpus:g} of a GPU"
+    else:
+        what = f"{job.gpus:g} GPU{'s' if job.gpus != 1 else ''} on one node"
+    if job.gpu_models:
+        what += f" ({'/'.join(job.gpu_models)})"
+    return what
+
+
+class NeverStarts:
+    """Within one pass: why a job can never start here (limits, or no schedulable node), or None.
+
+    The answer depends only on the job's shape and team, so it is computed once per pair.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._cache: dict[tuple, str | None] = {}
+        self._empty_nodes: list[NodeCapacity] | None = None
+
+    def reason(self, job: JobRequest) -> str | None:
+        key = (shape_of(job), job.team)
+        if key in self._cache:
+            return self._cache[key]
+        never = self._cache[key] = self._compute(job)
+        return never
+
+    def _compute(self, job: JobRequest) -> str | None:
+        limit = limit_error(job, self.state.config, self.state.teams)
+        if limit is not None:
+            return limit
+        if self._empty_nodes is None:
+            distinct = {(n.gpus, n.cpu_milli, n.memory_mb): n for n in self.state.nodes if n.schedulable}
+            self._empty_nodes = [NodeCapacity.of(n, ()) for n in distinct.values()]
+        if not any(c.fit(job) is not None for c in self._empty_nodes):
+            return f"no schedulable node can ever fit {gpus_text(job)} with the CPU/RAM asked"
+        return None

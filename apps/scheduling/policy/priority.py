@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
-from .types import PRIORITY_CLASSES, JobRequest, PolicyConfig, TeamPolicy
+from .types import PRIORITY_CLASSES, ClusterState, JobRequest, PolicyConfig, TeamPolicy
 
 CLASS_FACTOR = {name: i / (len(PRIORITY_CLASSES) - 1) for i, name in enumerate(PRIORITY_CLASSES)}
 CLASS_RANK = {name: i for i, name in enumerate(PRIORITY_CLASSES)}
@@ -86,3 +87,52 @@ def priority(factors: Mapping[str, float], config: PolicyConfig) -> float:
         + config.weight_size * factors["size"]
         + config.weight_class * factors["class"]
     )
+
+
+class Ranked(NamedTuple):
+    """A queued job with its priority, the class it runs as, and its factors."""
+
+    priority: float
+    job: JobRequest
+    cls: str
+    factors: tuple[float, float, float, float]  # fairshare, age, size, class
+
+
+def rank_queue(state: ClusterState, now: float, urgent_ok: Callable[[JobRequest], bool]) -> list[Ranked]:
+    """Every queued job with its priority, in the order the pass considers them.
+
+    1. Fair-share factor per (team, user) by Fair Tree over decayed usage.
+    2. Each job's class: urgent beyond its team's allowance (``urgent_ok``) counts as high.
+    3. Factors and priority (the same formulas as :func:`age_factor`, :func:`size_factor`,
+       :func:`priority`, inlined: this loop runs for every queued job every pass).
+    4. Urgent jobs within their allowance form a tier above everyone else; the rest by
+       priority, ties older first.
+    """
+    config = state.config
+    pairs = {(j.team, j.user) for j in state.queued}
+    pairs.update(state.usage.keys())
+    fairshare = fair_tree(pairs, state.usage, state.teams, config.default_team)
+    wf, wa, ws, wc = config.weight_fairshare, config.weight_age, config.weight_size, config.weight_class
+    age_cap = config.age_cap_s
+    size_norm = 1.0 / math.log1p(config.size_cap_gpu_hours)
+    urgent_cache: dict[str, bool] = {}
+    rows = []
+    for job in state.queued:
+        cls = job.priority_class if job.priority_class in CLASS_FACTOR else "medium"
+        if cls == "urgent":
+            ok = urgent_cache.get(job.job_id)
+            if ok is None:
+                ok = urgent_cache[job.job_id] = urgent_ok(job)
+            if not ok:
+                cls = "high"
+        f_share = fairshare.get((job.team, job.user), 1.0)
+        waited = now - job.submitted_at
+        f_age = 0.0 if waited <= 0 else (1.0 if waited >= age_cap else waited / age_cap)
+        f_size = 1.0 - math.log1p(job.gpus * job.walltime / 3600.0) * size_norm
+        if f_size < 0.0:
+            f_size = 0.0
+        f_class = CLASS_FACTOR[cls]
+        prio = wf * f_share + wa * f_age + ws * f_size + wc * f_class
+        rows.append(Ranked(prio, job, cls, (f_share, f_age, f_size, f_class)))
+    rows.sort(key=lambda r: (r[2] != "urgent", -r[0], r[1].submitted_at, r[1].job_id))
+    return rows

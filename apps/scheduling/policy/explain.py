@@ -1,0 +1,184 @@
+"""Position, ETA and reason for every job a pass does not start."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+from .admission import gpus_text
+from .placement import EPS, NodeCapacity
+from .types import DAY_S, Allocation, ClusterState, JobRequest, QueueEntry
+
+
+class Waiting:
+    """A job this pass does not start, and why."""
+
+    __slots__ = ("job", "kind", "note", "until", "cls")
+
+    def __init__(
+        self, job: JobRequest, kind: str, note: object = "", until: float | None = None, cls: str = ""
+    ) -> None:
+        self.job = job
+        self.kind = kind  # "never" | "quota" | "resources" | "reserved"
+        self.note = note  # never: the reason text; quota: ("team" | "user", in use, limit)
+        self.until = until  # quota: when it frees up; reserved: reserved start
+        self.cls = cls  # the class it would run as
+
+
+def fmt_time(t: float, now: float) -> str:
+    """``14:20 UTC`` within a day of ``now``, else ``2026-12-01 14:20 UTC``."""
+    pattern = "%H:%M UTC" if t - now < DAY_S else "%Y-%m-%d %H:%M UTC"
+    return time.strftime(pattern, time.gmtime(t))
+
+
+class Explainer:
+    """ETAs, positions and reasons for one pass's waiting jobs.
+
+    ETAs come from list scheduling on the pooled GPUs: each GPU is a slot free at the
+    end of what runs on it; each waiting job, in order, takes the earliest slots it
+    needs (a fractional job one slot for ``walltime × share``, area-preserving).
+    Reserved jobs start at their reservation; quota-held jobs not before their quota
+    frees up. Node boundaries and GPU models are ignored beyond the reservations.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        now: float,
+        caps: Mapping[str, NodeCapacity],
+        preempted: Iterable[str],
+        started: Sequence[Allocation],
+    ) -> None:
+        self.state = state
+        self.now = now
+        self.caps = caps
+        self.preempted = preempted
+        self.started = started
+        self._fmt_cache: dict[float, str] = {}
+
+    def gpu_slots(self) -> list[float]:
+        """When each schedulable GPU is next free, for the pooled ETA sweep."""
+        now = self.now
+        ends: dict[tuple[str, int], list[float]] = {}
+        for a in self.state.running:
+            if a.job_id in self.preempted:
+                continue
+            for i in a.gpu_indices:
+                ends.setdefault((a.node, i), []).append(max(a.expected_end, now))
+        for a in self.started:
+            for i in a.gpu_indices:
+                ends.setdefault((a.node, i), []).append(a.expected_end)
+        slots = []
+        for node in self.state.nodes:
+            if not node.schedulable:
+                continue
+            cap = self.caps[node.name]
+            for g in node.gpus:
+                e = ends.get((node.name, g.index))
+                if not e:
+                    slots.append(now)
+                elif cap.gpu_free[g.index] > EPS:
+                    slots.append(min(e))  # shared GPU with room: free enough at the first end
+                else:
+                    slots.append(max(e))
+        heapq.heapify(slots)
+        return slots
+
+    def explain(
+        self,
+        waiting: Sequence[Waiting],
+        info: Mapping[str, tuple[float, tuple[float, float, float, float]]],
+        reserved_node: Mapping[str, str],
+    ) -> tuple[tuple[QueueEntry, ...], float | None]:
+        """Queue entries in one sweep in priority order, and when to plan again (a quota lifts).
+
+        ``info`` maps job id to (priority, factors); ``reserved_node`` job id to the node it holds.
+        """
+        now = self.now
+        only = self.state.explain_only
+        slots = self.gpu_slots()
+        n_slots = len(slots)
+        entries: list[QueueEntry] = []
+        wake_at: float | None = None
+        heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        ahead = 0
+        position = 0
+        for w in waiting:
+            job = w.job
+            position += 1
+            eta: float | None = None
+            kind = w.kind
+            if kind != "never":
+                t0: float | None = now
+                if kind == "quota":
+                    t0 = w.until
+                    if t0 is not None and t0 > now and (wake_at is None or t0 < wake_at):
+                        wake_at = t0
+                gpus = job.gpus
+                if t0 is not None and gpus <= n_slots:
+                    if gpus <= 1:
+                        start = slots[0]
+                        if start < t0:
+                            start = t0
+                        if kind == "reserved":
+                            start = w.until
+                        heapreplace(slots, start + job.walltime * gpus)
+                    else:
+                        n = int(round(gpus))
+                        popped = [heappop(slots) for _ in range(n)]
+                        start = max(t0, popped[-1])
+                        if kind == "reserved":
+                            start = w.until
+                        end = start + job.walltime
+                        for _ in range(n):
+                            heappush(slots, end)
+                    eta = start
+            if only is None or job.job_id in only:
+                prio, f = info[job.job_id]
+                cls = w.cls
+                factors = {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]}
+                entries.append(
+                    QueueEntry(
+                        job.job_id,
+                        position,
+                        prio,
+                        factors,
+                        eta,
+                        self.reason(w, cls, ahead, eta),
+                        reserved_node.get(job.job_id),
+                    )
+                )
+            if kind == "resources" or kind == "reserved":
+                ahead += 1
+        return tuple(entries), wake_at
+
+    def fmt(self, t: float) -> str:
+        text = self._fmt_cache.get(t)
+        if text is None:
+            text = self._fmt_cache[t] = fmt_time(t, self.now)
+        return text
+
+    def reason(self, w: Waiting, cls: str, ahead: int, eta: float | None) -> str:
+        job, fmt = w.job, self.fmt
+        if w.kind == "never":
+            return w.note
+        if w.kind == "quota":
+            if w.note[0] == "team":
+                _, in_use, limit = w.note
+                text = f"over team quota ({in_use:g} of {limit:g} GPUs in use)"
+            else:
+                _, used, quota = w.note
+                text = f"over daily GPU-hour quota ({used / 3600:.1f} of {quota / 3600:g} used in 24 h)"
+            text += f" until {fmt(w.until)}" if w.until is not None else ""
+        elif w.kind == "reserved":
+            text = f"waiting for {gpus_text(job)}; reserved; expected {fmt(w.until)}"
+        else:
+            text = f"waiting for {gpus_text(job)}"
+            if ahead:
+                text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
+            if eta is not None:
+                text += f"; expected {fmt(eta)}"
+        if job.priority_class == "urgent" and cls != "urgent":
+            text += " (team's urgent allowance used up: runs as high)"
+        return text
