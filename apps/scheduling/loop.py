@@ -157,14 +157,18 @@ def plan_and_start(now: datetime | None = None) -> bool:
 QUEUE_FIELDS = ("queue_position", "estimated_start_at", "reason", "priority", "priority_factors",
                 "predicted_start_at")
 ETA_SLACK_S = 30.0
+# Priority points: the age factor alone adds weight_age / age_cap_s points per second
+# (~0.003 with the defaults), so a score compared exactly changes on every pass.
+PRIORITY_SLACK = 1.0
 
 
 def queue_update(entries, jobs_by_id) -> None:
     """Store each waiting job's position, ETA, reason and priority — only where they changed.
 
     Every pass re-plans the whole queue; writing every row each time would be one UPDATE
-    per queued job every few seconds. An ETA that moved less than ``ETA_SLACK_S`` and
-    factors that moved in the third decimal are not news.
+    per queued job every few seconds. An ETA that moved less than ``ETA_SLACK_S``, a
+    priority that moved less than ``PRIORITY_SLACK`` points and factors that moved in the
+    third decimal are not news.
     """
     for entry in entries:
         job = jobs_by_id.get(entry.job_id)
@@ -180,8 +184,8 @@ def queue_update(entries, jobs_by_id) -> None:
             "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
             "predicted_start_at": job.predicted_start_at or eta,
         }
-        if all(getattr(job, f) == new[f] for f in QUEUE_FIELDS if f != "estimated_start_at") and same_eta(
-                job.estimated_start_at, eta):
+        unchanged = all(getattr(job, f) == new[f] for f in QUEUE_FIELDS if f not in ("estimated_start_at", "priority"))
+        if unchanged and same_eta(job.estimated_start_at, eta) and abs(job.priority - new["priority"]) < PRIORITY_SLACK:
             continue
         # Only queued rows: a job cancelled or started meanwhile keeps its own fields.
         Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(**new)
