@@ -16,6 +16,7 @@ from apps.scheduling.policy import (
 )
 from apps.scheduling.policy.priority import fair_tree
 
+from .counterexamples import two_reservations_for_one_free_gpu
 from .policy_helpers import HOUR, NOW, fair, job, node, running, state
 
 
@@ -90,6 +91,14 @@ def test_backfill_may_use_gpus_the_reserved_job_does_not_need() -> None:
     result = plan(state(cluster, queue, busy), NOW)
     assert started(result) == ["long"]
     assert result.queue[0].estimated_start == pytest.approx(NOW + 2 * HOUR)
+
+
+def test_backfill_respects_all_reservations_on_a_node_together() -> None:
+    """Each reservation alone still fits beside the sliver; together they need both whole GPUs."""
+    result = plan(two_reservations_for_one_free_gpu(), NOW)
+    assert started(result) == []
+    reserved = {e.job_id: e.estimated_start for e in result.queue if e.reserved_node}
+    assert reserved == {"first": pytest.approx(NOW + HOUR), "second": pytest.approx(NOW + HOUR)}
 
 
 def test_user_quota_is_a_budget_of_gpu_hours_already_used() -> None:

@@ -17,9 +17,15 @@ class Reservation:
     job: JobRequest
     node: str
     at: float
-    cap_at: NodeCapacity  # the node's capacity at ``at``, before the reserved job takes it
-    indices: tuple[int, ...]
+    # The node's capacity at ``at`` from allocations alone (running jobs still running then,
+    # and jobs this pass started that will still run), without any reservation taken.
+    base_at: NodeCapacity
+    indices: tuple[int, ...]  # where the reserved job fits at ``at``; may move when backfill is checked
     share: float
+
+    def take_from(self, cap: NodeCapacity) -> None:
+        j = self.job
+        cap.take(self.indices, self.share, j.gpu_memory_mb, j.cpu_milli, j.memory_mb)
 
 
 class Reservations:
@@ -44,6 +50,7 @@ class Reservations:
         self.started = started
         self.preempted = preempted
         self.items: list[Reservation] = []
+        self.by_node: dict[str, list[Reservation]] = {}
         self._events: list[tuple[float, str, str, Allocation]] | None = None
 
     def __len__(self) -> int:
@@ -68,45 +75,71 @@ class Reservations:
     # -- reserving and checking ----------------------------------------------------------
 
     def reserve(self, job: JobRequest) -> Reservation | None:
-        """Earliest (time, node) at which ``job`` fits as running jobs end, earlier reservations held."""
-        clones: dict[str, NodeCapacity] = {}
+        """Earliest (time, node) at which ``job`` fits as running jobs end, earlier reservations held.
 
-        def clone(node: str) -> NodeCapacity:
-            c = clones.get(node)
-            if c is None:
-                c = clones[node] = self.caps[node].copy()
-                for r in self.items:
-                    if r.node == node:
-                        c.take(r.indices, r.share, r.job.gpu_memory_mb, r.job.cpu_milli, r.job.memory_mb)
-            return c
-
+        Per node two running copies of its capacity are released event by event: one from
+        allocations alone (stored with the reservation), one with the node's earlier
+        reservations taken (where the job must fit).
+        """
+        clones: dict[str, tuple[NodeCapacity, NodeCapacity]] = {}
         for at, node, _, alloc in self.release_events():
             if node not in self.caps:
                 continue
-            c = clone(node)
-            c.release(alloc)
-            fit = c.fit(job)
+            pair = clones.get(node)
+            if pair is None:
+                base = self.caps[node].copy()
+                held = base.copy()
+                for r in self.by_node.get(node, ()):
+                    r.take_from(held)
+                pair = clones[node] = (base, held)
+            base, held = pair
+            base.release(alloc)
+            held.release(alloc)
+            fit = held.fit(job)
             if fit is not None:
-                res = Reservation(job, node, at, c.copy(), fit[0], fit[1])
+                res = Reservation(job, node, at, base.copy(), fit[0], fit[1])
                 self.items.append(res)
+                self.by_node.setdefault(node, []).append(res)
                 return res
         return None
 
     def allowed_for(self, job: JobRequest, now: float) -> Callable[[str, tuple[int, ...], float], bool] | None:
-        """A check for placing ``job`` now without delaying any reservation (None = nothing reserved)."""
+        """A check for placing ``job`` now without delaying any reservation (None = nothing reserved).
+
+        All reservations on the node are checked together, in the order they were made:
+        each must still fit at its own time beside what runs then (this job included if it
+        still runs) and beside the node's earlier reservations pinned where they now fit.
+        Checking each alone is not enough: two reservations for the same time could each
+        count on the same free GPU. A reservation is not pinned to the GPUs it was given
+        (a backfill job may use GPUs the reserved job does not need; it moves).
+        """
         if not self.items:
             return None
         end = now + job.walltime
+        gmem, cpu, mem = job.gpu_memory_mb, job.cpu_milli, job.memory_mb
 
         def allowed(node: str, indices: tuple[int, ...], share: float) -> bool:
-            touched = [r for r in self.items if r.node == node and end > r.at]
-            for r in touched:
-                trial = r.cap_at.copy()
-                trial.take(indices, share, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
-                if trial.fit(r.job) is None:
+            on_node = self.by_node.get(node)
+            if not on_node:
+                return True
+            if not any(end > r.at for r in on_node):
+                return True
+            fits: list[tuple[tuple[int, ...], float]] = []
+            for k, r in enumerate(on_node):
+                trial = r.base_at.copy()
+                if end > r.at:
+                    trial.take(indices, share, gmem, cpu, mem)
+                for earlier, (e_indices, e_share) in zip(on_node[:k], fits, strict=True):
+                    ej = earlier.job
+                    trial.take(e_indices, e_share, ej.gpu_memory_mb, ej.cpu_milli, ej.memory_mb)
+                fit = trial.fit(r.job)
+                if fit is None:
                     return False
-            for r in touched:
-                r.cap_at.take(indices, share, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
+                fits.append(fit)
+            for r, (r_indices, r_share) in zip(on_node, fits, strict=True):
+                if end > r.at:
+                    r.base_at.take(indices, share, gmem, cpu, mem)
+                r.indices, r.share = r_indices, r_share
             return True
 
         return allowed
