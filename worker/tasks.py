@@ -4,6 +4,9 @@ It runs in RQ's forked work-horse. The training itself runs in a child process
 (``worker.train_child``) in its own process group, so cancel and timeout can kill the
 whole tree; the child also gets SIGKILL if this monitor dies (``PR_SET_PDEATHSIG``),
 so a dead worker never leaves training running on a GPU the scheduler thinks is free.
+
+It only executes and reports: every change to the job (start, check-in, checkpoints,
+metrics, logs, the outcome) goes through ``apps.jobs.services``; no Job field is written here.
 """
 
 from __future__ import annotations
@@ -21,19 +24,26 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import close_old_connections
-from django.db.models import F, Sum, Value
-from django.db.models.functions import Coalesce
-from django.utils import timezone
+from django.db.models import Sum
 
 from apps.core.hashing import file_sha256
 from apps.jobs import live
-from apps.jobs.models import HOLDING_STATES, Checkpoint, Job, JobState
-from apps.jobs.paths import public_text, traceback_strip
-from apps.jobs.services import job_event, job_requeue, job_transition, log_append, log_full, metrics_record
+from apps.jobs.models import Checkpoint, Job, JobState
+from apps.jobs.paths import traceback_strip
+from apps.jobs.services import (
+    attempt_check_in,
+    attempt_finish,
+    attempt_heartbeat,
+    attempt_start,
+    checkpoint_record,
+    checkpoint_reject,
+    job_event,
+    log_append,
+    log_full,
+    metrics_record,
+)
 from apps.monitoring import recorders
 from apps.quotas.models import UsageRecord
-from apps.quotas.services import usage_charge
-from apps.registry.services import model_register
 from apps.scheduling.kick import kick_scheduler
 from yoloportal.logs import bind
 
@@ -46,7 +56,6 @@ EXIT_CHECKPOINT_UNUSABLE = 4
 KILL_GRACE_S = 5.0
 POLL_S = 0.25
 LOG_FLUSH_S = 1.0
-MAX_INFRA_REQUEUES = 10
 GPU_WAIT_S = 60.0
 # Once a job's stored log is full, its output file is emptied whenever it grows past this.
 LOG_FILE_KEEP_BYTES = 1 << 20
@@ -80,20 +89,13 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
     node_name = os.environ.get("YOLOPORTAL_NODE", "")
     # The work-horse runs one attempt and exits: every log line from here on carries it.
     bind(job_id=job_id, node=node_name)
-    now = timezone.now()
     # Fenced start: only the current attempt, on the node it was given to, moves to running.
-    won = Job.objects.filter(
-        pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node__name=node_name
-    ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
-             first_started_at=Coalesce(F("first_started_at"), Value(now)))
-    if not won:
+    job = attempt_start(job_id=job_id, attempt_id=attempt_id, node_name=node_name)
+    if job is None:
         log.warning("refusing job %s attempt %s: no longer the current attempt for node %s",
                     job_id, attempt_id, node_name)
         return "refused"
-    job = Job.objects.select_related("node", "team", "user").get(pk=job_id)
     bind(attempt=job.attempt)
-    job_event(job, "running", f"running on {job.node.name} (GPU {','.join(map(str, job.gpu_indices))}"
-                              f"{', simulated on CPU' if job.node.simulated else ''}), attempt {job.attempt}")
     try:
         return AttemptRunner(job).run()
     finally:
@@ -143,9 +145,8 @@ class AttemptRunner:
             if path.is_file() and path.stat().st_size == ckpt.size and file_sha256(path) == ckpt.sha256:
                 good.append(ckpt)
                 continue
-            job_event(self.job, "checkpoint_rejected",
-                      f"checkpoint of epoch {ckpt.epoch} is missing or corrupt; falling back to an older one")
-            ckpt.delete()
+            checkpoint_reject(self.job, ckpt, message=f"checkpoint of epoch {ckpt.epoch} is missing or corrupt; "
+                                                      f"falling back to an older one")
         return good
 
     # --- the attempt --------------------------------------------------------------------------
@@ -189,10 +190,8 @@ class AttemptRunner:
             result = self.run_child(number, checkpoint)
             if result.outcome != "checkpoint_unusable":
                 break
-            job_event(self.job, "checkpoint_rejected",
-                      f"Ultralytics could not load the checkpoint of epoch {checkpoint.epoch}; trying an older one")
-            if checkpoint is not None:
-                checkpoint.delete()
+            checkpoint_reject(self.job, checkpoint, message=f"Ultralytics could not load the checkpoint of epoch "
+                                                            f"{checkpoint.epoch}; trying an older one")
         # The training tree is gone: its GPUs are free from here (dispatch latency starts).
         # A job already placed on them (starting) waits for our lock, so it counts as waiting.
         recorders.gpus_freed(self.job.node.name, self.job.gpu_indices, jobs_waiting=Job.objects.filter(
@@ -244,7 +243,7 @@ class AttemptRunner:
         child = self.spawn(config)
         if number == 1:
             recorders.training_started(self.job.node.name, self.job.gpu_indices)
-        Job.objects.filter(pk=self.job.pk).update(heartbeat_at=timezone.now())
+        attempt_heartbeat(self.job)
         result = ChildResult()
         events = EventReader(events_path)
         logs = LogReader(self.log_path)
@@ -305,13 +304,7 @@ class AttemptRunner:
     def check_in(self) -> str:
         """Heartbeat the attempt; return why to stop ('' to go on)."""
         close_old_connections()
-        beat = Job.objects.filter(pk=self.job.pk, attempt_id=self.job.attempt_id, state=JobState.RUNNING).update(
-            heartbeat_at=timezone.now())
-        if not beat:
-            return "fenced"  # requeued, preempted or reaped elsewhere: this attempt is no longer current
-        if Job.objects.filter(pk=self.job.pk, cancel_requested_at__isnull=False).exists():
-            return "cancelled"
-        return ""
+        return attempt_check_in(self.job)
 
     def on_event(self, event: dict, result: ChildResult) -> None:
         kind = event.get("type")
@@ -321,15 +314,8 @@ class AttemptRunner:
             live.publish(self.job.pk, {"type": "progress", "seq": None, "job": str(self.job.pk),
                                        "data": {k: v for k, v in event.items() if k != "type"}})
         elif kind == "checkpoint":
-            # Keyed by epoch: an attempt that redoes epoch N replaces that file with new bytes.
-            Checkpoint.objects.update_or_create(
-                job=self.job, epoch=int(event["epoch"]),
-                defaults={"attempt": self.job.attempt, "path": event["path"], "sha256": event["sha256"],
-                          "size": int(event["size"])})
-            # Keep the rows in step with the files the child keeps (it prunes old ones).
-            for old in Checkpoint.objects.filter(job=self.job):
-                if not Path(old.path).exists():
-                    old.delete()
+            checkpoint_record(self.job, epoch=int(event["epoch"]), path=event["path"], sha256=event["sha256"],
+                              size=int(event["size"]))
         elif kind == "started":
             job_event(self.job, "training_started",
                       f"training epochs {event.get('start_epoch', 1)}..{event.get('epochs')}",
@@ -353,53 +339,10 @@ class AttemptRunner:
 
     def finish(self, result: ChildResult) -> str:
         close_old_connections()
-        job = Job.objects.select_related("team", "user", "node").get(pk=self.job.pk)
-        now = timezone.now()
-        if result.outcome == "fenced" or job.attempt_id != self.job.attempt_id:
-            log.warning("job %s attempt %s was taken away; stopped it", job.pk, self.job.attempt)
-            # Recorded against the old attempt: its process tree is gone, its GPUs truly free.
-            job_event(self.job, "attempt_stopped",
-                      f"attempt {self.job.attempt} stopped: it was requeued, preempted or reaped meanwhile")
-            return "fenced"
-        mine = {"expected": HOLDING_STATES, "attempt_id": self.job.attempt_id}
-        if result.outcome == "succeeded":
-            weights = Path(result.finished.get("weights") or "")
-            if job_transition(job.pk, to=JobState.SUCCEEDED, weights_path=str(weights), exit_code=0, error="",
-                              **mine):
-                usage_charge(job, ended_at=now)
-                version = model_register(job=job, weights=weights, metrics=result.finished.get("metrics") or {}) \
-                    if weights.is_file() else None
-                job_event(job, "succeeded", f"finished; weights at {weights.name}"
-                                            f"{f', registered as {version}' if version else ''}")
-            return "succeeded"
-        if result.outcome == "cancelled":
-            if job_transition(job.pk, to=JobState.CANCELLED, exit_code=result.exit_code, **mine):
-                usage_charge(job, ended_at=now)
-                job_event(job, "cancelled", "cancelled; the training process tree was stopped")
-            return "cancelled"
-        if result.outcome == "timed_out":
-            message = f"exceeded its timeout of {job.timeout_s} s"
-            if job_transition(job.pk, to=JobState.TIMED_OUT, exit_code=result.exit_code, error=message, **mine):
-                usage_charge(job, ended_at=now)
-                job_event(job, "timed_out", message)
-            return "timed_out"
-        if result.outcome == "killed" and job.attempt <= job.retries_left + MAX_INFRA_REQUEUES:
-            usage_charge(job, ended_at=now)
-            job_requeue(job, kind="requeued",
-                        reason=f"training process was killed by signal {-result.exit_code}; "
-                               f"requeued to resume from its last checkpoint (not counted as a retry)")
-            return "requeued"
-        error = public_text(self.error_text(result), job=job)  # team-relative names only
-        if job.retries_left > 0:
-            usage_charge(job, ended_at=now)
-            Job.objects.filter(pk=job.pk).update(retries_left=job.retries_left - 1)
-            job_requeue(job, kind="retry", reason=f"failed ({error.splitlines()[0]}); retrying, "
-                                                  f"{job.retries_left - 1} retries left after this one")
-            return "retry"
-        if job_transition(job.pk, to=JobState.FAILED, exit_code=result.exit_code, error=error, **mine):
-            usage_charge(job, ended_at=now)
-            job_event(job, "failed", error.splitlines()[0] if error else "failed")
-        return "failed"
+        finished = result.finished or {}
+        return attempt_finish(self.job, outcome=result.outcome, exit_code=result.exit_code,
+                              error=self.error_text(result), weights=finished.get("weights") or "",
+                              metrics=finished.get("metrics") or {})
 
     @staticmethod
     def error_text(result: ChildResult) -> str:

@@ -4,7 +4,7 @@ from apps.core.admin_scoping import TeamScopedAdmin, TeamScopedInline
 from apps.scheduling.kick import kick_scheduler
 
 from .models import Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint
-from .services import job_cancel, job_event, job_requeue
+from .services import job_cancel, job_class_set, job_requeue
 
 
 class JobEventInline(TeamScopedInline, admin.TabularInline):
@@ -67,8 +67,7 @@ class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
     def _set_class(self, request, queryset, cls):
         for job in queryset.filter(state=JobState.QUEUED):
-            type(job).objects.filter(pk=job.pk).update(priority_class=cls)
-            job_event(job, "class_changed", f"priority class set to {cls} by {request.user.username}")
+            job_class_set(job, priority_class=cls, by=request.user)
         kick_scheduler()
         self.message_user(request, f"queued jobs set to {cls}", messages.SUCCESS)
 

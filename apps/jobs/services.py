@@ -1,4 +1,8 @@
-"""Writes about jobs: submit, cancel, state transitions, events, metrics, logs.
+"""Writes about jobs: submit, cancel, state transitions, attempts, events, metrics, logs.
+
+The only writer of Job state: the API, the portal, the scheduler loop (claim, dispatch,
+preemption, reapers) and the worker (attempt start, check-in, checkpoints, outcome) all
+call these functions and never update a Job row themselves.
 
 Every state change is a conditional update (``UPDATE … WHERE state IN (expected)``) and
 reports whether this caller won; nobody moves a job from a state it is no longer in.
@@ -10,12 +14,15 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.accounts.models import AuditEntry, Team
@@ -23,12 +30,14 @@ from apps.accounts.selectors import team_list
 from apps.accounts.services import audit_record
 from apps.datasets.selectors import dataset_resolve
 from apps.notifications.hooks import job_event_recorded
+from apps.quotas.services import usage_charge
+from apps.registry.services import model_register
 from apps.scheduling.admission import job_admission_errors
 from apps.scheduling.kick import kick_scheduler
 from apps.scheduling.policy import JobRequest
 
 from . import live
-from .models import ACTIVE_STATES, HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
+from .models import ACTIVE_STATES, HOLDING_STATES, Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
 from .spec import JobSpec, SpecError
 from .weights import model_resolve
@@ -93,9 +102,20 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
     return query.update(state=to, **fields) == 1
 
 
-def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None) -> bool:
-    """Put a starting/running job back in the queue as a new attempt (not charged as a retry)."""
-    moved = Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES, attempt_id=job.attempt_id).update(
+def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry: bool = False) -> bool:
+    """Put a starting/running job back in the queue as a new attempt.
+
+    Not charged as a retry unless ``retry``: then the same conditional update also takes one
+    of ``retries_left`` (``retries_left > 0`` is part of the condition), so a retry is never
+    spent without its requeue, nor twice for one attempt.
+    """
+    query = Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES, attempt_id=job.attempt_id)
+    spend = {}
+    if retry:
+        query = query.filter(retries_left__gt=0)
+        spend = {"retries_left": F("retries_left") - 1}
+    moved = query.update(
+        **spend,
         state=JobState.QUEUED,
         attempt=F("attempt") + 1,
         attempt_id=uuid.uuid4(),
@@ -113,6 +133,183 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None) -> bo
             audit_record(actor=by, action=AuditEntry.Action.JOB_REQUEUE, team=job.team_id, target=job, message=reason)
         kick_scheduler()
     return bool(moved)
+
+
+# --- the scheduler's side of an attempt -------------------------------------------------------
+
+
+def job_claim(job: Job, *, node, gpu_indices: list[int], gpu_share: float, run_class: str) -> bool:
+    """Allocate a queued job to ``node`` (queued → starting) as its current attempt. True if we won."""
+    return job_transition(
+        job.pk, expected=[JobState.QUEUED], to=JobState.STARTING, attempt_id=job.attempt_id,
+        node=node, gpu_indices=list(gpu_indices), gpu_share=gpu_share, run_class=run_class,
+        dispatched_at=None, queue_position=None, reason="", estimated_start_at=None,
+    )
+
+
+def job_dispatched(job: Job, *, at: datetime) -> bool:
+    """The attempt was handed to its node's queue at ``at`` (the repair step reads this)."""
+    return Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id).update(dispatched_at=at) == 1
+
+
+def job_queue_info_set(job: Job, **fields: Any) -> bool:
+    """Store the planner's view of a waiting job (position, ETA, reason, priority score, factors).
+
+    Only a queued row is written: a job cancelled or started meanwhile keeps its own fields.
+    """
+    return Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(**fields) == 1
+
+
+def job_class_set(job: Job, *, priority_class: str, by) -> bool:
+    """A manager moves a queued job to another priority class."""
+    changed = Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(priority_class=priority_class) == 1
+    if changed:
+        job_event(job, "class_changed", f"priority class set to {priority_class} by {by.username}")
+    return changed
+
+
+def attempt_preempt(job: Job, *, reason: str, now: datetime) -> bool:
+    """Take a running attempt's GPUs for a higher job: charge what it used, requeue it (not a retry).
+
+    The victim's worker notices at its next check-in that the attempt is no longer current
+    (fencing) and stops the process tree; the checkpoint carries the work over.
+    """
+    usage_charge(job, ended_at=now)
+    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted")
+
+
+def attempt_lost(job: Job, *, reason: str, now: datetime) -> None:
+    """An attempt died with its infrastructure (node silent, monitor silent): requeue it as a
+    new attempt, not counted as a retry, or cancel it if that was asked, so a cancel always ends."""
+    if job.cancel_requested_at:
+        if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.CANCELLED, attempt_id=job.attempt_id):
+            usage_charge(job, ended_at=now)
+            job_event(job, "cancelled", f"cancelled; {reason}")
+        return
+    usage_charge(job, ended_at=now)
+    job_requeue(job, reason=f"{reason}; requeued as attempt {job.attempt + 1} (not counted as a retry)",
+                kind="node_lost")
+
+
+# --- the worker's side of an attempt -----------------------------------------------------------
+
+# A training process killed by a signal we did not send (OOM killer, an operator, a crash)
+# is requeued without spending a retry, at most this many times beyond the retries.
+MAX_INFRA_REQUEUES = 10
+
+
+def attempt_start(*, job_id, attempt_id, node_name: str) -> Job | None:
+    """Fenced start: only the current attempt, on the node it was given to, moves starting → running.
+
+    Returns the job (with node, team and user) if this call started it, None if the attempt
+    is no longer current or not this node's.
+    """
+    now = timezone.now()
+    won = Job.objects.filter(
+        pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node__name=node_name
+    ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
+             first_started_at=Coalesce(F("first_started_at"), Value(now)))
+    if not won:
+        return None
+    job = Job.objects.select_related("node", "team", "user").get(pk=job_id)
+    job_event(job, "running", f"running on {job.node.name} (GPU {','.join(map(str, job.gpu_indices))}"
+                              f"{', simulated on CPU' if job.node.simulated else ''}), attempt {job.attempt}")
+    return job
+
+
+def attempt_heartbeat(job: Job) -> bool:
+    """The attempt's monitor is alive. False once it is no longer the job's current running attempt."""
+    return Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id, state=JobState.RUNNING).update(
+        heartbeat_at=timezone.now()) == 1
+
+
+def attempt_check_in(job: Job) -> str:
+    """Heartbeat the attempt; return why to stop: "fenced", "cancelled", or "" to go on."""
+    if not attempt_heartbeat(job):
+        return "fenced"  # requeued, preempted or reaped elsewhere: this attempt is no longer current
+    if Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
+        return "cancelled"
+    return ""
+
+
+def checkpoint_record(job: Job, *, epoch: int, path: str, sha256: str, size: int) -> Checkpoint:
+    """Record the verified checkpoint of ``epoch``, keyed by epoch: an attempt that redoes
+    epoch N replaces that file with new bytes. Rows whose files the child pruned go too."""
+    checkpoint, _ = Checkpoint.objects.update_or_create(
+        job=job, epoch=epoch, defaults={"attempt": job.attempt, "path": path, "sha256": sha256, "size": size})
+    for old in Checkpoint.objects.filter(job=job):
+        if not Path(old.path).exists():
+            old.delete()
+    return checkpoint
+
+
+def checkpoint_reject(job: Job, checkpoint: Checkpoint, *, message: str) -> None:
+    """Drop a checkpoint that is missing, corrupt or unloadable, saying so in the job's events."""
+    job_event(job, "checkpoint_rejected", message)
+    checkpoint.delete()
+
+
+def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, error: str = "",
+                   weights: str = "", metrics: dict | None = None) -> str:
+    """Record how the worker's attempt ``job.attempt_id`` ended; returns what became of the job.
+
+    ``outcome`` is the worker's word: succeeded, cancelled, timed_out, killed (by a signal
+    we did not send), failed, or fenced (it learnt the attempt was taken away). Returns
+    succeeded | cancelled | timed_out | requeued | retry | failed | fenced.
+
+    1. If the attempt is no longer current, only record that its processes stopped (fenced).
+    2. succeeded / cancelled / timed_out: the matching final state, usage charged, an event;
+       a success registers its weights as a model version.
+    3. killed: requeued, not counted as a retry, up to ``MAX_INFRA_REQUEUES`` beyond the retries.
+    4. failed (and killed past that budget): a retry if one is left (requeue and decrement in
+       one conditional update), else the final ``failed`` with ``error`` (made team-relative
+       by ``paths.public_text`` first).
+    """
+    current = Job.objects.select_related("team", "user", "node").get(pk=job.pk)
+    now = timezone.now()
+    if outcome == "fenced" or current.attempt_id != job.attempt_id:
+        log.warning("job %s attempt %s was taken away; stopped it", current.pk, job.attempt)
+        # Recorded against the old attempt: its process tree is gone, its GPUs truly free.
+        job_event(job, "attempt_stopped",
+                  f"attempt {job.attempt} stopped: it was requeued, preempted or reaped meanwhile")
+        return "fenced"
+    mine = {"expected": HOLDING_STATES, "attempt_id": job.attempt_id}
+    if outcome == "succeeded":
+        path = Path(weights)
+        if job_transition(current.pk, to=JobState.SUCCEEDED, weights_path=str(path), exit_code=0, error="", **mine):
+            usage_charge(current, ended_at=now)
+            version = model_register(job=current, weights=path, metrics=metrics or {}) if path.is_file() else None
+            job_event(current, "succeeded", f"finished; weights at {path.name}"
+                                            f"{f', registered as {version}' if version else ''}")
+        return "succeeded"
+    if outcome == "cancelled":
+        if job_transition(current.pk, to=JobState.CANCELLED, exit_code=exit_code, **mine):
+            usage_charge(current, ended_at=now)
+            job_event(current, "cancelled", "cancelled; the training process tree was stopped")
+        return "cancelled"
+    if outcome == "timed_out":
+        message = f"exceeded its timeout of {current.timeout_s} s"
+        if job_transition(current.pk, to=JobState.TIMED_OUT, exit_code=exit_code, error=message, **mine):
+            usage_charge(current, ended_at=now)
+            job_event(current, "timed_out", message)
+        return "timed_out"
+    if outcome == "killed" and current.attempt <= current.retries_left + MAX_INFRA_REQUEUES:
+        usage_charge(current, ended_at=now)
+        job_requeue(current, kind="requeued",
+                    reason=f"training process was killed by signal {-exit_code}; "
+                           f"requeued to resume from its last checkpoint (not counted as a retry)")
+        return "requeued"
+    error = public_text(error, job=current)  # team-relative names only
+    if current.retries_left > 0:
+        usage_charge(current, ended_at=now)
+        if job_requeue(current, kind="retry", retry=True,
+                       reason=f"failed ({error.splitlines()[0]}); retrying, "
+                              f"{current.retries_left - 1} retries left after this one"):
+            return "retry"
+    if job_transition(current.pk, to=JobState.FAILED, exit_code=exit_code, error=error, **mine):
+        usage_charge(current, ended_at=now)
+        job_event(current, "failed", error.splitlines()[0] if error else "failed")
+    return "failed"
 
 
 # --- submit -----------------------------------------------------------------------------------

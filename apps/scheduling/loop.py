@@ -16,9 +16,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.cluster.models import Node
+from apps.cluster.services import node_mark_lost
 from apps.jobs.models import HOLDING_STATES, Job, JobState
-from apps.jobs.services import job_event, job_requeue, job_transition
-from apps.quotas.services import usage_charge
+from apps.jobs.services import (
+    attempt_lost,
+    attempt_preempt,
+    job_claim,
+    job_dispatched,
+    job_event,
+    job_queue_info_set,
+)
 
 from . import policy
 from .dispatch import dispatch, is_delivered
@@ -36,9 +43,7 @@ def reap_lost_nodes(now: datetime | None = None) -> bool:
     cutoff = now - timedelta(seconds=settings.NODE_GRACE_S)
     did = False
     for node in Node.objects.exclude(state=Node.State.LOST).filter(last_heartbeat__lt=cutoff):
-        if not Node.objects.filter(pk=node.pk, last_heartbeat__lt=cutoff).exclude(state=Node.State.LOST).update(
-            state=Node.State.LOST
-        ):
+        if not node_mark_lost(node, silent_since=cutoff):
             continue  # it heartbeated just now
         did = True
         silent = (now - node.last_heartbeat).total_seconds()
@@ -56,22 +61,16 @@ def reap_silent_attempts(now: datetime | None = None) -> bool:
     for job in Job.objects.filter(state=JobState.RUNNING, heartbeat_at__lt=cutoff).select_related("node"):
         did = True
         attempt_end(job, reason=f"attempt {job.attempt} stopped reporting on {job.node} "
-                                f"for {(now - job.heartbeat_at).total_seconds():.0f} s", now=now)
+                                 f"for {(now - job.heartbeat_at).total_seconds():.0f} s", now=now)
     return did
 
 
 def attempt_end(job: Job, *, reason: str, now: datetime) -> None:
-    """An attempt died with its infrastructure: requeue it (or cancel it if that was asked)."""
+    """An attempt died with its infrastructure: say so in the scheduler's log; jobs.services requeues
+    it (or cancels it if that was asked)."""
     log.warning("job %s attempt %d ended without its worker: %s", job.pk, job.attempt, reason,
                 extra={"job_id": str(job.pk), "attempt": job.attempt, "node": getattr(job.node, "name", None)})
-    if job.cancel_requested_at:
-        if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.CANCELLED, attempt_id=job.attempt_id):
-            usage_charge(job, ended_at=now)
-            job_event(job, "cancelled", f"cancelled; {reason}")
-        return
-    usage_charge(job, ended_at=now)
-    job_requeue(job, reason=f"{reason}; requeued as attempt {job.attempt + 1} (not counted as a retry)",
-                kind="node_lost")
+    attempt_lost(job, reason=reason, now=now)
 
 
 def repair_dispatch(now: datetime | None = None) -> bool:
@@ -88,7 +87,7 @@ def repair_dispatch(now: datetime | None = None) -> bool:
         if job.dispatched_at is not None and (job.dispatched_at > stale or is_delivered(job)):
             continue
         dispatch(job)
-        Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id).update(dispatched_at=now)
+        job_dispatched(job, at=now)
         job_event(job, "redispatched", f"re-enqueued on {job.node.name}: Redis did not hold attempt {job.attempt}")
         did = True
     return did
@@ -118,23 +117,15 @@ def plan_and_start(now: datetime | None = None) -> bool:
     for preemption in plan.preemptions:
         victim = Job.objects.filter(pk=preemption.job_id, state=JobState.RUNNING).first()
         if victim and not victim.cancel_requested_at:
-            # The victim's worker notices at its next heartbeat that the attempt is no longer
-            # current (fencing) and stops the process tree; the checkpoint carries the work over.
-            usage_charge(victim, ended_at=now)
-            job_requeue(victim, reason=f"preempted: {preemption.reason}", kind="preempted")
+            attempt_preempt(victim, reason=preemption.reason, now=now)
 
     nodes = {n.name: n for n in Node.objects.filter(name__in={s.node for s in plan.starts})}
     started = []
     with transaction.atomic():
         for start in plan.starts:
             job = jobs_by_id[start.job_id]
-            claimed = job_transition(
-                job.pk, expected=[JobState.QUEUED], to=JobState.STARTING, attempt_id=job.attempt_id,
-                node=nodes[start.node], gpu_indices=list(start.gpu_indices), gpu_share=start.gpu_share,
-                run_class=start.priority_class or job.priority_class,
-                dispatched_at=None, queue_position=None, reason="", estimated_start_at=None,
-            )
-            if claimed:
+            if job_claim(job, node=nodes[start.node], gpu_indices=list(start.gpu_indices),
+                         gpu_share=start.gpu_share, run_class=start.priority_class or job.priority_class):
                 started.append(job.pk)
     _fault("after_allocate")
     for job in Job.objects.filter(pk__in=started).select_related("node"):
@@ -144,7 +135,7 @@ def plan_and_start(now: datetime | None = None) -> bool:
             log.warning("enqueue of %s failed (%s); repair will retry", job.pk, exc,
                         extra={"job_id": str(job.pk), "attempt": job.attempt, "node": job.node.name})
             continue
-        Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id).update(dispatched_at=timezone.now())
+        job_dispatched(job, at=timezone.now())
         demoted = job.run_class != job.priority_class
         job_event(job, "scheduled", f"placed on {job.node.name} GPU {','.join(map(str, job.gpu_indices))}"
                                     f"{f' ({job.gpu_share:g} share)' if job.gpu_share < 1 else ''}"
@@ -187,8 +178,7 @@ def queue_update(entries, jobs_by_id) -> None:
         unchanged = all(getattr(job, f) == new[f] for f in QUEUE_FIELDS if f not in ("estimated_start_at", "priority"))
         if unchanged and same_eta(job.estimated_start_at, eta) and abs(job.priority - new["priority"]) < PRIORITY_SLACK:
             continue
-        # Only queued rows: a job cancelled or started meanwhile keeps its own fields.
-        Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(**new)
+        job_queue_info_set(job, **new)
 
 
 def same_eta(old: datetime | None, new: datetime | None) -> bool:

@@ -1,0 +1,177 @@
+"""An attempt's life through jobs.services, the only writer of Job state: start, check-in,
+checkpoints, outcome, loss and preemption. (The live versions run in tests/integration.)"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.jobs.models import Checkpoint, Job, JobEvent, JobState
+from apps.jobs.services import (
+    MAX_INFRA_REQUEUES,
+    attempt_check_in,
+    attempt_finish,
+    attempt_lost,
+    attempt_preempt,
+    attempt_start,
+    checkpoint_record,
+    job_claim,
+    job_requeue,
+)
+from apps.quotas.models import UsageRecord
+
+from .factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def starting(alice, teams, node):
+    """A job the scheduler has placed on node-a GPU 0, not yet picked up by the worker."""
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    return Job.objects.get(pk=job.pk)
+
+
+@pytest.fixture
+def running(starting):
+    return attempt_start(job_id=starting.pk, attempt_id=starting.attempt_id, node_name="node-a")
+
+
+def kinds(job) -> list[str]:
+    return list(JobEvent.objects.filter(job_id=job.pk).order_by("seq").values_list("kind", flat=True))
+
+
+def test_the_current_attempt_starts_on_its_node(starting):
+    job = attempt_start(job_id=starting.pk, attempt_id=starting.attempt_id, node_name="node-a")
+    assert job.state == JobState.RUNNING and job.started_at and job.first_started_at and job.heartbeat_at
+    assert kinds(job)[-1] == "running"
+
+
+def test_a_stale_attempt_or_another_node_is_refused(starting):
+    assert attempt_start(job_id=starting.pk, attempt_id=uuid.uuid4(), node_name="node-a") is None
+    assert attempt_start(job_id=starting.pk, attempt_id=starting.attempt_id, node_name="node-b") is None
+    assert Job.objects.get(pk=starting.pk).state == JobState.STARTING
+
+
+def test_a_second_delivery_of_the_same_attempt_is_refused(running):
+    assert attempt_start(job_id=running.pk, attempt_id=running.attempt_id, node_name="node-a") is None
+
+
+def test_check_in_says_go_on_then_cancelled_then_fenced(running):
+    assert attempt_check_in(running) == ""
+    Job.objects.filter(pk=running.pk).update(cancel_requested_at=timezone.now())
+    assert attempt_check_in(running) == "cancelled"
+    job_requeue(Job.objects.get(pk=running.pk), reason="test")
+    assert attempt_check_in(running) == "fenced"
+
+
+def test_a_checkpoint_is_keyed_by_epoch_and_pruned_rows_go(running, tmp_path):
+    first, second = tmp_path / "epoch-0001.pt", tmp_path / "epoch-0002.pt"
+    first.write_bytes(b"1")
+    checkpoint_record(running, epoch=1, path=str(first), sha256="a" * 64, size=1)
+    checkpoint_record(running, epoch=1, path=str(first), sha256="b" * 64, size=1)
+    assert Checkpoint.objects.get(job=running, epoch=1).sha256 == "b" * 64
+    first.unlink()
+    second.write_bytes(b"2")
+    checkpoint_record(running, epoch=2, path=str(second), sha256="c" * 64, size=1)
+    assert list(Checkpoint.objects.filter(job=running).values_list("epoch", flat=True)) == [2]
+
+
+def test_success_is_final_charged_and_registered(running, tmp_path):
+    weights = tmp_path / "best.pt"
+    weights.write_bytes(b"weights")
+    assert attempt_finish(running, outcome="succeeded", exit_code=0, weights=str(weights),
+                          metrics={"fitness": 0.5}) == "succeeded"
+    job = Job.objects.get(pk=running.pk)
+    assert job.state == JobState.SUCCEEDED and job.exit_code == 0 and job.weights_path == str(weights)
+    assert job.model_version.metrics == {"fitness": 0.5}
+    assert UsageRecord.objects.filter(job=job, attempt=job.attempt).count() == 1
+    assert kinds(job)[-1] == "succeeded"
+
+
+@pytest.mark.parametrize("outcome, state", [("cancelled", JobState.CANCELLED), ("timed_out", JobState.TIMED_OUT)])
+def test_cancel_and_timeout_are_final(running, outcome, state):
+    assert attempt_finish(running, outcome=outcome, exit_code=-15) == outcome
+    job = Job.objects.get(pk=running.pk)
+    assert job.state == state and job.finished_at and kinds(job)[-1] == outcome
+
+
+def test_a_killed_training_is_requeued_without_spending_a_retry(running):
+    assert attempt_finish(running, outcome="killed", exit_code=-9, error="killed") == "requeued"
+    job = Job.objects.get(pk=running.pk)
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 1)
+    assert kinds(job)[-1] == "requeued"
+
+
+def test_killed_past_the_infrastructure_budget_spends_retries(running):
+    Job.objects.filter(pk=running.pk).update(attempt=2 + MAX_INFRA_REQUEUES)
+    running.refresh_from_db()
+    assert attempt_finish(running, outcome="killed", exit_code=-9, error="training process was killed") == "retry"
+    assert Job.objects.get(pk=running.pk).retries_left == 0
+
+
+def test_a_failure_spends_one_retry_then_fails(running):
+    assert attempt_finish(running, outcome="failed", exit_code=1, error="training error: boom\nlog") == "retry"
+    job = Job.objects.get(pk=running.pk)
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 0)
+    assert kinds(job)[-1] == "retry"
+    job_claim(job, node=running.node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    second = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert attempt_finish(second, outcome="failed", exit_code=1, error="training error: boom\nlog") == "failed"
+    job = Job.objects.get(pk=running.pk)
+    assert job.state == JobState.FAILED and job.error.startswith("training error: boom")
+    assert UsageRecord.objects.filter(job=job).count() == 2
+
+
+def test_a_retry_is_spent_only_with_its_requeue(running):
+    """The decrement is part of the requeue's conditional update: a fenced attempt spends nothing."""
+    stale = Job.objects.get(pk=running.pk)
+    job_requeue(Job.objects.get(pk=running.pk), reason="preempted elsewhere")
+    assert attempt_finish(stale, outcome="failed", exit_code=1, error="boom") == "fenced"
+    job = Job.objects.get(pk=running.pk)
+    assert (job.retries_left, job.state) == (1, JobState.QUEUED)
+    assert kinds(job)[-1] == "attempt_stopped"
+
+
+def test_a_retry_is_not_spent_below_zero(running):
+    """If the retries are gone meanwhile (a manager edit), the failure is final instead."""
+    Job.objects.filter(pk=running.pk).update(retries_left=0)
+    assert attempt_finish(running, outcome="failed", exit_code=1, error="boom") == "failed"
+    assert Job.objects.get(pk=running.pk).retries_left == 0
+
+
+def test_a_lost_attempt_is_requeued_as_a_new_attempt(running):
+    now = timezone.now() + timedelta(seconds=5)
+    attempt_lost(running, reason="node node-a stopped reporting for 9 s", now=now)
+    job = Job.objects.get(pk=running.pk)
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 1)
+    assert kinds(job)[-1] == "node_lost"
+    assert UsageRecord.objects.get(job=job, attempt=1).ended_at == now
+
+
+def test_a_lost_attempt_whose_cancel_was_asked_is_cancelled(running):
+    Job.objects.filter(pk=running.pk).update(cancel_requested_at=timezone.now())
+    running.refresh_from_db()
+    attempt_lost(running, reason="node node-a stopped reporting", now=timezone.now())
+    job = Job.objects.get(pk=running.pk)
+    assert job.state == JobState.CANCELLED and kinds(job)[-1] == "cancelled"
+
+
+def test_preemption_charges_and_requeues(running):
+    assert attempt_preempt(running, reason="urgent job x needs the GPU", now=timezone.now())
+    job = Job.objects.get(pk=running.pk)
+    assert (job.state, job.attempt) == (JobState.QUEUED, 2)
+    assert JobEvent.objects.get(job=job, kind="preempted").message == "preempted: urgent job x needs the GPU"
+    assert UsageRecord.objects.filter(job=job, attempt=1).exists()
+
+
+def test_a_retry_requeue_of_a_stale_attempt_spends_nothing(running):
+    stale = Job.objects.get(pk=running.pk)
+    assert job_requeue(Job.objects.get(pk=running.pk), reason="reaped")
+    assert not job_requeue(stale, reason="failed; retrying", kind="retry", retry=True)
+    job = Job.objects.get(pk=running.pk)
+    assert (job.retries_left, job.attempt) == (1, 2)
