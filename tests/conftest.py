@@ -32,12 +32,12 @@ def redis_server(tmp_path_factory):
 def use_redis(url: str) -> None:
     from channels.layers import channel_layers
 
-    from apps.scheduling import kick
+    from apps.core import redis_client
 
     settings.REDIS_URL = url
     settings.RQ_QUEUES["default"]["URL"] = url
     settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
-    kick._client = None
+    redis_client._client = None
     channel_layers.backends.clear()
     # The shared cache (throttle counters) is this Redis too, as in production.
     from asgiref.local import Local
