@@ -48,11 +48,11 @@ from apps.scheduling.kick import kick_scheduler
 from yoloportal.logs import bind
 
 from .gpulock import GpuLocks, lock_dir
+from .train_child import EXIT_CHECKPOINT  # exit codes are the child's contract: defined there only
 from .zygote import ZygoteChild
 
 log = logging.getLogger("yoloportal.worker")
 
-EXIT_CHECKPOINT_UNUSABLE = 4
 KILL_GRACE_S = 5.0
 POLL_S = 0.25
 LOG_FLUSH_S = 1.0
@@ -277,7 +277,7 @@ class AttemptRunner:
             result.outcome = stop_reason
         elif exit_code == 0 and result.finished:
             result.outcome = "succeeded"
-        elif exit_code == EXIT_CHECKPOINT_UNUSABLE and checkpoint is not None:
+        elif exit_code == EXIT_CHECKPOINT and checkpoint is not None:
             result.outcome = "checkpoint_unusable"
         elif exit_code is not None and exit_code < 0:
             result.outcome = "killed"  # by a signal we did not send: OOM killer, an operator, a crash

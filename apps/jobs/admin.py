@@ -21,12 +21,12 @@ class JobEventInline(TeamScopedInline, admin.TabularInline):
 @admin.register(Job)
 class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["task_name", "state", "team", "user", "priority_class", "gpus", "node", "attempt",
-                    "queue_position", "estimated_start_at", "priority", "created_at"]
+                    "queue_position", "estimated_start_at", "priority_score", "created_at"]
     list_filter = ["state", "priority_class", "team"]
     search_fields = ["task_name", "id", "user__username"]
     readonly_fields = ["id", "state", "attempt", "attempt_id", "node", "gpu_indices", "gpu_share", "created_at",
                        "queued_at", "dispatched_at", "started_at", "finished_at", "heartbeat_at",
-                       "queue_position", "estimated_start_at", "predicted_start_at", "reason", "priority",
+                       "queue_position", "estimated_start_at", "predicted_start_at", "reason", "priority_score",
                        "priority_factors", "spec", "raw_spec", "spec_hash", "weights_path", "error", "seq"]
     inlines = [JobEventInline]
     superuser_only_fields = ("team", "user")

@@ -22,7 +22,7 @@ from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
-from .selectors import JOB_NOT_VISIBLE, job_list, queue_list
+from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, queue_list
 from .services import DuplicateJob, TooManyActiveJobs, job_cancel, job_requeue, job_submit
 from .spec import SpecError, parse_spec
 
@@ -87,6 +87,7 @@ class JobOut(serializers.ModelSerializer):
     # Team-relative only: the resolved absolute paths stay server-side (apps.jobs.paths).
     spec = serializers.JSONField(source="public_spec", read_only=True)
     error = serializers.CharField(source="public_error", read_only=True)
+    priority = serializers.FloatField(source="priority_score", required=False)  # the planner's score
 
     class Meta:
         model = Job
@@ -210,7 +211,7 @@ class JobCancel(APIView):
     @extend_schema(request=None, responses={202: JobOut, 403: ERROR, 404: ERROR, 409: ERROR})
     def post(self, request, job_id):
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
-        if job.user_id != request.user.pk and not is_manager_of(user=request.user, team=job.team):
+        if not job_may_cancel(user=request.user, job=job):
             return Response({"detail": "only the job's owner or a team manager may cancel it"},
                             status=status.HTTP_403_FORBIDDEN)
         if job.state not in (JobState.QUEUED, JobState.STARTING, JobState.RUNNING):
@@ -341,7 +342,7 @@ class QueueList(APIView):
             "count": len(jobs),
             "results": [
                 {"position": j.queue_position, "id": str(j.pk), "task_name": j.task_name, "team": j.team.slug,
-                 "user": j.user.username, "priority_class": j.priority_class, "priority": j.priority,
+                 "user": j.user.username, "priority_class": j.priority_class, "priority": j.priority_score,
                  "priority_factors": j.priority_factors, "resources": JobOut().get_resources(j),
                  "estimated_start_at": j.estimated_start_at, "reason": j.reason, "created_at": j.created_at}
                 for j in jobs

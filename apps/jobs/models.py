@@ -81,7 +81,9 @@ class Job(models.Model):
     estimated_start_at = models.DateTimeField(null=True, blank=True)
     predicted_start_at = models.DateTimeField(null=True, blank=True, help_text="first ETA given; kept for accuracy")
     reason = models.CharField(max_length=300, blank=True)
-    priority = models.FloatField(default=0.0)
+    # The planner's score (higher starts first), not the class the user asked for (priority_class).
+    # The API and admin still call it "priority".
+    priority_score = models.FloatField(default=0.0, verbose_name="priority")
     priority_factors = models.JSONField(default=dict, blank=True)
 
     # Per-job message counter shared by metrics, logs and events (WebSocket `seq`).

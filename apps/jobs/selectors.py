@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from apps.accounts.selectors import team_ids
+from apps.accounts.selectors import is_manager_of, team_ids
 from apps.core.selectors import scoped_get
 
 from .models import ACTIVE_STATES, Job, JobState
@@ -26,6 +26,11 @@ def job_list(*, user, state: str | None = None, team: str | None = None, mine: b
 def job_get(*, user, job_id) -> Job | None:
     """The job if the caller may see it; None otherwise (the API answers 404 either way)."""
     return scoped_get(job_list(user=user), job_id)
+
+
+def job_may_cancel(*, user, job: Job) -> bool:
+    """Who may cancel a job: its owner or a manager of its team (API, pages and CLI alike)."""
+    return job.user_id == user.pk or is_manager_of(user=user, team=job.team)
 
 
 def queue_list(*, user) -> QuerySet[Job]:

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from apps.accounts.selectors import is_manager_of, team_list, token_list
+from apps.accounts.selectors import team_list, token_list
 from apps.accounts.services import TOKEN_MAX_DAYS, token_issue, token_revoke
 from apps.accounts.throttles import AuthThrottle, SubmitThrottle, throttle_wait
 from apps.cluster.selectors import cluster_overview, cluster_totals
@@ -27,8 +27,8 @@ from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
-from apps.jobs.models import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
-from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_list, queue_depth_by_class
+from apps.jobs.models import ACTIVE_STATES, TERMINAL_STATES, JobState
+from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_list, job_may_cancel, queue_depth_by_class
 from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_submit
 from apps.jobs.spec import SpecError, parse_spec
 from apps.monitoring.services import cluster_history
@@ -100,10 +100,6 @@ def jobs(request):
     })
 
 
-def may_cancel(user, job: Job) -> bool:
-    return job.user_id == user.pk or is_manager_of(user=user, team=job.team)
-
-
 @login_required
 def job_detail(request, job_id):
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
@@ -111,7 +107,7 @@ def job_detail(request, job_id):
     return render(request, "portal/job.html", {
         "job": job,
         "epochs": (job.spec.get("train_args") or {}).get("epochs"),
-        "can_cancel": job.state in ACTIVE_STATES and may_cancel(request.user, job),
+        "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         "model_version": model_version,
         "page_config": {
             "job": str(job.pk),
@@ -128,7 +124,7 @@ def job_detail(request, job_id):
 @require_POST
 def job_cancel_view(request, job_id):
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
-    if not may_cancel(request.user, job):
+    if not job_may_cancel(user=request.user, job=job):
         messages.error(request, "Only the job's owner or a manager of its team may cancel it.")
     elif job.state not in ACTIVE_STATES:
         messages.info(request, f"The job is already {job.state}; nothing to cancel.")

@@ -145,7 +145,7 @@ def plan_and_start(now: datetime | None = None) -> bool:
     return bool(started) or bool(plan.preemptions)
 
 
-QUEUE_FIELDS = ("queue_position", "estimated_start_at", "reason", "priority", "priority_factors",
+QUEUE_FIELDS = ("queue_position", "estimated_start_at", "reason", "priority_score", "priority_factors",
                 "predicted_start_at")
 ETA_SLACK_S = 30.0
 # Priority points: the age factor alone adds weight_age / age_cap_s points per second
@@ -171,12 +171,14 @@ def queue_update(entries, jobs_by_id) -> None:
             "queue_position": entry.position,
             "estimated_start_at": eta,
             "reason": entry.reason[:300],
-            "priority": round(entry.priority, 3),
+            "priority_score": round(entry.priority, 3),
             "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
             "predicted_start_at": job.predicted_start_at or eta,
         }
-        unchanged = all(getattr(job, f) == new[f] for f in QUEUE_FIELDS if f not in ("estimated_start_at", "priority"))
-        if unchanged and same_eta(job.estimated_start_at, eta) and abs(job.priority - new["priority"]) < PRIORITY_SLACK:
+        unchanged = all(getattr(job, f) == new[f] for f in QUEUE_FIELDS
+                        if f not in ("estimated_start_at", "priority_score"))
+        if (unchanged and same_eta(job.estimated_start_at, eta)
+                and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK):
             continue
         job_queue_info_set(job, **new)
 
