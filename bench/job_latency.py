@@ -35,7 +35,7 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
-from yoloportal.redis_server import RedisServer  # noqa: E402
+from apps.core.redis_server import RedisServer  # noqa: E402
 
 TERMINAL = ("succeeded", "failed", "cancelled", "timed_out")
 SPEC = """\

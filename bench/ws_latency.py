@@ -190,7 +190,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between metrics")
     args = parser.parse_args()
 
-    from yoloportal.redis_server import RedisServer
+    from apps.core.redis_server import RedisServer
 
     with tempfile.TemporaryDirectory(prefix="ws-bench-") as folder:
         data_dir = Path(folder)

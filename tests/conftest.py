@@ -17,7 +17,7 @@ hypothesis_settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
-from yoloportal.redis_server import RedisServer  # noqa: E402 - after the Hypothesis profile
+from apps.core.redis_server import RedisServer  # noqa: E402 - after the Hypothesis profile
 
 
 @pytest.fixture(scope="session", autouse=True)

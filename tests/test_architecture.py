@@ -52,3 +52,16 @@ def test_the_graph_tool_finds_a_cycle(tmp_path):
 def test_no_module_import_cycle_crosses_rooms():
     """E.g. jobs.services ↔ scheduling.inputs: imports inside functions count too."""
     assert import_graph.module_cycles(ROOT) == []
+
+
+# jobs and scheduling need each other by design: a submit asks scheduling's admission and
+# wakes the scheduler; the scheduler reads jobs and writes them through jobs.services (quotas
+# and cluster sit in between: usage is charged as an attempt ends, the cluster overview shows
+# the jobs on each GPU). No *module* cycle joins them (test above); any other app that
+# joins an app-level cycle fails here. See docs/architecture.md.
+JOB_LIFECYCLE = {"apps.cluster", "apps.jobs", "apps.quotas", "apps.scheduling"}
+
+
+def test_no_app_outside_the_job_lifecycle_is_in_an_import_cycle():
+    edges, _ = import_graph.collect(ROOT)
+    assert [c for c in import_graph.cycles(edges) if not set(c) <= JOB_LIFECYCLE] == []

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "apps.portal",
     "apps.monitoring",
     "apps.notifications",
+    "worker",  # its management command: gpu_worker
 ]
 
 MIDDLEWARE = [

@@ -7,7 +7,7 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from yoloportal.redis_server import server_args
+from apps.core.redis_server import server_args
 
 
 class Command(BaseCommand):
