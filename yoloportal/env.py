@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 
 class EnvError(ValueError):
@@ -104,3 +105,27 @@ def parse_database_url(url: str) -> dict:
             "CONN_MAX_AGE": 60,
         }
     raise EnvError(f"DATABASE_URL={url!r}: unsupported scheme {parsed.scheme!r} (use sqlite:// or postgres://)")
+
+
+def database_url(entry: dict) -> str:
+    """The inverse of :func:`parse_database_url`: a DATABASES entry → ``DATABASE_URL``.
+
+    Tests hand their (test) database to the processes they start this way.
+    """
+    if entry["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{entry['NAME']}"
+    if entry["ENGINE"].endswith("postgresql"):
+        auth = ""
+        if entry.get("USER"):
+            auth = quote(entry["USER"], safe="")
+            if entry.get("PASSWORD"):
+                auth += ":" + quote(entry["PASSWORD"], safe="")
+            auth += "@"
+        port = f":{entry['PORT']}" if entry.get("PORT") else ""
+        return f"postgres://{auth}{entry.get('HOST') or ''}{port}/{quote(entry['NAME'], safe='')}"
+    raise EnvError(f"no URL form for the database engine {entry['ENGINE']!r}")
+
+
+def checkout_tag(base_dir: Path) -> str:
+    """A short, stable tag for a checkout folder (a PostgreSQL identifier fragment)."""
+    return hashlib.sha1(str(base_dir).encode()).hexdigest()[:8]

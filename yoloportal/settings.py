@@ -13,6 +13,7 @@ from yoloportal.env import (
     env_list,
     env_path,
     env_str,
+    checkout_tag,
     parse_database_url,
 )
 from yoloportal.logs import logging_config
@@ -93,6 +94,12 @@ DATABASES = {"default": parse_database_url(DATABASE_URL)}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so test subprocesses (scheduler, worker, web) share it.
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_PATH") or str(DATA_DIR / "test.sqlite3")}
+else:
+    # One PostgreSQL serves every checkout on a machine (CI, several worktrees): each
+    # checkout gets its own test database, named after its folder.
+    DATABASES["default"]["TEST"] = {
+        "NAME": env_str("TEST_DATABASE_NAME") or f"test_{DATABASES['default']['NAME']}_{checkout_tag(BASE_DIR)}"
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from yoloportal.env import database_url
+
 BASE_DIR = Path(settings.BASE_DIR)
 FAST_TIMINGS = {
     "SCHEDULER_TICK_S": "1",
@@ -44,7 +46,7 @@ class LiveSystem:
         env = dict(os.environ)
         env.update(FAST_TIMINGS)
         env.update({
-            "DATABASE_URL": f"sqlite:///{settings.DATABASES['default']['NAME']}",
+            "DATABASE_URL": database_url(settings.DATABASES["default"]),
             "REDIS_URL": self.redis_url,
             "DATA_DIR": str(settings.DATA_DIR),
             "PYTHONUNBUFFERED": "1",

@@ -189,3 +189,13 @@ def test_any_document_either_parses_or_raises_a_named_spec_error():
             assert exc.errors and all(isinstance(k, str) and v for k, v in exc.errors.items())
 
     check()
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"description": "a\x00b"}, "description"),
+    ({"task_name": "x\x00"}, "task_name"),
+    ({"resources": {"gpu_model": ["A100", "H\x00"]}}, "resources.gpu_model[1]"),
+])
+def test_a_nul_character_anywhere_is_refused_by_name(changes, field):
+    """PostgreSQL cannot store NUL in text or jsonb: it is a 400 naming the field, never a 500."""
+    assert errors_of(seed(**changes)) == {field: "must not contain a NUL character"}
