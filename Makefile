@@ -6,7 +6,7 @@ HOST    ?= 127.0.0.1
 PYTHON  ?= python3
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-fast bench lint fmt clean
+.PHONY: setup run test test-fast test-postgres bench lint fmt clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ run: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The tests that touch the database, again on PostgreSQL 15: scripts/postgres.sh starts a
+# throwaway cluster on port 5433 (as root; installs postgresql-15 if missing). Browser tests
+# and pure policy tests are database-agnostic and run once, in `make test`.
+test-postgres: setup
+	url=$$(scripts/postgres.sh start) && DATABASE_URL=$$url ONLY_DATABASE_TESTS=1 \
+	  FAULTS_SUBMISSIONS=$${FAULTS_SUBMISSIONS:-60} $(PY) -m pytest -m "not browser"
 
 test-fast: setup
 	$(PY) -m pytest -m "not integration and not faults and not browser"

