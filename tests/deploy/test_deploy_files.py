@@ -1,0 +1,111 @@
+"""The deployment files render and validate offline: Kubernetes (kustomize + the API schemas),
+systemd (systemd-analyze verify) and Compose (structure, and every setting it passes exists)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from django.conf import settings
+
+ROOT = Path(settings.BASE_DIR)
+DEPLOY = ROOT / "deploy"
+KUBERNETES_VERSION = kubernetes_validate.latest_version()
+
+
+def rendered_kustomization() -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is needed to render deploy/kubernetes (CI machines have it)"
+    out = subprocess.run([kubectl, "kustomize", str(DEPLOY / "kubernetes")], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def by_kind(docs: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def test_the_kustomization_renders_and_every_resource_matches_the_kubernetes_schema():
+    docs = rendered_kustomization()
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    assert {("Deployment", "yoloportal-web"), ("Service", "yoloportal-web"), ("Deployment", "yoloportal-scheduler"),
+            ("DaemonSet", "yoloportal-worker"), ("ConfigMap", "yoloportal-config"),
+            ("Secret", "yoloportal-secrets")} <= set(by_kind(docs))
+
+
+def test_the_validator_catches_a_broken_manifest():
+    """The offline check is not a no-op: a misspelt field and a wrong type are refused."""
+    web = by_kind(rendered_kustomization())[("Deployment", "yoloportal-web")]
+    web["spec"]["replicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(web, KUBERNETES_VERSION, strict=True)
+    web["spec"]["replicas"] = 2
+    web["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(web, KUBERNETES_VERSION, strict=True)
+
+
+def test_one_scheduler_is_replaced_not_rolled_and_workers_ask_for_gpus():
+    docs = by_kind(rendered_kustomization())
+    scheduler = docs[("Deployment", "yoloportal-scheduler")]["spec"]
+    assert scheduler["replicas"] == 1 and scheduler["strategy"]["type"] == "Recreate"
+    assert scheduler["template"]["spec"]["initContainers"][0]["command"][-2:] == ["migrate", "--noinput"]
+    worker = docs[("DaemonSet", "yoloportal-worker")]["spec"]["template"]["spec"]
+    container = worker["containers"][0]
+    assert "nvidia.com/gpu" in container["resources"]["limits"]
+    assert worker["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
+    for doc in docs.values():
+        if doc["kind"] in ("Deployment", "DaemonSet"):
+            assert doc["metadata"]["namespace"] == "yoloportal"
+            for c in doc["spec"]["template"]["spec"]["containers"]:
+                assert {e["configMapRef"]["name"] for e in c["envFrom"] if "configMapRef" in e} == {"yoloportal-config"}
+
+
+def test_the_systemd_units_verify(tmp_path):
+    """systemd-analyze verify, with the units pointed at this checkout's virtualenv."""
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze is needed to check deploy/systemd"
+    units = sorted((DEPLOY / "systemd").glob("*.service"))
+    assert {u.name for u in units} >= {"yoloportal-web.service", "yoloportal-scheduler.service",
+                                       "yoloportal-worker.service"}
+    for unit in units:
+        (tmp_path / unit.name).write_text(unit.read_text().replace("/opt/yoloportal", str(ROOT)))
+    result = subprocess.run([analyze, "verify", "--man=no", *sorted(map(str, tmp_path.glob("*.service")))],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and not result.stderr.strip() and not result.stdout.strip(), result.stderr
+    worker = (DEPLOY / "systemd" / "yoloportal-worker.service").read_text()
+    assert re.search(r"^Delegate=yes$", worker, re.M)
+
+
+def settings_read() -> set[str]:
+    """Every environment variable yoloportal/settings.py reads."""
+    source = (ROOT / "yoloportal" / "settings.py").read_text()
+    return set(re.findall(r'env_\w+\(\s*"([A-Z_][A-Z0-9_]*)"', source))
+
+
+def test_compose_has_the_stack_and_passes_only_settings_that_exist():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "migrate", "web", "scheduler", "worker", "prometheus", "grafana"} <= set(services)
+    redis_command = " ".join(services["redis"]["command"])
+    assert "--appendonly yes" in redis_command and "--maxmemory-policy noeviction" in redis_command
+    devices = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+    known = settings_read() | {"WEB_WORKERS"}  # WEB_WORKERS is read by the image's uvicorn command
+    for name in ("web", "scheduler", "worker", "migrate"):
+        unknown = set(services[name]["environment"]) - known
+        assert not unknown, f"{name} passes settings that settings.py never reads: {unknown}"
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"{name} mounts {source}, which is not in deploy/"
+            else:
+                assert source in compose["volumes"], f"{name} uses the undeclared volume {source}"
