@@ -98,6 +98,15 @@ class Api:
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params).json()
 
+    def get_all(self, path: str, page: int = 1000, **params: Any) -> list[dict]:
+        """Every item of a paginated list (``limit``/``offset`` pages)."""
+        items: list[dict] = []
+        while True:
+            body = self.get(path, limit=page, offset=len(items), **params)
+            items.extend(body["results"])
+            if not body["results"] or len(items) >= body["count"]:
+                return items
+
 
 def error_text(response: requests.Response) -> str:
     """The server's field errors as 'field: message' lines."""
@@ -222,7 +231,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
             rows.append(["", j["id"][:8], j["task_name"], j["team"], j["user"], j["priority_class"],
                          gpus_text(j["resources"]["gpu"]), j["state"], f"on {j['node']} (started {when(j['started_at'])})"])
     me = None
-    for q in api.get("queue/")["results"]:
+    for q in api.get_all("queue/"):
         if args.mine:
             me = me or api.get("usage/")["user"]
             if q["user"] != me:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from yoloportal.env import (
     EnvError,
+    checkout_tag,
     env_bool,
     env_float,
     env_int,
     env_list,
     env_path,
     env_str,
-    checkout_tag,
     parse_database_url,
 )
 from yoloportal.logs import logging_config

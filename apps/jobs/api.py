@@ -17,6 +17,7 @@ from apps.accounts.selectors import is_manager_of
 from apps.accounts.throttles import SubmitThrottle
 from apps.core.api import field_errors
 from apps.core.openapi import ERROR, paginated
+from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
 from apps.core.strict_yaml import YamlError, load_yaml
 
@@ -164,11 +165,7 @@ class JobListCreate(APIView):
         page = paginator.paginate_queryset(jobs.select_related("model_version"), request, view=self)
         return paginator.get_paginated_response(JobOut(page, many=True).data)
 
-    @property
-    def paginator_class(self):
-        from rest_framework.pagination import LimitOffsetPagination
-
-        return LimitOffsetPagination
+    paginator_class = ListPage
 
     @extend_schema(
         request={"application/json": JobSpecDoc, "application/yaml": OpenApiTypes.STR},
@@ -334,17 +331,17 @@ class QueueEntryOut(serializers.Serializer):
 
 
 class QueueList(APIView):
-    @extend_schema(responses=inline_serializer("Queue", fields={
-        "count": serializers.IntegerField(), "results": QueueEntryOut(many=True)}))
+    """Queued jobs of the caller's teams in scheduler order, a page at a time (``limit`` ≤ 1000)."""
+
+    @extend_schema(parameters=[OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+                   responses={200: paginated(QueueEntryOut), 400: ERROR})
     def get(self, request):
-        jobs = queue_list(user=request.user)[:1000]
-        return Response({
-            "count": len(jobs),
-            "results": [
-                {"position": j.queue_position, "id": str(j.pk), "task_name": j.task_name, "team": j.team.slug,
-                 "user": j.user.username, "priority_class": j.priority_class, "priority": j.priority_score,
-                 "priority_factors": j.priority_factors, "resources": JobOut().get_resources(j),
-                 "estimated_start_at": j.estimated_start_at, "reason": j.reason, "created_at": j.created_at}
-                for j in jobs
-            ],
-        })
+        paginator = ListPage()
+        jobs = paginator.paginate_queryset(queue_list(user=request.user), request, view=self)
+        return paginator.get_paginated_response([
+            {"position": j.queue_position, "id": str(j.pk), "task_name": j.task_name, "team": j.team.slug,
+             "user": j.user.username, "priority_class": j.priority_class, "priority": j.priority_score,
+             "priority_factors": j.priority_factors, "resources": JobOut().get_resources(j),
+             "estimated_start_at": j.estimated_start_at, "reason": j.reason, "created_at": j.created_at}
+            for j in jobs
+        ])

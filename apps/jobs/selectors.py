@@ -13,7 +13,11 @@ JOB_NOT_VISIBLE = "No job with that id in your teams."
 
 
 def job_list(*, user, state: str | None = None, team: str | None = None, mine: bool = False) -> QuerySet[Job]:
-    jobs = Job.objects.filter(team_id__in=team_ids(user=user)).select_related("team", "user", "node")
+    ids = team_ids(user=user)
+    # One team (the usual case) as an equality: SQLite reads "team_id IN (?)" as several
+    # index ranges and sorts them, where "team_id = ?" pages straight out of the index.
+    visible = {"team_id": ids[0]} if len(ids) == 1 else {"team_id__in": ids}
+    jobs = Job.objects.filter(**visible).select_related("team", "user", "node")
     if state:
         jobs = jobs.filter(state=state)
     if team:

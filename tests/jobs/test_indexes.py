@@ -1,0 +1,94 @@
+"""The hot queries use an index with 100,000 jobs in the database (EXPLAIN, on SQLite and PostgreSQL).
+
+Hot: the queue in the order the scheduler considers it, a team's (and a user's) jobs newest
+first, the scheduler's queued and running jobs, and a job's events/logs/metrics after a seq.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+
+from apps.accounts.services import membership_set, team_ensure, user_ensure
+from apps.jobs.models import HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
+from apps.jobs.selectors import job_list, queue_list
+from tests.jobs.bulk import insert_job_history, insert_jobs
+
+# The marker makes pytest-django create the test database; the rows are made once per module.
+pytestmark = pytest.mark.django_db
+
+JOBS = 100_000
+SMALL_SORT = 1000
+TABLES = ("jobs_job", "jobs_jobevent", "jobs_logchunk", "jobs_metricpoint")
+
+
+@pytest.fixture(scope="module")
+def big(django_db_setup, django_db_blocker):
+    """20 teams of 5 users, 100k jobs, 100 history rows for each of the 1,000 newest jobs."""
+    with django_db_blocker.unblock():
+        owners = []
+        for t in range(20):
+            team = team_ensure(slug=f"team-{t}")
+            for u in range(5):
+                user = user_ensure(username=f"u{t}-{u}", password="x")
+                membership_set(user=user, team=team, role="member")
+                owners.append((team, user))
+        insert_jobs(JOBS, owners=owners)
+        insert_job_history(jobs=1000, rows_per_job=100)
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE jobs_job")  # visibility map, as autovacuum keeps it
+        yield {"member": owners[0][1], "job": Job.objects.order_by("-created_at").first()}
+        for model in (JobEvent, LogChunk, MetricPoint, Job):
+            model.objects.all().delete()
+
+
+def plan_of(queryset) -> str:
+    return queryset.explain()
+
+
+def assert_indexed(plan: str, *, paged: bool) -> None:
+    """No full scan of a hot table: each touch goes through an index. A page (LIMIT) must
+    also come out of the index in order (SQLite), or sort at most a small match (PostgreSQL)."""
+    if connection.vendor == "postgresql":
+        for table in TABLES:
+            assert f"Seq Scan on {table}" not in plan, plan
+        assert "Index" in plan, plan
+        if paged:
+            # PostgreSQL rightly sorts a small match (a few hundred rows) instead of walking an
+            # index in order; it must never sort thousands to hand out one page.
+            sorted_rows = [int(n) for n in re.findall(r"Sort\s+\(cost=[\d.]+\.\.[\d.]+ rows=(\d+)", plan)]
+            assert all(n <= SMALL_SORT for n in sorted_rows), plan
+    else:
+        for line in plan.splitlines():
+            if any(re.search(rf"\b{table}\b", line) for table in TABLES):
+                assert re.search(r"\b(SEARCH|SCAN)\b.*\bUSING (COVERING )?INDEX\b|USING INTEGER PRIMARY KEY", line), plan
+        if paged:
+            assert "USE TEMP B-TREE FOR ORDER BY" not in plan, plan
+
+
+def hot_queries(member, job) -> dict[str, object]:
+    return {
+        "queue in scheduler order": queue_list(user=member)[:100],
+        "team jobs newest first": job_list(user=member).order_by("-created_at")[:100],
+        "my jobs newest first": job_list(user=member, mine=True).order_by("-created_at")[:100],
+        "team jobs in one state": job_list(user=member, state=JobState.FAILED).order_by("-created_at")[:100],
+        "scheduler: queued jobs": Job.objects.filter(state=JobState.QUEUED),
+        "scheduler: holding jobs": Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False),
+        "events after seq": JobEvent.objects.filter(job=job, seq__gt=50).order_by("seq")[:1000],
+        "logs after seq": LogChunk.objects.filter(job=job, seq__gt=50).order_by("seq")[:500],
+        "metrics after seq": MetricPoint.objects.filter(job=job, seq__gt=50).order_by("seq")[:1000],
+    }
+
+
+HOT = ["queue in scheduler order", "team jobs newest first", "my jobs newest first", "team jobs in one state",
+       "scheduler: queued jobs", "scheduler: holding jobs", "events after seq", "logs after seq", "metrics after seq"]
+
+
+@pytest.mark.parametrize("name", HOT)
+def test_the_hot_query_uses_an_index_at_100k_jobs(big, name):
+    assert Job.objects.count() == JOBS
+    queryset = hot_queries(big["member"], big["job"])[name]
+    assert_indexed(plan_of(queryset), paged=queryset.query.high_mark is not None)
