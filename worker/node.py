@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 
+from django.conf import settings
 from django.db import close_old_connections
 
 from apps.cluster.models import Node
@@ -17,10 +18,21 @@ from .inventory import GpuReading, host_memory_mb, nvml_gpus
 log = logging.getLogger(__name__)
 
 
-def register_this_host(*, name: str, gpus: list[GpuReading]) -> Node:
-    """Register (or refresh) node ``name`` with this host's CPUs, memory, hostname and process."""
+def register_this_host(*, name: str, gpus: list[GpuReading], images: list[str] | None = None,
+                       limits: dict | None = None, executor: str = Node.Executor.LOCAL) -> Node:
+    """Register (or refresh) node ``name`` with this host's CPUs, memory, hostname and process.
+
+    ``images`` default to ``NODE_IMAGES`` (the names this worker's own environment answers
+    to); ``limits`` to what this host's cgroups enforce (probed here when not given).
+    """
+    if limits is None:
+        from .executors.cgroups import probe
+
+        limits = probe().as_dict() if settings.ATTEMPT_CGROUPS else {
+            "version": "", "enforced": [], "summary": "limits not enforced (ATTEMPT_CGROUPS=false)"}
     return node_register(name=name, gpus=gpus, cpu_count=os.cpu_count() or 0, memory_mb=host_memory_mb(),
-                         hostname=socket.gethostname(), worker_pid=os.getpid())
+                         hostname=socket.gethostname(), worker_pid=os.getpid(), executor=executor,
+                         images=settings.NODE_IMAGES if images is None else images, limits=limits)
 
 
 class Heartbeat(threading.Thread):

@@ -204,6 +204,22 @@ if TRAINER_PRELOAD not in {"auto", "true", "false", "1", "0"}:
 # Training arguments that would take what a node shares with other jobs (docs/security.md).
 TRAIN_MAX_WORKERS = env_int("TRAIN_MAX_WORKERS", 8, minimum=0)
 TRAIN_MAX_SAVED_EPOCHS = env_int("TRAIN_MAX_SAVED_EPOCHS", 20, minimum=0)
+# --- Executors (worker/executors/, docs/executors.md) -------------------------------------
+# The names this worker's own environment answers to in a job's `image:`; a job is placed
+# only on a node that has its image (an empty `image:` runs anywhere).
+NODE_IMAGES = env_list("NODE_IMAGES", ["ultralytics/yolov8:latest", "local"])
+# Each attempt in its own cgroup with its memory/CPU/pids limits, where the host allows it.
+ATTEMPT_CGROUPS = env_bool("ATTEMPT_CGROUPS", True)
+ATTEMPT_PIDS_MAX = env_int("ATTEMPT_PIDS_MAX", 4096, minimum=16)
+# How a gpu_worker runs attempts: "local" (a process group) or "container" (CONTAINER_RUNTIME
+# run of the job's image, with NODE_IMAGES then naming the images present on the node).
+WORKER_EXECUTOR = env_str("WORKER_EXECUTOR", "local").lower()
+if WORKER_EXECUTOR not in {"local", "container"}:
+    raise EnvError(f"WORKER_EXECUTOR={WORKER_EXECUTOR!r} must be local or container")
+CONTAINER_RUNTIME = env_str("CONTAINER_RUNTIME", "podman")
+# CUDA out of memory: the attempt is retried from its checkpoint with half the batch, this often.
+CUDA_OOM_RETRIES = env_int("CUDA_OOM_RETRIES", 2, minimum=0, maximum=5)
+
 WEIGHTS_DIR = env_path("WEIGHTS_DIR", DATA_DIR / "weights")
 DATASETS_DIR = env_path("DATASETS_DIR", DATA_DIR / "datasets")
 JOBS_DIR = env_path("JOBS_DIR", DATA_DIR / "jobs")

@@ -13,6 +13,13 @@ class Node(models.Model):
         DRAINING = "draining"  # runs what it has, takes nothing new
         LOST = "lost"  # silent past the grace period
 
+    class Executor(models.TextChoices):
+        """How attempts placed here run (``worker/executors/``); the scheduler places for all."""
+
+        LOCAL = "local"  # our gpu_worker: a process group in its own cgroup
+        CONTAINER = "container"  # our gpu_worker: podman/docker run of the job's image
+        SLURM = "slurm"  # a node of an existing Slurm cluster: sbatch from the slurm_agent
+
     name = models.SlugField(max_length=100, unique=True)
     state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
     simulated = models.BooleanField(default=False, help_text="GPUs are simulated; training runs on CPU.")
@@ -22,6 +29,14 @@ class Node(models.Model):
     worker_pid = models.PositiveIntegerField(null=True, blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    executor = models.CharField(max_length=10, choices=Executor.choices, default=Executor.LOCAL)
+    # Slurm nodes: the partition they were read from (the slurm_agent's pool).
+    partition = models.CharField(max_length=100, blank=True)
+    # Images (environments) this node can run; a job asking for another image is not placed here.
+    images = models.JSONField(default=list, blank=True)
+    # What the node enforces per attempt (worker/executors/cgroups.Host.as_dict()):
+    # {"version": "v1", "enforced": ["memory", "cpu", "pids"], "summary": "..."}; {} = not reported.
+    limits = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -32,6 +47,15 @@ class Node(models.Model):
     @property
     def queue_name(self) -> str:
         return f"node.{self.name}"
+
+    @property
+    def limits_enforced(self) -> bool:
+        """Memory and CPU limits hold for each attempt here (a node that never said: no)."""
+        return {"memory", "cpu"} <= set(self.limits.get("enforced") or ())
+
+    @property
+    def limits_summary(self) -> str:
+        return self.limits.get("summary") or "limits not enforced (not reported by the node)"
 
     def is_alive(self, now=None) -> bool:
         now = now or timezone.now()

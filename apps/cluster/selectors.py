@@ -44,6 +44,11 @@ def cluster_overview(*, user) -> list[dict]:
             "simulated": node.simulated,
             "cpu_count": node.cpu_count,
             "memory_mb": node.memory_mb,
+            "executor": node.executor,
+            "partition": node.partition,
+            "images": node.images,
+            "limits_enforced": node.limits_enforced,
+            "limits": node.limits_summary,
             "last_heartbeat": node.last_heartbeat,
             "gpus": gpus,
         })

@@ -32,8 +32,13 @@ class GpuFacts(Protocol):
 
 
 def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory_mb: int, hostname: str,
-                  worker_pid: int) -> Node:
-    """Create or refresh the node and its GPUs; a lost node that comes back is active again."""
+                  worker_pid: int | None, executor: str = Node.Executor.LOCAL, images: Sequence[str] = (),
+                  limits: dict | None = None, partition: str = "") -> Node:
+    """Create or refresh the node and its GPUs; a lost node that comes back is active again.
+
+    ``images``: the images (environments) the node runs; ``limits``: what it enforces per
+    attempt (``worker.executors.cgroups.Host.as_dict()``), shown in the cluster view.
+    """
     simulated = all(g.simulated for g in gpus)
     with transaction.atomic():
         node, _ = Node.objects.update_or_create(
@@ -45,6 +50,10 @@ def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory
                 "hostname": hostname,
                 "worker_pid": worker_pid,
                 "last_heartbeat": timezone.now(),
+                "executor": executor,
+                "images": sorted(set(images)),
+                "limits": limits or {},
+                "partition": partition,
             },
         )
         Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=Node.State.ACTIVE)

@@ -357,7 +357,7 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
 
     request = JobRequest(job_id="?", team=team.slug if team else "", user="", submitted_at=0, gpus=spec.gpus,
                          gpu_memory_mb=spec.gpu_memory_mb, gpu_models=tuple(spec.gpu_models),
-                         cpu_milli=spec.cpu_milli, memory_mb=spec.memory_mb)
+                         cpu_milli=spec.cpu_milli, memory_mb=spec.memory_mb, image=spec.image)
     errors.update(job_admission_errors(request, team_known=team is not None))
     if errors:
         raise SpecError(errors)

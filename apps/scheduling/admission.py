@@ -20,13 +20,19 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
     """Why ``request`` can never start, as field → message; empty if it can.
 
     1. With no node registered yet nothing is judged (the cluster is still coming up).
-    2. The per-job and per-team GPU limits (SchedulerConfig, TeamQuota), when the team is
+    2. Its ``image``: some node must run it (``image``, naming the images there are).
+    3. The per-job and per-team GPU limits (SchedulerConfig, TeamQuota), when the team is
        known (``team_known``): ``resources.gpu``.
-    3. Otherwise, whether any node could hold it when empty: ``resources``.
+    4. Otherwise, whether any node could hold it when empty: ``resources``.
     """
     nodes = list(Node.objects.prefetch_related("gpus"))
     if not nodes:
         return {}
+    if request.image:
+        available = sorted({image for n in nodes for image in n.images or ()})
+        if request.image not in available:
+            return {"image": (f"no node runs image {request.image!r}; available: "
+                              f"{', '.join(available) if available else 'none (no node lists an image)'}")}
     if team_known:
         config = SchedulerConfig.current().to_policy()
         if limit := limit_error(request, config, team_policies(config)):
@@ -40,5 +46,6 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
         f"{f', {request.gpu_memory_mb} MiB GPU memory' if request.gpu_memory_mb else ''}"
         f"{f', {request.memory_mb} MiB RAM' if request.memory_mb else ''}"
         f"{f', {request.cpu_milli / 1000:g} CPUs' if request.cpu_milli else ''}"
+        f"{f' in image {request.image}' if request.image else ''}"
         f"; the largest node has {largest} GPU(s)"
     )}

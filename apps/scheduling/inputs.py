@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.db.models import Sum
@@ -39,14 +40,21 @@ ESTIMATE_SAMPLES = 20
 
 
 def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
-    """Nodes and their GPUs as the policy sees them (a draining or lost node is not schedulable)."""
+    """Nodes and their GPUs as the policy sees them (a draining or lost node is not schedulable).
+
+    A real GPU carries the free memory its node last measured (pynvml); a node lists the
+    images it runs (a node that registered none runs only jobs that name no image).
+    """
     return tuple(
         NodeInfo(
             name=n.name,
-            gpus=tuple(GpuInfo(g.index, g.model, g.memory_mb) for g in n.gpus.all()),
+            gpus=tuple(GpuInfo(g.index, g.model, g.memory_mb,
+                               memory_free_mb=None if g.simulated else max(0, g.memory_mb - g.memory_used_mb))
+                       for g in n.gpus.all()),
             cpu_milli=n.cpu_count * 1000,
             memory_mb=n.memory_mb,
             schedulable=n.state == Node.State.ACTIVE,
+            images=frozenset(n.images or ()),
         )
         for n in nodes
     )
@@ -139,7 +147,7 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
     nodes = list(Node.objects.prefetch_related("gpus"))
     alive = {n.name for n in nodes if n.is_alive(now)}
     infos = tuple(
-        info if info.name in alive else type(info)(info.name, info.gpus, info.cpu_milli, info.memory_mb, False)
+        info if info.name in alive else replace(info, schedulable=False)
         for info in cluster_nodes(nodes)
     )
     holding = list(Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False)
@@ -165,7 +173,8 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
             job_id=str(job.pk), team=job.team.slug, user=job.user.username,
             submitted_at=job.created_at.timestamp(), gpus=job.gpus, priority_class=job.priority_class,
             gpu_memory_mb=job.gpu_memory_mb, gpu_models=tuple(job.spec.get("gpu_models") or ()),
-            cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, timeout_s=float(job.timeout_s),
+            cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, image=job.spec.get("image") or "",
+            timeout_s=float(job.timeout_s),
             walltime_s=estimates.get(job.runtime_signature),
         )
         for job in queued_jobs

@@ -55,3 +55,40 @@ def test_a_node_is_marked_lost_only_if_still_silent():
     assert node_mark_lost(node, silent_since=timezone.now() + timedelta(seconds=1))
     assert not node_mark_lost(node, silent_since=timezone.now() + timedelta(seconds=1))  # already lost
     assert Node.objects.get(pk=node.pk).state == Node.State.LOST
+
+
+def test_a_node_without_writable_cgroups_says_limits_are_not_enforced(alice):
+    """At registration and in the cluster view (API and dashboard)."""
+    from tests.conftest import api_client
+    from worker.executors.cgroups import probe
+
+    limits = probe(proc_cgroup="", mountinfo="").as_dict()
+    node_register(name="node-a", gpus=simulated_gpus(1), cpu_count=8, memory_mb=32768, hostname="a",
+                  worker_pid=1, limits=limits)
+    node_register(name="node-b", gpus=simulated_gpus(1), cpu_count=8, memory_mb=32768, hostname="b",
+                  worker_pid=2, limits={"version": "v1", "enforced": ["memory", "cpu", "pids"],
+                                        "summary": "cgroup v1: memory, cpu, pids limits enforced"})
+    nodes = {n["name"]: n for n in api_client(alice).get("/api/v1/cluster/").json()["nodes"]}
+    assert nodes["node-a"]["limits_enforced"] is False
+    assert nodes["node-a"]["limits"].startswith("limits not enforced (no cgroup hierarchy")
+    assert nodes["node-b"]["limits_enforced"] is True
+
+    from django.test import Client
+
+    client = Client()
+    client.force_login(alice)
+    page = client.get("/").content.decode()
+    assert page.count(">limits not enforced</span>") == 1
+
+
+def test_a_worker_registers_what_its_cgroups_enforce_and_its_images(settings):
+    from worker.node import register_this_host
+
+    settings.NODE_IMAGES = ["ultralytics/yolov8:latest", "local", "team/extra:2"]
+    node = register_this_host(name="node-c", gpus=simulated_gpus(1))
+    assert node.images == ["local", "team/extra:2", "ultralytics/yolov8:latest"]
+    assert node.limits["summary"]  # whatever this host allows, it is said
+    settings.ATTEMPT_CGROUPS = False
+    node = register_this_host(name="node-c", gpus=simulated_gpus(1))
+    assert node.limits["summary"] == "limits not enforced (ATTEMPT_CGROUPS=false)"
+    assert not node.limits_enforced

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .placement import EPS, NodeCapacity, fits_empty_cluster, shape_of
+from .placement import EPS, NodeCapacity, as_empty, fits_empty_cluster, shape_of
 from .types import ClusterState, JobRequest, NodeInfo, PolicyConfig, TeamPolicy
 
 
@@ -72,8 +72,11 @@ class NeverStarts:
         if limit is not None:
             return limit
         if self._empty_nodes is None:
-            distinct = {(n.gpus, n.cpu_milli, n.memory_mb): n for n in self.state.nodes if n.schedulable}
+            empty = [as_empty(n) for n in self.state.nodes if n.schedulable]
+            distinct = {(n.gpus, n.cpu_milli, n.memory_mb, n.images): n for n in empty}
             self._empty_nodes = [NodeCapacity.of(n, ()) for n in distinct.values()]
         if not any(c.fit(job) is not None for c in self._empty_nodes):
+            if job.image and not any(c.node.images is None or job.image in c.node.images for c in self._empty_nodes):
+                return f"no schedulable node has image {job.image}"
             return f"no schedulable node can ever fit {gpus_text(job)} with the CPU/RAM asked"
         return None

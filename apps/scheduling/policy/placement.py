@@ -10,7 +10,7 @@ no shared one fits.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from .types import Allocation, JobRequest, NodeInfo
 
@@ -28,16 +28,18 @@ class NodeCapacity:
     cpu_free: int
     mem_free: int
     whole_free: int = 0  # GPUs with gpu_free == 1
+    node_gpu_memory: dict[int, int] = field(default_factory=dict)  # GPU index -> its memory (0 = unknown)
 
     @classmethod
     def of(cls, node: NodeInfo, running: Iterable[Allocation]) -> NodeCapacity:
         cap = cls(
             node=node,
             gpu_free={g.index: 1.0 for g in node.gpus},
-            gpu_mem_free={g.index: g.memory_mb for g in node.gpus},
+            gpu_mem_free={g.index: _memory_free(g) for g in node.gpus},
             cpu_free=node.cpu_milli,
             mem_free=node.memory_mb,
             whole_free=len(node.gpus),
+            node_gpu_memory={g.index: g.memory_mb for g in node.gpus},
         )
         for alloc in running:
             cap.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb, alloc.cpu_milli, alloc.memory_mb)
@@ -45,7 +47,8 @@ class NodeCapacity:
 
     def copy(self) -> NodeCapacity:
         return NodeCapacity(
-            self.node, dict(self.gpu_free), dict(self.gpu_mem_free), self.cpu_free, self.mem_free, self.whole_free
+            self.node, dict(self.gpu_free), dict(self.gpu_mem_free), self.cpu_free, self.mem_free, self.whole_free,
+            self.node_gpu_memory,
         )
 
     def take(self, indices, share: float, gpu_mem: int, cpu: int, mem: int, sign: int = 1) -> None:
@@ -57,7 +60,7 @@ class NodeCapacity:
                 after = round(before - sign * share, 6)
                 gpu_free[i] = after
                 self.whole_free += (after >= 1.0 - EPS) - (before >= 1.0 - EPS)
-                if gpu_mem and self.gpu_mem_free[i]:
+                if gpu_mem and self.node_gpu_memory.get(i):  # 0 = unknown memory: not tracked
                     self.gpu_mem_free[i] -= sign * gpu_mem
         if self.node.cpu_milli:
             self.cpu_free -= sign * cpu
@@ -75,6 +78,8 @@ class NodeCapacity:
         if node.cpu_milli and job.cpu_milli > self.cpu_free:
             return None
         if node.memory_mb and job.memory_mb > self.mem_free:
+            return None
+        if job.image and node.images is not None and job.image not in node.images:
             return None
         need = job.gpus
         if need >= 1 and self.whole_free < need - EPS:
@@ -103,7 +108,7 @@ class NodeCapacity:
             for g in node.gpus
             if gpu_free[g.index] >= 1.0 - EPS
             and (not models or g.model in models)
-            and (not gmem or not g.memory_mb or g.memory_mb >= gmem)
+            and (not gmem or not g.memory_mb or (g.memory_mb >= gmem and self.gpu_mem_free[g.index] >= gmem))
         ]
         n = int(round(need))
         if len(whole) < n:
@@ -151,7 +156,15 @@ def _fit_key(cap: NodeCapacity, job: JobRequest, fit: tuple[tuple[int, ...], flo
 
 
 def shape_of(job: JobRequest) -> tuple:
-    return (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
+    return (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb, job.image)
+
+
+def _memory_free(gpu) -> int:
+    """What a GPU has free for new jobs before our allocations are counted: its memory, or less
+    when the driver measured less free (used outside the portal). 0 stays "unknown"."""
+    if gpu.memory_free_mb is None or not gpu.memory_mb:
+        return gpu.memory_mb
+    return max(0, min(gpu.memory_mb, gpu.memory_free_mb))
 
 
 class Placer:
@@ -261,5 +274,11 @@ class Placer:
 
 def fits_empty_cluster(nodes: Iterable[NodeInfo], job: JobRequest) -> bool:
     """Could ``job`` ever run here, with every node idle?"""
-    caps = capacities([NodeInfo(n.name, n.gpus, n.cpu_milli, n.memory_mb, True) for n in nodes], [])
+    caps = capacities([as_empty(n) for n in nodes], [])
     return any(c.fit(job) is not None for c in caps.values())
+
+
+def as_empty(node: NodeInfo) -> NodeInfo:
+    """The node schedulable and idle: no GPU memory measured in use (that frees up)."""
+    gpus = tuple(replace(g, memory_free_mb=None) if g.memory_free_mb is not None else g for g in node.gpus)
+    return replace(node, gpus=gpus, schedulable=True)

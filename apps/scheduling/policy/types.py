@@ -24,6 +24,10 @@ class GpuInfo:
     index: int
     model: str = ""
     memory_mb: int = 0  # 0 = unknown (memory constraints are then not enforced)
+    # Free memory as the node last measured it (pynvml), None = not measured (simulated).
+    # A job asking for gpu_memory needs it free by both counts: what our allocations leave
+    # and what the driver says (iso, issue 12: memory used outside the portal counts too).
+    memory_free_mb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class NodeInfo:
     cpu_milli: int = 0  # 0 = not tracked
     memory_mb: int = 0  # 0 = not tracked
     schedulable: bool = True  # False while draining or lost
+    # Images (environments) the node can run; None = any (nodes of the simulator and older
+    # tests). A job with an ``image`` is placed only where it is listed (iso, issue 12).
+    images: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class JobRequest:
     gpu_models: tuple[str, ...] = ()  # allowed GPU models, empty = any
     cpu_milli: int = 0
     memory_mb: int = 0
+    image: str = ""  # the image it runs in; "" = any node's own environment
     timeout_s: float = 86400.0  # hard limit, also the backfill walltime fallback
     walltime_s: float | None = None  # better runtime estimate when known
     # Runtime the planner assumes: the estimate when known, else the timeout (derived).
