@@ -287,7 +287,11 @@ class AttemptRunner:
 
     def spawn(self, config: Path):
         """Fork the training child from the node's zygote when there is one, else exec it afresh."""
+        module = "worker.train_child"
         zygote = os.environ.get("YOLOPORTAL_ZYGOTE")
+        if os.environ.get("YOLOPORTAL_FAST_TRAINER") == "1":
+            # Stress tests only (worker/fast_child.py): the same event contract, no Ultralytics.
+            module, zygote = "worker.fast_child", None
         if zygote and Path(zygote).exists():
             try:
                 return ZygoteChild(Path(zygote), config=str(config), log=str(self.log_path),
@@ -296,7 +300,7 @@ class AttemptRunner:
                 log.warning("zygote unavailable (%s); starting a fresh interpreter", exc)
         with open(self.log_path, "ab") as log_file:
             return subprocess.Popen(
-                [sys.executable, "-m", "worker.train_child", str(config)],
+                [sys.executable, "-m", module, str(config)],
                 cwd=str(settings.BASE_DIR), env=self.child_env(), stdout=log_file, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=set_parent_death_signal,
             )

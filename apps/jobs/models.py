@@ -194,3 +194,37 @@ class Checkpoint(models.Model):
     class Meta:
         ordering = ["-epoch", "-created_at"]
         constraints = [models.UniqueConstraint(fields=["job", "epoch"], name="one_checkpoint_per_epoch")]
+
+
+# The finest GPU share a job may ask for is 1/8 (apps.jobs.spec.FRACTIONS): each GPU has 8
+# slots; a whole-GPU attempt holds all 8 of each of its GPUs, a 1/4 attempt 2 of one.
+SLOTS_PER_GPU = 8
+
+
+class GpuSlot(models.Model):
+    """One share slot of one GPU held by a starting or running attempt.
+
+    Written in the same transaction as the claim (queued → starting) and deleted in the
+    one that ends the attempt (requeue, or a final state). The unique constraint is what
+    makes double allocation impossible: a GPU has only ``SLOTS_PER_GPU`` slots, so two
+    attempts whose shares add up to more than one GPU would need the same slot, and the
+    second claim fails however many schedulers race.
+    """
+
+    node = models.ForeignKey("cluster.Node", on_delete=models.CASCADE, related_name="gpu_slots")
+    gpu_index = models.PositiveSmallIntegerField()
+    slot = models.PositiveSmallIntegerField()
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpu_slots")
+    attempt_id = models.UUIDField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["node", "gpu_index", "slot"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "gpu_index", "slot"], name="one_attempt_per_gpu_slot"),
+            models.CheckConstraint(condition=models.Q(slot__lt=SLOTS_PER_GPU), name="gpu_slot_in_range"),
+        ]
+        indexes = [models.Index(fields=["job", "attempt_id"], name="gpu_slot_attempt")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.gpu_index}/{self.slot} ← {self.job_id}"

@@ -37,7 +37,19 @@ from apps.scheduling.kick import kick_scheduler
 from apps.scheduling.policy import JobRequest
 
 from . import live
-from .models import ACTIVE_STATES, HOLDING_STATES, Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint
+from .models import (
+    ACTIVE_STATES,
+    HOLDING_STATES,
+    SLOTS_PER_GPU,
+    TERMINAL_STATES,
+    Checkpoint,
+    GpuSlot,
+    Job,
+    JobEvent,
+    JobState,
+    LogChunk,
+    MetricPoint,
+)
 from .paths import public_text, public_value
 from .spec import JobSpec, SpecError
 from .weights import model_resolve
@@ -90,16 +102,24 @@ def job_event(job: Job, kind: str, message: str = "", data: dict | None = None) 
 
 
 def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None, **fields: Any) -> bool:
-    """Move a job to ``to`` if it is in one of ``expected`` (and on ``attempt_id``). True if we won."""
+    """Move a job to ``to`` if it is in one of ``expected`` (and on ``attempt_id``). True if we won.
+
+    A final state frees the attempt's GPU slots in the same transaction.
+    """
     query = Job.objects.filter(pk=job_id, state__in=list(expected))
     if attempt_id is not None:
         query = query.filter(attempt_id=attempt_id)
     now = timezone.now()
-    if to in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT):
-        fields.setdefault("finished_at", now)
-        fields.setdefault("queue_position", None)
-        fields.setdefault("estimated_start_at", None)
-    return query.update(state=to, **fields) == 1
+    if to not in TERMINAL_STATES:
+        return query.update(state=to, **fields) == 1
+    fields.setdefault("finished_at", now)
+    fields.setdefault("queue_position", None)
+    fields.setdefault("estimated_start_at", None)
+    with transaction.atomic():
+        moved = query.update(state=to, **fields) == 1
+        if moved:
+            GpuSlot.objects.filter(job_id=job_id).delete()
+    return moved
 
 
 def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry: bool = False) -> bool:
@@ -114,18 +134,21 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry
     if retry:
         query = query.filter(retries_left__gt=0)
         spend = {"retries_left": F("retries_left") - 1}
-    moved = query.update(
-        **spend,
-        state=JobState.QUEUED,
-        attempt=F("attempt") + 1,
-        attempt_id=uuid.uuid4(),
-        node=None,
-        gpu_indices=[],
-        dispatched_at=None,
-        started_at=None,
-        heartbeat_at=None,
-        queued_at=timezone.now(),
-    )
+    with transaction.atomic():
+        moved = query.update(
+            **spend,
+            state=JobState.QUEUED,
+            attempt=F("attempt") + 1,
+            attempt_id=uuid.uuid4(),
+            node=None,
+            gpu_indices=[],
+            dispatched_at=None,
+            started_at=None,
+            heartbeat_at=None,
+            queued_at=timezone.now(),
+        )
+        if moved:  # the old attempt's slots go with it
+            GpuSlot.objects.filter(job_id=job.pk, attempt_id=job.attempt_id).delete()
     if moved:
         job.refresh_from_db()
         job_event(job, kind, reason)
@@ -138,13 +161,58 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry
 # --- the scheduler's side of an attempt -------------------------------------------------------
 
 
+class SlotTaken(Exception):
+    """A GPU slot the claim needs is held by another attempt."""
+
+
 def job_claim(job: Job, *, node, gpu_indices: list[int], gpu_share: float, run_class: str) -> bool:
-    """Allocate a queued job to ``node`` (queued → starting) as its current attempt. True if we won."""
-    return job_transition(
-        job.pk, expected=[JobState.QUEUED], to=JobState.STARTING, attempt_id=job.attempt_id,
-        node=node, gpu_indices=list(gpu_indices), gpu_share=gpu_share, run_class=run_class,
-        dispatched_at=None, queue_position=None, reason="", estimated_start_at=None,
-    )
+    """Allocate a queued job to ``node`` (queued → starting) as its current attempt, with its
+    GPU slots, in one transaction. True if we won.
+
+    False, with nothing written, if the job is no longer queued on that attempt or a slot is
+    held by another attempt (another scheduler got there first, or the plan was stale): the
+    unique (node, GPU, slot) constraint decides, whatever the isolation level.
+    """
+    try:
+        with transaction.atomic():
+            if not job_transition(
+                job.pk, expected=[JobState.QUEUED], to=JobState.STARTING, attempt_id=job.attempt_id,
+                node=node, gpu_indices=list(gpu_indices), gpu_share=gpu_share, run_class=run_class,
+                dispatched_at=None, queue_position=None, reason="", estimated_start_at=None,
+            ):
+                return False
+            gpu_slots_take(job, node=node, gpu_indices=gpu_indices, gpu_share=gpu_share)
+    except (SlotTaken, IntegrityError) as exc:
+        log.warning("claim of job %s on %s GPU %s refused: %s", job.pk, node.name, list(gpu_indices), exc,
+                    extra={"job_id": str(job.pk), "node": node.name})
+        return False
+    return True
+
+
+def slots_needed(gpu_share: float) -> int:
+    """Slots of each GPU an attempt holds: all of them for whole GPUs, else its share of them."""
+    if gpu_share >= 1:
+        return SLOTS_PER_GPU
+    count = gpu_share * SLOTS_PER_GPU
+    if count < 1 or abs(count - round(count)) > 1e-9:
+        raise ValueError(f"a GPU share of {gpu_share:g} is not a whole number of 1/{SLOTS_PER_GPU} slots")
+    return round(count)
+
+
+def gpu_slots_take(job: Job, *, node, gpu_indices: list[int], gpu_share: float) -> None:
+    """Insert the attempt's slot rows: the lowest free slots of each GPU (SlotTaken if too few)."""
+    need = slots_needed(gpu_share)
+    taken = set(GpuSlot.objects.filter(node=node, gpu_index__in=list(gpu_indices))
+                .values_list("gpu_index", "slot"))
+    rows = []
+    for index in gpu_indices:
+        free = [slot for slot in range(SLOTS_PER_GPU) if (index, slot) not in taken][:need]
+        if len(free) < need:
+            raise SlotTaken(f"GPU {index} has {SLOTS_PER_GPU - sum(1 for i, _ in taken if i == index)} of "
+                            f"{SLOTS_PER_GPU} slots free; the attempt needs {need}")
+        rows += [GpuSlot(node=node, gpu_index=index, slot=slot, job_id=job.pk, attempt_id=job.attempt_id)
+                 for slot in free]
+    GpuSlot.objects.bulk_create(rows)
 
 
 def job_dispatched(job: Job, *, at: datetime) -> bool:

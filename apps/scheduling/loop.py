@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from apps.cluster.models import Node
@@ -30,6 +29,7 @@ from apps.jobs.services import (
 from . import policy
 from .dispatch import dispatch, is_delivered
 from .inputs import cluster_state
+from .leader import fenced
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +93,30 @@ def repair_dispatch(now: datetime | None = None) -> bool:
     return did
 
 
+_fault_hits: dict[str, int] = {}
+
+
 def _fault(point: str) -> None:
-    """Fault injection for the tests: YOLOPORTAL_FAULT=<point> kills the process there."""
-    if os.environ.get("YOLOPORTAL_FAULT") == point:
-        log.error("fault injection: exiting at %s", point)
+    """Fault injection for the tests: YOLOPORTAL_FAULT=<point> kills the process the first
+    time it gets there, ``<point>@N`` the N-th time."""
+    name, _, nth = os.environ.get("YOLOPORTAL_FAULT", "").partition("@")
+    if name != point:
+        return
+    _fault_hits[point] = _fault_hits.get(point, 0) + 1
+    if _fault_hits[point] >= int(nth or 1):
+        log.error("fault injection: exiting at %s (time %d)", point, _fault_hits[point])
         os._exit(17)
 
 
-def plan_and_start(now: datetime | None = None) -> bool:
+def plan_and_start(now: datetime | None = None, token: int | None = None) -> bool:
     """Run the policy and act on its plan.
 
     1. Build the ClusterState from the database and call the pure policy.
-    2. Claim each planned start with a conditional update (queued → starting) and
-       enqueue it after commit; requeue each planned preemption.
-    3. Store every waiting job's position, ETA, priority factors and reason.
+    2. In one transaction fenced by the leader's ``token`` (apps.scheduling.leader): requeue
+       each planned preemption, then claim each planned start (queued → starting, with its
+       GPU slots); a claim another scheduler or a stale plan beat is skipped.
+    3. After commit, enqueue what was claimed.
+    4. Store every waiting job's position, ETA, priority factors and reason.
     """
     now = now or timezone.now()
     state, jobs_by_id = cluster_state(now)
@@ -114,15 +124,16 @@ def plan_and_start(now: datetime | None = None) -> bool:
         return False
     plan = policy.plan(state, now.timestamp())
 
-    for preemption in plan.preemptions:
-        victim = Job.objects.filter(pk=preemption.job_id, state=JobState.RUNNING).first()
-        if victim and not victim.cancel_requested_at:
-            attempt_preempt(victim, reason=preemption.reason, now=now)
-
     nodes = {n.name: n for n in Node.objects.filter(name__in={s.node for s in plan.starts})}
     started = []
-    with transaction.atomic():
-        for start in plan.starts:
+    with fenced(token):
+        for preemption in plan.preemptions:
+            victim = Job.objects.filter(pk=preemption.job_id, state=JobState.RUNNING).first()
+            if victim and not victim.cancel_requested_at:
+                attempt_preempt(victim, reason=preemption.reason, now=now)
+        for index, start in enumerate(plan.starts):
+            if index == 1:
+                _fault("mid_claim")  # dies inside the claim transaction: nothing of it may remain
             job = jobs_by_id[start.job_id]
             if job_claim(job, node=nodes[start.node], gpu_indices=list(start.gpu_indices),
                          gpu_share=start.gpu_share, run_class=start.priority_class or job.priority_class):
@@ -189,13 +200,17 @@ def same_eta(old: datetime | None, new: datetime | None) -> bool:
     return abs((old - new).total_seconds()) < ETA_SLACK_S
 
 
-def tick(now: datetime | None = None) -> bool:
-    """One full pass. Reaping and repairs first, so freed GPUs are planned in the same pass."""
+def tick(now: datetime | None = None, token: int | None = None) -> bool:
+    """One full pass. Reaping and repairs first, so freed GPUs are planned in the same pass.
+
+    ``token`` is the leader's fencing token (apps.scheduling.leader); claims are made only
+    while it is the newest.
+    """
     did = reap_lost_nodes(now)
     did |= reap_silent_attempts(now)
     try:
         did |= repair_dispatch(now)
-        did |= plan_and_start(now)
+        did |= plan_and_start(now, token)
     except redis.RedisError as exc:
         log.warning("Redis unavailable (%s); jobs stay in the database and are dispatched once it is back", exc)
     return did

@@ -75,3 +75,21 @@ class SchedulerConfig(models.Model):
             default_team=TeamPolicy(urgent_gpu_hours_per_day=self.default_urgent_gpu_hours_per_day,
                                     urgent_max_gpus=self.default_urgent_max_gpus),
         )
+
+
+class LeaderFence(models.Model):
+    """The fencing token of the newest scheduler leader (one row, pk 1; apps.scheduling.leader).
+
+    Each scheduler that takes the leader lease increments the token; a claim transaction
+    locks this row and goes on only while the token is still its own.
+    """
+
+    token = models.BigIntegerField(default=0)
+    holder = models.CharField(max_length=200, blank=True)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "scheduler leader fence"
+
+    def __str__(self) -> str:
+        return f"leader token {self.token} ({self.holder or 'nobody yet'})"

@@ -100,7 +100,7 @@ def training_processes() -> dict[str, list[int]]:
         except (OSError, IndexError):
             continue
         # A plain subprocess or a child forked by the zygote (which retitles itself).
-        if state == "Z" or "worker.train_child" not in words:
+        if state == "Z" or not {"worker.train_child", "worker.fast_child"} & set(words):
             continue
         configs = [w for w in words if w.endswith(".json")]
         if not configs:
@@ -136,21 +136,46 @@ class InvariantWatch:
     def _run(self) -> None:
         from django.db import connection
 
-        from apps.jobs.models import HOLDING_STATES, Job
-
         try:
             while not self._stop.wait(self.interval):
-                shares: dict[tuple[int, int], float] = {}
-                for node_id, indices, share in Job.objects.filter(state__in=HOLDING_STATES).values_list(
-                        "node_id", "gpu_indices", "gpu_share"):
-                    for index in indices or []:
-                        shares[(node_id, index)] = shares.get((node_id, index), 0.0) + share
-                for key, total in shares.items():
-                    if total > 1.0 + 1e-9:
-                        self.violations.append(f"GPU {key} allocated {total:g}")
+                self.violations += allocation_violations()
                 for job_id, pids in training_processes().items():
                     if len(pids) > 1:
                         self.violations.append(f"job {job_id} trains in {len(pids)} processes {pids}")
                 self.samples += 1
         finally:
             connection.close()
+
+
+def allocation_violations() -> list[str]:
+    """What the database says is allocated, checked three ways (each one SQL statement, so
+    each is a consistent snapshot even while schedulers and workers write):
+
+    1. no GPU's shares add up to more than one GPU (the jobs' own view);
+    2. every GPU slot row belongs to a starting/running job's current attempt (no slot is
+       held by an attempt that ended, so none is held by two attempts over time);
+    3. every starting/running job holds exactly the slots its share needs.
+    """
+    from django.db.models import Count, F, Q
+
+    from apps.jobs.models import HOLDING_STATES, GpuSlot, Job
+    from apps.jobs.services import slots_needed
+
+    found = []
+    shares: dict[tuple[int, int], float] = {}
+    for node_id, indices, share in Job.objects.filter(state__in=HOLDING_STATES).values_list(
+            "node_id", "gpu_indices", "gpu_share"):
+        for index in indices or []:
+            shares[(node_id, index)] = shares.get((node_id, index), 0.0) + share
+    found += [f"GPU {key} allocated {total:g}" for key, total in shares.items() if total > 1.0 + 1e-9]
+    for node_id, index, slot, job_id, state in GpuSlot.objects.exclude(
+            job__state__in=HOLDING_STATES, attempt_id=F("job__attempt_id")).values_list(
+            "node_id", "gpu_index", "slot", "job_id", "job__state"):
+        found.append(f"slot {node_id}:{index}/{slot} still held by job {job_id} ({state}, old attempt)")
+    holding = (Job.objects.filter(state__in=HOLDING_STATES)
+               .annotate(held=Count("gpu_slots", filter=Q(gpu_slots__attempt_id=F("attempt_id"))))
+               .values_list("pk", "gpu_indices", "gpu_share", "held"))
+    for job_id, indices, share, held in holding:
+        if held != len(indices or []) * slots_needed(share):
+            found.append(f"job {job_id} holds {held} slots for GPU {indices} × {share:g}")
+    return found

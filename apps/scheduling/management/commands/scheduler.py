@@ -13,27 +13,26 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from apps.core.redis_client import redis_client
 from apps.monitoring.recorders import scheduler_pass_record
 from apps.monitoring.services import utilisation_sample
 from apps.scheduling.kick import wait_for_kick
+from apps.scheduling.leader import LeaderLease, LeadershipLost
 from apps.scheduling.loop import reap_lost_nodes, reap_silent_attempts, tick
 from yoloportal.logs import bind
 
 log = logging.getLogger("yoloportal.scheduler")
-LEADER_KEY = "yoloportal:scheduler:leader"
 
 
 UTILISATION_SAMPLE_S = 60.0
 _last_sample = -UTILISATION_SAMPLE_S
 
 
-def timed_tick() -> None:
+def timed_tick(token: int | None) -> None:
     """One pass, its duration and end time recorded for /metrics (best effort, in Redis), and
     about once a minute a sample of the cluster for the hourly history (apps.monitoring)."""
     global _last_sample
     started = time.monotonic()
-    tick()
+    tick(token=token)
     scheduler_pass_record(time.monotonic() - started)
     if started - _last_sample >= UTILISATION_SAMPLE_S:
         _last_sample = started
@@ -44,31 +43,44 @@ class Command(BaseCommand):
     help = "Run the scheduler loop (wakes on kicks and every SCHEDULER_TICK_S seconds)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--once", action="store_true", help="run one pass and exit")
+        parser.add_argument("--once", action="store_true",
+                            help="take the leader lease, run one pass and exit (exit 3 if another scheduler leads)")
 
     def handle(self, *args, once: bool = False, **options):
         bind(component="scheduler")
+        me = f"{socket.gethostname()}:{os.getpid()}"
+        # Long enough to survive a slow pass; a standby takes over this long after a crash
+        # (at once after a clean stop, which releases the lease).
+        lease = LeaderLease(me, ttl_s=max(10.0, settings.SCHEDULER_TICK_S * 4))
         if once:
-            timed_tick()
+            if not lease.hold():
+                self.stderr.write(f"another scheduler leads ({lease.current_holder()}); nothing done")
+                raise SystemExit(3)
+            try:
+                timed_tick(lease.token)
+            finally:
+                lease.release()
             return
         self.stopping = False
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
-        me = f"{socket.gethostname()}:{os.getpid()}"
         log.info("scheduler %s started (tick %.1f s, node grace %.0f s)", me, settings.SCHEDULER_TICK_S,
                  settings.NODE_GRACE_S)
         while not self.stopping:
             close_old_connections()
             try:
-                if self.lead(me):
-                    timed_tick()
+                if lease.hold():
+                    timed_tick(lease.token)
                     wait_for_kick(settings.SCHEDULER_TICK_S)
                 else:
                     time.sleep(settings.SCHEDULER_TICK_S)
+            except LeadershipLost as exc:
+                log.warning("scheduler %s stops acting: %s", me, exc)
+                lease.value = lease.token = None
             except redis.RedisError as exc:
                 # Without Redis nothing can be dispatched, but reaping still matters.
                 # Planning is skipped too: without the leader lease two schedulers could
-                # both allocate. Reaping is a set of conditional updates, safe to run anyway.
+                # both try to allocate. Reaping is a set of conditional updates, safe to run anyway.
                 log.warning("Redis unavailable: %s", exc)
                 reap_lost_nodes()
                 reap_silent_attempts()
@@ -76,18 +88,8 @@ class Command(BaseCommand):
             except Exception:
                 log.exception("scheduler pass failed; retrying")
                 time.sleep(1.0)
+        lease.release()
         log.info("scheduler %s stopped", me)
-
-    def lead(self, me: str) -> bool:
-        """Hold a short lease so that only one scheduler acts at a time."""
-        client = redis_client()
-        ttl = max(10, int(settings.SCHEDULER_TICK_S * 4))
-        if client.set(LEADER_KEY, me, nx=True, ex=ttl):
-            return True
-        if (client.get(LEADER_KEY) or b"").decode() == me:
-            client.expire(LEADER_KEY, ttl)
-            return True
-        return False
 
     def stop(self, *_):
         self.stopping = True

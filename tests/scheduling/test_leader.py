@@ -1,0 +1,87 @@
+"""The scheduler's leader lease (Redis, compare-and-renew) and its fencing token (database)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+from apps.core.redis_client import redis_client
+from apps.jobs.models import GpuSlot, Job, JobState
+from apps.scheduling.leader import LEASE_KEY, LeaderLease, LeadershipLost, fenced
+from apps.scheduling.loop import plan_and_start
+from tests.jobs.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def expire(lease: LeaderLease) -> None:
+    """What a long pause does: the lease runs out in Redis while its holder still thinks it leads."""
+    redis_client().delete(LEASE_KEY)
+
+
+def test_one_scheduler_leads_and_each_tenure_gets_a_larger_token():
+    a, b = LeaderLease("a", ttl_s=10), LeaderLease("b", ttl_s=10)
+    assert a.hold() and not b.hold()
+    assert a.hold(), "renewal"
+    first = a.token
+    a.release()
+    assert b.hold() and b.token > first
+
+
+def test_an_expired_holder_never_renews_the_next_leaders_lease():
+    a, b = LeaderLease("a", ttl_s=10), LeaderLease("b", ttl_s=30)
+    assert a.hold()
+    expire(a)
+    assert b.hold()
+    assert not a.hold()
+    assert b.current_holder().startswith("b#")
+    assert redis_client().pttl(LEASE_KEY) > 15_000, "a's renewal did not shorten b's lease to a's ttl"
+
+
+def test_a_stale_leader_cannot_claim_after_a_newer_one_took_over(alice, teams, node):
+    job = make_job(team=teams["vision"], user=alice)
+    old, new = LeaderLease("old", ttl_s=10), LeaderLease("new", ttl_s=10)
+    assert old.hold()
+    expire(old)
+    assert new.hold()
+    with pytest.raises(LeadershipLost):
+        plan_and_start(token=old.token)
+    assert Job.objects.get(pk=job.pk).state == JobState.QUEUED and not GpuSlot.objects.exists()
+    assert plan_and_start(token=new.token)
+    assert Job.objects.get(pk=job.pk).state == JobState.STARTING
+
+
+def test_the_fence_holds_only_for_the_newest_token():
+    lease = LeaderLease("a", ttl_s=10)
+    assert lease.hold()
+    with fenced(lease.token):
+        pass
+    with pytest.raises(LeadershipLost), fenced(lease.token - 1):
+        pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_once_runs_a_pass_only_with_the_lease(alice, teams, node):
+    from yoloportal.env import database_url
+
+    job = make_job(team=teams["vision"], user=alice)
+    env = {"PATH": "/usr/bin:/bin", "DATABASE_URL": database_url(settings.DATABASES["default"]),
+           "REDIS_URL": settings.REDIS_URL, "DATA_DIR": str(settings.DATA_DIR), "LOG_LEVEL": "WARNING"}
+
+    def once() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", "scheduler", "--once"], cwd=settings.BASE_DIR,
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    other = LeaderLease("other", ttl_s=60)
+    assert other.hold()
+    refused = once()
+    assert refused.returncode == 3 and "another scheduler leads" in refused.stderr
+    assert Job.objects.get(pk=job.pk).state == JobState.QUEUED
+    other.release()
+    done = once()
+    assert done.returncode == 0, done.stderr
+    assert Job.objects.get(pk=job.pk).state == JobState.STARTING
+    assert not redis_client().exists(LEASE_KEY), "--once gives the lease back"
