@@ -67,6 +67,14 @@ def use_redis(url: str) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_admission_inputs():
+    """Submit's admission reuses what it read for a moment (apps/scheduling/admission.py): not across tests."""
+    from apps.scheduling.admission import admission_cache_clear
+
+    admission_cache_clear()
+
+
+@pytest.fixture(autouse=True)
 def _flush_redis(redis_server):
     import redis
 

@@ -85,6 +85,8 @@ def parse_database_url(url: str) -> dict:
             # Several processes (web, scheduler, worker, training monitor) share the file:
             # WAL lets readers run beside the writer; IMMEDIATE takes the write lock up
             # front so two writers queue on the busy timeout instead of deadlocking.
+            # Kept open between requests like PostgreSQL's (a reconnect runs the PRAGMAs again).
+            "CONN_MAX_AGE": 60,
             "OPTIONS": {
                 "timeout": 30,
                 "transaction_mode": "IMMEDIATE",

@@ -134,7 +134,7 @@ RQ_SHOW_ADMIN_LINK = True
 # The shared cache: throttle and login counters every web process sees (docs/security.md).
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "apps.core.cache.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "yoloportal",
         "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
@@ -181,6 +181,9 @@ SPECTACULAR_SETTINGS = {
 
 # --- Scheduler and workers ----------------------------------------------------------------
 SCHEDULER_TICK_S = env_float("SCHEDULER_TICK_S", 3.0, minimum=0.1)
+# How long a web process may reuse what submit's admission reads (nodes, quotas, scheduler
+# configuration; apps/scheduling/admission.py). Changes made in the same process apply at once.
+ADMISSION_CACHE_S = env_float("ADMISSION_CACHE_S", 2.0, minimum=0.0)
 NODE_GRACE_S = env_float("NODE_GRACE_S", 30.0, minimum=1.0)
 HEARTBEAT_S = env_float("HEARTBEAT_S", 5.0, minimum=0.2)
 DISPATCH_REPAIR_S = env_float("DISPATCH_REPAIR_S", 20.0, minimum=1.0)

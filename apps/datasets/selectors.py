@@ -60,7 +60,27 @@ def dataset_resolve(*, team, reference: str) -> str:
     return str(candidate)
 
 
+_checked: dict[tuple[str, str], tuple[int, int, int]] = {}
+
+
 def data_yaml_check(path: Path, *, root: Path) -> None:
+    """:func:`data_yaml_check_uncached`, remembered per (file, root) while the file (its
+    modification time and size) and its folder's entries (the folder's modification time:
+    a split folder swapped for a link changes it) stay the same. Every submit asks."""
+    try:
+        stat, folder = path.stat(), path.parent.stat()
+    except OSError as exc:
+        raise ValueError(f"dataset YAML cannot be read: {exc.strerror or exc}") from None
+    key, stamp = (str(path), str(root)), (stat.st_mtime_ns, stat.st_size, folder.st_mtime_ns)
+    if _checked.get(key) == stamp:
+        return
+    data_yaml_check_uncached(path, root=root)
+    if len(_checked) > 10_000:
+        _checked.clear()
+    _checked[key] = stamp
+
+
+def data_yaml_check_uncached(path: Path, *, root: Path) -> None:
     """Refuse dataset YAMLs Ultralytics would execute or that reach outside ``root``.
 
     Mirrors how Ultralytics (8.4 ``check_det_dataset``) reads the file: a ``download:``

@@ -100,6 +100,9 @@ class Job(models.Model):
             models.Index(fields=["team", "state", "-created_at"], name="job_team_state_recent"),
             models.Index(fields=["team", "-created_at"], name="job_team_recent"),
             models.Index(fields=["user", "-created_at"], name="job_user_recent"),
+            # Submit counts the user's active jobs (MAX_ACTIVE_JOBS_PER_USER) on every request.
+            models.Index(fields=["user"], condition=models.Q(state__in=["queued", "starting", "running"]),
+                         name="job_user_active"),
             models.Index(fields=["team", "queue_position", "created_at"], condition=models.Q(state="queued"),
                          name="job_queue_order"),
             models.Index(fields=["state", "node"]),

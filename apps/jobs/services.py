@@ -508,6 +508,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
             if active >= settings.MAX_ACTIVE_JOBS_PER_USER:
                 raise TooManyActiveJobs(active, settings.MAX_ACTIVE_JOBS_PER_USER)
             job = Job.objects.create(
+                seq=1,  # the "submitted" event's
                 task_name=spec.task_name,
                 team=resolved.team,
                 user=user,
@@ -526,7 +527,11 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                 queued_at=timezone.now(),
                 reason="waiting for the scheduler",
             )
-            job_event(job, "submitted", f"submitted by {user.username} for team {resolved.team.slug}")
+            # The job's first event, written directly: nobody can be watching a job that did
+            # not exist a moment ago (a page that opens later reads it from the database),
+            # so no sequence round trip and no publish. "submitted" notifies nobody.
+            JobEvent.objects.create(job=job, seq=1, attempt=1, kind="submitted",
+                                    message=f"submitted by {user.username} for team {resolved.team.slug}")
             audit_record(actor=user, action=AuditEntry.Action.JOB_SUBMIT, team=job.team_id, target=job, message=job.task_name)
             transaction.on_commit(kick_scheduler)
     except IntegrityError:

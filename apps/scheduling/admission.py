@@ -7,13 +7,66 @@ calls :func:`job_admission_errors`. The rules themselves are the pure policy's
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+
 from apps.cluster.models import Node
 
 from .inputs import cluster_nodes, team_policies
 from .models import SchedulerConfig
-from .policy import JobRequest
+from .policy import JobRequest, NodeInfo, PolicyConfig, TeamPolicy
 from .policy.admission import limit_error
 from .policy.placement import fits_empty_cluster
+
+
+@dataclass(frozen=True)
+class AdmissionInputs:
+    nodes: tuple[NodeInfo, ...]
+    images: frozenset[str]
+    largest_node_gpus: int
+    config: PolicyConfig
+    teams: dict[str, TeamPolicy]
+
+
+_cached: tuple[float, AdmissionInputs] | None = None
+_lock = threading.Lock()
+
+
+def admission_inputs() -> AdmissionInputs:
+    """The cluster's shape, the scheduler configuration and the team quotas, as submit needs them.
+
+    Every submit asks; they change rarely. Read at most every ``ADMISSION_CACHE_S`` seconds
+    per process (five queries and the policy objects otherwise), and afresh at once after a
+    change saved in this process (:func:`admission_cache_clear`, wired to the models'
+    signals in ``apps.py``). A node registered by a worker, or a quota changed on another
+    web process, is seen by submit within ``ADMISSION_CACHE_S``; the scheduler reads them
+    afresh on every pass regardless.
+    """
+    global _cached
+    now = time.monotonic()
+    cached = _cached
+    if cached is not None and now - cached[0] < settings.ADMISSION_CACHE_S:
+        return cached[1]
+    with _lock:
+        nodes = list(Node.objects.prefetch_related("gpus"))
+        config = SchedulerConfig.current().to_policy()
+        inputs = AdmissionInputs(
+            nodes=cluster_nodes(nodes),
+            images=frozenset(image for n in nodes for image in n.images or ()),
+            largest_node_gpus=max((len(n.gpus.all()) for n in nodes), default=0),
+            config=config,
+            teams=team_policies(config),
+        )
+        _cached = (time.monotonic(), inputs)
+    return inputs
+
+
+def admission_cache_clear(**_) -> None:
+    global _cached
+    _cached = None
 
 
 def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, str]:
@@ -25,21 +78,20 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
        known (``team_known``): ``resources.gpu``.
     4. Otherwise, whether any node could hold it when empty: ``resources``.
     """
-    nodes = list(Node.objects.prefetch_related("gpus"))
-    if not nodes:
+    inputs = admission_inputs()
+    if not inputs.nodes:
         return {}
     if request.image:
-        available = sorted({image for n in nodes for image in n.images or ()})
+        available = sorted(inputs.images)
         if request.image not in available:
             return {"image": (f"no node runs image {request.image!r}; available: "
                               f"{', '.join(available) if available else 'none (no node lists an image)'}")}
     if team_known:
-        config = SchedulerConfig.current().to_policy()
-        if limit := limit_error(request, config, team_policies(config)):
+        if limit := limit_error(request, inputs.config, inputs.teams):
             return {"resources.gpu": limit}
-    if fits_empty_cluster(cluster_nodes(nodes), request):
+    if fits_empty_cluster(inputs.nodes, request):
         return {}
-    largest = max(n.gpus.count() for n in nodes)
+    largest = inputs.largest_node_gpus
     return {"resources": (
         f"no node can ever run this: asks for {request.gpus:g} GPU(s)"
         f"{' of model ' + '/'.join(request.gpu_models) if request.gpu_models else ''}"

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
 from apps.accounts.services import membership_set, team_ensure
-from apps.jobs.models import HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
+from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
 from apps.jobs.selectors import job_list, queue_list
 from tests.jobs.bulk import insert_job_history, insert_jobs
 
@@ -78,6 +78,7 @@ def hot_queries(member, job) -> dict[str, object]:
         "team jobs newest first": job_list(user=member).order_by("-created_at")[:100],
         "my jobs newest first": job_list(user=member, mine=True).order_by("-created_at")[:100],
         "team jobs in one state": job_list(user=member, state=JobState.FAILED).order_by("-created_at")[:100],
+        "submit: a user's active jobs": Job.objects.filter(user=member, state__in=ACTIVE_STATES).values("pk"),
         "scheduler: queued jobs": Job.objects.filter(state=JobState.QUEUED),
         "scheduler: holding jobs": Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False),
         "events after seq": JobEvent.objects.filter(job=job, seq__gt=50).order_by("seq")[:1000],
@@ -87,7 +88,8 @@ def hot_queries(member, job) -> dict[str, object]:
 
 
 HOT = ["queue in scheduler order", "team jobs newest first", "my jobs newest first", "team jobs in one state",
-       "scheduler: queued jobs", "scheduler: holding jobs", "events after seq", "logs after seq", "metrics after seq"]
+       "submit: a user's active jobs", "scheduler: queued jobs", "scheduler: holding jobs", "events after seq",
+       "logs after seq", "metrics after seq"]
 
 
 @pytest.mark.parametrize("name", HOT)

@@ -1,4 +1,5 @@
-"""A real web server (daphne, the ASGI app with Channels) on the test database, for CLI and
+"""A real web server (uvicorn with two worker processes, as `make run` serves the ASGI app with
+Channels) on the test database, for CLI and
 browser tests. It shares the session's Redis, so the test process can publish to its sockets."""
 
 from __future__ import annotations
@@ -29,19 +30,20 @@ class WebServer:
         log = open(log_dir / "web.log", "ab")
         self.log_path = log_dir / "web.log"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "yoloportal.asgi:application"],
+            [sys.executable, "-m", "uvicorn", "yoloportal.asgi:application", "--host", "127.0.0.1",
+             "--port", str(self.port), "--workers", "2"],
             cwd=settings.BASE_DIR, env=system.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"daphne exited: {self.log()[-3000:]}")
+                raise RuntimeError(f"uvicorn exited: {self.log()[-3000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError("daphne did not start listening within 30 s")
+        raise RuntimeError("uvicorn did not start listening within 30 s")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -1,0 +1,54 @@
+"""A submit stays cheap: what admission reads (nodes, quotas, configuration) is reused for a
+moment, and a change made in the same process is seen at once."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from apps.quotas.models import TeamQuota
+from tests.conftest import api_client
+
+pytestmark = pytest.mark.django_db
+ADMISSION_TABLES = ("cluster_node", "cluster_gpu", "scheduling_schedulerconfig", "quotas_teamquota")
+
+
+def submit(client, name: str, gpus: float = 1):
+    return client.post("/api/v1/jobs/", {
+        "task_name": name, "team": "vision", "allow_duplicate": True, "resources": {"gpu": gpus},
+        "command": "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz=64"}, format="json")
+
+
+def test_a_second_submit_reads_no_cluster_or_quota_table(bob, demo_registered, node, settings):
+    settings.ADMISSION_CACHE_S = 60
+    client = api_client(bob)
+    assert submit(client, "first").status_code == 201
+    with CaptureQueriesContext(connection) as captured:
+        assert submit(client, "second").status_code == 201
+    tables = " ".join(q["sql"] for q in captured.captured_queries)
+    assert not [t for t in ADMISSION_TABLES if t in tables], tables
+    assert len(captured) <= 12, [q["sql"][:80] for q in captured.captured_queries]
+
+
+def test_a_node_registered_in_this_process_is_seen_by_the_next_submit(bob, demo_registered, node, settings):
+    from worker.inventory import simulated_gpus
+    from worker.node import register_this_host
+
+    settings.ADMISSION_CACHE_S = 60
+    client = api_client(bob)
+    assert submit(client, "too-big", gpus=4).json()["resources"]  # the node has 2 GPUs
+    register_this_host(name="node-b", gpus=simulated_gpus(4))
+    assert submit(client, "fits-now", gpus=4).status_code == 201
+
+
+def test_a_change_made_elsewhere_is_seen_once_the_period_is_over(bob, demo_registered, node, teams, settings):
+    """``.update()`` sends no signal, like a quota saved by another web process."""
+    TeamQuota.objects.create(team=teams["vision"], max_gpus_per_job=1)
+    settings.ADMISSION_CACHE_S = 60
+    client = api_client(bob)
+    assert submit(client, "before").status_code == 201
+    TeamQuota.objects.filter(team=teams["vision"]).update(max_gpus_per_job=0.5)
+    assert submit(client, "within-the-period").status_code == 201  # still the quota read a moment ago
+    settings.ADMISSION_CACHE_S = 0  # the period is over
+    assert "resources.gpu" in submit(client, "after").json()
