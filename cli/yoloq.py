@@ -6,6 +6,8 @@
     yoloq status ID [--json]          ~ scontrol show job
     yoloq logs [-f] ID                ~ tail -f slurm-ID.out
     yoloq cancel ID                   ~ scancel
+    yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name)
+    yoloq weights push FILE.pt --team T   upload pretrained weights (then model=FILE.pt in specs)
 
 Talks to the REST API (``/api/v1/``) with ``Authorization: Token …``. The server URL and
 token live in ``$XDG_CONFIG_HOME/yoloq/config.json`` (``~/.config/yoloq/config.json``),
@@ -19,9 +21,12 @@ import argparse
 import getpass
 import json
 import os
+import re
 import sys
+import tempfile
 import time
 import uuid
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,9 +91,10 @@ class Api:
         self.session.headers.update({"Authorization": f"Token {token}", "Accept": "application/json",
                                      "User-Agent": "yoloq"})
 
-    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), **kwargs: Any) -> requests.Response:
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,),
+                timeout: float | tuple[float, float] = TIMEOUT_S, **kwargs: Any) -> requests.Response:
         try:
-            response = self.session.request(method, self.base + path, timeout=TIMEOUT_S, **kwargs)
+            response = self.session.request(method, self.base + path, timeout=timeout, **kwargs)
         except requests.RequestException as exc:
             raise CliError(f"cannot reach {self.base}: {exc}") from None
         if response.status_code in ok:
@@ -310,6 +316,129 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- uploads: datasets and weights ------------------------------------------------------------
+
+# Never part of a dataset upload: hidden files, OS clutter and Ultralytics' label caches (the
+# server refuses .cache files: Ultralytics unpickles them).
+SKIPPED = re.compile(r"(^|/)(\.|__MACOSX/)|\.cache$")
+STORED_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".zip"}
+
+
+class UploadBody:
+    """A multipart/form-data body streamed from disk with a known length (``requests`` sends an
+    iterable with ``__len__`` with a Content-Length, block by block), printing progress as it goes."""
+
+    def __init__(self, fields: dict[str, str], file_field: str, path: Path, filename: str, progress: bool) -> None:
+        self.boundary = f"yoloq-{uuid.uuid4().hex}"
+        head = "".join(f"--{self.boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n"
+                       for k, v in fields.items() if v)
+        head += (f"--{self.boundary}\r\nContent-Disposition: form-data; name=\"{file_field}\"; "
+                 f"filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n")
+        self.head, self.tail = head.encode(), f"\r\n--{self.boundary}--\r\n".encode()
+        self.path, self.size = path, path.stat().st_size
+        self.total = len(self.head) + self.size + len(self.tail)
+        self.sent, self.progress, self.last = 0, progress, -1
+
+    @property
+    def content_type(self) -> str:
+        return f"multipart/form-data; boundary={self.boundary}"
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self):
+        yield self.head
+        with open(self.path, "rb") as f:
+            while block := f.read(1 << 20):
+                self.sent += len(block)
+                self.report()
+                yield block
+        yield self.tail
+
+    def report(self) -> None:
+        percent = int(self.sent * 100 / max(self.size, 1))
+        if self.progress and percent != self.last:
+            self.last = percent
+            print(f"\r  uploading {self.size / 1024**2:.1f} MiB: {percent:3d}%", end="", file=sys.stderr, flush=True)
+
+
+def zip_folder(folder: Path, into: Path) -> tuple[int, int]:
+    """Zip ``folder`` (its name as the top folder) into ``into``: (files written, files skipped)."""
+    written = skipped = 0
+    with zipfile.ZipFile(into, "w") as archive:
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder).as_posix()
+            if path.is_dir():
+                continue
+            if SKIPPED.search(relative) or path.is_symlink():
+                skipped += 1
+                continue
+            compress = zipfile.ZIP_STORED if path.suffix.lower() in STORED_SUFFIXES else zipfile.ZIP_DEFLATED
+            archive.write(path, f"{folder.name}/{relative}", compress_type=compress)
+            written += 1
+    return written, skipped
+
+
+def upload(api: Api, endpoint: str, path: Path, filename: str, fields: dict[str, str], quiet: bool) -> dict:
+    body = UploadBody(fields, "file", path, filename, progress=not quiet and sys.stderr.isatty())
+    response = api.request("POST", endpoint, data=body, headers={"Content-Type": body.content_type},
+                           ok=(201, 400, 413), timeout=(TIMEOUT_S, 3600))
+    if body.progress:
+        print(file=sys.stderr)
+    answer = response.json()
+    if response.status_code != 201:
+        lines = [f"{p['path']}: {p['problem']}" for p in answer.get("problems") or []]
+        for key, value in answer.items():
+            if key not in ("problems", "problem_count", "offending_global"):
+                lines.insert(0, f"{key}: {' '.join(value) if isinstance(value, list) else value}")
+        raise CliError(f"{filename} was refused:\n  " + "\n  ".join(lines))
+    return answer
+
+
+def cmd_dataset_push(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    source = Path(args.path)
+    name = args.name or re.sub(r"[^a-z0-9_-]+", "-", source.name.removesuffix(".zip").lower()).strip("-")
+    fields = {"name": name, "team": args.team or "", "kind": args.kind, "description": args.description or ""}
+    if source.is_dir():
+        with tempfile.TemporaryDirectory(prefix="yoloq-") as temp:
+            archive = Path(temp) / f"{name}.zip"
+            written, skipped = zip_folder(source, archive)
+            if not args.quiet:
+                print(f"zipped {written} files of {source}" + (f" ({skipped} hidden/cache files left out)"
+                                                              if skipped else ""), file=sys.stderr)
+            answer = upload(api, "datasets/", archive, archive.name, fields, args.quiet)
+    elif source.is_file():
+        answer = upload(api, "datasets/", source, source.name, fields, args.quiet)
+    else:
+        raise CliError(f"{source}: no such file or folder")
+    if args.quiet:
+        print(answer["reference"])
+        return 0
+    stats = (answer.get("stats") or {}).get("splits") or {}
+    splits = ", ".join(f"{k} {v['images']}" for k, v in stats.items())
+    print(f"Stored {answer['team']}/{answer['reference']}: {answer['num_images']} images ({splits}), "
+          f"{answer['num_classes']} classes; sha256 {answer['sha256'][:16]}…")
+    print(f"  train on it: yolo train data={answer['name']} …   (this version: data={answer['reference']})")
+    return 0
+
+
+def cmd_weights_push(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    source = Path(args.file)
+    if not source.is_file():
+        raise CliError(f"{source}: no such file")
+    filename = args.name or source.name
+    answer = upload(api, "weights/", source, filename, {"team": args.team or ""}, args.quiet)
+    if args.quiet:
+        print(answer["reference"])
+        return 0
+    print(f"Stored {filename} for {answer['team']} as {answer['reference']} ({answer['task'] or 'task unknown'}, "
+          f"sha256 {answer['sha256'][:16]}…)")
+    print(f"  use it: yolo train model={filename} …   (this version: model={answer['reference']})")
+    return 0
+
+
 # --- entry point -----------------------------------------------------------------------------
 
 
@@ -345,6 +474,25 @@ def parser() -> argparse.ArgumentParser:
     p = commands.add_parser("cancel", help="cancel a job, like scancel")
     p.add_argument("id")
     p.set_defaults(func=cmd_cancel)
+
+    dataset = commands.add_parser("dataset", help="datasets: push").add_subparsers(dest="verb", required=True)
+    p = dataset.add_parser("push", help="upload a dataset folder or .zip (a new version of its name)")
+    p.add_argument("path", help="a folder with data.yaml, images/ and labels/, or a .zip of one")
+    p.add_argument("--team", help="the team it belongs to (optional when you are in one team)")
+    p.add_argument("--name", help="how specs name it (default: the folder's name)")
+    p.add_argument("--kind", choices=["yolo", "images"], default="yolo",
+                   help="images: a set of images without labels, to predict on")
+    p.add_argument("--description", help="a short description")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only name:vN")
+    p.set_defaults(func=cmd_dataset_push)
+
+    weights = commands.add_parser("weights", help="weights: push").add_subparsers(dest="verb", required=True)
+    p = weights.add_parser("push", help="upload pretrained weights (.pt) to a team")
+    p.add_argument("file", help="a .pt written by Ultralytics (training or model.save())")
+    p.add_argument("--team", help="the team it belongs to (optional when you are in one team)")
+    p.add_argument("--name", help="the file name specs use (default: the file's own name)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only name:vN")
+    p.set_defaults(func=cmd_weights_push)
     return top
 
 

@@ -19,20 +19,37 @@ log = logging.getLogger(__name__)
 
 
 def register_this_host(*, name: str, gpus: list[GpuReading], images: list[str] | None = None,
-                       limits: dict | None = None, executor: str = Node.Executor.LOCAL) -> Node:
+                       limits: dict | None = None, executor: str = Node.Executor.LOCAL, cpus: int | None = None,
+                       memory_mb: int | None = None, features: list[str] | None = None) -> Node:
     """Register (or refresh) node ``name`` with this host's CPUs, memory, hostname and process.
 
     ``images`` default to ``NODE_IMAGES`` (the names this worker's own environment answers
     to); ``limits`` to what this host's cgroups enforce (probed here when not given).
+    ``cpus``/``memory_mb`` are what the node *advertises* to the scheduler when an operator
+    sets them (``gpu_worker --cpus 8 --memory 32Gi``), possibly more than the machine has:
+    an explicit overcommit. The machine's own numbers are recorded beside them (host_*), and
+    limits enforced on a job never exceed those. ``features`` defaults to what is detected
+    here (``tensorrt`` on an NVIDIA node with the TensorRT runtime importable).
     """
     if limits is None:
         from .executors.cgroups import probe
 
         limits = probe().as_dict() if settings.ATTEMPT_CGROUPS else {
             "version": "", "enforced": [], "summary": "limits not enforced (ATTEMPT_CGROUPS=false)"}
-    return node_register(name=name, gpus=gpus, cpu_count=os.cpu_count() or 0, memory_mb=host_memory_mb(),
+    host_cpus, host_memory = os.cpu_count() or 0, host_memory_mb()
+    return node_register(name=name, gpus=gpus, cpu_count=cpus or host_cpus, memory_mb=memory_mb or host_memory,
+                         host_cpu_count=host_cpus, host_memory_mb=host_memory,
+                         features=detect_features(gpus) if features is None else features,
                          hostname=socket.gethostname(), worker_pid=os.getpid(), executor=executor,
                          images=settings.NODE_IMAGES if images is None else images, limits=limits)
+
+
+def detect_features(gpus: list[GpuReading]) -> list[str]:
+    """``tensorrt`` where a real NVIDIA GPU and the TensorRT runtime are both here (checked without importing it)."""
+    import importlib.util
+
+    real = any(not g.simulated for g in gpus)
+    return ["tensorrt"] if real and importlib.util.find_spec("tensorrt") is not None else []
 
 
 class Heartbeat(threading.Thread):

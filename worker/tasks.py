@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import Sum
 
+from apps.core.artifacts import artifact_path
 from apps.core.hashing import file_sha256
 from apps.jobs import live
 from apps.jobs.models import Checkpoint, Job, JobState
@@ -182,7 +183,9 @@ class AttemptRunner:
         return ""
 
     def train(self) -> str:
-        candidates: list[Checkpoint | None] = [*self.verified_checkpoints(), None]
+        # Only training resumes from checkpoints; val, predict and export start over.
+        resumable = self.job.spec.get("mode", "train") == "train"
+        candidates: list[Checkpoint | None] = [*(self.verified_checkpoints() if resumable else []), None]
         result = ChildResult()
         for number, checkpoint in enumerate(candidates, start=1):
             if checkpoint is not None:
@@ -200,16 +203,28 @@ class AttemptRunner:
 
     def child_config(self, number: int, checkpoint: Checkpoint | None) -> Path:
         spec = self.job.spec
+        resolved = spec["resolved"]
+        mode = spec.get("mode", "train")
         args = dict(spec.get("train_args") or {})
-        args.pop("data", None)
-        args.pop("model", None)
-        if self.job.node.simulated:
+        for key in ("data", "model", "source", "split", "format", "half", "int8", "dynamic", "simplify", "opset"):
+            args.pop(key, None)
+        if mode == "export":
+            args = {}  # all of them are the export entry's options
+        if self.job.node.simulated and mode in ("train", "val"):
             args.setdefault("workers", 0)  # CPU-only: dataloader processes only compete for cores
         device = "cpu" if self.job.node.simulated else ",".join(str(i) for i in range(len(self.job.gpu_indices)))
+        model, model_sha256 = resolved_model(resolved)
+        source = resolved.get("source") or {}
         config = {
-            "model": spec["resolved"]["model"],
-            "data": spec["resolved"]["data_yaml"],
-            "task": spec.get("task", "detect"),
+            "mode": mode,
+            "model": model,
+            "model_sha256": model_sha256,
+            "data": local_path(resolved.get("data_yaml") or source.get("data_yaml") or ""),
+            "split": source.get("split") or (spec.get("train_args") or {}).get("split") or "val",
+            "source": local_path(source.get("folder_key") or ""),
+            "export": resolved.get("export") or [],
+            "engine_allowed": "tensorrt" in (self.job.node.features or []),
+            "task": resolved.get("task") or (spec.get("task", "detect") if mode == "train" else None),
             "args": args,
             "device": device,
             "project": str(self.run_dir),
@@ -320,10 +335,15 @@ class AttemptRunner:
         elif kind == "checkpoint":
             checkpoint_record(self.job, epoch=int(event["epoch"]), path=event["path"], sha256=event["sha256"],
                               size=int(event["size"]))
-        elif kind == "started":
+        elif kind == "started" and event.get("mode", "train") == "train":
             job_event(self.job, "training_started",
                       f"training epochs {event.get('start_epoch', 1)}..{event.get('epochs')}",
                       {k: v for k, v in event.items() if k != "save_dir"})  # a server path: not for the team
+        elif kind == "started":
+            what = {"val": f"validating on the {event.get('split')} split",
+                    "predict": f"predicting on {event.get('images')} images",
+                    "export": f"exporting to {', '.join(event.get('formats') or [])}"}.get(event.get("mode"), "started")
+            job_event(self.job, f"{event.get('mode')}_started", what, {k: v for k, v in event.items() if k != "type"})
         elif kind == "finished":
             result.finished = event
         elif kind == "error":
@@ -343,17 +363,16 @@ class AttemptRunner:
 
     def finish(self, result: ChildResult) -> str:
         close_old_connections()
-        finished = result.finished or {}
         return attempt_finish(self.job, outcome=result.outcome, exit_code=result.exit_code,
-                              error=self.error_text(result), weights=finished.get("weights") or "",
-                              metrics=finished.get("metrics") or {})
+                              error=self.error_text(result), finished=result.finished)
 
     @staticmethod
     def error_text(result: ChildResult) -> str:
         parts = []
         if result.error:
             kind = result.error.get("kind", "exception")
-            label = {"oom": "CUDA out of memory", "data": "dataset problem"}.get(kind, "training error")
+            label = {"oom": "CUDA out of memory", "data": "dataset problem", "weights": "weights refused",
+                     "export": "export verification failed"}.get(kind, "training error")
             parts.append(f"{label}: {result.error.get('message', '')}".strip())
             if result.error.get("advice"):
                 parts.append(f"Advice: {result.error['advice']}")
@@ -366,6 +385,23 @@ class AttemptRunner:
         if tail:
             parts.append("Last log lines:\n" + "\n".join(tail[-20:]))
         return "\n".join(parts)[:20000]
+
+
+def local_path(key: str) -> str | None:
+    """A resolved artifact key as this node's path (jobs queued before keys held absolute paths)."""
+    if not key:
+        return None
+    return key if key.startswith("/") else str(artifact_path(key))
+
+
+def resolved_model(resolved: dict) -> tuple[str, str]:
+    """(what the child loads: a YAML name or an absolute .pt path, the sha256 it must have)."""
+    model = resolved.get("model")
+    if isinstance(model, str):  # queued before issue 10: a YAML name or an absolute path
+        return model, ""
+    if model.get("yaml"):
+        return model["yaml"], ""
+    return str(artifact_path(model["key"])), model.get("sha256") or ""
 
 
 def kill_tree(child: subprocess.Popen | ZygoteChild) -> None:

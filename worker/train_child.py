@@ -1,19 +1,37 @@
-"""The training child process: one Ultralytics YOLO training attempt, reported as events.
+"""The training child process: one Ultralytics job attempt — train, val, predict or export —
+reported as events. ONE event contract for every kind of job (below).
 
 The GPU worker runs ``python -m worker.train_child CONFIG.json`` in its own process
 group with ``CUDA_VISIBLE_DEVICES`` already set, and learns what happened only from the
 events file and the exit code. This module never imports Django, and imports neither
 torch nor ultralytics at module level, so the parent may import it for its constants.
+val, predict and export live in ``worker.model_modes`` and report through the same events.
+
+Weights are pickles: before *any* ``.pt`` is loaded here (``model``, ``resume_from``) it
+must still have the sha256 the job recorded at submit (``model_sha256``) and pass the
+restricted unpickling check of ``apps.registry.checkpoint_scan`` (the check uploads went
+through); Ultralytics then loads it with ``ULTRALYTICS_SAFE_LOAD=1`` (``weights_only``).
 
 Config (JSON object)
 --------------------
-``model``            model YAML name (``yolov8n.yaml``) or absolute ``.pt`` path
-``data``             absolute path of a data.yaml (a ``download:`` key is refused)
-``args``             extra train kwargs (epochs, imgsz, batch, workers, lr0, seed, ...)
+``mode``             ``train`` (default), ``val``, ``predict`` or ``export``
+``model``            model YAML name (``yolov8n.yaml``, train only) or absolute ``.pt`` path
+``model_sha256``     optional: the sha256 the ``.pt`` must have (checked before loading)
+``data``             absolute path of a data.yaml (a ``download:`` key is refused); required
+                     for train and val, optional for export (validation images to verify
+                     against, int8 calibration) and predict (with ``split``)
+``split``            val/predict: the dataset split (``val`` by default)
+``source``           predict: absolute folder of images to annotate (instead of ``data``/``split``)
+``export``           list of export options (``format`` onnx/torchscript/engine, ``half``,
+                     ``int8``, ``dynamic``, ``imgsz``, ``batch``, ``simplify``, ``opset``): the
+                     export job's one entry, or the formats a training exports afterwards
+``engine_allowed``   whether this node advertises TensorRT (``format=engine``)
+``output_dir``       val/predict/export: where their files go (default ``project/<mode>``)
+``args``             extra kwargs of the mode (epochs, imgsz, batch, workers, lr0, conf, ...)
 ``device``           ``"cpu"``, ``"0"`` or ``"0,1"`` (indices inside CUDA_VISIBLE_DEVICES)
 ``project``, ``name`` run folder ``project/name``; reused by every attempt of a job
-``resume_from``      absolute checkpoint path to resume from, or null
-``checkpoint_dir``   where verified per-epoch checkpoint copies go
+``resume_from``      absolute checkpoint path to resume from, or null (train)
+``checkpoint_dir``   where verified per-epoch checkpoint copies go (train)
 ``events_path``      JSON-lines file the events are appended to
 ``progress_interval_s`` minimum seconds between progress events (default 0.25)
 ``config_dir``       YOLO_CONFIG_DIR (Ultralytics settings, DDP temp files); never $HOME
@@ -23,33 +41,48 @@ Config (JSON object)
 Events (one JSON object per line, flushed per line; every event also has ``time``,
 Unix seconds)
 -----------------------------------------------------------------------------
-``started``     ``epochs`` (total), ``start_epoch`` (1-based first epoch this process
-                trains; > 1 when resuming), ``save_dir``
-``progress``    ``epoch``, ``batch`` (1-based), ``batches``, ``losses``
+``started``     every mode: ``mode``. train: ``epochs`` (total), ``start_epoch`` (1-based
+                first epoch this process trains; > 1 when resuming), ``save_dir``.
+                val: ``split``. predict: ``images``. export: ``formats``.
+``progress``    train: ``epoch``, ``batch`` (1-based), ``batches``, ``losses``
                 ({"box_loss", "cls_loss", "dfl_loss"}: running means over the epoch);
-                at most one per ``progress_interval_s``, plus always the last batch
-``epoch``       ``epoch`` (1-based), ``epochs`` (total), ``values``: train/*, metrics/*,
-                val/*, lr/pg*, fitness — plain floats, NaN/inf as null. Emitted just
-                *before* that epoch's ``checkpoint`` event, so whoever holds checkpoint
-                N also holds the metrics of epoch N. A resumed attempt may repeat an
-                epoch that had metrics but no checkpoint: upsert by epoch.
-``checkpoint``  ``epoch``, ``path``, ``sha256``, ``size``. The file is a complete, fsynced
-                copy of that epoch's ``last.pt``; its sidecar ``epoch-NNNN.json``
+                at most one per ``progress_interval_s``, plus always the last batch.
+                predict: ``done``, ``total`` (images).
+``epoch``       train: ``epoch`` (1-based), ``epochs`` (total), ``values``: train/*,
+                metrics/*, val/*, lr/pg*, fitness — plain floats, NaN/inf as null. Emitted
+                just *before* that epoch's ``checkpoint`` event, so whoever holds
+                checkpoint N also holds the metrics of epoch N. A resumed attempt may
+                repeat an epoch that had metrics but no checkpoint: upsert by epoch.
+``checkpoint``  train: ``epoch``, ``path``, ``sha256``, ``size``. The file is a complete,
+                fsynced copy of that epoch's ``last.pt``; its sidecar ``epoch-NNNN.json``
                 (epoch, sha256, size) is written after it. Only the newest
                 ``KEEP_CHECKPOINTS`` are kept. A resumed attempt that redoes epoch N
                 replaces ``epoch-NNNN.pt`` with new bytes: key checkpoints by epoch.
-``finished``    ``weights`` (best.pt, else last.pt), ``last``, ``metrics`` (final
-                validation of best.pt), ``epochs``. Exit 0. When ``resume_from`` is the
-                checkpoint of a run that already finished, ``finished`` is the only event
-                (``resumed_finished_run: true``) and ``weights`` is the run folder's
-                best.pt if present, else the checkpoint itself.
-``error``       ``kind`` (``oom`` | ``data`` | ``checkpoint`` | ``config`` | ``exception``),
-                ``message``, ``advice``, ``traceback``.
+``finished``    every mode: ``mode``, ``code`` (python/torch/ultralytics/onnx versions),
+                ``exports`` (list, maybe empty). Exit 0.
+                train: ``weights`` (best.pt, else last.pt), ``last``, ``metrics`` (final
+                validation of best.pt), ``epochs``. When ``resume_from`` is the checkpoint
+                of a run that already finished, ``finished`` is the only event
+                (``resumed_finished_run: true``) and ``weights`` is the run folder's best.pt
+                if present, else the checkpoint itself. With ``export`` formats, each is
+                exported from ``weights`` after training; one that fails has an ``error``
+                in its entry, and the training still succeeded.
+                val: ``metrics``, ``per_class`` ([{class, name, images, instances,
+                precision, recall, map50, map50_95}]), ``speed``, ``split``.
+                predict: ``folder`` (annotated ``NNNNN.jpg`` + ``predictions.json``),
+                ``images``, ``boxes``.
+                export: ``exports`` = [{``format``, ``path``, ``options``, ``seconds``,
+                ``verification``: {runtime, images, outputs, precision, max_abs, max_rel,
+                rtol, atol, passed}}] (see ``worker.model_modes``).
+``error``       ``kind`` (``oom`` | ``data`` | ``checkpoint`` | ``weights`` | ``export`` |
+                ``config`` | ``exception``), ``message``, ``advice``, ``traceback``; an
+                ``export`` error also has ``verification`` when the comparison ran.
 
-Exit codes: 0 success; 1 training failed (error kinds oom, data, exception); 2 bad
-config (kind ``config``; no event at all if the config file itself is unreadable);
-4 the ``resume_from`` checkpoint is missing, corrupt or fails its sidecar hash (kind
-``checkpoint``): fall back to an older checkpoint. Killed by a signal: no final event.
+Exit codes: 0 success; 1 the job failed (error kinds oom, data, weights, export,
+exception); 2 bad config (kind ``config``; no event at all if the config file itself is
+unreadable); 4 the ``resume_from`` checkpoint is missing, corrupt or fails its sidecar
+hash (kind ``checkpoint``): fall back to an older checkpoint. Killed by a signal: no
+final event.
 """
 
 from __future__ import annotations
@@ -100,13 +133,20 @@ class CheckpointError(Exception):
     """The checkpoint to resume from cannot be used; the caller may try an older one."""
 
 
+class WeightsError(Exception):
+    """The weights to load changed since submit or fail the checkpoint check: never loaded."""
+
+
+MODES = ("train", "val", "predict", "export")
+
+
 # --------------------------------------------------------------------------- config
 
 
 @dataclass(frozen=True)
 class ChildConfig:
     model: str
-    data: Path
+    data: Path | None
     args: dict[str, Any]
     device: str
     project: Path
@@ -118,10 +158,22 @@ class ChildConfig:
     progress_interval_s: float = 0.25
     weights_dir: Path | None = None
     task: str | None = None
+    mode: str = "train"
+    model_sha256: str = ""
+    split: str = "val"
+    source: Path | None = None
+    export: tuple[dict[str, Any], ...] = ()
+    engine_allowed: bool = False
+    output_dir: Path | None = None
 
     @property
     def run_dir(self) -> Path:
         return self.project / self.name
+
+    @property
+    def mode_dir(self) -> Path:
+        """Where val/predict/export write their files."""
+        return self.output_dir or self.project / self.mode
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ChildConfig:
@@ -151,9 +203,23 @@ class ChildConfig:
         interval = raw.get("progress_interval_s", 0.25)
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval < 0:
             raise ConfigError("'progress_interval_s' must be a non-negative number")
+        mode = raw.get("mode", "train")
+        if mode not in MODES:
+            raise ConfigError(f"'mode' must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode != "train" and not model.endswith(".pt"):
+            raise ConfigError(f"'model' must be an absolute .pt path for {mode}, got {model!r}")
+        export = raw.get("export") or []
+        if not isinstance(export, list) or not all(isinstance(e, dict) and e.get("format") for e in export):
+            raise ConfigError("'export' must be a list of objects with a 'format'")
+        if mode == "export" and len(export) != 1:
+            raise ConfigError("an export job exports exactly one format ('export' with one entry)")
+        data = absolute("data", optional=mode in ("predict", "export"))
+        source = absolute("source", optional=True)
+        if mode == "predict" and data is None and source is None:
+            raise ConfigError("predict needs 'source' (a folder of images) or 'data' with a 'split'")
         return cls(
             model=model,
-            data=absolute("data"),  # type: ignore[arg-type]
+            data=data,
             args=dict(args),
             device=raw["device"],
             project=absolute("project"),  # type: ignore[arg-type]
@@ -165,6 +231,13 @@ class ChildConfig:
             progress_interval_s=float(interval),
             weights_dir=absolute("weights_dir", optional=True),
             task=task or None,
+            mode=mode,
+            model_sha256=str(raw.get("model_sha256") or ""),
+            split=str(raw.get("split") or "val"),
+            source=source,
+            export=tuple(dict(e) for e in export),
+            engine_allowed=bool(raw.get("engine_allowed", False)),
+            output_dir=absolute("output_dir", optional=True),
         )
 
 
@@ -344,6 +417,7 @@ class TrainingReporter:
         if _is_main_rank():
             self.events.emit(
                 "started",
+                mode="train",
                 epochs=int(trainer.epochs),
                 start_epoch=int(trainer.start_epoch) + 1,
                 save_dir=str(trainer.save_dir),
@@ -562,6 +636,11 @@ def inspect_checkpoint(path: Path) -> ResumePoint:
 def classify_error(exc: BaseException) -> tuple[str, str]:
     """(kind, advice) for the error event."""
     chain = _exception_chain(exc)
+    if any(isinstance(e, ExportFailed) for e in chain):
+        return "export", ("The exported model's raw outputs disagree with the PyTorch model's beyond the stated "
+                          "tolerance; try FP32 (no half/int8) or another opset.")
+    if any(isinstance(e, WeightsError) for e in chain):
+        return "weights", "Upload the weights again (or pick another version); they were not loaded."
     if any(isinstance(e, CheckpointError) for e in chain):
         return "checkpoint", "Resume from an older checkpoint, or restart the job from scratch."
     if any(_is_out_of_memory(e) for e in chain):
@@ -617,9 +696,8 @@ def train(config: ChildConfig, events: EventLog) -> int:
             # Ultralytics pickles the trainer for its DDP workers and would try to pip-install this.
             raise RuntimeError("multi-GPU training needs the 'cloudpickle>=3.1.1' package") from e
 
-    if config.resume_from is None and config.model.endswith(".pt") and not Path(config.model).is_file():
-        # A missing local file would send Ultralytics looking for it on GitHub.
-        raise FileNotFoundError(f"model weights not found: {config.model}")
+    if config.resume_from is None and config.model.endswith(".pt"):
+        check_weights(Path(config.model), sha256=config.model_sha256)
 
     config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_temp_files(config.checkpoint_dir)
@@ -637,6 +715,10 @@ def train(config: ChildConfig, events: EventLog) -> int:
     # (a resumed run inherits those from its checkpoint).
     forced: dict[str, Any] = {"data": str(config.data), "device": config.device, "plots": False}
     if config.resume_from is not None:
+        try:
+            check_weights(config.resume_from)
+        except WeightsError as exc:
+            raise CheckpointError(str(exc)) from exc
         point = inspect_checkpoint(config.resume_from)
         if point.finished:
             return _report_already_finished(config, events, point)
@@ -673,14 +755,128 @@ def train(config: ChildConfig, events: EventLog) -> int:
 
     trainer = model.trainer
     best, last = Path(trainer.best), Path(trainer.last)
+    weights = best if best.exists() else last
     events.emit(
         "finished",
-        weights=str(best if best.exists() else last),
+        mode="train",
+        weights=str(weights),
         last=str(last),
         metrics=_metrics_dict(model.metrics),
         epochs=int(trainer.epochs),
+        code=_code_versions(),
+        exports=_exports_after_training(config, weights),
     )
     return EXIT_OK
+
+
+def _code_versions() -> dict[str, str]:
+    from worker.model_modes import code_versions
+
+    return code_versions()
+
+
+def _exports_after_training(config: ChildConfig, weights: Path) -> list[dict[str, Any]]:
+    """``export: [onnx]`` in a training spec: each format from the final weights, verified.
+
+    A failed export is reported in its entry (``error``) and does not fail the training.
+    """
+    if not config.export or not weights.is_file():
+        return []
+    from worker.model_modes import ExportVerificationFailed, run_export
+
+    images = _verify_images(config)
+    entries = []
+    for options in config.export:
+        try:
+            entries.append(run_export(model_path=str(weights), options=dict(options), device=config.device,
+                                      data=config.data, verify_images=images,
+                                      output_dir=config.project / "export", engine_allowed=config.engine_allowed))
+        except ExportVerificationFailed as exc:
+            entries.append({"format": options["format"], "error": str(exc), "verification": exc.verification})
+        except Exception as exc:  # noqa: BLE001 - reported in the entry, the training itself succeeded
+            entries.append({"format": options["format"], "error": f"{type(exc).__name__}: {exc}"[:2000]})
+    return entries
+
+
+def _verify_images(config: ChildConfig) -> list[Path]:
+    from worker.model_modes import VERIFY_IMAGES, split_images
+
+    if config.data is None:
+        return []
+    for split in ("val", "test", "train"):
+        try:
+            images = split_images(config.data, split)
+        except FileNotFoundError:
+            continue
+        if images:
+            return images[:VERIFY_IMAGES]
+    return []
+
+
+def check_weights(path: Path, *, sha256: str = "") -> None:
+    """Right before loading a .pt: it still has the recorded hash and passes the checkpoint check."""
+    from apps.registry.checkpoint_scan import CheckpointRefused, scan_checkpoint
+
+    if not path.is_file():
+        # A missing local file would send Ultralytics looking for it on GitHub.
+        raise FileNotFoundError(f"model weights not found: {path}")
+    if sha256 and file_sha256(path) != sha256:
+        raise WeightsError(f"weights {path.name} changed since the job was submitted (sha256 differs): not loaded")
+    try:
+        scan_checkpoint(path)
+    except CheckpointRefused as exc:
+        raise WeightsError(f"weights {path.name} refused before loading: {exc}") from exc
+
+
+def run_mode(config: ChildConfig, events: EventLog) -> int:
+    """val, predict or export (worker.model_modes); emit ``finished`` and return 0, or raise."""
+    prepare_environment(config)
+    configure_ultralytics(config)
+    from worker import model_modes
+
+    if config.data is not None:
+        check_data_yaml(config.data)
+    check_weights(Path(config.model), sha256=config.model_sha256)
+    output = config.mode_dir
+    finished: dict[str, Any] = {"mode": config.mode, "exports": []}
+    if config.mode == "val":
+        assert config.data is not None
+        finished.update(model_modes.run_val(model_path=config.model, data=config.data, split=config.split,
+                                            device=config.device, args=dict(config.args), output_dir=output,
+                                            events=events))
+    elif config.mode == "predict":
+        root = config.source or config.data.parent  # type: ignore[union-attr]
+        images = model_modes.image_files(config.source) if config.source else \
+            model_modes.split_images(config.data, config.split)  # type: ignore[arg-type]
+        if not images:
+            raise DataConfigError("there are no images to predict on")
+        if config.source is None:
+            root = _common_root(images)
+        finished.update(model_modes.run_predict(model_path=config.model, images=images, source_root=root,
+                                                device=config.device, args=dict(config.args),
+                                                output_dir=output, events=events))
+    else:
+        (options,) = config.export
+        events.emit("started", mode="export", formats=[options["format"]])
+        try:
+            entry = model_modes.run_export(model_path=config.model, options=dict(options), device=config.device,
+                                           data=config.data, verify_images=_verify_images(config),
+                                           output_dir=output, engine_allowed=config.engine_allowed)
+        except model_modes.ExportVerificationFailed as exc:
+            raise ExportFailed(str(exc), exc.verification) from exc
+        finished["exports"] = [entry]
+    events.emit("finished", code=_code_versions(), **finished)
+    return EXIT_OK
+
+
+class ExportFailed(Exception):
+    def __init__(self, message: str, verification: dict[str, Any]):
+        self.verification = verification
+        super().__init__(message)
+
+
+def _common_root(paths: list[Path]) -> Path:
+    return Path(os.path.commonpath([str(p.parent) for p in paths]))
 
 
 def _report_already_finished(config: ChildConfig, events: EventLog, point: ResumePoint) -> int:
@@ -688,13 +884,17 @@ def _report_already_finished(config: ChildConfig, events: EventLog, point: Resum
     weights_dir = config.run_dir / "weights"
     best, last = weights_dir / "best.pt", weights_dir / "last.pt"
     assert config.resume_from is not None
+    weights = best if best.is_file() else config.resume_from
     events.emit(
         "finished",
-        weights=str(best if best.is_file() else config.resume_from),
+        mode="train",
+        weights=str(weights),
         last=str(last if last.is_file() else config.resume_from),
         metrics=point.train_metrics,
         epochs=point.epochs,
         resumed_finished_run=True,
+        code=_code_versions(),
+        exports=_exports_after_training(config, weights),
     )
     return EXIT_OK
 
@@ -709,7 +909,7 @@ def _metrics_dict(metrics: Any) -> dict[str, Any]:
 
 
 def run(config_path: Path) -> int:
-    """Load the config, train, and turn every failure into an error event + exit code."""
+    """Load the config, run the mode, and turn every failure into an error event + exit code."""
     try:
         raw = json.loads(Path(config_path).read_text(encoding="utf-8"))
         if not isinstance(raw, dict):
@@ -722,7 +922,8 @@ def run(config_path: Path) -> int:
     try:
         config = ChildConfig.from_dict(raw)
         config.events_path.parent.mkdir(parents=True, exist_ok=True)
-        return train(config, EventLog(config.events_path))
+        log = EventLog(config.events_path)
+        return train(config, log) if config.mode == "train" else run_mode(config, log)
     except ConfigError as e:
         print(f"train_child: bad config: {e}", file=sys.stderr)
         if events is not None:
@@ -732,11 +933,12 @@ def run(config_path: Path) -> int:
         kind, advice = classify_error(e)
         traceback.print_exc()
         if events is not None:
-            _emit_error(events, kind, str(e), advice, e)
+            extra = {"verification": e.verification} if isinstance(e, ExportFailed) else {}
+            _emit_error(events, kind, str(e), advice, e, **extra)
         return EXIT_CHECKPOINT if kind == "checkpoint" else EXIT_FAILED
 
 
-def _emit_error(events: EventLog, kind: str, message: str, advice: str, exc: BaseException) -> None:
+def _emit_error(events: EventLog, kind: str, message: str, advice: str, exc: BaseException, **extra: Any) -> None:
     with contextlib.suppress(OSError):  # nothing more to do if even the events file is gone
         events.emit(
             "error",
@@ -744,6 +946,7 @@ def _emit_error(events: EventLog, kind: str, message: str, advice: str, exc: Bas
             message=message[:4000],
             advice=advice,
             traceback="".join(traceback.format_exception(exc))[-20000:],
+            **extra,
         )
 
 

@@ -32,6 +32,7 @@ SPEC_SLACK = 64 * 1024
 # (path pattern, the limit in bytes); the first match wins, else REQUEST_MAX_BYTES.
 _LIMITS: list[tuple[re.Pattern[str], Callable[[], int]]] = [
     (re.compile(r"^/api/v1/datasets/?$"), lambda: settings.DATASET_UPLOAD_MAX_BYTES + MULTIPART_SLACK),
+    (re.compile(r"^/api/v1/weights/?$"), lambda: settings.WEIGHTS_UPLOAD_MAX_BYTES + MULTIPART_SLACK),
     # A spec as JSON/YAML, or the portal's form: the text box and an uploaded file.
     (re.compile(r"^/api/v1/jobs/?$"), lambda: 2 * settings.SPEC_MAX_BYTES + SPEC_SLACK),
     (re.compile(r"^/jobs/new/?$"), lambda: 2 * settings.SPEC_MAX_BYTES + SPEC_SLACK),

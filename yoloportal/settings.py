@@ -176,7 +176,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # priority_class and run_class share one choice set: one enum in the schema.
     "ENUM_NAME_OVERRIDES": {"PriorityClassEnum": "apps.jobs.models.PriorityClass",
-                            "ChannelKindEnum": "apps.notifications.models.Channel.Kind"},
+                            "ChannelKindEnum": "apps.notifications.models.Channel.Kind",
+                            "DatasetKindEnum": "apps.datasets.models.Dataset.Kind",
+                            "ModelSourceEnum": "apps.registry.models.ModelVersion.Source",
+                            "ModelStageEnum": "apps.registry.models.Stage"},
 }
 
 # --- Scheduler and workers ----------------------------------------------------------------
@@ -226,12 +229,21 @@ CUDA_OOM_RETRIES = env_int("CUDA_OOM_RETRIES", 2, minimum=0, maximum=5)
 WEIGHTS_DIR = env_path("WEIGHTS_DIR", DATA_DIR / "weights")
 DATASETS_DIR = env_path("DATASETS_DIR", DATA_DIR / "datasets")
 JOBS_DIR = env_path("JOBS_DIR", DATA_DIR / "jobs")
+# Registry files: uploaded weights and exports (models/<team>/<name>/v<N>/…); apps/core/artifacts.py.
+MODELS_DIR = env_path("MODELS_DIR", DATA_DIR / "models")
 
 API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1, maximum=3650)
 DATASET_UPLOAD_MAX_BYTES = env_int("DATASET_UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1024)
 DATASET_MAX_UNCOMPRESSED_BYTES = env_int("DATASET_MAX_UNCOMPRESSED_BYTES", 20 * 1024**3, minimum=1024)
 DATASET_MAX_FILES = env_int("DATASET_MAX_FILES", 200_000, minimum=1)
 DATASET_MAX_RATIO = env_float("DATASET_MAX_RATIO", 100.0, minimum=1.0)
+# Uploaded weights (.pt): the largest official checkpoint (YOLO11x) is ~110 MB; a trained one with its
+# optimizer state about three times the weights.
+WEIGHTS_UPLOAD_MAX_BYTES = env_int("WEIGHTS_UPLOAD_MAX_BYTES", 1024**3, minimum=1024)
+# What one team may keep in uploaded datasets and weights together (Team.storage_quota_gb overrides it).
+TEAM_STORAGE_QUOTA_GB = env_float("TEAM_STORAGE_QUOTA_GB", 100.0, minimum=0.0)
+# Images one predict job may annotate (each one is a stored JPEG).
+PREDICT_MAX_IMAGES = env_int("PREDICT_MAX_IMAGES", 1000, minimum=1)
 
 # --- Notifications (apps/notifications; sent by `manage.py notify_worker`) ------------------
 # The portal's public address, for links in messages ("" = no links).

@@ -13,6 +13,9 @@ class Team(models.Model):
     name = models.CharField(max_length=100)
     # Fair-share weight against sibling teams (Slurm "shares").
     shares = models.FloatField(default=1.0)
+    # Uploaded datasets and weights together (StorageCharge); empty = settings.TEAM_STORAGE_QUOTA_GB.
+    storage_quota_gb = models.FloatField(null=True, blank=True,
+                                         help_text="uploaded datasets and weights; empty = the site default")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -37,6 +40,26 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
+
+
+class StorageCharge(models.Model):
+    """Bytes a team keeps in storage for one uploaded artifact (a dataset version, a weights file).
+
+    Written *before* the files are (``storage_reserve``, with the team's row locked), so two
+    uploads at once cannot both squeeze under the quota; removed when the artifact is deleted
+    or its upload fails. ``key`` is the artifact's key (apps/core/artifacts.py).
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="storage_charges")
+    key = models.CharField(max_length=500, unique=True)
+    bytes = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__slug", "key"]
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.bytes} bytes"
 
 
 def hash_token(key: str) -> str:
@@ -108,6 +131,8 @@ class AuditEntry(models.Model):
         DATASET_DELETE = "dataset.delete"
         MODEL_PROMOTE = "model.promote"
         MODEL_DELETE = "model.delete"
+        WEIGHTS_UPLOAD = "weights.upload"
+        WEIGHTS_SHARED_ADD = "weights.shared_add"
         SCHEDULER_CONFIG = "scheduler.config"
         # Every change made through Django admin (apps.accounts.admin_audit), with before/after.
         ADMIN_ADD = "admin.add"

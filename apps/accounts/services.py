@@ -7,12 +7,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from apps.core.errors import FieldErrors
 
 from .live import access_changed
-from .models import ApiToken, AuditEntry, Membership, Team, hash_token
+from .models import ApiToken, AuditEntry, Membership, StorageCharge, Team, hash_token
 
 MAX_ACTIVE_TOKENS_PER_USER = 50
 
@@ -138,3 +139,49 @@ def user_ensure(*, username: str, password: str, superuser: bool = False):
     user.set_password(password)
     user.save()
     return user
+
+
+# --- storage quota (uploaded datasets and weights) ---------------------------------------------
+
+
+class StorageQuotaExceeded(Exception):
+    """The team's uploads would pass its storage quota; the message says by how much."""
+
+
+def storage_limit_bytes(team: Team) -> int:
+    gigabytes = team.storage_quota_gb if team.storage_quota_gb is not None else settings.TEAM_STORAGE_QUOTA_GB
+    return int(gigabytes * 1024**3)
+
+
+def storage_used_bytes(team: Team) -> int:
+    return StorageCharge.objects.filter(team=team).aggregate(total=Sum("bytes"))["total"] or 0
+
+
+def storage_reserve(*, team: Team, key: str, size: int) -> StorageCharge:
+    """Charge ``size`` bytes for ``key`` to ``team``, or raise StorageQuotaExceeded.
+
+    The team's row is locked (PostgreSQL; SQLite serialises writers anyway) while the sum
+    is read and the charge inserted, so parallel uploads are counted one after the other.
+    Call it before writing the files; :func:`storage_release` gives the bytes back.
+    """
+    with transaction.atomic():
+        list(Team.objects.select_for_update().filter(pk=team.pk).values_list("pk", flat=True))
+        used, limit = storage_used_bytes(team), storage_limit_bytes(team)
+        if used + size > limit:
+            raise StorageQuotaExceeded(
+                f"team {team.slug} keeps {_gib(used)} of uploads; {_gib(size)} more would pass its storage quota "
+                f"of {_gib(limit)}: delete old dataset versions or weights, or ask an admin for a larger quota")
+        return StorageCharge.objects.create(team=team, key=key, bytes=size)
+
+
+def storage_adjust(*, key: str, size: int, new_key: str | None = None) -> None:
+    """Correct a charge once the real size is known, and move it to the artifact's final key."""
+    StorageCharge.objects.filter(key=key).update(bytes=size, key=new_key or key)
+
+
+def storage_release(*, key: str) -> None:
+    StorageCharge.objects.filter(key=key).delete()
+
+
+def _gib(size: int) -> str:
+    return f"{size / 1024**3:.2f} GiB" if size >= 1024**3 / 100 else f"{size / 1024**2:.1f} MiB"

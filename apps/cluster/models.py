@@ -23,8 +23,14 @@ class Node(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
     simulated = models.BooleanField(default=False, help_text="GPUs are simulated; training runs on CPU.")
+    # What the node advertises to the scheduler (``gpu_worker --cpus/--memory`` may set more than the
+    # machine has: an explicit overcommit); host_* is the machine itself, which enforced limits
+    # (issue 12) never exceed.
     cpu_count = models.PositiveIntegerField(default=0)
     memory_mb = models.PositiveIntegerField(default=0)
+    host_cpu_count = models.PositiveIntegerField(default=0)
+    host_memory_mb = models.PositiveIntegerField(default=0)
+    features = models.JSONField(default=list, blank=True, help_text='what it offers beyond GPUs, e.g. ["tensorrt"]')
     hostname = models.CharField(max_length=255, blank=True)
     worker_pid = models.PositiveIntegerField(null=True, blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)

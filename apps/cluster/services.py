@@ -33,11 +33,14 @@ class GpuFacts(Protocol):
 
 def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory_mb: int, hostname: str,
                   worker_pid: int | None, executor: str = Node.Executor.LOCAL, images: Sequence[str] = (),
-                  limits: dict | None = None, partition: str = "") -> Node:
+                  limits: dict | None = None, partition: str = "", host_cpu_count: int | None = None,
+                  host_memory_mb: int | None = None, features: Sequence[str] = ()) -> Node:
     """Create or refresh the node and its GPUs; a lost node that comes back is active again.
 
     ``images``: the images (environments) the node runs; ``limits``: what it enforces per
     attempt (``worker.executors.cgroups.Host.as_dict()``), shown in the cluster view.
+    ``cpu_count``/``memory_mb`` are what it advertises (maybe more than ``host_*``, the
+    machine's own: an operator's explicit overcommit); ``features``: e.g. ``tensorrt``.
     """
     simulated = all(g.simulated for g in gpus)
     with transaction.atomic():
@@ -47,6 +50,9 @@ def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory
                 "simulated": simulated,
                 "cpu_count": cpu_count,
                 "memory_mb": memory_mb,
+                "host_cpu_count": cpu_count if host_cpu_count is None else host_cpu_count,
+                "host_memory_mb": memory_mb if host_memory_mb is None else host_memory_mb,
+                "features": sorted(set(features)),
                 "hostname": hostname,
                 "worker_pid": worker_pid,
                 "last_heartbeat": timezone.now(),

@@ -9,11 +9,13 @@ from .services import dataset_delete
 
 @admin.register(Dataset)
 class DatasetAdmin(TeamScopedAdmin, admin.ModelAdmin):
-    list_display = ["name", "team", "num_images", "num_classes", "created_at"]
-    list_filter = ["team"]
+    list_display = ["name", "version", "team", "kind", "num_images", "num_classes", "size_bytes", "created_at"]
+    list_filter = ["team", "kind"]
     manager_can_delete = True
-    # A registered path is trusted by the training worker: only admins point it somewhere.
-    superuser_only_fields = ("team", "name", "yaml_path")
+    # A registered key is trusted by the training worker: only admins point it somewhere; the
+    # content hash and statistics are the platform's.
+    superuser_only_fields = ("team", "name", "version", "kind", "key", "yaml_key")
+    readonly_fields = ["sha256", "size_bytes", "num_images", "num_classes", "names", "stats", "uploaded_by"]
 
     def delete_model(self, request, obj):
         # Through the service: audited, and the files go so the name no longer resolves.

@@ -1,16 +1,19 @@
-"""REST endpoints for datasets: a scoped list, detail, and zip upload."""
+"""REST endpoints for datasets: a scoped list, detail with its statistics, zip upload, delete, samples."""
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, serializers, status
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import team_list
+from apps.accounts.selectors import is_manager_of, team_list
+from apps.accounts.services import StorageQuotaExceeded
 from apps.accounts.throttles import UploadThrottle
 from apps.core.api import StrictInput, field_errors
 from apps.core.openapi import ERROR, paginated
@@ -18,22 +21,36 @@ from apps.core.selectors import get_or_404
 
 from .archive import ArchiveRejected
 from .models import Dataset
-from .selectors import dataset_list
-from .services import DatasetExists, dataset_upload
+from .selectors import dataset_list, dataset_sample_path
+from .services import dataset_delete, dataset_upload
+
+DATASET_NOT_VISIBLE = "No dataset with that id in your teams."
 
 
 class DatasetOut(serializers.ModelSerializer):
     team = serializers.CharField(source="team.slug")
+    reference = serializers.CharField(help_text="how a spec names exactly this version: data=<name>:v<version>")
 
     class Meta:
         model = Dataset
-        fields = ["id", "team", "name", "num_images", "num_classes", "description", "created_at"]
+        fields = ["id", "team", "name", "version", "reference", "kind", "sha256", "size_bytes", "num_images",
+                  "num_classes", "names", "description", "created_at"]
+
+
+class DatasetDetailOut(DatasetOut):
+    class Meta(DatasetOut.Meta):
+        fields = [*DatasetOut.Meta.fields, "stats"]
 
 
 class DatasetIn(StrictInput):
-    file = serializers.FileField(help_text="a .zip holding data.yaml, images/<split>/ and labels/<split>/")
-    name = serializers.SlugField(max_length=100, help_text="how specs refer to it: data=<name>")
+    file = serializers.FileField(help_text="a .zip holding data.yaml, images/<split>/ and labels/<split>/ "
+                                           "(kind=yolo), or images only (kind=images)")
+    name = serializers.RegexField(r"^[a-z0-9][a-z0-9_-]{0,99}$", max_length=100,
+                                  help_text="how specs refer to it: data=<name>; uploading a name again makes "
+                                            "a new version",
+                                  error_messages={"invalid": "use lowercase letters, digits, '-' and '_'"})
     team = serializers.SlugField(required=False, help_text="team slug; optional when you are in one team")
+    kind = serializers.ChoiceField(choices=Dataset.Kind.choices, default=Dataset.Kind.YOLO, required=False)
     description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
 
@@ -48,24 +65,39 @@ class UploadReport(serializers.Serializer):
     problem_count = serializers.IntegerField()
 
 
+def upload_team(request, slug: str | None):
+    """(team, None) or (None, an error response naming the field)."""
+    teams = list(team_list(user=request.user))
+    if slug:
+        team = next((t for t in teams if t.slug == slug), None)
+        if team is None:
+            return None, field_errors({"team": f"you are not a member of a team named {slug!r}"})
+        return team, None
+    if len(teams) == 1:
+        return teams[0], None
+    return None, field_errors({"team": "is required: you are in several teams (or none)"})
+
+
 class DatasetListCreate(APIView):
     parser_classes = [parsers.MultiPartParser]
 
     def get_throttles(self):
         return [UploadThrottle()] if self.request.method == "POST" else super().get_throttles()
 
-    @extend_schema(parameters=[OpenApiParameter("team", str)], responses=paginated(DatasetOut),
-                   operation_id="datasets_list")
+    @extend_schema(parameters=[OpenApiParameter("team", str), OpenApiParameter("name", str)],
+                   responses=paginated(DatasetOut), operation_id="datasets_list")
     def get(self, request):
         paginator = LimitOffsetPagination()
-        datasets = dataset_list(user=request.user, team=request.query_params.get("team") or None)
+        datasets = dataset_list(user=request.user, team=request.query_params.get("team") or None,
+                                name=request.query_params.get("name") or None)
         page = paginator.paginate_queryset(datasets, request, view=self)
         return paginator.get_paginated_response(DatasetOut(page, many=True).data)
 
-    @extend_schema(request={"multipart/form-data": DatasetIn}, responses={201: DatasetOut, 409: ERROR, 413: ERROR, 429: ERROR, 400: OpenApiResponse(
-                       OpenApiTypes.OBJECT,
-                       description="field → problems; for a refused archive the body is an UploadReport: "
-                                   "{file: [summary], problems: [{path, problem}], problem_count}")})
+    @extend_schema(request={"multipart/form-data": DatasetIn}, responses={
+        201: DatasetDetailOut, 413: ERROR, 429: ERROR, 400: OpenApiResponse(
+            OpenApiTypes.OBJECT,
+            description="field → problems; for a refused archive the body is an UploadReport: "
+                        "{file: [summary], problems: [{path, problem}], problem_count}")})
     def post(self, request):
         # Under ASGI, bodies past DATASET_UPLOAD_MAX_BYTES (+ multipart slack) never get here:
         # yoloportal/body_limit.py answers 413 before reading them. This check is for WSGI.
@@ -76,30 +108,48 @@ class DatasetListCreate(APIView):
         data = DatasetIn(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        teams = list(team_list(user=request.user))
-        if values.get("team"):
-            team = next((t for t in teams if t.slug == values["team"]), None)
-            if team is None:
-                return field_errors({"team": f"you are not a member of a team named {values['team']!r}"})
-        elif len(teams) == 1:
-            team = teams[0]
-        else:
-            return field_errors({"team": "is required: you are in several teams (or none)"})
+        team, refusal = upload_team(request, values.get("team"))
+        if refusal:
+            return refusal
         upload = values["file"]
         try:
             dataset = dataset_upload(user=request.user, team=team, name=values["name"], upload=upload,
-                                     size=upload.size, description=values.get("description", ""))
+                                     size=upload.size, description=values.get("description", ""),
+                                     kind=values.get("kind") or Dataset.Kind.YOLO)
         except ArchiveRejected as exc:
             return Response(exc.report(), status=status.HTTP_400_BAD_REQUEST)
-        except DatasetExists as exc:
-            return field_errors({"name": str(exc)}, status.HTTP_409_CONFLICT)
+        except StorageQuotaExceeded as exc:
+            return field_errors({"file": str(exc)})
         finally:
             upload.close()
-        return Response(DatasetOut(dataset).data, status=status.HTTP_201_CREATED)
+        return Response(DatasetDetailOut(dataset).data, status=status.HTTP_201_CREATED)
 
 
 class DatasetDetail(APIView):
-    @extend_schema(responses={200: DatasetOut, 404: ERROR})
+    @extend_schema(responses={200: DatasetDetailOut, 404: ERROR})
     def get(self, request, pk: int):
-        dataset = get_or_404(dataset_list(user=request.user), pk, "No dataset with that id in your teams.")
-        return Response(DatasetOut(dataset).data)
+        dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
+        return Response(DatasetDetailOut(dataset).data)
+
+    @extend_schema(responses={204: None, 403: ERROR, 404: ERROR})
+    def delete(self, request, pk: int):
+        dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
+        if not is_manager_of(user=request.user, team=dataset.team):
+            raise PermissionDenied("Only a manager of the team may delete a dataset version.")
+        dataset_delete(dataset=dataset, by=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DatasetSample(APIView):
+    """One of the sample images the dataset page shows (their boxes are in ``stats.samples``)."""
+
+    @extend_schema(responses={(200, "image/*"): OpenApiTypes.BINARY, 404: ERROR},
+                   parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH),
+                               OpenApiParameter("index", int, OpenApiParameter.PATH)])
+    def get(self, request, pk: int, index: int):
+        dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
+        found = dataset_sample_path(dataset, index)
+        if found is None:
+            raise NotFound("No sample with that number (or its file is gone).")
+        path, content_type = found
+        return FileResponse(path.open("rb"), content_type=content_type)

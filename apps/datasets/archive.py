@@ -212,8 +212,12 @@ def _label_problems(text: str, num_classes: int) -> str | None:
 # --- inspection -------------------------------------------------------------------------------
 
 
-def archive_inspect(upload: IO[bytes], *, size: int, limits: ArchiveLimits) -> ArchivePlan:
-    """Check the archive without extracting anything. Raises :class:`ArchiveRejected`."""
+def archive_inspect(upload: IO[bytes], *, size: int, limits: ArchiveLimits, kind: str = "yolo") -> ArchivePlan:
+    """Check the archive without extracting anything. Raises :class:`ArchiveRejected`.
+
+    ``kind`` "yolo" is a YOLO dataset (data.yaml, images, labels); "images" is a set of
+    images to predict on (images only, in any folders).
+    """
     if size > limits.max_compressed_bytes:
         raise ArchiveRejected(f"is {_human(size)}; the upload limit is {_human(limits.max_compressed_bytes)}")
     if size == 0:
@@ -224,10 +228,10 @@ def archive_inspect(upload: IO[bytes], *, size: int, limits: ArchiveLimits) -> A
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
         raise ArchiveRejected(f"is not a readable zip archive ({exc})") from None
     with archive:
-        return _inspect_open(archive, size=size, limits=limits)
+        return _inspect_open(archive, size=size, limits=limits, upload_kind=kind)
 
 
-def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits) -> ArchivePlan:
+def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits, upload_kind: str) -> ArchivePlan:
     infos = archive.infolist()
     if len(infos) > limits.max_files:
         raise ArchiveRejected(f"has {len(infos)} entries; the limit is {limits.max_files}")
@@ -286,6 +290,10 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits)
             continue
         suffix = posixpath.splitext(normalized)[1].lower()
         base = posixpath.basename(normalized)
+        if upload_kind == "images" and suffix not in IMAGE_SUFFIXES:
+            problems.append(Problem(name, f"unexpected file type {suffix or '(none)'}: an upload of images to "
+                                          "predict on holds images only"))
+            continue
         if suffix not in IMAGE_SUFFIXES and suffix != LABEL_SUFFIX and base not in DATA_YAML_NAMES:
             why = ("Ultralytics unpickles .cache files, so they are never accepted" if suffix == ".cache"
                    else "only images, .txt label files and data.yaml are accepted")
@@ -300,6 +308,11 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits)
     members = {name: name[len(prefix):] for name in files}
     by_relative = {rel: files[name] for name, rel in members.items()}
     dirs = {d[len(prefix):] for d in directories if d.startswith(prefix) and len(d) > len(prefix)}
+    if upload_kind == "images":
+        if not members:
+            raise ArchiveRejected("holds no images", [Problem("(archive)", "no image files found")])
+        return ArchivePlan(members=members, directories=dirs, data_yaml={}, names={}, splits={},
+                           num_images=len(members), num_labels=0, uncompressed_bytes=declared, skipped=skipped)
     return _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
 
 
@@ -459,9 +472,13 @@ def _safe_target(root: Path, relative: str) -> Path:
     return target
 
 
-def data_yaml_text(plan: ArchivePlan, *, dataset_dir: Path) -> str:
-    """The data.yaml the platform stores: absolute ``path``, relative split folders, no extras."""
-    document: dict[str, Any] = {"path": str(dataset_dir)}
+def data_yaml_text(plan: ArchivePlan) -> str:
+    """The data.yaml the platform stores: relative split folders and the names, no extras.
+
+    No ``path``: Ultralytics then takes the YAML's own folder as the dataset root, so a
+    stored version stays valid wherever the data store is mounted (rows hold keys only).
+    """
+    document: dict[str, Any] = {}
     for key in SPLIT_KEYS:
         if key in plan.splits:
             document[key] = plan.splits[key]

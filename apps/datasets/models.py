@@ -1,22 +1,55 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
 class Dataset(models.Model):
-    """A YOLO dataset (data.yaml + files) a team may train on, referenced by name in specs."""
+    """One version of a team's dataset: (team, name, version), its files under ``key``.
+
+    Uploading a name again makes a new version; old versions stay usable (``data=pcb:v1``)
+    until deleted, and version numbers are never issued twice (apps.core.versions). Jobs
+    record the version and its ``sha256`` (the hash of the file manifest, see
+    ``apps.datasets.stats.manifest_sha256``). Files live under the artifact ``key``
+    (``datasets/<team>/<name>/v<N>``), never at an absolute path stored here.
+    """
+
+    class Kind(models.TextChoices):
+        YOLO = "yolo", "YOLO dataset (images and labels)"
+        IMAGES = "images", "images to predict on"
 
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="datasets")
     name = models.SlugField(max_length=100)
-    yaml_path = models.CharField(max_length=500, help_text="absolute path of data.yaml")
+    version = models.PositiveIntegerField(default=1)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.YOLO)
+    key = models.CharField(max_length=500, help_text="artifact key of the dataset's folder")
+    yaml_key = models.CharField(max_length=500, blank=True, help_text="artifact key of data.yaml ('' for images)")
+    sha256 = models.CharField(max_length=64, blank=True, help_text="hash of the file manifest")
+    size_bytes = models.BigIntegerField(default=0)
     num_images = models.PositiveIntegerField(default=0)
     num_classes = models.PositiveIntegerField(default=0)
+    names = models.JSONField(default=list, blank=True, help_text="class names by id")
+    # {"splits": {split: {"images", "labels", "instances"}}, "histogram": {split: [count per class]},
+    #  "samples": [{"split", "image", "boxes": [[class, cx, cy, w, h], …]}]}
+    stats = models.JSONField(default=dict, blank=True)
     description = models.CharField(max_length=300, blank=True)
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["team__slug", "name"]
-        constraints = [models.UniqueConstraint(fields=["team", "name"], name="one_dataset_name_per_team")]
+        ordering = ["team__slug", "name", "-version"]
+        constraints = [models.UniqueConstraint(fields=["team", "name", "version"], name="one_dataset_version")]
 
     def __str__(self) -> str:
-        return f"{self.team.slug}/{self.name}"
+        return f"{self.team.slug}/{self.name}:v{self.version}"
+
+    @property
+    def reference(self) -> str:
+        """How a spec names exactly this version."""
+        return f"{self.name}:v{self.version}"
+
+    def lineage(self) -> dict:
+        """What a job or a model version records about the data it used."""
+        return {"id": self.pk, "team": self.team.slug, "name": self.name, "version": self.version,
+                "sha256": self.sha256, "kind": self.kind}

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.db.models import QuerySet
 
 from apps.accounts.selectors import team_ids
+from apps.core.artifacts import artifact_key, artifact_path
 from apps.core.selectors import scoped_get
 from apps.core.strict_yaml import YamlError, load_yaml
 
@@ -15,10 +18,12 @@ DATA_YAML_MAX_BYTES = 256 * 1024
 SPLIT_KEYS = ("train", "val", "test", "minival")  # the keys Ultralytics joins onto `path`
 
 
-def dataset_list(*, user, team: str | None = None) -> QuerySet[Dataset]:
+def dataset_list(*, user, team: str | None = None, name: str | None = None) -> QuerySet[Dataset]:
     datasets = Dataset.objects.filter(team_id__in=team_ids(user=user)).select_related("team")
     if team:
         datasets = datasets.filter(team__slug=team)
+    if name:
+        datasets = datasets.filter(name=name)
     return datasets
 
 
@@ -30,19 +35,52 @@ def team_dataset_root(team) -> Path:
     return (settings.DATASETS_DIR / team.slug).resolve()
 
 
-def dataset_resolve(*, team, reference: str) -> str:
-    """A dataset name registered to ``team``, or a path inside the team's dataset root → data.yaml.
+@dataclass(frozen=True)
+class DataRef:
+    """What a spec's dataset reference resolved to: a registered version, or a path in the team's root."""
 
-    Raises ValueError with a message fit for the user.
+    yaml_key: str  # '' for an images-only upload
+    folder_key: str
+    dataset: Dataset | None = None
+
+    def lineage(self) -> dict:
+        """What a job records about its data (no server paths)."""
+        if self.dataset is not None:
+            return self.dataset.lineage()
+        return {"key": self.yaml_key, "sha256": "", "registered": False}
+
+
+_VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][\w-]*?)(?:\.ya?ml)?(?::(?:v(?P<version>\d+)|latest))?$")
+
+
+def dataset_version_get(*, team, name: str, version: int | None = None) -> Dataset | None:
+    """The given version of a team's dataset, or its newest one."""
+    versions = Dataset.objects.filter(team=team, name=name).select_related("team")
+    return versions.filter(version=version).first() if version else versions.order_by("-version").first()
+
+
+def dataset_resolve(*, team, reference: str, kinds: tuple[str, ...] = (Dataset.Kind.YOLO,)) -> DataRef:
+    """A spec's ``data=`` (or ``source=``) → the dataset version it means. ValueError with a message fit for the user.
+
+    1. A registered name, optionally with the ``.yaml``/``.yml`` suffix the Ultralytics CLI
+       habit adds and a version: ``pcb_defect``, ``pcb_defect.yaml``, ``pcb_defect:v2``,
+       ``pcb_defect:latest`` (newest, the default).
+    2. Else a path inside the team's dataset root (a folder holding data.yaml, or the
+       YAML); a path into a registered version's folder means that version.
+    ``kinds``: which kinds of upload fit (train and val need labels; predict takes images too).
     """
     if not reference:
         raise ValueError("is required")
-    registered = Dataset.objects.filter(team=team, name=reference).first()
-    if registered:
-        path = Path(registered.yaml_path)
-        # A registered dataset is confined to its own folder (it may be shared, like the demo).
-        data_yaml_check(path, root=path.parent.resolve())
-        return registered.yaml_path
+    match = _VERSIONED.match(reference)
+    if match:
+        name, version = match.group("name"), match.group("version")
+        registered = dataset_version_get(team=team, name=name, version=int(version) if version else None)
+        if registered is None and version and Dataset.objects.filter(team=team, name=name).exists():
+            known = ", ".join(f"v{v}" for v in Dataset.objects.filter(team=team, name=name)
+                              .order_by("version").values_list("version", flat=True))
+            raise ValueError(f"dataset {name!r} has no version {version} (it has {known})")
+        if registered is not None:
+            return _registered_ref(registered, kinds)
     root = team_dataset_root(team)
     if any(part.startswith(".") for part in Path(reference).parts):
         # Uploads in progress (.upload-*) and deleted datasets on their way out (.deleted-*).
@@ -53,11 +91,28 @@ def dataset_resolve(*, team, reference: str) -> str:
     if candidate.is_dir():
         candidate = candidate / "data.yaml"
     if candidate.suffix not in {".yaml", ".yml"} or not candidate.is_file():
-        names = list(Dataset.objects.filter(team=team).values_list("name", flat=True))
+        names = sorted(set(Dataset.objects.filter(team=team).values_list("name", flat=True)))
         known = f" (your team has: {', '.join(names)})" if names else " (your team has none registered)"
         raise ValueError(f"unknown dataset {reference!r}{known}")
     data_yaml_check(candidate, root=root)
-    return str(candidate)
+    yaml_key = artifact_key(candidate)
+    registered = Dataset.objects.filter(team=team, yaml_key=yaml_key).order_by("-version").first()
+    if registered is not None:
+        return _registered_ref(registered, kinds)
+    return DataRef(yaml_key=yaml_key, folder_key=artifact_key(candidate.parent))
+
+
+def _registered_ref(dataset: Dataset, kinds: tuple[str, ...]) -> DataRef:
+    if dataset.kind not in kinds:
+        raise ValueError(f"dataset {dataset.reference} is an upload of images without labels; "
+                         "only predict jobs can use it (source=…)")
+    if dataset.kind == Dataset.Kind.YOLO:
+        path = artifact_path(dataset.yaml_key)
+        # A registered dataset is confined to its own folder (it may be shared, like the demo).
+        data_yaml_check(path, root=path.parent.resolve())
+    elif not artifact_path(dataset.key).is_dir():
+        raise ValueError(f"the files of dataset {dataset.reference} are gone")
+    return DataRef(yaml_key=dataset.yaml_key, folder_key=dataset.key, dataset=dataset)
 
 
 _checked: dict[tuple[str, str], tuple[int, int, int]] = {}
@@ -124,3 +179,27 @@ def data_yaml_check_uncached(path: Path, *, root: Path) -> None:
                 raise ValueError(f"dataset YAML '{key}' points outside your team's dataset folder")
             if target.exists() and not target.is_dir():
                 raise ValueError(f"dataset YAML '{key}' must be a folder of images, not a file")
+
+
+SAMPLE_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".bmp": "image/bmp",
+                ".webp": "image/webp", ".tif": "image/tiff", ".tiff": "image/tiff"}
+SAMPLE_MAX_BYTES = 20 * 1024**2
+
+
+def dataset_sample_path(dataset: Dataset, index: int) -> tuple[Path, str] | None:
+    """(file, content type) of sample ``index`` of the dataset's page, or None.
+
+    Only the files recorded as samples at upload are served, and only from inside the
+    version's own folder, as images with their own type (never as HTML or SVG).
+    """
+    samples = (dataset.stats or {}).get("samples") or []
+    if not 0 <= index < len(samples) or not dataset.key:
+        return None
+    folder = artifact_path(dataset.key).resolve()
+    path = (folder / samples[index]["image"]).resolve()
+    content_type = SAMPLE_TYPES.get(path.suffix.lower())
+    if not content_type or not path.is_relative_to(folder) or not path.is_file():
+        return None
+    if path.stat().st_size > SAMPLE_MAX_BYTES:
+        return None
+    return path, content_type

@@ -1,37 +1,86 @@
 from __future__ import annotations
 
+import re
 import shutil
 import uuid
 from pathlib import Path
 from typing import IO
 
-import yaml
 from django.conf import settings
-from django.db import IntegrityError
+from django.db import transaction
+from django.db.models import Max
 
 from apps.accounts.models import AuditEntry
-from apps.accounts.services import audit_record
+from apps.accounts.services import (
+    StorageQuotaExceeded,
+    audit_record,
+    storage_adjust,
+    storage_release,
+    storage_reserve,
+)
+from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path, key_join
+from apps.core.strict_yaml import YamlError, load_yaml
+from apps.core.versions import version_next
 
 from .archive import ArchiveLimits, ArchiveRejected, Problem, archive_extract, archive_inspect, data_yaml_text
 from .models import Dataset
-from .selectors import data_yaml_check, team_dataset_root
+from .selectors import DATA_YAML_MAX_BYTES, data_yaml_check, team_dataset_root
+from .stats import dataset_stats, images_stats, manifest_sha256
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+
+__all__ = ["ArchiveRejected", "StorageQuotaExceeded", "dataset_delete", "dataset_register", "dataset_upload"]
 
 
-class DatasetExists(ValueError):
-    pass
-
-
-def dataset_register(*, team, name: str, yaml_path: Path, description: str = "") -> Dataset:
-    document = yaml.safe_load(Path(yaml_path).read_text()) or {}
+def _names_and_splits(yaml_path: Path) -> tuple[list[str], dict[str, str]]:
+    document = load_yaml(yaml_path.read_bytes()[: DATA_YAML_MAX_BYTES + 1], max_bytes=DATA_YAML_MAX_BYTES)
     names = document.get("names") or {}
-    base = Path(document.get("path") or Path(yaml_path).parent)
-    images = sum(1 for p in base.rglob("*") if p.suffix.lower() in {".jpg", ".jpeg", ".png", ".bmp"})
-    dataset, _ = Dataset.objects.update_or_create(
-        team=team, name=name,
-        defaults={"yaml_path": str(yaml_path), "num_classes": len(names), "num_images": images,
-                  "description": description},
-    )
-    return dataset
+    if isinstance(names, dict):
+        names = [str(names[k]) for k in sorted(names)]
+    base = Path(document["path"]) if document.get("path") else yaml_path.parent
+    splits = {}
+    for key in ("train", "val", "test"):
+        value = document.get(key)
+        if isinstance(value, str) and value:
+            folder = (base / value).resolve()
+            if folder.is_relative_to(yaml_path.parent.resolve()):
+                splits[key] = folder.relative_to(yaml_path.parent.resolve()).as_posix()
+    return [str(n) for n in names], splits
+
+
+def dataset_register(*, team, name: str, yaml_path: Path, description: str = "", by=None) -> Dataset:
+    """Register a data.yaml that is already in the data store (the demo, an operator's copy).
+
+    The same file registered again under the same name refreshes that version (so
+    ``demo_setup`` can run twice); another file becomes the next version. Raises
+    ValueError for a file outside the data store or a YAML Ultralytics would execute.
+    """
+    yaml_path = Path(yaml_path).resolve()
+    try:
+        yaml_key = artifact_key(yaml_path)
+    except ArtifactKeyError as exc:
+        raise ValueError(str(exc)) from None
+    folder = yaml_path.parent
+    data_yaml_check(yaml_path, root=folder)
+    try:
+        names, splits = _names_and_splits(yaml_path)
+    except YamlError as exc:
+        raise ValueError(f"dataset YAML {exc.errors.get('spec', exc)}") from None
+    stats = dataset_stats(folder, names=names, splits=splits)
+    sha256, size, _ = manifest_sha256(folder)
+    values = {"kind": Dataset.Kind.YOLO, "key": artifact_key(folder), "sha256": sha256, "size_bytes": size,
+              "num_images": sum(s["images"] for s in stats["splits"].values()), "num_classes": len(names),
+              "names": names, "stats": stats, "description": description}
+    with transaction.atomic():
+        existing = Dataset.objects.filter(team=team, name=name, yaml_key=yaml_key).order_by("-version").first()
+        if existing:
+            Dataset.objects.filter(pk=existing.pk).update(**values)
+            existing.refresh_from_db()
+            return existing
+        latest = Dataset.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
+        version = version_next(kind="dataset", team=team, name=name, floor=latest)
+        return Dataset.objects.create(team=team, name=name, version=version, yaml_key=yaml_key, uploaded_by=by,
+                                      **values)
 
 
 def upload_limits() -> ArchiveLimits:
@@ -43,69 +92,104 @@ def upload_limits() -> ArchiveLimits:
     )
 
 
-def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, description: str = "") -> Dataset:
-    """Check a zipped YOLO dataset, extract it into the team's dataset root and register it.
+def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, description: str = "",
+                   kind: str = Dataset.Kind.YOLO) -> Dataset:
+    """Check a zipped dataset, store it as the next version of ``name`` and register it.
 
-    1. Refuse a name already used in the team (DatasetExists).
-    2. Inspect the archive without extracting (ArchiveRejected with a per-file report).
-    3. Extract into a hidden folder beside the final one, write the platform's data.yaml
-       (absolute ``path``) and check it as a submit would.
-    4. Rename into place and register; on any failure the hidden folder is removed.
+    1. Inspect the archive without extracting (ArchiveRejected with a per-file report).
+    2. Charge its unpacked size to the team's storage quota (StorageQuotaExceeded).
+    3. Extract into a hidden folder in the team's root, write the platform's data.yaml
+       (relative folders, no ``path``) and check it as a submit would; count the splits,
+       the class histogram and a few samples; hash the file manifest.
+    4. In one transaction: issue the version number, rename the folder to
+       ``<name>/v<N>``, create the row, move the charge to the version's key.
+    On any failure the hidden folder and the charge go; no version number is spent.
     """
+    if not NAME.match(name):
+        raise ArchiveRejected("has no usable name", [Problem("name", "use lowercase letters, digits, '-' and '_'")])
+    plan = archive_inspect(upload, size=size, limits=upload_limits(), kind=kind)
     root = team_dataset_root(team)
-    final = root / name
-    if Dataset.objects.filter(team=team, name=name).exists() or final.exists():
-        raise DatasetExists(f"your team already has a dataset named {name!r}")
-    plan = archive_inspect(upload, size=size, limits=upload_limits())
     root.mkdir(parents=True, exist_ok=True)
-    staging = root / f".upload-{uuid.uuid4().hex}"
+    token = uuid.uuid4().hex
+    staging = root / f".upload-{token}"
+    charge = f"upload:{team.slug}:{token}"
+    storage_reserve(team=team, key=charge, size=plan.uncompressed_bytes)
     try:
         archive_extract(upload, plan, destination=staging)
-        yaml_path = staging / "data.yaml"
-        yaml_path.write_text(data_yaml_text(plan, dataset_dir=final))
-        try:
-            data_yaml_check(yaml_path, root=staging.resolve().parent)
-        except ValueError as exc:
-            raise ArchiveRejected(str(exc), [Problem("data.yaml", str(exc))]) from None
-        try:
-            staging.rename(final)
-        except OSError:
-            raise DatasetExists(f"your team already has a dataset named {name!r}") from None
+        if kind == Dataset.Kind.YOLO:
+            yaml_path = staging / "data.yaml"
+            yaml_path.write_text(data_yaml_text(plan))
+            try:
+                data_yaml_check(yaml_path, root=staging.resolve())
+            except ValueError as exc:
+                raise ArchiveRejected(str(exc), [Problem("data.yaml", str(exc))]) from None
+            names = [plan.names[i] for i in sorted(plan.names)]
+            stats = dataset_stats(staging, names=names, splits=plan.splits)
+        else:
+            names, stats = [], images_stats(staging)
+        sha256, stored_bytes, _ = manifest_sha256(staging)
+        dataset = _dataset_commit(team=team, name=name, kind=kind, staging=staging, charge=charge, values={
+            "sha256": sha256, "size_bytes": stored_bytes, "num_images": plan.num_images, "num_classes": len(names),
+            "names": names, "stats": stats, "description": description, "uploaded_by": user})
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        storage_release(key=charge)
         raise
-    try:
-        dataset = Dataset.objects.create(
-            team=team, name=name, yaml_path=str(final / "data.yaml"), num_images=plan.num_images,
-            num_classes=len(plan.names), description=description,
-        )
-    except IntegrityError:
-        shutil.rmtree(final, ignore_errors=True)
-        raise DatasetExists(f"your team already has a dataset named {name!r}") from None
     audit_record(actor=user, action=AuditEntry.Action.DATASET_UPLOAD, team=team, target=dataset,
-                 message=f"dataset {name!r} uploaded: {plan.num_images} images, {len(plan.names)} classes",
-                 data={"name": name, "images": plan.num_images, "bytes": plan.uncompressed_bytes})
+                 message=f"dataset {dataset.reference} uploaded: {plan.num_images} images, {len(names)} classes",
+                 data={"name": name, "version": dataset.version, "images": plan.num_images,
+                       "bytes": dataset.size_bytes, "sha256": dataset.sha256, "kind": kind})
+    return dataset
+
+
+def _dataset_commit(*, team, name: str, kind: str, staging: Path, charge: str, values: dict) -> Dataset:
+    with transaction.atomic():
+        latest = Dataset.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
+        version = version_next(kind="dataset", team=team, name=name, floor=latest)
+        key = key_join("datasets", team.slug, name, f"v{version}")
+        final = artifact_path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            # No row holds this number (it was just issued, and numbers are never reused): the folder is
+            # what a crash between the rename and the commit (or a reset database) left behind.
+            stale = staging.parent / f".stale-{uuid.uuid4().hex}"
+            final.rename(stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        staging.rename(final)
+        try:
+            dataset = Dataset.objects.create(
+                team=team, name=name, version=version, kind=kind, key=key,
+                yaml_key=f"{key}/data.yaml" if kind == Dataset.Kind.YOLO else "", **values)
+            storage_adjust(key=charge, size=values["size_bytes"], new_key=key)
+        except BaseException:
+            final.rename(staging)
+            raise
     return dataset
 
 
 def dataset_delete(*, dataset: Dataset, by) -> None:
-    """Delete a dataset (audited) so that it cannot be trained on any more.
+    """Delete one dataset version (audited) so that it cannot be used any more.
 
-    The row goes, and so do its files when they are the team's own (inside the team's
-    dataset root): otherwise ``data=<name>`` would still resolve as a path in that root
-    (issue 9, finding 9). A registered dataset outside the root (the shared demo) keeps
-    its files; without the row this team can no longer name it. The folder is first
-    renamed to a hidden name (path references refuse hidden components), then removed.
+    The row goes, its storage charge is released, and its files go when they are the
+    team's own (inside the team's dataset root): otherwise ``data=<path>`` would still
+    resolve them (issue 9, finding 9). A registered dataset outside the root (the shared
+    demo) keeps its files. The folder is first renamed to a hidden name (path references
+    refuse hidden components), then removed; an emptied ``<name>/`` folder goes too. Its
+    version number is never issued again.
     """
     root = team_dataset_root(dataset.team)
-    folder = Path(dataset.yaml_path).parent.resolve()
-    owned = folder != root and folder.is_relative_to(root) and folder.is_dir()
-    target_id, name, team = str(dataset.pk), dataset.name, dataset.team
+    folder = artifact_path(dataset.key).resolve() if dataset.key else None
+    owned = folder is not None and folder != root and folder.is_relative_to(root) and folder.is_dir()
+    target_id, name, team, version = str(dataset.pk), dataset.name, dataset.team, dataset.version
     dataset.delete()
+    storage_release(key=dataset.key)
     if owned:
         doomed = root / f".deleted-{uuid.uuid4().hex}"
         folder.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
+        parent = folder.parent
+        if parent != root and parent.is_relative_to(root) and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
     audit_record(actor=by, action=AuditEntry.Action.DATASET_DELETE, team=team, target=dataset, target_id=target_id,
-                 message=f"dataset {name!r} deleted{' with its files' if owned else ''}",
-                 data={"name": name, "files_removed": owned})
+                 message=f"dataset {name}:v{version} deleted{' with its files' if owned else ''}",
+                 data={"name": name, "version": version, "files_removed": owned})

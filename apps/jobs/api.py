@@ -329,10 +329,20 @@ class JobWeights(APIView):
             raise NotFound("This job has no weights yet.")
         from pathlib import Path
 
-        path = Path(job.weights_path)
-        if not path.is_file() or not path.resolve().is_relative_to(settings.JOBS_DIR.resolve()):
+        from apps.core.artifacts import artifact_key
+        from apps.registry.api import verified_open
+
+        key = job.weights_path
+        if key.startswith("/"):  # stored before rows held artifact keys
+            path = Path(key)
+            if not path.resolve().is_relative_to(settings.JOBS_DIR.resolve()):
+                raise NotFound("The weights file is gone.")
+            key = artifact_key(path)
+        if not key.startswith(f"jobs/{job.pk}/"):
             raise NotFound("The weights file is gone.")
-        return FileResponse(path.open("rb"), as_attachment=True, filename=f"{job.task_name}-{job.id}.pt")
+        version = getattr(job, "model_version", None)
+        handle = verified_open(key, version.sha256 if version else "", "weights")
+        return FileResponse(handle, as_attachment=True, filename=f"{job.task_name}-{job.id}.pt")
 
 
 class QueueEntryOut(serializers.Serializer):

@@ -28,15 +28,16 @@ from django.utils import timezone
 from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import team_list
 from apps.accounts.services import audit_record
-from apps.datasets.selectors import dataset_resolve
+from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
-from apps.registry.services import model_register
+from apps.registry.services import job_outputs_record
 from apps.scheduling.admission import job_admission_errors
 from apps.scheduling.kick import kick_scheduler
 from apps.scheduling.policy import JobRequest
 
 from . import live
+from .inputs import inputs_resolve
 from .models import (
     ACTIVE_STATES,
     HOLDING_STATES,
@@ -52,7 +53,6 @@ from .models import (
 )
 from .paths import public_text, public_value
 from .spec import JobSpec, SpecError
-from .weights import model_resolve
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ def checkpoint_reject(job: Job, checkpoint: Checkpoint, *, message: str) -> None
 
 
 def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, error: str = "",
-                   weights: str = "", metrics: dict | None = None) -> str:
+                   finished: dict | None = None) -> str:
     """Record how the worker's attempt ``job.attempt_id`` ended; returns what became of the job.
 
     ``outcome`` is the worker's word: succeeded, cancelled, timed_out, killed (by a signal
@@ -327,7 +327,9 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
 
     1. If the attempt is no longer current, only record that its processes stopped (fenced).
     2. succeeded / cancelled / timed_out: the matching final state, usage charged, an event;
-       a success registers its weights as a model version.
+       a success records what the job produced (``finished``, the child's final event):
+       new weights as a model version, an evaluation, predictions, exports
+       (``apps.registry.services.job_outputs_record``).
     3. killed: requeued, not counted as a retry, up to ``MAX_INFRA_REQUEUES`` beyond the retries.
     4. failed (and killed past that budget): a retry if one is left (requeue and decrement in
        one conditional update), else the final ``failed`` with ``error`` (made team-relative
@@ -343,12 +345,28 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
         return "fenced"
     mine = {"expected": HOLDING_STATES, "attempt_id": job.attempt_id}
     if outcome == "succeeded":
-        path = Path(weights)
-        if job_transition(current.pk, to=JobState.SUCCEEDED, weights_path=str(path), exit_code=0, error="", **mine):
+        finished = finished or {}
+        weights = weights_key(finished.get("weights") or "")
+        # One transaction: whoever sees the job succeeded also sees what it produced.
+        with transaction.atomic():
+            if not job_transition(current.pk, to=JobState.SUCCEEDED, weights_path=weights, exit_code=0, error="",
+                                  **mine):
+                return "succeeded"
+            try:
+                with transaction.atomic():
+                    message = job_outputs_record(job=current, finished=finished)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave the job "succeeded" without results
+                log.exception("job %s: recording its results failed", current.pk)
+                error = f"the job ran, but its results could not be recorded: {type(exc).__name__}: {exc}"
+                job_transition(current.pk, expected=[JobState.SUCCEEDED], to=JobState.FAILED, error=error[:2000])
+                usage_charge(current, ended_at=now)
+                job_event(current, "failed", error[:500])
+                return "failed"
             usage_charge(current, ended_at=now)
-            version = model_register(job=current, weights=path, metrics=metrics or {}) if path.is_file() else None
-            job_event(current, "succeeded", f"finished; weights at {path.name}"
-                                            f"{f', registered as {version}' if version else ''}")
+            job_event(current, "succeeded", message)
+            for failure in (e for e in finished.get("exports") or [] if e.get("error")):
+                job_event(current, "export_failed", f"{failure.get('format')} export failed: {failure['error']}",
+                          {"format": failure.get("format"), "verification": failure.get("verification") or {}})
         return "succeeded"
     if outcome == "cancelled":
         if job_transition(current.pk, to=JobState.CANCELLED, exit_code=exit_code, **mine):
@@ -380,6 +398,15 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
     return "failed"
 
 
+def weights_key(path: str) -> str:
+    """The artifact key of the child's weights file (rows hold keys); '' when there is none."""
+    try:
+        return artifact_key(path) if path else ""
+    except ArtifactKeyError:
+        log.warning("weights %s are outside the data store; not recorded", path)
+        return ""
+
+
 # --- submit -----------------------------------------------------------------------------------
 
 
@@ -387,8 +414,8 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
 class ResolvedSpec:
     spec: JobSpec
     team: Team
-    data_yaml: str
-    model_ref: str
+    resolved: dict  # what the worker needs (artifact keys): apps.jobs.inputs
+    inputs: dict  # what the job used (dataset and weights versions with their hashes)
 
 
 def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
@@ -405,19 +432,13 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
     else:
         errors["user"] = "you belong to no team; ask a manager to add you to one"
 
-    data_yaml = model_ref = ""
+    resolved: dict = {}
+    inputs: dict = {}
     if team is not None:
-        data_key = "train.data" if not spec.command else "command.data"
-        model_key = "train.model" if not spec.command else "command.model"
-        try:
-            data_yaml = dataset_resolve(team=team, reference=spec.train_args.get("data", ""))
-        except ValueError as exc:
-            errors[data_key] = str(exc)
-        try:
-            model_ref = model_resolve(team=team, reference=spec.train_args.get("model", ""))
-        except ValueError as exc:
-            errors[model_key] = str(exc)
-    errors.update(train_args_limit_errors(spec))
+        resolved, inputs, input_errors = inputs_resolve(spec=spec, team=team)
+        errors.update(input_errors)
+    if spec.mode == "train":
+        errors.update(train_args_limit_errors(spec))
 
     timeout = spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S
     if timeout > settings.MAX_JOB_TIMEOUT_S:
@@ -425,11 +446,12 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
 
     request = JobRequest(job_id="?", team=team.slug if team else "", user="", submitted_at=0, gpus=spec.gpus,
                          gpu_memory_mb=spec.gpu_memory_mb, gpu_models=tuple(spec.gpu_models),
-                         cpu_milli=spec.cpu_milli, memory_mb=spec.memory_mb, image=spec.image)
+                         cpu_milli=spec.cpu_milli, memory_mb=spec.memory_mb, image=spec.image,
+                         requires=tuple(spec.requires))
     errors.update(job_admission_errors(request, team_known=team is not None))
     if errors:
         raise SpecError(errors)
-    return ResolvedSpec(spec=spec, team=team, data_yaml=data_yaml, model_ref=model_ref)
+    return ResolvedSpec(spec=spec, team=team, resolved=resolved, inputs=inputs)
 
 
 def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
@@ -500,7 +522,8 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
         if twin:
             raise DuplicateJob(twin)
     stored = spec.as_dict()
-    stored["resolved"] = {"data_yaml": resolved.data_yaml, "model": resolved.model_ref}
+    stored["resolved"] = resolved.resolved
+    stored["inputs"] = resolved.inputs
     try:
         with transaction.atomic():
             list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))

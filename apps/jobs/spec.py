@@ -5,9 +5,13 @@ exist, is the caller in that team, does any node have that many GPUs) is checked
 ``apps.jobs.services.spec_resolve``. Every error names the field path it is about,
 e.g. ``{"command.epochs": "must be an integer, got 'ten'"}``.
 
-``command`` follows the ``yolo`` CLI grammar (``yolo [TASK] train key=value …``). It is
-tokenised with :func:`shlex.split` and never handed to a shell; only allow-listed keys
-with typed values pass.
+``command`` follows the ``yolo`` CLI grammar (``yolo [TASK] MODE key=value …``) for the
+modes ``train``, ``val``, ``predict`` and ``export``. It is tokenised with
+:func:`shlex.split` and never handed to a shell; only allow-listed keys with typed values
+pass, per mode. The structured form is a mapping under the mode's name (``train:``,
+``val:``, ``predict:``); for an export job ``export:`` is a mapping too, while in a
+training spec ``export: [onnx]`` is a *list* of formats to export after a successful run.
+``JobSpec.train_args`` holds the arguments of whatever mode the job runs.
 """
 
 from __future__ import annotations
@@ -26,10 +30,13 @@ from apps.core.errors import FieldErrors
 TASKS = ("detect", "segment", "classify", "pose", "obb")
 PRIORITIES = ("low", "medium", "high", "urgent")
 FRACTIONS = (0.125, 0.25, 0.5)
+MODES = ("train", "val", "predict", "export")
 TOP_LEVEL_KEYS = {
-    "task_name", "image", "command", "train", "task", "resources", "priority", "user", "team",
-    "timeout", "retries", "allow_duplicate", "description",
+    "task_name", "image", "command", "train", "val", "predict", "export", "task", "resources", "priority", "user",
+    "team", "timeout", "retries", "allow_duplicate", "description",
 }
+EXPORT_FORMATS = ("onnx", "torchscript", "engine")
+AUTO_EXPORT_FORMATS = ("onnx", "torchscript")  # engine needs a TensorRT node: an export job of its own
 # Job fields the platform owns: giving one in a spec is mass assignment, refused with the reason.
 PLATFORM_FIELDS = {
     "id": "the platform assigns it",
@@ -61,8 +68,13 @@ RESERVED_ARGS = {
     "resume": "managed by the platform (jobs resume from their own checkpoints)",
     "save_dir": "set by the platform",
     "plots": "set by the platform (plots need fonts that are downloaded)",
-    "mode": "only train jobs are supported",
+    "mode": "give the mode as the word after 'yolo' (train, val, predict, export)",
     "task": "give the task as the word after 'yolo' (e.g. 'yolo detect train …')",
+    "save_txt": "set by the platform (predictions are stored as JSON)",
+    "save_conf": "set by the platform",
+    "show": "there is no display on a GPU node",
+    "stream": "set by the platform",
+    "cfg": "would replace every argument with a file's contents",
 }
 
 
@@ -217,6 +229,54 @@ TRAIN_ARGS: dict[str, Callable[[Any], Any]] = {
 }
 TRAIN_DEFAULTS = {"epochs": 100, "imgsz": 640}
 
+_split = _choice("val", "test", "train")
+VAL_ARGS: dict[str, Callable[[Any], Any]] = {
+    "data": _name,
+    "model": _name,
+    "split": _split,
+    "imgsz": _int(32, 8192),
+    "batch": _int(1, 1024),
+    "conf": _unit,
+    "iou": _unit,
+    "max_det": _int(1, 10000),
+    "half": _bool,
+    "workers": _int(0, 64),
+    "rect": _bool,
+    "single_cls": _bool,
+    "verbose": _bool,
+}
+PREDICT_ARGS: dict[str, Callable[[Any], Any]] = {
+    "model": _name,
+    "source": _name,
+    "split": _split,
+    "imgsz": _int(32, 8192),
+    "conf": _unit,
+    "iou": _unit,
+    "max_det": _int(1, 1000),
+    "half": _bool,
+    "agnostic_nms": _bool,
+    "line_width": _int(1, 20),
+    "verbose": _bool,
+}
+EXPORT_ARGS: dict[str, Callable[[Any], Any]] = {
+    "model": _name,
+    "format": _choice(*EXPORT_FORMATS),
+    "data": _name,
+    "imgsz": _int(32, 8192),
+    "batch": _int(1, 64),
+    "half": _bool,
+    "int8": _bool,
+    "dynamic": _bool,
+    "simplify": _bool,
+    "opset": _int(7, 23),
+    "verbose": _bool,
+}
+MODE_ARGS = {"train": TRAIN_ARGS, "val": VAL_ARGS, "predict": PREDICT_ARGS, "export": EXPORT_ARGS}
+MODE_REQUIRED = {"train": ("data", "model"), "val": ("data", "model"), "predict": ("model", "source"),
+                 "export": ("model", "format")}
+MODE_DEFAULTS: dict[str, dict[str, Any]] = {"train": TRAIN_DEFAULTS, "val": {"split": "val"},
+                                            "predict": {"split": "val"}, "export": {}}
+
 
 # --- resources ------------------------------------------------------------------------------
 
@@ -274,6 +334,9 @@ class JobSpec:
     task: str
     train_args: dict[str, Any]
     gpus: float = 1.0
+    mode: str = "train"  # train | val | predict | export
+    export: list[str] = field(default_factory=list)  # formats to export after a successful training
+    requires: list[str] = field(default_factory=list)  # node features it needs ("tensorrt" for format=engine)
     gpu_memory_mb: int = 0
     gpu_models: list[str] = field(default_factory=list)
     cpu_milli: int = 0
@@ -295,12 +358,16 @@ class JobSpec:
         args = self.train_args
         what = [self.task, args.get("model"), args.get("data"), args.get("imgsz"), args.get("epochs"),
                 args.get("batch"), args.get("fraction"), self.gpus]
+        if self.mode != "train" or self.export:
+            what += [self.mode, args.get("source"), args.get("format"), args.get("split"), self.export]
         return hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()
 
     def fingerprint(self) -> str:
         """Identity for duplicate detection: what would run, not who asked or when."""
         what = {
             "task": self.task,
+            "mode": self.mode,
+            "export": self.export,
             "train_args": self.train_args,
             "gpus": self.gpus,
             "gpu_memory_mb": self.gpu_memory_mb,
@@ -313,30 +380,30 @@ class JobSpec:
 # --- parsing --------------------------------------------------------------------------------
 
 
-def parse_command(command: Any) -> tuple[str, dict[str, Any], dict[str, str]]:
-    """``yolo [TASK] train k=v …`` → (task, raw args, errors). Values stay strings here."""
+def command_parse(command: Any) -> tuple[str, str, dict[str, Any], dict[str, str]]:
+    """``yolo [TASK] MODE k=v …`` → (task, mode, raw args, errors). Values stay strings here."""
     errors: dict[str, str] = {}
     if not isinstance(command, str) or not command.strip():
-        return "detect", {}, {"command": "must be a non-empty string like 'yolo train data=… model=…'"}
+        return "detect", "train", {}, {"command": "must be a non-empty string like 'yolo train data=… model=…'"}
     if len(command) > 4000:
-        return "detect", {}, {"command": "is longer than 4000 characters"}
+        return "detect", "train", {}, {"command": "is longer than 4000 characters"}
     try:
         tokens = shlex.split(command)
     except ValueError as exc:
-        return "detect", {}, {"command": f"cannot be split into words: {exc}"}
+        return "detect", "train", {}, {"command": f"cannot be split into words: {exc}"}
     if not tokens or tokens[0] != "yolo":
-        return "detect", {}, {"command": "must start with 'yolo' (only Ultralytics training commands run here)"}
+        return "detect", "train", {}, {"command": "must start with 'yolo' (only Ultralytics commands run here)"}
     words = tokens[1:]
     task = "detect"
     if words and words[0] in TASKS:
         task, words = words[0], words[1:]
     if not words or "=" in words[0]:
-        return task, {}, {"command": "must name the mode after 'yolo' (only 'train' is supported)"}
+        return task, "train", {}, {"command": f"must name the mode after 'yolo' ({', '.join(MODES)})"}
     mode, words = words[0], words[1:]
-    if mode in TASKS and words and words[0] == "train":  # `yolo train detect` order is not valid either
-        return task, {}, {"command": f"put the task before the mode: 'yolo {mode} train …'"}
-    if mode != "train":
-        return task, {}, {"command": f"mode {mode!r} is not supported; only 'train' jobs run here"}
+    if mode in TASKS and words and words[0] in MODES:  # `yolo train detect` order is not valid either
+        return task, "train", {}, {"command": f"put the task before the mode: 'yolo {mode} {words[0]} …'"}
+    if mode not in MODES:
+        return task, "train", {}, {"command": f"mode {mode!r} is not supported; jobs run {', '.join(MODES)}"}
     args: dict[str, Any] = {}
     for word in words:
         key, sep, value = word.partition("=")
@@ -347,19 +414,27 @@ def parse_command(command: Any) -> tuple[str, dict[str, Any], dict[str, str]]:
             errors[f"command.{key}"] = "is given twice"
             continue
         args[key] = value
+    return task, mode, args, errors
+
+
+def parse_command(command: Any) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """``yolo [TASK] MODE k=v …`` → (task, raw args, errors); see :func:`command_parse` for the mode."""
+    task, _, args, errors = command_parse(command)
     return task, args, errors
 
 
-def _typed_train_args(raw: dict[str, Any], path: str, errors: dict[str, str]) -> dict[str, Any]:
+def _typed_args(raw: dict[str, Any], path: str, errors: dict[str, str], mode: str = "train") -> dict[str, Any]:
     typed: dict[str, Any] = {}
+    allowed = MODE_ARGS[mode]
     for key, value in raw.items():
         where = f"{path}.{key}"
         if key in RESERVED_ARGS:
             errors[where] = f"cannot be set: {RESERVED_ARGS[key]}"
             continue
-        parser = TRAIN_ARGS.get(key)
+        parser = allowed.get(key)
         if parser is None:
-            errors[where] = "is not an allowed training argument"
+            errors[where] = (f"is not an allowed {'training' if mode == 'train' else mode} argument"
+                             + ("" if mode == "train" else f" (allowed: {', '.join(sorted(allowed))})"))
             continue
         if isinstance(value, str) and parser is not _name and value.lower() in {"none", "null"}:
             errors[where] = "must have a value"
@@ -368,11 +443,13 @@ def _typed_train_args(raw: dict[str, Any], path: str, errors: dict[str, str]) ->
             typed[key] = parser(value)
         except ValueError as exc:
             errors[where] = str(exc)
-    for required in ("data", "model"):
+    for required in MODE_REQUIRED[mode]:
         if required not in raw and f"{path}.{required}" not in errors:
             errors[f"{path}.{required}"] = "is required"
-    for key, default in TRAIN_DEFAULTS.items():
+    for key, default in MODE_DEFAULTS[mode].items():
         typed.setdefault(key, default)
+    if mode == "export" and typed.get("half") and typed.get("int8"):
+        errors[f"{path}.int8"] = "give half or int8, not both"
     return typed
 
 
@@ -392,6 +469,27 @@ def _first_nul(value: Any, path: str) -> str | None:
             if found := _first_nul(item, f"{path}[{index}]"):
                 return found
     return None
+
+
+def _typed_train_args(raw: dict[str, Any], path: str, errors: dict[str, str]) -> dict[str, Any]:
+    return _typed_args(raw, path, errors, "train")
+
+
+def _export_after(value: Any, errors: dict[str, str]) -> list[str]:
+    formats = [value] if isinstance(value, str) else value
+    if not isinstance(formats, list) or not formats:
+        errors["export"] = f"must be a list of formats to export after training, e.g. [onnx] ({', '.join(AUTO_EXPORT_FORMATS)})"
+        return []
+    chosen: list[str] = []
+    for item in formats:
+        if item == "engine":
+            errors["export"] = ("engine (TensorRT) is exported by an export job of its own "
+                                "('yolo export model=NAME:vN format=engine'): it runs only on nodes that advertise TensorRT")
+        elif item not in AUTO_EXPORT_FORMATS:
+            errors["export"] = f"{item!r} is not a format exported after training (use {', '.join(AUTO_EXPORT_FORMATS)})"
+        elif item not in chosen:
+            chosen.append(item)
+    return chosen
 
 
 def parse_spec(document: Any) -> JobSpec:
@@ -415,34 +513,45 @@ def parse_spec(document: Any) -> JobSpec:
         errors["task_name"] = "must be at most 200 letters, digits, spaces or . _ - : + @ ( )"
 
     command = document.get("command")
-    structured = document.get("train")
+    export_value = document.get("export")
+    structured_modes = [m for m in MODES if isinstance(document.get(m), dict)]
     task = "detect"
+    mode = "train"
     train_args: dict[str, Any] = {}
-    if command is not None and structured is not None:
-        errors["command"] = "give either command or train, not both"
-    elif structured is not None:
-        if not isinstance(structured, dict):
-            errors["train"] = "must be a mapping of training arguments (data, model, epochs, …)"
-        else:
-            train_args = _typed_train_args(structured, "train", errors)
-        task_value = document.get("task", "detect")
+    export_after: list[str] = []
+    for key in ("train", "val", "predict"):
+        if key in document and not isinstance(document[key], dict):
+            errors[key] = f"must be a mapping of {key} arguments"
+    if command is not None and structured_modes:
+        errors["command"] = f"give either command or {structured_modes[0]}, not both"
+    elif len(structured_modes) > 1:
+        errors[structured_modes[1]] = f"give one of {', '.join(MODES)}, not several"
+    elif structured_modes:
+        mode = structured_modes[0]
+        train_args = _typed_args(document[mode], mode, errors, mode)
         try:
-            task = _choice(*TASKS)(task_value)
+            task = _choice(*TASKS)(document.get("task", "detect"))
         except ValueError as exc:
             errors["task"] = str(exc)
         command = None
     elif command is not None:
-        task, raw_args, command_errors = parse_command(command)
+        task, mode, raw_args, command_errors = command_parse(command)
         errors.update(command_errors)
         if "command" not in command_errors:
-            train_args = _typed_train_args(raw_args, "command", errors)
+            train_args = _typed_args(raw_args, "command", errors, mode)
         if "task" in document:
             errors["task"] = "give the task inside command ('yolo detect train …')"
-    else:
+    elif "export" not in errors and not any(k in errors for k in ("train", "val", "predict")):
         errors["command"] = "is required: e.g. 'yolo train data=demo model=yolov8n.yaml epochs=3'"
+    if export_value is not None and not isinstance(export_value, dict):
+        if mode != "train":
+            errors["export"] = "a list of formats to export after training belongs in a training spec"
+        else:
+            export_after = _export_after(export_value, errors)
 
-    spec = JobSpec(task_name=str(task_name or ""), task=task, train_args=train_args,
-                   command=command if isinstance(command, str) else "")
+    spec = JobSpec(task_name=str(task_name or ""), task=task, train_args=train_args, mode=mode, export=export_after,
+                   command=command if isinstance(command, str) else "",
+                   requires=["tensorrt"] if mode == "export" and train_args.get("format") == "engine" else [])
 
     resources = document.get("resources", {}) or {}
     if not isinstance(resources, dict):

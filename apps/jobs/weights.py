@@ -1,17 +1,19 @@
-"""Where a spec's ``model=`` comes from: a model YAML, the local weights store, or the registry.
+"""Where a spec's ``model=`` comes from: a model YAML, the team's or shared weights, or the registry.
 
-Nothing is downloaded at run time, so a name like ``yolov8n.pt`` must already be in
-``WEIGHTS_DIR`` (or the team's subfolder of it).
+Nothing is downloaded at run time, so a name like ``yolov8s.pt`` must have been uploaded
+to the team (``yoloq weights push``) or added as shared weights (``manage.py weights add
+--shared``). The rules for weights live in ``apps.registry.selectors``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from django.conf import settings
+from apps.registry.selectors import WeightsRef, version_resolve, version_weights, weights_resolve
 
 
 @lru_cache(maxsize=1)
@@ -30,51 +32,35 @@ def model_yaml_known(name: str) -> bool:
     return name in model_yaml_names() or unified in model_yaml_names()
 
 
-def model_resolve(*, team, reference: str) -> str:
-    """Return what the trainer loads: a YAML name or an absolute weights path. ValueError if unknown."""
+@dataclass(frozen=True)
+class ModelRef:
+    """What a spec's ``model=`` resolved to: a model YAML to build, or weights in the store."""
+
+    yaml: str = ""
+    weights: WeightsRef | None = None
+
+    def as_input(self) -> dict:
+        """What the job records (lineage: no server paths)."""
+        return self.weights.parent if self.weights else {"kind": "yaml", "name": self.yaml}
+
+    def as_resolved(self) -> dict:
+        """What the worker needs: the YAML name, or the weights' key and the sha256 to check them against."""
+        return {"yaml": self.yaml} if self.weights is None else {"key": self.weights.key, "sha256": self.weights.sha256}
+
+
+def model_resolve(*, team, reference: str, yaml_allowed: bool = True) -> ModelRef:
+    """A spec's ``model=`` → a model YAML, the team's or shared weights, or a registered version. ValueError."""
     if not reference:
         raise ValueError("is required")
     if reference.endswith((".yaml", ".yml")):
+        if not yaml_allowed:
+            raise ValueError("must be trained weights (name.pt or a registered model name:v1), not a model YAML")
         if "/" in reference or not model_yaml_known(reference):
             raise ValueError(f"unknown model YAML {reference!r} (e.g. yolov8n.yaml, yolo11s.yaml)")
-        return reference
+        return ModelRef(yaml=reference)
     if reference.endswith(".pt"):
-        return weights_resolve(team=team, reference=reference)
-    match = re.fullmatch(r"([\w.-]+):(v(\d+)|latest)", reference)
-    if match:
-        from apps.registry.models import ModelVersion
-
-        versions = ModelVersion.objects.filter(team=team, name=match.group(1))
-        version = versions.filter(version=int(match.group(3))).first() if match.group(3) else versions.order_by("-version").first()
-        if version is None:
-            raise ValueError(f"no registered model {reference!r} in your team")
-        return version.weights_path
-    raise ValueError("must be a model YAML (yolov8n.yaml), weights in the local store (name.pt) or a registered model (name:v1)")
-
-
-def weights_resolve(*, team, reference: str) -> str:
-    """``name.pt`` → an absolute path in the team's own weights folder or the shared store.
-
-    1. The team's folder (``WEIGHTS_DIR/<team>/``): any path inside it, symlinks resolved.
-    2. The shared store: a bare file name only, a regular file directly in ``WEIGHTS_DIR``
-       (after resolving symlinks). Team folders live inside ``WEIGHTS_DIR`` too, so a path
-       with a ``/`` must never reach the shared fallback: ``robotics/secret.pt`` would be
-       another team's weights (issue 9, finding 1).
-    """
-    own = (settings.WEIGHTS_DIR / team.slug).resolve()
-    path = (own / reference).resolve()
-    if path.is_relative_to(own) and path.is_file():
-        return str(path)
-    if "/" in reference:
-        raise ValueError(
-            f"weights {reference!r} are not in your team's weights folder; shared weights are named by a "
-            "bare file name (e.g. yolov8n.pt), and other teams' folders are not readable"
-        )
-    shared = settings.WEIGHTS_DIR.resolve()
-    path = (shared / reference).resolve()
-    if path.parent == shared and path.is_file():
-        return str(path)
-    raise ValueError(
-        f"weights {reference!r} are not in the local weights store; nothing is downloaded here — "
-        "use a model YAML (e.g. yolov8n.yaml) or a registered model (name:v1)"
-    )
+        return ModelRef(weights=weights_resolve(team=team, reference=reference))
+    if ":" in reference:
+        return ModelRef(weights=version_weights(version_resolve(team=team, reference=reference)))
+    raise ValueError("must be a model YAML (yolov8n.yaml), weights (name.pt: your team's uploads, then shared "
+                     "ones) or a registered model (name:v1, name:latest, name:production)")

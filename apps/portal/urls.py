@@ -2,7 +2,7 @@ from django.urls import path
 
 from apps.notifications import views as notification_views
 
-from . import views
+from . import lifecycle, views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -14,6 +14,13 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/resubmit/", views.job_resubmit, name="job-resubmit"),
     path("usage/", views.usage, name="usage"),
     path("models/", views.models, name="models"),
+    path("models/compare/", lifecycle.models_compare, name="models-compare"),
+    path("models/<int:pk>/", lifecycle.model_detail, name="model"),
+    path("models/<int:pk>/stage/", lifecycle.model_stage, name="model-stage"),
+    path("datasets/", lifecycle.datasets, name="datasets"),
+    path("datasets/<int:pk>/", lifecycle.dataset_detail, name="dataset"),
+    path("weights/", lifecycle.weights, name="weights"),
+    path("jobs/<uuid:job_id>/predictions/", lifecycle.predictions, name="job-predictions"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke/", views.token_revoke_view, name="token-revoke"),
     path("notifications/", notification_views.notifications, name="notifications"),

@@ -106,6 +106,8 @@ def job_detail(request, job_id):
     model_version = getattr(job, "model_version", None) if job.state == JobState.SUCCEEDED else None
     return render(request, "portal/job.html", {
         "job": job,
+        "inputs": (job.spec or {}).get("inputs") or {},
+        "prediction_run": getattr(job, "prediction_run", None) if job.state == JobState.SUCCEEDED else None,
         "epochs": (job.spec.get("train_args") or {}).get("epochs"),
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         "model_version": model_version,

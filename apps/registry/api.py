@@ -1,66 +1,244 @@
+"""REST endpoints of the registry: versions (list, detail with lineage, stage), downloads that
+re-check the stored sha256, weights uploads, exports, a prediction run's results."""
+
 from __future__ import annotations
 
-from pathlib import Path
+import hashlib
+import json
+import logging
+from typing import IO
 
 from django.conf import settings
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers
-from rest_framework.exceptions import NotFound
+from rest_framework import parsers, serializers, status
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.selectors import is_manager_of, team_list
+from apps.accounts.services import StorageQuotaExceeded
+from apps.accounts.throttles import UploadThrottle
+from apps.core.api import StrictInput, field_errors
+from apps.core.artifacts import ArtifactKeyError, artifact_path
 from apps.core.openapi import ERROR
 from apps.core.selectors import get_or_404
 
-from .models import ModelVersion
-from .selectors import model_list
+from .models import Export, ModelVersion, Stage
+from .selectors import export_list, model_list, prediction_list
+from .services import StageRefused, WeightsRefused, model_stage_set, weights_upload
 
+log = logging.getLogger(__name__)
 MODEL_NOT_VISIBLE = "No model with that id in your teams."
+
+
+class StoredFileChanged(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The stored file does not match its recorded sha256."
+    default_code = "sha256_mismatch"
+
+
+def verified_open(key: str, sha256: str, what: str) -> IO[bytes]:
+    """Open an artifact for download after checking it still has its recorded sha256.
+
+    The hash is computed over the very handle that is then streamed (rewound), so a file
+    swapped by rename after the check is not what is sent. 404 when gone, 409 when changed.
+    """
+    try:
+        path = artifact_path(key)
+    except ArtifactKeyError:
+        raise NotFound(f"The {what} file is gone.") from None
+    if not path.is_file():
+        raise NotFound(f"The {what} file is gone.")
+    handle = path.open("rb")
+    digest = hashlib.sha256()
+    while block := handle.read(1 << 20):
+        digest.update(block)
+    if sha256 and digest.hexdigest() != sha256:
+        handle.close()
+        log.error("artifact %s: sha256 %s on disk, %s recorded", key, digest.hexdigest(), sha256)
+        raise StoredFileChanged(f"The {what} file changed on disk since it was stored (its sha256 no longer matches "
+                                f"the recorded {sha256[:12]}…): it is not sent. An admin must restore it.")
+    handle.seek(0)
+    return handle
 
 
 class ModelOut(serializers.ModelSerializer):
     team = serializers.CharField(source="team.slug")
-    job = serializers.UUIDField(source="job_id")
+    job = serializers.UUIDField(source="job_id", allow_null=True)
+    reference = serializers.CharField()
+    parent = serializers.SerializerMethodField()
+    dataset = serializers.SerializerMethodField()
 
     class Meta:
         model = ModelVersion
-        fields = ["id", "team", "name", "version", "job", "sha256", "size", "metrics", "created_at"]
+        fields = ["id", "team", "name", "version", "reference", "source", "stage", "task", "filename", "job",
+                  "sha256", "size", "metrics", "parent", "dataset", "created_at"]
+
+    def get_parent(self, version) -> dict:
+        return (version.lineage or {}).get("parent") or {}
+
+    def get_dataset(self, version) -> dict:
+        return (version.lineage or {}).get("dataset") or {}
 
 
-# Schema only: what ModelOut writes, with ``job`` nullable (a docstring here would show in the schema).
-class ModelVersionOut(serializers.Serializer):
-    id = serializers.IntegerField()
-    team = serializers.CharField()
-    name = serializers.CharField()
-    version = serializers.IntegerField()
-    job = serializers.UUIDField(allow_null=True)
-    sha256 = serializers.CharField(allow_blank=True)
-    size = serializers.IntegerField()
-    metrics = serializers.DictField()
-    created_at = serializers.DateTimeField()
+class ExportOut(serializers.ModelSerializer):
+    class Meta:
+        model = Export
+        fields = ["id", "format", "options", "sha256", "size", "verification", "job", "created_at"]
+
+
+class ModelDetailOut(ModelOut):
+    lineage = serializers.JSONField()
+    exports = ExportOut(many=True)
+    evaluations = serializers.SerializerMethodField()
+
+    class Meta(ModelOut.Meta):
+        fields = [*ModelOut.Meta.fields, "lineage", "stage_changed_at", "exports", "evaluations"]
+
+    def get_evaluations(self, version) -> list[dict]:
+        return [{"id": e.id, "job": str(e.job_id) if e.job_id else None, "split": e.split, "metrics": e.metrics,
+                 "per_class": e.per_class, "dataset": e.dataset_lineage, "created_at": e.created_at.isoformat()}
+                for e in version.evaluations.all()]
 
 
 class ModelListView(APIView):
-    @extend_schema(operation_id="models_list", responses=ModelVersionOut(many=True))
+    @extend_schema(operation_id="models_list", responses=ModelOut(many=True), parameters=[
+        OpenApiParameter("team", str), OpenApiParameter("name", str), OpenApiParameter("stage", str)])
     def get(self, request):
-        return Response(ModelOut(model_list(user=request.user)[:500], many=True).data)
+        versions = model_list(user=request.user, team=request.query_params.get("team") or None,
+                              name=request.query_params.get("name") or None)
+        if request.query_params.get("stage"):
+            versions = versions.filter(stage=request.query_params["stage"])
+        return Response(ModelOut(versions[:500], many=True).data)
 
 
 class ModelDetailView(APIView):
-    @extend_schema(responses={200: ModelVersionOut, 404: ERROR})
+    @extend_schema(responses={200: ModelDetailOut, 404: ERROR})
     def get(self, request, pk: int):
-        return Response(ModelOut(get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)).data)
+        version = get_or_404(model_list(user=request.user).prefetch_related("exports", "evaluations"), pk,
+                             MODEL_NOT_VISIBLE)
+        return Response(ModelDetailOut(version).data)
 
 
 class ModelDownloadView(APIView):
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR},
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
                    parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)])
     def get(self, request, pk: int):
         version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
-        path = Path(version.weights_path)
-        if not path.is_file() or not path.resolve().is_relative_to(settings.JOBS_DIR.resolve()):
-            raise NotFound("The weights file is gone.")
-        return FileResponse(path.open("rb"), as_attachment=True,
-                            filename=f"{version.name}-v{version.version}.pt")
+        handle = verified_open(version.weights_key, version.sha256, "weights")
+        return FileResponse(handle, as_attachment=True, filename=f"{version.name}-v{version.version}.pt")
+
+
+class ExportDownloadView(APIView):
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
+                   parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)])
+    def get(self, request, pk: int):
+        export = get_or_404(export_list(user=request.user), pk, "No export with that id in your teams.")
+        handle = verified_open(export.key, export.sha256, f"{export.format} export")
+        name = export.key.rsplit("/", 1)[-1]
+        return FileResponse(handle, as_attachment=True,
+                            filename=f"{export.version.name}-v{export.version.version}-{name}")
+
+
+class StageIn(StrictInput):
+    stage = serializers.ChoiceField(choices=Stage.choices)
+
+
+class ModelStageView(APIView):
+    @extend_schema(request=StageIn, responses={200: ModelOut(many=True), 400: ERROR, 403: ERROR, 404: ERROR})
+    def post(self, request, pk: int):
+        version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
+        if not is_manager_of(user=request.user, team=version.team):
+            raise PermissionDenied("Only a manager of the team may change a model's stage.")
+        data = StageIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            changed = model_stage_set(version=version, stage=data.validated_data["stage"], by=request.user)
+        except StageRefused as exc:
+            return field_errors({"stage": str(exc)})
+        return Response(ModelOut(changed, many=True).data)
+
+
+class WeightsIn(StrictInput):
+    file = serializers.FileField(help_text="a .pt checkpoint (Ultralytics training or model.save()); "
+                                           "model=<file name> then names it in specs")
+    team = serializers.SlugField(required=False, help_text="team slug; optional when you are in one team")
+
+
+class WeightsUploadView(APIView):
+    parser_classes = [parsers.MultiPartParser]
+    throttle_classes = [UploadThrottle]
+
+    @extend_schema(request={"multipart/form-data": WeightsIn}, responses={201: ModelOut, 400: ERROR, 413: ERROR,
+                                                                          429: ERROR})
+    def post(self, request):
+        declared = request.META.get("CONTENT_LENGTH") or "0"
+        limit = settings.WEIGHTS_UPLOAD_MAX_BYTES
+        if declared.isdigit() and int(declared) > limit + 1024**2:
+            return field_errors({"file": f"the upload is {int(declared)} bytes; the limit is {limit} bytes"})
+        data = WeightsIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        teams = list(team_list(user=request.user))
+        slug = values.get("team")
+        team = next((t for t in teams if t.slug == slug), None) if slug else (teams[0] if len(teams) == 1 else None)
+        if team is None:
+            return field_errors({"team": f"you are not a member of a team named {slug!r}" if slug
+                                 else "is required: you are in several teams (or none)"})
+        upload = values["file"]
+        try:
+            version = weights_upload(user=request.user, team=team, upload=upload, filename=upload.name,
+                                     size=upload.size)
+        except WeightsRefused as exc:
+            body = {exc.field: [str(exc)]}
+            if exc.offending:
+                body["offending_global"] = exc.offending
+            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+        except StorageQuotaExceeded as exc:
+            return field_errors({"file": str(exc)})
+        finally:
+            upload.close()
+        return Response(ModelOut(version).data, status=status.HTTP_201_CREATED)
+
+
+class PredictionsView(APIView):
+    """A predict job's results: per image its boxes, and where its annotated image is."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: ERROR})
+    def get(self, request, job_id):
+        run = prediction_run_or_404(request.user, job_id)
+        results = prediction_results(run)
+        for index, item in enumerate(results):
+            item["url"] = f"/api/v1/jobs/{job_id}/predictions/{index}/image/"
+        return Response({"job": str(job_id), "version": run.version_id, "source": run.source, "images": run.images,
+                         "boxes": run.boxes, "results": results})
+
+
+class PredictionImageView(APIView):
+    @extend_schema(responses={(200, "image/jpeg"): OpenApiTypes.BINARY, 404: ERROR})
+    def get(self, request, job_id, index: int):
+        run = prediction_run_or_404(request.user, job_id)
+        results = prediction_results(run)
+        if not 0 <= index < len(results):
+            raise NotFound("No annotated image with that number.")
+        folder = artifact_path(run.key).resolve()
+        path = (folder / results[index]["image"]).resolve()
+        if not path.is_relative_to(folder) or not path.is_file():
+            raise NotFound("The annotated image is gone.")
+        return FileResponse(path.open("rb"), content_type="image/jpeg")
+
+
+def prediction_run_or_404(user, job_id):
+    run = prediction_list(user=user).filter(job_id=job_id).first()
+    if run is None:
+        raise NotFound("No predictions for that job in your teams.")
+    return run
+
+
+def prediction_results(run) -> list[dict]:
+    try:
+        return json.loads((artifact_path(run.key) / "predictions.json").read_text())
+    except (OSError, ValueError, ArtifactKeyError):
+        return []

@@ -1,19 +1,51 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
+class Stage(models.TextChoices):
+    NONE = "none"
+    STAGING = "staging"
+    PRODUCTION = "production"
+    ARCHIVED = "archived"
+
+
 class ModelVersion(models.Model):
-    """Trained weights from a succeeded job, versioned per (team, name)."""
+    """Weights in the registry, versioned per (team, name): trained by a job or uploaded.
+
+    ``weights_key`` is an artifact key (apps/core/artifacts.py): a job's
+    ``jobs/<id>/train/weights/best.pt`` or an upload's ``models/<team>/<name>/v<N>/<file>``.
+    ``lineage`` keeps what the version came from, readable after its parents are deleted:
+    ``parent`` (a registered version or uploaded/shared weights, with their sha256),
+    ``dataset`` (team, name, version, sha256), ``spec``, ``code`` (python, torch,
+    ultralytics versions). Version numbers come from apps.core.versions: never reused.
+    """
+
+    class Source(models.TextChoices):
+        TRAINING = "training"
+        UPLOAD = "upload"
 
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="model_versions")
     name = models.CharField(max_length=200)
     version = models.PositiveIntegerField()
-    job = models.OneToOneField("jobs.Job", on_delete=models.SET_NULL, null=True, related_name="model_version")
-    weights_path = models.CharField(max_length=500)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.TRAINING)
+    job = models.OneToOneField("jobs.Job", on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="model_version")
+    filename = models.CharField(max_length=200, blank=True, help_text="the uploaded file's name (yolov8s.pt)")
+    weights_key = models.CharField(max_length=500)
     sha256 = models.CharField(max_length=64, blank=True)
     size = models.BigIntegerField(default=0)
+    task = models.CharField(max_length=10, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    dataset = models.ForeignKey("datasets.Dataset", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="model_versions")
+    lineage = models.JSONField(default=dict, blank=True)
+    stage = models.CharField(max_length=12, choices=Stage.choices, default=Stage.NONE)
+    stage_changed_at = models.DateTimeField(null=True, blank=True)
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -23,22 +55,95 @@ class ModelVersion(models.Model):
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.name}:v{self.version}"
 
+    @property
+    def reference(self) -> str:
+        """How a spec names exactly this version (``model=pcb:v3``)."""
+        return f"{self.name}:v{self.version}"
 
-class VersionCounter(models.Model):
-    """The last version number issued per (kind, team, name).
+    def as_parent(self) -> dict:
+        return {"kind": "version", "id": self.pk, "team": self.team.slug, "name": self.name,
+                "version": self.version, "sha256": self.sha256}
 
-    A version number is never issued twice, also after its row was deleted (issue 9,
-    finding 9): numbers come from this counter, not from the highest row left.
-    ``kind`` is "model" for :class:`ModelVersion`; other versioned things take their own.
+
+class SharedWeights(models.Model):
+    """Base weights every team may start from (``model=yolov8s.pt``), in ``weights/<file>``.
+
+    Added by an admin (``manage.py weights add FILE --shared``) after the checkpoint check;
+    a team's own uploaded weights of the same name win over these.
     """
 
-    kind = models.CharField(max_length=20)
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
-    name = models.CharField(max_length=200)
-    last = models.PositiveIntegerField(default=0)
+    filename = models.CharField(max_length=200, unique=True)
+    key = models.CharField(max_length=500)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    task = models.CharField(max_length=10, blank=True)
+    scan = models.JSONField(default=dict, blank=True)
+    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["kind", "team", "name"], name="one_version_counter")]
+        ordering = ["filename"]
+        verbose_name_plural = "shared weights"
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.team_id}/{self.name}: v{self.last}"
+        return self.filename
+
+
+class Evaluation(models.Model):
+    """A ``val`` job's result: metrics and the per-class table of one version on one dataset split."""
+
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="evaluations")
+    job = models.OneToOneField("jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="evaluation")
+    dataset = models.ForeignKey("datasets.Dataset", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    dataset_lineage = models.JSONField(default=dict, blank=True)
+    split = models.CharField(max_length=10, default="val")
+    metrics = models.JSONField(default=dict, blank=True)
+    # [{"class": id, "name", "images", "instances", "precision", "recall", "map50", "map50_95"}]
+    per_class = models.JSONField(default=list, blank=True)
+    speed = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class Export(models.Model):
+    """An exported file of a version (onnx, torchscript, engine), with how well it agrees with PyTorch.
+
+    ``verification``: ``{"runtime", "images", "outputs", "max_abs", "max_rel", "atol", "rtol",
+    "passed"}``: the exported file was run on validation images and its raw output
+    tensors compared with the PyTorch model's on the same inputs (see the training
+    child's docstring). An export beyond tolerance fails and is not stored.
+    """
+
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="exports")
+    job = models.ForeignKey("jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="exports")
+    format = models.CharField(max_length=20)
+    options = models.JSONField(default=dict, blank=True)
+    key = models.CharField(max_length=500)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    verification = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class PredictionRun(models.Model):
+    """A ``predict`` job's output: annotated images and boxes under the job's ``predict/`` folder."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="prediction_run")
+    version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="prediction_runs")
+    source = models.JSONField(default=dict, blank=True)
+    # The folder holds the annotated images and predictions.json:
+    # [{"image": "<file in the folder>", "source": "<source image, relative>", "boxes": [{class, name, conf, xyxy}]}]
+    key = models.CharField(max_length=500, help_text="artifact key of the predict/ folder")
+    images = models.PositiveIntegerField(default=0)
+    boxes = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]

@@ -1,16 +1,129 @@
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
 from django.db.models import QuerySet
 
 from apps.accounts.selectors import team_ids
+from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path, key_join, root_path
+from apps.core.hashing import file_sha256
 from apps.core.selectors import scoped_get
 
-from .models import ModelVersion
+from .models import Evaluation, Export, ModelVersion, PredictionRun, SharedWeights
 
 
-def model_list(*, user) -> QuerySet[ModelVersion]:
-    return ModelVersion.objects.filter(team_id__in=team_ids(user=user)).select_related("team", "job")
+def model_list(*, user, team: str | None = None, name: str | None = None) -> QuerySet[ModelVersion]:
+    versions = ModelVersion.objects.filter(team_id__in=team_ids(user=user)).select_related(
+        "team", "job", "dataset", "parent")
+    if team:
+        versions = versions.filter(team__slug=team)
+    if name:
+        versions = versions.filter(name=name)
+    return versions
 
 
 def model_get(*, user, pk) -> ModelVersion | None:
     return scoped_get(model_list(user=user), pk)
+
+
+def export_list(*, user) -> QuerySet[Export]:
+    return Export.objects.filter(version__team_id__in=team_ids(user=user)).select_related("version__team")
+
+
+def evaluation_list(*, user) -> QuerySet[Evaluation]:
+    return Evaluation.objects.filter(version__team_id__in=team_ids(user=user)).select_related("version__team", "job")
+
+
+def prediction_list(*, user) -> QuerySet[PredictionRun]:
+    return PredictionRun.objects.filter(job__team_id__in=team_ids(user=user)).select_related("job", "version")
+
+
+# --- what a spec's model= means ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WeightsRef:
+    """Resolved weights: the key the child loads, its hash, and what lineage records of it."""
+
+    key: str
+    sha256: str
+    parent: dict  # {"kind": "version" | "shared" | "team-file", …, "sha256"}
+    version: ModelVersion | None = None
+    task: str = ""
+
+
+_VERSION_REF = re.compile(r"^([\w.-]+):(?:v(\d+)|latest|(staging|production))$")
+
+
+def version_resolve(*, team, reference: str) -> ModelVersion:
+    """``name:v3``, ``name:latest``, ``name:production``/``name:staging`` → a version of the team's. ValueError."""
+    match = _VERSION_REF.fullmatch(reference)
+    if not match:
+        raise ValueError("must be a registered model: name:v1, name:latest, name:staging or name:production")
+    name, number, stage = match.groups()
+    versions = ModelVersion.objects.filter(team=team, name=name).select_related("team")
+    if number:
+        found = versions.filter(version=int(number)).first()
+    elif stage:
+        found = versions.filter(stage=stage).order_by("-version").first()
+    else:
+        found = versions.order_by("-version").first()
+    if found is None:
+        known = ", ".join(f"v{v}" for v in versions.order_by("version").values_list("version", flat=True)[:20])
+        raise ValueError(f"no registered model {reference!r} in your team" + (f" ({name} has {known})" if known else ""))
+    if not found.weights_key:
+        raise ValueError(f"model {found.reference} has no weights file any more")
+    return found
+
+
+def version_weights(version: ModelVersion) -> WeightsRef:
+    return WeightsRef(key=version.weights_key, sha256=version.sha256, parent=version.as_parent(), version=version,
+                      task=version.task)
+
+
+def weights_resolve(*, team, reference: str) -> WeightsRef:
+    """``name.pt`` → the team's uploaded weights, else its own folder, else the shared store. ValueError.
+
+    1. The newest version the team *uploaded* under that file name (``yoloq weights push``).
+    2. The team's folder ``weights/<team>/``: any path inside it, symlinks resolved.
+    3. The shared store: a bare file name only, a regular file directly in ``weights/``
+       (after resolving symlinks). Team folders live inside it too, so a path with a ``/``
+       must never reach the shared fallback: ``robotics/secret.pt`` would be another
+       team's weights (issue 9, finding 1).
+    """
+    uploaded = ModelVersion.objects.filter(team=team, source=ModelVersion.Source.UPLOAD, filename=reference) \
+        .select_related("team").order_by("-version").first()
+    if uploaded is not None and uploaded.weights_key:
+        return version_weights(uploaded)
+    own = artifact_path(key_join("weights", team.slug)).resolve()
+    path = (own / reference).resolve()
+    if path.is_relative_to(own) and path.is_file():
+        return WeightsRef(key=artifact_key(path), sha256=file_sha256(path),
+                          parent={"kind": "team-file", "name": reference, "sha256": ""})
+    if "/" in reference:
+        raise ValueError(
+            f"weights {reference!r} are not in your team's weights; shared weights are named by a "
+            "bare file name (e.g. yolov8n.pt), and other teams' weights are not readable"
+        )
+    shared_root = root_path("weights")
+    path = (shared_root / reference).resolve()
+    if path.parent == shared_root and path.is_file():
+        row = SharedWeights.objects.filter(filename=reference).first()
+        sha256 = row.sha256 if row is not None and row.size == path.stat().st_size else file_sha256(path)
+        return WeightsRef(key=artifact_key(path), sha256=sha256, task=row.task if row else "",
+                          parent={"kind": "shared", "name": reference, "sha256": sha256})
+    raise ValueError(
+        f"weights {reference!r} are neither your team's nor shared; nothing is downloaded here — upload them "
+        "(yoloq weights push FILE), use a model YAML (e.g. yolov8n.yaml) or a registered model (name:v1)"
+    )
+
+
+def weights_file(key: str) -> Path | None:
+    """The local file of a weights key, or None when it is gone or the key is not one."""
+    try:
+        path = artifact_path(key)
+    except ArtifactKeyError:
+        return None
+    return path if path.is_file() else None

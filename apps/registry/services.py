@@ -1,54 +1,327 @@
+"""Writes about the registry: versions from training and uploads, stages, evaluations, exports,
+predictions, shared base weights.
+
+Weights are only ever *loaded* by training children. Here they are copied, hashed and
+checked with :mod:`apps.registry.checkpoint_scan` (a restricted unpickling pass that
+constructs nothing), never loaded.
+"""
+
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
 from pathlib import Path
+from typing import IO
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max
-from django.db.models.functions import Greatest
+from django.db.models import Max
+from django.utils import timezone
 
+from apps.accounts.models import AuditEntry
+from apps.accounts.services import audit_record, storage_adjust, storage_release, storage_reserve
+from apps.core.artifacts import artifact_key, artifact_path, key_join, key_part, root_path
 from apps.core.hashing import file_sha256
+from apps.core.versions import version_next
+from apps.datasets.models import Dataset
 
-from .models import ModelVersion, VersionCounter
-
-
-def version_next(*, kind: str, team, name: str, floor: int = 0) -> int:
-    """Issue the next version number of (kind, team, name); call it inside the transaction that
-    creates the row, so a failed create gives the number back. ``floor`` is the highest
-    number already in use (rows made before the counter existed)."""
-    counter, _ = VersionCounter.objects.get_or_create(kind=kind, team=team, name=name, defaults={"last": floor})
-    VersionCounter.objects.filter(pk=counter.pk).update(last=Greatest(F("last"), floor) + 1)
-    return VersionCounter.objects.values_list("last", flat=True).get(pk=counter.pk)
+from .checkpoint_scan import CheckpointRefused, member_name_ok, scan_checkpoint
+from .models import Evaluation, Export, ModelVersion, PredictionRun, SharedWeights, Stage
 
 
-def model_register(*, job, weights: Path, metrics: dict) -> ModelVersion:
-    """Register a succeeded job's weights as the next version of its task name (idempotent per job)."""
+class WeightsRefused(ValueError):
+    """An upload of weights is refused; ``field`` is the request field it is about."""
+
+    def __init__(self, message: str, *, field: str = "file", offending: str = ""):
+        self.field, self.offending = field, offending
+        super().__init__(message)
+
+
+# --- versions from training -------------------------------------------------------------------------
+
+
+def _job_inputs(job) -> dict:
+    return (job.spec or {}).get("inputs") or {}
+
+
+def _lineage_links(inputs: dict) -> tuple[ModelVersion | None, Dataset | None]:
+    parent = inputs.get("model") or {}
+    data = inputs.get("data") or {}
+    version = ModelVersion.objects.filter(pk=parent.get("id")).first() if parent.get("kind") == "version" else None
+    dataset = Dataset.objects.filter(pk=data.get("id")).first() if data.get("id") else None
+    return version, dataset
+
+
+def model_register(*, job, weights: Path, metrics: dict, code: dict | None = None) -> ModelVersion:
+    """Register a succeeded training job's weights as the next version of its task name (idempotent per job).
+
+    The version records its lineage: the parent weights or version and the dataset version
+    (both with their sha256, from what the job recorded at submit), the spec, the code
+    versions the child reported.
+    """
     existing = ModelVersion.objects.filter(job=job).first()
     if existing:
         return existing
+    inputs = _job_inputs(job)
+    parent, dataset = _lineage_links(inputs)
+    lineage = {"parent": inputs.get("model") or {}, "dataset": inputs.get("data") or {},
+               "spec": job.public_spec, "code": code or {}, "job": str(job.pk)}
     for _ in range(5):
         try:
             with transaction.atomic():
                 latest = ModelVersion.objects.filter(team=job.team, name=job.task_name).aggregate(v=Max("version"))["v"]
                 version = version_next(kind="model", team=job.team, name=job.task_name, floor=latest or 0)
                 return ModelVersion.objects.create(
-                    team=job.team, name=job.task_name, version=version, job=job,
-                    weights_path=str(weights), sha256=file_sha256(weights), size=weights.stat().st_size,
-                    metrics=metrics,
+                    team=job.team, name=job.task_name, version=version, job=job, source=ModelVersion.Source.TRAINING,
+                    filename=weights.name, weights_key=artifact_key(weights), sha256=file_sha256(weights),
+                    size=weights.stat().st_size, metrics=metrics, task=(job.spec or {}).get("task", ""),
+                    parent=parent, dataset=dataset, lineage=lineage,
                 )
         except IntegrityError:
             continue  # another job of the same name registered at the same moment
     raise RuntimeError(f"could not register a model version for job {job.pk}")
 
 
-def model_version_delete(*, version: ModelVersion, by) -> None:
-    """Delete a registered version (audited). Its number is not issued again; the job's own
-    weights file stays with the job."""
-    from apps.accounts.models import AuditEntry
-    from apps.accounts.services import audit_record
+# --- uploaded weights ---------------------------------------------------------------------------------
 
+
+def _receive(upload: IO[bytes], *, limit: int) -> tuple[Path, str, int]:
+    """Stream an upload into a hidden temp file of the models root: (path, sha256, size)."""
+    import hashlib
+
+    staging = root_path("models") / ".uploads"
+    staging.mkdir(parents=True, exist_ok=True)
+    path = staging / f"{uuid.uuid4().hex}.pt"
+    digest, size = hashlib.sha256(), 0
+    try:
+        upload.seek(0)
+        with open(path, "xb") as out:
+            while chunk := upload.read(1 << 20):
+                size += len(chunk)
+                if size > limit:
+                    raise WeightsRefused(f"the file is larger than the limit of {limit} bytes")
+                digest.update(chunk)
+                out.write(chunk)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path, digest.hexdigest(), size
+
+
+def weights_check(path: Path) -> dict:
+    """The checkpoint check as the upload sees it: WeightsRefused naming the offending global."""
+    try:
+        return scan_checkpoint(path).as_dict()
+    except CheckpointRefused as exc:
+        raise WeightsRefused(f"weights refused: {exc}", offending=exc.offending) from None
+
+
+def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int) -> ModelVersion:
+    """Store uploaded weights as the next version of ``<stem>`` in the team's registry.
+
+    1. A plain ``name.pt`` and at most WEIGHTS_UPLOAD_MAX_BYTES (WeightsRefused naming the field).
+    2. Received into a hidden temp file, hashed, and checked by the restricted unpickling
+       pass (WeightsRefused naming the offending global) — never loaded.
+    3. Charged to the team's storage quota (StorageQuotaExceeded).
+    4. In one transaction: the version number, the file moved to
+       ``models/<team>/<stem>/v<N>/<file>``, the row; then audited.
+    ``model=<file>`` in a spec then resolves to the newest such upload of the team.
+    """
+    if not member_name_ok(filename):
+        raise WeightsRefused("the file name must be a plain name ending in .pt, like yolov8s.pt "
+                             "(letters, digits, '.', '_', '-')", field="file")
+    limit = settings.WEIGHTS_UPLOAD_MAX_BYTES
+    if size > limit:
+        raise WeightsRefused(f"the file is {size} bytes; the limit is {limit} bytes")
+    path, sha256, received = _receive(upload, limit=limit)
+    charge = f"upload:{team.slug}:{path.stem}"
+    try:
+        scan = weights_check(path)
+        storage_reserve(team=team, key=charge, size=received)
+        name = key_part(filename[:-3])
+        with transaction.atomic():
+            latest = ModelVersion.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
+            number = version_next(kind="model", team=team, name=name, floor=latest)
+            key = key_join("models", team.slug, name, f"v{number}", filename)
+            final = artifact_path(key)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, final)
+            version = ModelVersion.objects.create(
+                team=team, name=name, version=number, source=ModelVersion.Source.UPLOAD, filename=filename,
+                weights_key=key, sha256=sha256, size=received, task=scan["task"], uploaded_by=user,
+                lineage={"uploaded": {"by": user.get_username() if user else "system", "file": filename,
+                                      "scan": scan}},
+            )
+            storage_adjust(key=charge, size=received, new_key=key)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        storage_release(key=charge)
+        raise
+    audit_record(actor=user, action=AuditEntry.Action.WEIGHTS_UPLOAD, team=team, target=version,
+                 message=f"weights {filename} uploaded as {version}", data={
+                     "name": name, "version": number, "file": filename, "sha256": sha256, "bytes": received})
+    return version
+
+
+def shared_weights_add(*, source: Path, filename: str | None = None, by=None, replace: bool = False) -> SharedWeights:
+    """Check ``source`` and copy it into the shared store as ``weights/<filename>`` (all teams' base weights).
+
+    A different file under a name already shared needs ``replace`` (jobs record the sha256
+    they used, so older jobs still say which bytes they trained from).
+    """
+    filename = filename or source.name
+    if not member_name_ok(filename):
+        raise WeightsRefused("the file name must be a plain name ending in .pt, like yolov8s.pt")
+    scan = weights_check(source)
+    sha256 = file_sha256(source)
+    key = key_join("weights", filename)
+    final = artifact_path(key)
+    current = SharedWeights.objects.filter(filename=filename).first()
+    if (current or final.exists()) and not replace and (current is None or current.sha256 != sha256):
+        raise WeightsRefused(f"shared weights {filename} already exist with other content: use --replace")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temp = final.with_name(f".{filename}.{uuid.uuid4().hex}")
+    shutil.copyfile(source, temp)
+    os.replace(temp, final)
+    row, _ = SharedWeights.objects.update_or_create(filename=filename, defaults={
+        "key": key, "sha256": sha256, "size": final.stat().st_size, "task": scan["task"], "scan": scan,
+        "added_by": by if getattr(by, "is_authenticated", False) else None})
+    audit_record(actor=by, action=AuditEntry.Action.WEIGHTS_SHARED_ADD, target=row,
+                 message=f"shared weights {filename} added", data={"file": filename, "sha256": sha256})
+    return row
+
+
+# --- stages -------------------------------------------------------------------------------------------
+
+# none → staging → production → archived; archiving is always possible, an archived version may go
+# back to staging. Promoting one version to production archives the one that held it.
+STAGE_MOVES = {
+    Stage.NONE: {Stage.STAGING, Stage.ARCHIVED},
+    Stage.STAGING: {Stage.PRODUCTION, Stage.ARCHIVED, Stage.NONE},
+    Stage.PRODUCTION: {Stage.ARCHIVED, Stage.STAGING},
+    Stage.ARCHIVED: {Stage.STAGING},
+}
+
+
+class StageRefused(ValueError):
+    pass
+
+
+def model_stage_set(*, version: ModelVersion, stage: str, by) -> list[ModelVersion]:
+    """Move ``version`` to ``stage`` (the caller checked that ``by`` manages the team); audited.
+
+    Returns every version whose stage changed (the previous production version is archived).
+    """
+    if stage not in Stage.values:
+        raise StageRefused(f"unknown stage {stage!r} (none, staging, production, archived)")
+    if stage == version.stage:
+        return []
+    if stage not in STAGE_MOVES[Stage(version.stage)]:
+        allowed = ", ".join(sorted(STAGE_MOVES[Stage(version.stage)]))
+        raise StageRefused(f"{version.reference} is in {version.stage}; it can move to {allowed}")
+    changed = []
+    now = timezone.now()
+    with transaction.atomic():
+        if stage == Stage.PRODUCTION:
+            for previous in ModelVersion.objects.select_for_update().filter(
+                    team=version.team, name=version.name, stage=Stage.PRODUCTION).exclude(pk=version.pk):
+                changed.append(_stage_write(previous, Stage.ARCHIVED, by, now, reason=f"{version.reference} promoted"))
+        changed.append(_stage_write(version, stage, by, now))
+    return changed
+
+
+def _stage_write(version: ModelVersion, stage: str, by, now, reason: str = "") -> ModelVersion:
+    before = version.stage
+    ModelVersion.objects.filter(pk=version.pk).update(stage=stage, stage_changed_at=now)
+    version.stage, version.stage_changed_at = stage, now
+    audit_record(actor=by, action=AuditEntry.Action.MODEL_PROMOTE, team=version.team_id, target=version,
+                 message=f"{version}: {before} → {stage}" + (f" ({reason})" if reason else ""),
+                 data={"name": version.name, "version": version.version, "from": before, "to": stage})
+    return version
+
+
+# --- deletes --------------------------------------------------------------------------------------------
+
+
+def model_version_delete(*, version: ModelVersion, by) -> None:
+    """Delete a registered version (audited). Its number is not issued again; a trained version's
+    weights stay with its job, an uploaded version's file and every export go (with their charge)."""
     target_id, label = str(version.pk), str(version)
     data = {"name": version.name, "version": version.version, "sha256": version.sha256,
-            "job": str(version.job_id) if version.job_id else None}
+            "job": str(version.job_id) if version.job_id else None, "source": version.source}
+    owned = [version.weights_key] if version.source == ModelVersion.Source.UPLOAD else []
+    owned += [e.key for e in version.exports.all()]
     version.delete()
+    for key in owned:
+        storage_release(key=key)
+        artifact_path(key).unlink(missing_ok=True)
     audit_record(actor=by, action=AuditEntry.Action.MODEL_DELETE, team=version.team_id, target=version,
                  target_id=target_id, message=f"model {label} deleted", data=data)
+
+
+# --- results of val, predict and export jobs -------------------------------------------------------------
+
+
+def evaluation_record(*, job, version: ModelVersion, finished: dict) -> Evaluation:
+    inputs = _job_inputs(job)
+    data = inputs.get("data") or {}
+    evaluation, _ = Evaluation.objects.update_or_create(job=job, defaults={
+        "version": version, "dataset": Dataset.objects.filter(pk=data.get("id")).first() if data.get("id") else None,
+        "dataset_lineage": data, "split": finished.get("split") or "val",
+        "metrics": finished.get("metrics") or {}, "per_class": finished.get("per_class") or [],
+        "speed": finished.get("speed") or {}})
+    return evaluation
+
+
+def export_record(*, job, version: ModelVersion, exported: dict) -> Export:
+    """Move an exported file into the version's registry folder and record it with its verification."""
+    source = Path(exported["path"])
+    key = key_join("models", version.team.slug, key_part(version.name), f"v{version.version}", "exports",
+                   str(job.pk), source.name)
+    final = artifact_path(key)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, final)
+    return Export.objects.create(version=version, job=job, format=exported["format"],
+                                 options=exported.get("options") or {}, key=key, sha256=file_sha256(final),
+                                 size=final.stat().st_size, verification=exported.get("verification") or {})
+
+
+def prediction_record(*, job, version: ModelVersion | None, finished: dict) -> PredictionRun:
+    inputs = _job_inputs(job)
+    run, _ = PredictionRun.objects.update_or_create(job=job, defaults={
+        "version": version, "source": inputs.get("source") or {}, "key": artifact_key(Path(finished["folder"])),
+        "images": int(finished.get("images") or 0), "boxes": int(finished.get("boxes") or 0)})
+    return run
+
+
+def job_outputs_record(*, job, finished: dict) -> str:
+    """Record what a succeeded job produced, by its mode; returns a few words for its event.
+
+    train: weights → a new version (+ the exports ``export: [onnx]`` made after training);
+    val: an Evaluation; predict: a PredictionRun; export: Export rows of the version.
+    """
+    mode = (job.spec or {}).get("mode", "train")
+    inputs = _job_inputs(job)
+    target = ModelVersion.objects.filter(pk=(inputs.get("model") or {}).get("id")).first() \
+        if (inputs.get("model") or {}).get("kind") == "version" else None
+    words = []
+    if mode == "train":
+        weights = Path(finished.get("weights") or "")
+        if not weights.is_file():
+            return "finished; no weights file was written"
+        target = model_register(job=job, weights=weights, metrics=finished.get("metrics") or {},
+                                code=finished.get("code"))
+        words.append(f"weights at {weights.name}, registered as {target}")
+    elif mode == "val" and target is not None:
+        evaluation = evaluation_record(job=job, version=target, finished=finished)
+        words.append(f"evaluation of {target} on {evaluation.split} stored")
+    elif mode == "predict":
+        run = prediction_record(job=job, version=target, finished=finished)
+        words.append(f"{run.images} images annotated, {run.boxes} boxes")
+    for exported in finished.get("exports") or []:
+        if target is not None and exported.get("path") and not exported.get("error"):
+            export = export_record(job=job, version=target, exported=exported)
+            verification = export.verification
+            words.append(f"{export.format} export verified (max abs diff {verification.get('max_abs', 0):.2e})")
+    return "finished; " + "; ".join(words) if words else "finished"

@@ -99,5 +99,6 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
         f"{f', {request.memory_mb} MiB RAM' if request.memory_mb else ''}"
         f"{f', {request.cpu_milli / 1000:g} CPUs' if request.cpu_milli else ''}"
         f"{f' in image {request.image}' if request.image else ''}"
+        f"{f', a node with {chr(32).join(request.requires)}' if request.requires else ''}"
         f"; the largest node has {largest} GPU(s)"
     )}

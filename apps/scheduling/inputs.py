@@ -55,6 +55,7 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
             memory_mb=n.memory_mb,
             schedulable=n.state == Node.State.ACTIVE,
             images=frozenset(n.images or ()),
+            features=tuple(n.features or ()),
         )
         for n in nodes
     )
@@ -174,7 +175,7 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
             submitted_at=job.created_at.timestamp(), gpus=job.gpus, priority_class=job.priority_class,
             gpu_memory_mb=job.gpu_memory_mb, gpu_models=tuple(job.spec.get("gpu_models") or ()),
             cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, image=job.spec.get("image") or "",
-            timeout_s=float(job.timeout_s),
+            timeout_s=float(job.timeout_s), requires=tuple(job.spec.get("requires") or ()),
             walltime_s=estimates.get(job.runtime_signature),
         )
         for job in queued_jobs

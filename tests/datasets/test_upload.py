@@ -31,23 +31,27 @@ def post(user, content: bytes, **fields):
 def test_a_member_uploads_a_dataset_into_their_teams_storage(bob, storage):
     response = post(bob, make_zip(valid_files()), team="vision", description="scratches")
     assert response.status_code == 201, response.content
-    assert response.json() | {"id": 0, "created_at": ""} == {
-        "id": 0, "team": "vision", "name": "pcb", "num_images": 4, "num_classes": 2,
-        "description": "scratches", "created_at": ""}
-    folder = storage / "vision" / "pcb"
+    body = response.json()
+    assert {k: body[k] for k in ("team", "name", "version", "reference", "kind", "num_images", "num_classes",
+                                 "names", "description")} == {
+        "team": "vision", "name": "pcb", "version": 1, "reference": "pcb:v1", "kind": "yolo", "num_images": 4,
+        "num_classes": 2, "names": ["scratch", "dent"], "description": "scratches"}
+    assert len(body["sha256"]) == 64 and body["size_bytes"] > 0
+    folder = storage / "vision" / "pcb" / "v1"
     document = yaml.safe_load((folder / "data.yaml").read_text())
-    assert document == {"path": str(folder.resolve()), "train": "images/train", "val": "images/val",
-                        "names": {0: "scratch", 1: "dent"}}
+    # No absolute `path`: Ultralytics takes the YAML's folder, so the version can move with the store.
+    assert document == {"train": "images/train", "val": "images/val", "names": {0: "scratch", 1: "dent"}}
     assert (folder / "labels" / "val" / "1.txt").is_file()
     assert [p.name for p in (storage / "vision").iterdir()] == ["pcb"], "no staging folder left behind"
+    assert Dataset.objects.get().key == "datasets/vision/pcb/v1"
     assert AuditEntry.objects.filter(action="dataset.upload", team__slug="vision").exists()
 
 
 def test_a_single_top_folder_in_the_archive_is_stripped(bob, storage):
     response = post(bob, make_zip(valid_files("my-data/") | {"__MACOSX/._x": b"junk"}))
     assert response.status_code == 201, response.content
-    assert (storage / "vision" / "pcb" / "images" / "train" / "0.png").is_file()
-    assert not (storage / "vision" / "pcb" / "__MACOSX").exists()
+    assert (storage / "vision" / "pcb" / "v1" / "images" / "train" / "0.png").is_file()
+    assert not (storage / "vision" / "pcb" / "v1" / "__MACOSX").exists()
 
 
 def test_an_uploaded_dataset_can_be_trained_on_by_name(bob, storage):
@@ -71,13 +75,24 @@ def test_uploading_into_another_team_is_refused_naming_the_team(carol, bob, stor
     assert not (storage / "vision").exists()
 
 
-def test_a_taken_name_is_a_conflict_naming_the_field(bob):
-    assert post(bob, make_zip(valid_files())).status_code == 201
-    response = post(bob, make_zip(valid_files()))
-    assert response.status_code == 409 and "already has" in response.json()["name"][0]
+def test_uploading_a_name_again_makes_a_new_version_and_keeps_the_old_one(bob, storage):
+    first = post(bob, make_zip(valid_files())).json()
+    changed = valid_files() | {"labels/val/0.txt": b"1 0.5 0.5 0.3 0.3\n"}
+    second = post(bob, make_zip(changed)).json()
+    assert (first["version"], second["version"]) == (1, 2)
+    assert first["sha256"] != second["sha256"]
+    assert (storage / "vision" / "pcb" / "v1" / "data.yaml").is_file()
+    assert (storage / "vision" / "pcb" / "v2" / "data.yaml").is_file()
 
 
-@pytest.mark.parametrize("field", ["yaml_path", "num_images", "owner", "path"])
+def test_the_same_files_in_another_zip_have_the_same_hash(bob):
+    first = post(bob, make_zip(valid_files())).json()
+    again = post(bob, make_zip(valid_files("top/"))).json()
+    assert first["sha256"] == again["sha256"] and again["version"] == 2
+
+
+@pytest.mark.parametrize("field", ["yaml_path", "yaml_key", "key", "sha256", "version", "num_images", "owner",
+                                   "path"])
 def test_fields_the_platform_sets_are_refused(field, bob):
     response = post(bob, make_zip(valid_files()), **{field: "/etc"})
     assert response.status_code == 400 and field in response.json()

@@ -81,13 +81,17 @@ def test_a_checkpoint_is_keyed_by_epoch_and_pruned_rows_go(running, tmp_path):
     assert list(Checkpoint.objects.filter(job=running).values_list("epoch", flat=True)) == [2]
 
 
-def test_success_is_final_charged_and_registered(running, tmp_path):
-    weights = tmp_path / "best.pt"
+def test_success_is_final_charged_and_registered(running, settings, tmp_path):
+    settings.JOBS_DIR = tmp_path / "jobs"
+    weights = settings.JOBS_DIR / str(running.pk) / "train" / "weights" / "best.pt"
+    weights.parent.mkdir(parents=True)
     weights.write_bytes(b"weights")
-    assert attempt_finish(running, outcome="succeeded", exit_code=0, weights=str(weights),
-                          metrics={"fitness": 0.5}) == "succeeded"
+    finished = {"mode": "train", "weights": str(weights), "metrics": {"fitness": 0.5}}
+    assert attempt_finish(running, outcome="succeeded", exit_code=0, finished=finished) == "succeeded"
     job = Job.objects.get(pk=running.pk)
-    assert job.state == JobState.SUCCEEDED and job.exit_code == 0 and job.weights_path == str(weights)
+    # Rows hold artifact keys, never absolute paths.
+    assert job.state == JobState.SUCCEEDED and job.exit_code == 0
+    assert job.weights_path == f"jobs/{running.pk}/train/weights/best.pt"
     assert job.model_version.metrics == {"fitness": 0.5}
     assert UsageRecord.objects.filter(job=job, attempt=job.attempt).count() == 1
     assert kinds(job)[-1] == "succeeded"

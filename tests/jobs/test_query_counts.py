@@ -29,7 +29,7 @@ def make_jobs(count: int, *, teams, users, node) -> list:
                            gpu_indices=[0])
         else:
             job = make_job(team=team, user=user, state=JobState.SUCCEEDED, task_name=f"s{n}")
-            ModelVersion.objects.create(team=team, name=f"s{n}", version=1, job=job, weights_path="x", size=1)
+            ModelVersion.objects.create(team=team, name=f"s{n}", version=1, job=job, weights_key="jobs/x/best.pt", size=1)
         jobs.append(job)
     return jobs
 

@@ -74,7 +74,7 @@ INVALID_FIELDS = [
     ({"task_name": "rm -rf /; echo"}, "task_name"),
     ({"command": None}, "command"),
     ({"command": "python train.py"}, "command"),
-    ({"command": "yolo val data=demo model=yolov8n.yaml"}, "command"),
+    ({"command": "yolo benchmark data=demo model=yolov8n.yaml"}, "command"),
     ({"command": "yolo train data=demo model=yolov8n.yaml 'unterminated"}, "command"),
     ({"command": "yolo train data=demo model=yolov8n.yaml ; rm -rf /"}, "command"),
     ({"command": "yolo train model=yolov8n.yaml"}, "command.data"),

@@ -220,7 +220,7 @@ def test_the_models_page_lists_team_models_with_metrics_and_download(alice, caro
     from apps.registry.models import ModelVersion
 
     job = submit(alice)
-    version = ModelVersion.objects.create(team=job.team, name="pcb", version=1, job=job, weights_path="/x.pt",
+    version = ModelVersion.objects.create(team=job.team, name="pcb", version=1, job=job, weights_key="jobs/x/best.pt",
                                           metrics={"metrics/mAP50(B)": 0.5, "metrics/mAP50-95(B)": 0.25})
     html = signed_in(alice).get("/models/").content.decode()
     assert "pcb</b>:v1" in html and "0.500" in html and "0.250" in html

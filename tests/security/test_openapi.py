@@ -50,7 +50,8 @@ def live_api(live_server, transactional_db, teams, alice, bob, carol):
 
     make_job(team=teams["vision"], user=bob)
     make_job(team=teams["robotics"], user=carol)
-    Dataset.objects.create(team=teams["vision"], name="d", yaml_path="/nonexistent")
+    Dataset.objects.create(team=teams["vision"], name="d", key="datasets/vision/d/v1",
+                           yaml_key="datasets/vision/d/v1/data.yaml")
     audit_record(actor=alice, action="job.cancel", team=teams["vision"])
     _, key = token_create(user=bob, name="fuzz")
     return live_server.url, {"Authorization": f"Token {key}"}

@@ -30,7 +30,8 @@ def submitted(bob, demo_registered):
 
 
 def test_the_job_api_shows_no_resolved_paths(bob, submitted):
-    assert submitted.spec["resolved"]["data_yaml"].startswith("/")  # the worker still has them
+    # The worker has artifact keys (never absolute paths); the team sees neither.
+    assert submitted.spec["resolved"]["data_yaml"] == "datasets/_shared/demo/data.yaml"
     client = api_client(bob)
     for url in (f"/api/v1/jobs/{submitted.pk}/", "/api/v1/jobs/"):
         text = client.get(url).content.decode()

@@ -35,8 +35,14 @@ ROUTES = {
     "api-models": "collection",
     "api-model": "object",
     "api-model-download": "object",
+    "api-model-stage": "object",
+    "api-export-download": "object",
+    "api-weights": "collection",
+    "api-job-predictions": "object",
+    "api-job-prediction-image": "object",
     "api-datasets": "collection",
     "api-dataset": "object",
+    "api-dataset-sample": "object",
     "api-tokens": "collection",
     "api-token": "object",
     "api-audit": "collection",
@@ -47,7 +53,9 @@ ROUTES = {
     "api-schema": "public",
 }
 # (URL name, method) a team member may not use even on their own team's objects.
-MANAGER_ONLY = {("api-job-requeue", "post")}
+MANAGER_ONLY = {("api-job-requeue", "post"), ("api-model-stage", "post"), ("api-dataset", "delete")}
+# What a manager's request carries where the endpoint needs a body.
+BODIES = {"api-model-stage": {"stage": "staging"}}
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
@@ -78,33 +86,56 @@ def test_every_api_route_is_classified():
 @pytest.fixture
 def world(alice, bob, carol, teams, settings, tmp_path):
     """Vision owns one of everything (with real files behind the downloads)."""
+    import hashlib
+    import json
+
     from apps.datasets.models import Dataset
-    from apps.registry.models import ModelVersion
+    from apps.registry.models import Export, ModelVersion, PredictionRun
 
     settings.JOBS_DIR = tmp_path / "jobs"
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    settings.MODELS_DIR = tmp_path / "models"
     job = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING)
     weights = settings.JOBS_DIR / str(job.pk) / "best.pt"
     weights.parent.mkdir(parents=True)
     weights.write_bytes(b"weights")
-    job.weights_path = str(weights)
+    job.weights_path = f"jobs/{job.pk}/best.pt"
     job.save(update_fields=["weights_path"])
     model = ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1, job=job,
-                                        weights_path=str(weights), size=7)
-    dataset = Dataset.objects.create(team=teams["vision"], name="vision-secret", yaml_path="/nonexistent")
+                                        weights_key=f"jobs/{job.pk}/best.pt", size=7,
+                                        sha256=hashlib.sha256(b"weights").hexdigest())
+    sample = settings.DATASETS_DIR / "vision" / "vision-secret" / "v1" / "images" / "val" / "0.png"
+    sample.parent.mkdir(parents=True)
+    sample.write_bytes(b"png")
+    dataset = Dataset.objects.create(team=teams["vision"], name="vision-secret", key="datasets/vision/vision-secret/v1",
+                                     yaml_key="datasets/vision/vision-secret/v1/data.yaml",
+                                     stats={"samples": [{"split": "val", "image": "images/val/0.png", "boxes": []}]})
+    onnx = settings.MODELS_DIR / "vision" / "pcb" / "v1" / "model.onnx"
+    onnx.parent.mkdir(parents=True)
+    onnx.write_bytes(b"onnx")
+    export = Export.objects.create(version=model, job=job, format="onnx", key="models/vision/pcb/v1/model.onnx",
+                                   sha256=hashlib.sha256(b"onnx").hexdigest(), size=4)
+    predict = settings.JOBS_DIR / str(job.pk) / "predict"
+    predict.mkdir()
+    (predict / "00000.jpg").write_bytes(b"jpg")
+    (predict / "predictions.json").write_text(json.dumps([{"image": "00000.jpg", "source": "x.jpg", "boxes": []}]))
+    PredictionRun.objects.create(job=job, version=model, key=f"jobs/{job.pk}/predict", images=1)
     token = ApiToken.objects.create(user=bob, name="bobs", key_hash="0" * 64, key_prefix="yp_bob")
     from apps.notifications.models import Channel
 
     channel = Channel.objects.create(team=teams["vision"], name="vision ops", kind="webhook",
                                      target="https://hooks.example.org/vision", events=["failed"])
-    return {"job": job, "model": model, "dataset": dataset, "token": token, "channel": channel}
+    return {"job": job, "model": model, "dataset": dataset, "token": token, "channel": channel, "export": export}
 
 
 def url_for(name: str, route: str, world) -> str:
     ids = {"api-model": world["model"].pk, "api-model-download": world["model"].pk,
-           "api-dataset": world["dataset"].pk, "api-token": world["token"].pk,
-           "api-notification-channel": world["channel"].pk}
+           "api-model-stage": world["model"].pk, "api-export-download": world["export"].pk,
+           "api-dataset": world["dataset"].pk, "api-dataset-sample": world["dataset"].pk,
+           "api-token": world["token"].pk, "api-notification-channel": world["channel"].pk}
     url = "/" + route
     url = re.sub(r"<uuid:\w+>", str(world["job"].pk), url)
+    url = re.sub(r"<int:index>", "0", url)
     return re.sub(r"<int:\w+>", str(ids.get(name, 0)), url)
 
 
@@ -139,6 +170,7 @@ def test_an_outsider_sees_nothing_of_another_team_in_lists(name, route, method, 
 @pytest.mark.parametrize(("name", "body"), [
     ("api-jobs", {"task_name": "x", "command": "yolo train data=demo model=yolov8n.yaml", "user": "vision"}),
     ("api-datasets", {"name": "x", "team": "vision"}),
+    ("api-weights", {"team": "vision"}),
 ])
 def test_an_outsider_cannot_create_in_another_team(name, body, world, carol):
     from tests.datasets.archives import make_zip, upload, valid_files
@@ -147,6 +179,9 @@ def test_an_outsider_cannot_create_in_another_team(name, body, world, carol):
     if name == "api-datasets":
         response = client.post("/api/v1/datasets/", body | {"file": upload(make_zip(valid_files()))},
                                format="multipart")
+        field = "team"
+    elif name == "api-weights":
+        response = client.post("/api/v1/weights/", body | {"file": upload(b"x", "w.pt")}, format="multipart")
         field = "team"
     else:
         response = client.post("/api/v1/jobs/", body, format="json")
@@ -157,8 +192,10 @@ def test_an_outsider_cannot_create_in_another_team(name, body, world, carol):
 @pytest.mark.parametrize(("name", "method"), sorted(MANAGER_ONLY))
 def test_a_member_cannot_do_manager_things(name, method, world, bob, alice):
     route = next(r for n, r, _ in api_routes() if n == name)
-    assert getattr(api_client(bob), method)(url_for(name, route, world)).status_code == 403
-    assert getattr(api_client(alice), method)(url_for(name, route, world)).status_code in (200, 202)
+    body = BODIES.get(name, {})
+    assert getattr(api_client(bob), method)(url_for(name, route, world), body, format="json").status_code == 403
+    response = getattr(api_client(alice), method)(url_for(name, route, world), body, format="json")
+    assert response.status_code in (200, 202, 204), response.content[:300]
 
 
 def test_a_member_cannot_cancel_a_teammates_job(world, alice, teams):
@@ -191,9 +228,10 @@ def test_file_downloads_outside_storage_are_refused(world, bob, tmp_path):
     outside = tmp_path / "secret.pt"
     outside.write_bytes(b"x")
     job = world["job"]
-    job.weights_path = str(outside)
-    job.save(update_fields=["weights_path"])
-    assert api_client(bob).get(f"/api/v1/jobs/{job.pk}/weights/").status_code == 404
+    for stored in (str(outside), "weights/secret.pt", f"jobs/{job.pk}/../../x", "jobs/other/best.pt"):
+        job.weights_path = stored
+        job.save(update_fields=["weights_path"])
+        assert api_client(bob).get(f"/api/v1/jobs/{job.pk}/weights/").status_code == 404, stored
 
 
 @pytest.mark.django_db(transaction=True)
@@ -225,8 +263,10 @@ def test_an_outsider_cannot_open_another_teams_job_socket(alice, bob, carol, tea
 PORTAL_ROUTES = {
     "dashboard": "page", "dashboard-live": "page", "jobs": "page", "job-new": "page", "usage": "page",
     "models": "page", "tokens": "page", "logout": "page",
-    "job": "job", "job-cancel": "job", "job-resubmit": "job",
+    "job": "job", "job-cancel": "job", "job-resubmit": "job", "job-predictions": "job",
     "token-revoke": "token",
+    "datasets": "page", "weights": "page", "models-compare": "page",
+    "dataset": "dataset", "model": "model", "model-stage": "model",
 }
 
 
@@ -238,7 +278,8 @@ def portal_routes() -> list[tuple[str, str]]:
             route = prefix + str(pattern.pattern)
             if isinstance(pattern, URLResolver):
                 walk(pattern.url_patterns, route)
-            elif isinstance(pattern, URLPattern) and getattr(pattern.callback, "__module__", "") == "apps.portal.views":
+            elif isinstance(pattern, URLPattern) and getattr(pattern.callback, "__module__", "") in (
+                    "apps.portal.views", "apps.portal.lifecycle"):
                 found.append((pattern.name, route))
 
     walk(get_resolver().url_patterns, "")
@@ -270,6 +311,23 @@ def test_an_outsider_gets_404_on_every_portal_job_page(name, route, method, worl
     assert Job.objects.count() == 1  # no resubmitted copy
 
 
+@pytest.mark.parametrize("method", ["get", "post"])
+@pytest.mark.parametrize(("name", "route"), [(n, r) for n, r in portal_routes()
+                                             if PORTAL_ROUTES.get(n) in ("model", "dataset")])
+def test_an_outsider_gets_404_on_every_portal_model_and_dataset_page(name, route, method, world, carol):
+    target = world["model"] if PORTAL_ROUTES[name] == "model" else world["dataset"]
+    response = getattr(session_client(carol), method)("/" + re.sub(r"<int:\w+>", str(target.pk), route),
+                                                     {"stage": "staging"})
+    assert response.status_code in ((404,) if method == "post" or name != "model-stage" else (404, 405))
+    world["model"].refresh_from_db()
+    assert world["model"].stage == "none"
+
+
+def test_an_outsider_cannot_compare_another_teams_models(world, carol):
+    pk = world["model"].pk
+    assert session_client(carol).get(f"/models/compare/?ids={pk},{pk}").status_code == 404
+
+
 def test_an_outsider_cannot_revoke_someone_elses_token_from_the_portal(world, carol):
     response = session_client(carol).post(f"/tokens/{world['token'].pk}/revoke/")
     assert response.status_code == 404
@@ -289,7 +347,7 @@ ADMIN_MODELS = {
     "accounts.Team": "team", "accounts.Membership": "team", "accounts.AuditEntry": "team",
     "datasets.Dataset": "team", "jobs.Job": "team", "jobs.JobEvent": "team", "jobs.MetricPoint": "team",
     "jobs.LogChunk": "team", "jobs.Checkpoint": "team", "quotas.UsageRecord": "team", "quotas.TeamQuota": "team",
-    "registry.ModelVersion": "team", "quotas.UsageReport": "team",
+    "registry.ModelVersion": "team", "quotas.UsageReport": "team", "registry.SharedWeights": "superuser",
     "cluster.Node": "shared", "cluster.GPU": "shared", "scheduling.SchedulerConfig": "shared",
     "accounts.ApiToken": "superuser", "auth.User": "superuser", "auth.Group": "superuser",
     "django_rq.Dashboard": "superuser",
@@ -314,7 +372,7 @@ def robotics_rows(world, carol, teams, node, settings):
     from apps.datasets.models import Dataset
     from apps.jobs.models import Checkpoint, JobEvent, LogChunk, MetricPoint
     from apps.quotas.models import TeamQuota, UsageRecord
-    from apps.registry.models import ModelVersion
+    from apps.registry.models import ModelVersion, SharedWeights
     from apps.scheduling.models import SchedulerConfig
 
     robotics = teams["robotics"]
@@ -324,7 +382,8 @@ def robotics_rows(world, carol, teams, node, settings):
         "accounts.Team": robotics,
         "accounts.Membership": Membership.objects.get(user=carol, team=robotics),
         "accounts.AuditEntry": audit_record(actor=carol, action="job.submit", team=robotics),
-        "datasets.Dataset": Dataset.objects.create(team=robotics, name="r", yaml_path="/nonexistent"),
+        "datasets.Dataset": Dataset.objects.create(team=robotics, name="r", key="datasets/robotics/r/v1",
+                                                   yaml_key="datasets/robotics/r/v1/data.yaml"),
         "jobs.Job": job,
         "jobs.JobEvent": JobEvent.objects.create(job=job, seq=1, attempt=1, kind="x"),
         "jobs.MetricPoint": MetricPoint.objects.create(job=job, epoch=1, attempt=1, seq=2),
@@ -335,7 +394,9 @@ def robotics_rows(world, carol, teams, node, settings):
                                                          ended_at=now),
         "quotas.TeamQuota": TeamQuota.objects.create(team=robotics, max_gpus=1),
         "registry.ModelVersion": ModelVersion.objects.create(team=robotics, name="r", version=1,
-                                                             weights_path="/x"),
+                                                             weights_key="jobs/x/best.pt"),
+        "registry.SharedWeights": SharedWeights.objects.create(filename="r.pt", key="weights/r.pt", sha256="0",
+                                                               size=1),
         "cluster.Node": node,
         "cluster.GPU": node.gpus.first(),
         "scheduling.SchedulerConfig": SchedulerConfig.current(),

@@ -37,7 +37,8 @@ def test_shared_and_own_weights_still_resolve(model, expected, bob, demo_registe
     response = submit(bob, f"yolo train data=demo model={model} epochs=2")
     assert response.status_code == 201, response.content
     job = Job.objects.get(pk=response.json()["id"])
-    assert job.spec["resolved"]["model"] == str(weights_store / expected)
+    assert job.spec["resolved"]["model"]["key"] == f"weights/{expected}"
+    assert job.spec["inputs"]["model"]["kind"] == ("shared" if expected == model else "team-file")
 
 
 def test_a_symlink_out_of_the_teams_folder_is_refused(bob, demo_registered, weights_store):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .admission import NeverStarts
 from .explain import Explainer, Waiting
-from .placement import Placer, capacities
+from .placement import Placer, capacities, shape_of
 from .preemption import choose_victims
 from .priority import rank_queue
 from .quota import QuotaLedger
@@ -119,7 +119,7 @@ class FairPlanner:
                     blocked.cls = cls
                     waiting.append(blocked)
                     continue
-            shape = (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
+            shape = shape_of(job)
             if self.blocked or shape in failed:  # on a full cluster: nothing of this shape fits
                 waiting.append(Waiting(job, "resources", "", None, cls))
                 continue

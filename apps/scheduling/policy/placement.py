@@ -75,6 +75,8 @@ class NodeCapacity:
         node = self.node
         if not node.schedulable:
             return None
+        if job.requires and not set(job.requires) <= set(node.features):
+            return None
         if node.cpu_milli and job.cpu_milli > self.cpu_free:
             return None
         if node.memory_mb and job.memory_mb > self.mem_free:
@@ -156,7 +158,7 @@ def _fit_key(cap: NodeCapacity, job: JobRequest, fit: tuple[tuple[int, ...], flo
 
 
 def shape_of(job: JobRequest) -> tuple:
-    return (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb, job.image)
+    return (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb, job.image, job.requires)
 
 
 def _memory_free(gpu) -> int:

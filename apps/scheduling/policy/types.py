@@ -40,6 +40,7 @@ class NodeInfo:
     # Images (environments) the node can run; None = any (nodes of the simulator and older
     # tests). A job with an ``image`` is placed only where it is listed (iso, issue 12).
     images: frozenset[str] | None = None
+    features: tuple[str, ...] = ()  # what the node advertises beyond GPUs, e.g. "tensorrt"
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class JobRequest:
     cpu_milli: int = 0
     memory_mb: int = 0
     image: str = ""  # the image it runs in; "" = any node's own environment
+    requires: tuple[str, ...] = ()  # node features it needs, e.g. ("tensorrt",) for a TensorRT export
     timeout_s: float = 86400.0  # hard limit, also the backfill walltime fallback
     walltime_s: float | None = None  # better runtime estimate when known
     # Runtime the planner assumes: the estimate when known, else the timeout (derived).

@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from rq import Worker
 
+from apps.jobs.spec import parse_memory_mb
 from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
 from worker.inventory import detect
@@ -47,10 +48,18 @@ class Command(BaseCommand):
         parser.add_argument("--name", default=os.environ.get("NODE_NAME") or socket.gethostname().split(".")[0])
         parser.add_argument("--simulate-gpus", type=int, default=None, metavar="K",
                             help="register K simulated GPUs (training runs on CPU) instead of detecting GPUs")
+        parser.add_argument("--cpus", type=int, default=None, metavar="N",
+                            help="CPUs this node advertises to the scheduler (default: the machine's); more than "
+                                 "the machine has is an explicit overcommit")
+        parser.add_argument("--memory", default=None, metavar="QUANTITY",
+                            help="memory this node advertises, e.g. 32Gi (default: the machine's)")
+        parser.add_argument("--features", default=None, metavar="LIST",
+                            help="comma-separated features it advertises, e.g. tensorrt (default: detected)")
         parser.add_argument("--slots", type=int, default=None,
                             help="jobs this node runs at once (default 4 per GPU, enough for 0.25-GPU jobs)")
 
-    def handle(self, *args, name: str, simulate_gpus: int | None, slots: int | None, **options):
+    def handle(self, *args, name: str, simulate_gpus: int | None, slots: int | None, cpus: int | None = None,
+               memory: str | None = None, features: str | None = None, **options):
         if simulate_gpus is not None and not 1 <= simulate_gpus <= 64:
             raise CommandError("--simulate-gpus must be between 1 and 64")
         if slots is not None and not 1 <= slots <= 256:
@@ -59,7 +68,19 @@ class Command(BaseCommand):
         bind(component="worker", node=name)  # inherited by the slots and work-horses forked below
         os.environ["YOLOPORTAL_NODE"] = name
         gpus = detect(simulate_gpus)
-        node = register_this_host(name=name, gpus=gpus)
+        if cpus is not None and not 1 <= cpus <= 4096:
+            raise CommandError("--cpus must be between 1 and 4096")
+        try:
+            memory_mb = parse_memory_mb(memory) if memory is not None else None
+        except ValueError as exc:
+            raise CommandError(f"--memory {exc}") from None
+        node = register_this_host(name=name, gpus=gpus, cpus=cpus, memory_mb=memory_mb,
+                                  features=[f.strip() for f in features.split(",") if f.strip()]
+                                  if features is not None else None)
+        if node.cpu_count > node.host_cpu_count or node.memory_mb > node.host_memory_mb:
+            self.stdout.write(self.style.WARNING(
+                f"node {name} advertises {node.cpu_count} CPUs / {node.memory_mb} MiB; the machine has "
+                f"{node.host_cpu_count} / {node.host_memory_mb} MiB (overcommitted on purpose)"))
         kind = "simulated (CPU)" if node.simulated else "NVIDIA"
         slots = slots or 4 * len(gpus)
         self.stdout.write(f"node {name}: {len(gpus)} {kind} GPU(s) ({', '.join(g.model for g in gpus[:4])}), "

@@ -1,0 +1,137 @@
+"""What a job's spec names, found in the database at submit: datasets, weights, versions.
+
+For every mode (train, val, predict, export) :func:`inputs_resolve` returns two records
+the job keeps in its ``spec``:
+
+- ``resolved``: what the worker needs — artifact *keys* (never absolute paths) and the
+  sha256 the weights must still have;
+- ``inputs``: what the job used, for lineage and reproducibility — the dataset version and
+  its hash, the parent weights or model version and its hash, the source of a predict
+  job. Shown to the team (``Job.public_spec``); it holds no server path.
+
+Errors name the spec field (``command.data``, ``val.model``, …).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from apps.cluster.models import Node
+from apps.datasets.models import Dataset
+from apps.datasets.selectors import DataRef, dataset_resolve
+from apps.registry.models import ModelVersion
+
+from .spec import JobSpec
+from .weights import ModelRef, model_resolve
+
+
+def _field(spec: JobSpec, name: str) -> str:
+    return f"{'command' if spec.command else spec.mode}.{name}"
+
+
+def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """(resolved, inputs, errors) for the spec's mode."""
+    errors: dict[str, str] = {}
+    resolved: dict[str, Any] = {"mode": spec.mode}
+    inputs: dict[str, Any] = {"mode": spec.mode}
+    args = spec.train_args
+
+    model: ModelRef | None = None
+    try:
+        model = model_resolve(team=team, reference=args.get("model", ""), yaml_allowed=spec.mode == "train")
+    except ValueError as exc:
+        errors[_field(spec, "model")] = str(exc)
+    if model is not None:
+        resolved["model"] = model.as_resolved()
+        inputs["model"] = model.as_input()
+        if model.weights and model.weights.task:
+            resolved["task"] = model.weights.task
+
+    if spec.mode in ("train", "val"):
+        data = _data(spec, team, "data", errors)
+        if data is not None:
+            resolved["data_yaml"] = data.yaml_key
+            inputs["data"] = data.lineage()
+            if spec.mode == "val":
+                _split_check(spec, data, errors, "data")
+    elif spec.mode == "predict":
+        source = _data(spec, team, "source", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.IMAGES))
+        if source is not None:
+            resolved["source"] = _source(spec, source, errors)
+            inputs["source"] = {**source.lineage(), "split": resolved["source"].get("split", "")}
+            inputs["data"] = source.lineage()
+    elif spec.mode == "export":
+        _export_inputs(spec, team, model, resolved, inputs, errors)
+    if spec.export:
+        resolved["export"] = [{"format": fmt} for fmt in spec.export]
+    return resolved, inputs, errors
+
+
+def _data(spec: JobSpec, team, name: str, errors: dict[str, str],
+          kinds: tuple[str, ...] = (Dataset.Kind.YOLO,)) -> DataRef | None:
+    try:
+        return dataset_resolve(team=team, reference=spec.train_args.get(name, ""), kinds=kinds)
+    except ValueError as exc:
+        errors[_field(spec, name)] = str(exc)
+    return None
+
+
+def _split_check(spec: JobSpec, data: DataRef, errors: dict[str, str], name: str) -> None:
+    split = spec.train_args.get("split", "val")
+    splits = ((data.dataset.stats or {}).get("splits") or {}) if data.dataset else None
+    if splits is not None and split not in splits:
+        errors[_field(spec, "split")] = (f"dataset {data.dataset.reference} has no {split!r} split "
+                                         f"(it has {', '.join(splits) or 'none'})")
+
+
+def _source(spec: JobSpec, data: DataRef, errors: dict[str, str]) -> dict[str, Any]:
+    """Which images a predict job reads: a YOLO dataset's split, or all of an images upload."""
+    dataset = data.dataset
+    if dataset is not None and dataset.kind == Dataset.Kind.IMAGES:
+        count = dataset.num_images
+        source = {"folder_key": data.folder_key, "split": ""}
+    else:
+        split = spec.train_args.get("split", "val")
+        _split_check(spec, data, errors, "source")
+        stats = ((dataset.stats or {}).get("splits") or {}).get(split, {}) if dataset else {}
+        count = stats.get("images", 0)
+        source = {"data_yaml": data.yaml_key, "split": split}
+    if count > settings.PREDICT_MAX_IMAGES:
+        errors[_field(spec, "source")] = (f"has {count} images; a predict job annotates at most "
+                                          f"{settings.PREDICT_MAX_IMAGES} (PREDICT_MAX_IMAGES)")
+    return source
+
+
+def _export_inputs(spec: JobSpec, team, model: ModelRef | None, resolved: dict, inputs: dict,
+                   errors: dict[str, str]) -> None:
+    """An export needs validation images to verify against (and to calibrate int8): ``data=`` or
+    the dataset the version was trained on."""
+    args = spec.train_args
+    if args.get("format") == "engine" and not any(
+            "tensorrt" in (features or []) for features in Node.objects.values_list("features", flat=True)):
+        errors[_field(spec, "format")] = ("engine (TensorRT) is exported only on nodes that advertise TensorRT, and "
+                                          "none of this cluster's nodes does: export onnx or torchscript here")
+    resolved["export"] = [{"format": args.get("format"), **{k: args[k] for k in (
+        "half", "int8", "dynamic", "imgsz", "batch", "simplify", "opset") if k in args}}]
+    if args.get("data"):
+        data = _data(spec, team, "data", errors)
+    else:
+        version = model.weights.version if model is not None and model.weights else None
+        dataset = _trained_on(version)
+        data = DataRef(yaml_key=dataset.yaml_key, folder_key=dataset.key, dataset=dataset) if dataset else None
+        if data is None and model is not None:
+            errors[_field(spec, "data")] = ("is required here: the export is verified on validation images, and "
+                                            "these weights do not say which dataset they were trained on")
+    if data is not None:
+        resolved["data_yaml"] = data.yaml_key
+        inputs["data"] = data.lineage()
+
+
+def _trained_on(version: ModelVersion | None) -> Dataset | None:
+    if version is None:
+        return None
+    if version.dataset is not None and version.dataset.kind == Dataset.Kind.YOLO:
+        return version.dataset
+    return None

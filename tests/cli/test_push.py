@@ -1,0 +1,82 @@
+"""yoloq dataset push / weights push against a live server: folders, zips, versions, refusals."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+
+import pytest
+
+from apps.accounts.services import token_create
+from apps.datasets.models import Dataset
+from apps.registry.models import ModelVersion
+from cli import yoloq
+from tests.datasets.archives import make_zip, valid_files
+from tests.registry.conftest import build_checkpoint
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def logged_in(web, alice, tmp_path, monkeypatch):
+    monkeypatch.setenv("YOLOQ_CONFIG", str(tmp_path / "yoloq.json"))
+    _, key = token_create(user=alice, name="cli")
+    assert yoloq.main(["login", web.url, "--token", key]) == 0
+    return web
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = yoloq.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def dataset_folder(root, name="pcb_defect"):
+    folder = root / name
+    for relative, data in valid_files().items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_bytes(data)
+    (folder / "labels" / "train.cache").write_bytes(b"pickled by ultralytics")
+    (folder / ".DS_Store").write_bytes(b"x")
+    return folder
+
+
+def test_a_folder_and_then_a_zip_become_two_versions(logged_in, tmp_path, capsys):
+    folder = dataset_folder(tmp_path)
+    code, out, err = run(capsys, "dataset", "push", str(folder), "--team", "vision")
+    assert code == 0, err
+    assert "Stored vision/pcb_defect:v1: 4 images (train 2, val 2), 2 classes" in out
+    assert "2 hidden/cache files left out" in err
+    archive = tmp_path / "pcb_defect.zip"
+    archive.write_bytes(make_zip(valid_files() | {"labels/val/0.txt": b"1 0.5 0.5 0.2 0.2\n"}))
+    code, out, _ = run(capsys, "dataset", "push", str(archive), "--team", "vision", "-q")
+    assert (code, out.strip()) == (0, "pcb_defect:v2")
+    assert list(Dataset.objects.filter(name="pcb_defect").order_by("version").values_list("version", flat=True)) == [1, 2]
+
+
+def test_a_refused_dataset_prints_each_problem(logged_in, tmp_path, capsys):
+    archive = tmp_path / "bad.zip"
+    archive.write_bytes(make_zip(valid_files() | {"labels/train/0.txt": b"7 0.5 0.5 0.2 0.2\n"}))
+    code, _, err = run(capsys, "dataset", "push", str(archive), "--team", "vision")
+    assert code == 1 and "labels/train/0.txt: line 1: class id 7 is not in data.yaml names" in err
+
+
+def test_weights_push_stores_a_checked_version(logged_in, tmp_path, capsys):
+    weights = build_checkpoint("yolov8n.yaml", tmp_path)
+    code, out, err = run(capsys, "weights", "push", str(weights), "--team", "vision", "--name", "yolov8s.pt")
+    assert code == 0, err
+    assert "Stored yolov8s.pt for vision as yolov8s:v1 (detect" in out
+    assert ModelVersion.objects.get().filename == "yolov8s.pt"
+
+
+def test_weights_push_of_a_pickle_that_runs_code_names_the_global(logged_in, tmp_path, capsys):
+    class Boom:
+        def __reduce__(self):
+            return os.system, ("true",)
+
+    evil = tmp_path / "evil.pt"
+    with zipfile.ZipFile(evil, "w") as archive:
+        archive.writestr("evil/data.pkl", pickle.dumps({"model": Boom()}, protocol=4))
+    code, _, err = run(capsys, "weights", "push", str(evil), "--team", "vision")
+    assert code == 1 and "posix.system" in err and not ModelVersion.objects.exists()

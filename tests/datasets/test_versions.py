@@ -1,0 +1,125 @@
+"""Datasets as (team, name, version): what a job records, old versions, statistics, images-only uploads,
+the storage quota, and the page."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import StorageCharge
+from apps.datasets.models import Dataset
+from apps.datasets.services import dataset_delete
+from apps.jobs.models import Job
+from tests.conftest import SEED_SPEC, api_client
+
+from .archives import PNG, make_zip, upload, valid_files
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def storage(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    return settings.DATASETS_DIR
+
+
+def post(user, content: bytes, name: str = "pcb_defect", **fields):
+    return api_client(user).post("/api/v1/datasets/", {"file": upload(content), "name": name, **fields},
+                                 format="multipart")
+
+
+def submit(user, data: str):
+    spec = SEED_SPEC.replace("data=demo", f"data={data}")
+    return api_client(user).post("/api/v1/jobs/", spec, content_type="application/yaml")
+
+
+@pytest.mark.parametrize("reference", ["pcb_defect", "pcb_defect.yaml", "pcb_defect.yml", "pcb_defect:latest"])
+def test_a_job_names_the_newest_version_with_or_without_the_yaml_suffix(reference, bob):
+    post(bob, make_zip(valid_files()))
+    newest = post(bob, make_zip(valid_files() | {"labels/val/0.txt": b"1 0.5 0.5 0.1 0.1\n"})).json()
+    response = submit(bob, reference)
+    assert response.status_code == 201, response.content
+    recorded = Job.objects.get().spec["inputs"]["data"]
+    assert recorded == {"id": newest["id"], "team": "vision", "name": "pcb_defect", "version": 2,
+                        "sha256": newest["sha256"], "kind": "yolo"}
+    assert Job.objects.get().spec["resolved"]["data_yaml"] == "datasets/vision/pcb_defect/v2/data.yaml"
+
+
+def test_an_old_version_stays_usable_by_its_number(bob):
+    first = post(bob, make_zip(valid_files())).json()
+    post(bob, make_zip(valid_files() | {"labels/val/0.txt": b"1 0.5 0.5 0.1 0.1\n"}))
+    assert submit(bob, "pcb_defect:v1").status_code == 201
+    assert Job.objects.get().spec["inputs"]["data"]["sha256"] == first["sha256"]
+    response = submit(bob, "pcb_defect:v7")
+    assert response.status_code == 400 and "has no version 7 (it has v1, v2)" in response.json()["command.data"][0]
+
+
+def test_the_api_shows_the_histogram_and_samples_with_their_boxes(bob):
+    body = post(bob, make_zip(valid_files())).json()
+    stats = body["stats"]
+    assert stats["splits"] == {"train": {"images": 2, "labels": 2, "instances": 4},
+                               "val": {"images": 2, "labels": 2, "instances": 4}}
+    assert stats["histogram"] == {"train": [2, 2], "val": [2, 2]}
+    assert [s["split"] for s in stats["samples"]] == ["val", "val"]
+    assert stats["samples"][0]["boxes"] == [[0, 0.5, 0.5, 0.2, 0.2], [1, 0.1, 0.1, 0.05, 0.05]]
+
+
+def test_a_sample_image_is_served_as_an_image_to_the_team_only(bob, carol):
+    dataset = post(bob, make_zip(valid_files())).json()
+    response = api_client(bob).get(f"/api/v1/datasets/{dataset['id']}/samples/1/")
+    assert response.status_code == 200 and response["Content-Type"] == "image/png"
+    assert b"".join(response.streaming_content) == PNG
+    assert api_client(carol).get(f"/api/v1/datasets/{dataset['id']}/samples/1/").status_code == 404
+    assert api_client(bob).get(f"/api/v1/datasets/{dataset['id']}/samples/9/").status_code == 404
+
+
+def test_images_without_labels_upload_as_a_predict_source_only(bob):
+    content = make_zip({"shots/a.png": PNG, "shots/b/c.png": PNG})
+    response = post(bob, content, name="shots", kind="images")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["kind"], body["num_images"], body["names"]) == ("images", 2, [])
+    response = submit(bob, "shots")
+    assert response.status_code == 400 and "only predict jobs" in response.json()["command.data"][0]
+    refused = post(bob, make_zip({"a.png": PNG, "notes.txt": b"x"}), name="more", kind="images")
+    assert refused.status_code == 400 and refused.json()["problems"][0]["path"] == "notes.txt"
+
+
+def test_the_storage_quota_counts_every_version_and_a_delete_gives_it_back(bob, alice, teams, storage):
+    first = post(bob, make_zip(valid_files())).json()
+    teams["vision"].storage_quota_gb = 1.5 * first["size_bytes"] / 1024**3
+    teams["vision"].save()
+    refused = post(bob, make_zip(valid_files()))
+    assert refused.status_code == 400 and "storage quota" in refused.json()["file"][0]
+    assert not [p for p in (storage / "vision").iterdir() if p.name.startswith(".")], "no staging left"
+    dataset_delete(dataset=Dataset.objects.get(), by=alice)
+    assert not StorageCharge.objects.exists() and not (storage / "vision" / "pcb_defect").exists()
+    again = post(bob, make_zip(valid_files()))
+    assert again.status_code == 201 and again.json()["version"] == 2, "a deleted version's number is not reused"
+
+
+def test_a_manager_deletes_a_version_and_a_member_may_not(bob, alice):
+    dataset = post(bob, make_zip(valid_files())).json()
+    assert api_client(bob).delete(f"/api/v1/datasets/{dataset['id']}/").status_code == 403
+    assert api_client(alice).delete(f"/api/v1/datasets/{dataset['id']}/").status_code == 204
+    assert submit(bob, "pcb_defect").status_code == 400
+
+
+def test_the_dataset_page_shows_counts_names_histogram_and_boxes(bob):
+    dataset = post(bob, make_zip(valid_files())).json()
+    client = Client()
+    client.force_login(bob)
+    html = client.get(f"/datasets/{dataset['id']}/").content.decode()
+    assert 'id="image-count">4<' in html and "0: scratch" in html and "1: dent" in html
+    assert html.count("<rect") == 4 and 'data-classes="2"' in html
+    assert client.get("/datasets/").content.decode().count('id="dataset-') == 1
+
+
+def test_a_registered_folder_is_refused_outside_the_data_store(teams, tmp_path):
+    from apps.datasets.services import dataset_register
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "data.yaml").write_text("train: images\nval: images\nnames: [a]\n")
+    with pytest.raises(ValueError, match="not inside any artifact root"):
+        dataset_register(team=teams["vision"], name="x", yaml_path=outside / "data.yaml")

@@ -1,0 +1,203 @@
+"""The registry's promises: lineage recorded, stages managed and audited, version numbers never reused,
+downloads re-checked against the stored sha256, the compare page and the prediction gallery."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import AuditEntry
+from apps.jobs.models import Job, JobState, MetricPoint
+from apps.jobs.services import attempt_finish, job_submit
+from apps.jobs.spec import parse_spec
+from apps.registry.models import ModelVersion, PredictionRun
+from apps.registry.services import model_version_delete
+from tests.conftest import api_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def stores(settings, tmp_path):
+    settings.JOBS_DIR = tmp_path / "jobs"
+    settings.MODELS_DIR = tmp_path / "models"
+    settings.WEIGHTS_DIR = tmp_path / "weights"
+    return settings
+
+
+def page(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def finish_training(job, content: bytes = b"weights", metrics: dict | None = None, epochs: int = 2) -> ModelVersion:
+    """What the worker reports when a training attempt succeeded (the real service path)."""
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    job.refresh_from_db()
+    weights = job.run_dir / "train" / "weights" / "best.pt"
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(content)
+    for epoch in range(1, epochs + 1):
+        MetricPoint.objects.create(job=job, epoch=epoch, attempt=1, seq=epoch,
+                                   values={"metrics/mAP50-95(B)": 0.1 * epoch, "val/box_loss": 2.0 / epoch})
+    finished = {"mode": "train", "weights": str(weights), "metrics": metrics or {"metrics/mAP50-95(B)": 0.2},
+                "code": {"torch": "2.x", "ultralytics": "8.4"}, "exports": []}
+    assert attempt_finish(job, outcome="succeeded", exit_code=0, finished=finished) == "succeeded"
+    return ModelVersion.objects.get(job=job)
+
+
+def train(user, command: str, task_name: str = "pcb") -> Job:
+    document = {"task_name": task_name, "command": command, "user": "vision", "allow_duplicate": True,
+                "resources": {"gpu": 1}}
+    job, _ = job_submit(user=user, spec=parse_spec(document))
+    return job
+
+
+@pytest.fixture
+def base(bob, demo_registered):
+    """v1 trained from scratch on the demo dataset."""
+    return finish_training(train(bob, "yolo train data=demo model=yolov8n.yaml epochs=2"))
+
+
+def test_a_trained_version_records_its_dataset_spec_and_code(base):
+    lineage = base.lineage
+    assert lineage["dataset"]["name"] == "demo" and len(lineage["dataset"]["sha256"]) == 64
+    assert lineage["dataset"]["version"] == base.dataset.version
+    assert lineage["parent"] == {"kind": "yaml", "name": "yolov8n.yaml"}
+    assert lineage["spec"]["train_args"]["epochs"] == 2 and "resolved" not in lineage["spec"]
+    assert lineage["code"] == {"torch": "2.x", "ultralytics": "8.4"}
+    assert base.weights_key == f"jobs/{base.job_id}/train/weights/best.pt"
+    assert base.sha256 == hashlib.sha256(b"weights").hexdigest()
+
+
+def test_a_fine_tune_records_its_parent_version_with_its_hash(bob, base):
+    child = finish_training(train(bob, f"yolo train data=demo model={base.reference} epochs=1", "pcb-ft"), b"child")
+    assert child.parent == base
+    assert child.lineage["parent"] == {"kind": "version", "id": base.pk, "team": "vision", "name": "pcb",
+                                       "version": 1, "sha256": base.sha256}
+
+
+def test_version_numbers_are_never_reused_after_a_delete(bob, base, alice):
+    second = finish_training(train(bob, "yolo train data=demo model=yolov8n.yaml epochs=2"), b"2")
+    model_version_delete(version=second, by=alice)
+    third = finish_training(train(bob, "yolo train data=demo model=yolov8n.yaml epochs=2"), b"3")
+    assert (base.version, second.version, third.version) == (1, 2, 3)
+
+
+def test_a_manager_promotes_through_the_stages_and_every_move_is_audited(base, alice):
+    client = api_client(alice)
+    for stage in ("staging", "production"):
+        response = client.post(f"/api/v1/models/{base.pk}/stage/", {"stage": stage}, format="json")
+        assert response.status_code == 200, response.content
+    base.refresh_from_db()
+    assert base.stage == "production"
+    moves = [(e.data["from"], e.data["to"]) for e in AuditEntry.objects.filter(action="model.promote")
+             .order_by("created_at", "id")]
+    assert moves == [("none", "staging"), ("staging", "production")]
+
+
+def test_a_new_production_version_archives_the_previous_one(bob, alice, base):
+    second = finish_training(train(bob, "yolo train data=demo model=yolov8n.yaml epochs=2"), b"2")
+    client = api_client(alice)
+    for version in (base, second):
+        client.post(f"/api/v1/models/{version.pk}/stage/", {"stage": "staging"}, format="json")
+        client.post(f"/api/v1/models/{version.pk}/stage/", {"stage": "production"}, format="json")
+    base.refresh_from_db()
+    second.refresh_from_db()
+    assert (base.stage, second.stage) == ("archived", "production")
+    assert AuditEntry.objects.filter(action="model.promote", data__to="archived", target_id=str(base.pk)).exists()
+    spec = train(bob, "yolo val model=pcb:production data=demo").spec
+    assert spec["inputs"]["model"]["version"] == 2
+
+
+def test_a_member_may_not_promote_and_a_skipped_stage_is_named(base, bob, alice):
+    assert api_client(bob).post(f"/api/v1/models/{base.pk}/stage/", {"stage": "staging"},
+                                format="json").status_code == 403
+    response = api_client(alice).post(f"/api/v1/models/{base.pk}/stage/", {"stage": "production"}, format="json")
+    assert response.status_code == 400 and "can move to archived, staging" in response.json()["stage"][0]
+    assert page(bob).post(f"/models/{base.pk}/stage/", {"stage": "staging"}).status_code == 302
+    base.refresh_from_db()
+    assert base.stage == "none"
+
+
+def test_a_download_re_checks_the_stored_sha256(base, bob, stores):
+    client = api_client(bob)
+    response = client.get(f"/api/v1/models/{base.pk}/download/")
+    assert response.status_code == 200 and b"".join(response.streaming_content) == b"weights"
+    (stores.JOBS_DIR / str(base.job_id) / "train" / "weights" / "best.pt").write_bytes(b"tampered")
+    response = client.get(f"/api/v1/models/{base.pk}/download/")
+    assert response.status_code == 409 and "sha256" in response.json()["detail"]
+    assert client.get(f"/api/v1/jobs/{base.job_id}/weights/").status_code == 409
+
+
+def test_an_export_download_re_checks_its_sha256_too(base, bob, stores):
+    from apps.registry.services import export_record
+
+    onnx = stores.JOBS_DIR / str(base.job_id) / "export" / "best.onnx"
+    onnx.parent.mkdir(parents=True)
+    onnx.write_bytes(b"onnx")
+    export = export_record(job=base.job, version=base, exported={
+        "format": "onnx", "path": str(onnx), "verification": {"max_abs": 1e-5, "max_rel": 1e-7, "passed": True}})
+    assert export.key.startswith(f"models/vision/pcb/v1/exports/{base.job_id}/")
+    client = api_client(bob)
+    assert client.get(f"/api/v1/exports/{export.pk}/download/").status_code == 200
+    (stores.MODELS_DIR / export.key.removeprefix("models/")).write_bytes(b"evil")
+    assert client.get(f"/api/v1/exports/{export.pk}/download/").status_code == 409
+
+
+def test_the_compare_page_shows_metrics_lineage_and_curves_side_by_side(bob, base):
+    child = finish_training(train(bob, f"yolo train data=demo model={base.reference} epochs=3", "pcb-ft"), b"c",
+                            metrics={"metrics/mAP50-95(B)": 0.4}, epochs=3)
+    response = page(bob).get(f"/models/compare/?ids={base.pk},{child.pk}")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "pcb:v1" in html and "pcb-ft:v1" in html and "metrics/mAP50-95(B)" in html
+    assert 'class="best">0.400' in html and "demo:v" in html
+    curves = json.loads(html.split('id="compare-data" type="application/json">')[1].split("</script>")[0])
+    assert [len(s) for s in curves["series"]["mAP50-95"]] == [2, 3]
+
+
+@pytest.mark.parametrize("ids", ["", "1", "1,2,3,4,5"])
+def test_compare_needs_two_to_four_versions(ids, bob, base):
+    response = page(bob).get(f"/models/compare/?ids={ids}")
+    assert response.status_code in (400, 404)
+
+
+def test_compare_of_another_teams_version_is_a_404(base, carol):
+    assert page(carol).get(f"/models/compare/?ids={base.pk},{base.pk}").status_code == 404
+
+
+def test_the_model_page_shows_lineage_and_the_stage_buttons_to_managers_only(base, bob, alice):
+    html = page(alice).get(f"/models/{base.pk}/").content.decode()
+    assert "Promote to staging" in html and "demo:v" in html and "yolov8n.yaml" in html
+    assert "Promote to staging" not in page(bob).get(f"/models/{base.pk}/").content.decode()
+
+
+def test_the_prediction_gallery_shows_each_annotated_image_with_its_boxes(bob, base, stores):
+    job = train(bob, "yolo predict model=pcb:v1 source=demo")
+    folder = stores.JOBS_DIR / str(job.pk) / "predict"
+    folder.mkdir(parents=True)
+    results = []
+    for n in range(3):
+        (folder / f"{n:05d}.jpg").write_bytes(b"\xff\xd8jpg")
+        results.append({"image": f"{n:05d}.jpg", "source": f"images/val/{n}.jpg", "size": [64, 64],
+                        "boxes": [{"class": 0, "name": "rectangle", "conf": 0.9, "xyxy": [1, 2, 3, 4]}] * n})
+    (folder / "predictions.json").write_text(json.dumps(results))
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    job.refresh_from_db()
+    attempt_finish(job, outcome="succeeded", exit_code=0,
+                   finished={"mode": "predict", "folder": str(folder), "images": 3, "boxes": 3})
+    run = PredictionRun.objects.get(job=job)
+    assert (run.version, run.images, run.boxes) == (base, 3, 3)
+    html = page(bob).get(f"/jobs/{job.pk}/predictions/").content.decode()
+    assert html.count('class="prediction"') == 3 and "images/val/2.jpg" in html
+    assert page(bob).get(f"/jobs/{job.pk}/predictions/?class=rectangle").content.decode().count(
+        'class="prediction"') == 2
+    image = api_client(bob).get(f"/api/v1/jobs/{job.pk}/predictions/1/image/")
+    assert image.status_code == 200 and image["Content-Type"] == "image/jpeg"
+    body = api_client(bob).get(f"/api/v1/jobs/{job.pk}/predictions/").json()
+    assert body["boxes"] == 3 and body["results"][2]["url"].endswith("/predictions/2/image/")
