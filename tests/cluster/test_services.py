@@ -92,3 +92,20 @@ def test_a_worker_registers_what_its_cgroups_enforce_and_its_images(settings):
     node = register_this_host(name="node-c", gpus=simulated_gpus(1))
     assert node.limits["summary"] == "limits not enforced (ATTEMPT_CGROUPS=false)"
     assert not node.limits_enforced
+
+
+def test_a_node_may_advertise_more_than_the_machine_has_and_keeps_both(settings):
+    """gpu_worker --cpus 8 --memory 32Gi: the scheduler places by the advertised numbers; the
+    machine's own are kept beside them (enforced limits never exceed them)."""
+    import os
+
+    from worker.inventory import host_memory_mb
+    from worker.node import register_this_host
+
+    settings.ATTEMPT_CGROUPS = False
+    node = register_this_host(name="demo", gpus=simulated_gpus(1), cpus=64, memory_mb=512 * 1024)
+    assert (node.cpu_count, node.memory_mb) == (64, 512 * 1024)
+    assert (node.host_cpu_count, node.host_memory_mb) == (os.cpu_count(), host_memory_mb())
+    assert node.features == [], "no TensorRT on simulated GPUs"
+    again = register_this_host(name="demo", gpus=simulated_gpus(1))
+    assert again.cpu_count == os.cpu_count(), "without the options the node advertises the machine"

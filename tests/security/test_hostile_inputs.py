@@ -329,3 +329,72 @@ def test_a_login_spray_is_cut_off_on_both_sign_in_pages(bob, settings):
     codes = [client.post(page, {"username": "bob", "password": f"guess-{n}"}).status_code
              for n in range(6) for page in ("/accounts/login/", "/admin/login/")]
     assert codes[:5] == [200] * 5 and set(codes[5:]) == {429}
+
+
+# --- hostile weights (issue 10): pickles that run code, zip tricks, oversized files ------------
+
+
+def _hostile_pt(kind: str) -> bytes:
+    import io
+    import os
+    import pickle
+    import subprocess
+    import zipfile
+
+    class Reduce:
+        def __init__(self, func, args):
+            self.func, self.args = func, args
+
+        def __reduce__(self):
+            return self.func, self.args
+
+    payloads = {
+        "os.system": Reduce(os.system, ("touch /tmp/owned-by-weights",)),
+        "subprocess": Reduce(subprocess.Popen, (["id"],)),
+        "eval": Reduce(eval, ("__import__('os').getcwd()",)),
+    }
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        if kind in payloads:
+            archive.writestr("w/data.pkl", pickle.dumps({"model": payloads[kind]}, protocol=4))
+        elif kind == "two pickles":
+            archive.writestr("w/data.pkl", pickle.dumps({}, protocol=4))
+            archive.writestr("x/data.pkl", pickle.dumps({}, protocol=4))
+        elif kind == "traversal":
+            archive.writestr("w/data.pkl", pickle.dumps({}, protocol=4))
+            archive.writestr("w/../../etc/cron.d/x", b"* * * * * root id")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("kind", "word"), [
+    ("os.system", "posix.system"), ("subprocess", "subprocess.Popen"), ("eval", "builtins.eval"),
+    ("two pickles", "top folders"), ("traversal", "unsafe entry name"),
+])
+def test_hostile_weights_are_a_400_naming_what_is_wrong(kind, word, bob, settings, tmp_path):
+    import os
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from apps.registry.models import ModelVersion
+
+    settings.MODELS_DIR = tmp_path / "models"
+    upload = SimpleUploadedFile("yolov8s.pt", _hostile_pt(kind))
+    response = api_client(bob).post("/api/v1/weights/", {"file": upload}, format="multipart")
+    assert response.status_code == 400 and word in response.json()["file"][0]
+    assert not ModelVersion.objects.exists() and not os.path.exists("/tmp/owned-by-weights")
+
+
+def test_oversized_weights_are_refused_before_they_are_read(bob, settings):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    settings.WEIGHTS_UPLOAD_MAX_BYTES = 4096
+    upload = SimpleUploadedFile("big.pt", b"PK\x03\x04" + b"\0" * (2 * 1024**2))
+    response = api_client(bob).post("/api/v1/weights/", {"file": upload}, format="multipart")
+    assert response.status_code == 400 and "limit" in response.json()["file"][0]
+
+
+def test_the_weights_body_limit_applies_at_the_asgi_door(settings):
+    from yoloportal.body_limit import MULTIPART_SLACK, body_limit_for
+
+    settings.WEIGHTS_UPLOAD_MAX_BYTES = 10 * 1024**2
+    assert body_limit_for("/api/v1/weights/") == 10 * 1024**2 + MULTIPART_SLACK

@@ -1,0 +1,75 @@
+"""The child's export with its verification, on real Ultralytics and onnxruntime (CPU, imgsz 64):
+fp32/fp16/dynamic ONNX and TorchScript agree with PyTorch; what Ultralytics does not support on
+this device fails with its reason; a disagreeing export fails."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.registry.conftest import build_checkpoint
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    from apps.datasets.demo import generate_demo_dataset
+    from worker.model_modes import split_images
+
+    folder = tmp_path_factory.mktemp("export")
+    data = generate_demo_dataset(folder / "data", train=4, val=4, imgsz=64)
+    return build_checkpoint("yolov8n.yaml", folder), data, split_images(data, "val"), folder
+
+
+@pytest.mark.parametrize(("options", "precision"), [
+    ({"format": "onnx"}, "fp32"),
+    ({"format": "onnx", "half": True, "dynamic": True}, "fp16"),
+    ({"format": "torchscript"}, "fp32"),
+])
+def test_an_export_agrees_with_the_pytorch_model_and_says_how_closely(options, precision, setup, tmp_path):
+    from worker.model_modes import run_export
+
+    weights, data, images, _ = setup
+    entry = run_export(model_path=str(weights), options={**options, "imgsz": 64}, device="cpu", data=data,
+                       verify_images=images, output_dir=tmp_path, engine_allowed=False)
+    check = entry["verification"]
+    assert check["passed"] and check["precision"] == precision and check["images"] == 4
+    assert check["max_abs"] <= check["atol"] + check["rtol"] * check["max_abs"] / max(check["max_rel"], 1e-12)
+    assert entry["path"].startswith(str(tmp_path)), "the export is written in the job's folder"
+    assert not any(p.suffix in (".onnx", ".torchscript") for p in weights.parent.iterdir()), \
+        "nothing is written next to the source weights"
+
+
+def test_fp16_torchscript_on_cpu_is_refused_with_ultralytics_reason(setup, tmp_path):
+    from worker.model_modes import run_export
+
+    weights, data, images, _ = setup
+    with pytest.raises(ValueError, match="only supported on GPU"):
+        run_export(model_path=str(weights), options={"format": "torchscript", "half": True, "imgsz": 64},
+                   device="cpu", data=data, verify_images=images, output_dir=tmp_path, engine_allowed=False)
+
+
+def test_engine_is_refused_on_a_node_without_tensorrt(setup, tmp_path):
+    from worker.model_modes import run_export
+
+    weights, data, images, _ = setup
+    with pytest.raises(RuntimeError, match="advertise TensorRT"):
+        run_export(model_path=str(weights), options={"format": "engine"}, device="cpu", data=data,
+                   verify_images=images, output_dir=tmp_path, engine_allowed=False)
+
+
+def test_an_export_that_disagrees_fails_with_its_figures(setup, tmp_path, monkeypatch):
+    """Tolerances of zero: the fp16 export (which does differ a little) must be refused."""
+    from worker import model_modes
+
+    weights, data, images, _ = setup
+    monkeypatch.setitem(model_modes.TOLERANCES, "fp16", (0.0, 0.0))
+    with pytest.raises(model_modes.ExportVerificationFailed) as failed:
+        model_modes.run_export(model_path=str(weights), options={"format": "onnx", "half": True, "imgsz": 64},
+                               device="cpu", data=data, verify_images=images, output_dir=tmp_path,
+                               engine_allowed=False)
+    assert failed.value.verification["passed"] is False and failed.value.verification["max_abs"] > 0
+    assert "max abs diff" in str(failed.value)
