@@ -154,6 +154,17 @@ def test_the_acceptance_story(live, portal, tmp_path, capsys):
     image = client.get(results[0]["url"])
     assert image.status_code == 200 and b"".join(image.streaming_content)[:2] == b"\xff\xd8"
 
+    # 5c'. ... and on uploaded images (an images-only upload, every image of it).
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    for image in sorted((folder / "images" / "val").iterdir())[:2]:
+        shutil.copy(image, shots / image.name)
+    assert yoloq_run(capsys, "dataset", "push", str(shots), "--team", "team-a", "--kind", "images",
+                     "-q").strip() == "shots:v1"
+    on_shots = finished(submit(f"yolo predict model={version.reference} source=shots imgsz=64"))
+    assert on_shots.state == JobState.SUCCEEDED, on_shots.error
+    assert PredictionRun.objects.get(job=on_shots).images == 2
+
     # 5d. export onnx: verified by onnxruntime against the PyTorch model's raw outputs.
     export_job = finished(submit(f"yolo export model={version.reference} format=onnx imgsz=64"))
     assert export_job.state == JobState.SUCCEEDED, export_job.error

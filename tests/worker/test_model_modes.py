@@ -73,3 +73,45 @@ def test_an_export_that_disagrees_fails_with_its_figures(setup, tmp_path, monkey
                                engine_allowed=False)
     assert failed.value.verification["passed"] is False and failed.value.verification["max_abs"] > 0
     assert "max abs diff" in str(failed.value)
+
+
+def test_the_child_checks_the_weights_again_right_before_loading_them(setup, tmp_path):
+    """A .pt swapped after submit (another hash) or one that calls os.system never reaches torch.load."""
+    import json
+    import pickle
+    import subprocess
+    import sys
+    import zipfile
+
+    from django.conf import settings
+
+    from apps.core.hashing import file_sha256
+
+    weights, data, _, _ = setup
+
+    class Boom:
+        def __reduce__(self):
+            return os.system, ("touch /tmp/owned-by-the-child",)
+
+    hostile = tmp_path / "hostile.pt"
+    with zipfile.ZipFile(hostile, "w") as archive:
+        archive.writestr("h/data.pkl", pickle.dumps({"model": Boom()}, protocol=4))
+
+    def child(model: str, sha256: str) -> dict:
+        events = tmp_path / f"events-{len(list(tmp_path.glob('events-*')))}.jsonl"
+        config = {"mode": "val", "model": model, "model_sha256": sha256, "data": str(data), "device": "cpu",
+                  "project": str(tmp_path), "name": "train", "checkpoint_dir": str(tmp_path / "ck"),
+                  "events_path": str(events), "config_dir": str(tmp_path / "cfg"), "args": {"imgsz": 64}}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        result = subprocess.run([sys.executable, "-m", "worker.train_child", str(path)], cwd=settings.BASE_DIR,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1, result.stderr[-2000:]
+        return [json.loads(line) for line in events.read_text().splitlines()][-1]
+
+    error = child(str(hostile), "")
+    assert (error["type"], error["kind"]) == ("error", "weights") and "posix.system" in error["message"]
+    assert not os.path.exists("/tmp/owned-by-the-child")
+    error = child(str(weights), "0" * 64)
+    assert error["kind"] == "weights" and "changed since the job was submitted" in error["message"]
+    assert file_sha256(weights) != "0" * 64
