@@ -116,6 +116,9 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 # Daphne serves /static/ itself on one machine (no collectstatic step); turn off behind a proxy that does.
 SERVE_STATIC = env_bool("SERVE_STATIC", True)
+# Threads per web process that run Django's synchronous code, each keeping its database
+# connection between requests (yoloportal/asgi_threads.py). Processes: WEB_WORKERS (Procfile).
+WEB_THREADS = env_int("WEB_THREADS", 4, minimum=1, maximum=64)
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
