@@ -42,8 +42,12 @@ test-postgres: setup
 test-fast: setup
 	$(PY) -m pytest -m "not integration and not faults and not browser"
 
+# Every benchmark against its baseline from the same run → bench/results.json and the table in
+# docs/performance.md (BENCH_ARGS="--quick" for a smoke run, "--only submit,lists" for some).
+# Slurm baselines need slurm-wlm (../shared/recipes/slurm-single-node.sh installs it), PostgreSQL
+# ones scripts/postgres.sh: both need root. About 40 minutes on an idle 2-core machine.
 bench: setup
-	$(PY) bench/scheduler_pass.py --queued 10000 --nodes 128 --gpus-per-node 8
+	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,7 +1,8 @@
 """Benchmark: an epoch metric recorded by the worker → received by WebSocket clients of the job.
 
 Everything real and throwaway: a redis-server, a SQLite database in a temporary folder,
-daphne serving the ASGI app in its own process, N authenticated socket clients on one
+the ASGI app served as `make run` serves it (uvicorn, 2 worker processes; ``--server daphne``
+for one daphne), N authenticated socket clients on one
 job. The emitter calls ``apps.jobs.services.metrics_record`` (what the worker calls: DB
 upsert, then ``group_send``); latency is from just before that call to each client's
 receipt of the message. The baseline, measured in the same run, is one client.
@@ -75,18 +76,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_daphne(port: int, log: Path) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "yoloportal.asgi:application"],
-        cwd=ROOT, env=dict(os.environ), stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+def start_web(port: int, log: Path, server: str = "uvicorn", workers: int = 2) -> subprocess.Popen:
+    """The ASGI app as ``make run`` serves it (uvicorn, ``workers`` processes), or one daphne."""
+    if server == "uvicorn":
+        argv = [sys.executable, "-m", "uvicorn", "yoloportal.asgi:application", "--host", "127.0.0.1",
+                "--port", str(port), "--workers", str(workers), "--no-access-log"]
+    else:
+        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "yoloportal.asgi:application"]
+    process = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ), stdout=log.open("ab"),
+                               stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                time.sleep(2 if server == "uvicorn" else 0)  # every worker process up
                 return process
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError(f"daphne did not start: {log.read_text()[-2000:]}")
+    raise RuntimeError(f"{server} did not start: {log.read_text()[-2000:]}")
 
 
 # --- socket clients -----------------------------------------------------------------------------
@@ -188,6 +195,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--epochs", type=int, default=50, help="metrics emitted per run")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between metrics")
+    parser.add_argument("--server", choices=["uvicorn", "daphne"], default="uvicorn")
+    parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument("--json")
     args = parser.parse_args()
 
     from apps.core.redis_server import RedisServer
@@ -201,8 +211,8 @@ def main() -> int:
             user, job = make_job()
             cookie = session_cookie(user)
             port = free_port()
-            daphne = start_daphne(port, data_dir / "daphne.log")
-            print(f"daphne on :{port}, job {job.pk}; {args.epochs} epoch metrics every {args.interval:g} s")
+            daphne = start_web(port, data_dir / "web.log", args.server, args.web_workers)
+            print(f"{args.server} on :{port}, job {job.pk}; {args.epochs} epoch metrics every {args.interval:g} s")
             baseline = asyncio.run(measure(port, job, cookie, 1, args.epochs, args.interval, first_epoch=1))
             loaded = asyncio.run(measure(port, job, cookie, args.clients, args.epochs, args.interval,
                                          first_epoch=args.epochs + 1))
@@ -211,10 +221,22 @@ def main() -> int:
             ordered = sorted(loaded)
             p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
             print(f"target p95 ≤ 250 ms with 100 clients: {'met' if p95 <= 250 else 'NOT met'}")
+            if args.json:
+                Path(args.json).write_text(json.dumps({
+                    "server": args.server, "web_workers": args.web_workers, "clients": args.clients,
+                    "epochs": args.epochs, "received": len(loaded), "expected": args.clients * args.epochs,
+                    "median_ms": round(statistics.median(loaded), 1), "p95_ms": round(p95, 1),
+                    "baseline_one_client": {"median_ms": round(statistics.median(baseline), 1),
+                                            "p95_ms": round(sorted(baseline)[int(0.95 * len(baseline))], 1)},
+                }, indent=2))
         finally:
             if daphne is not None:
                 os.killpg(daphne.pid, signal.SIGTERM)
-                daphne.wait(10)
+                try:
+                    daphne.wait(20)
+                except subprocess.TimeoutExpired:  # still closing its sockets gracefully
+                    os.killpg(daphne.pid, signal.SIGKILL)
+                    daphne.wait()
             redis.stop()
     return 0
 
