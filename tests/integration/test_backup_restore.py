@@ -1,0 +1,160 @@
+"""docs/deploy.md "Backups": a database dump plus the storage, restored into a fresh stack
+(another DATA_DIR, another database), serves every job, metric, log and weights file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+import uuid
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from apps.core.artifacts import artifact_path
+from apps.jobs.models import Job, JobState
+from apps.registry.models import ModelVersion
+from tests.conftest import SEED_SPEC
+from yoloportal.env import database_url
+
+from .live import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def manage(env: dict, *args: str) -> str:
+    result = subprocess.run([sys.executable, "manage.py", *args], cwd=settings.BASE_DIR, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, f"manage.py {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def fresh_database(tmp_path):
+    """A new empty database of the same engine: (url, drop)."""
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{tmp_path / 'fresh' / 'yoloportal.sqlite3'}", lambda: None
+    import psycopg
+
+    entry = dict(settings.DATABASES["default"])
+    name = f"restore_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect(host=entry["HOST"], port=entry["PORT"], user=entry["USER"], password=entry["PASSWORD"],
+                            dbname="postgres", autocommit=True)
+    admin.execute(f"CREATE DATABASE {name}")
+
+    def drop():
+        admin.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
+
+    return database_url({**entry, "NAME": name}), drop
+
+
+def get(base: str, token: str, path: str) -> tuple[int, bytes]:
+    request = urllib.request.Request(base + path, headers={"Authorization": f"Token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def everything(get_json, job_ids) -> dict:
+    """What a user sees of each job through the API, apart from row ids and timings."""
+    out = {}
+    for job_id in job_ids:
+        job = get_json(f"/api/v1/jobs/{job_id}/")
+        out[job_id] = {
+            "job": {k: job[k] for k in ("task_name", "state", "team", "user", "epochs_done", "spec")},
+            "metrics": [(m["epoch"], m["values"]) for m in get_json(f"/api/v1/jobs/{job_id}/metrics/")["results"]],
+            "logs": "".join(c["text"] for c in get_json(f"/api/v1/jobs/{job_id}/logs/?limit=1000")["results"]),
+            "events": [(e["kind"], e["message"]) for e in get_json(f"/api/v1/jobs/{job_id}/events/?limit=1000")["results"]],
+        }
+    return out
+
+
+def test_a_backup_restored_into_a_fresh_stack_has_every_job_metric_and_weights_file(live, alice, tmp_path):
+    from apps.accounts.services import token_create
+    from tests.conftest import api_client
+
+    live.start_scheduler()
+    live.start_worker()
+    client = api_client(alice)
+    trained = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml").json()["id"]
+    wait_for(lambda: Job.objects.get(pk=trained).state in (JobState.SUCCEEDED, JobState.FAILED), timeout=300,
+             what="the training job")
+    assert Job.objects.get(pk=trained).state == JobState.SUCCEEDED
+    live.kill("worker")
+    spec = SEED_SPEC.replace("yolo-v8s-industrial-inspection", "cancelled-one")
+    cancelled = client.post("/api/v1/jobs/", spec, content_type="application/yaml").json()["id"]
+    assert client.post(f"/api/v1/jobs/{cancelled}/cancel/").status_code == 202
+    live.kill("scheduler")
+
+    job_ids = sorted(str(pk) for pk in Job.objects.values_list("pk", flat=True))
+    before = everything(lambda path: client.get(path).json(), job_ids)
+    weights = {str(job.pk): hashlib.sha256(artifact_path(job.weights_path).read_bytes()).hexdigest()
+               for job in Job.objects.exclude(weights_path="")}
+    assert list(weights) == [trained]
+    versions = {v.pk: v.sha256 for v in ModelVersion.objects.all()}
+    assert versions
+    _, token = token_create(user=alice, name="restore-check")
+
+    # The documented commands: `manage.py backup DIR` on the old installation ...
+    folder = tmp_path / "backup"
+    manifest = json.loads(manage(live.env(), "backup", str(folder)))
+    assert manifest["files"]["jobs"] >= 2
+
+    # ... and `manage.py restore DIR` on a fresh one: another DATA_DIR, another database.
+    url, drop = fresh_database(tmp_path)
+    fresh_dir = tmp_path / "fresh"
+    fresh_dir.mkdir(exist_ok=True)
+    env = live.env(DATA_DIR=str(fresh_dir), DATABASE_URL=url)
+    for key in ("WEIGHTS_DIR", "DATASETS_DIR", "JOBS_DIR", "MODELS_DIR", "TEST_DATABASE_PATH", "PYTEST_VERSION",
+                "PYTEST_CURRENT_TEST"):
+        env.pop(key, None)
+    try:
+        manage(env, "restore", str(folder))
+        # The old installation's job files out of reach: what is served comes from the restore.
+        shutil.move(settings.JOBS_DIR, tmp_path / "old-jobs")
+        from tests.portal.liveweb import free_port
+
+        port = free_port()
+        web = subprocess.Popen([sys.executable, "-m", "uvicorn", "yoloportal.asgi:application", "--port", str(port),
+                                "--no-access-log"], cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_for(lambda: _answers(base), timeout=60, what="the fresh stack's web server")
+
+            def get_json(path):
+                status, body = get(base, token, path)
+                assert status == 200, (path, status, body[:500])
+                return json.loads(body)
+
+            listed = sorted(j["id"] for j in get_json("/api/v1/jobs/?limit=1000")["results"])
+            assert listed == job_ids
+            assert everything(get_json, job_ids) == before
+            for job_id, digest in weights.items():
+                status, body = get(base, token, f"/api/v1/jobs/{job_id}/weights/")
+                assert status == 200 and hashlib.sha256(body).hexdigest() == digest
+            for pk, digest in versions.items():
+                status, body = get(base, token, f"/api/v1/models/{pk}/download/")
+                assert status == 200 and hashlib.sha256(body).hexdigest() == digest
+            assert any((fresh_dir / "jobs" / trained).rglob("*.pt"))
+        finally:
+            os.killpg(web.pid, 15)
+            web.wait(20)
+    finally:
+        drop()
+
+
+def _answers(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(base + "/accounts/login/", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
