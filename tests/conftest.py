@@ -89,6 +89,22 @@ def demo_dataset_yaml() -> Path:
 
 
 @pytest.fixture
+def moto(tmp_path):
+    """A real S3-compatible server (moto_server) with one bucket: {"url", "port", "bucket", "process", "log"};
+    a test may stop it and start another on the same port (tests/s3.py)."""
+    import uuid
+
+    from tests.s3 import create_bucket, free_port, start_moto, stop_moto
+
+    port = free_port()
+    server = {"url": f"http://127.0.0.1:{port}", "port": port, "bucket": f"artifacts-{uuid.uuid4().hex[:8]}",
+              "process": start_moto(port, tmp_path / "moto.log"), "log": tmp_path / "moto.log"}
+    create_bucket(server["url"], server["bucket"])
+    yield server
+    stop_moto(server["process"])
+
+
+@pytest.fixture
 def clean_storage():
     for folder in (settings.JOBS_DIR,):
         shutil.rmtree(folder, ignore_errors=True)

@@ -28,6 +28,7 @@ from django.db.models import Sum
 
 from apps.core.artifacts import artifact_path
 from apps.core.hashing import file_sha256
+from apps.core.storage import shared_filesystem
 from apps.jobs import live
 from apps.jobs.models import Checkpoint, Job, JobState
 from apps.jobs.paths import traceback_strip
@@ -48,6 +49,7 @@ from apps.quotas.models import UsageRecord
 from apps.scheduling.kick import kick_scheduler
 from yoloportal.logs import bind
 
+from .artifacts import dataset_local, results_upload, weights_local, with_storage
 from .gpulock import GpuLocks, lock_dir
 from .train_child import EXIT_CHECKPOINT  # exit codes are the child's contract: defined there only
 from .zygote import ZygoteChild
@@ -131,6 +133,7 @@ class AttemptRunner:
         self.log_path = self.attempt_dir / "output.log"
         self.log_tail: list[str] = []
         self.previous_runtime_s = self._previous_runtime()
+        self.local: dict[str, str] = {}  # artifact key → this node's file (worker/artifacts.py)
 
     def _previous_runtime(self) -> float:
         gpu_seconds = UsageRecord.objects.filter(job=self.job).aggregate(s=Sum("gpu_seconds"))["s"] or 0.0
@@ -182,7 +185,39 @@ class AttemptRunner:
             time.sleep(0.5)
         return ""
 
+    def stage_inputs(self) -> str:
+        """This node's files for the job's dataset and weights ('' or why to stop): in place on a
+        shared filesystem, else fetched from the artifact store (waiting while it is down)."""
+        if shared_filesystem():
+            return ""
+        spec = self.job.spec
+        resolved, inputs = spec["resolved"], spec.get("inputs") or {}
+        source = resolved.get("source") or {}
+        wanted = []
+        for yaml_key in {resolved.get("data_yaml"), source.get("data_yaml")} - {None, ""}:
+            if not yaml_key.startswith("/"):
+                sha = ((inputs.get("source") if yaml_key == source.get("data_yaml") else None) or inputs.get("data")
+                       or {}).get("sha256") or ""
+                wanted.append((yaml_key, lambda k=yaml_key, h=sha: dataset_local(k, h)))
+        folder = source.get("folder_key")
+        if folder:
+            sha = (inputs.get("source") or {}).get("sha256") or ""
+            marker = folder + "/.folder"  # the folder itself: fetched as a dataset without a data.yaml
+            wanted.append((folder, lambda k=marker, h=sha: dataset_local(k, h).parent))
+        model = resolved.get("model")
+        if isinstance(model, dict) and model.get("key"):
+            wanted.append((model["key"], lambda k=model["key"], h=model.get("sha256") or "": weights_local(k, h)))
+        for key, fetch in wanted:
+            path, stop = with_storage(self.job, f"fetching {key}", fetch, self.check_in)
+            if stop:
+                return stop
+            self.local[key] = str(path)
+        return ""
+
     def train(self) -> str:
+        stop = self.stage_inputs()
+        if stop:
+            return self.finish(ChildResult(outcome=stop))
         # Only training resumes from checkpoints; val, predict and export start over.
         resumable = self.job.spec.get("mode", "train") == "train"
         candidates: list[Checkpoint | None] = [*(self.verified_checkpoints() if resumable else []), None]
@@ -213,15 +248,15 @@ class AttemptRunner:
         if self.job.node.simulated and mode in ("train", "val"):
             args.setdefault("workers", 0)  # CPU-only: dataloader processes only compete for cores
         device = "cpu" if self.job.node.simulated else ",".join(str(i) for i in range(len(self.job.gpu_indices)))
-        model, model_sha256 = resolved_model(resolved)
+        model, model_sha256 = resolved_model(resolved, self.local)
         source = resolved.get("source") or {}
         config = {
             "mode": mode,
             "model": model,
             "model_sha256": model_sha256,
-            "data": local_path(resolved.get("data_yaml") or source.get("data_yaml") or ""),
+            "data": local_path(resolved.get("data_yaml") or source.get("data_yaml") or "", self.local),
             "split": source.get("split") or (spec.get("train_args") or {}).get("split") or "val",
-            "source": local_path(source.get("folder_key") or ""),
+            "source": local_path(source.get("folder_key") or "", self.local),
             "export": resolved.get("export") or [],
             "engine_allowed": "tensorrt" in (self.job.node.features or []),
             "task": resolved.get("task") or (spec.get("task", "detect") if mode == "train" else None),
@@ -363,6 +398,12 @@ class AttemptRunner:
 
     def finish(self, result: ChildResult) -> str:
         close_old_connections()
+        if result.outcome == "succeeded":
+            # Results into the artifact store before the success is recorded (nothing to do on a
+            # shared filesystem); while the store is down the job waits here, holding its GPUs.
+            _, stop = with_storage(self.job, "uploading results", lambda: results_upload(self.run_dir), self.check_in)
+            if stop:
+                result.outcome = stop
         return attempt_finish(self.job, outcome=result.outcome, exit_code=result.exit_code,
                               error=self.error_text(result), finished=result.finished)
 
@@ -387,21 +428,24 @@ class AttemptRunner:
         return "\n".join(parts)[:20000]
 
 
-def local_path(key: str) -> str | None:
-    """A resolved artifact key as this node's path (jobs queued before keys held absolute paths)."""
+def local_path(key: str, local: dict[str, str] | None = None) -> str | None:
+    """A resolved artifact key as this node's path (jobs queued before keys held absolute paths);
+    ``local`` holds what was fetched from the artifact store."""
     if not key:
         return None
+    if local and key in local:
+        return local[key]
     return key if key.startswith("/") else str(artifact_path(key))
 
 
-def resolved_model(resolved: dict) -> tuple[str, str]:
+def resolved_model(resolved: dict, local: dict[str, str] | None = None) -> tuple[str, str]:
     """(what the child loads: a YAML name or an absolute .pt path, the sha256 it must have)."""
     model = resolved.get("model")
     if isinstance(model, str):  # queued before issue 10: a YAML name or an absolute path
         return model, ""
     if model.get("yaml"):
         return model["yaml"], ""
-    return str(artifact_path(model["key"])), model.get("sha256") or ""
+    return local_path(model["key"], local), model.get("sha256") or ""
 
 
 def kill_tree(child: subprocess.Popen | ZygoteChild) -> None:

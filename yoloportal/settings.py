@@ -235,6 +235,26 @@ JOBS_DIR = env_path("JOBS_DIR", DATA_DIR / "jobs")
 # Registry files: uploaded weights and exports (models/<team>/<name>/v<N>/…); apps/core/artifacts.py.
 MODELS_DIR = env_path("MODELS_DIR", DATA_DIR / "models")
 
+# Where artifacts' bytes live (apps/core/storage.py): their files under the roots above (a
+# shared DATA_DIR) by default; an S3-compatible bucket when ARTIFACTS_S3_BUCKET is set
+# (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). Nodes without the shared
+# DATA_DIR keep fetched artifacts in ARTIFACTS_CACHE_DIR, keyed by sha256.
+ARTIFACTS_S3_BUCKET = env_str("ARTIFACTS_S3_BUCKET", "")
+ARTIFACTS_S3_ENDPOINT_URL = env_str("ARTIFACTS_S3_ENDPOINT_URL", "") or None
+ARTIFACTS_S3_REGION = env_str("ARTIFACTS_S3_REGION", "us-east-1")
+ARTIFACTS_CACHE_DIR = env_path("ARTIFACTS_CACHE_DIR", DATA_DIR / "cache")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "artifacts": (
+        {"BACKEND": "storages.backends.s3.S3Storage",
+         "OPTIONS": {"bucket_name": ARTIFACTS_S3_BUCKET, "endpoint_url": ARTIFACTS_S3_ENDPOINT_URL,
+                     "region_name": ARTIFACTS_S3_REGION, "file_overwrite": True, "default_acl": None,
+                     "querystring_auth": True, "querystring_expire": 300}}
+        if ARTIFACTS_S3_BUCKET else {"BACKEND": "apps.core.storage.ArtifactFileSystemStorage"}
+    ),
+}
+
 API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1, maximum=3650)
 DATASET_UPLOAD_MAX_BYTES = env_int("DATASET_UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1024)
 DATASET_MAX_UNCOMPRESSED_BYTES = env_int("DATASET_MAX_UNCOMPRESSED_BYTES", 20 * 1024**3, minimum=1024)

@@ -24,6 +24,7 @@ from apps.core.api import StrictInput, field_errors
 from apps.core.artifacts import ArtifactKeyError, artifact_path
 from apps.core.openapi import ERROR
 from apps.core.selectors import get_or_404
+from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_local, artifact_read, shared_filesystem
 
 from .models import Export, ModelVersion, Stage
 from .selectors import export_list, model_list, prediction_list
@@ -45,6 +46,8 @@ def verified_open(key: str, sha256: str, what: str) -> IO[bytes]:
     The hash is computed over the very handle that is then streamed (rewound), so a file
     swapped by rename after the check is not what is sent. 404 when gone, 409 when changed.
     """
+    if not shared_filesystem():
+        return _stored_open(key, sha256, what)
     try:
         path = artifact_path(key)
     except ArtifactKeyError:
@@ -62,6 +65,30 @@ def verified_open(key: str, sha256: str, what: str) -> IO[bytes]:
                                 f"the recorded {sha256[:12]}…): it is not sent. An admin must restore it.")
     handle.seek(0)
     return handle
+
+
+class StorageDown(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "storage_unavailable"
+
+
+def _stored_open(key: str, sha256: str, what: str) -> IO[bytes]:
+    """From an object store (apps/core/storage.py): with a recorded sha256 through this web
+    node's hash-keyed cache, checked on the way in; without one, streamed as stored."""
+    try:
+        if sha256:
+            return artifact_local(key, sha256).open("rb")
+        return artifact_read(key)
+    except (FileNotFoundError, ArtifactKeyError):
+        raise NotFound(f"The {what} file is gone.") from None
+    except ArtifactChanged as exc:
+        log.error("artifact %s: %s", key, exc)
+        raise StoredFileChanged(f"The {what} file changed in storage since it was stored (its sha256 no longer "
+                                f"matches the recorded {sha256[:12]}…): it is not sent. An admin must restore it.") from None
+    except StorageUnavailable as exc:
+        log.warning("artifact %s: %s", key, exc)
+        raise StorageDown(f"The artifact storage cannot be reached right now; the {what} file is safe there. "
+                          "Try again in a minute.") from None
 
 
 class ModelOut(serializers.ModelSerializer):

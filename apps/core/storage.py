@@ -1,0 +1,155 @@
+"""Artifact storage beyond one disk: Django's storage API under the name ``artifacts``.
+
+Rows hold keys (apps/core/artifacts.py). Where the bytes of a key live is the
+``artifacts`` storage (``settings.STORAGES``):
+
+- by default :class:`ArtifactFileSystemStorage`: the key's file under its root setting
+  (``DATASETS_DIR``, ``JOBS_DIR``, ``MODELS_DIR``, ``WEIGHTS_DIR``), exactly where
+  :func:`apps.core.artifacts.artifact_path` puts it — a shared ``DATA_DIR``;
+- with ``ARTIFACTS_S3_BUCKET`` set: django-storages' ``S3Storage`` on that bucket (any
+  S3-compatible store: ``ARTIFACTS_S3_ENDPOINT_URL``; credentials from the usual
+  ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``), the key as the object name.
+
+:func:`artifact_local` gives a process a local file for a key: the file itself on a
+shared filesystem, else a copy fetched into the node-local cache
+``ARTIFACTS_CACHE_DIR/<sha256[:2]>/<sha256>/<name>``, keyed by the content hash recorded
+on the row and checked against it. :func:`artifact_upload` stores a local file under a
+key and returns its sha256. Errors of an unreachable store come out as
+:class:`StorageUnavailable`, so callers can wait and retry instead of failing a job.
+
+Used by the GPU worker (worker/artifacts.py: inputs in, results out) and the web's downloads
+(apps/registry/api.py ``verified_open``); docs/deploy.md "Storage beyond one disk" says what
+does not go through the store yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import FileSystemStorage, storages
+
+from apps.core.artifacts import artifact_path, key_check
+
+
+class StorageUnavailable(RuntimeError):
+    """The artifact store cannot be reached (network, credentials, the service down)."""
+
+
+class ArtifactChanged(RuntimeError):
+    """A fetched artifact does not have the sha256 recorded for it."""
+
+
+class ArtifactFileSystemStorage(FileSystemStorage):
+    """Keys → files under their root settings; saving a key again replaces its file."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_overwrite", True)
+        kwargs.setdefault("location", settings.DATA_DIR)
+        super().__init__(**kwargs)
+
+    def path(self, name: str) -> str:
+        return str(artifact_path(name))
+
+
+def artifact_storage():
+    return storages["artifacts"]
+
+
+def shared_filesystem() -> bool:
+    """True when every process reads the artifacts' files directly (one shared DATA_DIR)."""
+    return isinstance(artifact_storage(), FileSystemStorage)
+
+
+def _unavailable(exc: BaseException) -> bool:
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:  # pragma: no cover - django-storages[s3] is a requirement
+        return isinstance(exc, OSError)
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return status >= 500 or code in {"SlowDown", "ServiceUnavailable", "RequestTimeout", "InvalidAccessKeyId",
+                                         "SignatureDoesNotMatch", "AccessDenied", "NoSuchBucket"}
+    return isinstance(exc, (BotoCoreError, ConnectionError, TimeoutError))
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_path(sha256: str, name: str) -> Path:
+    return Path(settings.ARTIFACTS_CACHE_DIR) / sha256[:2] / sha256 / name
+
+
+def artifact_local(key: str, sha256: str) -> Path:
+    """A local file with the bytes of ``key`` (checked against ``sha256``)."""
+    key_check(key)
+    if shared_filesystem():
+        return artifact_path(key)
+    target = cache_path(sha256, key.rsplit("/", 1)[-1])
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".fetch-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            try:
+                with artifact_storage().open(key, "rb") as source:
+                    while block := source.read(1 << 20):
+                        digest.update(block)
+                        out.write(block)
+            except FileNotFoundError:
+                raise
+            except Exception as exc:
+                if _unavailable(exc):
+                    raise StorageUnavailable(f"artifact storage unreachable fetching {key}: {exc}") from exc
+                raise
+        if digest.hexdigest() != sha256:
+            raise ArtifactChanged(f"{key}: sha256 {digest.hexdigest()} in storage, {sha256} recorded")
+        os.replace(temporary, target)  # atomic: a reader sees the whole file or none
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    return target
+
+
+def artifact_upload(key: str, local: Path) -> str:
+    """Store the local file ``local`` under ``key``; returns its sha256."""
+    key_check(key)
+    sha256 = _sha256_file(local)
+    storage = artifact_storage()
+    if isinstance(storage, FileSystemStorage) and Path(storage.path(key)).resolve() == Path(local).resolve():
+        return sha256  # already in place on the shared filesystem
+    try:
+        with open(local, "rb") as handle:
+            stored = storage.save(key, File(handle, name=key))
+    except Exception as exc:
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable storing {key}: {exc}") from exc
+        raise
+    if stored != key:  # pragma: no cover - both backends overwrite
+        raise RuntimeError(f"storage renamed {key} to {stored}")
+    return sha256
+
+
+def artifact_read(key: str):
+    """An open binary file of ``key`` from storage (the web streams downloads from it)."""
+    key_check(key)
+    try:
+        return artifact_storage().open(key, "rb")
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable reading {key}: {exc}") from exc
+        raise

@@ -1,0 +1,98 @@
+"""Artifact storage (apps/core/storage.py): the shared filesystem by default, an
+S3-compatible store against a real ``moto_server`` process, the node-local cache keyed by
+sha256, and a clear error while the store is unreachable."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+
+from apps.core.artifacts import artifact_path
+from apps.core.storage import (
+    ArtifactChanged,
+    StorageUnavailable,
+    artifact_local,
+    artifact_read,
+    artifact_upload,
+    cache_path,
+    shared_filesystem,
+)
+from tests.s3 import s3_storages, stop_moto
+
+pytestmark = pytest.mark.integration
+
+
+def weights_file(tmp_path, size: int = 300_000) -> tuple[Path, str]:
+    path = tmp_path / "best.pt"
+    path.write_bytes(os.urandom(size))
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_by_default_artifacts_are_files_under_their_roots(tmp_path, settings):
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "cache"
+    key = f"jobs/{uuid.uuid4()}/weights/best.pt"
+    local, sha = weights_file(tmp_path)
+    assert shared_filesystem()
+    assert artifact_upload(key, local) == sha
+    assert artifact_path(key).read_bytes() == local.read_bytes()
+    assert artifact_local(key, sha) == artifact_path(key)  # read in place: nothing cached
+    assert not (tmp_path / "cache").exists()
+    with artifact_read(key) as handle:
+        assert handle.read() == local.read_bytes()
+    local.write_bytes(b"a second training run")
+    artifact_upload(key, local)  # the same key again replaces the file
+    assert artifact_path(key).read_bytes() == b"a second training run"
+
+
+def test_s3_stores_by_key_and_nodes_fetch_into_a_hash_keyed_cache(tmp_path, settings, moto):
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-cache"
+    key = f"jobs/{uuid.uuid4()}/weights/best.pt"
+    local, sha = weights_file(tmp_path)
+    with override_settings(STORAGES=s3_storages(moto)):
+        assert not shared_filesystem()
+        assert artifact_upload(key, local) == sha
+        assert not artifact_path(key).exists()  # in the bucket, not on this disk
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+        assert s3.get_object(Bucket=moto["bucket"], Key=key)["Body"].read() == local.read_bytes()
+
+        fetched = artifact_local(key, sha)
+        assert fetched == cache_path(sha, "best.pt") == tmp_path / "node-cache" / sha[:2] / sha / "best.pt"
+        assert fetched.read_bytes() == local.read_bytes()
+        # Cached: found again without the store (the object is gone now).
+        s3.delete_object(Bucket=moto["bucket"], Key=key)
+        assert artifact_local(key, sha) == fetched
+        with pytest.raises(FileNotFoundError):
+            artifact_read(key).read()
+
+        # A different recorded hash: refused, and nothing half-written stays in the cache.
+        other = f"jobs/{uuid.uuid4()}/weights/last.pt"
+        artifact_upload(other, local)
+        with pytest.raises(ArtifactChanged):
+            artifact_local(other, "0" * 64)
+        assert not any(p.name.startswith(".fetch-") for p in (tmp_path / "node-cache").rglob("*"))
+        assert not cache_path("0" * 64, "last.pt").exists()
+
+
+def test_an_unreachable_store_is_a_clear_error_not_a_crash(tmp_path, settings, moto):
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-cache"
+    local, sha = weights_file(tmp_path, 1000)
+    key = f"jobs/{uuid.uuid4()}/weights/best.pt"
+    storages = s3_storages(moto)
+    storages["artifacts"]["OPTIONS"]["client_config"] = __import__("botocore.config").config.Config(
+        connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
+    with override_settings(STORAGES=storages):
+        artifact_upload(key, local)
+        stop_moto(moto["process"])
+        with pytest.raises(StorageUnavailable, match="unreachable"):
+            artifact_local(key, sha)
+        with pytest.raises(StorageUnavailable, match="unreachable"):
+            artifact_upload(f"jobs/{uuid.uuid4()}/weights/best.pt", local)
+        assert not cache_path(sha, "best.pt").exists()

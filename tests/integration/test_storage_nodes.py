@@ -1,0 +1,88 @@
+"""A GPU server without the shared DATA_DIR (issue 11, "Storage beyond one disk"): artifacts
+in an S3-compatible store (a real moto_server process), the worker fetches the dataset into
+its own hash-keyed cache, uploads the weights, and the web serves them from the store; while
+the store is down a finished job waits with a clear reason and succeeds once it is back."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import boto3
+import pytest
+from django.test import override_settings
+
+from apps.core.artifacts import artifact_path
+from apps.jobs.models import Job, JobEvent, JobState
+from apps.registry.models import ModelVersion
+from tests.conftest import SEED_SPEC, api_client
+from tests.s3 import create_bucket, s3_storages, start_moto, stop_moto
+
+from .live import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def s3_env(moto) -> dict[str, str]:
+    return {"ARTIFACTS_S3_BUCKET": moto["bucket"], "ARTIFACTS_S3_ENDPOINT_URL": moto["url"],
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+def state(job_id) -> str:
+    return Job.objects.values_list("state", flat=True).get(pk=job_id)
+
+
+def test_a_worker_without_the_shared_data_dir_trains_from_and_into_object_storage(live, alice, moto, tmp_path,
+                                                                                   settings):
+    s3 = s3_env(moto)
+    # Moving the existing DATA_DIR into the store: the demo dataset among it.
+    pushed = subprocess.run([sys.executable, "manage.py", "artifacts_push"], cwd=settings.BASE_DIR,
+                            env=live.env(**s3), capture_output=True, text=True, timeout=600)
+    assert pushed.returncode == 0, pushed.stderr
+    assert "pushed" in pushed.stdout
+
+    node_dir = tmp_path / "gpu-server"  # its own DATA_DIR: no datasets, no job folders
+    live.start_scheduler(**s3)
+    live.start_worker(DATA_DIR=str(node_dir), **s3)
+    client = api_client(alice)
+    job_id = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml").json()["id"]
+    wait_for(lambda: state(job_id) in (JobState.SUCCEEDED, JobState.FAILED), timeout=400, what="the job")
+    job = Job.objects.get(pk=job_id)
+    assert job.state == JobState.SUCCEEDED, job.error
+
+    # The dataset came from the store into the node's cache, keyed by the version's manifest hash.
+    manifest = job.spec["inputs"]["data"]["sha256"]
+    assert manifest and (node_dir / "cache" / manifest[:2] / manifest / "dataset" / "data.yaml").is_file()
+    # The weights went into the store under the job's key; this (web) machine never had them.
+    version = ModelVersion.objects.get(job=job)
+    assert not artifact_path(job.weights_path).exists()
+    store = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing",
+                         aws_secret_access_key="testing", region_name="us-east-1")
+    stored = store.get_object(Bucket=moto["bucket"], Key=job.weights_path)["Body"].read()
+    assert hashlib.sha256(stored).hexdigest() == version.sha256
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "web-cache"
+    with override_settings(STORAGES=s3_storages(moto)):
+        response = client.get(f"/api/v1/jobs/{job_id}/weights/")
+        assert response.status_code == 200
+        assert hashlib.sha256(b"".join(response.streaming_content)).hexdigest() == version.sha256
+        response.close()
+
+        # The store goes away while the next job trains: it finishes, waits with a reason, no failure.
+        stop_moto(moto["process"])
+        second = client.post("/api/v1/jobs/", SEED_SPEC.replace("industrial-inspection", "second"),
+                             content_type="application/yaml").json()["id"]
+        wait_for(lambda: Job.objects.filter(pk=second, reason__startswith="waiting for artifact storage").exists(),
+                 timeout=400, what="the job to wait for the storage")
+        assert state(second) == JobState.RUNNING
+        assert JobEvent.objects.filter(job_id=second, kind="storage_wait").exists()
+        assert client.get(f"/api/v1/jobs/{job_id}/weights/").status_code in (200, 503)  # cached here, or 503
+
+        moto["process"] = start_moto(moto["port"], moto["log"])  # back (empty: moto keeps memory only)
+        create_bucket(moto["url"], moto["bucket"])
+        wait_for(lambda: state(second) in (JobState.SUCCEEDED, JobState.FAILED), timeout=180, what="the upload")
+        assert state(second) == JobState.SUCCEEDED
+        assert Job.objects.get(pk=second).reason == ""
+        assert JobEvent.objects.filter(job_id=second, kind="storage_back").exists()
+        weights = Job.objects.get(pk=second).weights_path
+        assert store.head_object(Bucket=moto["bucket"], Key=weights)["ContentLength"] > 100_000

@@ -1,0 +1,157 @@
+"""A GPU server's side of artifact storage (apps/core/storage.py), for nodes without the
+shared DATA_DIR: inputs fetched from the store into the node-local cache before training,
+results uploaded after it, and waiting — not failing — while the store is unreachable.
+
+On a shared filesystem (the default) nothing here copies anything: keys resolve to the
+files in place. With an object store:
+
+- the dataset folder (the data.yaml's folder) is fetched file by file into
+  ``ARTIFACTS_CACHE_DIR/<manifest sha256[:2]>/<manifest sha256>/`` and checked against the
+  version's manifest hash (apps.datasets.stats.manifest_sha256); weights by their own
+  sha256. An unregistered dataset (no recorded hash) is fetched afresh each time;
+- after a success, every file of the job's folder except the attempts' working files
+  (configs, events, output logs: the logs are in the database) is stored under its key
+  ``jobs/<id>/…`` before the success is recorded, so the web can serve it at once.
+
+While the store is unreachable the job keeps its GPUs, says why in its ``reason`` (and
+one ``storage_wait`` event), and tries again with a growing pause, stopping only for a
+cancel or a lost attempt, never failing for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+
+from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path
+from apps.core.storage import (
+    StorageUnavailable,
+    artifact_local,
+    artifact_storage,
+    artifact_upload,
+    cache_path,
+    shared_filesystem,
+)
+from apps.jobs.models import Job
+
+log = logging.getLogger(__name__)
+WAIT_FIRST_S, WAIT_MAX_S = 2.0, 30.0
+
+
+def with_storage(job: Job, what: str, action: Callable, check_in: Callable[[], str]):
+    """Run ``action()`` until the store answers; (result, '') or (None, why to stop)."""
+    from apps.jobs.services import job_event
+
+    pause, told = WAIT_FIRST_S, False
+    while True:
+        try:
+            result = action()
+        except StorageUnavailable as exc:
+            message = f"waiting for artifact storage ({what}): {str(exc)[:300]}"
+            Job.objects.filter(pk=job.pk).update(reason=message[:500])
+            if not told:
+                job_event(job, "storage_wait", message)
+                told = True
+            log.warning("job %s: %s", job.pk, message)
+            stop = check_in()
+            if stop:
+                return None, stop
+            time.sleep(pause)
+            pause = min(pause * 2, WAIT_MAX_S)
+            continue
+        if told:
+            Job.objects.filter(pk=job.pk).update(reason="")
+            job_event(job, "storage_back", f"artifact storage reachable again ({what})")
+        return result, ""
+
+
+def _listing(prefix: str) -> list[str]:
+    """Every key under the folder key ``prefix`` in the store."""
+    storage, keys, folders = artifact_storage(), [], [prefix]
+    try:
+        while folders:
+            folder = folders.pop()
+            subfolders, files = storage.listdir(folder + "/")
+            keys += [f"{folder}/{name}" for name in files if not name.startswith(".")]
+            folders += [f"{folder}/{name.strip('/')}" for name in subfolders if not name.startswith(".")]
+    except Exception as exc:
+        from apps.core.storage import _unavailable
+
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable listing {prefix}: {exc}") from exc
+        raise
+    return sorted(keys)
+
+
+def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
+    """This node's data.yaml of the dataset whose data.yaml is ``yaml_key``."""
+    if shared_filesystem():
+        return artifact_path(yaml_key)
+    from apps.datasets.stats import manifest_sha256 as manifest_of
+
+    folder_key, name = yaml_key.rsplit("/", 1)
+    tag = manifest_sha256 or "key-" + hashlib.sha256(folder_key.encode()).hexdigest()
+    target = cache_path(tag, "dataset")
+    if manifest_sha256 and target.is_dir():  # complete: it was renamed into place after the check
+        return target / name
+    staging = target.parent / f".fetch-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for key in _listing(folder_key):
+            if key.endswith(".cache"):
+                continue  # Ultralytics' label caches: rebuilt from the labels, not part of the dataset
+            relative = key[len(folder_key) + 1:]
+            (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+            with artifact_storage().open(key, "rb") as source, open(staging / relative, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+        if manifest_sha256:
+            found = manifest_of(staging)[0]
+            if found != manifest_sha256:
+                raise RuntimeError(f"dataset {folder_key}: manifest {found} in storage, {manifest_sha256} recorded")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+    except StorageUnavailable:
+        raise
+    except Exception as exc:
+        from apps.core.storage import _unavailable
+
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable fetching {folder_key}: {exc}") from exc
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target / name
+
+
+def weights_local(key: str, sha256: str) -> Path:
+    return artifact_path(key) if shared_filesystem() or not sha256 else artifact_local(key, sha256)
+
+
+def results_upload(run_dir: Path) -> int:
+    """Store the job folder's results under their keys; returns how many files."""
+    if shared_filesystem() or not run_dir.is_dir():
+        return 0
+    count = 0
+    for path in sorted(run_dir.rglob("*")):
+        relative = path.relative_to(run_dir)
+        if not path.is_file() or relative.parts[0].startswith(("attempt-", ".")) or path.name.startswith("."):
+            continue
+        try:
+            key = artifact_key(path)
+        except ArtifactKeyError:
+            log.warning("not storing %s: its name is not a valid artifact key", path)
+            continue
+        artifact_upload(key, path)
+        count += 1
+    return count
+
+
+def cache_dir() -> Path:
+    return Path(settings.ARTIFACTS_CACHE_DIR)
