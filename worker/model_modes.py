@@ -52,10 +52,14 @@ def code_versions() -> dict[str, str]:
 
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 "ultralytics": ultralytics.__version__}
+    # From the installed metadata, not an import: importing onnxruntime writes a telemetry
+    # device id under $XDG_CACHE_HOME (else $HOME/.cache), and training needs neither module.
+    from importlib.metadata import PackageNotFoundError, version
+
     for name in ("onnx", "onnxruntime"):
         try:
-            versions[name] = __import__(name).__version__
-        except ImportError:
+            versions[name] = version(name)
+        except PackageNotFoundError:
             pass
     return versions
 

@@ -515,6 +515,8 @@ def import_time_environment(config_dir: Path) -> None:
     os.environ["ULTRALYTICS_SAFE_LOAD"] = "1"
     # matplotlib (imported by Ultralytics) would otherwise write its cache into $HOME.
     os.environ.setdefault("MPLCONFIGDIR", str(config_dir / "matplotlib"))
+    # onnxruntime (export checks) writes a device id under the XDG cache, else $HOME/.cache.
+    os.environ.setdefault("XDG_CACHE_HOME", str(config_dir / "cache"))
     # The Platform callbacks stream metrics and upload weights when a key is present.
     os.environ.pop("ULTRALYTICS_API_KEY", None)
 
@@ -639,10 +641,12 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
     if any(isinstance(e, ExportFailed) for e in chain):
         return "export", ("The exported model's raw outputs disagree with the PyTorch model's beyond the stated "
                           "tolerance; try FP32 (no half/int8) or another opset.")
-    if any(isinstance(e, WeightsError) for e in chain):
-        return "weights", "Upload the weights again (or pick another version); they were not loaded."
+    # Checkpoint before weights: a resume checkpoint that fails the weights check is raised
+    # as a CheckpointError from the WeightsError, and the caller must try an older one.
     if any(isinstance(e, CheckpointError) for e in chain):
         return "checkpoint", "Resume from an older checkpoint, or restart the job from scratch."
+    if any(isinstance(e, WeightsError) for e in chain):
+        return "weights", "Upload the weights again (or pick another version); they were not loaded."
     if any(_is_out_of_memory(e) for e in chain):
         return "oom", (
             "The GPU ran out of memory. Lower `batch` (or `imgsz`), or request a GPU with "
