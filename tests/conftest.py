@@ -149,6 +149,30 @@ def carol(teams):
 
 
 @pytest.fixture
+def manager(alice):
+    """alice as a staff user: managers are staff so they can open the admin."""
+    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+    alice.refresh_from_db()
+    return alice
+
+
+@pytest.fixture
+def superuser(db):
+    from apps.accounts.services import user_ensure
+
+    return user_ensure(username="root", password="pw-root", superuser=True)
+
+
+def admin_client(user):
+    """A Django test client logged in as ``user`` (session auth, as the admin pages use)."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
 def demo_registered(teams, demo_dataset_yaml):
     from apps.datasets.services import dataset_register
 

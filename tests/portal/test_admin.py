@@ -3,35 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from apps.accounts.models import Membership, Team
 from apps.jobs.models import Job
+from tests.conftest import admin_client
 
 from .helpers import submit
 
 pytestmark = pytest.mark.django_db
-
-
-def admin_client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def manager(alice):
-    """alice manages vision; managers are staff so they can open the admin."""
-    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
-    alice.refresh_from_db()
-    return alice
-
-
-@pytest.fixture
-def superuser(db):
-    from apps.accounts.services import user_ensure
-
-    return user_ensure(username="root", password="pw-root", superuser=True)
 
 
 def test_a_manager_sees_only_the_teams_they_manage(manager, carol, teams):

@@ -9,31 +9,10 @@ from django.test import Client
 
 from apps.accounts.models import AuditEntry, Membership
 from apps.jobs.models import Job, JobState
-from tests.conftest import SEED_SPEC, api_client, make_user
+from tests.conftest import SEED_SPEC, admin_client, api_client, make_user
 from tests.jobs.factories import make_job
 
 pytestmark = pytest.mark.django_db
-
-
-def admin_client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def manager(alice):
-    """alice manages vision; managers are staff so they can open the admin."""
-    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
-    alice.refresh_from_db()
-    return alice
-
-
-@pytest.fixture
-def superuser(db):
-    from apps.accounts.services import user_ensure
-
-    return user_ensure(username="root", password="pw-root", superuser=True)
 
 
 def form_data(client: Client, url: str) -> dict:

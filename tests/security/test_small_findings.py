@@ -168,13 +168,6 @@ def test_the_zygote_starts_with_the_same_allow_list(monkeypatch):
 # --- the membership admin's user chooser lists nobody -------------------------------------------
 
 
-@pytest.fixture
-def manager(alice):
-    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
-    alice.refresh_from_db()
-    return alice
-
-
 def test_the_membership_admin_lists_no_accounts_to_a_manager(manager, carol, teams):
     make_user("zed-outsider", None)
     client = portal(manager)
