@@ -32,7 +32,7 @@ from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_list, job_m
 from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_submit
 from apps.jobs.spec import SpecError, parse_spec
 from apps.monitoring.services import cluster_history
-from apps.quotas.reports import GROUPS, period_parse, usage_report
+from apps.quotas.reports import GROUPS, report_for_page
 from apps.quotas.selectors import usage_summary
 from apps.registry.selectors import model_list
 
@@ -238,17 +238,8 @@ def submit_page(request, *, job_form=None, yaml_form=None, mode: str = "form", d
 @login_required
 def usage(request):
     summary = usage_summary(user=request.user)
-    group = request.GET.get("group", "team")
-    if group not in GROUPS:
-        group = "team"
-    errors: dict[str, str] = {}
-    try:
-        start, end = period_parse(request.GET.get("from") or None, request.GET.get("to") or None,
-                                  now=timezone.now())
-    except FieldErrors as exc:
-        errors = exc.errors
-        start, end = period_parse(None, None, now=timezone.now())
-    rows = [row.flat() for row in usage_report(user=request.user, start=start, end=end, group=group)]
+    page = report_for_page(request.GET, user=request.user, now=timezone.now())
+    group, start, end, rows, errors = page.group, page.start, page.end, page.rows, page.errors
     report = {"group": group, "rows": rows, "from": start, "to": end,
               "from_value": request.GET.get("from") or timezone.localdate(start).isoformat(),
               "to_value": request.GET.get("to") or timezone.localdate(end).isoformat(),

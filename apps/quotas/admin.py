@@ -65,19 +65,10 @@ class UsageReportAdmin(admin.ModelAdmin):
         from django.template.response import TemplateResponse
         from django.utils import timezone
 
-        from apps.core.errors import FieldErrors
+        from .reports import COLUMNS, GROUPS, report_for_page
 
-        from .reports import COLUMNS, GROUPS, period_parse, usage_report
-
-        group = request.GET.get("group") if request.GET.get("group") in GROUPS else "team"
-        errors = {}
-        try:
-            start, end = period_parse(request.GET.get("from") or None, request.GET.get("to") or None,
-                                      now=timezone.now())
-        except FieldErrors as exc:
-            errors = exc.errors
-            start, end = period_parse(None, None, now=timezone.now())
-        rows = [row.flat() for row in usage_report(user=request.user, start=start, end=end, group=group)]
+        page = report_for_page(request.GET, user=request.user, now=timezone.now())
+        group, start, end, rows, errors = page.group, page.start, page.end, page.rows, page.errors
         context = {**self.admin_site.each_context(request), "title": "Usage report", "opts": self.model._meta,
                    "rows": rows, "columns": COLUMNS[1:], "group": group, "groups": GROUPS, "errors": errors,
                    "start": start, "end": end, "from_value": timezone.localdate(start).isoformat(),

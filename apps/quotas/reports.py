@@ -149,3 +149,30 @@ def period_parse(raw_from: str | None, raw_to: str | None, *, now: datetime) -> 
     if end - start > timedelta(days=3660):
         raise FieldErrors({"from": "the period may span at most 10 years"})
     return start, end
+
+
+@dataclass
+class PageReport:
+    """What a page (portal usage, admin report) shows for its query string."""
+
+    group: str
+    start: datetime
+    end: datetime
+    rows: list[dict]
+    errors: dict[str, str]
+
+
+def report_for_page(params, *, user, now: datetime) -> PageReport:
+    """The report for ``params`` (a QueryDict): an unknown group shows teams, a bad period the
+    default one with the error beside it (the API answers both with a 400 instead)."""
+    from apps.core.errors import FieldErrors
+
+    group = params.get("group") if params.get("group") in GROUPS else "team"
+    errors: dict[str, str] = {}
+    try:
+        start, end = period_parse(params.get("from") or None, params.get("to") or None, now=now)
+    except FieldErrors as exc:
+        errors = exc.errors
+        start, end = period_parse(None, None, now=now)
+    rows = [row.flat() for row in usage_report(user=user, start=start, end=end, group=group)]
+    return PageReport(group=group, start=start, end=end, rows=rows, errors=errors)

@@ -142,6 +142,19 @@ def test_the_admin_usage_report_is_scoped(history, alice):
     assert "<td>vision</td>" in html and "robotics" not in html
 
 
+def test_both_report_pages_show_a_bad_period_beside_the_default_report(history, alice):
+    """The pages never 400: an unknown group shows teams, a bad period the last 7 days and the error."""
+    alice.is_staff = True
+    alice.save(update_fields=["is_staff"])
+    page = Client()
+    page.force_login(alice)
+    for url in ("/usage/", "/admin/quotas/usagereport/"):
+        response = page.get(url, {"group": "nonsense", "from": "yesterday-ish"})
+        assert response.status_code == 200, url
+        html = response.content.decode()
+        assert "is not an ISO date" in html and "<td>vision</td>" in html, url
+
+
 def test_the_cluster_history_rolls_samples_into_hours_and_days(node, teams, bob):
     make_job(team=teams["vision"], user=bob, state="running", node=node, gpu_indices=[0], gpu_share=1.0)
     make_job(team=teams["vision"], user=bob)
