@@ -221,6 +221,16 @@ class SuperuserOnlyAdmin(SuperuserEditAdmin):
         return request.user.is_superuser
 
 
+class SuperuserRecordsAdmin(SuperuserOnlyAdmin):
+    """Records the system writes (deliveries, hourly history): superusers look, nobody edits."""
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request, *args):
+        return False
+
+
 def superuser_required(view):
     """Wrap a view so only active superusers reach it (others go to the admin sign-in)."""
     check = user_passes_test(lambda u: u.is_active and u.is_superuser, login_url="admin:login")

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from apps.core.admin_scoping import SuperuserRecordsAdmin
+
 from .models import UtilisationHour
 
 
 @admin.register(UtilisationHour)
-class UtilisationHourAdmin(admin.ModelAdmin):
+class UtilisationHourAdmin(SuperuserRecordsAdmin, admin.ModelAdmin):
     """The cluster's hourly history, read-only (superusers: it spans every team)."""
 
     list_display = ("hour", "samples", "mean_gpus", "allocation_pct", "utilisation_pct", "mean_running",
@@ -32,18 +34,6 @@ class UtilisationHourAdmin(admin.ModelAdmin):
     @admin.display(description="queued jobs")
     def mean_queued(self, obj):
         return f"{obj.mean('queued_jobs_sum'):.1f}"
-
-    def has_module_permission(self, request):
-        return request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_superuser
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     def has_delete_permission(self, request, obj=None):
         return False
