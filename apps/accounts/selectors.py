@@ -18,6 +18,23 @@ def team_list(*, user) -> QuerySet[Team]:
     return Team.objects.filter(memberships__user=user).distinct()
 
 
+def team_for_upload(*, user, slug: str | None) -> Team:
+    """The team an upload is for: the named one the user is in, else their only team.
+
+    Raises FieldErrors naming ``team`` when the user is not in it, or is in several (or none)."""
+    from apps.core.errors import FieldErrors
+
+    teams = list(team_list(user=user))
+    if slug:
+        team = next((t for t in teams if t.slug == slug), None)
+        if team is None:
+            raise FieldErrors({"team": f"you are not a member of a team named {slug!r}"})
+        return team
+    if len(teams) == 1:
+        return teams[0]
+    raise FieldErrors({"team": "is required: you are in several teams (or none)"})
+
+
 def team_ids(*, user) -> list[int]:
     return list(team_list(user=user).values_list("id", flat=True))
 

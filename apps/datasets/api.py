@@ -12,10 +12,11 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import is_manager_of, team_list
+from apps.accounts.selectors import is_manager_of, team_for_upload
 from apps.accounts.services import StorageQuotaExceeded
 from apps.accounts.throttles import UploadThrottle
 from apps.core.api import StrictInput, field_errors
+from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
 from apps.core.selectors import get_or_404
 
@@ -65,19 +66,6 @@ class UploadReport(serializers.Serializer):
     problem_count = serializers.IntegerField()
 
 
-def upload_team(request, slug: str | None):
-    """(team, None) or (None, an error response naming the field)."""
-    teams = list(team_list(user=request.user))
-    if slug:
-        team = next((t for t in teams if t.slug == slug), None)
-        if team is None:
-            return None, field_errors({"team": f"you are not a member of a team named {slug!r}"})
-        return team, None
-    if len(teams) == 1:
-        return teams[0], None
-    return None, field_errors({"team": "is required: you are in several teams (or none)"})
-
-
 class DatasetListCreate(APIView):
     parser_classes = [parsers.MultiPartParser]
 
@@ -108,9 +96,10 @@ class DatasetListCreate(APIView):
         data = DatasetIn(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        team, refusal = upload_team(request, values.get("team"))
-        if refusal:
-            return refusal
+        try:
+            team = team_for_upload(user=request.user, slug=values.get("team"))
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
         upload = values["file"]
         try:
             dataset = dataset_upload(user=request.user, team=team, name=values["name"], upload=upload,

@@ -17,11 +17,12 @@ from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import is_manager_of, team_list
+from apps.accounts.selectors import is_manager_of, team_for_upload
 from apps.accounts.services import StorageQuotaExceeded
 from apps.accounts.throttles import UploadThrottle
 from apps.core.api import StrictInput, field_errors
 from apps.core.artifacts import ArtifactKeyError, artifact_path
+from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR
 from apps.core.selectors import get_or_404
 from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_local, artifact_read, shared_filesystem
@@ -208,12 +209,10 @@ class WeightsUploadView(APIView):
         data = WeightsIn(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        teams = list(team_list(user=request.user))
-        slug = values.get("team")
-        team = next((t for t in teams if t.slug == slug), None) if slug else (teams[0] if len(teams) == 1 else None)
-        if team is None:
-            return field_errors({"team": f"you are not a member of a team named {slug!r}" if slug
-                                 else "is required: you are in several teams (or none)"})
+        try:
+            team = team_for_upload(user=request.user, slug=values.get("team"))
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
         upload = values["file"]
         try:
             version = weights_upload(user=request.user, team=team, upload=upload, filename=upload.name,

@@ -109,6 +109,20 @@ def test_the_team_storage_quota_counts_weights(bob, yolov8n_pt, teams):
     assert ModelVersion.objects.count() == 1
 
 
+def test_an_upload_names_a_team_the_uploader_is_in(bob, carol, yolov8n_pt, teams):
+    """Weights and datasets choose their team in one place (accounts.selectors.team_for_upload)."""
+    response = push(bob, yolov8n_pt, team="robotics")
+    assert response.status_code == 400
+    assert response.json()["team"] == ["you are not a member of a team named 'robotics'"]
+    from apps.accounts.models import Membership
+
+    Membership.objects.create(user=bob, team=teams["robotics"])
+    response = push(bob, yolov8n_pt)
+    assert response.status_code == 400 and "is required" in response.json()["team"][0]
+    assert push(bob, yolov8n_pt, team="robotics").status_code == 201
+    assert ModelVersion.objects.get().team == teams["robotics"]
+
+
 def test_another_teams_uploads_never_resolve(bob, carol, yolov8n_pt, demo_registered):
     assert push(carol, yolov8n_pt, "secret.pt").status_code == 201
     response = submit(bob, "yolo train data=demo model=secret.pt epochs=1")
