@@ -60,6 +60,9 @@ KILL_GRACE_S = 5.0
 POLL_S = 0.25
 LOG_FLUSH_S = 1.0
 GPU_WAIT_S = 60.0
+# How long a horse whose training was killed by a signal it did not send waits to see
+# whether its own worker is dying too (then the node's loss, not the kill, is reported).
+WORKER_SETTLE_S = 1.0
 # Once a job's stored log is full, its output file is emptied whenever it grows past this.
 LOG_FILE_KEEP_BYTES = 1 << 20
 
@@ -125,6 +128,7 @@ class ChildResult:
 class AttemptRunner:
     def __init__(self, job: Job) -> None:
         self.job = job
+        self.worker_pid = os.getppid()  # the RQ worker (slot) that forked this work-horse
         self.run_dir = Path(job.run_dir)
         self.attempt_dir = self.run_dir / f"attempt-{job.attempt}"
         self.checkpoint_dir = self.run_dir / "checkpoints"
@@ -397,6 +401,12 @@ class AttemptRunner:
     # --- the end ------------------------------------------------------------------------------
 
     def finish(self, result: ChildResult) -> str:
+        if result.outcome == "killed" and worker_died(self.worker_pid, WORKER_SETTLE_S):
+            # The whole worker was killed and its zygote's death (the child's exit report)
+            # reached us before our own PDEATHSIG. Reporting "killed" would requeue the job
+            # onto the node that is dying; the node's silence reports it once instead.
+            log.warning("job %s: training and worker died together; leaving it to the node's grace", self.job.pk)
+            return "orphaned"
         close_old_connections()
         if result.outcome == "succeeded":
             # Results into the artifact store before the success is recorded (nothing to do on a
@@ -446,6 +456,21 @@ def resolved_model(resolved: dict, local: dict[str, str] | None = None) -> tuple
     if model.get("yaml"):
         return model["yaml"], ""
     return local_path(model["key"], local), model.get("sha256") or ""
+
+
+def worker_died(worker_pid: int, settle_s: float) -> bool:
+    """Has the worker that forked this process died (checked for up to ``settle_s``)?
+
+    A signal kills a whole process group at once, but each process runs its exit when it
+    next gets a CPU, so on a busy machine the training's death can be seen here while the
+    worker is still on its way out.
+    """
+    deadline = time.monotonic() + settle_s
+    while os.getppid() == worker_pid:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def kill_tree(child: subprocess.Popen | ZygoteChild) -> None:

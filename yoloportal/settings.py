@@ -192,6 +192,9 @@ SCHEDULER_TICK_S = env_float("SCHEDULER_TICK_S", 3.0, minimum=0.1)
 ADMISSION_CACHE_S = env_float("ADMISSION_CACHE_S", 2.0, minimum=0.0)
 NODE_GRACE_S = env_float("NODE_GRACE_S", 30.0, minimum=1.0)
 HEARTBEAT_S = env_float("HEARTBEAT_S", 5.0, minimum=0.2)
+# A node silent this long (three missed heartbeats; never more than the grace) is suspected:
+# it gets no new work, and the lost-node reaper alone decides about the attempts on it.
+NODE_SUSPECT_S = env_float("NODE_SUSPECT_S", 3 * HEARTBEAT_S, minimum=0.2)
 DISPATCH_REPAIR_S = env_float("DISPATCH_REPAIR_S", 20.0, minimum=1.0)
 # An open job WebSocket re-checks that its user may still see the job this often (seconds).
 WS_ACCESS_RECHECK_S = env_float("WS_ACCESS_RECHECK_S", 5.0, minimum=0.5)

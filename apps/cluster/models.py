@@ -7,6 +7,11 @@ from django.db import models
 from django.utils import timezone
 
 
+def suspect_after_s() -> float:
+    """A node silent this long is *suspected* (``NODE_SUSPECT_S``, at most the grace period)."""
+    return min(settings.NODE_SUSPECT_S, settings.NODE_GRACE_S)
+
+
 class Node(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active"
@@ -68,6 +73,20 @@ class Node(models.Model):
         return (
             self.last_heartbeat is not None
             and now - self.last_heartbeat <= timedelta(seconds=settings.NODE_GRACE_S)
+        )
+
+    def is_responsive(self, now=None) -> bool:
+        """Reporting on time (silent for at most ``suspect_after_s()``).
+
+        A node that is not is *suspected*: its worker may be dead, which only its grace
+        period (``NODE_GRACE_S``, then ``lost``) decides. Until then it gets no new work and
+        the attempts on it are left to the lost-node reaper, so one dead worker is one fault
+        handled once. Its next heartbeat clears the suspicion.
+        """
+        now = now or timezone.now()
+        return (
+            self.last_heartbeat is not None
+            and now - self.last_heartbeat <= timedelta(seconds=suspect_after_s())
         )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import F, Value
+from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -123,7 +123,14 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
 
 
 def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry: bool = False) -> bool:
-    """Put a starting/running job back in the queue as a new attempt.
+    """Put a starting/running job back in the queue; True if this call did (the attempt was current).
+
+    An attempt that had started (``running``) ends here and the job comes back as attempt N+1.
+    One that was only allocated (``starting``: never delivered, or refused) is not an attempt
+    yet: it keeps its number and only gets a new ``attempt_id``, which fences off the stale
+    delivery. Decided in the same conditional update, so a worker's fenced start racing
+    this requeue is counted exactly when it won. (A requeue of a never-started placement on
+    a node that died meanwhile used to cost a whole attempt: one fault, two attempts.)
 
     Not charged as a retry unless ``retry``: then the same conditional update also takes one
     of ``retries_left`` (``retries_left > 0`` is part of the condition), so a retry is never
@@ -134,11 +141,13 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry
     if retry:
         query = query.filter(retries_left__gt=0)
         spend = {"retries_left": F("retries_left") - 1}
+    before = job.attempt
     with transaction.atomic():
         moved = query.update(
             **spend,
             state=JobState.QUEUED,
-            attempt=F("attempt") + 1,
+            attempt=Case(When(state=JobState.RUNNING, then=F("attempt") + 1), default=F("attempt"),
+                         output_field=Job._meta.get_field("attempt")),
             attempt_id=uuid.uuid4(),
             node=None,
             gpu_indices=[],
@@ -147,10 +156,12 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry
             heartbeat_at=None,
             queued_at=timezone.now(),
         )
-        if moved:  # the old attempt's slots go with it
+        if moved:  # the old attempt's slots go with it, started or not
             GpuSlot.objects.filter(job_id=job.pk, attempt_id=job.attempt_id).delete()
     if moved:
         job.refresh_from_db()
+        if job.attempt == before:
+            reason = f"{reason}; attempt {job.attempt} had not started, so it keeps its number"
         job_event(job, kind, reason)
         if by is not None:
             audit_record(actor=by, action=AuditEntry.Action.JOB_REQUEUE, team=job.team_id, target=job, message=reason)
@@ -247,16 +258,16 @@ def attempt_preempt(job: Job, *, reason: str, now: datetime) -> bool:
 
 
 def attempt_lost(job: Job, *, reason: str, now: datetime) -> None:
-    """An attempt died with its infrastructure (node silent, monitor silent): requeue it as a
-    new attempt, not counted as a retry, or cancel it if that was asked, so a cancel always ends."""
+    """An attempt died with its infrastructure (node silent, monitor silent): requeue it, not
+    counted as a retry (a new attempt only if it had started), or cancel it if that was asked,
+    so a cancel always ends."""
     if job.cancel_requested_at:
         if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.CANCELLED, attempt_id=job.attempt_id):
             usage_charge(job, ended_at=now)
             job_event(job, "cancelled", f"cancelled; {reason}")
         return
     usage_charge(job, ended_at=now)
-    job_requeue(job, reason=f"{reason}; requeued as attempt {job.attempt + 1} (not counted as a retry)",
-                kind="node_lost")
+    job_requeue(job, reason=f"{reason}; requeued (not counted as a retry)", kind="node_lost")
 
 
 # --- the worker's side of an attempt -----------------------------------------------------------

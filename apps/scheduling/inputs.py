@@ -146,9 +146,11 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
     now = now or timezone.now()
     config = SchedulerConfig.current().to_policy()
     nodes = list(Node.objects.prefetch_related("gpus"))
-    alive = {n.name for n in nodes if n.is_alive(now)}
+    # A suspected node (a few heartbeats missed) gets no new work: an attempt placed on a
+    # worker that is in fact dead would be requeued again when the node is declared lost.
+    responsive = {n.name for n in nodes if n.is_responsive(now)}
     infos = tuple(
-        info if info.name in alive else replace(info, schedulable=False)
+        info if info.name in responsive else replace(info, schedulable=False)
         for info in cluster_nodes(nodes)
     )
     holding = list(Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False)

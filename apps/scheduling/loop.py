@@ -54,11 +54,20 @@ def reap_lost_nodes(now: datetime | None = None) -> bool:
 
 
 def reap_silent_attempts(now: datetime | None = None) -> bool:
-    """Running attempts whose monitor stopped heartbeating while the node lives (the work-horse died)."""
+    """Running attempts whose monitor stopped heartbeating while the node lives (the work-horse died).
+
+    Only on a node that is still reporting (or already lost). When the node is silent too,
+    the whole worker may have died: that is one fault, and the lost-node reaper handles it
+    when the node's grace ends. Reaping the attempt here first would requeue it while its
+    dead node still counted as alive, and the node's loss would then requeue it again.
+    """
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.NODE_GRACE_S)
     did = False
     for job in Job.objects.filter(state=JobState.RUNNING, heartbeat_at__lt=cutoff).select_related("node"):
+        node = job.node
+        if node is not None and node.state != Node.State.LOST and not node.is_responsive(now):
+            continue  # the node is suspected: reap_lost_nodes decides
         did = True
         attempt_end(job, reason=f"attempt {job.attempt} stopped reporting on {job.node} "
                                  f"for {(now - job.heartbeat_at).total_seconds():.0f} s", now=now)

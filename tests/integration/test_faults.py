@@ -159,8 +159,8 @@ def test_it_survives_redis_being_killed_and_restarted(live, alice, redis_server)
 
 def test_it_redelivers_jobs_after_redis_is_flushed(live, alice, redis_server):
     """3b. FLUSHALL while a job sits in its node's RQ queue: repair re-enqueues it within 60 s."""
-    # A long node grace: the node stays schedulable while its worker is briefly away.
-    live.start_scheduler(NODE_GRACE_S="60")
+    # A long node grace and suspicion: the node stays schedulable while its worker is briefly away.
+    live.start_scheduler(NODE_GRACE_S="60", NODE_SUSPECT_S="60")
     live.start_worker()
     wait_for(lambda: Node.objects.filter(name="node-a").exists(), 60, what="the node to register")
     live.kill("worker")

@@ -1,0 +1,204 @@
+"""One fault costs one attempt: the reapers, the worker's death report and placement, driven
+in the orders a busy machine produces, against the real database (and Redis for dispatch).
+
+The live versions are in tests/integration/test_faults.py. A whole-worker kill used to cost
+two attempts when either the attempt's own silence or the work-horse's "training killed"
+report requeued the job before the node was declared lost: the requeued attempt was placed
+on the dying node (it still counted as alive), and the node's loss requeued it again.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.cluster.models import Node
+from apps.cluster.services import node_register
+from apps.jobs.models import Job, JobEvent, JobState
+from apps.jobs.services import attempt_finish, attempt_start, job_claim, job_requeue
+from apps.scheduling.loop import tick
+from tests.jobs.factories import make_job
+from worker.inventory import simulated_gpus
+
+pytestmark = pytest.mark.django_db
+
+S = timedelta(seconds=1)
+
+
+@pytest.fixture(autouse=True)
+def _fast_timings(settings):
+    # As in the fault tests: a node silent 8 s is lost; 3 missed heartbeats make it suspected.
+    settings.NODE_GRACE_S = 8.0
+    settings.HEARTBEAT_S = 1.0
+    settings.NODE_SUSPECT_S = 3.0
+
+
+def register(name: str) -> Node:
+    return node_register(name=name, gpus=simulated_gpus(1), cpu_count=8, memory_mb=32768,
+                         hostname=f"host-{name}", worker_pid=1234)
+
+
+@pytest.fixture
+def running(alice, teams):
+    """Attempt 1 training on node-a GPU 0, its monitor and its node both reporting now."""
+    node = register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=2)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    job = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert job is not None
+    return job
+
+
+def beats(job, *, node_at, attempt_at) -> None:
+    Node.objects.filter(name="node-a").update(last_heartbeat=node_at)
+    Job.objects.filter(pk=job.pk).update(heartbeat_at=attempt_at)
+
+
+def current(job) -> Job:
+    return Job.objects.select_related("node").get(pk=job.pk)
+
+
+def kinds(job) -> list[str]:
+    return list(JobEvent.objects.filter(job_id=job.pk).order_by("seq").values_list("kind", flat=True))
+
+
+def finish_on_node_b(job) -> Job:
+    """Another node arrives; the job runs there as the attempt it is."""
+    register("node-b")
+    tick()
+    placed = current(job)
+    assert placed.state == JobState.STARTING and placed.node.name == "node-b"
+    return attempt_start(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-b")
+
+
+def test_a_worker_killed_while_its_attempt_lagged_costs_one_attempt(running):
+    """The attempt's last heartbeat is 2 s older than its node's (a starved monitor) when the
+    whole worker dies. The attempt passes the grace first; it is the node's loss that ends it."""
+    killed = timezone.now()
+    beats(running, node_at=killed, attempt_at=killed - 2 * S)
+
+    tick(killed + 7 * S)  # attempt silent 9 s, node silent 7 s: suspected, not lost yet
+    job = current(running)
+    assert (job.state, job.attempt) == (JobState.RUNNING, 1), "reaped before its node was declared lost"
+
+    tick(killed + 9 * S)  # the node's grace ends
+    job = current(running)
+    assert Node.objects.get(name="node-a").state == Node.State.LOST
+    assert (job.state, job.attempt, job.node, job.retries_left) == (JobState.QUEUED, 2, None, 2)
+    assert kinds(job).count("node_lost") == 1
+
+    second = finish_on_node_b(running)
+    assert second is not None and second.attempt == 2
+
+
+def test_a_training_death_reported_before_the_node_died_costs_one_attempt(running):
+    """The work-horse sees its training killed (the zygote died with the worker) and reports it
+    before its own death; the job is placed on the node again, which then turns out dead."""
+    killed = timezone.now()
+    beats(running, node_at=killed, attempt_at=killed)
+    assert attempt_finish(running, outcome="killed", exit_code=-9, error="killed by signal 9") == "requeued"
+
+    tick(killed + S / 2)  # the node still reports on time: the job is placed on it again
+    placed = current(running)
+    assert (placed.state, placed.node.name, placed.attempt) == (JobState.STARTING, "node-a", 2)
+
+    tick(killed + 9 * S)  # node-a's grace ends before it ever picked the attempt up
+    job = current(running)
+    assert (job.state, job.attempt, job.node, job.retries_left) == (JobState.QUEUED, 2, None, 2)
+    assert job.attempt_id != placed.attempt_id
+    event = JobEvent.objects.filter(job_id=job.pk).order_by("-seq").first()
+    assert event.kind == "node_lost" and "attempt 2 had not started" in event.message
+
+    second = finish_on_node_b(running)
+    assert second is not None and second.attempt == 2
+    # The delivery still waiting in node-a's queue is fenced off if node-a comes back.
+    assert attempt_start(job_id=job.pk, attempt_id=placed.attempt_id, node_name="node-a") is None
+
+
+def test_a_suspected_node_gets_no_new_work_until_it_reports_again(alice, teams):
+    register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    now = timezone.now()
+    Node.objects.filter(name="node-a").update(last_heartbeat=now - 4 * S)  # 4 missed beats, grace 8 s
+    tick(now)
+    assert current(job).state == JobState.QUEUED
+    Node.objects.filter(name="node-a").update(last_heartbeat=now)
+    tick(now)
+    assert (current(job).state, current(job).node.name) == (JobState.STARTING, "node-a")
+
+
+def test_a_silent_attempt_on_a_reporting_node_is_still_reaped(running):
+    """The work-horse died but its worker lives: the attempt's own silence ends it."""
+    now = timezone.now()
+    beats(running, node_at=now, attempt_at=now - 9 * S)
+    tick(now)
+    job = current(running)
+    assert job.attempt == 2 and job.retries_left == 2
+    assert kinds(job).count("node_lost") == 1
+    assert job.state == JobState.STARTING and job.node.name == "node-a"  # placed again: the node is fine
+
+
+def test_a_running_attempt_left_on_a_lost_node_is_reaped(running):
+    """Nothing stays running on a node already declared lost (a scheduler died mid-reap)."""
+    now = timezone.now()
+    Node.objects.filter(name="node-a").update(state=Node.State.LOST)
+    beats(running, node_at=now - 60 * S, attempt_at=now - 60 * S)
+    tick(now)
+    job = current(running)
+    assert (job.state, job.attempt) == (JobState.QUEUED, 2)
+
+
+def test_requeueing_a_placement_that_never_started_keeps_its_attempt_number(alice, teams):
+    node = register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    delivered = current(job).attempt_id  # what the node's queue holds
+    assert job_requeue(current(job), reason="node-a stopped reporting")
+    job = current(job)
+    assert (job.state, job.attempt) == (JobState.QUEUED, 1) and job.attempt_id != delivered
+    assert attempt_start(job_id=job.pk, attempt_id=delivered, node_name="node-a") is None
+
+
+def test_a_requeue_racing_the_fenced_start_counts_the_attempt_the_start_won(alice, teams):
+    """The number is decided in the requeue's own conditional update, from the row as it is then."""
+    node = register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    seen_starting = current(job)
+    assert attempt_start(job_id=job.pk, attempt_id=seen_starting.attempt_id, node_name="node-a")
+    assert job_requeue(seen_starting, reason="reaped")
+    assert current(job).attempt == 2
+
+
+def test_a_horse_sees_its_worker_die():
+    """worker.tasks.worker_died: the work-horse notices its RQ worker is gone (or stays)."""
+    from worker.tasks import worker_died
+
+    def horse_verdict(worker_exits: bool) -> bytes:
+        result_r, result_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        worker = os.fork()
+        if worker == 0:  # the RQ worker
+            horse = os.fork()
+            if horse == 0:  # its work-horse
+                parent = os.getppid()
+                os.write(ready_w, b"r")
+                os.write(result_w, b"died" if worker_died(parent, 5.0 if worker_exits else 0.3) else b"lives")
+                os._exit(0)
+            os.read(ready_r, 1)
+            if not worker_exits:
+                os.waitpid(horse, 0)
+            os._exit(0)
+        os.waitpid(worker, 0)
+        os.close(result_w)
+        verdict = os.read(result_r, 16)
+        for fd in (result_r, ready_r, ready_w):
+            os.close(fd)
+        return verdict
+
+    assert horse_verdict(worker_exits=True) == b"died"
+    assert horse_verdict(worker_exits=False) == b"lives"
+
