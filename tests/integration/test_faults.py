@@ -60,6 +60,20 @@ def assert_trained_once_per_attempt(job_id) -> None:
     assert len(attempts) == len(set(attempts)), f"an attempt ran twice: {attempts}"
 
 
+# Infrastructure faults must not spend a job's retries: the jobs under them may retry twice.
+RETRIES = 2
+
+
+def assert_one_fault_one_attempt(job_id, faults: int) -> None:
+    """``faults`` infrastructure faults cost exactly that many extra attempts and no retry."""
+    final = job(job_id)
+    ran = list(JobEvent.objects.filter(job_id=job_id, kind="running").order_by("seq").values_list("attempt", flat=True))
+    timeline = list(JobEvent.objects.filter(job_id=job_id).order_by("seq").values_list("attempt", "kind"))
+    assert final.attempt == 1 + faults and ran == list(range(1, 2 + faults)), timeline
+    assert final.retries_left == RETRIES, f"an infrastructure fault spent a retry: {timeline}"
+    assert not JobEvent.objects.filter(job_id=job_id, kind="retry").exists(), timeline
+
+
 def record(fault: str, **figures) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     with open(ARTIFACTS / "reliability.jsonl", "a") as f:
@@ -76,7 +90,7 @@ def test_it_resumes_from_the_checkpoint_after_the_training_process_is_killed(liv
     """1. SIGKILL the training process mid-epoch."""
     live.start_scheduler()
     live.start_worker()
-    job_id = submit(api_client(alice), epochs=4)
+    job_id = submit(api_client(alice), epochs=4, retries=RETRIES)
     with InvariantWatch() as watch:
         wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
         pids = training_processes()[job_id]
@@ -85,7 +99,7 @@ def test_it_resumes_from_the_checkpoint_after_the_training_process_is_killed(liv
         wait_for(lambda: finished(job_id), 240, what="the job to finish")
     final = job(job_id)
     assert final.state == JobState.SUCCEEDED, final.error
-    assert final.attempt == 2 and final.retries_left == 0
+    assert_one_fault_one_attempt(job_id, faults=1)
     assert resumed_from_epoch(job_id, 2) >= 2
     assert_metrics_continuous(job_id, 4)
     assert_trained_once_per_attempt(job_id)
@@ -101,7 +115,7 @@ def test_it_requeues_a_dead_nodes_job_and_another_worker_finishes_it(live, alice
     """2. SIGKILL the whole worker (parent, work-horse and, through PDEATHSIG, training)."""
     live.start_scheduler()
     live.start_worker()
-    job_id = submit(api_client(alice), epochs=4)
+    job_id = submit(api_client(alice), epochs=4, retries=RETRIES)
     with InvariantWatch() as watch:
         wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
         epochs_before = job(job_id).epochs_done
@@ -118,7 +132,8 @@ def test_it_requeues_a_dead_nodes_job_and_another_worker_finishes_it(live, alice
         wait_for(lambda: finished(job_id), 240, what="the job to finish on node-b")
     final = job(job_id)
     assert final.state == JobState.SUCCEEDED, final.error
-    assert final.node.name == "node-b" and final.attempt == 2
+    assert final.node.name == "node-b"
+    assert_one_fault_one_attempt(job_id, faults=1)
     start_epoch = resumed_from_epoch(job_id, 2)
     assert start_epoch >= 2
     assert_metrics_continuous(job_id, 4)
@@ -136,8 +151,8 @@ def test_it_survives_redis_being_killed_and_restarted(live, alice, redis_server)
     live.start_scheduler()
     live.start_worker()
     client = api_client(alice)
-    first = submit(client, epochs=3, name="redis-kill-a")
-    second = submit(client, epochs=2, name="redis-kill-b")
+    first = submit(client, epochs=3, name="redis-kill-a", retries=RETRIES)
+    second = submit(client, epochs=2, name="redis-kill-b", retries=RETRIES)
     with InvariantWatch() as watch:
         wait_for(lambda: job(first).epochs_done >= 1, 180, what="the first job to train")
         killed_at = time.time()
@@ -149,6 +164,7 @@ def test_it_survives_redis_being_killed_and_restarted(live, alice, redis_server)
         final = job(job_id)
         assert final.state == JobState.SUCCEEDED, final.error
         assert final.attempt == 1, "a Redis restart must not restart training"
+        assert_one_fault_one_attempt(job_id, faults=0)
         assert_metrics_continuous(job_id, epochs)
         assert_trained_once_per_attempt(job_id)
     assert not watch.violations, watch.violations
@@ -164,7 +180,7 @@ def test_it_redelivers_jobs_after_redis_is_flushed(live, alice, redis_server):
     live.start_worker()
     wait_for(lambda: Node.objects.filter(name="node-a").exists(), 60, what="the node to register")
     live.kill("worker")
-    job_id = submit(api_client(alice), epochs=1, name="flushed")
+    job_id = submit(api_client(alice), epochs=1, name="flushed", retries=RETRIES)
     wait_for(lambda: job(job_id).state == JobState.STARTING and job(job_id).dispatched_at, 30,
              what="the job to be dispatched into Redis")
     flushed_at = time.time()
@@ -176,6 +192,7 @@ def test_it_redelivers_jobs_after_redis_is_flushed(live, alice, redis_server):
     final = job(job_id)
     assert final.state == JobState.SUCCEEDED, final.error
     assert final.attempt == 1
+    assert_one_fault_one_attempt(job_id, faults=0)
     assert JobEvent.objects.filter(job_id=job_id, kind="redispatched").exists()
     assert_trained_once_per_attempt(job_id)
     assert not watch.violations, watch.violations
@@ -188,7 +205,7 @@ def test_it_repairs_an_allocation_the_scheduler_died_before_enqueueing(live, ali
     live.start_worker()
     wait_for(lambda: Node.objects.filter(name="node-a").exists(), 60, what="the node to register")
     crashing = live.start_scheduler("crashing", YOLOPORTAL_FAULT="after_allocate")
-    job_id = submit(api_client(alice), epochs=1, name="half-dispatched")
+    job_id = submit(api_client(alice), epochs=1, name="half-dispatched", retries=RETRIES)
     assert crashing.wait(60) == 17, live.log("crashing")[-2000:]
     stuck = job(job_id)
     assert stuck.state == JobState.STARTING and stuck.dispatched_at is None
@@ -199,6 +216,7 @@ def test_it_repairs_an_allocation_the_scheduler_died_before_enqueueing(live, ali
     final = job(job_id)
     assert final.state == JobState.SUCCEEDED, final.error
     assert final.attempt == 1
+    assert_one_fault_one_attempt(job_id, faults=0)
     assert_trained_once_per_attempt(job_id)
     assert not watch.violations, watch.violations
     record("scheduler killed between allocate and enqueue",
@@ -209,7 +227,7 @@ def test_it_falls_back_to_the_previous_checkpoint_when_the_newest_is_truncated(l
     """5. A truncated checkpoint is refused; the attempt resumes from the one before."""
     live.start_scheduler()
     live.start_worker()
-    job_id = submit(api_client(alice), epochs=8)
+    job_id = submit(api_client(alice), epochs=8, retries=RETRIES)
     wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).count() >= 2, 240, what="two checkpoints")
     live.kill("worker")
     wait_for(lambda: not training_processes().get(job_id), 10, what="training to die with its worker")
@@ -221,6 +239,7 @@ def test_it_falls_back_to_the_previous_checkpoint_when_the_newest_is_truncated(l
         wait_for(lambda: finished(job_id), 300, what="the job to finish")
     final = job(job_id)
     assert final.state == JobState.SUCCEEDED, final.error
+    assert_one_fault_one_attempt(job_id, faults=1)  # the worker's death; the bad file costs no attempt
     rejected = JobEvent.objects.filter(job_id=job_id, kind="checkpoint_rejected")
     assert rejected.exists()
     assert resumed_from_epoch(job_id, final.attempt) == newest.epoch  # redoes the lost epoch
@@ -272,6 +291,9 @@ def test_it_finishes_every_accepted_job_exactly_once_under_concurrent_submission
     assert terminal_events == len(accepted), "each job finishes exactly once"
     for job_id in accepted:
         assert_trained_once_per_attempt(job_id)
+    # One worker kill: each job lost at most the one attempt it was running then.
+    attempts = dict(Job.objects.filter(pk__in=accepted).values_list("pk", "attempt"))
+    assert max(attempts.values()) <= 2, sorted(attempts.values())[-5:]
     assert MetricPoint.objects.filter(job_id__in=accepted).count() == len(accepted)
     assert not watch.violations, watch.violations
 
@@ -280,7 +302,7 @@ def test_it_changes_nothing_when_a_worker_pauses_within_the_grace_period(live, a
     """A brief blip (SIGSTOP/SIGCONT of the whole worker for less than the grace) is not a loss."""
     live.start_scheduler()
     worker = live.start_worker()
-    job_id = submit(api_client(alice), epochs=4)
+    job_id = submit(api_client(alice), epochs=4, retries=RETRIES)
     wait_for(lambda: job(job_id).epochs_done >= 1, 180, what="the first epoch")
     os.killpg(worker.pid, signal.SIGSTOP)
     time.sleep(float(live.env()["NODE_GRACE_S"]) / 2)
@@ -288,6 +310,7 @@ def test_it_changes_nothing_when_a_worker_pauses_within_the_grace_period(live, a
     wait_for(lambda: finished(job_id), 180, what="the job to finish")
     final = job(job_id)
     assert final.state == JobState.SUCCEEDED and final.attempt == 1
+    assert_one_fault_one_attempt(job_id, faults=0)
     assert Node.objects.get(name="node-a").state == Node.State.ACTIVE
     assert not JobEvent.objects.filter(job_id=job_id, kind__in=["node_lost", "requeued"]).exists()
 
@@ -314,7 +337,7 @@ def test_it_recovers_when_the_training_zygote_dies(live, alice):
     live.start_worker()
     # Until the zygote has preloaded, children start a fresh interpreter instead.
     wait_for(lambda: "zygote ready" in live.log("worker"), 60, what="the zygote to preload")
-    job_id = submit(api_client(alice), epochs=4, name="zygote-dies")
+    job_id = submit(api_client(alice), epochs=4, name="zygote-dies", retries=RETRIES)
     with InvariantWatch() as watch:
         wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
         zygotes = zygote_pids()
@@ -326,6 +349,7 @@ def test_it_recovers_when_the_training_zygote_dies(live, alice):
     final = job(job_id)
     assert final.state == JobState.SUCCEEDED, final.error
     assert final.attempt == 2 and resumed_from_epoch(job_id, 2) >= 2
+    assert_one_fault_one_attempt(job_id, faults=1)
     assert_metrics_continuous(job_id, 4)
     assert_trained_once_per_attempt(job_id)
     assert not watch.violations, watch.violations
