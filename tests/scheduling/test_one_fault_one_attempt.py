@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.cluster.models import Node
 from apps.cluster.services import node_register
-from apps.jobs.models import Job, JobEvent, JobState
+from apps.jobs.models import GpuSlot, Job, JobEvent, JobState
 from apps.jobs.services import attempt_finish, attempt_start, job_claim, job_requeue
 from apps.scheduling.loop import tick
 from tests.jobs.factories import make_job
@@ -65,12 +65,18 @@ def kinds(job) -> list[str]:
     return list(JobEvent.objects.filter(job_id=job.pk).order_by("seq").values_list("kind", flat=True))
 
 
+def slots(job) -> set[tuple]:
+    """The GPU slots the job's rows hold: (node, GPU, attempt_id)."""
+    return set(GpuSlot.objects.filter(job_id=job.pk).values_list("node__name", "gpu_index", "attempt_id"))
+
+
 def finish_on_node_b(job) -> Job:
     """Another node arrives; the job runs there as the attempt it is."""
     register("node-b")
     tick()
     placed = current(job)
     assert placed.state == JobState.STARTING and placed.node.name == "node-b"
+    assert slots(job) == {("node-b", 0, placed.attempt_id)}  # nothing left behind on node-a
     return attempt_start(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-b")
 
 
@@ -89,6 +95,7 @@ def test_a_worker_killed_while_its_attempt_lagged_costs_one_attempt(running):
     assert Node.objects.get(name="node-a").state == Node.State.LOST
     assert (job.state, job.attempt, job.node, job.retries_left) == (JobState.QUEUED, 2, None, 2)
     assert kinds(job).count("node_lost") == 1
+    assert slots(job) == set()
 
     second = finish_on_node_b(running)
     assert second is not None and second.attempt == 2
@@ -104,11 +111,13 @@ def test_a_training_death_reported_before_the_node_died_costs_one_attempt(runnin
     tick(killed + S / 2)  # the node still reports on time: the job is placed on it again
     placed = current(running)
     assert (placed.state, placed.node.name, placed.attempt) == (JobState.STARTING, "node-a", 2)
+    assert slots(placed) == {("node-a", 0, placed.attempt_id)}
 
     tick(killed + 9 * S)  # node-a's grace ends before it ever picked the attempt up
     job = current(running)
     assert (job.state, job.attempt, job.node, job.retries_left) == (JobState.QUEUED, 2, None, 2)
     assert job.attempt_id != placed.attempt_id
+    assert slots(job) == set()  # the never-started placement's slots are freed with it
     event = JobEvent.objects.filter(job_id=job.pk).order_by("-seq").first()
     assert event.kind == "node_lost" and "attempt 2 had not started" in event.message
 
@@ -139,6 +148,7 @@ def test_a_silent_attempt_on_a_reporting_node_is_still_reaped(running):
     assert job.attempt == 2 and job.retries_left == 2
     assert kinds(job).count("node_lost") == 1
     assert job.state == JobState.STARTING and job.node.name == "node-a"  # placed again: the node is fine
+    assert slots(job) == {("node-a", 0, job.attempt_id)}  # attempt 1's slots were freed
 
 
 def test_a_running_attempt_left_on_a_lost_node_is_reaped(running):
@@ -149,6 +159,7 @@ def test_a_running_attempt_left_on_a_lost_node_is_reaped(running):
     tick(now)
     job = current(running)
     assert (job.state, job.attempt) == (JobState.QUEUED, 2)
+    assert slots(job) == set()
 
 
 def test_requeueing_a_placement_that_never_started_keeps_its_attempt_number(alice, teams):
@@ -159,6 +170,7 @@ def test_requeueing_a_placement_that_never_started_keeps_its_attempt_number(alic
     assert job_requeue(current(job), reason="node-a stopped reporting")
     job = current(job)
     assert (job.state, job.attempt) == (JobState.QUEUED, 1) and job.attempt_id != delivered
+    assert slots(job) == set()
     assert attempt_start(job_id=job.pk, attempt_id=delivered, node_name="node-a") is None
 
 
