@@ -249,12 +249,47 @@ def test_it_falls_back_to_the_previous_checkpoint_when_the_newest_is_truncated(l
 
 
 SUBMISSIONS = int(os.environ.get("FAULTS_SUBMISSIONS", "200"))
+# The longest a finished-job count may stand still: the worker kill (node lost after
+# NODE_GRACE_S=8), the second worker's start and zygote preload, then one training, all on a
+# loaded machine, take well under this. A lost job stops the count for good and fails here.
+STALL_S = 300
 
 
-# The jobs run two at a time (two simulated GPUs, a whole one each); beside `stress-ng --cpu 2`
-# on the 2-core machine (load ~10) that was one job every 5-6 s, 200 jobs in ~18 min. The test
-# already allows 12 s a job; the suite-wide 600 s limit (pytest-timeout) must not cut it short.
-@pytest.mark.timeout(300 + 12 * SUBMISSIONS)
+def wait_for_all(count, total: int, stall_s: float, what: str, stuck=lambda: "") -> None:
+    """Wait until ``count()`` reaches ``total``; fail once it has not grown for ``stall_s``,
+    saying what ``stuck()`` describes (the jobs still open).
+
+    The budget follows the machine's own pace instead of a fixed rate per job: beside
+    `stress-ng --cpu 2` with others' load (load average 10-17 on 2 cores) the 200 jobs finished
+    one every 5-8 s, and a fixed allowance is either short on a busier machine or slow to
+    notice a lost job. What is asserted afterwards does not depend on how long it took.
+    """
+    done, last_change, started = count(), time.monotonic(), time.monotonic()
+    while done < total:
+        time.sleep(1.0)
+        now_done = count()
+        if now_done != done:
+            done, last_change = now_done, time.monotonic()
+        elif time.monotonic() - last_change > stall_s:
+            raise AssertionError(f"{what}: {done} of {total} after {time.monotonic() - started:.0f} s, "
+                                 f"none for {stall_s:.0f} s; {stuck()}")
+
+
+def open_jobs(job_ids, limit: int = 5) -> str:
+    """The first open jobs among ``job_ids``: state, attempt, node, dispatch time, last events."""
+    rows = []
+    for open_job in Job.objects.filter(pk__in=job_ids).exclude(state__in=TERMINAL_STATES)[:limit]:
+        events = list(JobEvent.objects.filter(job_id=open_job.pk).order_by("-seq")
+                      .values_list("attempt", "kind", "message")[:4])
+        rows.append(f"{open_job.pk} {open_job.state} attempt {open_job.attempt} on {open_job.node_id} "
+                    f"dispatched {open_job.dispatched_at}: {events[::-1]}")
+    return "open: " + " | ".join(rows)
+
+
+# The jobs run two at a time (two simulated GPUs, a whole one each). Its wait is bounded by
+# progress (STALL_S), so the suite-wide 600 s pytest-timeout is replaced by a hang guard far
+# above any pace measured (30 s a job; 5-8 s a job was measured beside stress-ng at load 10-17).
+@pytest.mark.timeout(300 + 30 * SUBMISSIONS)
 def test_it_finishes_every_accepted_job_exactly_once_under_concurrent_submissions(live, teams, demo_registered):
     """6. Many concurrent submissions from 10 users while a worker is killed and restarted."""
     from concurrent.futures import ThreadPoolExecutor
@@ -290,8 +325,8 @@ def test_it_finishes_every_accepted_job_exactly_once_under_concurrent_submission
         live.kill("worker")
         time.sleep(2)
         live.start_worker("worker2", gpus=2)
-        wait_for(lambda: Job.objects.filter(pk__in=accepted, state__in=TERMINAL_STATES).count() == len(accepted),
-                 timeout=60 + 12 * total, interval=1.0, what="every accepted job to finish")
+        wait_for_all(lambda: Job.objects.filter(pk__in=accepted, state__in=TERMINAL_STATES).count(),
+                     len(accepted), STALL_S, what="accepted jobs finished", stuck=lambda: open_jobs(accepted))
     states = Job.objects.filter(pk__in=accepted).values_list("state", flat=True)
     assert set(states) == {JobState.SUCCEEDED}, sorted(set(states))
     terminal_events = JobEvent.objects.filter(job_id__in=accepted, kind="succeeded").count()
