@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 import redis
 from rq import Queue
@@ -42,11 +43,33 @@ def dispatch(job: Job) -> None:
     )
 
 
-def is_delivered(job: Job) -> bool:
-    """Is the current attempt still waiting in, or taken from, its RQ queue?"""
+def undelivered(job: Job, *, taken_before: datetime) -> str:
+    """Why the current attempt will not be started from its RQ queue; "" while it will be.
+
+    It will while it waits in its queue, and while a work-horse that took it after
+    ``taken_before`` (RQ ``started``) is starting it: a live horse moves the attempt to
+    ``running`` first thing (worker.tasks.run_attempt). Taken earlier and still ``starting``,
+    its horse died first: its whole worker was killed, and when that worker comes back within
+    the node's grace (the node is never lost) nothing else would notice, since RQ cleans up a
+    dead worker's jobs only at a live worker's maintenance, every 10 minutes. ``started_at`` is
+    the node's clock compared with the scheduler's, as node heartbeats are.
+    """
+    connection = redis_client()
     try:
-        rq_job = RQJob.fetch(job.rq_job_id, connection=redis_client())
+        rq_job = RQJob.fetch(job.rq_job_id, connection=connection)
     except NoSuchJobError:
-        return False
-    return rq_job.get_status(refresh=False) in {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED,
-                                                 JobStatus.SCHEDULED}
+        return "Redis did not hold it"
+    status = rq_job.get_status(refresh=False)
+    if status == JobStatus.STARTED:
+        taken = rq_job.started_at
+        if taken is not None and taken > taken_before:
+            return ""
+        return f"a worker took it{f' at {taken:%H:%M:%S}' if taken else ''} and died before starting it"
+    if status == JobStatus.QUEUED:
+        if node_queue(job.node.name, connection).get_job_position(rq_job.id) is not None:
+            return ""
+        # Taken from the queue but never marked started: its worker died between the two.
+        return "a worker took it from the queue and died before starting it"
+    if status in {JobStatus.DEFERRED, JobStatus.SCHEDULED}:
+        return ""
+    return f"RQ has it as {status}"

@@ -27,7 +27,7 @@ from apps.jobs.services import (
 )
 
 from . import policy
-from .dispatch import dispatch, is_delivered
+from .dispatch import dispatch, undelivered
 from .inputs import cluster_state
 from .leader import fenced
 
@@ -83,21 +83,28 @@ def attempt_end(job: Job, *, reason: str, now: datetime) -> None:
 
 
 def repair_dispatch(now: datetime | None = None) -> bool:
-    """Re-enqueue starting jobs that Redis does not hold (lost, flushed, or never sent).
+    """Re-enqueue starting jobs that will not be started from Redis: lost, flushed, never
+    sent, or taken by a worker that died before starting them (dispatch.undelivered).
 
     ``dispatched_at`` is null when the scheduler died between committing the allocation
-    and enqueueing; otherwise give RQ ``DISPATCH_REPAIR_S`` before asking it.
-    Delivering twice is harmless: the worker's fenced start lets only one run.
+    and enqueueing; otherwise give RQ ``DISPATCH_REPAIR_S`` before asking it, and a worker
+    as long again after it took the job. Delivering twice is harmless: the worker's fenced
+    start lets only one run.
     """
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.DISPATCH_REPAIR_S)
     did = False
     for job in Job.objects.filter(state=JobState.STARTING).select_related("node"):
-        if job.dispatched_at is not None and (job.dispatched_at > stale or is_delivered(job)):
-            continue
+        why = "it was never enqueued (the scheduler died, or Redis was down)"
+        if job.dispatched_at is not None:
+            if job.dispatched_at > stale:
+                continue
+            why = undelivered(job, taken_before=stale)
+            if not why:
+                continue
         dispatch(job)
         job_dispatched(job, at=now)
-        job_event(job, "redispatched", f"re-enqueued on {job.node.name}: Redis did not hold attempt {job.attempt}")
+        job_event(job, "redispatched", f"attempt {job.attempt} re-enqueued on {job.node.name}: {why}")
         did = True
     return did
 

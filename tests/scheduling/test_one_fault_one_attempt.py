@@ -214,3 +214,81 @@ def test_a_horse_sees_its_worker_die():
     assert horse_verdict(worker_exits=True) == b"died"
     assert horse_verdict(worker_exits=False) == b"lives"
 
+
+
+# --- a delivery taken by a worker that died before starting it ---------------------------------
+# The whole worker is killed after one of its slots took the attempt from the node's queue
+# and before the fenced start; the worker comes back within the grace (systemd, or the fault
+# tests' second worker), so the node is never lost. RQ keeps saying "started" until a live
+# worker's maintenance cleans the dead one's jobs up, every 10 minutes: the job sat in
+# `starting` that long (seen in the concurrent-submission fault test).
+
+
+@pytest.fixture
+def dispatched(alice, teams, settings):
+    settings.DISPATCH_REPAIR_S = 4.0
+    register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    tick()
+    job = current(job)
+    assert job.state == JobState.STARTING and job.dispatched_at is not None
+    return job
+
+
+def slot_takes(job, *, horse_marks_started: bool):
+    """What RQ's own code writes when a slot of node-a takes the job (and its horse, if it got
+    that far, marks it started); the worker then dies, so nothing more is written."""
+    from rq import Queue, Worker
+
+    from apps.core.redis_client import redis_client
+    from apps.scheduling.dispatch import node_queue
+
+    queue = node_queue("node-a")
+    worker = Worker([queue], connection=redis_client(), name="node-a.0.4242.1")
+    rq_job, _ = Queue.dequeue_any([queue], timeout=None, connection=redis_client())
+    assert rq_job.id == job.rq_job_id
+    worker.prepare_execution(rq_job)  # the slot, before it forks the horse
+    if horse_marks_started:
+        worker.prepare_job_execution(rq_job, remove_from_intermediate_queue=True)  # the horse
+    return queue
+
+
+def redispatches(job) -> list[str]:
+    return list(JobEvent.objects.filter(job_id=job.pk, kind="redispatched").values_list("message", flat=True))
+
+
+@pytest.mark.parametrize("horse_marks_started", [True, False], ids=["horse-started", "slot-took"])
+def test_a_delivery_whose_worker_died_before_starting_it_is_sent_again(dispatched, horse_marks_started):
+    queue = slot_takes(dispatched, horse_marks_started=horse_marks_started)
+    taken = timezone.now()
+    tick(taken + 2 * S)  # a live horse would be starting it now
+    assert redispatches(dispatched) == []
+
+    tick(taken + 5 * S)  # DISPATCH_REPAIR_S after it was taken, it is still not running
+    job = current(dispatched)
+    assert (job.state, job.attempt, job.attempt_id, job.node.name) == (
+        JobState.STARTING, 1, dispatched.attempt_id, "node-a")  # the same attempt, sent again
+    [message] = redispatches(job)
+    assert "died before starting it" in message, message
+    assert queue.get_job_position(job.rq_job_id) == 0
+    assert slots(job) == {("node-a", 0, job.attempt_id)}
+    # The new worker's slot starts it; attempt 1 is the one that runs.
+    started = attempt_start(job_id=job.pk, attempt_id=job.attempt_id, node_name="node-a")
+    assert started is not None and started.attempt == 1
+
+
+def test_a_delivery_waiting_in_its_queue_is_left_there(dispatched):
+    later = timezone.now() + 60 * S  # every slot busy for a minute: it waits its turn
+    Node.objects.filter(name="node-a").update(last_heartbeat=later)
+    tick(later)
+    assert redispatches(dispatched) == []
+    assert current(dispatched).dispatched_at == dispatched.dispatched_at
+
+
+def test_a_delivery_redis_lost_is_sent_again(dispatched):
+    from apps.core.redis_client import redis_client
+
+    redis_client().flushall()
+    tick(timezone.now() + 5 * S)
+    [message] = redispatches(dispatched)
+    assert "Redis did not hold it" in message
