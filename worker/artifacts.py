@@ -24,8 +24,10 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -45,14 +47,52 @@ log = logging.getLogger(__name__)
 WAIT_FIRST_S, WAIT_MAX_S = 2.0, 30.0
 
 
+@contextmanager
+def heartbeating(check_in: Callable[[], str], every_s: float):
+    """Run ``check_in`` every ``every_s`` on a thread while the block copies files; yields a
+    dict whose "stop" is why to stop ('' to go on) once a check-in said so.
+
+    A fetch or upload takes as long as the data and the network make it (minutes for a large
+    dataset): without this the attempt falls silent for that long and the scheduler ends it
+    as lost (NODE_GRACE_S) while it is still copying (seen under load: a 300 kB demo dataset
+    from a local moto_server took 9 s on the shared CI machine, over the tests' 8 s grace).
+    """
+    from django.db import connections
+
+    done, found = threading.Event(), {"stop": ""}
+
+    def beat() -> None:
+        try:
+            while not done.wait(every_s):
+                found["stop"] = check_in()
+                if found["stop"]:
+                    return
+        except Exception:  # noqa: BLE001 - a failed check-in is retried by the next one on the main thread
+            log.exception("heartbeat during a storage transfer failed")
+        finally:
+            connections.close_all()  # this thread's own database connections
+
+    thread = threading.Thread(target=beat, name="storage-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield found
+    finally:
+        done.set()
+        thread.join()
+
+
 def with_storage(job: Job, what: str, action: Callable, check_in: Callable[[], str]):
-    """Run ``action()`` until the store answers; (result, '') or (None, why to stop)."""
+    """Run ``action()`` until the store answers, heartbeating the attempt meanwhile;
+    (result, '') or (None, why to stop)."""
     from apps.jobs.services import job_event
 
     pause, told = WAIT_FIRST_S, False
     while True:
         try:
-            result = action()
+            with heartbeating(check_in, min(settings.HEARTBEAT_S, 2.0)) as beat:
+                result = action()
+            if beat["stop"]:
+                return None, beat["stop"]
         except StorageUnavailable as exc:
             message = f"waiting for artifact storage ({what}): {str(exc)[:300]}"
             Job.objects.filter(pk=job.pk).update(reason=message[:500])
@@ -95,6 +135,7 @@ def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
     if shared_filesystem():
         return artifact_path(yaml_key)
     from apps.datasets.stats import manifest_sha256 as manifest_of
+    from apps.datasets.stats import training_byproduct
 
     folder_key, name = yaml_key.rsplit("/", 1)
     tag = manifest_sha256 or "key-" + hashlib.sha256(folder_key.encode()).hexdigest()
@@ -105,8 +146,8 @@ def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         for key in _listing(folder_key):
-            if key.endswith(".cache"):
-                continue  # Ultralytics' label caches: rebuilt from the labels, not part of the dataset
+            if training_byproduct(key):
+                continue  # Ultralytics' caches (pickled label caches, .npy images): rebuilt here from the dataset
             relative = key[len(folder_key) + 1:]
             (staging / relative).parent.mkdir(parents=True, exist_ok=True)
             with artifact_storage().open(key, "rb") as source, open(staging / relative, "wb") as out:
@@ -115,6 +156,7 @@ def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
             found = manifest_of(staging)[0]
             if found != manifest_sha256:
                 raise RuntimeError(f"dataset {folder_key}: manifest {found} in storage, {manifest_sha256} recorded")
+        _localise_data_yaml(staging / name, folder_key, target)
         shutil.rmtree(target, ignore_errors=True)
         os.replace(staging, target)
     except StorageUnavailable:
@@ -128,6 +170,33 @@ def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target / name
+
+
+def _localise_data_yaml(yaml_file: Path, folder_key: str, local_folder: Path) -> None:
+    """Point a fetched data.yaml's absolute ``path`` at this node's copy (after the hash check).
+
+    Uploaded versions have no ``path`` (the YAML's folder is the root). A registered one (the
+    demo, an operator's copy) may name an absolute folder inside its own folder on the web
+    machine (apps.datasets.selectors.data_yaml_check): left as it was, Ultralytics here would
+    read — and write its label caches into — that machine's path, or find nothing at all.
+    """
+    import yaml
+
+    if not yaml_file.name.endswith((".yaml", ".yml")) or not yaml_file.is_file():
+        return
+    document = yaml.safe_load(yaml_file.read_text(encoding="utf-8"))
+    base = document.get("path") if isinstance(document, dict) else None
+    if not isinstance(base, str) or not base.startswith("/"):
+        return
+    tail = "/" + folder_key.split("/", 1)[1]  # the folder below DATASETS_DIR, wherever that was
+    base = base.rstrip("/")
+    at = (base + "/").rfind(tail + "/")
+    if at < 0:
+        log.warning("dataset %s: data.yaml path %s is not inside its folder; left as it is", folder_key, base)
+        return
+    below = base[at + len(tail):].lstrip("/")
+    document["path"] = str(local_folder / below) if below else str(local_folder)
+    yaml_file.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
 
 
 def weights_local(key: str, sha256: str) -> Path:

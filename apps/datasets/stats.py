@@ -1,8 +1,10 @@
 """What the dataset page shows, and the hash jobs record: read from the stored files. No Django.
 
 - :func:`manifest_sha256`: one hash for a dataset version's content — SHA-256 over the
-  sorted lines ``<relative path>\\0<file sha256>\\n`` of every file (hidden ones skipped) —
-  so two uploads with the same files have the same hash, whatever the zip looked like.
+  sorted lines ``<relative path>\\0<file sha256>\\n`` of every file (hidden ones and
+  Ultralytics' caches skipped: :func:`training_byproduct`) — so two uploads with the same
+  files have the same hash, whatever the zip looked like, and training on a dataset in
+  place does not change it.
 - :func:`dataset_stats`: images, label files and instances per split, the class
   histogram per split, and a few sample images with their boxes (normalised
   ``[class, cx, cy, w, h]``; a polygon or keypoint label is reduced to its box).
@@ -23,11 +25,27 @@ SAMPLES = 6
 MAX_SAMPLE_BOXES = 100
 
 
+# What Ultralytics itself writes into a dataset folder when it trains on it in place (the
+# shared DATA_DIR): label caches (``labels/train.cache``; ``train.cache`` beside a
+# classification split) and, with ``cache=disk``, an ``.npy`` beside each image. They are
+# not the dataset: uploads never contain them (archive.py refuses .cache, only images,
+# labels and data.yaml pass), and a node fetching a dataset from object storage skips them
+# (worker/artifacts.py: .cache files are unpickled by Ultralytics). Counting them made the
+# hash depend on whether a job had trained on the folder before it was registered: the
+# recorded hash then never matched the files a node fetched (CI, 12:3x, 46 requeues).
+BYPRODUCT_SUFFIXES = (".cache", ".npy")
+
+
+def training_byproduct(name: str) -> bool:
+    """Whether the file (a name or path) is a cache Ultralytics writes, not part of the dataset."""
+    return str(name).lower().endswith(BYPRODUCT_SUFFIXES)
+
+
 def _files(folder: Path) -> list[Path]:
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(Path(root) / f for f in sorted(files) if not f.startswith("."))
+        found.extend(Path(root) / f for f in sorted(files) if not f.startswith(".") and not training_byproduct(f))
     return found
 
 

@@ -96,3 +96,40 @@ def test_an_unreachable_store_is_a_clear_error_not_a_crash(tmp_path, settings, m
         with pytest.raises(StorageUnavailable, match="unreachable"):
             artifact_upload(f"jobs/{uuid.uuid4()}/weights/best.pt", local)
         assert not cache_path(sha, "best.pt").exists()
+
+
+@pytest.mark.django_db
+def test_a_node_fetches_a_dataset_that_was_trained_on_in_place(tmp_path, settings, moto, teams):
+    """CI 12:3x: the demo had been trained on (labels/*.cache) before it was registered, its
+    recorded hash counted the caches, the node skipped them: 'manifest … in storage, … recorded'."""
+    import shutil
+
+    import yaml
+
+    from apps.core.artifacts import artifact_key
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.services import dataset_register
+    from worker.artifacts import dataset_local
+
+    root = settings.DATASETS_DIR / "_shared" / f"trained-{uuid.uuid4().hex[:8]}"
+    try:
+        data_yaml = generate_demo_dataset(root, train=2, val=1, imgsz=32)  # its data.yaml names `path: <root>`
+        (root / "labels" / "train.cache").write_bytes(b"\x80\x04 a pickled label cache")
+        sorted((root / "images" / "train").iterdir())[0].with_suffix(".npy").write_bytes(b"\x93NUMPY")
+        dataset = dataset_register(team=teams["vision"], name="trained", yaml_path=data_yaml)
+        images = sorted(p.relative_to(root) for p in root.rglob("*.jpg"))
+        settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-cache"
+        with override_settings(STORAGES=s3_storages(moto)):
+            for path in sorted(root.rglob("*")):  # everything, caches too (as a DATA_DIR pushed before the rule)
+                if path.is_file():
+                    artifact_upload(artifact_key(path), path)
+            fetched = dataset_local(dataset.yaml_key, dataset.sha256)
+            assert dataset_local(dataset.yaml_key, dataset.sha256) == fetched  # cached: complete
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    folder = fetched.parent
+    assert folder == cache_path(dataset.sha256, "dataset")
+    assert not [p for p in folder.rglob("*") if p.suffix in (".cache", ".npy")]
+    assert len(images) == 3 and sorted(p.relative_to(folder) for p in folder.rglob("*.jpg")) == images
+    # Ultralytics on the node reads (and writes its caches into) the node's copy, not the web's folder.
+    assert yaml.safe_load(fetched.read_text())["path"] == str(folder)

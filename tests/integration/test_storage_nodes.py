@@ -53,7 +53,11 @@ def test_a_worker_without_the_shared_data_dir_trains_from_and_into_object_storag
 
     # The dataset came from the store into the node's cache, keyed by the version's manifest hash.
     manifest = job.spec["inputs"]["data"]["sha256"]
-    assert manifest and (node_dir / "cache" / manifest[:2] / manifest / "dataset" / "data.yaml").is_file()
+    cached = node_dir / "cache" / manifest[:2] / manifest / "dataset"
+    assert manifest and (cached / "data.yaml").is_file()
+    # ... and training read that copy (the demo's data.yaml names an absolute `path` on this machine):
+    # Ultralytics wrote its label cache there.
+    assert (cached / "labels" / "train.cache").is_file()
     # The weights went into the store under the job's key; this (web) machine never had them.
     version = ModelVersion.objects.get(job=job)
     assert not artifact_path(job.weights_path).exists()
