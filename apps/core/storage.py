@@ -142,6 +142,22 @@ def artifact_upload(key: str, local: Path) -> str:
     return sha256
 
 
+def artifact_save_bytes(key: str, blob: bytes) -> None:
+    """Store ``blob`` under ``key``, replacing what was there."""
+    from django.core.files.base import ContentFile
+
+    key_check(key)
+    storage = artifact_storage()
+    try:
+        if isinstance(storage, FileSystemStorage) and storage.exists(key):
+            storage.delete(key)
+        storage.save(key, ContentFile(blob, name=key))
+    except Exception as exc:
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable storing {key}: {exc}") from exc
+        raise
+
+
 def artifact_read(key: str):
     """An open binary file of ``key`` from storage (the web streams downloads from it)."""
     key_check(key)

@@ -20,6 +20,7 @@ from apps.core.api import field_errors
 from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
+from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
@@ -307,10 +308,23 @@ class JobMetrics(_SeqList):
 
 
 @extend_schema(parameters=[OpenApiParameter("after", int)],
-               responses={200: seq_page("JobLogsPage", LogOut), 400: ERROR, 404: ERROR})
+               responses={200: seq_page("JobLogsPage", LogOut), 400: ERROR, 404: ERROR, 503: ERROR})
 class JobLogs(_SeqList):
     model, out = LogChunk, LogOut
     limit = 500
+
+    def get(self, request, job_id):
+        # Hot logs from the database, cold ones from their archive (apps/jobs/log_archive.py).
+        from .log_archive import log_chunks
+
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+        try:
+            rows = log_chunks(job, after=query_int(request, "after"), limit=self.limit)
+        except StorageUnavailable:
+            return Response({"detail": "This job's logs are archived in the artifact storage, which cannot be "
+                                       "reached right now. Try again in a minute."},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        return Response({"job": str(job.pk), "state": job.state, "seq": job.seq, "results": self.out(rows, many=True).data})
 
 
 @extend_schema(parameters=[OpenApiParameter("after", int)],

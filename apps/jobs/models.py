@@ -74,6 +74,8 @@ class Job(models.Model):
     error = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     weights_path = models.CharField(max_length=500, blank=True)
+    # Cold logs (apps/jobs/log_archive.py): the artifact key of the archive its LogChunks were moved to.
+    logs_key = models.CharField(max_length=500, blank=True, default="")
     epochs_done = models.PositiveIntegerField(default=0)
 
     # Written by the scheduler on every planning pass.

@@ -19,7 +19,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from apps.accounts.live import access_group
+from apps.core.storage import StorageUnavailable
 from apps.jobs import live
+from apps.jobs.log_archive import log_chunks
 from apps.jobs.models import JobEvent, LogChunk, MetricPoint
 from apps.jobs.selectors import job_get
 from apps.monitoring import recorders
@@ -40,8 +42,11 @@ def load_history(user, job_id):
         messages.append({"type": "status", "seq": event.seq, "job": str(job.pk),
                          "data": {"state": None, "kind": event.kind, "message": event.message, "attempt": event.attempt,
                                   "time": event.created_at.isoformat()}})
-    chunks = list(LogChunk.objects.filter(job=job).order_by("-seq")[:HISTORY_LOG_CHUNKS])
-    for chunk in reversed(chunks):
+    try:
+        chunks = log_chunks(job, newest=HISTORY_LOG_CHUNKS)  # hot or archived (apps/jobs/log_archive.py)
+    except StorageUnavailable:
+        chunks = [LogChunk(seq=0, text="[this job's logs are archived and the storage cannot be reached right now]\n")]
+    for chunk in chunks:
         messages.append({"type": "log", "seq": chunk.seq, "job": str(job.pk), "data": {"text": chunk.text}})
     messages.sort(key=lambda m: m["seq"])
     return job, messages

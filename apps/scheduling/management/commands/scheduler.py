@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 
 import redis
@@ -39,6 +40,44 @@ def timed_tick(token: int | None) -> None:
         utilisation_sample()
 
 
+def housekeeping() -> None:
+    """Periodic chores of the leader: cold logs into the artifact storage (apps/jobs/log_archive.py)."""
+    from django.db import connections
+
+    from apps.jobs.log_archive import logs_housekeeping
+
+    try:
+        done = logs_housekeeping(batch=50)
+    except Exception:  # noqa: BLE001 - a chore must never stop scheduling
+        log.exception("log housekeeping failed; retried next time")
+        return
+    finally:
+        connections.close_all()  # this thread's own connections
+    if done["archived_jobs"] or done["deleted_archives"]:
+        log.info("log housekeeping: %s", done)
+
+
+class Chores:
+    """Runs :func:`housekeeping` every LOG_ARCHIVE_EVERY_S on a thread of its own, one at a
+    time: moving 50 jobs' logs (up to JOB_LOG_MAX_BYTES each) into a bucket takes seconds to
+    minutes, and the planning loop must not stall for it (idle submit -> started <= 0.5 s).
+    A second scheduler doing the same at the same moment is harmless: an archive is written
+    whole under a fixed key before the chunks go, in one transaction."""
+
+    def __init__(self) -> None:
+        self.last = -float("inf")
+        self.thread: threading.Thread | None = None
+
+    def maybe_start(self) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            return
+        if time.monotonic() - self.last < settings.LOG_ARCHIVE_EVERY_S:
+            return
+        self.last = time.monotonic()
+        self.thread = threading.Thread(target=housekeeping, name="housekeeping", daemon=True)
+        self.thread.start()
+
+
 class Command(BaseCommand):
     help = "Run the scheduler loop (wakes on kicks and every SCHEDULER_TICK_S seconds)."
 
@@ -66,11 +105,13 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self.stop)
         log.info("scheduler %s started (tick %.1f s, node grace %.0f s)", me, settings.SCHEDULER_TICK_S,
                  settings.NODE_GRACE_S)
+        chores = Chores()
         while not self.stopping:
             close_old_connections()
             try:
                 if lease.hold():
                     timed_tick(lease.token)
+                    chores.maybe_start()
                     wait_for_kick(settings.SCHEDULER_TICK_S)
                 else:
                     time.sleep(settings.SCHEDULER_TICK_S)

@@ -1,0 +1,128 @@
+"""Hot/cold logs (apps/jobs/log_archive.py): logs of jobs finished more than LOG_HOT_DAYS ago
+move into the artifact storage and read back byte for byte; nothing is deleted unless
+LOG_RETENTION_DAYS says so; an unreachable store leaves them in the database."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings as django_settings
+from django.test import override_settings
+from django.utils import timezone
+
+from apps.core.artifacts import artifact_path
+from apps.jobs.log_archive import logs_housekeeping
+from apps.jobs.models import Job, JobState, LogChunk
+from apps.jobs.services import log_append
+from tests.conftest import api_client
+from tests.jobs.factories import make_job
+from tests.s3 import free_port
+
+pytestmark = pytest.mark.django_db
+
+
+def job_with_logs(team, user, *, state=JobState.SUCCEEDED, days_ago: float = 40, lines: int = 30) -> Job:
+    job = make_job(team=team, user=user, state=JobState.RUNNING)
+    for n in range(lines):
+        log_append(job, f"Epoch {n}/{lines}: box_loss {1 / (n + 1):.4f} — ünïcode ✓\n" + "x" * (n % 7) + "\n")
+    Job.objects.filter(pk=job.pk).update(state=state, finished_at=timezone.now() - timedelta(days=days_ago))
+    return Job.objects.get(pk=job.pk)
+
+
+def test_cold_logs_move_to_storage_and_read_back_byte_for_byte(alice, teams, settings, clean_storage):
+    settings.LOG_HOT_DAYS = 30
+    old = job_with_logs(teams["vision"], alice)
+    recent = job_with_logs(teams["vision"], alice, days_ago=2)
+    running = job_with_logs(teams["vision"], alice, state=JobState.RUNNING, days_ago=40)
+    client = api_client(alice)
+    before = {j.pk: client.get(f"/api/v1/jobs/{j.pk}/logs/").content for j in (old, recent, running)}
+    page_before = client.get(f"/api/v1/jobs/{old.pk}/logs/?after=10").content
+
+    done = logs_housekeeping()
+    assert done["archived_jobs"] == 1 and done["archived_chunks"] == 30
+
+    old.refresh_from_db()
+    assert old.logs_key == f"jobs/{old.pk}/logs/chunks.jsonl.gz"
+    assert artifact_path(old.logs_key).is_file()
+    assert not LogChunk.objects.filter(job=old).exists()
+    assert LogChunk.objects.filter(job=recent).count() == 30 and LogChunk.objects.filter(job=running).count() == 30
+    after = {j.pk: client.get(f"/api/v1/jobs/{j.pk}/logs/").content for j in (old, recent, running)}
+    assert after == before
+    assert client.get(f"/api/v1/jobs/{old.pk}/logs/?after=10").content == page_before
+
+    # The job page's socket replays the same text.
+    from apps.portal.consumers import load_history
+
+    _, messages = load_history.func(alice, old.pk)  # the function itself: no thread, no connection closing
+    replayed = "".join(m["data"]["text"] for m in messages if m["type"] == "log")
+    assert replayed == "".join(r["text"] for r in client.get(f"/api/v1/jobs/{old.pk}/logs/").json()["results"])
+    assert replayed.count("Epoch") == 30
+
+    # A second pass has nothing to do; nothing is deleted without a retention setting.
+    assert logs_housekeeping()["archived_jobs"] == 0
+    assert logs_housekeeping(now=timezone.now() + timedelta(days=3650))["deleted_archives"] == 0
+    assert artifact_path(old.logs_key).is_file()
+
+
+def test_retention_deletes_archives_only_when_set(alice, teams, settings, clean_storage):
+    settings.LOG_HOT_DAYS = 30
+    settings.LOG_RETENTION_DAYS = 365
+    job = job_with_logs(teams["vision"], alice, days_ago=400)
+    logs_housekeeping()
+    job.refresh_from_db()
+    key = job.logs_key
+    assert key == ""  # archived, then its retention had passed too: deleted in the same pass
+    assert not artifact_path(f"jobs/{job.pk}/logs/chunks.jsonl.gz").exists()
+    kept = job_with_logs(teams["vision"], alice, days_ago=100)
+    logs_housekeeping()
+    kept.refresh_from_db()
+    assert kept.logs_key and artifact_path(kept.logs_key).is_file()
+
+
+def test_while_the_store_is_unreachable_the_logs_stay_in_the_database(alice, teams, settings, clean_storage):
+    settings.LOG_HOT_DAYS = 30
+    job = job_with_logs(teams["vision"], alice)
+    from botocore.config import Config
+
+    nowhere = {**django_settings.STORAGES, "artifacts": {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+        "bucket_name": "logs", "endpoint_url": f"http://127.0.0.1:{free_port()}", "region_name": "us-east-1",
+        "access_key": "k", "secret_key": "s", "client_config": Config(connect_timeout=1, retries={"max_attempts": 1})}}}
+    with override_settings(STORAGES=nowhere):
+        done = logs_housekeeping()
+    assert done["storage_unavailable"] and done["archived_jobs"] == 0
+    job.refresh_from_db()
+    assert job.logs_key == "" and LogChunk.objects.filter(job=job).count() == 30
+
+
+@pytest.mark.integration
+def test_in_a_bucket_the_logs_read_back_the_same_and_say_when_it_is_unreachable(alice, teams, settings, moto):
+    """Against a real S3-compatible server (moto_server): the same bytes through the API and the
+    job page's socket; while the store is down the API says 503 with why, the CLI prints it."""
+    from tests.s3 import s3_storages, stop_moto
+
+    settings.LOG_HOT_DAYS = 30
+    job = job_with_logs(teams["vision"], alice, lines=700)  # more than one API page (500 chunks)
+    client = api_client(alice)
+    first = client.get(f"/api/v1/jobs/{job.pk}/logs/").content
+    second = client.get(f"/api/v1/jobs/{job.pk}/logs/?after=500").content
+    storages = s3_storages(moto)
+    storages["artifacts"]["OPTIONS"]["client_config"] = __import__("botocore.config").config.Config(
+        connect_timeout=1, read_timeout=5, retries={"max_attempts": 1})
+    with override_settings(STORAGES=storages):
+        assert logs_housekeeping()["archived_chunks"] == 700
+        job.refresh_from_db()
+        assert job.logs_key and not artifact_path(job.logs_key).exists()  # in the bucket, not on this disk
+        assert not LogChunk.objects.filter(job=job).exists()
+        assert client.get(f"/api/v1/jobs/{job.pk}/logs/").content == first
+        assert client.get(f"/api/v1/jobs/{job.pk}/logs/?after=500").content == second
+
+        stop_moto(moto["process"])
+        response = client.get(f"/api/v1/jobs/{job.pk}/logs/")
+        assert response.status_code == 503
+        assert "archived in the artifact storage" in response.json()["detail"]
+        from apps.portal.consumers import load_history
+
+        _, messages = load_history.func(alice, job.pk)
+        assert [m["data"]["text"] for m in messages if m["type"] == "log"] == [
+            "[this job's logs are archived and the storage cannot be reached right now]\n"]
