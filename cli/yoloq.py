@@ -3,7 +3,7 @@
     yoloq login URL [--token KEY]     sbatch's cousins need a server and a token first
     yoloq submit job.yaml             ~ sbatch
     yoloq queue [--mine]              ~ squeue
-    yoloq status ID [--json]          ~ scontrol show job
+    yoloq status ID [--json]          ~ scontrol show job (a sweep: its trials table too)
     yoloq logs [-f] ID                ~ tail -f slurm-ID.out
     yoloq cancel ID                   ~ scancel
     yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name)
@@ -223,7 +223,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.quiet:
         print(job["id"])
         return 0
-    print(f"Submitted job {job['id']} ({job['task_name']}) for team {job['team']}: {job['state']}")
+    what = "sweep" if job.get("is_sweep") else "job"
+    print(f"Submitted {what} {job['id']} ({job['task_name']}) for team {job['team']}: {job['state']}")
     print(f"  follow it: yoloq status {job['id'][:8]}   ·   yoloq logs -f {job['id'][:8]}")
     return 0
 
@@ -252,11 +253,47 @@ def cmd_queue(args: argparse.Namespace) -> int:
     return 0
 
 
+def value_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def sweep_text(sweep: dict) -> str:
+    """A sweep's trials as the portal's table shows them: parameters, state, metric, epochs, pruned."""
+    names = list(sweep["parameters"])
+    prune = sweep["prune"]["method"] if sweep["prune"] else "none"
+    counts = sweep["counts"]
+    lines = [f"sweep: {sweep['method']}, {counts['submitted']} of {sweep['trials']} trials submitted, "
+             f"at most {sweep['parallel']} at once; pruning {prune}; maximising {sweep['metric']}",
+             f"       {counts['succeeded']} succeeded, {counts['pruned']} pruned, {counts['failed']} failed, "
+             f"{counts['cancelled']} cancelled, {counts['active']} queued or running", ""]
+    rows = []
+    for row in sweep["rows"]:
+        metric = value_text(row["value"]) if row["value"] is not None else (
+            f"({value_text(row['last'])})" if row["last"] is not None else "-")
+        epochs = f"{row['epochs_done']}/{row['epochs']}" if row["epochs"] else str(row["epochs_done"])
+        rows.append([str(row["number"]), *(value_text(row["params"].get(n)) for n in names), row["state"], metric,
+                     epochs, f"at epoch {row['pruned_epoch']}" if row["pruned"] else "-",
+                     (row["job"] or "")[:8]])
+    lines.append(table(rows, ["TRIAL", *(n.upper() for n in names), "STATE", "METRIC", "EPOCHS", "PRUNED", "JOB"])
+                 if rows else "no trial submitted yet")
+    best = sweep["best"]
+    if best:
+        params = " ".join(f"{k}={value_text(v)}" for k, v in best["params"].items())
+        model = f"; registered as {best['model_reference']}" if best.get("model_reference") else ""
+        lines += ["", f"best: trial {best['number']}, {sweep['metric']} {value_text(best['value'])}: {params}{model}"]
+    pruned = [r for r in sweep["rows"] if r["pruned"]]
+    lines += [f"trial {r['number']}: {r['note']}" for r in pruned]
+    return "\n".join(lines)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     api = api_from_config()
     job = api.get(f"jobs/{job_resolve(api, args.id)}/")
+    sweep = api.get(f"jobs/{job['id']}/sweep/") if job.get("is_sweep") else None
     if args.json:
-        print(json.dumps(job, indent=2))
+        print(json.dumps({**job, "sweep": sweep} if sweep else job, indent=2))
         return 0
     epochs = f"{job['epochs_done']}/{job['epochs']}" if job.get("epochs") else str(job["epochs_done"])
     lines = [
@@ -279,10 +316,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(("finished", when(job["finished_at"])))
     if job.get("model_version"):
         lines.append(("model", f"models/{job['model_version']} (download: {api.base}models/{job['model_version']}/download/)"))
+    if job.get("parent"):
+        lines.append(("sweep", f"a trial of sweep {job['parent']} (yoloq status {job['parent'][:8]})"))
     width = max(len(k) for k, _ in lines)
     print("\n".join(f"{k.rjust(width)}: {v}" for k, v in lines))
     if job["error"]:
         print(f"\n{job['error']}")
+    if sweep:
+        print(f"\n{sweep_text(sweep)}")
     return 0
 
 

@@ -287,6 +287,9 @@ class AttemptRunner:
             "YOLO_VERBOSE": "true",
             "CUDA_VISIBLE_DEVICES": "" if self.job.node.simulated else ",".join(map(str, self.job.gpu_indices)),
         })
+        if os.environ.get("YOLOPORTAL_FAST_TRAINER") == "1" and "FAST_TRAINER_EPOCH_S" in os.environ:
+            # Stress tests only (worker/fast_child.py): its epoch time is not in the allow-list.
+            env["FAST_TRAINER_EPOCH_S"] = os.environ["FAST_TRAINER_EPOCH_S"]
         return env
 
     def run_child(self, number: int, checkpoint: Checkpoint | None) -> ChildResult:

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "apps.portal",
     "apps.monitoring",
     "apps.notifications",
+    "apps.sweeps",
     "worker",  # its management command: gpu_worker
 ]
 

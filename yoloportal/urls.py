@@ -14,6 +14,7 @@ from apps.notifications import api as notifications_api
 from apps.portal.views import sign_out
 from apps.quotas.api import UsageView
 from apps.registry import api as registry_api
+from apps.sweeps import api as sweeps_api
 
 api_v1 = [
     path("jobs/", jobs_api.JobListCreate.as_view(), name="api-jobs"),
@@ -24,6 +25,7 @@ api_v1 = [
     path("jobs/<uuid:job_id>/logs/", jobs_api.JobLogs.as_view(), name="api-job-logs"),
     path("jobs/<uuid:job_id>/events/", jobs_api.JobEvents.as_view(), name="api-job-events"),
     path("jobs/<uuid:job_id>/weights/", jobs_api.JobWeights.as_view(), name="api-job-weights"),
+    path("jobs/<uuid:job_id>/sweep/", sweeps_api.SweepDetail.as_view(), name="api-job-sweep"),
     path("queue/", jobs_api.QueueList.as_view(), name="api-queue"),
     path("cluster/", ClusterView.as_view(), name="api-cluster"),
     path("usage/", UsageView.as_view(), name="api-usage"),

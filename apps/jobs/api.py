@@ -116,7 +116,7 @@ class JobOut(ModelFieldsOnce):
             "estimated_start_at", "predicted_start_at", "run_class",
             "reason", "node", "gpus", "gpu_share", "simulated", "error", "exit_code", "priority",
             "priority_factors", "timeout_s", "retries_left", "epochs", "epochs_done",
-            "cancel_requested", "model_version", "spec",
+            "cancel_requested", "model_version", "spec", "is_sweep", "parent",
         ]
 
     def get_node(self, job: Job) -> str | None:
@@ -156,6 +156,9 @@ class JobSpecDoc(serializers.Serializer):
     allow_duplicate = serializers.BooleanField(required=False)
     image = serializers.CharField(required=False)
     description = serializers.CharField(required=False)
+    sweep = serializers.DictField(required=False, help_text=(
+        "a hyperparameter sweep of this training spec: {method: grid|random|tpe, parameters: {lr0: {low, high, "
+        "log}, batch: [8, 16]}, trials, parallel, metric, prune: median|asha} (docs/sweeps.md)"))
 
 
 class JobListCreate(APIView):
@@ -248,6 +251,9 @@ class JobRequeue(APIView):
         if not is_manager_of(user=request.user, team=job.team):
             return Response({"detail": "only a manager of the job's team may requeue it"},
                             status=status.HTTP_403_FORBIDDEN)
+        if job.is_sweep:
+            return field_errors({"state": "a sweep runs no attempt of its own; requeue one of its trials"},
+                                status.HTTP_409_CONFLICT)
         if job.state not in (JobState.STARTING, JobState.RUNNING):
             return field_errors({"state": f"job is {job.state}; only starting or running jobs can be requeued"},
                                 status.HTTP_409_CONFLICT)

@@ -88,6 +88,13 @@ class Job(models.Model):
     priority_score = models.FloatField(default=0.0, verbose_name="priority")
     priority_factors = models.JSONField(default=dict, blank=True)
 
+    # A hyperparameter sweep (docs/sweeps.md): its parent is a job that never holds a GPU
+    # (created running, no node, gpus 0: the scheduler never sees it queued) and its trials
+    # are ordinary train jobs with ``parent`` set, queued like any other.
+    is_sweep = models.BooleanField(default=False, help_text="a sweep parent: it runs no attempt itself")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
+                               db_index=False, help_text="the sweep this job is a trial of")
+
     # Per-job message counter shared by metrics, logs and events (WebSocket `seq`).
     seq = models.BigIntegerField(default=0)
     # Log text stored so far (all attempts); capped at JOB_LOG_MAX_BYTES (jobs.services.log_append).
@@ -108,6 +115,9 @@ class Job(models.Model):
             models.Index(fields=["team", "queue_position", "created_at"], condition=models.Q(state="queued"),
                          name="job_queue_order"),
             models.Index(fields=["state", "node"]),
+            # The scheduler's sweep step reads running sweeps on every pass; a sweep's trials.
+            models.Index(fields=["state"], condition=models.Q(is_sweep=True), name="job_sweep_state"),
+            models.Index(fields=["parent", "state"], condition=models.Q(parent__isnull=False), name="job_trials"),
         ]
         constraints = [
             models.UniqueConstraint(

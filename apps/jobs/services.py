@@ -11,9 +11,10 @@ reports whether this caller won; nobody moves a job from a state it is no longer
 from __future__ import annotations
 
 import logging
+import secrets
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from .models import (
 )
 from .paths import public_text, public_value
 from .spec import JobSpec, SpecError
+from .weights import model_resolve
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,8 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry
     of ``retries_left`` (``retries_left > 0`` is part of the condition), so a retry is never
     spent without its requeue, nor twice for one attempt.
     """
-    query = Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES, attempt_id=job.attempt_id)
+    # A sweep parent runs no attempt: requeued, the scheduler would try to place it.
+    query = Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES, attempt_id=job.attempt_id, is_sweep=False)
     spend = {}
     if retry:
         query = query.filter(retries_left__gt=0)
@@ -374,7 +377,10 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
                 job_event(current, "failed", error[:500])
                 return "failed"
             usage_charge(current, ended_at=now)
-            job_event(current, "succeeded", message)
+            # A sweep's trial keeps what its sweep may register later: the final validation
+            # of its best weights and the code versions (apps.sweeps reads them here).
+            kept = {key: finished.get(key) for key in ("metrics", "code")} if current.parent_id else None
+            job_event(current, "succeeded", message, kept)
             for failure in (e for e in finished.get("exports") or [] if e.get("error")):
                 job_event(current, "export_failed", f"{failure.get('format')} export failed: {failure['error']}",
                           {"format": failure.get("format"), "verification": failure.get("verification") or {}})
@@ -450,6 +456,8 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
         errors.update(input_errors)
     if spec.mode == "train":
         errors.update(train_args_limit_errors(spec))
+    if spec.sweep and team is not None:
+        errors.update(sweep_errors(spec, team))
 
     timeout = spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S
     if timeout > settings.MAX_JOB_TIMEOUT_S:
@@ -511,7 +519,41 @@ def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
     return errors
 
 
-def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str = "") -> tuple[Job, bool]:
+def sweep_errors(spec: JobSpec, team) -> dict[str, str]:
+    """What only the database and settings can say about a sweep (apps.jobs.spec_sweep checked its shape).
+
+    Each value a parameter may take is checked as a trial would be: ``model`` choices must
+    resolve, and the bounds and choices must pass the per-job limits (``batch`` on a GPU
+    share, ``workers``, …). ``parallel`` must leave room under MAX_ACTIVE_JOBS_PER_USER
+    (the parent counts as one active job).
+    """
+    errors: dict[str, str] = {}
+    cap = settings.MAX_ACTIVE_JOBS_PER_USER
+    if spec.sweep["parallel"] >= cap:
+        errors["sweep.parallel"] = (f"is {spec.sweep['parallel']}; you may have at most {cap} active jobs "
+                                    f"(MAX_ACTIVE_JOBS_PER_USER), the sweep itself counting as one")
+    prefix = "command" if spec.command else "train"
+    for name, parameter in spec.sweep["parameters"].items():
+        where = f"sweep.parameters.{name}"
+        candidates = (list(enumerate(parameter["choices"])) if parameter["type"] == "categorical"
+                      else [("low", parameter["low"]), ("high", parameter["high"])])
+        for label, value in candidates:
+            path = f"{where}[{label}]" if isinstance(label, int) else f"{where}.{label}"
+            if name == "model":
+                try:
+                    model_resolve(team=team, reference=value, yaml_allowed=True)
+                except ValueError as exc:
+                    errors[path] = str(exc)
+                continue
+            trial = replace(spec, train_args={**spec.train_args, name: value})
+            problem = train_args_limit_errors(trial).get(f"{prefix}.{name}")
+            if problem:
+                errors[path] = problem
+    return errors
+
+
+def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str = "",
+               parent: Job | None = None) -> tuple[Job, bool]:
     """Validate against the database and queue the job. Returns (job, created).
 
     1. An ``idempotency_key`` already used by this user returns that job (created=False).
@@ -521,6 +563,10 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
        counted in the inserting transaction with the user's row locked (PostgreSQL; SQLite's
        IMMEDIATE transactions serialise writers anyway), so parallel submits cannot pass it.
     5. Insert, record the event, kick the scheduler after commit.
+
+    A sweep (``spec.sweep``) is inserted as its parent: running at once, on no node, with no
+    GPU (``gpus`` 0), so the scheduler never places it; the scheduler's sweep step
+    (apps.sweeps) then submits its trials here with ``parent`` set, as ordinary train jobs.
     """
     if idempotency_key:
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
@@ -535,6 +581,14 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     stored = spec.as_dict()
     stored["resolved"] = resolved.resolved
     stored["inputs"] = resolved.inputs
+    now = timezone.now()
+    kind: dict[str, Any] = {"queued_at": now, "reason": "waiting for the scheduler",
+                            "runtime_signature": spec.runtime_signature(), "gpus": spec.gpus}
+    if spec.sweep:
+        if stored["sweep"]["seed"] is None:  # drawn once, so every later proposal can be replayed
+            stored["sweep"]["seed"] = secrets.randbelow(2**31)
+        kind = {"is_sweep": True, "state": JobState.RUNNING, "gpus": 0.0, "queued_at": None, "reason": "",
+                "runtime_signature": "", "started_at": now, "first_started_at": now}
     try:
         with transaction.atomic():
             list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
@@ -550,22 +604,23 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                 raw_spec=raw_spec,
                 spec=stored,
                 spec_hash=fingerprint,
-                runtime_signature=spec.runtime_signature(),
                 idempotency_key=idempotency_key,
-                gpus=spec.gpus,
                 gpu_memory_mb=spec.gpu_memory_mb,
                 cpu_milli=spec.cpu_milli,
                 memory_mb=spec.memory_mb,
                 timeout_s=spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S,
                 retries_left=spec.retries,
-                queued_at=timezone.now(),
-                reason="waiting for the scheduler",
+                parent=parent,
+                **kind,
             )
             # The job's first event, written directly: nobody can be watching a job that did
             # not exist a moment ago (a page that opens later reads it from the database),
             # so no sequence round trip and no publish. "submitted" notifies nobody.
+            what = (f"sweep of {spec.sweep['trials']} trials ({spec.sweep['method']}, {spec.sweep['parallel']} at once)"
+                    if spec.sweep else f"trial of sweep {parent.task_name}" if parent else "")
             JobEvent.objects.create(job=job, seq=1, attempt=1, kind="submitted",
-                                    message=f"submitted by {user.username} for team {resolved.team.slug}")
+                                    message=f"submitted by {user.username} for team {resolved.team.slug}"
+                                            f"{'; ' + what if what else ''}")
             audit_record(actor=user, action=AuditEntry.Action.JOB_SUBMIT, team=job.team_id, target=job, message=job.task_name)
             transaction.on_commit(kick_scheduler)
     except IntegrityError:
@@ -577,26 +632,76 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     return job, True
 
 
-def job_cancel(*, job: Job, by) -> bool:
+def job_cancel(*, job: Job, by, reason: str = "") -> bool:
     """Cancel: a queued job at once; a starting/running one is stopped by its worker.
 
     A running job whose worker is gone is cancelled by the scheduler's reaper instead of
-    being requeued, so a cancel always ends in ``cancelled``.
+    being requeued, so a cancel always ends in ``cancelled``. ``by`` is the user who asked,
+    or None for the platform (a sweep pruning a trial); ``reason`` then says why, in the
+    job's events. A sweep parent is cancelled at once, with its queued and running trials.
     """
+    if job.is_sweep:
+        return sweep_cancel(job, by=by)
     now = timezone.now()
+    who = f" by {by.username}" if by is not None else ""
+    why = f": {reason}" if reason else ""
     if job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.CANCELLED, cancel_requested_at=now):
-        job_event(job, "cancelled", f"cancelled by {by.username} while queued")
-        audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=job.team_id, target=job, message="while queued")
+        job_event(job, "cancelled", f"cancelled{who} while queued{why}")
+        if by is not None:
+            audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=job.team_id, target=job,
+                         message="while queued")
         kick_scheduler()
         return True
     requested = Job.objects.filter(
         pk=job.pk, state__in=HOLDING_STATES, cancel_requested_at__isnull=True
     ).update(cancel_requested_at=now)
     if requested:
-        job_event(job, "cancel_requested", f"cancel requested by {by.username}")
-        audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=job.team_id, target=job, message="while running")
+        job_event(job, "cancel_requested", f"cancel requested{who}{why}")
+        if by is not None:
+            audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=job.team_id, target=job,
+                         message="while running")
         return True
     return False
+
+
+def sweep_cancel(parent: Job, *, by) -> bool:
+    """Cancel a sweep: the parent at once, then each of its queued and running trials.
+
+    A trial the sweep step submits while this runs is caught by that step: it cancels the
+    active trials of a sweep that has ended (apps.sweeps.services.sweeps_advance).
+    """
+    now = timezone.now()
+    if not job_transition(parent.pk, expected=ACTIVE_STATES, to=JobState.CANCELLED, cancel_requested_at=now):
+        return False
+    who = f"by {by.username}" if by is not None else "by the platform"
+    trials = list(Job.objects.filter(parent=parent, state__in=ACTIVE_STATES).select_related("team"))
+    job_event(parent, "cancelled", f"cancelled {who}; cancelling its {len(trials)} queued or running trial(s)")
+    if by is not None:
+        audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=parent.team_id, target=parent,
+                     message="sweep with its trials")
+    for trial in trials:
+        job_cancel(job=trial, by=None, reason=f"its sweep {parent.task_name} was cancelled")
+    kick_scheduler()
+    return True
+
+
+def sweep_finish(parent: Job, *, state: str, message: str, error: str = "", best: Job | None = None,
+                 register=None, data: dict | None = None) -> bool:
+    """End a running sweep parent (the sweep step decides; this writes). True if this call ended it.
+
+    ``best`` is the trial whose weights the sweep keeps (``weights_path``); ``register``,
+    if given, is called with no argument inside the same transaction as the final state,
+    so whoever sees the sweep succeeded also sees its registered model version.
+    """
+    with transaction.atomic():
+        if not job_transition(parent.pk, expected=[JobState.RUNNING], to=state, error=error[:2000],
+                              weights_path=best.weights_path if best is not None else "",
+                              exit_code=0 if state == JobState.SUCCEEDED else None):
+            return False
+        if register is not None:
+            message = f"{message}; {register()}"
+        job_event(parent, state, message, data or {})
+    return True
 
 
 # --- telemetry written by the worker ---------------------------------------------------------
@@ -611,6 +716,8 @@ def metrics_record(job: Job, *, epoch: int, values: dict[str, Any]) -> MetricPoi
     Job.objects.filter(pk=job.pk, epochs_done__lt=epoch).update(epochs_done=epoch)
     live.publish(job.pk, {"type": "metrics", "seq": seq, "job": str(job.pk),
                           "data": {"epoch": epoch, "attempt": job.attempt, "values": values}})
+    if job.parent_id:
+        kick_scheduler()  # a sweep's pruner judges each epoch of its trials (apps.sweeps)
     return point
 
 

@@ -27,13 +27,15 @@ from typing import Any
 
 from apps.core.errors import FieldErrors
 
+from .spec_sweep import sweep_parse
+
 TASKS = ("detect", "segment", "classify", "pose", "obb")
 PRIORITIES = ("low", "medium", "high", "urgent")
 FRACTIONS = (0.125, 0.25, 0.5)
 MODES = ("train", "val", "predict", "export")
 TOP_LEVEL_KEYS = {
     "task_name", "image", "command", "train", "val", "predict", "export", "task", "resources", "priority", "user",
-    "team", "timeout", "retries", "allow_duplicate", "description",
+    "team", "timeout", "retries", "allow_duplicate", "description", "sweep",
 }
 EXPORT_FORMATS = ("onnx", "torchscript", "engine")
 AUTO_EXPORT_FORMATS = ("onnx", "torchscript")  # engine needs a TensorRT node: an export job of its own
@@ -349,6 +351,9 @@ class JobSpec:
     image: str = ""
     command: str = ""
     description: str = ""
+    # A hyperparameter sweep (apps.jobs.spec_sweep): this spec is then the sweep's parent, and
+    # train_args the base arguments of its trials. Empty for every other job.
+    sweep: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -374,6 +379,8 @@ class JobSpec:
             "gpu_models": sorted(self.gpu_models),
             "image": self.image,
         }
+        if self.sweep:
+            what["sweep"] = {key: value for key, value in self.sweep.items() if key != "seed"}
         return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -612,6 +619,15 @@ def parse_spec(document: Any) -> JobSpec:
             errors[key] = "must be a string of at most 300 characters"
         else:
             setattr(spec, key, value)
+    if "sweep" in document:
+        if mode != "train":
+            errors["sweep"] = f"only a training spec can be swept; this is a {mode} job"
+        elif export_value is not None:
+            errors["export"] = ("a sweep registers its best trial's weights as a model version: export that "
+                                "version with an export job ('yolo export model=NAME:vN format=onnx')")
+        else:
+            spec.sweep = sweep_parse(document["sweep"], args=TRAIN_ARGS, reserved=RESERVED_ARGS, errors=errors,
+                                     base=train_args)
     if errors:
         raise SpecError(errors)
     return spec

@@ -11,7 +11,8 @@ from django.conf import settings
 
 from apps.core.errors import FieldErrors
 from apps.core.strict_yaml import load_yaml
-from apps.jobs.spec import PRIORITIES
+from apps.jobs.spec import PRIORITIES, TRAIN_ARGS
+from apps.jobs.spec_sweep import DEFAULT_METRIC, PRUNERS
 
 GPU_CHOICES = [("0.25", "¼ of a GPU"), ("0.5", "½ of a GPU"), ("1", "1"), ("2", "2"), ("4", "4"), ("8", "8")]
 
@@ -132,3 +133,120 @@ class YamlSpecForm(forms.Form):
     def add_spec_errors(self, error: FieldErrors) -> None:
         self.spec_errors = sorted(error.errors.items())
         self.add_error("spec_text", f"{len(error.errors)} problem(s) in the spec, listed below")
+
+
+SWEEP_ROWS = 4
+SWEEP_METRICS = [DEFAULT_METRIC, "metrics/mAP50(B)", "metrics/precision(B)", "metrics/recall(B)", "fitness",
+                 "metrics/mAP50-95(M)", "metrics/accuracy_top1"]
+SWEEP_FIELDS = {"method": "method", "trials": "trials", "parallel": "parallel", "metric": "metric",
+                "prune": "prune", "seed": "method"}
+
+
+class SweepForm(JobForm):
+    """The common fields plus a search: up to ``SWEEP_ROWS`` parameters, each a range (low, high,
+    log scale, step) or choices (comma-separated). Errors such as ``sweep.parameters.lr0.low``
+    come back at the row that named ``lr0``."""
+
+    method = forms.ChoiceField(required=False, choices=[(m, m) for m in ("tpe", "random", "grid")], initial="tpe",
+                               help_text="tpe: Optuna's TPE; grid: every combination")
+    trials = forms.CharField(required=False, initial="8", widget=text_input("grid: leave empty", inputmode="numeric"))
+    parallel = forms.CharField(required=False, initial="2", label="At once",
+                               widget=text_input("trials queued or running at once", inputmode="numeric"))
+    metric = forms.CharField(required=False, initial=DEFAULT_METRIC, label="Metric to maximise",
+                             widget=text_input(DEFAULT_METRIC, list="sweep-metrics"))
+    prune = forms.ChoiceField(required=False, choices=[("", "no pruning")] + [(p, p) for p in PRUNERS],
+                              initial="", label="Pruning")
+    # Ultralytics' optimizer=auto ignores lr0 and momentum: a sweep names one (or sweeps it).
+    optimizer = forms.ChoiceField(required=False, initial="SGD", help_text="auto ignores lr0 and momentum",
+                                  choices=[(o, o) for o in ("SGD", "AdamW", "Adam", "RMSProp", "auto")])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["epochs"].initial = "3"
+        for row in range(1, SWEEP_ROWS + 1):
+            self.fields[f"p{row}_name"] = forms.CharField(
+                required=False, label="Parameter", widget=text_input("e.g. lr0", list="train-args"))
+            self.fields[f"p{row}_low"] = forms.CharField(required=False, label="Low", widget=text_input("1e-4"))
+            self.fields[f"p{row}_high"] = forms.CharField(required=False, label="High", widget=text_input("0.1"))
+            self.fields[f"p{row}_log"] = forms.BooleanField(required=False, label="log scale")
+            self.fields[f"p{row}_step"] = forms.CharField(required=False, label="Step", widget=text_input("grid step"))
+            self.fields[f"p{row}_choices"] = forms.CharField(
+                required=False, label="…or choices", widget=text_input("SGD, AdamW"))
+        if not self.is_bound:
+            self.initial.update({"p1_name": "lr0", "p1_low": "1e-4", "p1_high": "1e-1", "p1_log": True})
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{key: self[f"p{row}_{key}"] for key in ("name", "low", "high", "log", "step", "choices")}
+                for row in range(1, SWEEP_ROWS + 1)]
+
+    def spec_document(self) -> dict[str, Any]:
+        document = super().spec_document()
+        data = self.cleaned_data
+        if data["optimizer"]:
+            document["train"]["optimizer"] = data["optimizer"]
+        parameters: dict[str, Any] = {}
+        self.row_of: dict[str, int] = {}
+        for row in range(1, SWEEP_ROWS + 1):
+            name = data[f"p{row}_name"].strip()
+            if not name:
+                continue
+            if name in parameters:
+                self.add_error(f"p{row}_name", f"{name} is already in row {self.row_of[name]}")
+                continue
+            self.row_of[name] = row
+            choices = [c.strip() for c in data[f"p{row}_choices"].split(",") if c.strip()]
+            if choices:
+                parameters[name] = choices
+                continue
+            value: dict[str, Any] = {"low": data[f"p{row}_low"].strip(), "high": data[f"p{row}_high"].strip()}
+            value = {k: v for k, v in value.items() if v}
+            if data[f"p{row}_log"]:
+                value["log"] = True
+            if data[f"p{row}_step"].strip():
+                try:
+                    value["step"] = float(data[f"p{row}_step"])
+                except ValueError:
+                    self.add_error(f"p{row}_step", f"must be a number, got {data[f'p{row}_step']!r}")
+                    continue
+                value["step"] = int(value["step"]) if value["step"].is_integer() else value["step"]
+            parameters[name] = value
+        sweep: dict[str, Any] = {"method": data["method"] or "tpe", "parameters": parameters,
+                                 "metric": data["metric"].strip() or DEFAULT_METRIC}
+        for key in ("trials", "parallel"):
+            if data[key].strip():
+                sweep[key] = data[key].strip()
+        if data["prune"]:
+            sweep["prune"] = data["prune"]
+        document["sweep"] = sweep
+        return document
+
+    def sweep_field_for(self, path: str) -> str | None:
+        """``sweep.parameters.lr0.low`` → ``p1_low`` (the row naming lr0); ``sweep.trials`` → ``trials``."""
+        rest = path.removeprefix("sweep.")
+        if rest in SWEEP_FIELDS:
+            return SWEEP_FIELDS[rest]
+        if rest == "parameters":
+            return "p1_name"
+        if not rest.startswith("parameters."):
+            return None
+        name, _, tail = rest.removeprefix("parameters.").partition(".")
+        name = name.split("[")[0]
+        row = getattr(self, "row_of", {}).get(name)
+        if row is None:
+            return None
+        if tail in ("low", "high", "log", "step"):
+            return f"p{row}_{tail}"
+        if "[" in rest or tail == "choices" or tail.startswith("choices"):
+            return f"p{row}_choices"
+        return f"p{row}_name"
+
+    def add_spec_errors(self, error: FieldErrors) -> None:
+        for path, message in error.errors.items():
+            field = (self.sweep_field_for(path) if path.startswith("sweep")
+                     else "optimizer" if path == "train.optimizer" else form_field_for(path))
+            if field == "timeout_hours" and "limit is" in message:
+                message = f"{message} ({settings.MAX_JOB_TIMEOUT_S / 3600:g} hours)"
+            self.add_error(field, message if field else f"{path}: {message}")
+
+
+TRAIN_ARG_NAMES = sorted(name for name in TRAIN_ARGS if name not in {"data"})

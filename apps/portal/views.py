@@ -8,6 +8,7 @@ import math
 import uuid
 from urllib.parse import urlencode
 
+import yaml
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
@@ -35,8 +36,9 @@ from apps.monitoring.services import cluster_history
 from apps.quotas.reports import GROUPS, report_for_page
 from apps.quotas.selectors import usage_summary
 from apps.registry.selectors import model_list
+from apps.sweeps.selectors import sweep_view
 
-from .forms import JobForm, YamlSpecForm
+from .forms import SWEEP_METRICS, TRAIN_ARG_NAMES, JobForm, SweepForm, YamlSpecForm
 from .selectors import headline_metrics, usage_by_day
 
 MODEL_SUGGESTIONS = ["yolov8n.yaml", "yolov8s.yaml", "yolov8m.yaml", "yolo11n.yaml", "yolo11s.yaml"]
@@ -103,6 +105,8 @@ def jobs(request):
 @login_required
 def job_detail(request, job_id):
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+    if job.is_sweep:
+        return sweep_detail(request, job)
     model_version = getattr(job, "model_version", None) if job.state == JobState.SUCCEEDED else None
     return render(request, "portal/job.html", {
         "job": job,
@@ -111,6 +115,7 @@ def job_detail(request, job_id):
         "epochs": (job.spec.get("train_args") or {}).get("epochs"),
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         "model_version": model_version,
+        "trial": getattr(job, "trial", None) if job.parent_id else None,
         "page_config": {
             "job": str(job.pk),
             "state": job.state,
@@ -120,6 +125,26 @@ def job_detail(request, job_id):
             "api": f"/api/v1/jobs/{job.pk}/",
         },
     })
+
+
+def sweep_detail(request, job):
+    """A sweep's page (portal/sweep.html, static/portal/sweep.js): drawn from the API's table."""
+    sweep = sweep_view(job)
+    names = list(sweep["parameters"])
+    for row in sweep["rows"]:
+        row["param_cells"] = [(name, param_text(row["params"].get(name))) for name in names]
+    return render(request, "portal/sweep.html", {
+        "job": job, "sweep": sweep,
+        "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
+        "page_config": {"api": f"/api/v1/jobs/{job.pk}/sweep/", "terminal": [s.value for s in TERMINAL_STATES],
+                        "interval_ms": 3000},
+    })
+
+
+def param_text(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "–" if value is None else str(value)
 
 
 @login_required
@@ -180,7 +205,8 @@ def job_new(request):
     teams = [t.slug for t in team_list(user=request.user)]
     job_form = JobForm(teams=teams, prefix="f")
     yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": EXAMPLE_SPEC})
-    mode = "form"
+    sweep_form = SweepForm(teams=teams, prefix="s")
+    mode = "sweep" if request.GET.get("mode") == "sweep" else "form"
     duplicate_of = None
     if request.method == "GET" and request.GET.get("from"):
         # A malformed id or another team's job is a 404, like the job page itself.
@@ -190,13 +216,13 @@ def job_new(request):
             mode = "yaml"
     refused, status = "", 200
     if request.method == "POST":
-        mode = "yaml" if request.POST.get("mode") == "yaml" else "form"
-        form = YamlSpecForm(request.POST, request.FILES, prefix="y") if mode == "yaml" else \
-            JobForm(request.POST, teams=teams, prefix="f")
+        mode = request.POST.get("mode") if request.POST.get("mode") in ("yaml", "sweep") else "form"
         if mode == "yaml":
-            yaml_form = form
+            form = yaml_form = YamlSpecForm(request.POST, request.FILES, prefix="y")
+        elif mode == "sweep":
+            form = sweep_form = SweepForm(request.POST, teams=teams, prefix="s")
         else:
-            job_form = form
+            form = job_form = JobForm(request.POST, teams=teams, prefix="f")
         refused = submit_refusal(request)
         if refused:
             status = 429
@@ -204,7 +230,9 @@ def job_new(request):
             try:
                 document = form.spec_document()
                 if not form.errors:
-                    raw = form.cleaned_data["spec_text"] if mode == "yaml" else json.dumps(document, indent=2)
+                    raw = (form.cleaned_data["spec_text"] if mode == "yaml"
+                           else yaml.safe_dump(document, sort_keys=False) if mode == "sweep"
+                           else json.dumps(document, indent=2))
                     job, _ = job_submit(user=request.user, spec=parse_spec(document), raw_spec=raw,
                                         idempotency_key=request.POST.get("idempotency_key", "")[:200])
                     messages.success(request, f"Submitted {job.task_name}.")
@@ -215,16 +243,18 @@ def job_new(request):
                 duplicate_of = dup.job
             except TooManyActiveJobs as cap:
                 refused, status = str(cap), 429
-    return submit_page(request, job_form=job_form, yaml_form=yaml_form, mode=mode, duplicate_of=duplicate_of,
-                       refused=refused, status=status)
+    return submit_page(request, job_form=job_form, yaml_form=yaml_form, sweep_form=sweep_form, mode=mode,
+                       duplicate_of=duplicate_of, refused=refused, status=status)
 
 
-def submit_page(request, *, job_form=None, yaml_form=None, mode: str = "form", duplicate_of=None,
+def submit_page(request, *, job_form=None, yaml_form=None, sweep_form=None, mode: str = "form", duplicate_of=None,
                 refused: str = "", status: int = 200):
     teams = [t.slug for t in team_list(user=request.user)]
     return render(request, "portal/submit.html", {
         "job_form": job_form or JobForm(teams=teams, prefix="f"),
         "yaml_form": yaml_form or YamlSpecForm(prefix="y", initial={"spec_text": EXAMPLE_SPEC}),
+        "sweep_form": sweep_form or SweepForm(teams=teams, prefix="s"),
+        "train_args": TRAIN_ARG_NAMES, "sweep_metrics": SWEEP_METRICS,
         "mode": mode, "duplicate_of": duplicate_of, "refused": refused,
         "datasets": dataset_list(user=request.user).values_list("name", flat=True).distinct(),
         "models": MODEL_SUGGESTIONS + [f"{m.name}:v{m.version}" for m in model_list(user=request.user)[:50]],

@@ -53,27 +53,30 @@ def _lineage_links(inputs: dict) -> tuple[ModelVersion | None, Dataset | None]:
     return version, dataset
 
 
-def model_register(*, job, weights: Path, metrics: dict, code: dict | None = None) -> ModelVersion:
+def model_register(*, job, weights: Path, metrics: dict, code: dict | None = None, name: str = "",
+                   lineage_extra: dict | None = None) -> ModelVersion:
     """Register a succeeded training job's weights as the next version of its task name (idempotent per job).
 
     The version records its lineage: the parent weights or version and the dataset version
     (both with their sha256, from what the job recorded at submit), the spec, the code
-    versions the child reported.
+    versions the child reported. A sweep registers its best trial under the sweep's ``name``
+    with ``lineage_extra`` = ``{"sweep": …}`` (apps.sweeps).
     """
     existing = ModelVersion.objects.filter(job=job).first()
     if existing:
         return existing
+    name = name or job.task_name
     inputs = _job_inputs(job)
     parent, dataset = _lineage_links(inputs)
     lineage = {"parent": inputs.get("model") or {}, "dataset": inputs.get("data") or {},
-               "spec": job.public_spec, "code": code or {}, "job": str(job.pk)}
+               "spec": job.public_spec, "code": code or {}, "job": str(job.pk), **(lineage_extra or {})}
     for _ in range(5):
         try:
             with transaction.atomic():
-                latest = ModelVersion.objects.filter(team=job.team, name=job.task_name).aggregate(v=Max("version"))["v"]
-                version = version_next(kind="model", team=job.team, name=job.task_name, floor=latest or 0)
+                latest = ModelVersion.objects.filter(team=job.team, name=name).aggregate(v=Max("version"))["v"]
+                version = version_next(kind="model", team=job.team, name=name, floor=latest or 0)
                 return ModelVersion.objects.create(
-                    team=job.team, name=job.task_name, version=version, job=job, source=ModelVersion.Source.TRAINING,
+                    team=job.team, name=name, version=version, job=job, source=ModelVersion.Source.TRAINING,
                     filename=weights.name, weights_key=artifact_key(weights), sha256=file_sha256(weights),
                     size=weights.stat().st_size, metrics=metrics, task=(job.spec or {}).get("task", ""),
                     parent=parent, dataset=dataset, lineage=lineage,
@@ -310,6 +313,8 @@ def job_outputs_record(*, job, finished: dict) -> str:
         weights = Path(finished.get("weights") or "")
         if not weights.is_file():
             return "finished; no weights file was written"
+        if getattr(job, "parent_id", None):  # a sweep's trial: the sweep registers its best one
+            return f"finished; weights at {weights.name} (a sweep trial: its sweep registers the best trial's)"
         target = model_register(job=job, weights=weights, metrics=finished.get("metrics") or {},
                                 code=finished.get("code"))
         words.append(f"weights at {weights.name}, registered as {target}")

@@ -25,6 +25,7 @@ from apps.jobs.services import (
     job_event,
     job_queue_info_set,
 )
+from apps.sweeps.services import sweeps_advance
 
 from . import policy
 from .dispatch import dispatch, undelivered
@@ -217,13 +218,18 @@ def same_eta(old: datetime | None, new: datetime | None) -> bool:
 
 
 def tick(now: datetime | None = None, token: int | None = None) -> bool:
-    """One full pass. Reaping and repairs first, so freed GPUs are planned in the same pass.
+    """One full pass. Reaping and repairs first, so freed GPUs are planned in the same pass;
+    then the sweeps' step (apps.sweeps), so the trials it submits are planned in it too.
 
     ``token`` is the leader's fencing token (apps.scheduling.leader); claims are made only
-    while it is the newest.
+    while it is the newest. The sweep step needs no fencing: its writes are keyed and
+    conditional (docs/sweeps.md).
     """
     did = reap_lost_nodes(now)
     did |= reap_silent_attempts(now)
+    if sweeps_advance(now):
+        did = True
+        _fault("after_sweep_step")  # trials just committed, not yet planned: the next scheduler must place them
     try:
         did |= repair_dispatch(now)
         did |= plan_and_start(now, token)
@@ -232,4 +238,4 @@ def tick(now: datetime | None = None, token: int | None = None) -> bool:
     return did
 
 
-__all__ = ["tick", "plan_and_start", "repair_dispatch", "reap_lost_nodes", "reap_silent_attempts"]
+__all__ = ["tick", "plan_and_start", "repair_dispatch", "reap_lost_nodes", "reap_silent_attempts", "sweeps_advance"]

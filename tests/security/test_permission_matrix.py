@@ -29,6 +29,7 @@ ROUTES = {
     "api-job-logs": "object",
     "api-job-events": "object",
     "api-job-weights": "object",
+    "api-job-sweep": "object",
     "api-queue": "collection",
     "api-cluster": "collection",
     "api-usage": "collection",
@@ -125,7 +126,12 @@ def world(alice, bob, carol, teams, settings, tmp_path):
 
     channel = Channel.objects.create(team=teams["vision"], name="vision ops", kind="webhook",
                                      target="https://hooks.example.org/vision", events=["failed"])
-    return {"job": job, "model": model, "dataset": dataset, "token": token, "channel": channel, "export": export}
+    sweep = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING, is_sweep=True, gpus=0, task_name="sweep")
+    sweep.spec = {**sweep.spec, "sweep": {"method": "grid", "parameters": {"lr0": {"type": "categorical",
+                  "choices": [0.01]}}, "trials": 1, "parallel": 1, "metric": "fitness", "prune": None, "seed": 1}}
+    sweep.save(update_fields=["spec"])
+    return {"job": job, "model": model, "dataset": dataset, "token": token, "channel": channel, "export": export,
+            "sweep": sweep}
 
 
 def url_for(name: str, route: str, world) -> str:
@@ -134,7 +140,7 @@ def url_for(name: str, route: str, world) -> str:
            "api-dataset": world["dataset"].pk, "api-dataset-sample": world["dataset"].pk,
            "api-token": world["token"].pk, "api-notification-channel": world["channel"].pk}
     url = "/" + route
-    url = re.sub(r"<uuid:\w+>", str(world["job"].pk), url)
+    url = re.sub(r"<uuid:\w+>", str(world["sweep" if name == "api-job-sweep" else "job"].pk), url)
     url = re.sub(r"<int:index>", "0", url)
     return re.sub(r"<int:\w+>", str(ids.get(name, 0)), url)
 
@@ -308,7 +314,7 @@ def test_an_outsider_gets_404_on_every_portal_job_page(name, route, method, worl
     assert job.state == JobState.RUNNING and job.cancel_requested_at is None
     from apps.jobs.models import Job
 
-    assert Job.objects.count() == 1  # no resubmitted copy
+    assert Job.objects.filter(task_name=job.task_name).count() == 1  # no resubmitted copy
 
 
 @pytest.mark.parametrize("method", ["get", "post"])
