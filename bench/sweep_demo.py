@@ -134,6 +134,7 @@ def main() -> None:
     with RedisServer(data_dir=WORK / "redis") as server:
         settings.REDIS_URL = server.url
         settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = server.url
+        settings.CACHES["default"]["LOCATION"] = server.url  # the API's throttles count there
         env = dict(os.environ, REDIS_URL=server.url, SCHEDULER_TICK_S="1", HEARTBEAT_S="1", PYTHONUNBUFFERED="1")
         logs = open(WORK / "processes.log", "ab")
         procs = [subprocess.Popen([sys.executable, "manage.py", *a], cwd=ROOT, env=env, stdout=logs,
@@ -193,6 +194,7 @@ def main() -> None:
               f"({table['best'].get('model_reference')})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    print(f"work folder (delete when done; its base.pt can be passed to --base): {WORK}")
 
 
 if __name__ == "__main__":
