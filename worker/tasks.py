@@ -1,7 +1,8 @@
 """The RQ job function that runs one attempt of a training job on this node.
 
 It runs in RQ's forked work-horse. The training itself runs in a child process
-(``worker.train_child``) in its own process group, so cancel and timeout can kill the
+(``worker.train_child``) started by this node's executor (``worker/executors/``: a
+process group in its own cgroup, or a container), so cancel and timeout can stop the
 whole tree; the child also gets SIGKILL if this monitor dies (``PR_SET_PDEATHSIG``),
 so a dead worker never leaves training running on a GPU the scheduler thinks is free.
 
@@ -11,13 +12,10 @@ metrics, logs, the outcome) goes through ``apps.jobs.services``; no Job field is
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
+import math
 import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,20 +27,18 @@ from django.db.models import Sum
 from apps.core.artifacts import artifact_path
 from apps.core.hashing import file_sha256
 from apps.core.storage import shared_filesystem
-from apps.jobs import live
 from apps.jobs.models import Checkpoint, Job, JobState
 from apps.jobs.paths import traceback_strip
 from apps.jobs.services import (
     attempt_check_in,
+    attempt_event_record,
     attempt_finish,
     attempt_heartbeat,
     attempt_start,
-    checkpoint_record,
     checkpoint_reject,
     job_event,
     log_append,
     log_full,
-    metrics_record,
 )
 from apps.monitoring import recorders
 from apps.quotas.models import UsageRecord
@@ -50,13 +46,13 @@ from apps.scheduling.kick import kick_scheduler
 from yoloportal.logs import bind
 
 from .artifacts import dataset_local, results_upload, weights_local, with_storage
+from .executors.base import AttemptSpec, EventReader, Executor, LogReader, oom_message, run_outcome
+from .executors.cgroups import Limits, Usage, human_bytes, limit_text
+from .executors.local import LocalExecutor, host_cgroups, set_parent_death_signal
 from .gpulock import GpuLocks, lock_dir
-from .train_child import EXIT_CHECKPOINT  # exit codes are the child's contract: defined there only
-from .zygote import ZygoteChild
 
 log = logging.getLogger("yoloportal.worker")
 
-KILL_GRACE_S = 5.0
 POLL_S = 0.25
 LOG_FLUSH_S = 1.0
 GPU_WAIT_S = 60.0
@@ -108,25 +104,132 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
         kick_scheduler()
 
 
-def set_parent_death_signal() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except OSError:
-        pass
+__all__ = ["run_attempt", "set_parent_death_signal", "trainer_environment", "AttemptRunner", "ChildResult",
+           "EventReader", "LogReader"]
+
+
+def node_executor() -> Executor:
+    """This node's executor: its own process groups in cgroups, or containers (WORKER_EXECUTOR)."""
+    zygote = os.environ.get("YOLOPORTAL_ZYGOTE")
+    host = host_cgroups() if settings.ATTEMPT_CGROUPS else None
+    if os.environ.get("YOLOPORTAL_FAST_TRAINER") == "1":
+        # Stress tests only (worker/fast_child.py): the same event contract, no Ultralytics.
+        return LocalExecutor(host=host, zygote=None, module="worker.fast_child")
+    if settings.WORKER_EXECUTOR == "container":
+        from .executors.container import ContainerExecutor
+
+        return ContainerExecutor(runtime=settings.CONTAINER_RUNTIME)
+    return LocalExecutor(host=host, zygote=Path(zygote) if zygote else None)
+
+
+def child_config(job: Job, *, resume_from: str | None, events_path: Path,
+                 local: dict[str, str] | None = None) -> dict:
+    """The training child's config (worker/train_child.py) for ``job``'s current attempt.
+
+    What the job asked for, plus what keeps it in its lane: dataloader workers and torch
+    threads capped to its CPUs, a fractional GPU's share of memory, the batch as run after
+    a CUDA out-of-memory retry (``spec["as_run"]``). ``local`` maps artifact keys to the files
+    fetched from the artifact store on a node without the shared DATA_DIR (worker/artifacts.py).
+    """
+    spec = job.spec
+    resolved = spec["resolved"]
+    mode = spec.get("mode", "train")
+    args = dict(spec.get("train_args") or {})
+    for key in ("data", "model", "source", "split", "format", "half", "int8", "dynamic", "simplify", "opset"):
+        args.pop(key, None)
+    if mode == "export":
+        args = {}  # all of them are the export entry's options
+    as_run = spec.get("as_run") or {}
+    if as_run.get("batch"):
+        args["batch"] = as_run["batch"]
+    if job.node.simulated and mode in ("train", "val"):
+        args.setdefault("workers", 0)  # CPU-only: dataloader processes only compete for cores
+    threads = cpu_threads(job)
+    if threads is not None and mode in ("train", "val"):
+        # Ultralytics' default is 8 dataloader workers, each a process: no more than the CPUs asked for.
+        args["workers"] = min(int(args.get("workers", 8)), int(job.cpu_milli // 1000))
+    device = "cpu" if job.node.simulated else ",".join(str(i) for i in range(len(job.gpu_indices)))
+    model, model_sha256 = resolved_model(resolved, local)
+    source = resolved.get("source") or {}
+    config = {
+        "mode": mode,
+        "model": model,
+        "model_sha256": model_sha256,
+        "data": local_path(resolved.get("data_yaml") or source.get("data_yaml") or "", local),
+        "split": source.get("split") or (spec.get("train_args") or {}).get("split") or "val",
+        "source": local_path(source.get("folder_key") or "", local),
+        "export": resolved.get("export") or [],
+        "engine_allowed": "tensorrt" in (job.node.features or []),
+        "task": resolved.get("task") or (spec.get("task", "detect") if mode == "train" else None),
+        "args": args,
+        "device": device,
+        "project": str(job.run_dir),
+        "name": "train",
+        "resume_from": resume_from,
+        "checkpoint_dir": str(job.run_dir / "checkpoints"),
+        "events_path": str(events_path),
+        "progress_interval_s": 0.25,
+        "config_dir": str(settings.DATA_DIR / "ultralytics-config"),
+        "cpu_threads": threads,
+        "gpu_memory_fraction": gpu_memory_fraction(job),
+    }
+    fault = os.environ.get("YOLOPORTAL_FAULT_CUDA_OOM_ABOVE_BATCH")
+    if fault:  # tests only: the child raises CUDA's out-of-memory error above this batch size
+        config["fault_cuda_oom_above_batch"] = int(fault)
+    return config
+
+
+def cpu_threads(job: Job) -> int | None:
+    """Torch threads for a job that asked for CPUs (at least 1, at most the machine's); None = not asked."""
+    if not job.cpu_milli:
+        return None
+    return max(1, min(math.ceil(job.cpu_milli / 1000), os.cpu_count() or 1))
+
+
+def gpu_memory_fraction(job: Job) -> float | None:
+    """A fractional job's share of its GPU's memory (the child caps itself to it); None = whole GPUs."""
+    return round(job.gpu_share, 6) if job.gpu_share < 1.0 else None
+
+
+def child_env(job: Job) -> dict[str, str]:
+    """The training child's environment: the allow-list, the offline switches, its GPUs and caps."""
+    env = trainer_environment()
+    env.update({
+        "PYTHONUNBUFFERED": "1",
+        "YOLO_OFFLINE": "1",
+        "YOLO_AUTOINSTALL": "false",
+        "YOLO_VERBOSE": "true",
+        "CUDA_VISIBLE_DEVICES": "" if job.node.simulated else ",".join(map(str, job.gpu_indices)),
+    })
+    threads = cpu_threads(job)
+    if threads is not None:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+            env[name] = str(threads)
+    fraction = gpu_memory_fraction(job)
+    if fraction is not None:
+        env["YOLOPORTAL_GPU_MEMORY_FRACTION"] = str(fraction)
+    if os.environ.get("YOLOPORTAL_FAST_TRAINER") == "1" and "FAST_TRAINER_EPOCH_S" in os.environ:
+        # Stress tests only (worker/fast_child.py): its epoch time is not in the allow-list.
+        env["FAST_TRAINER_EPOCH_S"] = os.environ["FAST_TRAINER_EPOCH_S"]
+    return env
 
 
 @dataclass
 class ChildResult:
     exit_code: int | None = None
-    outcome: str = ""  # succeeded | failed | cancelled | timed_out | fenced | checkpoint_unusable | killed
+    # succeeded | failed | cancelled | timed_out | fenced | checkpoint_unusable | killed | out_of_memory
+    outcome: str = ""
     finished: dict | None = None
     error: dict | None = None
     log_tail: list[str] = field(default_factory=list)
+    usage: Usage | None = None
+    batch: int | None = None  # the batch size the child trained with (its "started" event)
 
 
 class AttemptRunner:
-    def __init__(self, job: Job) -> None:
+    """Runs one attempt through an executor (``worker/executors/``) and reports it through the services."""
+
+    def __init__(self, job: Job, executor: Executor | None = None) -> None:
         self.job = job
         self.worker_pid = os.getppid()  # the RQ worker (slot) that forked this work-horse
         self.run_dir = Path(job.run_dir)
@@ -138,6 +241,7 @@ class AttemptRunner:
         self.log_tail: list[str] = []
         self.previous_runtime_s = self._previous_runtime()
         self.local: dict[str, str] = {}  # artifact key → this node's file (worker/artifacts.py)
+        self.executor = executor
 
     def _previous_runtime(self) -> float:
         gpu_seconds = UsageRecord.objects.filter(job=self.job).aggregate(s=Sum("gpu_seconds"))["s"] or 0.0
@@ -241,126 +345,93 @@ class AttemptRunner:
         return self.finish(result)
 
     def child_config(self, number: int, checkpoint: Checkpoint | None) -> Path:
-        spec = self.job.spec
-        resolved = spec["resolved"]
-        mode = spec.get("mode", "train")
-        args = dict(spec.get("train_args") or {})
-        for key in ("data", "model", "source", "split", "format", "half", "int8", "dynamic", "simplify", "opset"):
-            args.pop(key, None)
-        if mode == "export":
-            args = {}  # all of them are the export entry's options
-        if self.job.node.simulated and mode in ("train", "val"):
-            args.setdefault("workers", 0)  # CPU-only: dataloader processes only compete for cores
-        device = "cpu" if self.job.node.simulated else ",".join(str(i) for i in range(len(self.job.gpu_indices)))
-        model, model_sha256 = resolved_model(resolved, self.local)
-        source = resolved.get("source") or {}
-        config = {
-            "mode": mode,
-            "model": model,
-            "model_sha256": model_sha256,
-            "data": local_path(resolved.get("data_yaml") or source.get("data_yaml") or "", self.local),
-            "split": source.get("split") or (spec.get("train_args") or {}).get("split") or "val",
-            "source": local_path(source.get("folder_key") or "", self.local),
-            "export": resolved.get("export") or [],
-            "engine_allowed": "tensorrt" in (self.job.node.features or []),
-            "task": resolved.get("task") or (spec.get("task", "detect") if mode == "train" else None),
-            "args": args,
-            "device": device,
-            "project": str(self.run_dir),
-            "name": "train",
-            "resume_from": checkpoint.path if checkpoint else None,
-            "checkpoint_dir": str(self.checkpoint_dir),
-            "events_path": str(self.attempt_dir / f"events-{number}.jsonl"),
-            "progress_interval_s": 0.25,
-            "config_dir": str(settings.DATA_DIR / "ultralytics-config"),
-        }
+        config = child_config(self.job, resume_from=checkpoint.path if checkpoint else None,
+                              events_path=self.attempt_dir / f"events-{number}.jsonl", local=self.local)
         path = self.attempt_dir / f"config-{number}.json"
         path.write_text(json.dumps(config, indent=2))
         return path
 
     def child_env(self) -> dict[str, str]:
-        env = trainer_environment()
-        env.update({
-            "PYTHONUNBUFFERED": "1",
-            "YOLO_OFFLINE": "1",
-            "YOLO_AUTOINSTALL": "false",
-            "YOLO_VERBOSE": "true",
-            "CUDA_VISIBLE_DEVICES": "" if self.job.node.simulated else ",".join(map(str, self.job.gpu_indices)),
-        })
-        if os.environ.get("YOLOPORTAL_FAST_TRAINER") == "1" and "FAST_TRAINER_EPOCH_S" in os.environ:
-            # Stress tests only (worker/fast_child.py): its epoch time is not in the allow-list.
-            env["FAST_TRAINER_EPOCH_S"] = os.environ["FAST_TRAINER_EPOCH_S"]
-        return env
+        return child_env(self.job)
+
+    def attempt_spec(self, number: int, config: Path) -> AttemptSpec:
+        job = self.job
+        config_values = json.loads(config.read_text())
+        read_only = [settings.WEIGHTS_DIR, settings.BASE_DIR / "worker", settings.BASE_DIR / "apps" / "core"]
+        for key in ("data", "model", "source"):
+            value = config_values.get(key)
+            if isinstance(value, str) and value.startswith("/"):
+                folder = Path(value) if key == "source" else Path(value).parent
+                if folder not in read_only:
+                    read_only.append(folder)
+        return AttemptSpec(
+            key=f"{job.attempt_id}-{number}", config_path=config,
+            events_path=Path(config_values["events_path"]), log_path=self.log_path,
+            env=self.child_env(), cwd=settings.BASE_DIR,
+            limits=Limits.for_request(memory_mb=job.memory_mb, cpu_milli=job.cpu_milli,
+                                      pids=settings.ATTEMPT_PIDS_MAX),
+            gpu_indices=() if job.node.simulated else tuple(job.gpu_indices),
+            image=job.spec.get("image") or "", read_only=tuple(read_only), writable=(self.run_dir,),
+        )
 
     def run_child(self, number: int, checkpoint: Checkpoint | None) -> ChildResult:
         config = self.child_config(number, checkpoint)
-        events_path = Path(json.loads(config.read_text())["events_path"])
+        spec = self.attempt_spec(number, config)
         budget = self.job.timeout_s - self.previous_runtime_s
         started = time.monotonic()
-        child = self.spawn(config)
+        execution = (self.executor or node_executor()).start(spec)
         if number == 1:
             recorders.training_started(self.job.node.name, self.job.gpu_indices)
         attempt_heartbeat(self.job)
         result = ChildResult()
-        events = EventReader(events_path)
-        logs = LogReader(self.log_path)
         last_beat = last_log = time.monotonic()
         stop_reason = ""
-        while True:
-            exit_code = child.poll()
-            for event in events.read():
+        try:
+            while True:
+                exit_code = execution.poll()
+                for event in execution.events():
+                    self.on_event(event, result)
+                now = time.monotonic()
+                if now - last_log >= LOG_FLUSH_S or exit_code is not None:
+                    self.flush_logs(execution.log_reader)
+                    last_log = now
+                if exit_code is not None:
+                    break
+                if not stop_reason and now - last_beat >= min(settings.HEARTBEAT_S, 2.0):
+                    last_beat = now
+                    stop_reason = self.check_in()
+                if not stop_reason and now - started > budget:
+                    stop_reason = "timed_out"
+                if stop_reason:
+                    execution.stop()
+                    continue
+                time.sleep(POLL_S)
+            for event in execution.events():
                 self.on_event(event, result)
-            now = time.monotonic()
-            if now - last_log >= LOG_FLUSH_S or exit_code is not None:
-                self.flush_logs(logs)
-                last_log = now
-            if exit_code is not None:
-                break
-            if not stop_reason and now - last_beat >= min(settings.HEARTBEAT_S, 2.0):
-                last_beat = now
-                stop_reason = self.check_in()
-            if not stop_reason and now - started > budget:
-                stop_reason = "timed_out"
-            if stop_reason:
-                kill_tree(child)
-                continue
-            time.sleep(POLL_S)
-        for event in events.read():
-            self.on_event(event, result)
-        self.flush_logs(logs)
+            self.flush_logs(execution.log_reader)
+            result.usage = execution.usage()
+        finally:
+            execution.close()
         result.exit_code = exit_code
         result.log_tail = self.log_tail[-40:]
-        if stop_reason:
-            result.outcome = stop_reason
-        elif exit_code == 0 and result.finished:
-            result.outcome = "succeeded"
-        elif exit_code == EXIT_CHECKPOINT and checkpoint is not None:
-            result.outcome = "checkpoint_unusable"
-        elif exit_code is not None and exit_code < 0:
-            result.outcome = "killed"  # by a signal we did not send: OOM killer, an operator, a crash
-        else:
-            result.outcome = "failed"
+        result.outcome = run_outcome(exit_code=exit_code, finished=result.finished, resumed=checkpoint is not None,
+                                     stop_reason=stop_reason, usage=result.usage)
+        if result.usage is not None:
+            self.report_usage(result.usage, wall_s=time.monotonic() - started)
         return result
 
-    def spawn(self, config: Path):
-        """Fork the training child from the node's zygote when there is one, else exec it afresh."""
-        module = "worker.train_child"
-        zygote = os.environ.get("YOLOPORTAL_ZYGOTE")
-        if os.environ.get("YOLOPORTAL_FAST_TRAINER") == "1":
-            # Stress tests only (worker/fast_child.py): the same event contract, no Ultralytics.
-            module, zygote = "worker.fast_child", None
-        if zygote and Path(zygote).exists():
-            try:
-                return ZygoteChild(Path(zygote), config=str(config), log=str(self.log_path),
-                                   env=self.child_env(), cwd=str(settings.BASE_DIR))
-            except (OSError, ValueError) as exc:
-                log.warning("zygote unavailable (%s); starting a fresh interpreter", exc)
-        with open(self.log_path, "ab") as log_file:
-            return subprocess.Popen(
-                [sys.executable, "-m", module, str(config)],
-                cwd=str(settings.BASE_DIR), env=self.child_env(), stdout=log_file, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=set_parent_death_signal,
-            )
+    def report_usage(self, usage: Usage, *, wall_s: float) -> None:
+        """What the attempt's cgroup measured, in its timeline (peak memory, CPU time, OOM kills)."""
+        parts = []
+        if usage.memory_peak_bytes is not None:
+            limit = f" of {limit_text(usage.memory_limit_bytes)}" if usage.memory_limit_bytes else ""
+            parts.append(f"peak memory {human_bytes(usage.memory_peak_bytes)}{limit}")
+        if usage.cpu_seconds is not None:
+            parts.append(f"{usage.cpu_seconds:.1f} CPU-seconds in {wall_s:.1f} s")
+        if usage.oom_kills:
+            parts.append(f"{usage.oom_kills} process(es) killed for memory")
+        job_event(self.job, "attempt_resources", "; ".join(parts) or "no measurements",
+                  {**usage.as_dict(), "wall_s": round(wall_s, 3)})
 
     def check_in(self) -> str:
         """Heartbeat the attempt; return why to stop ('' to go on)."""
@@ -369,27 +440,14 @@ class AttemptRunner:
 
     def on_event(self, event: dict, result: ChildResult) -> None:
         kind = event.get("type")
-        if kind == "epoch":
-            metrics_record(self.job, epoch=int(event["epoch"]), values=event.get("values") or {})
-        elif kind == "progress":
-            live.publish(self.job.pk, {"type": "progress", "seq": None, "job": str(self.job.pk),
-                                       "data": {k: v for k, v in event.items() if k != "type"}})
-        elif kind == "checkpoint":
-            checkpoint_record(self.job, epoch=int(event["epoch"]), path=event["path"], sha256=event["sha256"],
-                              size=int(event["size"]))
-        elif kind == "started" and event.get("mode", "train") == "train":
-            job_event(self.job, "training_started",
-                      f"training epochs {event.get('start_epoch', 1)}..{event.get('epochs')}",
-                      {k: v for k, v in event.items() if k != "save_dir"})  # a server path: not for the team
-        elif kind == "started":
-            what = {"val": f"validating on the {event.get('split')} split",
-                    "predict": f"predicting on {event.get('images')} images",
-                    "export": f"exporting to {', '.join(event.get('formats') or [])}"}.get(event.get("mode"), "started")
-            job_event(self.job, f"{event.get('mode')}_started", what, {k: v for k, v in event.items() if k != "type"})
-        elif kind == "finished":
+        if kind == "finished":
             result.finished = event
         elif kind == "error":
             result.error = event
+        else:
+            if kind == "started" and event.get("batch"):
+                result.batch = int(event["batch"])
+            attempt_event_record(self.job, event)
 
     def flush_logs(self, reader: LogReader) -> None:
         text = reader.read()
@@ -417,15 +475,20 @@ class AttemptRunner:
             _, stop = with_storage(self.job, "uploading results", lambda: results_upload(self.run_dir), self.check_in)
             if stop:
                 result.outcome = stop
+        error = result.error or {}
         return attempt_finish(self.job, outcome=result.outcome, exit_code=result.exit_code,
-                              error=self.error_text(result), finished=result.finished)
+                              error=self.error_text(result), finished=result.finished,
+                              cuda_oom_batch=result.batch if error.get("kind") == "oom" and error.get("cuda") else None)
 
     @staticmethod
     def error_text(result: ChildResult) -> str:
         parts = []
-        if result.error:
+        if result.outcome == "out_of_memory" and result.usage is not None:
+            parts.append(oom_message(result.usage))
+        elif result.error:
             kind = result.error.get("kind", "exception")
-            label = {"oom": "CUDA out of memory", "data": "dataset problem", "weights": "weights refused",
+            label = {"oom": "CUDA out of memory" if result.error.get("cuda", True) else "out of memory",
+                     "data": "dataset problem", "weights": "weights refused",
                      "export": "export verification failed"}.get(kind, "training error")
             parts.append(f"{label}: {result.error.get('message', '')}".strip())
             if result.error.get("advice"):
@@ -474,72 +537,3 @@ def worker_died(worker_pid: int, settle_s: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def kill_tree(child: subprocess.Popen | ZygoteChild) -> None:
-    """SIGTERM the child's process group, SIGKILL what is left after a grace period."""
-    try:
-        os.killpg(child.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        child.wait(KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    child.wait()
-
-
-class EventReader:
-    """Reads complete JSON lines appended to the child's events file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.partial = path, 0, b""
-
-    def read(self) -> list[dict]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        data = self.partial + data
-        *lines, self.partial = data.split(b"\n")
-        events = []
-        for line in lines:
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                log.warning("ignoring a malformed event line: %r", line[:200])
-        return events
-
-
-class LogReader:
-    """Reads new output; progress bars' carriage-return updates collapse to their last state."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.partial = path, 0, ""
-
-    def truncate(self) -> None:
-        """Empty the file and read on from its start (the child appends: O_APPEND)."""
-        try:
-            os.truncate(self.path, 0)
-        except OSError:
-            return
-        self.offset, self.partial = 0, ""
-
-    def read(self) -> str:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read(1 << 20)
-        except FileNotFoundError:
-            return ""
-        self.offset += len(data)
-        text = self.partial + data.decode("utf-8", "replace")
-        *lines, self.partial = text.split("\n")
-        return "".join(line.rsplit("\r", 1)[-1].rstrip() + "\n" for line in lines if line.rsplit("\r", 1)[-1].strip())

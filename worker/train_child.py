@@ -37,12 +37,22 @@ Config (JSON object)
 ``config_dir``       YOLO_CONFIG_DIR (Ultralytics settings, DDP temp files); never $HOME
 ``weights_dir``      optional: local weights store (Ultralytics ``weights_dir`` setting)
 ``task``             optional: detect/segment/...; inferred from the model when absent
+``cpu_threads``      optional: torch threads (the CPUs the job asked for); null = torch's default
+``gpu_memory_fraction`` optional: a fractional job's share of each GPU's memory: the child
+                     caps its allocator there (``torch.cuda.set_per_process_memory_fraction``)
+                     and auto-batch (``batch=-1`` or a fraction) sizes against the share
+``stop_file``        optional: when this file exists at the end of an epoch (its checkpoint
+                     written), stop there: ``stopped`` event, exit 5 (the Slurm relay creates
+                     it when the time limit is near)
+``fault_cuda_oom_above_batch`` tests only: raise CUDA's out-of-memory error in the second
+                     epoch (after a checkpoint) while training with a batch above this
 
 Events (one JSON object per line, flushed per line; every event also has ``time``,
 Unix seconds)
 -----------------------------------------------------------------------------
 ``started``     every mode: ``mode``. train: ``epochs`` (total), ``start_epoch`` (1-based
-                first epoch this process trains; > 1 when resuming), ``save_dir``.
+                first epoch this process trains; > 1 when resuming), ``save_dir``, ``batch``
+                (the batch size it trains with, after auto-batch).
                 val: ``split``. predict: ``images``. export: ``formats``.
 ``progress``    train: ``epoch``, ``batch`` (1-based), ``batches``, ``losses``
                 ({"box_loss", "cls_loss", "dfl_loss"}: running means over the epoch);
@@ -76,13 +86,16 @@ Unix seconds)
                 rtol, atol, passed}}] (see ``worker.model_modes``).
 ``error``       ``kind`` (``oom`` | ``data`` | ``checkpoint`` | ``weights`` | ``export`` |
                 ``config`` | ``exception``), ``message``, ``advice``, ``traceback``; an
-                ``export`` error also has ``verification`` when the comparison ran.
+                ``export`` error also has ``verification`` when the comparison ran; an
+                ``oom`` has ``cuda`` (true) when it was CUDA's (the worker then retries with
+                half the batch) and ``batch``, the batch size it failed at.
+``stopped``     ``epoch``, ``reason`` (``stop_file``): stopped after that epoch's checkpoint.
 
 Exit codes: 0 success; 1 the job failed (error kinds oom, data, weights, export,
 exception); 2 bad config (kind ``config``; no event at all if the config file itself is
 unreadable); 4 the ``resume_from`` checkpoint is missing, corrupt or fails its sidecar
-hash (kind ``checkpoint``): fall back to an older checkpoint. Killed by a signal: no
-final event.
+hash (kind ``checkpoint``): fall back to an older checkpoint; 5 stopped on request
+(``stop_file``). Killed by a signal: no final event.
 """
 
 from __future__ import annotations
@@ -107,6 +120,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_CHECKPOINT = 4
+EXIT_STOPPED = 5
 
 KEEP_CHECKPOINTS = 3
 CHECKPOINT_NAME = re.compile(r"^epoch-(\d{4,})\.pt$")
@@ -140,6 +154,14 @@ class WeightsError(Exception):
 MODES = ("train", "val", "predict", "export")
 
 
+class StopRequested(Exception):
+    """The stop file appeared: training ends after the checkpoint of ``epoch``."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__(f"stopped after epoch {epoch} on request")
+        self.epoch = epoch
+
+
 # --------------------------------------------------------------------------- config
 
 
@@ -165,6 +187,10 @@ class ChildConfig:
     export: tuple[dict[str, Any], ...] = ()
     engine_allowed: bool = False
     output_dir: Path | None = None
+    cpu_threads: int | None = None
+    gpu_memory_fraction: float | None = None
+    stop_file: Path | None = None
+    fault_cuda_oom_above_batch: int | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -217,6 +243,16 @@ class ChildConfig:
         source = absolute("source", optional=True)
         if mode == "predict" and data is None and source is None:
             raise ConfigError("predict needs 'source' (a folder of images) or 'data' with a 'split'")
+        threads = raw.get("cpu_threads")
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+            raise ConfigError("'cpu_threads' must be a positive integer or null")
+        fraction = raw.get("gpu_memory_fraction")
+        if fraction is not None and (not isinstance(fraction, (int, float)) or isinstance(fraction, bool)
+                                     or not 0 < fraction <= 1):
+            raise ConfigError("'gpu_memory_fraction' must be a number in (0, 1] or null")
+        fault = raw.get("fault_cuda_oom_above_batch")
+        if fault is not None and (not isinstance(fault, int) or isinstance(fault, bool)):
+            raise ConfigError("'fault_cuda_oom_above_batch' must be an integer or null")
         return cls(
             model=model,
             data=data,
@@ -238,6 +274,10 @@ class ChildConfig:
             export=tuple(dict(e) for e in export),
             engine_allowed=bool(raw.get("engine_allowed", False)),
             output_dir=absolute("output_dir", optional=True),
+            cpu_threads=threads,
+            gpu_memory_fraction=float(fraction) if fraction is not None else None,
+            stop_file=absolute("stop_file", optional=True),
+            fault_cuda_oom_above_batch=fault,
         )
 
 
@@ -398,6 +438,8 @@ class TrainingReporter:
     checkpoint_dir: Path
     progress_interval_s: float = 0.25
     keep_checkpoints: int = KEEP_CHECKPOINTS
+    stop_file: Path | None = None
+    fault_cuda_oom_above_batch: int | None = None
     _epoch: int = -1  # 0-based epoch being trained, as Ultralytics counts
     _batch: int = 0
     _last_progress: float = 0.0
@@ -421,6 +463,7 @@ class TrainingReporter:
                 epochs=int(trainer.epochs),
                 start_epoch=int(trainer.start_epoch) + 1,
                 save_dir=str(trainer.save_dir),
+                batch=int(trainer.batch_size),
             )
 
     def on_train_epoch_start(self, trainer: Any) -> None:
@@ -431,6 +474,13 @@ class TrainingReporter:
 
     def on_train_batch_end(self, trainer: Any) -> None:
         self._batch += 1
+        fault = self.fault_cuda_oom_above_batch
+        if fault is not None and int(trainer.epoch) >= 1 and int(trainer.batch_size) > fault:
+            import torch
+
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate 2.00 GiB (simulated: batch={trainer.batch_size} is above "
+                f"fault_cuda_oom_above_batch={fault})")
         if not _is_main_rank() or not trainer.tloss:
             return
         batches = len(trainer.train_loader)
@@ -455,6 +505,9 @@ class TrainingReporter:
         info = copy_checkpoint(Path(trainer.last), self.checkpoint_dir, epoch)
         self.events.emit("checkpoint", epoch=epoch, path=str(info.path), sha256=info.sha256, size=info.size)
         prune_checkpoints(self.checkpoint_dir, self.keep_checkpoints)
+        if self.stop_file is not None and self.stop_file.exists() and epoch < int(trainer.epochs):
+            self.events.emit("stopped", epoch=epoch, reason="stop_file")
+            raise StopRequested(epoch)
 
     def on_fit_epoch_end(self, trainer: Any) -> None:
         # Also fired once more by final_eval() with trainer.epoch bumped past the last
@@ -566,6 +619,64 @@ def configure_ultralytics(config: ChildConfig) -> None:
     ultralytics.engine.trainer.check_amp = offline_check_amp  # type: ignore[assignment]
 
 
+def apply_limits(config: ChildConfig) -> None:
+    """Stay in the job's lane: torch threads = its CPUs; a fractional GPU's share of memory.
+
+    The cgroup's CPU quota would throttle extra threads anyway, but threads beyond the
+    quota only contend with each other. The GPU share is enforced by PyTorch's allocator
+    (an allocation past it raises CUDA's out-of-memory error), and auto-batch is told the
+    share instead of the whole GPU's free memory (:func:`share_autobatch`).
+    """
+    import torch
+
+    if config.cpu_threads:
+        torch.set_num_threads(config.cpu_threads)
+    fraction = config.gpu_memory_fraction
+    if fraction is None:
+        return
+    share_autobatch(fraction)
+    if config.device != "cpu" and torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.set_per_process_memory_fraction(fraction, index)
+        print(f"train_child: GPU memory capped at {fraction:g} of each GPU (a fractional job)", flush=True)
+
+
+def share_fraction(fraction: float, *, share: float, total_gib: float, available_gib: float) -> float:
+    """Auto-batch's "fraction of available memory" for a job that may use ``share`` of the GPU.
+
+    Ultralytics sizes the batch to ``fraction`` of what the whole GPU has available; with a
+    share the available memory is at most ``share × total``, so the fraction shrinks to keep
+    the same proportion of *our* memory.
+    """
+    if available_gib <= 0:
+        return fraction
+    ours = min(available_gib, share * total_gib)
+    return fraction * ours / available_gib
+
+
+def share_autobatch(share: float) -> None:
+    """Make Ultralytics' auto-batch (``batch=-1`` or a fraction) size against our share."""
+    import ultralytics.utils.autobatch as autobatch_module
+
+    original = autobatch_module.autobatch
+    if getattr(original, "_yoloportal_share", None) is not None:
+        return
+
+    def autobatch(model, imgsz=640, fraction=0.60, *args, **kwargs):
+        import torch
+
+        device = next(model.parameters()).device
+        if device.type == "cuda":
+            gib = 1 << 30
+            total = torch.cuda.get_device_properties(device).total_memory / gib
+            available = (torch.cuda.memory_reserved(device) + torch.cuda.mem_get_info(device)[0]) / gib
+            fraction = share_fraction(fraction, share=share, total_gib=total, available_gib=available)
+        return original(model, imgsz, fraction, *args, **kwargs)
+
+    autobatch._yoloportal_share = share
+    autobatch_module.autobatch = autobatch
+
+
 def check_data_yaml(path: Path) -> None:
     """Refuse a dataset YAML Ultralytics would execute or cannot read."""
     import yaml
@@ -650,7 +761,8 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
     if any(_is_out_of_memory(e) for e in chain):
         return "oom", (
             "The GPU ran out of memory. Lower `batch` (or `imgsz`), or request a GPU with "
-            "more memory. Ultralytics already halved the batch up to 3 times in epoch 1."
+            "more memory. Ultralytics already halved the batch up to 3 times in epoch 1, and the "
+            "portal retries from the last checkpoint with half the batch (CUDA_OOM_RETRIES)."
         )
     if any(_is_data_error(e) for e in chain):
         return "data", "Check the dataset: data.yaml keys and paths, images and label files."
@@ -673,6 +785,12 @@ def _is_out_of_memory(exc: BaseException) -> bool:
     return "out of memory" in message or "can't allocate memory" in message
 
 
+def _is_cuda_oom(exc: BaseException) -> bool:
+    """CUDA's out of memory (the worker retries it with half the batch), not the host's."""
+    return any(type(e).__name__ == "OutOfMemoryError" or "cuda out of memory" in str(e).lower()
+               for e in _exception_chain(exc))
+
+
 def _is_data_error(exc: BaseException) -> bool:
     if isinstance(exc, DataConfigError):
         return True
@@ -692,6 +810,7 @@ def train(config: ChildConfig, events: EventLog) -> int:
     """Run one attempt; emit ``finished`` and return 0, or raise."""
     prepare_environment(config)
     configure_ultralytics(config)
+    apply_limits(config)
     check_data_yaml(config.data)
     if "," in config.device:
         try:
@@ -753,6 +872,8 @@ def train(config: ChildConfig, events: EventLog) -> int:
         events=events,
         checkpoint_dir=config.checkpoint_dir,
         progress_interval_s=config.progress_interval_s,
+        stop_file=config.stop_file,
+        fault_cuda_oom_above_batch=config.fault_cuda_oom_above_batch,
     )
     reporter.register(model)
     model.train(**kwargs)
@@ -836,6 +957,7 @@ def run_mode(config: ChildConfig, events: EventLog) -> int:
     """val, predict or export (worker.model_modes); emit ``finished`` and return 0, or raise."""
     prepare_environment(config)
     configure_ultralytics(config)
+    apply_limits(config)
     from worker import model_modes
 
     if config.data is not None:
@@ -933,11 +1055,18 @@ def run(config_path: Path) -> int:
         if events is not None:
             _emit_error(events, "config", str(e), "Bug in the worker: the child config is invalid.", e)
         return EXIT_CONFIG
+    except StopRequested as e:
+        print(f"train_child: {e}", file=sys.stderr)
+        return EXIT_STOPPED
     except Exception as e:
         kind, advice = classify_error(e)
         traceback.print_exc()
         if events is not None:
             extra = {"verification": e.verification} if isinstance(e, ExportFailed) else {}
+            if kind == "oom" and _is_cuda_oom(e):
+                extra["cuda"] = True
+            if getattr(e, "yoloportal_batch", None) is not None:
+                extra["batch"] = e.yoloportal_batch
             _emit_error(events, kind, str(e), advice, e, **extra)
         return EXIT_CHECKPOINT if kind == "checkpoint" else EXIT_FAILED
 

@@ -6,7 +6,8 @@ that much sooner. The worker parent starts it (``python -m worker.zygote SOCKET 
 work-horses ask it for children over a Unix socket.
 
 Protocol (one connection per child, JSON lines):
-  horse → zygote  {"config": path, "log": path, "env": {...}, "cwd": dir, "owner": horse pid}
+  horse → zygote  {"config": path, "log": path, "env": {...}, "cwd": dir, "owner": horse pid,
+                   "cgroup": [cgroup.procs paths of the attempt's cgroup]}
   zygote → horse  {"pid": child pid}        once forked
   zygote → horse  {"exit": code}            when the child exits (negative: killed by a signal)
 
@@ -31,6 +32,8 @@ import socket
 import sys
 import threading
 from pathlib import Path
+
+from worker.executors.cgroups import join as cgroup_join
 
 
 def _read_line(conn: socket.socket, limit: int = 1 << 20) -> bytes:
@@ -66,6 +69,15 @@ def _child(request: dict, inherited: list) -> None:
     """Runs in the forked child; never returns."""
     code = 1
     try:
+        # Into the attempt's cgroup before touching anything: pages shared with the zygote
+        # stay charged to it, but everything this child allocates from here on counts
+        # against the attempt's own limit (worker/executors/cgroups.py).
+        try:
+            cgroup_join(request.get("cgroup") or [])
+        except OSError as exc:
+            with open(request["log"], "a") as log:
+                log.write(f"cannot join the attempt's cgroup (its limits would not hold): {exc}\n")
+            os._exit(3)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -172,11 +184,13 @@ def serve(socket_path: Path, config_dir: Path) -> None:
 class ZygoteChild:
     """The horse's handle on a child forked by the zygote; mirrors the bits of Popen we use."""
 
-    def __init__(self, socket_path: Path, *, config: str, log: str, env: dict, cwd: str) -> None:
+    def __init__(self, socket_path: Path, *, config: str, log: str, env: dict, cwd: str,
+                 cgroup: list[str] | None = None) -> None:
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.conn.settimeout(10)
         self.conn.connect(str(socket_path))
-        request = {"config": config, "log": log, "env": env, "cwd": cwd, "owner": os.getpid()}
+        request = {"config": config, "log": log, "env": env, "cwd": cwd, "owner": os.getpid(),
+                   "cgroup": cgroup or []}
         self.conn.sendall(json.dumps(request).encode() + b"\n")
         self.buffer = b""
         reply = self._next_message(block=True)

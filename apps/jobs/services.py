@@ -332,11 +332,13 @@ def checkpoint_reject(job: Job, checkpoint: Checkpoint, *, message: str) -> None
 
 
 def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, error: str = "",
-                   finished: dict | None = None) -> str:
+                   finished: dict | None = None, cuda_oom_batch: int | None = None) -> str:
     """Record how the worker's attempt ``job.attempt_id`` ended; returns what became of the job.
 
-    ``outcome`` is the worker's word: succeeded, cancelled, timed_out, killed (by a signal
-    we did not send), failed, or fenced (it learnt the attempt was taken away). Returns
+    ``outcome`` is the executor's word: succeeded, cancelled, timed_out, killed (by a signal
+    we did not send), out_of_memory (the kernel's OOM killer acted in the attempt's cgroup),
+    failed, or fenced (it learnt the attempt was taken away). ``cuda_oom_batch``: the
+    attempt failed with CUDA out of memory while training with this batch size. Returns
     succeeded | cancelled | timed_out | requeued | retry | failed | fenced.
 
     1. If the attempt is no longer current, only record that its processes stopped (fenced).
@@ -345,7 +347,10 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
        new weights as a model version, an evaluation, predictions, exports
        (``apps.registry.services.job_outputs_record``).
     3. killed: requeued, not counted as a retry, up to ``MAX_INFRA_REQUEUES`` beyond the retries.
-    4. failed (and killed past that budget): a retry if one is left (requeue and decrement in
+    4. CUDA out of memory: requeued from the last checkpoint with half the batch, at most
+       ``CUDA_OOM_RETRIES`` times (:func:`attempt_cuda_oom_retry`), not counted as a retry.
+    5. out_of_memory: the final ``failed`` (the same limit would kill a retry again).
+    6. failed (and killed past that budget): a retry if one is left (requeue and decrement in
        one conditional update), else the final ``failed`` with ``error`` (made team-relative
        by ``paths.public_text`` first).
     """
@@ -402,8 +407,10 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
                     reason=f"training process was killed by signal {-exit_code}; "
                            f"requeued to resume from its last checkpoint (not counted as a retry)")
         return "requeued"
+    if outcome == "failed" and cuda_oom_batch and attempt_cuda_oom_retry(current, batch=cuda_oom_batch, now=now):
+        return "requeued"
     error = public_text(error, job=current)  # team-relative names only
-    if current.retries_left > 0:
+    if current.retries_left > 0 and outcome != "out_of_memory":
         usage_charge(current, ended_at=now)
         if job_requeue(current, kind="retry", retry=True,
                        reason=f"failed ({error.splitlines()[0]}); retrying, "
@@ -422,6 +429,77 @@ def weights_key(path: str) -> str:
     except ArtifactKeyError:
         log.warning("weights %s are outside the data store; not recorded", path)
         return ""
+
+
+def attempt_cuda_oom_retry(job: Job, *, batch: int, now: datetime) -> bool:
+    """CUDA ran out of memory at ``batch``: requeue from the last checkpoint with half the batch.
+
+    At most ``CUDA_OOM_RETRIES`` times per job and only while the batch can halve. The batch
+    as run goes into the job's spec (``spec["as_run"]``, what the worker trains with) in the
+    same conditional update that requeues, so the timeline, the spec and the next attempt
+    agree. Not counted as a retry. False when no such retry is left.
+    """
+    as_run = dict(job.spec.get("as_run") or {})
+    done = int(as_run.get("cuda_oom_retries", 0))
+    if done >= settings.CUDA_OOM_RETRIES or batch < 2:
+        return False
+    smaller = batch // 2
+    as_run.update({"batch": smaller, "cuda_oom_retries": done + 1,
+                   "batch_history": [*as_run.get("batch_history", []), batch]})
+    with transaction.atomic():
+        if not Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id, state__in=HOLDING_STATES).update(
+                spec={**job.spec, "as_run": as_run}):
+            return False
+        usage_charge(job, ended_at=now)
+        moved = job_requeue(job, kind="cuda_oom", reason=(
+            f"CUDA out of memory with batch={batch}: retrying from the last checkpoint with batch={smaller} "
+            f"({done + 1} of {settings.CUDA_OOM_RETRIES} such retries; not counted as a retry)"))
+        if not moved:
+            transaction.set_rollback(True)
+    return moved
+
+
+def inside_run_dir(job: Job, path: str) -> bool:
+    """``path`` names a file inside the job's own folder (what a training child may report)."""
+    if not path:
+        return False
+    try:
+        return Path(path).resolve().is_relative_to(Path(job.run_dir).resolve())
+    except (OSError, ValueError):
+        return False
+
+
+def attempt_event_record(job: Job, event: dict) -> None:
+    """Record one event of the training child's contract (``worker/train_child.py``) for the
+    current attempt: metrics, live progress, checkpoints, the start of training.
+
+    The same for every executor: the local worker reads the events file, the Slurm relay
+    posts them to the API. ``finished`` and ``error`` are the caller's (they decide the
+    outcome); unknown kinds are ignored. A checkpoint outside the job's folder is refused.
+    """
+    kind = event.get("type")
+    if kind == "epoch":
+        metrics_record(job, epoch=int(event["epoch"]), values=event.get("values") or {})
+    elif kind == "progress":
+        live.publish(job.pk, {"type": "progress", "seq": None, "job": str(job.pk),
+                              "data": {k: v for k, v in event.items() if k != "type"}})
+    elif kind == "checkpoint":
+        if not inside_run_dir(job, str(event.get("path") or "")):
+            log.warning("job %s: ignoring a checkpoint outside its folder: %r", job.pk, event.get("path"))
+            return
+        checkpoint_record(job, epoch=int(event["epoch"]), path=event["path"], sha256=str(event["sha256"]),
+                          size=int(event["size"]))
+    elif kind == "started" and event.get("mode", "train") != "train":
+        what = {"val": f"validating on the {event.get('split')} split",
+                "predict": f"predicting on {event.get('images')} images",
+                "export": f"exporting to {', '.join(event.get('formats') or [])}"}.get(event.get("mode"), "started")
+        job_event(job, f"{event.get('mode')}_started", what, {k: v for k, v in event.items() if k != "type"})
+    elif kind == "started":
+        batch = f" with batch={event['batch']}" if event.get("batch") else ""
+        job_event(job, "training_started", f"training epochs {event.get('start_epoch', 1)}..{event.get('epochs')}{batch}",
+                  {k: v for k, v in event.items() if k != "save_dir"})  # a server path: not for the team
+
+
 
 
 # --- submit -----------------------------------------------------------------------------------

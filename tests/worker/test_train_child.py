@@ -29,6 +29,7 @@ from worker.train_child import (
     EXIT_CONFIG,
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_STOPPED,
     classify_error,
     copy_checkpoint,
     json_safe,
@@ -86,7 +87,7 @@ class Sandbox:
         self.network_log.touch()
         self.runs = 0
 
-    def config(self, *, epochs: int, resume_from: Path | None = None) -> Path:
+    def config(self, *, epochs: int, resume_from: Path | None = None, **extra: Any) -> Path:
         self.runs += 1
         config = {
             "model": "yolov8n.yaml",
@@ -100,6 +101,7 @@ class Sandbox:
             "events_path": str(self.root / f"events-{self.runs}.jsonl"),
             "progress_interval_s": 0.25,
             "config_dir": str(self.root / "yolo-config"),
+            **extra,
         }
         path = self.root / f"config-{self.runs}.json"
         path.write_text(json.dumps(config))
@@ -433,3 +435,45 @@ def test_a_data_yaml_with_a_download_key_is_refused(trained: dict[str, Any], tmp
     assert code == EXIT_FAILED
     assert events_of(config)[-1]["kind"] == "data"
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.integration
+def test_a_cuda_out_of_memory_is_reported_as_such_after_the_checkpoint(tmp_path: Path) -> None:
+    """Simulated in the child (no GPU here): epoch 1 is saved, epoch 2 hits "CUDA out of memory"
+    at batch 8; the error says it was CUDA's, so the worker retries with half the batch."""
+    box = Sandbox(tmp_path, generate_demo_dataset(tmp_path / "demo"))
+    config = box.config(epochs=2, fault_cuda_oom_above_batch=4, cpu_threads=1)
+    code, output = box.run(config)
+    assert code == EXIT_FAILED, output[-4000:]
+    events = events_of(config)
+    assert events[0]["type"] == "started" and events[0]["batch"] == 8
+    assert [c["epoch"] for c in of_type(events, "checkpoint")] == [1]
+    error = events[-1]
+    assert error["type"] == "error" and error["kind"] == "oom" and error["cuda"] is True
+    assert "CUDA out of memory" in error["message"]
+    # Resumed with half the batch, the same fault no longer fires and training finishes.
+    checkpoint = Path(of_type(events, "checkpoint")[0]["path"])
+    again = box.config(epochs=2, resume_from=checkpoint, fault_cuda_oom_above_batch=4)
+    cfg = json.loads(again.read_text())
+    cfg["args"]["batch"] = 4
+    again.write_text(json.dumps(cfg))
+    code, output = box.run(again)
+    assert code == EXIT_OK, output[-4000:]
+    resumed = events_of(again)
+    assert resumed[0]["start_epoch"] == 2 and resumed[0]["batch"] == 4
+    assert resumed[-1]["type"] == "finished"
+
+
+@pytest.mark.integration
+def test_the_stop_file_ends_training_after_the_next_checkpoint(tmp_path: Path) -> None:
+    """What the Slurm relay does when the time limit is near (sbatch --signal)."""
+    box = Sandbox(tmp_path, generate_demo_dataset(tmp_path / "demo"))
+    stop = tmp_path / "stop"
+    stop.touch()
+    config = box.config(epochs=3, stop_file=str(stop))
+    code, output = box.run(config)
+    assert code == EXIT_STOPPED, output[-4000:]
+    events = events_of(config)
+    assert [c["epoch"] for c in of_type(events, "checkpoint")] == [1]
+    assert events[-1] == {**events[-1], "type": "stopped", "epoch": 1, "reason": "stop_file"}
+    assert not of_type(events, "finished") and not of_type(events, "error")

@@ -75,12 +75,18 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(f"--memory {exc}") from None
         node = register_this_host(name=name, gpus=gpus, cpus=cpus, memory_mb=memory_mb,
+                                  executor=settings.WORKER_EXECUTOR,
                                   features=[f.strip() for f in features.split(",") if f.strip()]
                                   if features is not None else None)
         if node.cpu_count > node.host_cpu_count or node.memory_mb > node.host_memory_mb:
             self.stdout.write(self.style.WARNING(
                 f"node {name} advertises {node.cpu_count} CPUs / {node.memory_mb} MiB; the machine has "
                 f"{node.host_cpu_count} / {node.host_memory_mb} MiB (overcommitted on purpose)"))
+        if settings.ATTEMPT_CGROUPS:
+            from worker.executors.local import host_cgroups
+
+            host_cgroups().sweep()  # empty attempt cgroups a killed worker left behind
+        self.stdout.write(f"node {name}: {node.limits_summary}; images {', '.join(node.images) or 'none'}")
         kind = "simulated (CPU)" if node.simulated else "NVIDIA"
         slots = slots or 4 * len(gpus)
         self.stdout.write(f"node {name}: {len(gpus)} {kind} GPU(s) ({', '.join(g.model for g in gpus[:4])}), "

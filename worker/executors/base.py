@@ -1,0 +1,186 @@
+"""The executor interface: start an attempt, poll it, stop it, collect what it reports.
+
+One training child (``worker/train_child.py``, its event contract in the docstring there)
+runs the same way everywhere; executors differ only in *where* it runs:
+
+- ``local``     (:mod:`.local`): a process group on this node, in its own cgroup;
+- ``container`` (:mod:`.container`): ``podman``/``docker run`` of the job's image;
+- ``slurm``     (:mod:`.slurm`): ``sbatch`` on an existing Slurm cluster, with a relay
+  beside the child that sends its events to the portal's API.
+
+The scheduler places attempts for every executor; an executor never chooses a node.
+This module has no Django: the Slurm relay, far from the database, imports it too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from worker.train_child import EXIT_CHECKPOINT
+
+from .cgroups import Limits, Usage, human_bytes, limit_text
+
+log = logging.getLogger("yoloportal.worker")
+
+KILL_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """One run of the training child, in plain values (no Django objects)."""
+
+    key: str  # the attempt's id: names its cgroup, container or Slurm job
+    config_path: Path  # the child's config JSON (worker/train_child.py)
+    events_path: Path
+    log_path: Path
+    env: dict[str, str]  # the child's whole environment (already allow-listed)
+    cwd: Path
+    limits: Limits = field(default_factory=Limits)
+    gpu_indices: tuple[int, ...] = ()  # physical GPUs on the node; () = CPU
+    image: str = ""
+    read_only: tuple[Path, ...] = ()  # what a container sees read-only (dataset, weights, the child's code)
+    writable: tuple[Path, ...] = ()  # and read-write (the job's folder)
+
+
+class Execution(Protocol):
+    """A started attempt."""
+
+    pid: int | None
+    log_reader: LogReader  # the child's output (the runner stores it and bounds the file)
+
+    def poll(self) -> int | None:
+        """The exit code once it has ended (negative: killed by that signal), else None."""
+
+    def stop(self) -> None:
+        """Stop the whole tree: SIGTERM, a grace period, then SIGKILL. Waits until it has ended."""
+
+    def events(self) -> list[dict]:
+        """Events the child wrote since the last call."""
+
+    def usage(self) -> Usage | None:
+        """What its cgroup measured (None where the executor cannot say)."""
+
+    def close(self) -> None:
+        """Give back what the executor holds for it (its cgroup); after it has ended."""
+
+
+class Executor(Protocol):
+    name: str
+
+    def start(self, spec: AttemptSpec) -> Execution: ...
+
+
+# --- outcome of one run -----------------------------------------------------------------------
+
+
+def run_outcome(*, exit_code: int | None, finished: dict | None, resumed: bool, stop_reason: str = "",
+                usage: Usage | None = None) -> str:
+    """The worker's word for how one run of the child ended.
+
+    succeeded | out_of_memory (the kernel's OOM killer acted in its cgroup) |
+    checkpoint_unusable (exit 4 while resuming: try an older checkpoint) |
+    killed (a signal we did not send) | failed; or ``stop_reason`` when we stopped it
+    (cancelled, fenced, timed_out).
+    """
+    if stop_reason:
+        return stop_reason
+    if exit_code == 0 and finished:
+        return "succeeded"
+    if usage is not None and usage.oom_kills:
+        # Also when the victim was a dataloader worker and the child then failed on its own.
+        return "out_of_memory"
+    if exit_code == EXIT_CHECKPOINT and resumed:
+        return "checkpoint_unusable"
+    if exit_code is not None and exit_code < 0:
+        return "killed"
+    return "failed"
+
+
+def oom_message(usage: Usage) -> str:
+    """``out of memory: used 4.0 GiB of its 4 GiB limit — ask for more memory or a smaller …``"""
+    used = usage.memory_peak_bytes or usage.memory_limit_bytes or 0
+    limit = f" of its {limit_text(usage.memory_limit_bytes)} limit" if usage.memory_limit_bytes else ""
+    return (f"out of memory: used {human_bytes(used)}{limit} — ask for more memory "
+            f"or a smaller batch/imgsz/cache")
+
+
+# --- reading what the child writes -------------------------------------------------------------
+
+
+class EventReader:
+    """Reads complete JSON lines appended to the child's events file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *lines, self.partial = data.split(b"\n")
+        events = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                log.warning("ignoring a malformed event line: %r", line[:200])
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events
+
+
+class LogReader:
+    """Reads new output; progress bars' carriage-return updates collapse to their last state."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, ""
+
+    def truncate(self) -> None:
+        """Empty the file and read on from its start (the child appends: O_APPEND)."""
+        try:
+            os.truncate(self.path, 0)
+        except OSError:
+            return
+        self.offset, self.partial = 0, ""
+
+    def read(self) -> str:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(1 << 20)
+        except FileNotFoundError:
+            return ""
+        self.offset += len(data)
+        text = self.partial + data.decode("utf-8", "replace")
+        *lines, self.partial = text.split("\n")
+        return "".join(line.rsplit("\r", 1)[-1].rstrip() + "\n" for line in lines if line.rsplit("\r", 1)[-1].strip())
+
+
+def kill_tree(child, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the child's process group, SIGKILL what is left after a grace period."""
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        child.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
