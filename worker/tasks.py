@@ -118,7 +118,8 @@ def node_executor() -> Executor:
     if settings.WORKER_EXECUTOR == "container":
         from .executors.container import ContainerExecutor
 
-        return ContainerExecutor(runtime=settings.CONTAINER_RUNTIME)
+        return ContainerExecutor(runtime=settings.CONTAINER_RUNTIME, base_dir=settings.BASE_DIR,
+                                 default_image=settings.NODE_IMAGES[0] if settings.NODE_IMAGES else "")
     return LocalExecutor(host=host, zygote=Path(zygote) if zygote else None)
 
 
