@@ -53,7 +53,7 @@ def test_a_job_over_its_memory_limit_fails_with_the_reason_and_its_neighbour_suc
     live.start_worker(gpus=2)
     client = api_client(alice)
     greedy = submit(client, SEED_SPEC.replace("memory: 4Gi", "memory: 96Mi").replace("epochs=2", "epochs=1"))
-    neighbour = submit(client, SEED_SPEC.replace("epochs=2", "epochs=1"))
+    neighbour = submit(client, SEED_SPEC.replace("epochs=2", "epochs=1") + "allow_duplicate: true\n")
 
     greedy_job, neighbour_job = finished(greedy), finished(neighbour)
     assert greedy_job.node_id == neighbour_job.node_id
