@@ -237,6 +237,28 @@ WORKER_EXECUTOR = env_str("WORKER_EXECUTOR", "local").lower()
 if WORKER_EXECUTOR not in {"local", "container"}:
     raise EnvError(f"WORKER_EXECUTOR={WORKER_EXECUTOR!r} must be local or container")
 CONTAINER_RUNTIME = env_str("CONTAINER_RUNTIME", "podman")
+# --- Slurm (worker/executors/slurm.py; `manage.py slurm_agent`) ---
+# An attempt's relay token stays valid for the job's timeout plus this (and only while current).
+ATTEMPT_TOKEN_SLACK_S = env_int("ATTEMPT_TOKEN_SLACK_S", 3600, minimum=60)
+# The portal's address as the Slurm nodes reach it (the relay posts events there).
+SLURM_PORTAL_URL = env_str("SLURM_PORTAL_URL")
+SLURM_PARTITION = env_str("SLURM_PARTITION")
+# Python with Ultralytics on the Slurm nodes, and this checkout's path there (shared filesystem).
+SLURM_PYTHON = env_str("SLURM_PYTHON")
+SLURM_CODE_DIR = env_str("SLURM_CODE_DIR")
+# Images the partition's nodes run (NODE_IMAGES when empty).
+SLURM_IMAGES = env_list("SLURM_IMAGES", [])
+# The partition's GRES GPUs are device files without a GPU (test clusters): train on CPU.
+SLURM_SIMULATED_GPUS = env_bool("SLURM_SIMULATED_GPUS", False)
+SLURM_POLL_S = env_float("SLURM_POLL_S", 1.0, minimum=0.1)
+SLURM_SYNC_S = env_float("SLURM_SYNC_S", 5.0, minimum=0.5)
+# A portal job pending in Slurm this long is withdrawn (scancel) and requeued through the portal.
+SLURM_PENDING_LIMIT_S = env_float("SLURM_PENDING_LIMIT_S", 600.0, minimum=1.0)
+# sbatch --signal=B:USR1@N: the relay asks the child to stop after its next checkpoint.
+SLURM_SIGNAL_S = env_int("SLURM_SIGNAL_S", 300, minimum=10)
+# --mem for a job that asked no memory (Slurm would otherwise give it the whole node).
+SLURM_DEFAULT_MEM_MB = env_int("SLURM_DEFAULT_MEM_MB", 4096, minimum=64)
+
 # CUDA out of memory: the attempt is retried from its checkpoint with half the batch, this often.
 CUDA_OOM_RETRIES = env_int("CUDA_OOM_RETRIES", 2, minimum=0, maximum=5)
 

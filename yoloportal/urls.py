@@ -9,6 +9,7 @@ from apps.cluster.api import ClusterView
 from apps.core.admin_scoping import superuser_only_patterns
 from apps.datasets import api as datasets_api
 from apps.jobs import api as jobs_api
+from apps.jobs import attempts_api
 from apps.monitoring.views import prometheus_metrics
 from apps.notifications import api as notifications_api
 from apps.portal.views import sign_out
@@ -27,6 +28,7 @@ api_v1 = [
     path("jobs/<uuid:job_id>/weights/", jobs_api.JobWeights.as_view(), name="api-job-weights"),
     path("jobs/<uuid:job_id>/sweep/", sweeps_api.SweepDetail.as_view(), name="api-job-sweep"),
     path("queue/", jobs_api.QueueList.as_view(), name="api-queue"),
+    path("attempts/<uuid:attempt_id>/report/", attempts_api.AttemptReport.as_view(), name="api-attempt-report"),
     path("cluster/", ClusterView.as_view(), name="api-cluster"),
     path("usage/", UsageView.as_view(), name="api-usage"),
     path("models/", registry_api.ModelListView.as_view(), name="api-models"),

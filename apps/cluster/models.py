@@ -108,3 +108,25 @@ class GPU(models.Model):
     def __str__(self) -> str:
         label = " (simulated)" if self.simulated else ""
         return f"{self.node.name}:{self.index} {self.model}{label}"
+
+
+class ForeignAllocation(models.Model):
+    """Capacity taken on a node by work the portal did not start (a Slurm job submitted
+    directly): the scheduler counts it as occupied, never preempts it, and shows it."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="foreign_allocations")
+    external_id = models.CharField(max_length=100)
+    description = models.CharField(max_length=200, blank=True)
+    gpu_indices = models.JSONField(default=list, blank=True)  # logical GPUs it counts as holding here
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True, help_text="its time limit, when it has one")
+    seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node__name", "external_id"]
+        constraints = [models.UniqueConstraint(fields=["node", "external_id"], name="one_foreign_row_per_job")]
+
+    def __str__(self) -> str:
+        return f"{self.description or self.external_id} on {self.node.name}"

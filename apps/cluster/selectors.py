@@ -5,7 +5,7 @@ from django.utils import timezone
 from apps.accounts.selectors import team_ids
 from apps.jobs.models import HOLDING_STATES, Job
 
-from .models import Node
+from .models import ForeignAllocation, Node
 
 
 def cluster_overview(*, user) -> list[dict]:
@@ -17,6 +17,10 @@ def cluster_overview(*, user) -> list[dict]:
     for job in holding:
         for index in job.gpu_indices or []:
             by_gpu.setdefault((job.node_id, index), []).append(job)
+    outside: dict[tuple[int, int], list[str]] = {}
+    for row in ForeignAllocation.objects.all():
+        for index in row.gpu_indices or []:
+            outside.setdefault((row.node_id, index), []).append(row.description or row.external_id)
     nodes = []
     for node in Node.objects.prefetch_related("gpus"):
         gpus = []
@@ -29,7 +33,9 @@ def cluster_overview(*, user) -> list[dict]:
                 "memory_used_mb": gpu.memory_used_mb,
                 "utilization": gpu.utilization,
                 "simulated": gpu.simulated,
-                "allocated": round(sum(j.gpu_share for j in jobs), 3),
+                "allocated": round(sum(j.gpu_share for j in jobs) + len(outside.get((node.pk, gpu.index), [])), 3),
+                # Held by work started outside the portal (a Slurm job submitted directly).
+                "outside": outside.get((node.pk, gpu.index), []),
                 "jobs": [
                     {"id": str(j.pk), "task_name": j.task_name, "team": j.team.slug, "user": j.user.username,
                      "state": j.state, "share": j.gpu_share}

@@ -14,7 +14,7 @@ from typing import Protocol
 from django.db import transaction
 from django.utils import timezone
 
-from .models import GPU, Node
+from .models import GPU, ForeignAllocation, Node
 
 log = logging.getLogger(__name__)
 
@@ -91,3 +91,29 @@ def node_mark_lost(node: Node, *, silent_since: datetime) -> bool:
     (False: it heartbeated just now, or it was already lost)."""
     return Node.objects.filter(pk=node.pk, last_heartbeat__lt=silent_since).exclude(
         state=Node.State.LOST).update(state=Node.State.LOST) == 1
+
+
+def node_state_set(node: Node, *, schedulable: bool, reason: str = "") -> bool:
+    """An outside manager (Slurm) says whether the node takes work: active ↔ draining.
+
+    A lost node stays lost until it reports again. True if the state changed.
+    """
+    if schedulable:
+        changed = Node.objects.filter(pk=node.pk, state=Node.State.DRAINING).update(state=Node.State.ACTIVE)
+    else:
+        changed = Node.objects.filter(pk=node.pk, state=Node.State.ACTIVE).update(state=Node.State.DRAINING)
+    if changed:
+        log.warning("node %s is %s%s", node.name, "active again" if schedulable else "draining",
+                    f" ({reason})" if reason else "")
+    return bool(changed)
+
+
+def node_foreign_set(node: Node, allocations: Sequence[dict]) -> None:
+    """Replace what the node runs outside the portal (``ForeignAllocation`` fields per row)."""
+    keep = [a["external_id"] for a in allocations]
+    with transaction.atomic():
+        ForeignAllocation.objects.filter(node=node).exclude(external_id__in=keep).delete()
+        for row in allocations:
+            ForeignAllocation.objects.update_or_create(
+                node=node, external_id=row["external_id"],
+                defaults={k: v for k, v in row.items() if k != "external_id"})

@@ -243,3 +243,34 @@ class GpuSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}:{self.gpu_index}/{self.slot} ← {self.job_id}"
+
+
+class ExecutorAttempt(models.Model):
+    """An attempt handed to an outside executor (a Slurm batch job), as that executor sees it.
+
+    Written by the executor's agent (submit, state changes, finalize) and by the attempt's
+    relay through the API (its final report). The job's own state still changes only
+    through ``jobs.services``; this row is the agent's memory of the outside job.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executor_attempts")
+    attempt = models.PositiveIntegerField()
+    attempt_id = models.UUIDField(unique=True)
+    executor = models.CharField(max_length=20, default="slurm")
+    external_id = models.CharField(max_length=100, blank=True, help_text="the Slurm job id")
+    external_state = models.CharField(max_length=40, blank=True, help_text="e.g. PENDING, RUNNING, NODE_FAIL")
+    external_reason = models.CharField(max_length=200, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    running_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # The relay's final report (exit code, outcome, finished/error events, log tail).
+    report = models.JSONField(default=dict, blank=True)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["executor", "finalized_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.executor} {self.external_id or '(not submitted)'} for {self.job_id} attempt {self.attempt}"

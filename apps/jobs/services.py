@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core import signing
 from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
@@ -500,6 +501,77 @@ def attempt_event_record(job: Job, event: dict) -> None:
                   {k: v for k, v in event.items() if k != "save_dir"})  # a server path: not for the team
 
 
+# --- an attempt far from the database (the Slurm relay) ------------------------------------------
+
+ATTEMPT_TOKEN_SALT = "yoloportal.attempt-token"
+
+
+def attempt_token_issue(job: Job) -> str:
+    """A token that lets the relay of ``job``'s current attempt report it, and nothing else.
+
+    Signed (``SECRET_KEY``), naming the job and the attempt; it expires with the attempt: it
+    is refused once the attempt is no longer the job's current starting/running one
+    (:func:`attempt_report`), and in any case ``timeout + ATTEMPT_TOKEN_SLACK_S`` after it
+    was issued.
+    """
+    return signing.TimestampSigner(salt=ATTEMPT_TOKEN_SALT).sign_object(
+        {"job": str(job.pk), "attempt": str(job.attempt_id)})
+
+
+class AttemptTokenError(Exception):
+    """The token is malformed, forged, expired or for another attempt."""
+
+
+def attempt_token_check(token: str, *, attempt_id) -> Job:
+    """The job whose attempt ``attempt_id`` the token was issued for (raises AttemptTokenError).
+
+    The job may have moved on (requeued, cancelled): :func:`attempt_report` checks that.
+    """
+    signer = signing.TimestampSigner(salt=ATTEMPT_TOKEN_SALT)
+    try:
+        claims = signer.unsign_object(token)
+    except (signing.BadSignature, ValueError, TypeError):
+        raise AttemptTokenError("is not a valid attempt token") from None
+    if not isinstance(claims, dict) or claims.get("attempt") != str(attempt_id):
+        raise AttemptTokenError("was issued for another attempt")
+    job = Job.objects.select_related("node", "team", "user").filter(pk=claims.get("job")).first()
+    if job is None:
+        raise AttemptTokenError("names a job that does not exist")
+    try:
+        signer.unsign_object(token, max_age=job.timeout_s + settings.ATTEMPT_TOKEN_SLACK_S)
+    except signing.SignatureExpired:
+        raise AttemptTokenError("has expired") from None
+    return job
+
+
+def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final: dict | None) -> str:
+    """What an attempt's relay reports: its events and output, and at the end its final report.
+
+    Recorded only while ``attempt_id`` is the job's current attempt (else nothing is, and
+    the answer is "fenced"). Every report is also the attempt's heartbeat. Returns why the
+    attempt should stop ("cancelled", "fenced") or "" to go on.
+    """
+    from .models import ExecutorAttempt
+
+    if str(job.attempt_id) != str(attempt_id) or job.state not in HOLDING_STATES:
+        return "fenced"
+    for event in events:
+        kind = event.get("type")
+        if kind in ("finished", "error"):
+            continue  # part of the final report: the agent decides the outcome with Slurm's word
+        if kind == "checkpoint_rejected":  # the relay fell back to an older checkpoint (exit 4)
+            for checkpoint in Checkpoint.objects.filter(job=job, epoch=int(event.get("epoch") or 0)):
+                checkpoint_reject(job, checkpoint, message=f"Ultralytics could not load the checkpoint of epoch "
+                                                           f"{checkpoint.epoch}; trying an older one")
+        elif kind == "time_limit":
+            job_event(job, "time_limit", str(event.get("message") or "the time limit is near")[:500])
+        else:
+            attempt_event_record(job, event)
+    if log:
+        log_append(job, log)
+    if final is not None:
+        ExecutorAttempt.objects.filter(attempt_id=attempt_id).update(report=final)
+    return attempt_check_in(job)
 
 
 # --- submit -----------------------------------------------------------------------------------

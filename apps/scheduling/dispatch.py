@@ -30,7 +30,13 @@ def node_queue(node_name: str, connection: redis.Redis | None = None) -> Queue:
 
 
 def dispatch(job: Job) -> None:
-    """Enqueue the job's current attempt on its node's queue (raises RedisError if Redis is down)."""
+    """Enqueue the job's current attempt on its node's queue (raises RedisError if Redis is down).
+
+    A Slurm node has no queue: its ``slurm_agent`` submits what the database says is placed
+    there (``worker/executors/slurm.py``; iso, issue 12).
+    """
+    if job.node.executor == "slurm":
+        return
     node_queue(job.node.name).enqueue(
         RUN_ATTEMPT,
         str(job.pk),
@@ -52,8 +58,11 @@ def undelivered(job: Job, *, taken_before: datetime) -> str:
     its horse died first: its whole worker was killed, and when that worker comes back within
     the node's grace (the node is never lost) nothing else would notice, since RQ cleans up a
     dead worker's jobs only at a live worker's maintenance, every 10 minutes. ``started_at`` is
-    the node's clock compared with the scheduler's, as node heartbeats are.
+    the node's clock compared with the scheduler's, as node heartbeats are. A Slurm node's
+    attempts are never undelivered: the slurm_agent reads them from the database, not RQ.
     """
+    if job.node is not None and job.node.executor == "slurm":
+        return ""
     connection = redis_client()
     try:
         rq_job = RQJob.fetch(job.rq_job_id, connection=connection)

@@ -18,7 +18,7 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from apps.accounts.models import Team
-from apps.cluster.models import Node
+from apps.cluster.models import ForeignAllocation, Node
 from apps.jobs.models import HOLDING_STATES, Job, JobState
 from apps.quotas.models import TeamQuota, UsageRecord
 
@@ -56,6 +56,7 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
             schedulable=n.state == Node.State.ACTIVE,
             images=frozenset(n.images or ()),
             features=tuple(n.features or ()),
+            whole_gpus_only=n.executor == Node.Executor.SLURM,
         )
         for n in nodes
     )
@@ -142,6 +143,21 @@ def usage_inputs(config: PolicyConfig, holding: list[Job], now: datetime):
     )
 
 
+def foreign_allocations(now: datetime) -> list[Allocation]:
+    """Work the portal did not start (Slurm jobs submitted directly): occupied, never preempted."""
+    out = []
+    for row in ForeignAllocation.objects.select_related("node"):
+        started = (row.started_at or now).timestamp()
+        end = row.ends_at.timestamp() if row.ends_at else now.timestamp() + DAY.total_seconds()
+        out.append(Allocation(
+            job_id=f"outside:{row.node.name}:{row.external_id}", team="", user="", node=row.node.name,
+            gpu_indices=tuple(row.gpu_indices), cpu_milli=row.cpu_milli, memory_mb=row.memory_mb,
+            priority_class="medium", started_at=started, expected_end=max(now.timestamp() + 1, end),
+            preemptible=False,
+        ))
+    return out
+
+
 def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, Job]]:
     now = now or timezone.now()
     config = SchedulerConfig.current().to_policy()
@@ -171,6 +187,7 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
             started_at=started, expected_end=max(now.timestamp() + 1, started + walltime),
             preemptible=job.pk in with_checkpoint and job.state == JobState.RUNNING,
         ))
+    running.extend(foreign_allocations(now))
     queued = tuple(
         JobRequest(
             job_id=str(job.pk), team=job.team.slug, user=job.user.username,

@@ -8,6 +8,7 @@ logs, outcome) is proven through the container executor; the runtime itself is n
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,8 @@ SHIM = Path(__file__).resolve().parents[1] / "worker" / "container_shim.py"
 def test_a_job_runs_in_its_image_with_its_limits_through_the_container_executor(live, alice, tmp_path):
     calls = tmp_path / "runtime-calls.jsonl"
     live.start_scheduler()
-    live.start_worker(WORKER_EXECUTOR="container", CONTAINER_RUNTIME=str(SHIM), CONTAINER_SHIM_LOG=str(calls))
+    live.start_worker(WORKER_EXECUTOR="container", CONTAINER_RUNTIME=str(SHIM), CONTAINER_SHIM_LOG=str(calls),
+                      CONTAINER_SHIM_PYTHON=sys.executable)
     response = api_client(alice).post("/api/v1/jobs/", SEED_SPEC.replace("epochs=2", "epochs=1"),
                                       content_type="application/yaml")
     job_id = response.json()["id"]

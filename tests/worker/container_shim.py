@@ -45,7 +45,8 @@ def main() -> None:
                 code_root = os.path.dirname(source)
     command = args[i + 1:]
     if command and command[0] == "python":
-        command[0] = sys.executable
+        # The image's interpreter: here the test's own (CONTAINER_SHIM_PYTHON), which has Ultralytics.
+        command[0] = os.environ.get("CONTAINER_SHIM_PYTHON") or sys.executable
     env["PYTHONPATH"] = code_root or ""
     env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
     os.chdir(code_root or "/")

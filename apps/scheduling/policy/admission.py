@@ -73,7 +73,7 @@ class NeverStarts:
             return limit
         if self._empty_nodes is None:
             empty = [as_empty(n) for n in self.state.nodes if n.schedulable]
-            distinct = {(n.gpus, n.cpu_milli, n.memory_mb, n.images): n for n in empty}
+            distinct = {(n.gpus, n.cpu_milli, n.memory_mb, n.images, n.features, n.whole_gpus_only): n for n in empty}
             self._empty_nodes = [NodeCapacity.of(n, ()) for n in distinct.values()]
         if not any(c.fit(job) is not None for c in self._empty_nodes):
             if job.image and not any(c.node.images is None or job.image in c.node.images for c in self._empty_nodes):

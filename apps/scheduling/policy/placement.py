@@ -83,6 +83,8 @@ class NodeCapacity:
             return None
         if job.image and node.images is not None and job.image not in node.images:
             return None
+        if job.gpus < 1 and node.whole_gpus_only:
+            return None
         need = job.gpus
         if need >= 1 and self.whole_free < need - EPS:
             return None

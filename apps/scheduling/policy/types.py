@@ -41,6 +41,8 @@ class NodeInfo:
     # tests). A job with an ``image`` is placed only where it is listed (iso, issue 12).
     images: frozenset[str] | None = None
     features: tuple[str, ...] = ()  # what the node advertises beyond GPUs, e.g. "tensorrt"
+    # Whole GPUs only (a Slurm node: its GRES cannot be shared): no fractional job here.
+    whole_gpus_only: bool = False
 
 
 @dataclass(frozen=True)
