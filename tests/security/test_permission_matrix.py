@@ -19,7 +19,8 @@ from tests.jobs.factories import make_job
 pytestmark = pytest.mark.django_db
 
 # URL name → "object" (addressed by id: outsiders get 404) or "collection" (lists: scoped;
-# creates: only into the caller's teams) or "public" (no team data).
+# creates: only into the caller's teams) or "public" (no team data) or "attempt" (a Slurm
+# relay's report: its own attempt token only, no user credential; iso, issue 12).
 ROUTES = {
     "api-jobs": "collection",
     "api-job": "object",
@@ -52,6 +53,7 @@ ROUTES = {
     "api-notification-preferences": "collection",
     "api-notification-deliveries": "collection",
     "api-schema": "public",
+    "api-attempt-report": "attempt",
 }
 # (URL name, method) a team member may not use even on their own team's objects.
 MANAGER_ONLY = {("api-job-requeue", "post"), ("api-model-stage", "post"), ("api-dataset", "delete")}
@@ -148,6 +150,13 @@ def url_for(name: str, route: str, world) -> str:
 def matrix(kind: str):
     return [pytest.param(name, route, method, id=f"{method.upper()} {route}")
             for name, route, view in api_routes() if ROUTES.get(name) == kind for method in methods_of(view)]
+
+
+@pytest.mark.parametrize(("name", "route", "method"), matrix("attempt"))
+def test_no_user_credential_reaches_an_attempt_endpoint(name, route, method, world, bob):
+    """Not even the job's owner: only the token issued for that one attempt (tests/jobs/test_attempt_api.py)."""
+    response = getattr(api_client(bob), method)(url_for(name, route, world), {}, format="json")
+    assert response.status_code == 403, (response.status_code, response.content[:200])
 
 
 @pytest.mark.parametrize(("name", "route", "method"), matrix("object"))
