@@ -80,5 +80,32 @@ gpu_lines = [l for l in scrape.splitlines() if l.startswith(("yoloportal_gpu_uti
 print("/metrics GPU families:", *gpu_lines, sep="\n  ")
 if not any(l.startswith("yoloportal_gpu_memory_total_bytes") and not l.endswith(" 0.0") for l in gpu_lines):
     raise SystemExit("/metrics reports no GPU memory: the pynvml readings did not reach it")
+
+# --- A fractional job's memory share, and CUDA out of memory for real (issue 12) -------------
+# A 0.125 share of the GPU with a batch far too big for it: the child caps PyTorch's allocator
+# at the share, so CUDA runs out of memory for real; Ultralytics halves the batch up to 3 times
+# in epoch 1, and past that the portal requeues from the last checkpoint with half the batch
+# (at most CUDA_OOM_RETRIES). The job must end succeeded, with the cap in its log.
+spec = parse_spec(load_yaml('task_name: gpu-check-share\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=2 '
+                            'imgsz=1280 batch=1024"\nresources: {gpu: 0.125}\nuser: vision\ntimeout: 1800\n',
+                            max_bytes=65536))
+job, _ = job_submit(user=get_user_model().objects.get(username="alice"), spec=spec)
+while Job.objects.get(pk=job.pk).state not in ("succeeded", "failed", "cancelled", "timed_out"):
+    if time.time() - started > 1800:
+        raise SystemExit("the fractional job did not finish within 30 minutes")
+    time.sleep(1)
+job.refresh_from_db()
+print("== fractional job (0.125 of GPU 0, batch=1024 imgsz=1280)")
+for e in JobEvent.objects.filter(job=job):
+    print(f"  {e.created_at:%H:%M:%S} {e.kind}: {e.message}")
+log = "".join(job.log_chunks.values_list("text", flat=True))
+print("cap line:", [l for l in log.splitlines() if "GPU memory capped" in l][:1])
+print("OOM lines:", [l for l in log.splitlines() if "out of memory" in l.lower()][:4])
+print("state:", job.state, "attempts:", job.attempt, "spec as run:", job.spec.get("as_run"))
+if "GPU memory capped at 0.125" not in log:
+    raise SystemExit("the training child did not cap its GPU memory to the job's share")
+if job.state != "succeeded":
+    print(job.error)
+    raise SystemExit(1)
 print(f"GPU check passed in {time.time() - started:.0f} s")
 PY

@@ -479,7 +479,8 @@ class AttemptRunner:
         error = result.error or {}
         return attempt_finish(self.job, outcome=result.outcome, exit_code=result.exit_code,
                               error=self.error_text(result), finished=result.finished,
-                              cuda_oom_batch=result.batch if error.get("kind") == "oom" and error.get("cuda") else None)
+                              cuda_oom_batch=(error.get("batch") or result.batch)
+                              if error.get("kind") == "oom" and error.get("cuda") else None)
 
     @staticmethod
     def error_text(result: ChildResult) -> str:

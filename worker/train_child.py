@@ -440,6 +440,7 @@ class TrainingReporter:
     keep_checkpoints: int = KEEP_CHECKPOINTS
     stop_file: Path | None = None
     fault_cuda_oom_above_batch: int | None = None
+    batch_size: int | None = None  # the batch being trained with (Ultralytics halves it on CUDA OOM in epoch 1)
     _epoch: int = -1  # 0-based epoch being trained, as Ultralytics counts
     _batch: int = 0
     _last_progress: float = 0.0
@@ -471,6 +472,7 @@ class TrainingReporter:
         # with a halved batch, which is why the batch counter resets here.
         self._epoch = int(trainer.epoch)
         self._batch = 0
+        self.batch_size = int(trainer.batch_size)
 
     def on_train_batch_end(self, trainer: Any) -> None:
         self._batch += 1
@@ -876,7 +878,11 @@ def train(config: ChildConfig, events: EventLog) -> int:
         fault_cuda_oom_above_batch=config.fault_cuda_oom_above_batch,
     )
     reporter.register(model)
-    model.train(**kwargs)
+    try:
+        model.train(**kwargs)
+    except Exception as exc:
+        exc.yoloportal_batch = reporter.batch_size  # the error event says which batch ran out of memory
+        raise
 
     trainer = model.trainer
     best, last = Path(trainer.best), Path(trainer.last)

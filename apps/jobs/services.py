@@ -634,8 +634,10 @@ def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
     - ``workers``: dataloader processes, each with its own copy of the pipeline: at most
       ``TRAIN_MAX_WORKERS``, and at most the CPUs the job asked for (``resources.cpu``).
     - ``cache=ram`` (and ``true``, which means ram): the whole dataset in the node's RAM.
-    - ``batch=-1`` or a fraction on a share of a GPU: auto-batch sizes itself on the whole
-      GPU's free memory, taking the other sharers' part.
+
+    ``batch=-1`` or a fraction on a share of a GPU is allowed: the training child caps its
+    GPU memory to the share and auto-batch sizes against it (``worker/train_child.py:
+    apply_limits``; issue 12).
     """
     prefix = "command" if spec.command else "train"
     args = spec.train_args
@@ -661,11 +663,6 @@ def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
         errors[f"{prefix}.cache"] = (
             "cache=ram (or true) loads the whole dataset into the node's RAM, which other jobs share; "
             "use cache=disk or false")
-    batch = args.get("batch")
-    if spec.gpus < 1 and batch is not None and (batch == -1 or 0 < batch < 1):
-        errors[f"{prefix}.batch"] = (
-            f"batch={batch:g} sizes itself on the whole GPU's free memory, but the job asks for a {spec.gpus:g} "
-            "share of a GPU; give a fixed batch size (e.g. 8 or 16)")
     return errors
 
 

@@ -59,7 +59,7 @@ class SlurmCluster:
                 self.run("scontrol", "delete", f"reservationname={name.split('=', 1)[1]}", check=False)
         if self.node_state().rstrip("*~#") not in ("idle", "mixed", "allocated", "completing"):
             self.run("scontrol", "update", f"nodename={self.node}", "state=resume", check=False)
-        wait(lambda: self.node_state().rstrip("*") == "idle", 60, "the Slurm node to be idle")
+        wait(lambda: self.node_state().rstrip("*~#").startswith("idle"), 120, "the Slurm node to be idle")
 
     def stop(self) -> None:
         for pid_file in self.started:

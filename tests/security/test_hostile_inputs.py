@@ -82,10 +82,6 @@ HOSTILE_SPECS = [
      "RAM"),
     ("cache-true", seed_with(command='"yolo train data=demo model=yolov8n.yaml cache=true"'), "command.cache",
      "RAM"),
-    ("autobatch-on-a-share", seed_with(command='"yolo train data=demo model=yolov8n.yaml batch=-1"',
-                                       resources="{gpu: 0.5}"), "command.batch", "share"),
-    ("fraction-batch-on-a-share", seed_with(command='"yolo train data=demo model=yolov8n.yaml batch=0.7"',
-                                            resources="{gpu: 0.25}"), "command.batch", "share"),
     # Finding 9: uploads in progress and deleted datasets sit in hidden folders of the team's root.
     ("hidden-dataset-folder", seed_with(command='"yolo train data=.deleted-abc/data.yaml model=yolov8n.yaml"'),
      "command.data", "hidden"),

@@ -64,6 +64,9 @@ def test_a_symlink_in_the_shared_store_into_a_team_folder_is_refused(bob, demo_r
     ("yolo train data=demo model=yolov8n.yaml batch=-1", "{gpu: 1}"),
     ("yolo train data=demo model=yolov8n.yaml batch=0.7", "{gpu: 2}"),
     ("yolo train data=demo model=yolov8n.yaml batch=8", "{gpu: 0.5}"),
+    # A share's GPU memory is enforced in the child and auto-batch sizes against the share (issue 12).
+    ("yolo train data=demo model=yolov8n.yaml batch=-1", "{gpu: 0.5}"),
+    ("yolo train data=demo model=yolov8n.yaml batch=0.7", "{gpu: 0.25}"),
 ])
 def test_arguments_within_the_limits_pass(command, resources, bob, demo_registered):
     response = submit(bob, command, resources) if resources else submit(bob, command)

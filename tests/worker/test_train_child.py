@@ -449,7 +449,7 @@ def test_a_cuda_out_of_memory_is_reported_as_such_after_the_checkpoint(tmp_path:
     assert events[0]["type"] == "started" and events[0]["batch"] == 8
     assert [c["epoch"] for c in of_type(events, "checkpoint")] == [1]
     error = events[-1]
-    assert error["type"] == "error" and error["kind"] == "oom" and error["cuda"] is True
+    assert error["type"] == "error" and error["kind"] == "oom" and error["cuda"] is True and error["batch"] == 8
     assert "CUDA out of memory" in error["message"]
     # Resumed with half the batch, the same fault no longer fires and training finishes.
     checkpoint = Path(of_type(events, "checkpoint")[0]["path"])

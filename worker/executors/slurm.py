@@ -574,7 +574,7 @@ def finish_from_report(job: Job, report: dict) -> str:
     cuda = error.get("kind") == "oom" and error.get("cuda")
     return attempt_finish(job, outcome=outcome, exit_code=report.get("exit_code"), error="\n".join(parts)[:20000],
                           weights=finished.get("weights") or "", metrics=finished.get("metrics") or {},
-                          cuda_oom_batch=report.get("batch") if cuda else None)
+                          cuda_oom_batch=(error.get("batch") or report.get("batch")) if cuda else None)
 
 
 def expand_nodelist(text: str) -> set[str]:
