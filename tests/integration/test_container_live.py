@@ -41,6 +41,6 @@ def test_a_job_runs_in_its_image_with_its_limits_through_the_container_executor(
     assert run[run.index("--memory") + 1] == f"{4 * 2**30}b" and run[run.index("--cpus") + 1] == "1"
     assert run[run.index("--network") + 1] == "none"
     assert f"{job.run_dir}:{job.run_dir}:rw" in run
-    assert run[-6:-4] == ["ultralytics/yolov8:latest", "python"]
+    assert run[-5:-1] == ["ultralytics/yolov8:latest", "python", "-m", "worker.train_child"]
     assert "--gpus" not in run  # a simulated node: no GPU to pass
     assert [call[0] for call in rest] == ["inspect", "rm"]
