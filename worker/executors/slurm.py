@@ -381,7 +381,9 @@ class SlurmAgent:
         stop_file = attempt_dir / "stop"
         stop_file.unlink(missing_ok=True)
         runs = []
-        candidates = [*Checkpoint.objects.filter(job=job).order_by("-epoch", "-created_at"), None]
+        resumable = job.spec.get("mode", "train") == "train"  # val, predict and export start over
+        candidates = [*(Checkpoint.objects.filter(job=job).order_by("-epoch", "-created_at") if resumable else []),
+                      None]
         for number, checkpoint in enumerate(candidates, start=1):
             config = child_config(job, resume_from=checkpoint.path if checkpoint else None,
                                   events_path=attempt_dir / f"events-{number}.jsonl")
@@ -551,7 +553,6 @@ def job_at(job: Job, record: ExecutorAttempt) -> Job:
 
 def finish_from_report(job: Job, report: dict) -> str:
     """The relay's final report → the attempt's outcome, exactly as a local attempt's."""
-    finished = report.get("finished") or {}
     error = report.get("error") or {}
     outcome = report["outcome"]
     if outcome == "checkpoint_unusable":
@@ -560,7 +561,8 @@ def finish_from_report(job: Job, report: dict) -> str:
     if error:
         kind = error.get("kind", "exception")
         label = {"oom": "CUDA out of memory" if error.get("cuda") else "out of memory",
-                 "data": "dataset problem"}.get(kind, "training error")
+                 "data": "dataset problem", "weights": "weights refused",
+                 "export": "export verification failed"}.get(kind, "training error")
         parts.append(f"{label}: {error.get('message', '')}".strip())
         if error.get("advice"):
             parts.append(f"Advice: {error['advice']}")
@@ -573,7 +575,7 @@ def finish_from_report(job: Job, report: dict) -> str:
         parts.append("Last log lines:\n" + "\n".join(tail[-20:]))
     cuda = error.get("kind") == "oom" and error.get("cuda")
     return attempt_finish(job, outcome=outcome, exit_code=report.get("exit_code"), error="\n".join(parts)[:20000],
-                          weights=finished.get("weights") or "", metrics=finished.get("metrics") or {},
+                          finished=report.get("finished"),
                           cuda_oom_batch=(error.get("batch") or report.get("batch")) if cuda else None)
 
 
