@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from apps.cluster.models import ForeignAllocation, Node
+from apps.core.artifacts import artifact_path
 from apps.jobs.models import ExecutorAttempt, Job, JobEvent, JobState
 from tests.conftest import SEED_SPEC, api_client
 
@@ -82,7 +83,8 @@ def test_a_job_runs_through_slurm_end_to_end(slurm, live, alice):
     assert [m["epoch"] for m in client.get(f"/api/v1/jobs/{job_id}/metrics/").json()["results"]] == [1, 2]
     logs = "".join(c["text"] for c in client.get(f"/api/v1/jobs/{job_id}/logs/").json()["results"])
     assert "Ultralytics" in logs
-    assert Path(job.weights_path).is_file() and client.get("/api/v1/models/").json()[0]["job"] == job_id
+    assert artifact_path(job.weights_path).is_file()  # rows hold artifact keys
+    assert client.get("/api/v1/models/").json()[0]["job"] == job_id
     assert job.checkpoints.count() >= 1
     events = kinds(job_id)
     assert events.index("slurm_submitted") < events.index("slurm_running") < events.index("training_started")
