@@ -32,7 +32,7 @@ class SlurmCluster:
     conf: Path
     node: str  # Slurm's NodeName (this host's short name)
     partition: str
-    started: list[Path]  # pid files of the daemons this session started
+    started: list[Path]  # pid files of the daemons this session started, in start order
 
     def env(self) -> dict[str, str]:
         return {"SLURM_CONF": str(self.conf)}
@@ -62,7 +62,7 @@ class SlurmCluster:
         wait(lambda: self.node_state().rstrip("*~#").startswith("idle"), 120, "the Slurm node to be idle")
 
     def stop(self) -> None:
-        for pid_file in self.started:
+        for pid_file in reversed(self.started):  # slurmd, slurmctld, then munged
             try:
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
             except (OSError, ValueError):
@@ -129,11 +129,12 @@ PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP Ove
 """)
     (ROOT / "gres.conf").write_text(f"NodeName={node} Name=gpu File={ROOT}/fakegpu[0-{GPUS - 1}]\n")
     env = {**os.environ, "SLURM_CONF": str(conf)}
+    started = []
     if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/munge", "munge", "munge")
         subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"], check=True)
-    started = []
+        started.append(Path("/run/munge/munged.pid"))  # Debian's default; stopped last
     for daemon, pid_file in (("slurmctld", ROOT / "slurmctld.pid"), ("slurmd", ROOT / "slurmd.pid")):
         if not _alive(pid_file):
             subprocess.run([f"/usr/sbin/{daemon}", "-f", str(conf)], check=True, env=env)
