@@ -247,9 +247,12 @@ def test_every_400_names_the_sweep_field(sweeper, settings):
     errors = client.post("/api/v1/jobs/", SWEEP_YAML, content_type="application/yaml").json()
     assert list(errors) == ["sweep.parallel"] and "MAX_ACTIVE_JOBS_PER_USER" in errors["sweep.parallel"][0]
     settings.MAX_ACTIVE_JOBS_PER_USER = 100
-    half = SWEEP_YAML.replace("{gpu: 1}", "{gpu: 0.5}").replace("[8, 16]", "[8, -1]")
-    errors = client.post("/api/v1/jobs/", half, content_type="application/yaml").json()
-    assert list(errors) == ["sweep.parameters.batch[1]"] and "share of a GPU" in errors["sweep.parameters.batch[1]"][0]
+    # A per-job limit names the sweep field: here dataloader workers beyond the CPUs asked for.
+    # (batch=-1 on a share of a GPU is allowed since issue 12: the child caps itself to its share.)
+    cpus = SWEEP_YAML.replace("{gpu: 1}", "{gpu: 1, cpu: 2}").replace("batch: [8, 16]", "workers: [0, 4]")
+    errors = client.post("/api/v1/jobs/", cpus, content_type="application/yaml").json()
+    assert list(errors) == ["sweep.parameters.workers[1]"], errors
+    assert "resources.cpu" in errors["sweep.parameters.workers[1]"][0]
     models = SWEEP_YAML.replace("batch: [8, 16]", "model: [yolov8n.yaml, nosuch.pt]")
     errors = client.post("/api/v1/jobs/", models, content_type="application/yaml").json()
     assert list(errors) == ["sweep.parameters.model[1]"], errors
