@@ -5,8 +5,12 @@ the cgroup limits from the request."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
+from django.conf import settings
 
 from apps.jobs.models import Job
 from tests.jobs.factories import make_job
@@ -79,3 +83,28 @@ def test_auto_batch_sizes_against_the_share():
     assert share_fraction(0.6, share=0.25, total_gib=80, available_gib=78) == pytest.approx(0.6 * 20 / 78)
     # Less available than the share: the whole of what is available is ours.
     assert share_fraction(0.6, share=0.5, total_gib=80, available_gib=10) == pytest.approx(0.6)
+
+
+@pytest.mark.django_db(False)
+def test_the_child_applies_its_threads_and_its_gpu_share(tmp_path):
+    """The child's own side (worker/train_child.py: apply_limits), in a fresh interpreter since it
+    changes process state: torch runs as many threads as CPUs asked for, and the auto-batch
+    that Ultralytics' trainer calls (check_train_batch_size → autobatch) sizes against the share.
+    (set_per_process_memory_fraction itself needs a GPU: scripts/gpu_check.sh.)"""
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        import torch
+        from ultralytics.utils.autobatch import check_train_batch_size
+        from worker.train_child import ChildConfig, apply_limits
+        p = Path({str(tmp_path)!r})
+        before = torch.get_num_threads()
+        apply_limits(ChildConfig(model="yolov8n.yaml", data=None, args={{}}, device="cpu", project=p, name="train",
+                                 resume_from=None, checkpoint_dir=p, events_path=p / "events.jsonl", config_dir=p,
+                                 cpu_threads=1, gpu_memory_fraction=0.25))
+        print(before, torch.get_num_threads(), check_train_batch_size.__globals__["autobatch"]._yoloportal_share)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "YOLO_CONFIG_DIR": str(tmp_path), "OMP_NUM_THREADS": "2"})
+    assert done.returncode == 0, done.stderr
+    before, threads, share = done.stdout.split()[-3:]
+    assert (before, threads, share) == ("2", "1", "0.25")
