@@ -197,6 +197,10 @@ HEARTBEAT_S = env_float("HEARTBEAT_S", 5.0, minimum=0.2)
 # it gets no new work, and the lost-node reaper alone decides about the attempts on it.
 NODE_SUSPECT_S = env_float("NODE_SUSPECT_S", 3 * HEARTBEAT_S, minimum=0.2)
 DISPATCH_REPAIR_S = env_float("DISPATCH_REPAIR_S", 20.0, minimum=1.0)
+# A job fails, instead of being requeued, once this many of its started attempts ended
+# without their worker reporting (node lost, monitor silent): a job that kills whatever runs
+# it cannot loop forever (apps.jobs.services.attempt_lost).
+MAX_LOST_ATTEMPTS = env_int("MAX_LOST_ATTEMPTS", 5, minimum=1)
 # An open job WebSocket re-checks that its user may still see the job this often (seconds).
 WS_ACCESS_RECHECK_S = env_float("WS_ACCESS_RECHECK_S", 5.0, minimum=0.5)
 # Stored log text per job (all attempts); past it one notice is stored and the rest dropped.

@@ -164,9 +164,11 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry
             GpuSlot.objects.filter(job_id=job.pk, attempt_id=job.attempt_id).delete()
     if moved:
         job.refresh_from_db()
-        if job.attempt == before:
+        started = job.attempt != before
+        if not started:
             reason = f"{reason}; attempt {job.attempt} had not started, so it keeps its number"
-        job_event(job, kind, reason)
+        # The ended attempt's number and whether it had started: attempt_lost counts these.
+        job_event(job, kind, reason, {"ended_attempt": before, "attempt_started": started})
         if by is not None:
             audit_record(actor=by, action=AuditEntry.Action.JOB_REQUEUE, team=job.team_id, target=job, message=reason)
         kick_scheduler()
@@ -261,17 +263,38 @@ def attempt_preempt(job: Job, *, reason: str, now: datetime) -> bool:
     return job_requeue(job, reason=f"preempted: {reason}", kind="preempted")
 
 
-def attempt_lost(job: Job, *, reason: str, now: datetime) -> None:
+def attempt_lost(job: Job, *, reason: str, now: datetime) -> str:
     """An attempt died with its infrastructure (node silent, monitor silent): requeue it, not
     counted as a retry (a new attempt only if it had started), or cancel it if that was asked,
-    so a cancel always ends."""
+    so a cancel always ends. Returns requeued | cancelled | failed | "" (no longer current).
+
+    Bounded: when ``settings.MAX_LOST_ATTEMPTS`` started attempts of the job have ended
+    without their worker (this one included), the job fails with the count and this cause
+    instead. A job that kills whatever runs it, or a worker that keeps dying on it without
+    reporting, would otherwise be requeued forever (46 attempts in 6 minutes were seen).
+    A placement that never started costs nothing here: that was the node's fault alone.
+    """
     if job.cancel_requested_at:
         if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.CANCELLED, attempt_id=job.attempt_id):
             usage_charge(job, ended_at=now)
             job_event(job, "cancelled", f"cancelled; {reason}")
-        return
+            return "cancelled"
+        return ""
     usage_charge(job, ended_at=now)
-    job_requeue(job, reason=f"{reason}; requeued (not counted as a retry)", kind="node_lost")
+    if job.state == JobState.RUNNING:
+        lost = 1 + JobEvent.objects.filter(job_id=job.pk, kind="node_lost", data__attempt_started=True).count()
+        limit = settings.MAX_LOST_ATTEMPTS
+        if lost >= limit:
+            error = (f"{lost} attempts ended without their worker (MAX_LOST_ATTEMPTS={limit}); "
+                     f"not requeued again. The last, attempt {job.attempt}: {reason}")
+            if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.FAILED, attempt_id=job.attempt_id,
+                              error=error):
+                job_event(job, "failed", error)
+                kick_scheduler()
+                return "failed"
+            return ""
+    moved = job_requeue(job, reason=f"{reason}; requeued (not counted as a retry)", kind="node_lost")
+    return "requeued" if moved else ""
 
 
 # --- the worker's side of an attempt -----------------------------------------------------------

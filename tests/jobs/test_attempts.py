@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.jobs.models import Checkpoint, Job, JobEvent, JobState
+from apps.cluster.models import Node
+from apps.jobs.models import Checkpoint, GpuSlot, Job, JobEvent, JobState
 from apps.jobs.services import (
     MAX_INFRA_REQUEUES,
     attempt_check_in,
@@ -155,6 +156,53 @@ def test_a_lost_attempt_is_requeued_as_a_new_attempt(running):
     assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 1)
     assert kinds(job)[-1] == "node_lost"
     assert UsageRecord.objects.get(job=job, attempt=1).ended_at == now
+
+
+def lose_and_restart(job, node_name: str = "node-a") -> Job:
+    """The attempt is lost; the scheduler places the job again and the worker starts it."""
+    attempt_lost(job, reason=f"attempt {job.attempt} stopped reporting on {node_name} for 9 s", now=timezone.now())
+    job = Job.objects.get(pk=job.pk)
+    if job.state != JobState.QUEUED:
+        return job
+    node = Node.objects.get(name=node_name)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    job = Job.objects.get(pk=job.pk)
+    return attempt_start(job_id=job.pk, attempt_id=job.attempt_id, node_name=node_name)
+
+
+def test_a_job_whose_attempts_keep_ending_without_their_worker_fails_at_the_limit(running, settings):
+    """A poison job (its worker dies under it every time) is not requeued forever: at the
+    MAX_LOST_ATTEMPTS-th started attempt lost, it fails with the count and the last cause."""
+    settings.MAX_LOST_ATTEMPTS = 3
+    job = lose_and_restart(running)
+    job = lose_and_restart(job)
+    assert (job.state, job.attempt) == (JobState.RUNNING, 3)
+    job = lose_and_restart(job)
+    assert (job.state, job.attempt, job.retries_left) == (JobState.FAILED, 3, 1)
+    assert job.error == ("3 attempts ended without their worker (MAX_LOST_ATTEMPTS=3); not requeued again. "
+                         "The last, attempt 3: attempt 3 stopped reporting on node-a for 9 s")
+    assert kinds(job)[-3:] == ["node_lost", "running", "failed"]
+    assert not GpuSlot.objects.filter(job_id=job.pk).exists()
+    assert UsageRecord.objects.filter(job=job).count() == 3
+
+
+def test_placements_that_never_started_do_not_count_as_lost_attempts(starting, settings):
+    """A node lost before its worker started the attempt costs the job nothing, not even
+    a step towards MAX_LOST_ATTEMPTS."""
+    settings.MAX_LOST_ATTEMPTS = 2
+    job = starting
+    for _ in range(3):
+        attempt_lost(job, reason="node node-a stopped reporting for 9 s", now=timezone.now())
+        job = Job.objects.get(pk=job.pk)
+        assert (job.state, job.attempt) == (JobState.QUEUED, 1)
+        assert job_claim(job, node=Node.objects.get(name="node-a"), gpu_indices=[0], gpu_share=1.0,
+                         run_class="medium")
+        job = Job.objects.get(pk=job.pk)
+    job = attempt_start(job_id=job.pk, attempt_id=job.attempt_id, node_name="node-a")
+    job = lose_and_restart(job)
+    assert (job.state, job.attempt) == (JobState.RUNNING, 2)
+    assert [e.data["attempt_started"] for e in JobEvent.objects.filter(job=job, kind="node_lost")] == [
+        False, False, False, True]
 
 
 def test_a_lost_attempt_whose_cancel_was_asked_is_cancelled(running):
