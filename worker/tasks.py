@@ -23,6 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import Sum
+from rq.timeouts import JobTimeoutException
 
 from apps.core.artifacts import artifact_path
 from apps.core.hashing import file_sha256
@@ -100,8 +101,40 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
     bind(attempt=job.attempt)
     try:
         return AttemptRunner(job).run()
+    except Exception as exc:  # noqa: BLE001 - our own code failed: report it, never leave the attempt silent
+        return attempt_error(job, exc)
     finally:
         kick_scheduler()
+
+
+def attempt_error(job: Job, exc: Exception) -> str:
+    """Our own code raised inside the attempt (staging inputs, recording results, a bug): the
+    training tree is already stopped (run_child) and the GPU locks released (run); end the
+    attempt now with what was raised, as any failure (a retry if one is left).
+
+    Left unreported, the attempt would look like a lost worker: its heartbeat stops, the
+    scheduler requeues it after the node's grace, and the same error comes back on every attempt.
+    If the report itself fails (database down) that is what happens, bounded by MAX_LOST_ATTEMPTS.
+    """
+    log.exception("job %s attempt %d: the worker raised %s", job.pk, job.attempt, type(exc).__name__)
+    close_old_connections()
+    if isinstance(exc, JobTimeoutException):  # RQ's backstop timeout (dispatch.RQ_TIMEOUT_SLACK_S)
+        return attempt_finish(job, outcome="timed_out")
+    node = job.node.name if job.node_id else os.environ.get("YOLOPORTAL_NODE", "")
+    return attempt_finish(job, outcome="failed", error=f"the worker on {node} could not run the attempt: "
+                                                       f"{type(exc).__name__}: {exc}"[:2000])
+
+
+def _fault(point: str) -> None:
+    """Fault injection for the tests, like apps.scheduling.loop's: YOLOPORTAL_FAULT=<point> ends
+    the work-horse there without a word (a dying worker), ``<point>:raise`` raises there (a bug
+    of ours)."""
+    wanted = os.environ.get("YOLOPORTAL_FAULT", "")
+    if wanted == point:
+        log.error("fault injection: exiting at %s", point)
+        os._exit(17)
+    if wanted == f"{point}:raise":
+        raise RuntimeError(f"fault injection: raised at {point}")
 
 
 __all__ = ["run_attempt", "set_parent_death_signal", "trainer_environment", "AttemptRunner", "ChildResult",
@@ -324,6 +357,7 @@ class AttemptRunner:
         return ""
 
     def train(self) -> str:
+        _fault("staging")
         stop = self.stage_inputs()
         if stop:
             return self.finish(ChildResult(outcome=stop))
@@ -381,13 +415,13 @@ class AttemptRunner:
         budget = self.job.timeout_s - self.previous_runtime_s
         started = time.monotonic()
         execution = (self.executor or node_executor()).start(spec)
-        if number == 1:
-            recorders.training_started(self.job.node.name, self.job.gpu_indices)
-        attempt_heartbeat(self.job)
         result = ChildResult()
         last_beat = last_log = time.monotonic()
         stop_reason = ""
         try:
+            if number == 1:
+                recorders.training_started(self.job.node.name, self.job.gpu_indices)
+            attempt_heartbeat(self.job)
             while True:
                 exit_code = execution.poll()
                 for event in execution.events():
@@ -411,6 +445,9 @@ class AttemptRunner:
                 self.on_event(event, result)
             self.flush_logs(execution.log_reader)
             result.usage = execution.usage()
+        except BaseException:
+            execution.stop()  # our code raised (or RQ's timeout): no training left on the GPUs
+            raise
         finally:
             execution.close()
         result.exit_code = exit_code

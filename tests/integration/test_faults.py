@@ -409,3 +409,47 @@ def zygote_pids() -> list[int]:
             if b"worker.zygote" in words and any(str(settings.DATA_DIR).encode() in w for w in words):
                 pids.append(int(entry.name))
     return pids
+
+
+def timeline_of(job_id) -> list[tuple[int, str]]:
+    return list(JobEvent.objects.filter(job_id=job_id).order_by("seq").values_list("attempt", "kind"))
+
+
+def test_an_exception_in_the_workers_own_code_ends_the_attempt_with_its_reason(live, alice):
+    """7. Our code raises inside the RQ task (staging inputs did once): the attempt ends at once as a
+    failure that names the exception (a retry, then failed), not as a lost worker requeued forever."""
+    from apps.jobs.models import GpuSlot
+
+    live.start_scheduler()
+    live.start_worker(YOLOPORTAL_FAULT="staging:raise")
+    job_id = submit(api_client(alice), epochs=1, name="worker-raises", retries=1)
+    wait_for(lambda: finished(job_id), 180, what="the job to end")
+    final, timeline = job(job_id), timeline_of(job_id)
+    assert final.state == JobState.FAILED, timeline
+    assert final.error == ("the worker on node-a could not run the attempt: "
+                           "RuntimeError: fault injection: raised at staging"), final.error
+    assert (final.attempt, final.retries_left) == (2, 0), timeline
+    kinds = [kind for _, kind in timeline]
+    assert kinds.count("retry") == 1 and "node_lost" not in kinds and "training_started" not in kinds, timeline
+    assert not GpuSlot.objects.filter(job_id=job_id).exists()
+    assert "the worker raised RuntimeError" in live.log("worker")  # the traceback stays in the worker's log
+
+
+def test_a_job_whose_worker_dies_under_every_attempt_fails_after_max_lost_attempts(live, alice):
+    """8. The work-horse dies without a word on every attempt (a poison job): each attempt is reaped
+    as lost (not a retry) until MAX_LOST_ATTEMPTS of them are, then the job fails saying so."""
+    live.start_scheduler(MAX_LOST_ATTEMPTS="3")
+    live.start_worker(YOLOPORTAL_FAULT="staging")
+    job_id = submit(api_client(alice), epochs=1, name="poison", retries=RETRIES)
+    grace = float(live.env()["NODE_GRACE_S"])
+    wait_for(lambda: finished(job_id), 3 * grace + 180, what="the job to end")
+    final, timeline = job(job_id), timeline_of(job_id)
+    assert final.state == JobState.FAILED, timeline
+    assert final.error.startswith("3 attempts ended without their worker (MAX_LOST_ATTEMPTS=3); not requeued "
+                                  "again. The last, attempt 3: attempt 3 stopped reporting on node-a for "), final.error
+    assert final.retries_left == RETRIES, timeline  # lost attempts are not retries
+    running = [attempt for attempt, kind in timeline if kind == "running"]
+    assert final.attempt == 3 and running == [1, 2, 3], timeline
+    lost = JobEvent.objects.filter(job_id=job_id, kind="node_lost")
+    assert [e.data["attempt_started"] for e in lost] == [True, True], timeline
+    assert Node.objects.get(name="node-a").state == Node.State.ACTIVE  # the worker itself lived
