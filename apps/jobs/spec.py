@@ -35,7 +35,7 @@ FRACTIONS = (0.125, 0.25, 0.5)
 MODES = ("train", "val", "predict", "export")
 TOP_LEVEL_KEYS = {
     "task_name", "image", "command", "train", "val", "predict", "export", "task", "resources", "priority", "user",
-    "team", "timeout", "retries", "allow_duplicate", "description", "sweep",
+    "team", "timeout", "retries", "allow_duplicate", "description", "sweep", "preemptible", "expected_duration",
 }
 EXPORT_FORMATS = ("onnx", "torchscript", "engine")
 AUTO_EXPORT_FORMATS = ("onnx", "torchscript")  # engine needs a TensorRT node: an export job of its own
@@ -346,6 +346,10 @@ class JobSpec:
     priority: str = "medium"
     charge_to: str = ""  # team slug (or the caller's own username); resolved by the service
     timeout_s: int = 0  # 0 = the platform default
+    # false: never preempted (charged at PolicyConfig.nonpreemptible_charge × usage, and it
+    # must fit in the daily quota); docs/scheduling.md
+    preemptible: bool = True
+    expected_duration_s: int = 0  # the user's runtime estimate, used until history exists; 0 = none
     retries: int = 0
     allow_duplicate: bool = False
     image: str = ""
@@ -603,6 +607,18 @@ def parse_spec(document: Any) -> JobSpec:
             spec.timeout_s = _int(1, 10**9)(document["timeout"])
         except ValueError as exc:
             errors["timeout"] = str(exc)
+    if "preemptible" in document:
+        try:
+            spec.preemptible = _bool(document["preemptible"])
+        except ValueError as exc:
+            errors["preemptible"] = str(exc)
+    if "expected_duration" in document:
+        try:
+            spec.expected_duration_s = _int(1, 10**9)(document["expected_duration"])
+            if spec.timeout_s and spec.expected_duration_s > spec.timeout_s:
+                errors["expected_duration"] = f"must not exceed timeout ({spec.timeout_s} s)"
+        except ValueError as exc:
+            errors["expected_duration"] = f"{exc} (seconds)"
     if "retries" in document:
         try:
             spec.retries = _int(0, 5)(document["retries"])

@@ -50,6 +50,13 @@ def test_it_accepts_the_design_seed_example_as_is():
     assert spec.image == "ultralytics/yolov8:latest"
 
 
+def test_a_spec_may_say_it_must_not_be_preempted_and_how_long_it_expects_to_run():
+    spec = parse_spec(seed(preemptible=False, expected_duration=1800))
+    assert spec.preemptible is False and spec.expected_duration_s == 1800
+    default = parse_spec(seed())
+    assert default.preemptible is True and default.expected_duration_s == 0
+
+
 def test_it_accepts_structured_train_arguments_and_fractional_gpus():
     spec = parse_spec({"task_name": "s", "task": "segment", "train": {"data": "demo", "model": "yolov8n-seg.yaml",
                                                                       "epochs": "3", "lr0": 0.01},
@@ -111,6 +118,10 @@ INVALID_FIELDS = [
     ({"timeout": "forever"}, "timeout"),
     ({"retries": 99}, "retries"),
     ({"allow_duplicate": "sure"}, "allow_duplicate"),
+    ({"preemptible": "never"}, "preemptible"),
+    ({"expected_duration": "a while"}, "expected_duration"),
+    ({"expected_duration": 0}, "expected_duration"),
+    ({"timeout": 600, "expected_duration": 3600}, "expected_duration"),
     ({"image": ["x"]}, "image"),
     ({"description": "d" * 301}, "description"),
     ({"shell": "bash"}, "shell"),
