@@ -72,6 +72,9 @@ def clusters(draw) -> ClusterState:
                     started_at=NOW - draw(st.sampled_from((60.0, 3600.0, 7200.0))),
                     expected_end=NOW + draw(st.sampled_from((-60.0, 600.0, 3600.0, 50000.0))),
                     preemptible=draw(st.booleans()),
+                    attained_s=draw(st.sampled_from((0.0, 0.0, 3 * 3600.0, 100 * 3600.0))),
+                    preemptions=draw(st.sampled_from((0, 0, 1, 5))),
+                    estimated=draw(st.booleans()),
                 )
             )
     queued = []
@@ -89,7 +92,9 @@ def clusters(draw) -> ClusterState:
                 cpu_milli=draw(st.sampled_from((0, 1000, 8000))),
                 memory_mb=draw(st.sampled_from((0, 4096, 65536))),
                 timeout_s=draw(st.sampled_from((3600.0, 8 * 3600.0, 30 * 3600.0))),
-                walltime_s=draw(st.sampled_from((None, 600.0, 3600.0))),
+                walltime_s=draw(st.sampled_from((None, 600.0, 3600.0, 40 * 3600.0))),
+                preemptible=draw(st.booleans()),
+                attained_s=draw(st.sampled_from((0.0, 0.0, 1800.0))),
             )
         )
     teams = {
@@ -105,6 +110,10 @@ def clusters(draw) -> ClusterState:
         reservations=draw(st.integers(0, 3)),
         backfill=draw(st.booleans()),
         preempt_min_runtime_s=600.0,
+        size_preemption=draw(st.booleans()),
+        bounded_wait=draw(st.booleans()),
+        fragmentation_aware=draw(st.booleans()),
+        eta_scenarios=draw(st.sampled_from((0, 2))),
     )
     return ClusterState(
         tuple(nodes),
@@ -115,6 +124,7 @@ def clusters(draw) -> ClusterState:
         user_usage_24h={u: draw(st.sampled_from((0.0, 3600.0, 5 * 3600.0, 30 * 3600.0))) for u in USERS},
         team_urgent_usage_24h={"safety": draw(st.sampled_from((0.0, 3 * 3600.0)))},
         teams=teams,
+        inflow=tuple(queued[: draw(st.integers(0, len(queued)))]),
     )
 
 
@@ -191,17 +201,29 @@ def test_never_more_gpu_cpu_or_memory_than_exists(state: ClusterState) -> None:
 @relaxed
 @given(clusters())
 def test_quotas_are_never_exceeded_by_a_start(state: ClusterState) -> None:
+    """Team GPU limits hold; past the daily quota a user starts only preemptible (over-quota)
+    work; a job that may not be preempted starts only if its next 24 h fit in the quota."""
     result = plan(state, NOW)
     kept, new = holdings_after(state, result)
+    jobs = {j.job_id: j for j in state.queued}
     for team in {a.team for a in new}:
         limit = state.teams.get(team, state.config.default_team).max_gpus
         if limit is not None:
             assert sum(a.gpus for a in kept + new if a.team == team) <= limit + EPS
     quota = state.config.user_gpu_hours_per_day
     if quota is not None:
-        # The daily quota is a budget of GPU-hours used: nobody at or over it starts a job.
-        for user in {a.user for a in new}:
-            assert state.user_usage_24h.get(user, 0.0) < quota * 3600
+        horizon = NOW + DAY_S
+        for k, a in enumerate(new):  # in the order the plan started them
+            used = state.user_usage_24h.get(a.user, 0.0)
+            if used >= quota * 3600:
+                assert jobs[a.job_id].preemptible, f"{a.job_id} started past the quota and may not be preempted"
+            if not jobs[a.job_id].preemptible:
+                committed = sum(
+                    b.gpus * max(0.0, min(b.expected_end, horizon) - NOW)
+                    for b in kept + new[: k + 1]
+                    if b.user == a.user
+                )
+                assert used + committed <= quota * 3600 + EPS
 
 
 @relaxed
@@ -220,15 +242,38 @@ def test_urgent_allowance_is_respected(state: ClusterState) -> None:
 
 @relaxed
 @given(clusters())
-def test_only_checkpointed_low_or_medium_jobs_are_preempted_for_urgent_ones(state: ClusterState) -> None:
+def test_preemption_follows_its_rules(state: ClusterState) -> None:
+    """Every victim has a checkpoint and preemptions left, and is over quota, or old enough
+    and either low/medium beneath an urgent job or of no higher class, no wider, with far
+    more time left (by estimate, or by attained-service bins without one); its preemptor starts."""
+    config = state.config
     result = plan(state, NOW)
     running = {a.job_id: a for a in state.running}
+    jobs = {j.job_id: j for j in state.queued}
+    starts = {s.job_id: s for s in result.starts}
+    rank = {c: i for i, c in enumerate(("low", "medium", "high", "urgent"))}
+    quota = config.user_gpu_hours_per_day
     for p in result.preemptions:
         victim = running[p.job_id]
-        assert victim.preemptible and victim.priority_class in ("low", "medium")
-        assert NOW - victim.started_at >= state.config.preempt_min_runtime_s
-    if result.preemptions:
-        assert any(s.priority_class == "urgent" for s in result.starts)
+        assert victim.preemptible and p.by_job_id in starts
+        if config.size_preemption:  # (the urgent-only rule of before keeps no count)
+            assert victim.preemptions < config.max_preemptions_per_job
+        if quota is not None and state.user_usage_24h.get(victim.user, 0.0) >= quota * 3600:
+            continue
+        assert NOW - victim.started_at >= config.preempt_min_runtime_s
+        preemptor, cls = jobs[p.by_job_id], starts[p.by_job_id].priority_class
+        if cls == "urgent" and victim.priority_class in ("low", "medium"):
+            continue
+        assert config.size_preemption and rank[victim.priority_class] <= rank[cls]
+        assert victim.gpus <= preemptor.gpus + EPS  # never wider than the job that preempts it
+        if victim.estimated and preemptor.estimated:
+            left = max(0.0, victim.expected_end - NOW) - config.restart_cost_s
+            assert left >= config.preempt_work_ratio * preemptor.walltime
+        else:
+            bins = config.attained_bins_gpu_hours
+            own = sum(1 for b in bins if preemptor.gpus * preemptor.attained_s / 3600 >= b)
+            theirs = sum(1 for b in bins if victim.attained_gpu_s(NOW) / 3600 >= b)
+            assert theirs >= own + 2
 
 
 @relaxed
@@ -248,7 +293,7 @@ def test_backfill_never_delays_a_reservation(state: ClusterState) -> None:
     nodes = {n.name: n for n in state.nodes}
     pinned: dict[str, list[tuple[JobRequest, tuple[tuple[int, ...], float]]]] = defaultdict(list)
     for entry in (e for e in result.queue if e.reserved_node):
-        at = entry.estimated_start
+        at = entry.reserved_at
         still = [a for a in kept + new if a.node == entry.reserved_node and max(a.expected_end, NOW) > at]
         cap = NodeCapacity.of(nodes[entry.reserved_node], still)
         for earlier, (indices, share) in pinned[entry.reserved_node]:
@@ -273,6 +318,7 @@ def test_plan_is_deterministic_and_ignores_input_order(state: ClusterState) -> N
         state.user_usage_expiry,
         state.team_urgent_usage_24h,
         state.teams,
+        inflow=tuple(reversed(state.inflow)),
     )
     assert plan(shuffled, NOW) == first
 
@@ -287,6 +333,10 @@ def test_every_queued_job_is_started_or_explained_once(state: ClusterState) -> N
     assert [e.position for e in result.queue] == list(range(1, len(waiting) + 1))
     assert all(e.reason for e in result.queue)
     assert all(0.0 <= v <= 1.0 for e in result.queue for v in e.factors.values())
+    for e in result.queue:  # every ETA is a point inside its range, never in the past
+        if e.estimated_start is not None and e.estimated_start_low is not None:
+            assert NOW - EPS <= e.estimated_start_low <= e.estimated_start + EPS
+            assert e.estimated_start <= e.estimated_start_high + EPS
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -80,7 +80,8 @@ def test_backfill_starts_a_short_job_that_ends_before_the_reservation() -> None:
     assert started(result) == ["short"]
     big = next(e for e in result.queue if e.job_id == "big")
     assert big.reserved_node == "n1"
-    assert big.estimated_start == pytest.approx(NOW + 2 * HOUR)
+    assert big.reserved_at == pytest.approx(NOW + 2 * HOUR, abs=1)
+    assert big.estimated_start_low <= NOW + 2 * HOUR <= big.estimated_start_high
 
 
 def test_backfill_may_use_gpus_the_reserved_job_does_not_need() -> None:
@@ -90,27 +91,54 @@ def test_backfill_may_use_gpus_the_reserved_job_does_not_need() -> None:
     queue = [job("big", gpus=6, age_s=86400, cls="high"), job("long", gpus=2, walltime_s=9 * HOUR, cls="low")]
     result = plan(state(cluster, queue, busy), NOW)
     assert started(result) == ["long"]
-    assert result.queue[0].estimated_start == pytest.approx(NOW + 2 * HOUR)
+    assert result.queue[0].reserved_at == pytest.approx(NOW + 2 * HOUR, abs=1)
 
 
 def test_backfill_respects_all_reservations_on_a_node_together() -> None:
     """Each reservation alone still fits beside the sliver; together they need both whole GPUs."""
     result = plan(two_reservations_for_one_free_gpu(), NOW)
     assert started(result) == []
-    reserved = {e.job_id: e.estimated_start for e in result.queue if e.reserved_node}
-    assert reserved == {"first": pytest.approx(NOW + HOUR), "second": pytest.approx(NOW + HOUR)}
+    reserved = {e.job_id: e.reserved_at for e in result.queue if e.reserved_node}
+    assert reserved == {"first": pytest.approx(NOW + HOUR, abs=1), "second": pytest.approx(NOW + HOUR, abs=1)}
 
 
 def test_user_quota_is_a_budget_of_gpu_hours_already_used() -> None:
-    """Under the daily quota a user starts jobs, however long; at the quota, nothing new starts."""
-    cluster = [node("n1", gpus=8)]
+    """Under the daily quota a user starts jobs, however long; at the quota, only as over-quota work."""
+    cluster = [node("n1", gpus=1)]
     config = fair(user_gpu_hours_per_day=20)
     three_days = job("three-days", gpus=1, walltime_s=72 * HOUR)
     under = plan(state(cluster, [three_days], config=config, user_usage_24h={"ann": 19 * HOUR}), NOW)
     assert started(under) == ["three-days"]
-    over = plan(state(cluster, [three_days], config=config, user_usage_24h={"ann": 20 * HOUR}), NOW)
-    assert started(over) == []
-    assert "over daily GPU-hour quota (20.0 of 20 used in 24 h)" in over.queue[0].reason
+    others = job("colleague", user="bob")
+    over = plan(state(cluster, [three_days, others], config=config, user_usage_24h={"ann": 20 * HOUR}), NOW)
+    assert started(over) == ["colleague"]
+    assert over.queue[0].reason.startswith("over quota: runs when GPUs are idle, may be preempted (20.0 of 20 ")
+
+
+def test_over_quota_work_starts_on_idle_gpus_and_is_preempted_first() -> None:
+    """Past the quota a user's job still runs on GPUs nobody wants; a colleague's job takes them back."""
+    cluster = [node("n1", gpus=1)]
+    config = fair(user_gpu_hours_per_day=20)
+    usage = {"ann": 20 * HOUR}
+    alone = plan(state(cluster, [job("ann-job")], config=config, user_usage_24h=usage), NOW)
+    assert started(alone) == ["ann-job"]
+    busy = [running("ann-job", "n1", (0,), user="ann", ran_s=60, left_s=10 * HOUR, preemptible=True)]
+    later = plan(state(cluster, [job("bob-job", user="bob")], busy, config=config, user_usage_24h=usage), NOW)
+    assert started(later) == ["bob-job"]
+    assert [p.job_id for p in later.preemptions] == ["ann-job"]
+    assert "over the daily GPU-hour quota" in later.preemptions[0].reason
+
+
+def test_a_job_that_may_not_be_preempted_must_fit_in_the_quota() -> None:
+    """``preemptible: false`` cannot run as over-quota work: it starts only within what is left."""
+    cluster = [node("n1", gpus=8)]
+    config = fair(user_gpu_hours_per_day=20)
+    fixed = job("fixed", walltime_s=6 * HOUR, preemptible=False)
+    fits = plan(state(cluster, [fixed], config=config, user_usage_24h={"ann": 10 * HOUR}), NOW)
+    assert started(fits) == ["fixed"]
+    too_long = plan(state(cluster, [fixed], config=config, user_usage_24h={"ann": 15 * HOUR}), NOW)
+    assert started(too_long) == []
+    assert "may not be preempted" in too_long.queue[0].reason
 
 
 def test_fractional_jobs_share_a_gpu() -> None:
@@ -171,13 +199,14 @@ def test_team_quota_holds_a_job_with_a_reason_and_time() -> None:
 
 
 def test_user_daily_quota_holds_a_job_until_usage_ages_out() -> None:
+    """A job that may not be preempted waits, over the quota, until enough usage leaves the window."""
     cluster = [node("n1", gpus=8)]
     config = fair(user_gpu_hours_per_day=20)
     expiry = {"ann": ((NOW + 2 * HOUR, 10 * HOUR), (NOW + 5 * HOUR, 10.5 * HOUR))}
     result = plan(
         state(
             cluster,
-            [job("j", walltime_s=2 * HOUR)],
+            [job("j", walltime_s=2 * HOUR, preemptible=False)],
             config=config,
             user_usage_24h={"ann": 20.5 * HOUR},
             user_usage_expiry=expiry,
@@ -185,7 +214,7 @@ def test_user_daily_quota_holds_a_job_until_usage_ages_out() -> None:
         NOW,
     )
     assert result.starts == ()
-    assert result.queue[0].estimated_start == pytest.approx(NOW + 2 * HOUR)
+    assert result.queue[0].estimated_start == pytest.approx(NOW + 2 * HOUR, abs=1)
     assert "over daily GPU-hour quota" in result.queue[0].reason
     assert result.wake_at == pytest.approx(NOW + 2 * HOUR)
 

@@ -13,6 +13,8 @@ from .fair import plan_fair
 from .fifo import plan_fifo
 from .placement import fits_empty_cluster
 from .types import (
+    DAY_S,
+    DEFAULT_RUNTIME_S,
     PRIORITY_CLASSES,
     Allocation,
     ClusterState,
@@ -31,6 +33,8 @@ from .usage import DecayedUsage, RollingUsage
 POLICIES: dict[str, Callable[[ClusterState, float], Plan]] = {"fifo": plan_fifo, "fair": plan_fair}
 
 __all__ = [
+    "DAY_S",
+    "DEFAULT_RUNTIME_S",
     "PRIORITY_CLASSES",
     "POLICIES",
     "Allocation",

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from .admission import gpus_text
+from .eta import EtaModel
 from .placement import EPS, NodeCapacity
 from .types import DAY_S, Allocation, ClusterState, JobRequest, QueueEntry
 
@@ -20,8 +21,10 @@ class Waiting:
         self, job: JobRequest, kind: str, note: object = "", until: float | None = None, cls: str = ""
     ) -> None:
         self.job = job
-        self.kind = kind  # "never" | "quota" | "resources" | "reserved"
-        self.note = note  # never: the reason text; quota: ("team" | "user", in use, limit)
+        self.kind = kind  # "never" | "quota" | "resources" | "reserved" | "overquota"
+        # never: the reason text; quota: ("team" | "user" | "user-np", in use, limit);
+        # reserved: "starving" for a bounded-wait reservation; overquota: (used, quota)
+        self.note = note
         self.until = until  # quota: when it frees up; reserved: reserved start
         self.cls = cls  # the class it would run as
 
@@ -55,7 +58,7 @@ class Explainer:
         self.caps = caps
         self.preempted = preempted
         self.started = started
-        self._fmt_cache: dict[float, str] = {}
+        self._fmt_cache: dict[int, str] = {}
 
     def gpu_slots(self) -> list[float]:
         """When each schedulable GPU is next free, for the pooled ETA sweep."""
@@ -85,28 +88,16 @@ class Explainer:
         heapq.heapify(slots)
         return slots
 
-    def explain(
-        self,
-        waiting: Sequence[Waiting],
-        info: Mapping[str, tuple[float, tuple[float, float, float, float]]],
-        reserved_node: Mapping[str, str],
-    ) -> tuple[tuple[QueueEntry, ...], float | None]:
-        """Queue entries in one sweep in priority order, and when to plan again (a quota lifts).
-
-        ``info`` maps job id to (priority, factors); ``reserved_node`` job id to the node it holds.
-        """
+    def pooled_etas(self, waiting: Sequence[Waiting]) -> tuple[list[float | None], float | None]:
+        """The coarse sweep's start for every waiting job (None = never / no time), and the next wake-up."""
         now = self.now
-        only = self.state.explain_only
         slots = self.gpu_slots()
         n_slots = len(slots)
-        entries: list[QueueEntry] = []
+        etas: list[float | None] = []
         wake_at: float | None = None
         heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        ahead = 0
-        position = 0
         for w in waiting:
             job = w.job
-            position += 1
             eta: float | None = None
             kind = w.kind
             if kind != "never":
@@ -134,8 +125,51 @@ class Explainer:
                         for _ in range(n):
                             heappush(slots, end)
                     eta = start
+            etas.append(eta)
+        return etas, wake_at
+
+    def explain(
+        self,
+        waiting: Sequence[Waiting],
+        info: Mapping[str, tuple[float, tuple[float, float, float, float]]],
+        reserved_node: Mapping[str, str],
+        eta_model: EtaModel | None = None,
+    ) -> tuple[tuple[QueueEntry, ...], float | None]:
+        """Queue entries in priority order, and when to plan again (a quota lifts).
+
+        ``info`` maps job id to (priority, factors); ``reserved_node`` job id to the node it
+        holds. With ``eta_model``, the head of the queue gets forward-simulated ETAs and
+        everyone a range (:mod:`.eta`); without, the pooled sweep's point alone.
+        """
+        now = self.now
+        only = self.state.explain_only
+        pooled, wake_at = self.pooled_etas(waiting)
+        ranges: dict[str, tuple[float, float, float]] = {}
+        if eta_model is not None:
+            head = []
+            for w, eta in zip(waiting, pooled, strict=True):
+                if eta is None:
+                    continue
+                t0 = now if w.kind != "quota" else (w.until or now)
+                wanted = only is None or w.job.job_id in only
+                head.append((w.job, t0, info[w.job.job_id][0], wanted))
+                if len(head) >= self.state.config.eta_head:
+                    break
+            if any(wanted for *_, wanted in head):
+                ranges = eta_model.head(head)
+        entries: list[QueueEntry] = []
+        ahead = 0
+        position = 0
+        for w, eta in zip(waiting, pooled, strict=True):
+            job = w.job
+            kind = w.kind
+            position += 1
             if only is None or job.job_id in only:
                 prio, f = info[job.job_id]
+                low = high = None
+                if eta is not None and eta_model is not None:
+                    got = ranges.get(job.job_id)
+                    eta, low, high = got if got is not None else eta_model.coarse(eta, prio)
                 cls = w.cls
                 factors = {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]}
                 entries.append(
@@ -147,6 +181,9 @@ class Explainer:
                         eta,
                         self.reason(w, cls, ahead, eta),
                         reserved_node.get(job.job_id),
+                        w.until if kind == "reserved" else None,
+                        low,
+                        high,
                     )
                 )
             if kind == "resources" or kind == "reserved":
@@ -154,9 +191,10 @@ class Explainer:
         return tuple(entries), wake_at
 
     def fmt(self, t: float) -> str:
-        text = self._fmt_cache.get(t)
+        minute = int(t // 60)  # reasons say HH:MM: one formatting per minute, however many ETAs
+        text = self._fmt_cache.get(minute)
         if text is None:
-            text = self._fmt_cache[t] = fmt_time(t, self.now)
+            text = self._fmt_cache[minute] = fmt_time(t, self.now)
         return text
 
     def reason(self, w: Waiting, cls: str, ahead: int, eta: float | None) -> str:
@@ -167,12 +205,28 @@ class Explainer:
             if w.note[0] == "team":
                 _, in_use, limit = w.note
                 text = f"over team quota ({in_use:g} of {limit:g} GPUs in use)"
+            elif w.note[0] == "user-np":
+                _, used, quota = w.note
+                text = (
+                    f"may not be preempted, so its next 24 h must fit in the daily GPU-hour quota "
+                    f"({used / 3600:.1f} of {quota / 3600:g} used in 24 h)"
+                )
             else:
                 _, used, quota = w.note
                 text = f"over daily GPU-hour quota ({used / 3600:.1f} of {quota / 3600:g} used in 24 h)"
             text += f" until {fmt(w.until)}" if w.until is not None else ""
+        elif w.kind == "overquota":
+            used, quota = w.note
+            text = (
+                f"over quota: runs when GPUs are idle, may be preempted "
+                f"({used / 3600:.1f} of {quota / 3600:g} GPU-hours used in 24 h"
+            )
+            text += f"; within quota again {fmt(w.until)})" if w.until is not None else ")"
         elif w.kind == "reserved":
-            text = f"waiting for {gpus_text(job)}; reserved; expected {fmt(w.until)}"
+            starving = " (waited well past its fair share)" if w.note == "starving" else ""
+            text = (
+                f"waiting for {gpus_text(job)}; reserved{starving}; expected {fmt(eta if eta is not None else w.until)}"
+            )
         else:
             text = f"waiting for {gpus_text(job)}"
             if ahead:

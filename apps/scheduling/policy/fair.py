@@ -10,10 +10,11 @@ jobs) and :mod:`.explain` (position, ETA and reason of every waiting job).
 from __future__ import annotations
 
 from .admission import NeverStarts
+from .eta import EtaModel
 from .explain import Explainer, Waiting
-from .placement import Placer, capacities, shape_of
-from .preemption import choose_victims
-from .priority import rank_queue
+from .placement import Placer, Target, capacities, shape_of
+from .preemption import URGENT_VICTIM_CLASSES, VictimFinder, choose_victims_legacy
+from .priority import Ranked, fairshare_factors, promote_starving, rank_queue
 from .quota import QuotaLedger
 from .reservations import Reservations
 from .types import Allocation, ClusterState, JobRequest, Plan, PolicyConfig, Preemption, Start, TeamPolicy
@@ -23,13 +24,18 @@ class FairPlanner:
     """One planning pass. Use :func:`plan_fair`; the class only keeps the state of the pass.
 
     1. Free capacity per node from running allocations; team/user totals for quotas.
-    2. Every queued job's class, factors and priority (:func:`.priority.rank_queue`).
+    2. Every queued job's class, factors and priority (:func:`.priority.rank_queue`);
+       urgent jobs within their allowance first, then the most starved jobs
+       (:func:`.priority.promote_starving`), then the rest by priority.
     3. For each job in order: reject what can never start (per-job limit, no node large
-       enough); hold what is over a quota; otherwise place it now if that delays no
-       reservation; an urgent job that does not fit may preempt low/medium jobs; the
-       first ``config.reservations`` jobs that still cannot start get a reservation
-       (node and time) from running jobs' expected ends.
-    4. One sweep over the waiting jobs in order gives every one an ETA and a reason.
+       enough); hold what is over a quota (a preemptible job of a user past the daily
+       quota waits for step 5 instead); otherwise place it now if that delays no
+       reservation; the first ``config.reservations`` jobs that still cannot start get a
+       reservation, and the starving ones one of their own.
+    4. Blocked jobs, in order, may preempt (:mod:`.preemption`) where that delays no
+       reservation (:meth:`preempt_for_blocked`).
+    5. Over-quota jobs, last: they start only on GPUs nobody else could use.
+    6. One sweep over the waiting jobs in order gives every one an ETA and a reason.
     """
 
     def __init__(self, state: ClusterState, now: float) -> None:
@@ -42,7 +48,8 @@ class FairPlanner:
             end = max(a.expected_end, now)
             if end > drain.get(a.node, now):
                 drain[a.node] = end
-        self.placer = Placer(self.caps, drain if self.config.drain_aware else None, now)
+        targets = waiting_shapes(state.queued) if self.config.fragmentation_aware else None
+        self.placer = Placer(self.caps, drain if self.config.drain_aware else None, now, targets)
         self.quota = QuotaLedger(state, now)
         self.never = NeverStarts(state)
         self.starts: list[Start] = []
@@ -51,6 +58,8 @@ class FairPlanner:
         self.reservations = Reservations(self.caps, now, state.running, self.started_allocs, self.quota.preempted)
         self.waiting: list[Waiting] = []
         self.blocked = False  # without backfill nothing passes a blocked job
+        self.over_quota_jobs: set[str] = set()
+        self._victims: VictimFinder | None = None
 
     def start(self, job: JobRequest, cls: str, node: str, indices: tuple[int, ...], share: float) -> None:
         self.starts.append(Start(job.job_id, node, indices, share, cls))
@@ -68,14 +77,82 @@ class FairPlanner:
             self.now,
             self.now + job.walltime,
             False,
+            job.attained_s,
+            job.preemptions,
+            job.estimated,
         )
         self.started_allocs.append(alloc)
         self.quota.started(alloc)
         self.reservations.on_start(alloc)
 
-    def try_preempt(self, job: JobRequest, cls: str) -> bool:
-        """Free room for an urgent job by requeueing the fewest, lowest, most recent jobs."""
-        chosen = choose_victims(
+    def victims(self) -> VictimFinder:
+        if self._victims is None:
+            self._victims = VictimFinder(self.state.running, self.config, self.now, self.over_quota_jobs)
+        return self._victims
+
+    def try_preempt(self, job: JobRequest, cls: str, drop_reservation: bool = False) -> bool:
+        """Start ``job`` in the room of running jobs it may preempt (:mod:`.preemption`)."""
+        config = self.config
+        finder = self.victims()
+        if not finder.candidates:
+            return False
+        found = finder.find(job, cls, self.caps, self.quota.preempted)
+        if found is None:
+            return False
+        node, victims = found
+        if drop_reservation:
+            self.reservations.cancel(job.job_id)
+        for victim in victims:
+            self.placer.release(victim)
+            self.reservations.on_preempt(victim, sign=-1)
+        allowed = self.reservations.allowed_for(job, self.now)
+        placed = self.placer.place(job, lambda n, i, s: n == node and (allowed is None or allowed(n, i, s)))
+        if placed is None:  # it would delay a reservation there
+            for victim in victims:
+                self.placer.restore(victim)
+                self.reservations.on_preempt(victim, sign=1)
+            if drop_reservation:
+                self.reservations.restore_cancelled()
+            return False
+        for victim in victims:
+            self.quota.preempted_alloc(victim)
+            if victim.job_id in self.over_quota_jobs:
+                why = f"its user is over the daily GPU-hour quota and job {job.job_id} needs the GPUs"
+            elif cls == "urgent" and victim.priority_class in URGENT_VICTIM_CLASSES:
+                why = f"preempted by urgent job {job.job_id}"
+            else:
+                why = f"preempted by job {job.job_id}, which needs far less GPU time than this one has left"
+            self.preempted[victim.job_id] = Preemption(
+                victim.job_id, f"{why}; resumes from its checkpoint", job.job_id, config.preempt_grace_s
+            )
+        self.reservations.forget_events()
+        finder.forget_refusals()
+        self.start(job, cls, *placed)
+        return True
+
+    def preempt_for_blocked(self) -> None:
+        """Step 4: blocked jobs, in order, may start in the room of jobs they may preempt.
+
+        After the reservations of step 3 are made, so a preemption never delays one: a
+        stream of short jobs preempting wherever they like would keep a node from ever
+        draining for a whole-node job.
+        """
+        kept: list[Waiting] = []
+        budget = self.config.max_preemptions_per_pass
+        finder = self.victims()
+        for w in self.waiting:
+            if w.kind in ("resources", "reserved") and len(self.preempted) < budget and finder.candidates:
+                cls = w.cls
+                if cls == "urgent" and not self.quota.urgent_ok(w.job):
+                    cls = "high"
+                if self.try_preempt(w.job, cls, drop_reservation=w.kind == "reserved"):
+                    continue
+            kept.append(w)
+        self.waiting[:] = kept
+
+    def _try_preempt_legacy(self, job: JobRequest, cls: str) -> bool:
+        """Urgent-only preemption as before size-aware preemption existed (``size_preemption=False``)."""
+        chosen = choose_victims_legacy(
             job, self.state.running, self.caps, self.quota.preempted, self.now, self.config.preempt_min_runtime_s
         )
         if chosen is None:
@@ -85,7 +162,10 @@ class FairPlanner:
             self.placer.release(victim)
             self.quota.preempted_alloc(victim)
             self.preempted[victim.job_id] = Preemption(
-                victim.job_id, f"preempted by urgent job {job.job_id}; resumes from its checkpoint", job.job_id
+                victim.job_id,
+                f"preempted by urgent job {job.job_id}; resumes from its checkpoint",
+                job.job_id,
+                self.config.preempt_grace_s,
             )
         self.reservations.forget_events()
         placed = self.placer.place(job, lambda n, i, s: n == node)
@@ -97,13 +177,26 @@ class FairPlanner:
     def run(self) -> Plan:
         config = self.config
         quota = self.quota
-        rows = rank_queue(self.state, self.now, quota.urgent_ok)
+        now = self.now
+        fairshare = fairshare_factors(self.state)
+        rows = rank_queue(self.state, now, quota.urgent_ok, fairshare)
+        starving: set[str] = set()
+        if config.bounded_wait:
+            rows, starving = promote_starving(rows, self.state, now)
+        if config.user_gpu_hours_per_day is not None or any(
+            t.user_gpu_hours_per_day is not None for t in self.state.teams.values()
+        ):
+            self.over_quota_jobs = quota.over_quota_jobs()
+        new_preemption = config.size_preemption or bool(self.over_quota_jobs)
         failed = self.placer.failed  # the same set object all pass (cleared in place)
         waiting = self.waiting
         never_reason = self.never.reason
         reservations = self.reservations
         team_info: dict[str, tuple[TeamPolicy, bool]] = {}
-        for _prio, job, cls, _factors in rows:
+        deferred: list[Ranked] = []
+        starving_reserved = 0
+        for row in rows:
+            job, cls = row.job, row.cls
             info = team_info.get(job.team)
             if info is None:
                 tp = quota.team_policy(job.team)
@@ -116,34 +209,76 @@ class FairPlanner:
             if limited:
                 blocked = quota.block(job, tp)
                 if blocked is not None:
+                    if blocked.note[0] == "user" and job.preemptible:
+                        deferred.append(row)  # runs as "over quota" work on idle GPUs, step 4
+                        continue
                     blocked.cls = cls
                     waiting.append(blocked)
                     continue
+            is_starving = job.job_id in starving
             shape = shape_of(job)
-            if self.blocked or shape in failed:  # on a full cluster: nothing of this shape fits
+            shape_failed = shape in failed
+            if self.blocked or (shape_failed and not is_starving):
+                # On a full cluster nothing of this shape fits; step 4 may still preempt for it.
                 waiting.append(Waiting(job, "resources", "", None, cls))
                 continue
             if cls == "urgent" and not quota.urgent_ok(job):
                 cls = "high"  # an earlier urgent job in this pass used the allowance
-            placed = self.placer.place(job, reservations.allowed_for(job, self.now))
-            if placed is not None:
-                self.start(job, cls, *placed)
-                continue
-            if cls == "urgent" and config.preemption and self.try_preempt(job, cls):
+            if not shape_failed:
+                placed = self.placer.place(job, reservations.allowed_for(job, now), memo=True)
+                if placed is not None:
+                    self.start(job, cls, *placed)
+                    continue
+            if config.preemption and not new_preemption and cls == "urgent" and self._try_preempt_legacy(job, cls):
                 continue
             if not config.backfill:
                 self.blocked = True
-            if len(reservations) < config.reservations:
-                res = reservations.reserve(job)
+            drainable = (
+                self.victims().releasable(job, cls, quota.preempted)
+                if new_preemption and config.preemption and job.gpus > 1
+                else frozenset()
+            )
+            if is_starving and starving_reserved < config.starvation_reservations:
+                res = reservations.reserve(job, drainable)
+                if res is not None:
+                    starving_reserved += 1
+                    waiting.append(Waiting(job, "reserved", "starving", res.at, cls))
+                    continue
+            elif not shape_failed and len(reservations) - starving_reserved < config.reservations:
+                res = reservations.reserve(job, drainable)
                 if res is not None:
                     waiting.append(Waiting(job, "reserved", "", res.at, cls))
                     continue
             waiting.append(Waiting(job, "resources", "", None, cls))
-        explainer = Explainer(self.state, self.now, self.caps, self.quota.preempted, self.started_allocs)
+        if config.preemption and new_preemption:
+            self.preempt_for_blocked()
+        for row in deferred:
+            job, cls = row.job, row.cls
+            team_hold = quota.block(job, quota.team_policy(job.team))
+            if team_hold is not None and team_hold.note[0] == "team":  # the team filled up meanwhile
+                team_hold.cls = cls
+                waiting.append(team_hold)
+                continue
+            shape = shape_of(job)
+            if not self.blocked and shape not in failed:
+                placed = self.placer.place(job, reservations.allowed_for(job, now))
+                if placed is not None:
+                    self.start(job, cls if cls != "urgent" else "high", *placed)
+                    continue
+            used = self.state.user_usage_24h.get(job.user, 0.0)
+            limit = quota.user_quota_s(quota.team_policy(job.team)) or 0.0
+            until = quota.user_free_at(job.user, used - limit + 2e-9)
+            waiting.append(Waiting(job, "overquota", (used, limit), until, cls))
+        eta_model = None
+        if config.eta_scenarios > 0:
+            holding = [a for a in self.state.running if a.job_id not in quota.preempted] + self.started_allocs
+            eta_model = EtaModel(self.state, now, self.caps, holding, self.placer.drain, self.placer.targets, fairshare)
+        explainer = Explainer(self.state, now, self.caps, self.quota.preempted, self.started_allocs)
         queue, wake_at = explainer.explain(
             waiting,
             {r.job.job_id: (r.priority, r.factors) for r in rows},
             {r.job.job_id: r.node for r in reservations.items},
+            eta_model,
         )
         return Plan(
             starts=tuple(self.starts),
@@ -151,6 +286,20 @@ class FairPlanner:
             queue=queue,
             wake_at=wake_at,
         )
+
+
+def waiting_shapes(queued: tuple[JobRequest, ...]) -> list[Target]:
+    """Whole-GPU shapes the queue asks for (GPUs, models), weighted by share of GPUs asked."""
+    demand: dict[tuple[int, tuple[str, ...]], float] = {}
+    total = 0.0
+    for job in queued:
+        if job.gpus >= 1:
+            key = (int(round(job.gpus)), job.gpu_models)
+            demand[key] = demand.get(key, 0.0) + job.gpus
+            total += job.gpus
+    if not total:
+        return []
+    return [(need, models, weight / total) for (need, models), weight in sorted(demand.items())]
 
 
 def plan_fair(state: ClusterState, now: float) -> Plan:

@@ -9,12 +9,14 @@ no shared one fits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from .types import Allocation, JobRequest, NodeInfo
 
 EPS = 1e-9
+FRAGMENTATION_CANDIDATES = 16
 Fit = tuple[str, tuple[int, ...], float]  # node, GPU indices, share of each GPU
 
 
@@ -159,6 +161,41 @@ def _fit_key(cap: NodeCapacity, job: JobRequest, fit: tuple[tuple[int, ...], flo
     return (False, 0.0, cap.whole_free - len(indices), name)
 
 
+Target = tuple[int, tuple[str, ...], float]  # whole GPUs a waiting shape needs, its models, its weight
+
+
+def fragmentation(cap: NodeCapacity, targets: Iterable[Target]) -> float:
+    """Free GPU capacity on the node that the waiting shapes cannot use, weighted by demand.
+
+    In the spirit of FGD (Weng et al., ATC'23): for each target shape, the free capacity of
+    the GPUs it may use is fragmented if the node cannot host the shape at all (too few
+    idle GPUs), and partly-used GPUs are always fragmented for whole-GPU shapes.
+    """
+    per_model: dict[str, list[float]] = {}  # model -> [idle GPUs, free share of partly used ones]
+    gpu_free = cap.gpu_free
+    for g in cap.node.gpus:
+        f = gpu_free[g.index]
+        if f > EPS:
+            counts = per_model.get(g.model)
+            if counts is None:
+                counts = per_model[g.model] = [0.0, 0.0]
+            if f >= 1.0 - EPS:
+                counts[0] += 1
+            else:
+                counts[1] += f
+    if not per_model:
+        return 0.0
+    total = 0.0
+    for need, models, weight in targets:
+        whole = partial = 0.0
+        for model, (w, p) in per_model.items():
+            if not models or model in models:
+                whole += w
+                partial += p
+        total += weight * (partial + (whole if whole < need else 0.0))
+    return total
+
+
 def shape_of(job: JobRequest) -> tuple:
     return (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb, job.image, job.requires)
 
@@ -182,14 +219,28 @@ class Placer:
     With ``drain`` (node -> time its last running job is expected to end) the first key is
     how much later the node would drain: a long job goes where long jobs already run, a
     short job anywhere it ends before the node drains anyway, so nodes empty out together
-    and 8-GPU jobs find whole nodes. Among equal nodes, best fit as in :func:`best_fit`.
+    and 8-GPU jobs find whole nodes. With ``targets`` (the whole-GPU shapes waiting jobs
+    need), the next key is how much the placement adds to :func:`fragmentation`. Among
+    equal nodes, best fit as in :func:`best_fit`.
     """
 
-    def __init__(self, caps: dict[str, NodeCapacity], drain: dict[str, float] | None = None, now: float = 0.0) -> None:
+    def __init__(
+        self,
+        caps: dict[str, NodeCapacity],
+        drain: dict[str, float] | None = None,
+        now: float = 0.0,
+        targets: list[Target] | None = None,
+    ) -> None:
         self.caps = caps
         self.drain = drain
         self.now = now
+        self.targets = targets
         self.failed: set[tuple] = set()
+        self.failed_jobs: dict[tuple, JobRequest] = {}  # a job of each failed shape
+        # Shape -> the shortest end refused by a reservation check (``place(..., memo=True)``):
+        # capacity only shrinks and reservations only grow within a pass, so a job of that
+        # shape that would end as late or later is refused too.
+        self.refused: dict[tuple, float] = {}
         self.buckets: dict[int, set[str]] = {}
         self.partial: set[str] = set()
         for name, cap in caps.items():
@@ -234,24 +285,68 @@ class Placer:
                     names.update(bucket)
         fits = []
         for name in names:
-            fit = caps[name].fit(job)
+            cap = caps[name]
+            fit = cap.fit(job)
             if fit is not None:
-                fits.append(((self._delay(name, end),) + _fit_key(caps[name], job, fit, name), name, fit))
+                fits.append(((self._delay(name, end),) + _fit_key(cap, job, fit, name), name, fit))
         if not fits:
             self.failed.add(shape_of(job))
+            self.failed_jobs[shape_of(job)] = job
             return
         fits.sort()
-        for _, name, fit in fits:
-            yield name, fit[0], fit[1]
+        targets = self.targets
+        if not targets:
+            for _, name, fit in fits:
+                yield name, fit[0], fit[1]
+            return
+        # Among nodes the job delays equally (first key), least added fragmentation first;
+        # scored lazily, group by group, since usually the first place is taken, and only
+        # the FRAGMENTATION_CANDIDATES best fits of a group (a big idle cluster has hundreds).
+        k = 0
+        while k < len(fits):
+            delay = fits[k][0][0]
+            group = []
+            while k < len(fits) and fits[k][0][0] == delay:
+                key, name, fit = fits[k]
+                if len(group) >= FRAGMENTATION_CANDIDATES:
+                    group.append(((math.inf,) + key[1:], name, fit))
+                    k += 1
+                    continue
+                cap = caps[name]
+                before = fragmentation(cap, targets)
+                cap.take(fit[0], fit[1], 0, 0, 0)
+                added = fragmentation(cap, targets) - before
+                cap.take(fit[0], fit[1], 0, 0, 0, sign=-1)
+                group.append(((round(added, 6),) + key[1:], name, fit))
+                k += 1
+            group.sort()
+            for _, name, fit in group:
+                yield name, fit[0], fit[1]
 
     def place(
-        self, job: JobRequest, allowed: Callable[[str, tuple[int, ...], float], bool] | None = None
+        self,
+        job: JobRequest,
+        allowed: Callable[[str, tuple[int, ...], float], bool] | None = None,
+        memo: bool = False,
     ) -> Fit | None:
-        """The best place for ``job`` that ``allowed`` accepts; resources are taken."""
+        """The best place for ``job`` that ``allowed`` accepts; resources are taken.
+
+        ``memo=True`` says ``allowed`` is the pass's reservation check: its refusals are
+        remembered per shape (see ``refused``).
+        """
+        end = self.now + job.walltime
+        if memo and allowed is not None:
+            refused_end = self.refused.get(shape_of(job))
+            if refused_end is not None and end >= refused_end:
+                return None
         for name, indices, share in self.candidates(job):
             if allowed is None or allowed(name, indices, share):
                 self.take(name, job, indices, share)
                 return name, indices, share
+        if memo and allowed is not None and shape_of(job) not in self.failed:
+            shape = shape_of(job)
+            if end < self.refused.get(shape, float("inf")):
+                self.refused[shape] = end
         return None
 
     def take(self, name: str, job: JobRequest, indices: tuple[int, ...], share: float) -> None:
@@ -265,15 +360,32 @@ class Placer:
             if end > self.drain.get(name, self.now):
                 self.drain[name] = end
 
-    def release(self, alloc: Allocation) -> None:
+    def release(self, alloc: Allocation, precise: bool = False) -> None:
+        """Give an allocation's resources back. ``precise``: forget only the failed shapes
+        that now fit on its node (a few fit checks instead of new searches for every shape)."""
+        self._retake(alloc, sign=-1)
+        self.refused.clear()
+        if not precise:
+            self.failed.clear()
+            return
+        cap = self.caps.get(alloc.node)
+        if cap is None:
+            return
+        for shape in [s for s in self.failed if cap.fit(self.failed_jobs[s]) is not None]:
+            self.failed.discard(shape)
+
+    def restore(self, alloc: Allocation) -> None:
+        """Undo :meth:`release` (a preemption that did not go ahead)."""
+        self._retake(alloc, sign=1)
+
+    def _retake(self, alloc: Allocation, sign: int) -> None:
         cap = self.caps.get(alloc.node)
         if cap is None:
             return
         self._unindex(alloc.node, cap)
-        cap.release(alloc)
+        cap.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb, alloc.cpu_milli, alloc.memory_mb, sign)
         if cap.node.schedulable:
             self._index(alloc.node, cap)
-        self.failed.clear()
 
 
 def fits_empty_cluster(nodes: Iterable[NodeInfo], job: JobRequest) -> bool:

@@ -98,7 +98,31 @@ class Ranked(NamedTuple):
     factors: tuple[float, float, float, float]  # fairshare, age, size, class
 
 
-def rank_queue(state: ClusterState, now: float, urgent_ok: Callable[[JobRequest], bool]) -> list[Ranked]:
+def fairshare_factors(state: ClusterState) -> dict[tuple[str, str], float]:
+    """Fair Tree factor of every (team, user) with queued jobs or usage."""
+    pairs = {(j.team, j.user) for j in state.queued}
+    pairs.update(state.usage.keys())
+    return fair_tree(pairs, state.usage, state.teams, state.config.default_team)
+
+
+def arrival_priority(job: JobRequest, fairshare: Mapping[tuple[str, str], float], config: PolicyConfig) -> float:
+    """The priority ``job`` would have on arrival (age 0; class as asked, urgent counted as high)."""
+    cls = job.priority_class if job.priority_class in CLASS_FACTOR else "medium"
+    if cls == "urgent":
+        cls = "high"
+    return (
+        config.weight_fairshare * fairshare.get((job.team, job.user), 1.0)
+        + config.weight_size * size_factor(job, config)
+        + config.weight_class * CLASS_FACTOR[cls]
+    )
+
+
+def rank_queue(
+    state: ClusterState,
+    now: float,
+    urgent_ok: Callable[[JobRequest], bool],
+    fairshare: Mapping[tuple[str, str], float] | None = None,
+) -> list[Ranked]:
     """Every queued job with its priority, in the order the pass considers them.
 
     1. Fair-share factor per (team, user) by Fair Tree over decayed usage.
@@ -109,9 +133,8 @@ def rank_queue(state: ClusterState, now: float, urgent_ok: Callable[[JobRequest]
        priority, ties older first.
     """
     config = state.config
-    pairs = {(j.team, j.user) for j in state.queued}
-    pairs.update(state.usage.keys())
-    fairshare = fair_tree(pairs, state.usage, state.teams, config.default_team)
+    if fairshare is None:
+        fairshare = fairshare_factors(state)
     wf, wa, ws, wc = config.weight_fairshare, config.weight_age, config.weight_size, config.weight_class
     age_cap = config.age_cap_s
     size_norm = 1.0 / math.log1p(config.size_cap_gpu_hours)
@@ -136,3 +159,43 @@ def rank_queue(state: ClusterState, now: float, urgent_ok: Callable[[JobRequest]
         rows.append(Ranked(prio, job, cls, (f_share, f_age, f_size, f_class)))
     rows.sort(key=lambda r: (r[2] != "urgent", -r[0], r[1].submitted_at, r[1].job_id))
     return rows
+
+
+def promote_starving(rows: list[Ranked], state: ClusterState, now: float) -> tuple[list[Ranked], set[str]]:
+    """Bounded waiting: move the longest-waiting starving jobs to the front (behind urgent ones).
+
+    A job starves when it has waited at least ``starvation_min_wait_s`` and its projected
+    finish-time fairness — (wait + runtime) / (runtime on a 1/N share of the cluster, N =
+    users with work) — has passed ``starvation_rho`` (Themis' ρ, NSDI'20). The
+    ``starvation_reservations`` longest-waiting starving jobs go to the front; the
+    planner gives them reservations of their own (whole nodes included), so a stream of
+    small jobs can no longer keep a big one below the reservation cut for weeks.
+    """
+    config = state.config
+    if config.starvation_reservations <= 0:
+        return rows, set()
+    users = {j.user for j in state.queued}
+    users.update(a.user for a in state.running)
+    total = sum(len(n.gpus) for n in state.nodes if n.schedulable)
+    if not total:
+        return rows, set()
+    fair_gpus = total / max(1, len(users))
+    min_wait, threshold = config.starvation_min_wait_s, config.starvation_rho
+    scored = []
+    for r in rows:
+        job = r.job
+        waited = now - job.submitted_at
+        if waited < min_wait:
+            continue
+        alone = job.walltime * max(1.0, job.gpus / fair_gpus)
+        rho = (waited + job.walltime) / alone
+        if rho >= threshold:
+            scored.append((job.submitted_at, job.job_id, r))
+    if not scored:
+        return rows, set()
+    scored.sort()
+    chosen = [item[2] for item in scored[: config.starvation_reservations]]
+    ids = {r.job.job_id for r in chosen}
+    urgent = [r for r in rows if r.cls == "urgent" and r.job.job_id not in ids]
+    rest = [r for r in rows if r.cls != "urgent" and r.job.job_id not in ids]
+    return urgent + chosen + rest, ids

@@ -70,6 +70,23 @@ class QuotaLedger:
         )
         return None if hours is None else hours * 3600.0
 
+    def over_quota(self, user: str, team: str) -> bool:
+        """Whether ``user`` has used up the daily GPU-hour quota that applies in ``team``."""
+        quota = self.user_quota_s(self.team_policy(team))
+        return quota is not None and self.state.user_usage_24h.get(user, 0.0) + EPS >= quota
+
+    def over_quota_jobs(self) -> set[str]:
+        """Running jobs whose user is past the daily quota: they run as preemptible "over quota" work."""
+        cache: dict[tuple[str, str], bool] = {}
+        out = set()
+        for a in self.state.running:
+            key = (a.user, a.team)
+            if key not in cache:
+                cache[key] = self.over_quota(a.user, a.team)
+            if cache[key]:
+                out.add(a.job_id)
+        return out
+
     def limited(self, tp: TeamPolicy) -> bool:
         """Whether any quota applies to this team's jobs (skips the checks when none does)."""
         return tp.max_gpus is not None or self.user_quota_s(tp) is not None
@@ -145,13 +162,21 @@ class QuotaLedger:
                 until = self.team_free_at(job.team, job.gpus, tp.max_gpus)
                 return Waiting(job, "quota", ("team", in_use, tp.max_gpus), until)
         # The daily quota is a consumption budget (like a prepaid allowance): a user who has
-        # used it up in the last 24 h starts nothing new until usage rolls out of the window;
-        # running jobs are never stopped for it. Projecting future use instead would make
-        # any job longer than the quota (a three-day training) impossible to run at all.
+        # used it up in the last 24 h runs only as preemptible "over quota" work (the caller
+        # decides, ``note[0] == "user"``) until usage rolls out of the window, and such running
+        # work is the first preempted. Projecting future use instead would make any job longer
+        # than the quota (a three-day training) impossible to run at all. A job that may not
+        # be preempted cannot be stopped at the quota, so it starts only if its next 24 h of
+        # use fits in what the quota has left.
         quota = self.user_quota_s(tp)
         if quota is not None:
             used = self.state.user_usage_24h.get(job.user, 0.0)
             if used + EPS >= quota:
                 until = self.user_free_at(job.user, used - quota + 2 * EPS)
                 return Waiting(job, "quota", ("user", used, quota), until)
+            if not job.preemptible:
+                projected = used + self.user_committed.get(job.user, 0.0) + request_24h(job)
+                if projected > quota + EPS:
+                    until = self.user_free_at(job.user, projected - quota + 2 * EPS)
+                    return Waiting(job, "quota", ("user-np", used, quota), until)
         return None

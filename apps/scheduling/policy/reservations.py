@@ -51,6 +51,8 @@ class Reservations:
         self.preempted = preempted
         self.items: list[Reservation] = []
         self.by_node: dict[str, list[Reservation]] = {}
+        self._order: dict[str, int] = {}  # job id -> order the reservation was made in
+        self._cancelled: list[Reservation] = []
         self._events: list[tuple[float, str, str, Allocation]] | None = None
 
     def __len__(self) -> int:
@@ -69,20 +71,61 @@ class Reservations:
         if self._events is not None:
             bisect.insort(self._events, (alloc.expected_end, alloc.node, alloc.job_id, alloc))
 
+    def on_preempt(self, victim: Allocation, sign: int = -1) -> None:
+        """A victim's resources are free (``sign=-1``; ``1`` undoes it) at every reservation
+        on its node that it would otherwise still have held."""
+        for r in self.by_node.get(victim.node, ()):
+            if victim.expected_end > r.at:
+                r.base_at.take(
+                    victim.gpu_indices,
+                    victim.gpu_share,
+                    victim.gpu_memory_mb,
+                    victim.cpu_milli,
+                    victim.memory_mb,
+                    sign,
+                )
+
+    def cancel(self, job_id: str) -> None:
+        """The reserved job starts after all (it preempted): its reservation goes (undo: restore_cancelled)."""
+        self._cancelled = [r for r in self.items if r.job.job_id == job_id]
+        if not self._cancelled:
+            return
+        self.items = [r for r in self.items if r.job.job_id != job_id]
+        for r in self._cancelled:
+            self.by_node[r.node] = [x for x in self.by_node[r.node] if x is not r]
+
+    def restore_cancelled(self) -> None:
+        for r in self._cancelled:
+            self.items.append(r)
+            self.by_node.setdefault(r.node, []).append(r)
+        self.items.sort(key=lambda r: self._order[r.job.job_id])
+        for node in {r.node for r in self._cancelled}:
+            self.by_node[node].sort(key=lambda r: self._order[r.job.job_id])
+        self._cancelled = []
+
     def forget_events(self) -> None:
         self._events = None
 
     # -- reserving and checking ----------------------------------------------------------
 
-    def reserve(self, job: JobRequest) -> Reservation | None:
+    def reserve(self, job: JobRequest, preemptible: set[str] | frozenset[str] = frozenset()) -> Reservation | None:
         """Earliest (time, node) at which ``job`` fits as running jobs end, earlier reservations held.
 
         Per node two running copies of its capacity are released event by event: one from
         allocations alone (stored with the reservation), one with the node's earlier
-        reservations taken (where the job must fit).
+        reservations taken (where the job must fit). Allocations in ``preemptible`` (jobs
+        this one may preempt) count as released now: the node need only drain of the
+        others, and at its reservation the job preempts them. Without that, a whole-node job
+        waits for the last long job on some node to end, weeks away.
         """
+        events = self.release_events()
+        if preemptible:
+            now = self.now
+            events = sorted(
+                ((now if job_id in preemptible else at), node, job_id, alloc) for at, node, job_id, alloc in events
+            )
         clones: dict[str, tuple[NodeCapacity, NodeCapacity]] = {}
-        for at, node, _, alloc in self.release_events():
+        for at, node, _, alloc in events:
             if node not in self.caps:
                 continue
             pair = clones.get(node)
@@ -98,6 +141,7 @@ class Reservations:
             fit = held.fit(job)
             if fit is not None:
                 res = Reservation(job, node, at, base.copy(), fit[0], fit[1])
+                self._order[job.job_id] = len(self._order)
                 self.items.append(res)
                 self.by_node.setdefault(node, []).append(res)
                 return res

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 
 PRIORITY_CLASSES = ("low", "medium", "high", "urgent")
 DAY_S = 86400.0
+# The runtime the planner assumes for a job with no estimate at all (no history, no
+# ``expected_duration``): a stated default, never the timeout (a 24 h timeout on a
+# one-minute job made every ETA behind it a day late).
+DEFAULT_RUNTIME_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -61,16 +65,25 @@ class JobRequest:
     memory_mb: int = 0
     image: str = ""  # the image it runs in; "" = any node's own environment
     requires: tuple[str, ...] = ()  # node features it needs, e.g. ("tensorrt",) for a TensorRT export
-    timeout_s: float = 86400.0  # hard limit, also the backfill walltime fallback
-    walltime_s: float | None = None  # better runtime estimate when known
-    # Runtime the planner assumes: the estimate when known, else the timeout (derived).
+    timeout_s: float = 86400.0  # hard limit: the planner never assumes a job runs longer
+    walltime_s: float | None = None  # remaining runtime estimate; None = no data (DEFAULT_RUNTIME_S is assumed)
+    preemptible: bool = True  # the spec's ``preemptible: false`` makes it False
+    attained_s: float = 0.0  # seconds of progress kept from earlier attempts (requeued jobs)
+    preemptions: int = 0  # times this job has been preempted so far
+    # Runtime the planner assumes: the estimate when known, else DEFAULT_RUNTIME_S, never
+    # more than the timeout (derived).
     walltime: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self) -> None:
-        w = self.walltime_s or self.timeout_s
+        w = self.walltime_s or DEFAULT_RUNTIME_S
         if self.timeout_s:
             w = min(w, self.timeout_s)
         object.__setattr__(self, "walltime", max(1.0, float(w)))
+
+    @property
+    def estimated(self) -> bool:
+        """Whether ``walltime`` comes from an estimate (not the stated default)."""
+        return self.walltime_s is not None
 
 
 @dataclass(frozen=True)
@@ -88,8 +101,15 @@ class Allocation:
     memory_mb: int = 0
     priority_class: str = "medium"  # the class it *runs as* (Start.priority_class), not the one asked for
     started_at: float = 0.0  # start of the current attempt
-    expected_end: float = 0.0  # started_at + walltime estimate (or timeout)
-    preemptible: bool = False  # has a verified checkpoint and may be requeued
+    expected_end: float = 0.0  # started_at + remaining-runtime estimate (DEFAULT_RUNTIME_S without one)
+    preemptible: bool = False  # has a verified checkpoint, the spec allows it, and it may be requeued
+    attained_s: float = 0.0  # seconds of progress kept from earlier attempts
+    preemptions: int = 0  # times this job has been preempted so far
+    estimated: bool = True  # False: ``expected_end`` rests on the stated default, not on an estimate
+
+    def attained_gpu_s(self, now: float) -> float:
+        """GPU-seconds of service this job has had (earlier attempts and this one)."""
+        return self.gpus * (self.attained_s + max(0.0, now - self.started_at))
 
     @property
     def gpus(self) -> float:
@@ -138,13 +158,53 @@ class PolicyConfig:
     reservations: int = 2  # top blocked jobs that get a reservation (1 = EASY backfill)
     drain_aware: bool = True  # place jobs where they delay a node's emptying least, then best fit
     default_team: TeamPolicy = field(default_factory=TeamPolicy)
+    # -- size-aware preemption (SRPT family; docs/scheduling.md) --
+    # A job that cannot start may preempt jobs of the same or a lower class whose estimated
+    # remaining GPU-seconds exceed ``preempt_work_ratio`` × (its own GPU-seconds + the
+    # victim's restart cost); without estimates, by attained service (Tiresias bins).
+    size_preemption: bool = False  # off until it beats the urgent-only rule (docs/scheduling.md)
+    preempt_work_ratio: float = 16.0
+    restart_cost_s: float = 120.0  # seconds a resumed attempt spends before making progress again
+    max_preemptions_per_job: int = 1  # a job preempted this often is not preempted again
+    max_preemptions_per_pass: int = 8  # victims one pass may requeue (the next pass may take more)
+    preempt_grace_s: float = 900.0  # a victim stops at its next epoch end, killed after this long
+    # Attained-service bins (GPU-hours) for jobs without estimates: a job may be preempted
+    # by one at least two bins below it (Tiresias' discretised queues).
+    attained_bins_gpu_hours: tuple[float, ...] = (1.0, 8.0, 64.0, 512.0)
+    nonpreemptible_charge: float = 1.25  # usage multiplier for ``preemptible: false`` jobs
+    # -- bounded waiting --
+    # A job whose projected finish-time fairness (wait + runtime over its runtime on its fair
+    # share of the cluster) passes ``starvation_rho`` gets a reservation (whole nodes included).
+    bounded_wait: bool = False  # off until it pays for itself (docs/scheduling.md)
+    starvation_rho: float = 1.5
+    starvation_min_wait_s: float = 6 * 3600.0
+    starvation_reservations: int = 4
+    fragmentation_aware: bool = False  # placement keeps GPUs that waiting shapes need (FGD-style)
+    # -- ETAs --
+    eta_head: int = 128  # forward-simulate this many jobs at the head of the queue; below, coarse
+    eta_scenarios: int = 5  # scenarios of runtime error and inflow; 0 = no forward simulation
+    eta_runtime_sigma: float = 0.5  # lognormal sigma of runtime estimates' error
+    eta_range_widen: float = 1.0  # the P10-P90 range is widened by this factor around now
+    eta_max_steps: int = 400  # events one forward scenario may process
+    eta_inflow_horizon_s: float = 7 * DAY_S  # sampled arrivals stop here
 
     def __post_init__(self) -> None:
         if not self.half_life_s or self.half_life_s <= 0:
             raise ValueError("half_life_s must be > 0: a zero half-life would switch fair-share off")
         if self.age_cap_s <= 0 or self.size_cap_gpu_hours <= 0:
             raise ValueError("age_cap_s and size_cap_gpu_hours must be > 0")
-        for name in ("weight_fairshare", "weight_age", "weight_size", "weight_class", "reservations"):
+        for name in (
+            "weight_fairshare",
+            "weight_age",
+            "weight_size",
+            "weight_class",
+            "reservations",
+            "max_preemptions_per_job",
+            "max_preemptions_per_pass",
+            "starvation_reservations",
+            "eta_head",
+            "eta_scenarios",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer")
@@ -171,6 +231,10 @@ class ClusterState:
       only to say *until when* a user is over quota. Missing = no time in the reason.
     - ``team_urgent_usage_24h``: GPU-seconds each team ran *as urgent* in the last 24 h.
     - ``teams``: per-team policy (shares, limits, urgent allowance).
+    - ``inflow``: jobs submitted in the last ``inflow_window_s`` (queued, running or
+      finished), the sample of arrivals the ETA model expects to continue: a queued job's
+      range accounts for higher-priority work still to come. Empty = no inflow assumed.
+    - ``runtime_sigma``: the runtime estimates' measured error, for the ETA ranges.
     - ``explain_only``: leave it None in the live scheduler.
     """
 
@@ -187,6 +251,9 @@ class ClusterState:
     # holds entries for those jobs only (positions and ETAs still account for the whole
     # queue); the simulator passes the jobs that just arrived, to skip formatting the rest.
     explain_only: frozenset[str] | None = None
+    inflow: tuple[JobRequest, ...] = ()
+    inflow_window_s: float = DAY_S
+    runtime_sigma: float | None = None  # error of the runtime estimates (lognormal); None = config.eta_runtime_sigma
 
 
 @dataclass(frozen=True)
@@ -200,11 +267,17 @@ class Start:
 
 @dataclass(frozen=True)
 class Preemption:
-    """Requeue this running job (resume from its checkpoint; not charged a retry)."""
+    """Requeue this running job (resume from its checkpoint; not charged a retry).
+
+    Graceful: the victim is asked to stop at its next epoch end (so no completed epoch is
+    lost) and is killed if it has not stopped ``grace_s`` seconds after being asked; the
+    job that needs its GPUs starts once it has stopped.
+    """
 
     job_id: str
     reason: str
-    by_job_id: str = ""  # the urgent job that needs its resources
+    by_job_id: str = ""  # the job that needs its resources
+    grace_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -216,6 +289,11 @@ class QueueEntry:
     estimated_start: float | None = None  # None = cannot say (never fits, or no end in sight)
     reason: str = ""
     reserved_node: str | None = None  # set when this job holds a backfill reservation
+    reserved_at: float | None = None  # the reservation's start time (the ETA may be later: inflow)
+    # A range around ``estimated_start`` (P10-P90 of forward-simulated scenarios, or the
+    # coarse estimate's spread below the head of the queue); None where there is no ETA.
+    estimated_start_low: float | None = None
+    estimated_start_high: float | None = None
 
 
 @dataclass(frozen=True)

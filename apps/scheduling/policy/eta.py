@@ -1,0 +1,332 @@
+"""Estimated start times with a range: forward simulation at the head, coarse below.
+
+An ETA that assumes nothing changes after this pass is too early whenever better jobs
+keep arriving (the drift Slurm's ``squeue --start`` has). So:
+
+1. **Head of the queue** (the first ``config.eta_head`` waiting jobs): the plan is run
+   forward, event by event, with the real :class:`~.placement.Placer` (drain-aware best
+   fit; fragmentation scoring left out for speed) on copies of the nodes' capacities: running jobs end at their expected ends, waiting jobs start in
+   priority order where they fit (EASY-style: a job may pass the first blocked one only
+   where it does not delay it), quota-held jobs not before their quota frees. This is
+   done in ``config.eta_scenarios`` scenarios; each draws every runtime's error
+   (lognormal, ``config.eta_runtime_sigma``) and an inflow of new jobs (a Poisson stream
+   at the rate of ``state.inflow``, each a copy of a recent arrival) that join the
+   queue at their own priority and overtake whom they outrank. Point = median start over
+   the scenarios, range = their P10-P90, widened by ``config.eta_range_widen``.
+2. **Below the head**: the pooled list-scheduling sweep (every GPU a slot; node
+   boundaries ignored), stretched by the higher-priority inflow — with inflow of
+   ``λ`` GPU-seconds per second outranking a job on ``G`` GPUs, waiting takes
+   ``1 / (1 - λ/G)`` times longer — and given the head's relative spread as its range.
+
+Deterministic: scenarios use a ``random.Random`` with a fixed seed (the same draws every
+pass, so an ETA moves when the state does, not with sampling noise), and every input is
+taken in a sorted order, so the same state gives the same ETAs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from .placement import NodeCapacity, Placer, Target, shape_of
+from .priority import arrival_priority
+from .types import Allocation, ClusterState, JobRequest
+
+EtaRange = tuple[float, float, float]  # point, low, high
+
+
+@dataclass
+class _Pending:
+    rank: tuple  # sort key: lower starts first
+    job: JobRequest
+    t0: float  # not before (quota frees, arrival time, reservation)
+    interest: bool  # its ETA is wanted
+    walltime: float  # in this scenario
+
+
+def _alloc_of(job: JobRequest, node: str, indices: tuple[int, ...], share: float, t: float, end: float) -> Allocation:
+    return Allocation(
+        job.job_id,
+        job.team,
+        job.user,
+        node,
+        indices,
+        share,
+        job.gpu_memory_mb,
+        job.cpu_milli,
+        job.memory_mb,
+        "",
+        t,
+        end,
+    )
+
+
+class ForwardSim:
+    """One scenario of the head of the queue run forward (see the module docstring).
+
+    Running allocations are kept in one list sorted by end time (a cursor marks those
+    already ended), so the blocked job's shadow walks only the next few ends.
+    """
+
+    def __init__(
+        self,
+        caps: Mapping[str, NodeCapacity],
+        holding: Iterable[Allocation],
+        drain: Mapping[str, float] | None,
+        now: float,
+        max_steps: int,
+    ) -> None:
+        self.caps = {name: cap.copy() for name, cap in caps.items() if cap.node.schedulable}
+        # The real placer (drain-aware, best fit); fragmentation scoring is left out here for speed.
+        self.placer = Placer(self.caps, dict(drain) if drain is not None else None, now)
+        self.events: list[tuple[float, int, Allocation]] = []
+        self.cursor = 0
+        self.seq = 0
+        for a in holding:
+            if a.node in self.caps:
+                self.seq += 1
+                self.events.append((max(a.expected_end, now), self.seq, a))
+        self.events.sort(key=lambda e: (e[0], e[1]))
+        self.now = now
+        self.max_steps = max_steps
+
+    def push(self, end: float, alloc: Allocation) -> None:
+        self.seq += 1
+        bisect.insort(self.events, (end, self.seq, alloc), lo=self.cursor, key=lambda e: (e[0], e[1]))
+
+    def shadow(self, job: JobRequest) -> tuple[str, float] | None:
+        """(node, time) at which a blocked ``job`` first fits as running jobs end (EASY's shadow)."""
+        copies: dict[str, NodeCapacity] = {}
+        events = self.events
+        for k in range(self.cursor, len(events)):
+            end, _, alloc = events[k]
+            cap = copies.get(alloc.node)
+            if cap is None:
+                cap = copies[alloc.node] = self.caps[alloc.node].copy()
+            cap.release(alloc)
+            if cap.fit(job) is not None:
+                return alloc.node, end
+        return None
+
+    def run(self, pending: list[_Pending], arrivals: list[_Pending]) -> dict[str, float]:
+        """Start times of the pending jobs of interest (those that start within the step budget)."""
+        starts: dict[str, float] = {}
+        wanted = sum(1 for p in pending if p.interest)
+        placer = self.placer
+        events = self.events
+        t = self.now
+        arrival_i = 0
+        order = list(pending)
+        for _step in range(self.max_steps):
+            while arrival_i < len(arrivals) and arrivals[arrival_i].t0 <= t:
+                bisect.insort(order, arrivals[arrival_i], key=lambda p: p.rank)
+                arrival_i += 1
+            placer.now = t
+            blocked: tuple[str, float] | None = None
+            blocked_seen = False
+            failed = placer.failed
+            next_t0 = math.inf
+            remaining: list[_Pending] = []
+            for p in order:
+                if p.t0 > t:
+                    if p.t0 < next_t0:
+                        next_t0 = p.t0
+                    remaining.append(p)
+                    continue
+                job = p.job
+                if shape_of(job) in failed:  # still does not fit: the first such job casts the shadow
+                    if not blocked_seen:
+                        blocked_seen = True
+                        blocked = self.shadow(job)
+                    remaining.append(p)
+                    continue
+                end = t + p.walltime
+                allowed = None
+                if blocked is not None:
+                    b_node, b_at = blocked
+
+                    def allowed(n: str, i: tuple[int, ...], s: float, b_node=b_node, b_at=b_at, end=end) -> bool:
+                        return n != b_node or end <= b_at
+
+                placed = placer.place(job, allowed)
+                if placed is None:
+                    if not blocked_seen:
+                        blocked_seen = True
+                        blocked = self.shadow(job)
+                    remaining.append(p)
+                    continue
+                node, indices, share = placed
+                self.push(end, _alloc_of(job, node, indices, share, t, end))
+                if p.interest:
+                    starts[job.job_id] = t
+                    if len(starts) == wanted:
+                        return starts
+            order = remaining
+            t_next = next_t0
+            if self.cursor < len(events):
+                t_next = min(t_next, events[self.cursor][0])
+            if arrival_i < len(arrivals):
+                t_next = min(t_next, arrivals[arrival_i].t0)
+            if t_next == math.inf:
+                break
+            t = max(t, t_next)
+            while self.cursor < len(events) and events[self.cursor][0] <= t:
+                placer.release(events[self.cursor][2], precise=True)
+                self.cursor += 1
+        return starts
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    k = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+class EtaModel:
+    """ETAs and ranges for one pass's waiting jobs (see the module docstring)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        now: float,
+        caps: Mapping[str, NodeCapacity],
+        holding: Sequence[Allocation],
+        drain: Mapping[str, float] | None,
+        targets: list[Target] | None,
+        fairshare: Mapping[tuple[str, str], float],
+    ) -> None:
+        self.state = state
+        self.config = state.config
+        self.now = now
+        self.caps = caps
+        self.holding = sorted(holding, key=lambda a: (a.expected_end, a.node, a.job_id))
+        self.drain = drain
+        self.targets = targets
+        self.fairshare = fairshare
+        self.total_gpus = sum(len(c.node.gpus) for c in caps.values() if c.node.schedulable)
+        window = max(state.inflow_window_s, 1.0)
+        inflow = sorted(state.inflow, key=lambda j: (j.submitted_at, j.job_id))
+        self.inflow = inflow
+        self.inflow_rate = len(inflow) / window  # jobs per second
+        # Inflow work by arrival priority, highest first, for the coarse stretch.
+        scored = sorted(
+            ((arrival_priority(j, fairshare, self.config), j.gpus * j.walltime) for j in inflow), reverse=True
+        )
+        self._inflow_prio = [-p for p, _ in scored]  # ascending, for bisect
+        self._inflow_work: list[float] = []
+        acc = 0.0
+        for _, work in scored:
+            acc += work / window
+            self._inflow_work.append(acc)
+        self.spread = (0.5, 2.0)  # relative (low, high) below the head, refined from the head
+
+    def inflow_rate_above(self, priority: float) -> float:
+        """GPU-seconds per second of expected arrivals that would outrank a job of this priority."""
+        k = bisect.bisect_left(self._inflow_prio, -priority)
+        return self._inflow_work[k - 1] if k > 0 else 0.0
+
+    def head(self, jobs: Sequence[tuple[JobRequest, float, float, bool]]) -> dict[str, EtaRange]:
+        """Forward-simulated ranges for ``jobs`` = (job, not-before, priority, interest), in order."""
+        config = self.config
+        if not jobs or config.eta_scenarios <= 0:
+            return {}
+        # A fixed seed: the same draws every pass, so ETAs move with the state, not with noise.
+        rng = random.Random(20240601)
+        sigma = self.state.runtime_sigma if self.state.runtime_sigma is not None else config.eta_runtime_sigma
+        samples: dict[str, list[float]] = {}
+        interest = [j.job_id for j, _, _, wanted in jobs if wanted]
+        lowest = min(prio for _, _, prio, _ in jobs)
+        for _ in range(config.eta_scenarios):
+            holding = []
+            for a in self.holding:
+                if a.estimated and a.expected_end > self.now:
+                    left = (a.expected_end - self.now) * math.exp(rng.gauss(0.0, sigma))
+                    a = _with_end(a, self.now + left)
+                holding.append(a)
+            pending = [
+                _Pending((k,), job, t0, wanted, job.walltime * math.exp(rng.gauss(0.0, sigma)))
+                for k, (job, t0, _prio, wanted) in enumerate(jobs)
+            ]
+            arrivals = self._arrivals(rng, jobs, lowest, sigma)
+            sim = ForwardSim(self.caps, holding, self.drain, self.now, max_steps=config.eta_max_steps)
+            for job_id, t in sim.run(pending, arrivals).items():
+                samples.setdefault(job_id, []).append(t)
+        out: dict[str, EtaRange] = {}
+        lows, highs = [], []
+        widen = config.eta_range_widen
+        now = self.now
+        for job_id in interest:
+            got = sorted(samples.get(job_id, ()))
+            if len(got) < config.eta_scenarios:
+                continue  # not started within the step budget in every scenario: coarse
+            point = quantile(got, 0.5)
+            lo, hi = quantile(got, 0.1), quantile(got, 0.9)
+            lo, hi = now + (lo - now) / widen, now + (hi - now) * widen
+            out[job_id] = (point, lo, hi)
+            if point - now > 60.0:
+                lows.append((lo - now) / (point - now))
+                highs.append((hi - now) / (point - now))
+        if lows:
+            self.spread = (sorted(lows)[len(lows) // 2], sorted(highs)[len(highs) // 2])
+        return out
+
+    def _arrivals(self, rng: random.Random, jobs, lowest: float, sigma: float) -> list[_Pending]:
+        """One sampled stream of future arrivals that outrank at least the lowest job of interest."""
+        if not self.inflow or self.inflow_rate <= 0:
+            return []
+        config = self.config
+        horizon = self.now + config.eta_inflow_horizon_s
+        priorities = [prio for _, _, prio, _ in jobs]  # descending, the head's order
+        out = []
+        t = self.now
+        n = 0
+        while n < 4 * config.eta_head:
+            t += rng.expovariate(self.inflow_rate)
+            if t > horizon:
+                break
+            n += 1
+            sample = self.inflow[rng.randrange(len(self.inflow))]
+            prio = arrival_priority(sample, self.fairshare, config)
+            if prio <= lowest:
+                continue
+            # Rank between the head jobs it outranks and those it does not.
+            k = bisect.bisect_left([-p for p in priorities], -prio)
+            walltime = sample.walltime * math.exp(rng.gauss(0.0, sigma))
+            out.append(_Pending((k - 0.5, t), _renamed(sample, f"~inflow-{n}", t), t, False, walltime))
+        return out
+
+    def coarse(self, point: float, priority: float) -> EtaRange:
+        """A job below the head: the pooled sweep's start, stretched by inflow, with the head's spread."""
+        now = self.now
+        wait = max(0.0, point - now)
+        if wait > 0 and self.total_gpus:
+            load = min(0.9, self.inflow_rate_above(priority) / self.total_gpus)
+            wait /= 1.0 - load
+        lo_f, hi_f = self.spread
+        widen = self.config.eta_range_widen
+        return now + wait, now + wait * lo_f / widen, now + wait * hi_f * widen
+
+
+def _with_end(a: Allocation, end: float) -> Allocation:
+    return Allocation(
+        a.job_id,
+        a.team,
+        a.user,
+        a.node,
+        a.gpu_indices,
+        a.gpu_share,
+        a.gpu_memory_mb,
+        a.cpu_milli,
+        a.memory_mb,
+        a.priority_class,
+        a.started_at,
+        end,
+        a.preemptible,
+    )
+
+
+def _renamed(job: JobRequest, job_id: str, at: float) -> JobRequest:
+    return replace(job, job_id=job_id, submitted_at=at, attained_s=0.0, preemptions=0)

@@ -1,0 +1,106 @@
+"""Scenario tests for the second step of the fair policy: size-aware preemption, bounded
+waiting, fragmentation-aware placement, and ETA ranges. One behaviour each."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from apps.scheduling.policy import plan
+from apps.scheduling.policy.placement import Placer, capacities
+
+from .policy_helpers import HOUR, NOW, fair, job, node, running, state
+
+
+def size_aware(**kw):
+    return fair(size_preemption=True, **kw)
+
+
+def test_a_short_job_preempts_a_long_one_of_the_same_class_gracefully() -> None:
+    cluster = [node("n1", gpus=1)]
+    busy = [running("long", "n1", (0,), cls="low", ran_s=HOUR, left_s=20 * HOUR, preemptible=True)]
+    result = plan(state(cluster, [job("short", cls="low", walltime_s=600)], busy, config=size_aware()), NOW)
+    assert [s.job_id for s in result.starts] == ["short"]
+    (preemption,) = result.preemptions
+    assert preemption.job_id == "long" and preemption.by_job_id == "short"
+    assert preemption.grace_s == size_aware().preempt_grace_s > 0  # it stops at its next epoch end
+
+
+def test_size_preemption_spares_higher_classes_wider_jobs_and_jobs_with_little_left() -> None:
+    cluster = [node("n1", gpus=2)]
+    config = size_aware()
+    cases = {
+        "higher class": [running("v", "n1", (0, 1), cls="high", left_s=20 * HOUR, preemptible=True)],
+        "wider": [running("v", "n1", (0, 1), cls="low", left_s=20 * HOUR, preemptible=True)],
+        "little left": [running("v", "n1", (0, 1), cls="low", left_s=HOUR, preemptible=True)],
+        "no checkpoint": [running("v", "n1", (0, 1), cls="low", left_s=20 * HOUR, preemptible=False)],
+        "preempted before": [
+            running("v", "n1", (0, 1), cls="low", left_s=20 * HOUR, preemptible=True, preemptions=1)
+        ],
+    }
+    for why, busy in cases.items():
+        gpus = 1 if why == "wider" else 2
+        result = plan(state(cluster, [job("j", gpus=gpus, cls="low", walltime_s=600)], busy, config=config), NOW)
+        assert result.preemptions == (), why
+
+
+def test_without_estimates_attained_service_decides_never_the_timeout() -> None:
+    """Tiresias-style: a new job without an estimate preempts one two bins of service above it."""
+    cluster = [node("n1", gpus=1)]
+    config = size_aware()
+    new = job("new", cls="low", walltime_s=None)
+    veteran = running("veteran", "n1", (0,), cls="low", ran_s=2 * HOUR, left_s=HOUR, preemptible=True,
+                      estimated=False, attained_s=20 * HOUR)
+    assert [p.job_id for p in plan(state(cluster, [new], [veteran], config=config), NOW).preemptions] == ["veteran"]
+    newcomer = replace(veteran, attained_s=0.0)  # 2 GPU-hours attained: one bin above, not two
+    assert plan(state(cluster, [new], [newcomer], config=config), NOW).preemptions == ()
+
+
+def test_a_starving_whole_node_job_gets_a_reservation_past_a_stream_of_small_jobs() -> None:
+    """Behind many small jobs, a wide job that waited far past its fair share is reserved first."""
+    cluster = [node("n1", gpus=8)]
+    busy = [running(f"r{i}", "n1", (i,), user=f"u{i}", left_s=(i + 1) * HOUR) for i in range(8)]
+    small = [job(f"s{i}", user=f"s{i}", walltime_s=600, age_s=60) for i in range(20)]
+    wide = job("wide", gpus=8, walltime_s=HOUR, age_s=3 * 86400, cls="low")
+    config = fair(bounded_wait=True, reservations=1)
+    result = plan(state(cluster, small + [wide], busy, config=config), NOW)
+    entry = next(e for e in result.queue if e.job_id == "wide")
+    assert entry.position == 1 and entry.reserved_node == "n1"
+    assert "waited well past its fair share" in entry.reason
+    without = plan(state(cluster, small + [wide], busy, config=fair(reservations=1)), NOW)
+    assert next(e for e in without.queue if e.job_id == "wide").reserved_node is None
+
+
+def test_fragmentation_aware_placement_keeps_the_idle_gpus_waiting_shapes_need() -> None:
+    """a has 3 idle GPUs, b 2; 2-GPU jobs wait. Best fit puts a 1-GPU job on b (leaving 1 idle GPU
+    no 2-GPU job can use); fragmentation-aware placement puts it on a (2 idle left, still usable)."""
+    cluster = [node("a", gpus=4), node("b", gpus=3)]
+    busy = [running("ra", "a", (0,)), running("rb", "b", (0,))]
+    one = job("one", walltime_s=HOUR)
+    assert Placer(capacities(cluster, busy)).place(one)[0] == "b"
+    assert Placer(capacities(cluster, busy), targets=[(2, (), 1.0)]).place(one)[0] == "a"
+
+
+def test_eta_ranges_contain_the_point_and_inflow_of_better_work_delays_it() -> None:
+    cluster = [node("n1", gpus=2)]
+    busy = [running(f"r{i}", "n1", (i,), left_s=HOUR * (i + 1)) for i in range(2)]
+    queue = [job(f"q{i}", user=f"u{i}", walltime_s=2 * HOUR, cls="low") for i in range(4)]
+    quiet = plan(state(cluster, queue, busy), NOW)
+    for e in quiet.queue:
+        assert e.estimated_start_low <= e.estimated_start <= e.estimated_start_high
+    busy_day = tuple(job(f"in{i}", user="x", walltime_s=600, cls="high") for i in range(200))
+    stormy = plan(state(cluster, queue, busy, inflow=busy_day), NOW)
+    last_quiet, last_stormy = quiet.queue[-1], stormy.queue[-1]
+    assert last_stormy.estimated_start > last_quiet.estimated_start
+    assert last_stormy.estimated_start_high >= last_stormy.estimated_start
+
+
+@pytest.mark.parametrize("kind", ["size", "over quota"])
+def test_a_preemption_is_graceful(kind) -> None:
+    cluster = [node("n1", gpus=1)]
+    busy = [running("v", "n1", (0,), cls="low", left_s=20 * HOUR, preemptible=True)]
+    config = size_aware() if kind == "size" else fair(user_gpu_hours_per_day=1)
+    usage = {"bob": 2 * HOUR} if kind == "over quota" else {}
+    result = plan(state(cluster, [job("j", cls="low", walltime_s=600)], busy, config=config, user_usage_24h=usage), NOW)
+    assert result.preemptions and result.preemptions[0].grace_s > 0
