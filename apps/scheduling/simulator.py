@@ -37,10 +37,12 @@ import math
 import random
 import re
 import statistics
+from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from .policy import (
+    DAY_S,
     Allocation,
     ClusterState,
     DecayedUsage,
@@ -110,7 +112,14 @@ def load_trace(path: str) -> tuple[list[TraceTask], dict[str, int]]:
 
 
 def load_nodes(spec: str) -> tuple[NodeInfo, ...]:
-    """``NxG`` (N nodes of G GPUs) or an openb node list CSV (sn, cpu_milli, memory_mib, gpu, model)."""
+    """The simulated cluster, from one of three specs.
+
+    - ``NxG``: N nodes of G GPUs of model G2 (see ``NXG_*``).
+    - ``PATH.csv``: every GPU node of an openb node list (sn, cpu_milli, memory_mib, gpu, model).
+    - ``PATH.csv@N:SEED``: a mixed cluster of N nodes drawn from that list with ``SEED``:
+      one node of every GPU model first, then nodes drawn at random from the whole list,
+      taking care that nodes of 1, 2, 4 and 8 GPUs all occur (:func:`sample_nodes`).
+    """
     match = re.fullmatch(r"(\d+)x(\d+)", spec.strip())
     if match:
         n, g = int(match.group(1)), int(match.group(2))
@@ -123,8 +132,9 @@ def load_nodes(spec: str) -> tuple[NodeInfo, ...]:
             )
             for i in range(n)
         )
+    path, _, sample = spec.partition("@")
     nodes = []
-    with open(spec, newline="") as fh:
+    with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
             g = int(row["gpu"] or 0)
             if g <= 0:
@@ -137,7 +147,30 @@ def load_nodes(spec: str) -> tuple[NodeInfo, ...]:
                     memory_mb=int(float(row.get("memory_mib") or 0)),
                 )
             )
+    if sample:
+        count, _, seed = sample.partition(":")
+        return sample_nodes(nodes, int(count), int(seed or 0))
     return tuple(nodes)
+
+
+def sample_nodes(nodes: Sequence[NodeInfo], count: int, seed: int) -> tuple[NodeInfo, ...]:
+    """A seeded mixed cluster of ``count`` nodes: every GPU model, nodes of 1, 2, 4 and 8 GPUs."""
+    rng = random.Random(seed)
+    by_model: dict[str, list[NodeInfo]] = {}
+    for n in nodes:
+        by_model.setdefault(n.gpus[0].model, []).append(n)
+    chosen: dict[str, NodeInfo] = {}
+    for model in sorted(by_model):
+        if len(chosen) < count:
+            pick = rng.choice(by_model[model])
+            chosen[pick.name] = pick
+    sizes = sorted({len(n.gpus) for n in nodes} & {1, 2, 4, 8})
+    while len(chosen) < count:
+        missing = [g for g in sizes if all(len(n.gpus) != g for n in chosen.values())]
+        pool = [n for n in nodes if len(n.gpus) == missing[0]] if missing else nodes
+        pick = rng.choice(pool)
+        chosen.setdefault(pick.name, pick)
+    return tuple(sorted(chosen.values(), key=lambda n: n.name))
 
 
 def assign_users(n_tasks: int, seed: int, users: int, teams: int, zipf_s: float) -> list[tuple[str, str]]:
@@ -209,17 +242,51 @@ def jain(values: Iterable[float]) -> float:
     return (s * s) / (len(xs) * sq) if sq > 0 else 1.0
 
 
+@dataclass(frozen=True)
+class JobModel:
+    """How simulated jobs behave around preemption (the parameters the policy cannot change).
+
+    - ``checkpoint_s``: the longest epoch; each job checkpoints at every epoch end, an
+      epoch being a tenth of its duration, at least 30 s and at most ``checkpoint_s``.
+    - ``restart_s``: a resumed attempt makes no progress for this long (reload, warm-up).
+    - ``graceful``: a victim stops at its next epoch end if that comes within the
+      preemption's ``grace_s`` (losing nothing), else it is killed then and loses the work
+      since its last checkpoint. ``False``: killed at once.
+    - ``preemptible``: fraction of jobs whose spec allows preemption (seeded draw).
+    - ``unestimated``: fraction of jobs with no runtime estimate (``walltime_s=None``).
+    """
+
+    checkpoint_s: float = 600.0
+    restart_s: float = 120.0
+    graceful: bool = True
+    preemptible: float = 1.0
+    unestimated: float = 0.0
+
+    def epoch_s(self, duration: float) -> float:
+        return min(self.checkpoint_s, max(30.0, duration / 10.0))
+
+
 @dataclass
 class _Job:
     task: TraceTask
     request: JobRequest
-    remaining: float  # true seconds of work left
-    done_before: float = 0.0  # work kept from earlier attempts
+    remaining: float  # true seconds of work left at the start of the current attempt
+    epoch_s: float = 600.0
+    done_before: float = 0.0  # work kept from earlier attempts (a checkpoint boundary)
     attempt: int = 0
+    run_from: float = 0.0  # when the current attempt starts making progress
     first_start: float | None = None
     finish: float | None = None
     eta_at_submit: float | None = None
+    eta_low: float | None = None
+    eta_high: float | None = None
     preempted: int = 0
+    lost_s: float = 0.0  # seconds of progress lost to kills, plus restart overhead
+    spec_preemptible: bool = True
+    active_users: int = 1  # users with queued or running work when it was submitted (incl. its own)
+
+    def progress(self, t: float) -> float:
+        return self.done_before + max(0.0, t - self.run_from)
 
 
 def simulate_policy(
@@ -230,17 +297,33 @@ def simulate_policy(
     *,
     seed: int = 0,
     walltime_sigma: float = 0.5,
-    checkpoint_s: float = 600.0,
+    model: JobModel | None = None,
+    checkpoint_s: float | None = None,
     timeline_points: int = 400,
 ) -> dict:
-    """Replay ``tasks`` through ``plan()`` under ``config``; metrics as a dict."""
-    rng = random.Random(seed + 7919)
+    """Replay ``tasks`` through ``plan()`` under ``config``; metrics as a dict.
+
+    1. Every task gets a walltime estimate (true duration × lognormal noise), a spec
+       preemptibility and maybe no estimate at all (``model``), all seeded.
+    2. Events in time order: arrivals, completions, victims that finished stopping, quota
+       wake-ups; all events at one instant are handled, then ``plan()`` runs once.
+    3. Starts become allocations; a started job makes progress from its start (plus the
+       victims' stop time and its own restart overhead); preemptions stop the victim
+       gracefully or kill it (``JobModel``) and requeue it with the progress it keeps.
+    """
+    model = model or JobModel()
+    if checkpoint_s is not None:
+        model = replace(model, checkpoint_s=checkpoint_s)
+    rng = random.Random(seed + 7919)  # walltime noise (the same draws as before JobModel existed)
+    spec_rng = random.Random(seed + 104729)  # preemptibility and missing estimates
     total_gpus = float(sum(len(n.gpus) for n in nodes if n.schedulable))
     jobs: dict[str, _Job] = {}
     arrivals: list[_Job] = []
     rejected = 0
     for task, (team, user) in zip(tasks, owners, strict=True):
         noise = math.exp(rng.gauss(0.0, walltime_sigma)) if walltime_sigma > 0 else 1.0
+        spec_preemptible = spec_rng.random() < model.preemptible
+        estimated = spec_rng.random() >= model.unestimated
         request = JobRequest(
             job_id=task.name,
             team=team,
@@ -252,12 +335,13 @@ def simulate_policy(
             cpu_milli=task.cpu_milli,
             memory_mb=task.memory_mb,
             timeout_s=365 * 86400.0,
-            walltime_s=max(60.0, task.duration * noise),
+            walltime_s=max(60.0, task.duration * noise) if estimated else None,
+            preemptible=spec_preemptible,
         )
         if admission_error(nodes, request, config) is not None:
             rejected += 1
             continue
-        job = _Job(task, request, task.duration)
+        job = _Job(task, request, task.duration, model.epoch_s(task.duration), spec_preemptible=spec_preemptible)
         jobs[task.name] = job
         arrivals.append(job)
 
@@ -266,14 +350,20 @@ def simulate_policy(
     urgent_rolling = RollingUsage()
     running: dict[str, Allocation] = {}
     queued: dict[str, JobRequest] = {}
+    stopping: dict[str, tuple[float, float]] = {}  # victim -> (stop time, progress kept)
     completions: list[tuple[float, str, int]] = []  # (time, job id, attempt)
+    requeues: list[tuple[float, str]] = []  # (stop time, job id)
     wakeups: list[float] = []
+    recent: deque[JobRequest] = deque()  # arrivals in the last inflow window (the ETA model's inflow)
+    active_by_user: dict[str, int] = {}
     preemptions = 0
     busy_gpus = 0.0
     busy_area = 0.0
     window = (arrivals[0].task.submit, arrivals[-1].task.submit) if arrivals else (0.0, 0.0)
     last_t = window[0]
     queue_samples: list[tuple[float, int]] = []
+    quota_s = config.user_gpu_hours_per_day * 3600.0 if config.user_gpu_hours_per_day is not None else None
+    over_quota_excess = 0.0
     i = 0
     passes = 0
 
@@ -287,19 +377,33 @@ def simulate_policy(
             busy_area += busy_gpus * (hi - lo)
         for alloc in running.values():
             used = alloc.gpus * dt
-            usage.add((alloc.team, alloc.user), used, until)
+            rate = 1.0 if jobs[alloc.job_id].spec_preemptible else config.nonpreemptible_charge
+            usage.add((alloc.team, alloc.user), used * rate, until)
             if rolling is not None:
                 rolling.add(alloc.user, used, until)
             if alloc.priority_class == "urgent":
                 urgent_rolling.add(alloc.team, used, until)
         last_t = until
 
-    while i < len(arrivals) or completions or (wakeups and queued):
+    def leave(job: _Job) -> None:
+        user = job.request.user
+        active_by_user[user] -= 1
+        if not active_by_user[user]:
+            del active_by_user[user]
+
+    def finish(job: _Job, t: float) -> None:
+        job.finish = t
+        job.remaining = 0.0
+        leave(job)
+
+    while i < len(arrivals) or completions or requeues or (wakeups and queued):
         t = math.inf
         if i < len(arrivals):
             t = arrivals[i].task.submit
         if completions:
             t = min(t, completions[0][0])
+        if requeues:
+            t = min(t, requeues[0][0])
         if wakeups and queued:
             t = min(t, wakeups[0])
         if t == math.inf:
@@ -310,20 +414,54 @@ def simulate_policy(
             job = arrivals[i]
             queued[job.request.job_id] = job.request
             new_ids.append(job.request.job_id)
+            recent.append(job.request)
+            user = job.request.user
+            active_by_user[user] = active_by_user.get(user, 0) + 1
+            job.active_users = len(active_by_user)
             i += 1
+        while recent and recent[0].submitted_at < t - DAY_S:
+            recent.popleft()
         while completions and completions[0][0] <= t:
             _, job_id, attempt = heapq.heappop(completions)
             job = jobs[job_id]
-            if attempt != job.attempt or job_id not in running:
+            if attempt != job.attempt or job.finish is not None:
                 continue  # a stale completion of a preempted attempt
-            alloc = running.pop(job_id)
-            busy_gpus -= alloc.gpus
-            job.finish = t
-            job.remaining = 0.0
+            if job_id in running:
+                alloc = running.pop(job_id)
+                busy_gpus -= alloc.gpus
+                finish(job, t)
+            elif job_id in stopping:  # it reached its end before its next epoch end
+                del stopping[job_id]
+                finish(job, t)
+        while requeues and requeues[0][0] <= t:
+            _, job_id = heapq.heappop(requeues)
+            if job_id not in stopping:
+                continue  # finished while stopping
+            _, kept = stopping.pop(job_id)
+            job = jobs[job_id]
+            job.remaining = job.task.duration - kept
+            job.done_before = kept
+            job.attempt += 1
+            r = job.request
+            walltime = max(60.0, r.walltime_s - (kept - r.attained_s)) if r.walltime_s is not None else None
+            job.request = replace(r, walltime_s=walltime, attained_s=kept, preemptions=job.preempted)
+            queued[job_id] = job.request
         while wakeups and wakeups[0] <= t:
             heapq.heappop(wakeups)
         if not queued:
             continue
+        # A running job becomes preemptible once it has a checkpoint (an epoch done).
+        for job_id, alloc in running.items():
+            if not alloc.preemptible:
+                job = jobs[job_id]
+                if job.spec_preemptible and job.progress(t) >= job.epoch_s:
+                    running[job_id] = replace(alloc, preemptible=True)
+        if quota_s is not None and rolling is not None:
+            waiting_users = {q.user for q in queued.values()}
+            for alloc in running.values():
+                excess = rolling.total(alloc.user, t) - quota_s
+                if excess > over_quota_excess and waiting_users - {alloc.user}:
+                    over_quota_excess = excess
         state = ClusterState(
             nodes=nodes,
             running=tuple(running.values()),
@@ -334,22 +472,37 @@ def simulate_policy(
             user_usage_expiry={u: rolling.expiries(u, t) for u in rolling.keys()} if rolling else {},
             team_urgent_usage_24h={k: urgent_rolling.total(k, t) for k in urgent_rolling.keys()},
             explain_only=frozenset(new_ids),
+            inflow=tuple(recent),
         )
         result = plan(state, t)
         passes += 1
+        stop_of: dict[str, float] = {}  # preempting job -> when its last victim has stopped
         for pre in result.preemptions:
             alloc = running.pop(pre.job_id)
             busy_gpus -= alloc.gpus
             job = jobs[pre.job_id]
-            ran = t - alloc.started_at
-            kept = math.floor(ran / checkpoint_s) * checkpoint_s if checkpoint_s > 0 else ran
-            kept = min(kept, job.remaining)
-            job.remaining -= kept
-            job.done_before += kept
-            job.attempt += 1
+            done = job.progress(t)
+            boundary = math.ceil(done / job.epoch_s - 1e-9) * job.epoch_s
+            if model.graceful and boundary - done <= pre.grace_s:
+                stop, kept = t + (boundary - done), boundary
+            elif model.graceful:
+                stop, kept = t + pre.grace_s, math.floor(done / job.epoch_s + 1e-9) * job.epoch_s
+            else:
+                stop, kept = t, math.floor(done / job.epoch_s + 1e-9) * job.epoch_s
+            kept = max(job.done_before, min(kept, job.task.duration))
+            progress_at_stop = job.progress(stop)
+            if progress_at_stop >= job.task.duration - 1e-9:
+                stop = t + (job.task.duration - done)  # it ends before it would stop: let it finish
+                stop_of[pre.by_job_id] = max(stop_of.get(pre.by_job_id, t), stop)
+                stopping[pre.job_id] = (stop, job.task.duration)
+                continue
+            job.lost_s += max(0.0, progress_at_stop - kept) + (model.restart_s if kept > 0 else 0.0)
+            job.lost_s += max(0.0, min(stop, job.run_from) - t)  # time lost in its own restart
             job.preempted += 1
             preemptions += 1
-            queued[pre.job_id] = replace(job.request, walltime_s=max(60.0, (job.request.walltime_s or 60.0) - kept))
+            stopping[pre.job_id] = (stop, kept)
+            heapq.heappush(requeues, (stop, pre.job_id))
+            stop_of[pre.by_job_id] = max(stop_of.get(pre.by_job_id, t), stop)
         for start in result.starts:
             job = jobs[start.job_id]
             request = queued.pop(start.job_id)
@@ -366,37 +519,87 @@ def simulate_policy(
                 priority_class=start.priority_class or request.priority_class,
                 started_at=t,
                 expected_end=t + request.walltime,
-                preemptible=request.priority_class in ("low", "medium"),
+                preemptible=job.spec_preemptible and job.done_before > 0,
+                attained_s=job.done_before,
+                preemptions=job.preempted,
+                estimated=request.estimated,
             )
             running[start.job_id] = alloc
             busy_gpus += alloc.gpus
             if job.first_start is None:
                 job.first_start = t
-            heapq.heappush(completions, (t + job.remaining, start.job_id, job.attempt))
+            job.run_from = stop_of.get(start.job_id, t) + (model.restart_s if job.done_before > 0 else 0.0)
+            heapq.heappush(completions, (job.run_from + job.remaining, start.job_id, job.attempt))
         if new_ids:
-            etas = {e.job_id: e.estimated_start for e in result.queue}
+            entries = {e.job_id: e for e in result.queue}
             for job_id in new_ids:
                 job = jobs[job_id]
-                job.eta_at_submit = etas[job_id] if job_id in etas else t
+                entry = entries.get(job_id)
+                if entry is None:  # started in this pass
+                    job.eta_at_submit = job.eta_low = job.eta_high = t
+                else:
+                    job.eta_at_submit = entry.estimated_start
+                    job.eta_low = entry.estimated_start_low
+                    job.eta_high = entry.estimated_start_high
         if result.wake_at is not None and result.wake_at > t:
             heapq.heappush(wakeups, result.wake_at)
         queue_samples.append((t, len(queued)))
 
+    return _metrics(
+        jobs,
+        rejected,
+        busy_area,
+        total_gpus,
+        window,
+        preemptions,
+        passes,
+        queue_samples,
+        timeline_points,
+        over_quota_excess,
+    )
+
+
+def _metrics(
+    jobs: dict[str, _Job],
+    rejected: int,
+    busy_area: float,
+    total_gpus: float,
+    window: tuple[float, float],
+    preemptions: int,
+    passes: int,
+    queue_samples: list[tuple[float, int]],
+    timeline_points: int,
+    over_quota_excess: float,
+) -> dict:
     finished = [j for j in jobs.values() if j.finish is not None]
     waits = sorted(j.finish - j.task.submit - j.task.duration for j in finished)
     jcts = [j.finish - j.task.submit for j in finished]
     per_user: dict[str, list[float]] = {}
+    rho_num: dict[str, float] = {}
+    rho_den: dict[str, float] = {}
     for j in finished:
-        per_user.setdefault(j.request.user, []).append(
-            (j.task.duration + BOUNDED_SLOWDOWN_S) / (j.finish - j.task.submit + BOUNDED_SLOWDOWN_S)
-        )
-    eta_errors = [
-        abs(j.eta_at_submit - j.first_start)
-        for j in finished
-        if j.eta_at_submit is not None and j.first_start is not None
-    ]
+        user = j.request.user
+        jct = j.finish - j.task.submit
+        per_user.setdefault(user, []).append((j.task.duration + BOUNDED_SLOWDOWN_S) / (jct + BOUNDED_SLOWDOWN_S))
+        # Themis: time alone on a 1/N share of the cluster, N = users with work at submit.
+        fair_gpus = total_gpus / max(1, j.active_users)
+        alone = j.task.duration * max(1.0, j.task.gpus / fair_gpus)
+        rho_num[user] = rho_num.get(user, 0.0) + jct + BOUNDED_SLOWDOWN_S
+        rho_den[user] = rho_den.get(user, 0.0) + alone + BOUNDED_SLOWDOWN_S
+    rhos = sorted(rho_num[u] / rho_den[u] for u in rho_num)
+    with_eta = [j for j in finished if j.first_start is not None and j.eta_at_submit is not None]
+    eta_errors = [abs(j.eta_at_submit - j.first_start) for j in with_eta]
+    ranged = [j for j in finished if j.first_start is not None]
+    covered = {
+        j.task.name
+        for j in ranged
+        if j.eta_low is not None and j.eta_high is not None and j.eta_low - 1.0 <= j.first_start <= j.eta_high + 1.0
+    }
+    widths = [j.eta_high - j.eta_low for j in ranged if j.eta_low is not None and j.eta_high is not None]
+    waited = [j for j in ranged if j.first_start > j.task.submit]
     span = window[1] - window[0]
     step = max(1, len(queue_samples) // timeline_points)
+    preempted = [j.preempted for j in jobs.values()]
     return {
         "jobs": len(finished),
         "rejected": rejected,
@@ -410,9 +613,20 @@ def simulate_policy(
         "mean_jct_s": statistics.fmean(jcts) if jcts else 0.0,
         "utilization": busy_area / (total_gpus * span) if span > 0 else 0.0,
         "jain_fairness": jain(statistics.fmean(v) for v in per_user.values()),
+        "rho_p95": _percentile(rhos, 0.95),
+        "rho_max": rhos[-1] if rhos else 0.0,
+        "users_rho_le_2": sum(1 for r in rhos if r <= 2.0) / len(rhos) if rhos else 1.0,
         "eta_mae_s": statistics.fmean(eta_errors) if eta_errors else 0.0,
         "eta_count": len(eta_errors),
+        "eta_coverage": len(covered) / len(ranged) if ranged else 1.0,
+        "eta_width_mean_s": statistics.fmean(widths) if widths else 0.0,
+        "eta_coverage_waiting": (sum(1 for j in waited if j.task.name in covered) / len(waited) if waited else 1.0),
+        "jobs_waiting_at_submit": len(waited),
         "preemptions": preemptions,
+        "jobs_preempted": sum(1 for p in preempted if p),
+        "max_preemptions_per_job": max(preempted, default=0),
+        "lost_gpu_hours": sum(j.lost_s * j.task.gpus for j in jobs.values()) / 3600.0,
+        "over_quota_excess_gpu_hours": over_quota_excess / 3600.0,
         "passes": passes,
         "_waits": waits,
         "_queue": queue_samples[::step],
@@ -430,7 +644,7 @@ def run_simulation(
     teams: int = 6,
     zipf_s: float = 1.1,
     walltime_sigma: float = 0.5,
-    checkpoint_s: float = 600.0,
+    model: JobModel | None = None,
     max_tasks: int | None = None,
     plot_path: str | None = None,
 ) -> dict:
@@ -462,6 +676,7 @@ def run_simulation(
         "teams": teams,
         "zipf_s": zipf_s,
         "walltime_sigma": walltime_sigma,
+        "job_model": asdict(model or JobModel()),
         "policies": {},
     }
     series = {}
@@ -471,9 +686,7 @@ def run_simulation(
             config = PolicyConfig(policy=entry, user_gpu_hours_per_day=None)
         else:
             label, config = entry
-        metrics = simulate_policy(
-            tasks, owners, nodes, config, seed=seed, walltime_sigma=walltime_sigma, checkpoint_s=checkpoint_s
-        )
+        metrics = simulate_policy(tasks, owners, nodes, config, seed=seed, walltime_sigma=walltime_sigma, model=model)
         series[label] = (metrics.pop("_waits"), metrics.pop("_queue"))
         result["policies"][label] = metrics
     fitting = [
