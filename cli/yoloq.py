@@ -229,6 +229,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def eta_range(entry: dict) -> str:
+    """`` (likely in 1.5 h to 3.0 h)`` from the scheduler's P10-P90 range, or nothing."""
+    low, high = entry.get("estimated_start_low_at"), entry.get("estimated_start_high_at")
+    return f" (likely {when(low)} to {when(high).removeprefix('in ')})" if low and high else ""
+
+
 def cmd_queue(args: argparse.Namespace) -> int:
     api = api_from_config()
     rows = []
@@ -245,7 +251,8 @@ def cmd_queue(args: argparse.Namespace) -> int:
                 continue
         rows.append([str(q["position"] or ""), q["id"][:8], q["task_name"], q["team"], q["user"],
                      q["priority_class"], gpus_text(q["resources"]["gpu"]), "queued",
-                     f"start {when(q['estimated_start_at'])}; {q['reason']}" if q["estimated_start_at"] else q["reason"]])
+                     f"start {when(q['estimated_start_at'])}{eta_range(q)}; {q['reason']}"
+                     if q["estimated_start_at"] else q["reason"]])
     if not rows:
         print("Nothing running or queued.")
         return 0
@@ -306,7 +313,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     ]
     if job["state"] == "queued":
         lines += [("position", str(job["queue_position"] or "-")),
-                  ("estimated start", when(job["estimated_start_at"])), ("why it waits", job["reason"] or "-")]
+                  ("estimated start", when(job["estimated_start_at"]) + eta_range(job)), ("why it waits", job["reason"] or "-")]
     if job["node"]:
         lines.append(("node", f"{job['node']} GPUs {job['gpus']}" + (" (simulated)" if job["simulated"] else "")))
     lines += [("epochs done", epochs), ("submitted", when(job["created_at"]))]

@@ -33,6 +33,7 @@ from apps.jobs.paths import traceback_strip
 from apps.jobs.services import (
     attempt_check_in,
     attempt_event_record,
+    attempt_stop_grace,
     attempt_finish,
     attempt_heartbeat,
     attempt_start,
@@ -269,6 +270,7 @@ class AttemptRunner:
         self.run_dir = Path(job.run_dir)
         self.attempt_dir = self.run_dir / f"attempt-{job.attempt}"
         self.checkpoint_dir = self.run_dir / "checkpoints"
+        self.stop_file = self.attempt_dir / "stop-after-epoch"  # graceful preemption (train_child)
         for folder in (self.attempt_dir, self.checkpoint_dir):
             folder.mkdir(parents=True, exist_ok=True)
         self.log_path = self.attempt_dir / "output.log"
@@ -382,6 +384,7 @@ class AttemptRunner:
     def child_config(self, number: int, checkpoint: Checkpoint | None) -> Path:
         config = child_config(self.job, resume_from=checkpoint.path if checkpoint else None,
                               events_path=self.attempt_dir / f"events-{number}.jsonl", local=self.local)
+        config["stop_file"] = str(self.stop_file)  # touched when the attempt is preempted (run_child)
         path = self.attempt_dir / f"config-{number}.json"
         path.write_text(json.dumps(config, indent=2))
         return path
@@ -418,6 +421,7 @@ class AttemptRunner:
         result = ChildResult()
         last_beat = last_log = time.monotonic()
         stop_reason = ""
+        stop_by: float | None = None  # graceful preemption: stopped by force only if not done by then
         try:
             if number == 1:
                 recorders.training_started(self.job.node.name, self.job.gpu_indices)
@@ -435,15 +439,24 @@ class AttemptRunner:
                 if not stop_reason and now - last_beat >= min(settings.HEARTBEAT_S, 2.0):
                     last_beat = now
                     stop_reason = self.check_in()
+                    if stop_reason == "fenced":
+                        grace = attempt_stop_grace(self.job)
+                        if grace:  # preempted: the child stops after its current epoch's checkpoint
+                            self.stop_file.touch()
+                            stop_by = now + grace
+                            job_event(self.job, "stopping", f"preempted: stopping at the end of the current "
+                                                            f"epoch (at most {grace:.0f} s)")
                 if not stop_reason and now - started > budget:
                     stop_reason = "timed_out"
-                if stop_reason:
+                if stop_reason and (stop_by is None or now >= stop_by):
                     execution.stop()
                     continue
                 time.sleep(POLL_S)
             for event in execution.events():
                 self.on_event(event, result)
             self.flush_logs(execution.log_reader)
+            if stop_by is not None:
+                execution.stop()  # DDP ranks of a child that stopped itself
             result.usage = execution.usage()
         except BaseException:
             execution.stop()  # our code raised (or RQ's timeout): no training left on the GPUs
@@ -482,6 +495,9 @@ class AttemptRunner:
             result.finished = event
         elif kind == "error":
             result.error = event
+        elif kind == "stopped":
+            job_event(self.job, "stopped_at_epoch_end", f"stopped after epoch {event.get('epoch')} as asked",
+                      {"epoch": event.get("epoch")})
         else:
             if kind == "started" and event.get("batch"):
                 result.batch = int(event["batch"])

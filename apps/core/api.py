@@ -24,6 +24,8 @@ PLATFORM_FIELDS = {
     "priority_factors": "are computed by the scheduler",
     "queue_position": "is computed by the scheduler",
     "estimated_start_at": "is computed by the scheduler",
+    "estimated_start_low_at": "is computed by the scheduler",
+    "estimated_start_high_at": "is computed by the scheduler",
     "reason": "is computed by the scheduler",
     "created_at": "is set by the platform",
     "started_at": "is set by the platform",

@@ -113,7 +113,8 @@ class JobOut(ModelFieldsOnce):
         fields = [
             "id", "task_name", "state", "team", "user", "priority_class", "resources", "attempt",
             "created_at", "first_started_at", "started_at", "finished_at", "queue_position",
-            "estimated_start_at", "predicted_start_at", "run_class",
+            "estimated_start_at", "estimated_start_low_at", "estimated_start_high_at", "predicted_start_at",
+            "run_class",
             "reason", "node", "gpus", "gpu_share", "simulated", "error", "exit_code", "priority",
             "priority_factors", "timeout_s", "retries_left", "epochs", "epochs_done",
             "cancel_requested", "model_version", "spec", "is_sweep", "parent",
@@ -376,6 +377,9 @@ class QueueEntryOut(serializers.Serializer):
     priority_factors = serializers.DictField()
     resources = serializers.DictField()
     estimated_start_at = serializers.DateTimeField(allow_null=True)
+    # The range the start is expected in (P10-P90); null where there is no estimate.
+    estimated_start_low_at = serializers.DateTimeField(allow_null=True)
+    estimated_start_high_at = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField(allow_blank=True)
     created_at = serializers.DateTimeField()
 
@@ -392,6 +396,7 @@ class QueueList(APIView):
             {"position": j.queue_position, "id": str(j.pk), "task_name": j.task_name, "team": j.team.slug,
              "user": j.user.username, "priority_class": j.priority_class, "priority": j.priority_score,
              "priority_factors": j.priority_factors, "resources": JobOut().get_resources(j),
-             "estimated_start_at": j.estimated_start_at, "reason": j.reason, "created_at": j.created_at}
+             "estimated_start_at": j.estimated_start_at, "estimated_start_low_at": j.estimated_start_low_at,
+             "estimated_start_high_at": j.estimated_start_high_at, "reason": j.reason, "created_at": j.created_at}
             for j in jobs
         ])

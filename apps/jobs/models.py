@@ -81,6 +81,9 @@ class Job(models.Model):
     # Written by the scheduler on every planning pass.
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start_at = models.DateTimeField(null=True, blank=True)
+    # The range around it (P10-P90 of the scheduler's forward simulation; docs/scheduling.md).
+    estimated_start_low_at = models.DateTimeField(null=True, blank=True)
+    estimated_start_high_at = models.DateTimeField(null=True, blank=True)
     predicted_start_at = models.DateTimeField(null=True, blank=True, help_text="first ETA given; kept for accuracy")
     reason = models.CharField(max_length=300, blank=True)
     # The planner's score (higher starts first), not the class the user asked for (priority_class).

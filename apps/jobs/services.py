@@ -118,6 +118,8 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
     fields.setdefault("finished_at", now)
     fields.setdefault("queue_position", None)
     fields.setdefault("estimated_start_at", None)
+    fields.setdefault("estimated_start_low_at", None)
+    fields.setdefault("estimated_start_high_at", None)
     with transaction.atomic():
         moved = query.update(state=to, **fields) == 1
         if moved:
@@ -125,7 +127,9 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
     return moved
 
 
-def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry: bool = False) -> bool:
+def job_requeue(
+    job: Job, *, reason: str, kind: str = "requeued", by=None, retry: bool = False, data: dict | None = None
+) -> bool:
     """Put a starting/running job back in the queue; True if this call did (the attempt was current).
 
     An attempt that had started (``running``) ends here and the job comes back as attempt N+1.
@@ -168,7 +172,7 @@ def job_requeue(job: Job, *, reason: str, kind: str = "requeued", by=None, retry
         if not started:
             reason = f"{reason}; attempt {job.attempt} had not started, so it keeps its number"
         # The ended attempt's number and whether it had started: attempt_lost counts these.
-        job_event(job, kind, reason, {"ended_attempt": before, "attempt_started": started})
+        job_event(job, kind, reason, {"ended_attempt": before, "attempt_started": started, **(data or {})})
         if by is not None:
             audit_record(actor=by, action=AuditEntry.Action.JOB_REQUEUE, team=job.team_id, target=job, message=reason)
         kick_scheduler()
@@ -196,6 +200,7 @@ def job_claim(job: Job, *, node, gpu_indices: list[int], gpu_share: float, run_c
                 job.pk, expected=[JobState.QUEUED], to=JobState.STARTING, attempt_id=job.attempt_id,
                 node=node, gpu_indices=list(gpu_indices), gpu_share=gpu_share, run_class=run_class,
                 dispatched_at=None, queue_position=None, reason="", estimated_start_at=None,
+                estimated_start_low_at=None, estimated_start_high_at=None,
             ):
                 return False
             gpu_slots_take(job, node=node, gpu_indices=gpu_indices, gpu_share=gpu_share)
@@ -253,14 +258,28 @@ def job_class_set(job: Job, *, priority_class: str, by) -> bool:
     return changed
 
 
-def attempt_preempt(job: Job, *, reason: str, now: datetime) -> bool:
-    """Take a running attempt's GPUs for a higher job: charge what it used, requeue it (not a retry).
+def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.0) -> bool:
+    """Take a running attempt's GPUs for another job: charge what it used, requeue it (not a retry).
 
     The victim's worker notices at its next check-in that the attempt is no longer current
-    (fencing) and stops the process tree; the checkpoint carries the work over.
+    (fencing). With ``grace_s`` it lets the training stop at the end of its current epoch
+    (:func:`attempt_stop_grace`), killing it only after ``grace_s``; without, it stops the
+    process tree at once. The checkpoint carries the work over.
     """
     usage_charge(job, ended_at=now)
-    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted")
+    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted",
+                       data={"attempt": job.attempt, "attempt_id": str(job.attempt_id), "grace_s": grace_s})
+
+
+def attempt_stop_grace(job: Job) -> float:
+    """Seconds a fenced attempt may take to reach its epoch end: the grace of its preemption, else 0.
+
+    Matched on the attempt's id, not its number: a requeue of an attempt that never started
+    keeps the number (job_requeue), and a later fence of that number must not inherit a grace.
+    """
+    event = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__attempt_id=str(job.attempt_id))
+             .order_by("-seq").first())
+    return float((event.data or {}).get("grace_s") or 0.0) if event else 0.0
 
 
 def attempt_lost(job: Job, *, reason: str, now: datetime) -> str:

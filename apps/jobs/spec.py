@@ -52,6 +52,8 @@ PLATFORM_FIELDS = {
     "priority_factors": "the scheduler computes them",
     "queue_position": "the scheduler computes it",
     "estimated_start_at": "the scheduler computes it",
+    "estimated_start_low_at": "the scheduler computes it",
+    "estimated_start_high_at": "the scheduler computes it",
     "reason": "the scheduler sets it",
     "error": "the platform sets it",
     "exit_code": "the platform sets it",

@@ -11,7 +11,8 @@ class SchedulerConfigAdmin(SuperuserEditAdmin, admin.ModelAdmin):
     """The one configuration row: weights, half-life, quotas, urgent defaults. Admins edit; managers read."""
 
     fieldsets = [
-        ("Policy", {"fields": ["policy", "preemption", "preempt_min_runtime_s", "backfill", "reservations"]}),
+        ("Policy", {"fields": ["policy", "preemption", "preempt_min_runtime_s", "preempt_grace_s", "backfill",
+                               "reservations", "size_preemption", "bounded_wait", "fragmentation_aware"]}),
         ("Priority weights (each factor is in [0, 1])",
          {"fields": ["weight_fairshare", "weight_age", "weight_size", "weight_class"]}),
         ("Fair-share and age", {"fields": ["half_life_hours", "age_cap_hours", "size_cap_gpu_hours"]}),

@@ -7,23 +7,24 @@ costs one grouped query however long the ledger grows.
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.cluster.models import ForeignAllocation, Node
-from apps.jobs.models import HOLDING_STATES, Job, JobState
+from apps.jobs.models import HOLDING_STATES, Job, JobEvent, JobState
 from apps.quotas.models import TeamQuota, UsageRecord
 
+from .estimates import fit_runtime_model, job_estimates
 from .models import SchedulerConfig
 from .policy import (
+    DEFAULT_RUNTIME_S,
     Allocation,
     ClusterState,
     DecayedUsage,
@@ -34,9 +35,9 @@ from .policy import (
     RollingUsage,
     TeamPolicy,
 )
+from .policy.runtime_model import RuntimeModel
 
 DAY = timedelta(days=1)
-ESTIMATE_SAMPLES = 20
 
 
 def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
@@ -62,19 +63,30 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
     )
 
 
-def runtime_estimates(signatures: set[str]) -> dict[str, float]:
-    """Median runtime (seconds) of recent succeeded jobs per runtime signature."""
-    if not signatures:
+def service_history(jobs: Iterable[Job]) -> dict:
+    """Requeued jobs' service so far: job pk -> (seconds of progress kept, times preempted)."""
+    pks = [j.pk for j in jobs]
+    if not pks:
         return {}
-    runtimes: dict[str, list[float]] = defaultdict(list)
-    finished = (Job.objects.filter(runtime_signature__in=signatures, state=JobState.SUCCEEDED)
-                .order_by("-finished_at").values_list("runtime_signature", "gpus", "pk"))
-    per_job = dict(UsageRecord.objects.filter(job__runtime_signature__in=signatures, job__state=JobState.SUCCEEDED)
-                   .values_list("job_id").annotate(s=Sum("gpu_seconds")))
-    for signature, gpus, pk in finished[:2000]:
-        if len(runtimes[signature]) < ESTIMATE_SAMPLES and per_job.get(pk):
-            runtimes[signature].append(per_job[pk] / max(gpus, 1e-9))
-    return {signature: statistics.median(values) for signature, values in runtimes.items() if values}
+    gpus = {j.pk: max(j.gpus, 1e-9) for j in jobs}
+    served = dict(UsageRecord.objects.filter(job_id__in=pks).values_list("job_id").annotate(s=Sum("gpu_seconds")))
+    preempted = dict(JobEvent.objects.filter(job_id__in=pks, kind="preempted").values_list("job_id")
+                     .annotate(n=Count("id")))
+    return {pk: (served.get(pk, 0.0) / gpus[pk], preempted.get(pk, 0)) for pk in pks}
+
+
+def recent_arrivals(now: datetime, model: RuntimeModel | None, limit: int = 500) -> tuple[JobRequest, ...]:
+    """Jobs submitted in the last day: the inflow the ETA ranges expect to continue."""
+    recent = list(Job.objects.filter(created_at__gte=now - DAY).select_related("team", "user")
+                  .order_by("-created_at")[:limit])
+    estimates = job_estimates(recent, [], now, model).runtime_s if recent else {}
+    return tuple(
+        JobRequest(job_id=str(j.pk), team=j.team.slug, user=j.user.username, submitted_at=j.created_at.timestamp(),
+                   gpus=j.gpus, priority_class=j.priority_class, gpu_models=tuple(j.spec.get("gpu_models") or ()),
+                   image=j.spec.get("image") or "",
+                   timeout_s=float(j.timeout_s), walltime_s=estimates.get(str(j.pk)))
+        for j in recent
+    )
 
 
 def team_policies(config: PolicyConfig) -> dict[str, TeamPolicy]:
@@ -172,20 +184,30 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
     holding = list(Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False)
                    .select_related("node", "team", "user"))
     queued_jobs = list(Job.objects.filter(state=JobState.QUEUED).select_related("team", "user"))
-    estimates = runtime_estimates({j.runtime_signature for j in holding + queued_jobs if j.runtime_signature})
+    model = fit_runtime_model()
+    estimates = job_estimates(queued_jobs, holding, now, model)
     with_checkpoint = set(Job.objects.filter(pk__in=[j.pk for j in holding], checkpoints__isnull=False)
                           .values_list("pk", flat=True))
+    history = service_history([j for j in holding + queued_jobs if j.attempt > 1])
 
     running = []
     for job in holding:
         started = (job.started_at or job.dispatched_at or now).timestamp()
-        walltime = min(estimates.get(job.runtime_signature, job.timeout_s), job.timeout_s)
+        key = str(job.pk)
+        if key in estimates.remaining_s:  # its own epoch rate, once it has finished an epoch
+            expected_end = now.timestamp() + estimates.remaining_s[key]
+        else:  # never the timeout: the model's estimate, else the stated default
+            expected_end = started + min(estimates.runtime_s.get(key) or DEFAULT_RUNTIME_S, job.timeout_s)
+        attained, preemptions = history.get(job.pk, (0.0, 0))
         running.append(Allocation(
-            job_id=str(job.pk), team=job.team.slug, user=job.user.username, node=job.node.name,
+            job_id=key, team=job.team.slug, user=job.user.username, node=job.node.name,
             gpu_indices=tuple(job.gpu_indices), gpu_share=job.gpu_share, gpu_memory_mb=job.gpu_memory_mb,
             cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, priority_class=job.run_class or job.priority_class,
-            started_at=started, expected_end=max(now.timestamp() + 1, started + walltime),
-            preemptible=job.pk in with_checkpoint and job.state == JobState.RUNNING,
+            started_at=started, expected_end=max(now.timestamp() + 1, expected_end),
+            preemptible=(job.pk in with_checkpoint and job.state == JobState.RUNNING
+                         and job.spec.get("preemptible", True)),
+            attained_s=attained, preemptions=preemptions,
+            estimated=key in estimates.remaining_s or key in estimates.runtime_s,
         ))
     running.extend(foreign_allocations(now))
     queued = tuple(
@@ -195,7 +217,8 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
             gpu_memory_mb=job.gpu_memory_mb, gpu_models=tuple(job.spec.get("gpu_models") or ()),
             cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, image=job.spec.get("image") or "",
             timeout_s=float(job.timeout_s), requires=tuple(job.spec.get("requires") or ()),
-            walltime_s=estimates.get(job.runtime_signature),
+            walltime_s=estimates.runtime_s.get(str(job.pk)), preemptible=job.spec.get("preemptible", True),
+            attained_s=history.get(job.pk, (0.0, 0))[0], preemptions=history.get(job.pk, (0.0, 0))[1],
         )
         for job in queued_jobs
     )
@@ -203,6 +226,6 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
     state = ClusterState(
         nodes=infos, running=tuple(running), queued=queued, config=config, usage=usage,
         user_usage_24h=usage_24h, user_usage_expiry=expiry, team_urgent_usage_24h=urgent,
-        teams=team_policies(config),
+        teams=team_policies(config), inflow=recent_arrivals(now, model), runtime_sigma=estimates.sigma,
     )
     return state, {str(j.pk): j for j in queued_jobs}

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from apps.cluster.models import Node
@@ -113,6 +114,10 @@ def repair_dispatch(now: datetime | None = None) -> bool:
 _fault_hits: dict[str, int] = {}
 
 
+class ClaimAbandoned(Exception):
+    """A planned start whose claim or victims' requeue failed: its savepoint is rolled back."""
+
+
 def _fault(point: str) -> None:
     """Fault injection for the tests: YOLOPORTAL_FAULT=<point> kills the process the first
     time it gets there, ``<point>@N`` the N-th time."""
@@ -129,9 +134,11 @@ def plan_and_start(now: datetime | None = None, token: int | None = None) -> boo
     """Run the policy and act on its plan.
 
     1. Build the ClusterState from the database and call the pure policy.
-    2. In one transaction fenced by the leader's ``token`` (apps.scheduling.leader): requeue
-       each planned preemption, then claim each planned start (queued → starting, with its
-       GPU slots); a claim another scheduler or a stale plan beat is skipped.
+    2. In one transaction fenced by the leader's ``token`` (apps.scheduling.leader): claim
+       each planned start (queued → starting, with its GPU slots) in a savepoint together
+       with the requeues of the jobs it preempts (victims stop at their next epoch end; the
+       node's GPU locks hold the new attempt until they have). A claim another scheduler or
+       a stale plan beat, or whose victim cannot be requeued, is abandoned with its requeues.
     3. After commit, enqueue what was claimed.
     4. Store every waiting job's position, ETA, priority factors and reason.
     """
@@ -141,20 +148,31 @@ def plan_and_start(now: datetime | None = None, token: int | None = None) -> boo
         return False
     plan = policy.plan(state, now.timestamp())
 
+    victims_of: dict[str, list[policy.Preemption]] = {}
+    for preemption in plan.preemptions:
+        victims_of.setdefault(preemption.by_job_id, []).append(preemption)
     nodes = {n.name: n for n in Node.objects.filter(name__in={s.node for s in plan.starts})}
     started = []
     with fenced(token):
-        for preemption in plan.preemptions:
-            victim = Job.objects.filter(pk=preemption.job_id, state=JobState.RUNNING).first()
-            if victim and not victim.cancel_requested_at:
-                attempt_preempt(victim, reason=preemption.reason, now=now)
         for index, start in enumerate(plan.starts):
             if index == 1:
                 _fault("mid_claim")  # dies inside the claim transaction: nothing of it may remain
             job = jobs_by_id[start.job_id]
-            if job_claim(job, node=nodes[start.node], gpu_indices=list(start.gpu_indices),
-                         gpu_share=start.gpu_share, run_class=start.priority_class or job.priority_class):
-                started.append(job.pk)
+            try:
+                with transaction.atomic():  # a start and the requeues of its victims: all or nothing
+                    for preemption in victims_of.get(start.job_id, ()):
+                        victim = Job.objects.filter(pk=preemption.job_id, state=JobState.RUNNING).first()
+                        if victim is None or victim.cancel_requested_at or not attempt_preempt(
+                            victim, reason=preemption.reason, now=now, grace_s=preemption.grace_s
+                        ):
+                            raise ClaimAbandoned(f"victim {preemption.job_id} is no longer running")
+                    if not job_claim(job, node=nodes[start.node], gpu_indices=list(start.gpu_indices),
+                                     gpu_share=start.gpu_share, run_class=start.priority_class or job.priority_class):
+                        raise ClaimAbandoned(f"{job.pk} is no longer queued")
+            except ClaimAbandoned as why:
+                log.info("start of %s abandoned: %s", job.pk, why, extra={"job_id": str(job.pk)})
+                continue
+            started.append(job.pk)
     _fault("after_allocate")
     for job in Job.objects.filter(pk__in=started).select_related("node"):
         try:
@@ -173,8 +191,9 @@ def plan_and_start(now: datetime | None = None, token: int | None = None) -> boo
     return bool(started) or bool(plan.preemptions)
 
 
-QUEUE_FIELDS = ("queue_position", "estimated_start_at", "reason", "priority_score", "priority_factors",
-                "predicted_start_at")
+QUEUE_FIELDS = ("queue_position", "estimated_start_at", "estimated_start_low_at", "estimated_start_high_at",
+                "reason", "priority_score", "priority_factors", "predicted_start_at")
+ETA_FIELDS = ("estimated_start_at", "estimated_start_low_at", "estimated_start_high_at")
 ETA_SLACK_S = 30.0
 # Priority points: the age factor alone adds weight_age / age_cap_s points per second
 # (~0.003 with the defaults), so a score compared exactly changes on every pass.
@@ -193,19 +212,20 @@ def queue_update(entries, jobs_by_id) -> None:
         job = jobs_by_id.get(entry.job_id)
         if job is None:
             continue
-        eta = (datetime.fromtimestamp(entry.estimated_start, tz=UTC)
-               if entry.estimated_start is not None else None)
+        eta, low, high = (None if t is None else datetime.fromtimestamp(t, tz=UTC)
+                          for t in (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high))
         new = {
             "queue_position": entry.position,
             "estimated_start_at": eta,
+            "estimated_start_low_at": low,
+            "estimated_start_high_at": high,
             "reason": entry.reason[:300],
             "priority_score": round(entry.priority, 3),
             "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
             "predicted_start_at": job.predicted_start_at or eta,
         }
-        unchanged = all(getattr(job, f) == new[f] for f in QUEUE_FIELDS
-                        if f not in ("estimated_start_at", "priority_score"))
-        if (unchanged and same_eta(job.estimated_start_at, eta)
+        unchanged = all(getattr(job, f) == new[f] for f in QUEUE_FIELDS if f not in ETA_FIELDS + ("priority_score",))
+        if (unchanged and all(same_eta(getattr(job, f), new[f]) for f in ETA_FIELDS)
                 and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK):
             continue
         job_queue_info_set(job, **new)

@@ -35,6 +35,18 @@ class SchedulerConfig(models.Model):
                                               validators=[MinValueValidator(0)])
     backfill = models.BooleanField(default=PolicyConfig.backfill)
     reservations = models.PositiveSmallIntegerField(default=PolicyConfig.reservations)
+    preempt_grace_s = models.FloatField(
+        default=PolicyConfig.preempt_grace_s, validators=[MinValueValidator(0)],
+        help_text="a preempted job stops at its next epoch end, and is killed after this long")
+    size_preemption = models.BooleanField(
+        default=PolicyConfig.size_preemption,
+        help_text="a job may preempt jobs of its class or lower with far more time left (docs/scheduling.md)")
+    bounded_wait = models.BooleanField(
+        default=PolicyConfig.bounded_wait,
+        help_text="jobs waiting well past their fair share get reservations of their own")
+    fragmentation_aware = models.BooleanField(
+        default=PolicyConfig.fragmentation_aware,
+        help_text="placement keeps idle GPUs together for the multi-GPU shapes that wait")
     default_urgent_gpu_hours_per_day = models.FloatField(default=TeamPolicy.urgent_gpu_hours_per_day)
     default_urgent_max_gpus = models.FloatField(default=TeamPolicy.urgent_max_gpus)
     updated_at = models.DateTimeField(auto_now=True)
@@ -72,6 +84,10 @@ class SchedulerConfig(models.Model):
             preemption=self.preemption,
             backfill=self.backfill,
             reservations=self.reservations,
+            preempt_grace_s=self.preempt_grace_s,
+            size_preemption=self.size_preemption,
+            bounded_wait=self.bounded_wait,
+            fragmentation_aware=self.fragmentation_aware,
             default_team=TeamPolicy(urgent_gpu_hours_per_day=self.default_urgent_gpu_hours_per_day,
                                     urgent_max_gpus=self.default_urgent_max_gpus),
         )

@@ -359,7 +359,7 @@
 
   function refreshJob() {
     return getJSON(cfg.api).then(function (job) {
-      ["queue_position", "estimated_start_at", "reason", "node", "simulated", "gpus", "attempt", "priority",
+      ["queue_position", "estimated_start_at", "estimated_start_low_at", "estimated_start_high_at", "reason", "node", "simulated", "gpus", "attempt", "priority",
        "started_at", "finished_at", "error"].forEach(function (k) { setField(k, job[k]); });
       if (job.state !== jobState) setState(job.state);
       if (job.model_version) {

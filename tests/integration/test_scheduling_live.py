@@ -48,3 +48,38 @@ def test_an_urgent_job_preempts_a_low_job_which_resumes_from_its_checkpoint(live
     # The urgent job trained only once the preempted attempt's processes were gone (GPU locks).
     stopped = JobEvent.objects.get(job_id=low_id, kind="attempt_stopped", attempt=1).created_at
     assert JobEvent.objects.get(job_id=urgent_id, kind="training_started").created_at >= stopped
+
+
+def test_a_short_job_preempts_a_long_one_of_its_class_which_stops_at_an_epoch_end_and_resumes(live, alice, bob):
+    """Size-aware preemption on the live system: both low; the long job (by its own epoch rate)
+    has far more time left than the short one needs."""
+    config = SchedulerConfig.current()
+    config.preempt_min_runtime_s = 0
+    config.size_preemption = True
+    config.save()
+    live.start_scheduler()
+    live.start_worker(gpus=1)
+
+    long_id = api_client(bob).post("/api/v1/jobs/", spec("long-run", 40, "low"), content_type="application/yaml").json()["id"]
+    wait_for(lambda: Checkpoint.objects.filter(job_id=long_id).exists(), 180, what="the long job's first checkpoint")
+
+    short_spec = spec("quick-check", 1, "low") + "expected_duration: 5\n"
+    short_id = api_client(alice).post("/api/v1/jobs/", short_spec, content_type="application/yaml").json()["id"]
+    wait_for(lambda: Job.objects.get(pk=short_id).state in TERMINAL_STATES, 180, what="the short job")
+    wait_for(lambda: JobEvent.objects.filter(job_id=long_id, kind="training_started", attempt=2).exists(), 180,
+             what="the long job's second attempt")
+    api_client(bob).post(f"/api/v1/jobs/{long_id}/cancel/")  # the rest of its 40 epochs is not the point
+    wait_for(lambda: Job.objects.get(pk=long_id).state in TERMINAL_STATES, 120, what="the long job to stop")
+
+    assert Job.objects.get(pk=short_id).state == JobState.SUCCEEDED
+    preempted = JobEvent.objects.get(job_id=long_id, kind="preempted")
+    assert "far less GPU time" in preempted.message and preempted.data["grace_s"] > 0
+    # Asked to stop at its epoch end, it stopped there; the next attempt starts at the epoch
+    # after it (no completed epoch lost) and every epoch is stored exactly once.
+    stopped = JobEvent.objects.get(job_id=long_id, kind="stopped_at_epoch_end")
+    resumed = JobEvent.objects.get(job_id=long_id, kind="training_started", attempt=2)
+    assert resumed.data["start_epoch"] == stopped.data["epoch"] + 1
+    epochs = list(MetricPoint.objects.filter(job_id=long_id).order_by("epoch").values_list("epoch", flat=True))
+    assert epochs == list(range(1, len(epochs) + 1)) and len(epochs) >= stopped.data["epoch"]
+    attempt_stopped = JobEvent.objects.get(job_id=long_id, kind="attempt_stopped", attempt=1).created_at
+    assert JobEvent.objects.get(job_id=short_id, kind="training_started").created_at >= attempt_stopped

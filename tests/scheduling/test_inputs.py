@@ -7,11 +7,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.jobs.models import Job, JobState
+from apps.jobs.models import Job, JobState, MetricPoint
 from apps.jobs.services import job_submit
 from apps.jobs.spec import parse_spec
 from apps.quotas.models import TeamQuota, UsageRecord
 from apps.scheduling.inputs import cluster_state
+from apps.scheduling.policy import DEFAULT_RUNTIME_S
 
 pytestmark = pytest.mark.django_db
 
@@ -32,14 +33,43 @@ def finish(job, *, runtime_s: float, ended_ago_s: float = 60.0, run_class: str =
                                ended_at=end)
 
 
-def test_it_estimates_a_queued_jobs_runtime_from_finished_jobs_of_the_same_signature(alice, demo_registered, node):
+def test_it_estimates_runtimes_from_finished_jobs_scaled_by_what_differs(alice, demo_registered, node):
+    """Not an exact-signature match: a 30-epoch job learns from 3-epoch ones, about 10x as long."""
     for runtime in (100.0, 300.0, 200.0):
         finish(submit(alice), runtime_s=runtime)
-    same, other = submit(alice), submit(alice, epochs=50)
+    same, longer = submit(alice), submit(alice, epochs=30)
     state, _ = cluster_state()
     walltimes = {j.job_id: j.walltime_s for j in state.queued}
-    assert walltimes[str(same.pk)] == pytest.approx(200.0, rel=0.01)
-    assert walltimes[str(other.pk)] is None  # nothing comparable finished: the timeout applies
+    assert walltimes[str(same.pk)] == pytest.approx((100 * 200 * 300) ** (1 / 3), rel=0.1)
+    assert walltimes[str(longer.pk)] == pytest.approx(10 * walltimes[str(same.pk)], rel=0.3)
+    assert state.runtime_sigma is not None
+
+
+def test_without_history_a_job_runs_for_its_expected_duration_or_the_default_never_its_timeout(
+    alice, demo_registered, node
+):
+    given, plain = submit(alice, expected_duration=900), submit(alice, epochs=4)
+    state, _ = cluster_state()
+    jobs = {j.job_id: j for j in state.queued}
+    assert jobs[str(given.pk)].walltime == 900
+    assert jobs[str(plain.pk)].walltime_s is None
+    assert jobs[str(plain.pk)].walltime == DEFAULT_RUNTIME_S < 7200  # the timeout is 7200
+
+
+def test_a_running_job_ends_at_its_own_epoch_rate(alice, demo_registered, node):
+    """Started 100 s ago, 2 of 10 epochs done at 40 s each: expected to end in 8 × 40 s."""
+    job = submit(alice, epochs=10)
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING, node=node, gpu_indices=[0], started_at=now - timedelta(seconds=100), epochs_done=2
+    )
+    for epoch in (1, 2):
+        point = MetricPoint.objects.create(job=job, epoch=epoch, attempt=1, seq=epoch, values={})
+        MetricPoint.objects.filter(pk=point.pk).update(created_at=now - timedelta(seconds=100 - 40 * epoch))
+    state, _ = cluster_state(now)
+    (running,) = state.running
+    assert running.expected_end - now.timestamp() == pytest.approx(8 * 40, abs=1)
+    assert running.estimated
 
 
 def test_it_feeds_decayed_usage_the_rolling_day_and_urgent_use(alice, bob, demo_registered, node):
@@ -86,3 +116,18 @@ def test_a_second_planning_pass_rewrites_no_unchanged_queue_row(alice, demo_regi
     updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('UPDATE "jobs_job"')]
     assert updates == [], updates
     assert len(waiting) == 3
+
+
+def test_a_user_over_the_daily_quota_is_told_their_job_runs_only_on_idle_gpus(alice, bob, demo_registered, node):
+    """alice has used 21 of 20 GPU-hours today; bob's jobs hold both GPUs: alice's job waits as over-quota work."""
+    from apps.scheduling.loop import plan_and_start
+
+    finish(submit(alice), runtime_s=21 * 3600, ended_ago_s=600)
+    busy = [submit(bob, epochs=e) for e in (5, 6)]
+    plan_and_start()
+    assert all(Job.objects.get(pk=j.pk).state == JobState.STARTING for j in busy)
+    waiting = submit(alice, epochs=7)
+    plan_and_start()
+    waiting.refresh_from_db()
+    assert waiting.state == JobState.QUEUED
+    assert waiting.reason.startswith("over quota: runs when GPUs are idle, may be preempted")

@@ -1,0 +1,106 @@
+"""Runtime estimates for the live scheduler, from the database (the model itself is pure:
+:mod:`apps.scheduling.policy.runtime_model`).
+
+- A queued job: the runtime model fitted over recent succeeded jobs, given its epochs,
+  imgsz, dataset size and model; with no finished job at all, the spec's
+  ``expected_duration``; with neither, nothing (the policy then assumes its stated
+  default, ``DEFAULT_RUNTIME_S``). Never the timeout. A requeued job needs only the
+  epochs it has left.
+- A running job: once it has finished an epoch in this attempt, its own epoch rate times
+  the epochs left; before that, the same estimate as a queued job, counted from its start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, Max, Min, Sum
+
+from apps.datasets.models import Dataset
+from apps.jobs.models import Job, JobState, MetricPoint
+from apps.quotas.models import UsageRecord
+
+from .policy.runtime_model import RunFeatures, RuntimeModel, model_scale, remaining_from_epochs
+
+FIT_SAMPLES = 500  # most recent succeeded jobs the model is fitted on
+MIN_HISTORY = 5  # below this many finished jobs a spec's expected_duration beats the model
+ULTRALYTICS_DEFAULT_EPOCHS = 100
+ULTRALYTICS_DEFAULT_IMGSZ = 640
+
+
+@dataclass(frozen=True)
+class Estimates:
+    runtime_s: dict[str, float]  # job id -> estimated total (queued: remaining) runtime; absent = no data
+    remaining_s: dict[str, float]  # running job id -> seconds left
+    sigma: float | None  # lognormal error of the model's estimates; None = no model
+
+
+def _epochs(job: Job) -> int:
+    return int((job.spec.get("train_args") or {}).get("epochs") or ULTRALYTICS_DEFAULT_EPOCHS)
+
+
+def features(job: Job, images: dict[tuple[int, str], int]) -> RunFeatures:
+    args = job.spec.get("train_args") or {}
+    count = images.get((job.team_id, str(args.get("data") or "")))
+    seen = float(count) * float(args.get("fraction") or 1.0) if count else None
+    return RunFeatures(
+        epochs=float(_epochs(job)),
+        images=seen if seen else RunFeatures.images,
+        imgsz=float(args.get("imgsz") or ULTRALYTICS_DEFAULT_IMGSZ),
+        scale=model_scale(args.get("model")),
+        gpus=job.gpus,
+    )
+
+
+def _dataset_images(jobs: Iterable[Job]) -> dict[tuple[int, str], int]:
+    teams = {j.team_id for j in jobs}
+    return {(team, name): n for team, name, n in Dataset.objects.filter(team_id__in=teams)
+            .values_list("team_id", "name", "num_images")}
+
+
+def fit_runtime_model() -> RuntimeModel | None:
+    """The model over the most recent succeeded jobs; runtime = GPU-seconds charged / GPUs (all attempts)."""
+    finished = list(Job.objects.filter(state=JobState.SUCCEEDED).order_by("-finished_at")[:FIT_SAMPLES])
+    if not finished:
+        return None
+    charged = dict(UsageRecord.objects.filter(job__in=finished).values_list("job_id").annotate(s=Sum("gpu_seconds")))
+    images = _dataset_images(finished)
+    samples = [(features(j, images), charged[j.pk] / max(j.gpus, 1e-9)) for j in finished if charged.get(j.pk)]
+    return RuntimeModel.fit(samples)
+
+
+def job_estimates(
+    queued: Sequence[Job], holding: Sequence[Job], now: datetime, model: RuntimeModel | None = None
+) -> Estimates:
+    """Estimates for these jobs (``model``: an already fitted one, else fitted here)."""
+    model = model or fit_runtime_model()
+    images = _dataset_images([*queued, *holding])
+    runtime: dict[str, float] = {}
+    for job in [*queued, *holding]:
+        given = float(job.spec.get("expected_duration_s") or 0)
+        if given and (model is None or model.samples < MIN_HISTORY):
+            total = given
+        else:
+            total = model.predict(features(job, images)) if model else 0.0
+        if total > 0:
+            left = max(0, _epochs(job) - job.epochs_done) / _epochs(job)
+            runtime[str(job.pk)] = max(1.0, total * left)
+    remaining: dict[str, float] = {}
+    progress = {
+        (row["job_id"], row["attempt"]): row
+        for row in MetricPoint.objects.filter(job__in=[j for j in holding if j.started_at])
+        .values("job_id", "attempt")
+        .annotate(first=Min("created_at"), last=Max("created_at"), epochs=Count("epoch", distinct=True))
+    }
+    for job in holding:
+        row = progress.get((job.pk, job.attempt))
+        if row is None or job.started_at is None:
+            continue
+        left = remaining_from_epochs(
+            _epochs(job), job.epochs_done, row["epochs"], (row["last"] - job.started_at).total_seconds()
+        )
+        if left is not None:
+            remaining[str(job.pk)] = left
+    return Estimates(runtime, remaining, model.sigma if model else None)
