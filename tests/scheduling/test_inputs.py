@@ -131,3 +131,18 @@ def test_a_user_over_the_daily_quota_is_told_their_job_runs_only_on_idle_gpus(al
     waiting.refresh_from_db()
     assert waiting.state == JobState.QUEUED
     assert waiting.reason.startswith("over quota: runs when GPUs are idle, may be preempted")
+
+
+def test_the_urgent_allowance_is_charged_by_the_class_a_job_ran_as(alice, demo_registered, node):
+    """An urgent job that ran as high (beyond the allowance) uses none of the urgent allowance."""
+    from apps.quotas.services import usage_charge
+
+    for run_class, hours in (("urgent", 1.0), ("high", 5.0)):
+        job = submit(alice, priority="urgent")
+        start = timezone.now() - timedelta(hours=hours, minutes=1)
+        Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, node=node, run_class=run_class, started_at=start)
+        job.refresh_from_db()
+        usage_charge(job, ended_at=start + timedelta(hours=hours))
+        Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED)
+    state, _ = cluster_state()
+    assert state.team_urgent_usage_24h["vision"] == pytest.approx(3600, rel=0.01)
