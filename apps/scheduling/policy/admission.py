@@ -49,15 +49,33 @@ def gpus_text(job: JobRequest) -> str:
     return what
 
 
-class NeverStarts:
-    """Within one pass: why a job can never start here (limits, or no schedulable node), or None.
+_ANSWERS: dict[tuple, dict[tuple, str | None]] = {}  # cluster + limits -> (shape, team) -> answer
+_ANSWERS_KEPT = 8
 
-    The answer depends only on the job's shape and team, so it is computed once per pair.
+
+class NeverStarts:
+    """Why a job can never start here (limits, or no schedulable node), or None.
+
+    The answer depends only on the job's shape and team, the schedulable nodes and the
+    limits, so it is computed once per (shape, team) and kept across passes for as long as
+    the nodes and limits stay the same (a small module-level memo; the pass stays a pure
+    function of its inputs).
     """
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._cache: dict[tuple, str | None] = {}
+        cluster = (
+            tuple(n for n in state.nodes if n.schedulable),
+            state.config.max_gpus_per_job,
+            state.config.default_team,
+            tuple(sorted(state.teams.items())),
+        )
+        cache = _ANSWERS.get(cluster)
+        if cache is None:
+            if len(_ANSWERS) >= _ANSWERS_KEPT:
+                _ANSWERS.pop(next(iter(_ANSWERS)))
+            cache = _ANSWERS[cluster] = {}
+        self._cache = cache
         self._empty_nodes: list[NodeCapacity] | None = None
 
     def reason(self, job: JobRequest) -> str | None:

@@ -116,14 +116,25 @@ class ForwardSim:
         starts: dict[str, float] = {}
         wanted = sum(1 for p in pending if p.interest)
         placer = self.placer
-        events = self.events
         t = self.now
         arrival_i = 0
         order = list(pending)
+        changed = True  # did anything happen that could let a pending job start?
+        next_t0 = math.inf
         for _step in range(self.max_steps):
             while arrival_i < len(arrivals) and arrivals[arrival_i].t0 <= t:
                 bisect.insort(order, arrivals[arrival_i], key=lambda p: p.rank)
                 arrival_i += 1
+                changed = True
+            if next_t0 <= t:
+                changed = True
+            if not changed:  # no shape became placeable: skip the scan, go to the next event
+                t = self._advance(t, next_t0, arrivals, arrival_i)
+                if t is None:
+                    break
+                changed = self._release_until(t)
+                continue
+            changed = False
             placer.now = t
             blocked: tuple[str, float] | None = None
             blocked_seen = False
@@ -165,18 +176,31 @@ class ForwardSim:
                     if len(starts) == wanted:
                         return starts
             order = remaining
-            t_next = next_t0
-            if self.cursor < len(events):
-                t_next = min(t_next, events[self.cursor][0])
-            if arrival_i < len(arrivals):
-                t_next = min(t_next, arrivals[arrival_i].t0)
-            if t_next == math.inf:
+            t = self._advance(t, next_t0, arrivals, arrival_i)
+            if t is None:
                 break
-            t = max(t, t_next)
-            while self.cursor < len(events) and events[self.cursor][0] <= t:
-                placer.release(events[self.cursor][2], precise=True)
-                self.cursor += 1
+            changed = self._release_until(t) or changed
         return starts
+
+    def _advance(self, t: float, next_t0: float, arrivals: list[_Pending], arrival_i: int) -> float | None:
+        """The next event time (an end, an arrival, a hold lifting), or None when nothing is left."""
+        t_next = next_t0
+        if self.cursor < len(self.events):
+            t_next = min(t_next, self.events[self.cursor][0])
+        if arrival_i < len(arrivals):
+            t_next = min(t_next, arrivals[arrival_i].t0)
+        return None if t_next == math.inf else max(t, t_next)
+
+    def _release_until(self, t: float) -> bool:
+        """End the allocations due by ``t``; True if some shape that did not fit may fit now."""
+        events, failed = self.events, self.placer.failed
+        before = len(failed)
+        released = False
+        while self.cursor < len(events) and events[self.cursor][0] <= t:
+            self.placer.release(events[self.cursor][2], precise=True)
+            self.cursor += 1
+            released = True
+        return released and len(failed) < before
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
