@@ -21,8 +21,19 @@ from apps.scheduling.policy import PolicyConfig  # noqa: E402
 from apps.scheduling.simulator import run_simulation  # noqa: E402
 
 BASE = PolicyConfig(policy="fair", user_gpu_hours_per_day=None)
+# The policy of before this issue: none of the second step's mechanisms, urgent preemption
+# kills at once, ETAs from the pooled sweep alone.
+BEFORE = replace(BASE, preempt_grace_s=0.0, eta_scenarios=0)
+ALL_ON = replace(BASE, size_preemption=True, bounded_wait=True, fragmentation_aware=True)
 VARIANTS = {
     "fair (shipped defaults)": BASE,
+    "before this issue": BEFORE,
+    "+ size-aware preemption": replace(BASE, size_preemption=True),
+    "+ bounded waiting": replace(BASE, bounded_wait=True),
+    "+ fragmentation-aware placement": replace(BASE, fragmentation_aware=True),
+    "all three on": ALL_ON,
+    "all on, preemption ratio 4": replace(ALL_ON, preempt_work_ratio=4.0, max_preemptions_per_job=2),
+    "no graceful preemption (kill)": replace(BASE, preempt_grace_s=0.0),
     "no fair-share": replace(BASE, weight_fairshare=0),
     "no age": replace(BASE, weight_age=0),
     "no size": replace(BASE, weight_size=0),
@@ -50,13 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         args.trace, args.nodes, [(label, VARIANTS[label]) for label in chosen], seed=args.seed, load=args.load
     )
     lb = result["lower_bound"]["mean_jct_s"]
-    print("| variant | mean wait s | p99 wait s | max wait s | mean JCT / LB | util | Jain | ETA MAE s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| variant | mean wait s | p99 wait s | max wait s | mean JCT / LB | util | Jain | rho P95 | "
+        "users rho<=2 | ETA MAE s | coverage | width s | preemptions |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, m in result["policies"].items():
         print(
             f"| {label} | {m['mean_wait_s']:,.0f} | {m['p99_wait_s']:,.0f} | {m['max_wait_s']:,.0f} | "
             f"{m['mean_jct_s'] / lb:.2f} | {m['utilization']:.3f} | {m['jain_fairness']:.3f} | "
-            f"{m['eta_mae_s']:,.0f} |"
+            f"{m['rho_p95']:.2f} | {m['users_rho_le_2']:.2f} | {m['eta_mae_s']:,.0f} | "
+            f"{m['eta_coverage']:.2f} | {m['eta_width_mean_s']:,.0f} | {m['preemptions']} |"
         )
     if args.json_path:
         with open(args.json_path, "w") as fh:

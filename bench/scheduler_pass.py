@@ -6,7 +6,9 @@ The cluster is ~95% busy with running jobs of mixed sizes (whole, multi-GPU and 
 GPUs); the queue mixes sizes, classes, 200 users in 20 teams with usage history, and
 per-user quotas switched on, so every branch of the pass does its work. The JSON holds the
 median and p95 over ``--repeat`` passes; stdout also shows how the time grows with the
-queue and the FIFO baseline on the same state.
+queue, and baselines measured in the same run on the same state: FIFO, the pass without
+forward-simulated ETAs (``eta_scenarios=0``), and all mechanisms on (size-aware
+preemption, bounded waiting, fragmentation-aware placement).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dataclasses import replace  # noqa: E402
 
 from apps.scheduling.policy import (  # noqa: E402
     Allocation,
@@ -148,9 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     median = statistics.median(times)
     fifo_state = make_state(args.queued, args.nodes, args.gpus_per_node, args.seed, policy="fifo")
     fifo_median = statistics.median(time_passes(fifo_state, args.repeat))
+    no_eta = statistics.median(time_passes(replace(state, config=replace(state.config, eta_scenarios=0)), args.repeat))
+    all_on = replace(state.config, size_preemption=True, bounded_wait=True, fragmentation_aware=True)
+    all_median = statistics.median(time_passes(replace(state, config=all_on), args.repeat))
     print(
         f"fair median {median:.1f} ms, p95 {p95(times):.1f} ms; fifo median {fifo_median:.1f} ms "
-        f"(fair/fifo = {median / fifo_median:.1f}x)"
+        f"(fair/fifo = {median / fifo_median:.1f}x); without forward ETAs {no_eta:.1f} ms; "
+        f"all mechanisms on {all_median:.1f} ms"
     )
     if args.growth:
         print(f"{'queued':>8} {'fair median ms':>15} {'ms per 1k queued':>17}")
@@ -164,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         "queued": args.queued,
         "gpus": gpus,
         "fifo_median_ms": round(fifo_median, 2),
+        "no_forward_eta_median_ms": round(no_eta, 2),
+        "all_mechanisms_median_ms": round(all_median, 2),
     }
     if args.json_path:
         with open(args.json_path, "w") as fh:

@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from apps.scheduling.simulator import run_simulation
+from apps.scheduling.simulator import JobModel, run_simulation
 
 
 class Command(BaseCommand):
@@ -34,6 +34,11 @@ class Command(BaseCommand):
             default=0.5,
             help="lognormal sigma of walltime estimates around true durations",
         )
+        parser.add_argument("--checkpoint-s", type=float, default=600.0, help="longest epoch (checkpoint interval)")
+        parser.add_argument("--restart-s", type=float, default=120.0, help="a resumed attempt's overhead")
+        parser.add_argument("--kill", action="store_true", help="victims are killed at once (no graceful stop)")
+        parser.add_argument("--preemptible", type=float, default=1.0, help="fraction of jobs whose spec allows it")
+        parser.add_argument("--unestimated", type=float, default=0.0, help="fraction of jobs without an estimate")
         parser.add_argument("--json", dest="json_path", help="write the metrics here")
         parser.add_argument("--plot", dest="plot_path", help="write a PNG (wait CDF, queue length)")
 
@@ -48,6 +53,13 @@ class Command(BaseCommand):
             teams=opts["teams"],
             zipf_s=opts["zipf"],
             walltime_sigma=opts["walltime_sigma"],
+            model=JobModel(
+                checkpoint_s=opts["checkpoint_s"],
+                restart_s=opts["restart_s"],
+                graceful=not opts["kill"],
+                preemptible=opts["preemptible"],
+                unestimated=opts["unestimated"],
+            ),
             plot_path=opts["plot_path"],
         )
         if opts["json_path"]:
@@ -60,12 +72,13 @@ class Command(BaseCommand):
         )
         self.stdout.write(
             f"{'policy':<8}{'jobs':>6}{'mean wait':>12}{'p99 wait':>12}{'mean JCT':>12}"
-            f"{'JCT/LB':>8}{'util':>7}{'Jain':>7}{'ETA MAE':>11}{'preempt':>9}"
+            f"{'JCT/LB':>8}{'util':>7}{'Jain':>7}{'rho95':>7}{'ETA MAE':>11}{'cover':>7}{'width':>10}{'preempt':>9}"
         )
         for name, m in result["policies"].items():
             self.stdout.write(
                 f"{name:<8}{m['jobs']:>6}{m['mean_wait_s']:>12.0f}{m['p99_wait_s']:>12.0f}{m['mean_jct_s']:>12.0f}"
                 f"{m['mean_jct_s'] / lb if lb else 0:>8.2f}{m['utilization']:>7.3f}{m['jain_fairness']:>7.3f}"
-                f"{m['eta_mae_s']:>11.0f}{m['preemptions']:>9}"
+                f"{m['rho_p95']:>7.2f}{m['eta_mae_s']:>11.0f}{m['eta_coverage']:>7.2f}{m['eta_width_mean_s']:>10.0f}"
+                f"{m['preemptions']:>9}"
             )
         self.stdout.write(f"lower bound on mean JCT: {lb:.0f} s")
