@@ -36,6 +36,10 @@ from .priority import arrival_priority
 from .types import Allocation, ClusterState, JobRequest
 
 EtaRange = tuple[float, float, float]  # point, low, high
+# Lognormal sigma of a runtime that rests on the stated default (no estimate at all): such a
+# job may well take a tenth or ten times as long, so its end is drawn at least this widely.
+# (Leaving it undrawn, as at first, gave a new install's queue ranges of zero width.)
+UNKNOWN_RUNTIME_SIGMA = 1.0
 
 
 @dataclass
@@ -266,12 +270,20 @@ class EtaModel:
         for _ in range(config.eta_scenarios):
             holding = []
             for a in self.holding:
-                if a.estimated and a.expected_end > self.now:
-                    left = (a.expected_end - self.now) * math.exp(rng.gauss(0.0, sigma))
+                if a.expected_end > self.now:
+                    spread = sigma if a.estimated else max(sigma, UNKNOWN_RUNTIME_SIGMA)
+                    left = (a.expected_end - self.now) * math.exp(rng.gauss(0.0, spread))
                     a = _with_end(a, self.now + left)
                 holding.append(a)
             pending = [
-                _Pending((k,), job, t0, wanted, job.walltime * math.exp(rng.gauss(0.0, sigma)))
+                _Pending(
+                    (k,),
+                    job,
+                    t0,
+                    wanted,
+                    job.walltime
+                    * math.exp(rng.gauss(0.0, sigma if job.estimated else max(sigma, UNKNOWN_RUNTIME_SIGMA))),
+                )
                 for k, (job, t0, _prio, wanted) in enumerate(jobs)
             ]
             arrivals = self._arrivals(rng, jobs, lowest, sigma)
