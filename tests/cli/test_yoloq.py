@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import stat
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from apps.accounts.services import token_create
 from apps.jobs.models import Job, JobState
@@ -55,12 +57,19 @@ def test_submit_queue_status_and_cancel(logged_in, tmp_path, capsys):
     code, out, _ = run(capsys, "submit", str(spec))
     assert code == 0 and "Submitted job" in out
     job = Job.objects.get()
+    # What a planning pass writes for a waiting job: a point ETA inside its P10-P90 range.
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(
+        queue_position=1, reason="waiting for 1 GPU on one node", estimated_start_at=now + timedelta(hours=2, minutes=1),
+        estimated_start_low_at=now + timedelta(hours=1, minutes=31), estimated_start_high_at=now + timedelta(hours=3, minutes=1))
 
     code, out, _ = run(capsys, "queue")
     assert code == 0 and str(job.pk)[:8] in out and "yolo-v8s-industrial-inspection" in out and "queued" in out
+    assert "start in 2.0 h (likely in 1.5 h to 3.0 h)" in out
 
     code, out, _ = run(capsys, "status", str(job.pk)[:8])
     assert code == 0 and "state: queued" in out and "vision / alice" in out
+    assert "in 2.0 h (likely in 1.5 h to 3.0 h)" in out
 
     code, out, _ = run(capsys, "cancel", str(job.pk)[:8])
     assert code == 0 and "Cancelled" in out

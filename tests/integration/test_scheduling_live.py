@@ -1,10 +1,15 @@
-"""The fair policy on the live system: preemption by an urgent job, resume from checkpoint."""
+"""The fair policy on the live system: preemption by an urgent job and by a shorter job of the
+same class, resume from checkpoint, and the reason an over-quota user is shown."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from apps.jobs.models import TERMINAL_STATES, Checkpoint, Job, JobEvent, JobState, MetricPoint
+from apps.quotas.models import UsageRecord
 from apps.scheduling.models import SchedulerConfig
 from tests.conftest import SEED_SPEC, api_client
 
@@ -50,18 +55,45 @@ def test_an_urgent_job_preempts_a_low_job_which_resumes_from_its_checkpoint(live
     assert JobEvent.objects.get(job_id=urgent_id, kind="training_started").created_at >= stopped
 
 
-def test_a_short_job_preempts_a_long_one_of_its_class_which_stops_at_an_epoch_end_and_resumes(live, alice, bob):
+def used_yesterday(user, team: str, gpu_hours: float) -> None:
+    """``user`` finished a job that used ``gpu_hours`` GPU-hours within the last 24 h."""
+    document = spec("earlier-run", 1, "low").replace("user: vision", f"user: {team}")
+    job_id = api_client(user).post("/api/v1/jobs/", document, content_type="application/yaml").json()["id"]
+    end = timezone.now() - timedelta(minutes=10)
+    start = end - timedelta(hours=gpu_hours)
+    Job.objects.filter(pk=job_id).update(state=JobState.SUCCEEDED, started_at=start, finished_at=end)
+    job = Job.objects.get(pk=job_id)
+    UsageRecord.objects.create(job=job, team=job.team, user=user, attempt=1, priority_class="low",
+                               gpu_seconds=gpu_hours * 3600, started_at=start, ended_at=end)
+
+
+def test_a_short_job_preempts_a_long_one_of_its_class_which_stops_at_an_epoch_end_and_resumes(
+    live, alice, bob, carol
+):
     """Size-aware preemption on the live system: both low; the long job (by its own epoch rate)
-    has far more time left than the short one needs."""
+    has far more time left than the short one needs. On the way, a user past the daily quota
+    is told what that means for the job they submit while the GPU is busy."""
     config = SchedulerConfig.current()
     config.preempt_min_runtime_s = 0
     config.size_preemption = True
+    config.user_gpu_hours_per_day = 20
     config.save()
+    used_yesterday(carol, "robotics", 21)  # before the scheduler runs, so it never starts that job
     live.start_scheduler()
     live.start_worker(gpus=1)
 
     long_id = api_client(bob).post("/api/v1/jobs/", spec("long-run", 40, "low"), content_type="application/yaml").json()["id"]
     wait_for(lambda: Checkpoint.objects.filter(job_id=long_id).exists(), 180, what="the long job's first checkpoint")
+
+    # carol is past the daily quota: her job waits as over-quota work, and the API says so.
+    document = spec("over-quota", 1, "low").replace("user: vision", "user: robotics")
+    over_id = api_client(carol).post("/api/v1/jobs/", document, content_type="application/yaml").json()["id"]
+    wait_for(lambda: api_client(carol).get(f"/api/v1/jobs/{over_id}/").json()["reason"].startswith("over quota"), 60,
+             what="the over-quota reason")
+    shown = api_client(carol).get(f"/api/v1/jobs/{over_id}/").json()
+    assert shown["state"] == JobState.QUEUED
+    assert shown["reason"].startswith("over quota: runs when GPUs are idle, may be preempted (21.0 of 20 GPU-hours")
+    api_client(carol).post(f"/api/v1/jobs/{over_id}/cancel/")  # the preemption below is the point
 
     short_spec = spec("quick-check", 1, "low") + "expected_duration: 5\n"
     short_id = api_client(alice).post("/api/v1/jobs/", short_spec, content_type="application/yaml").json()["id"]

@@ -133,6 +133,43 @@ def test_a_user_over_the_daily_quota_is_told_their_job_runs_only_on_idle_gpus(al
     assert waiting.reason.startswith("over quota: runs when GPUs are idle, may be preempted")
 
 
+def test_a_queued_jobs_eta_range_reaches_the_api_the_queue_and_the_job_page(alice, bob, demo_registered, node):
+    """A real planning pass gives the waiting job a point ETA inside a P10-P90 range; the job
+    API, queue/ and the portal's job page show that range (the CLI's rendering is tested in
+    tests/cli against a live server)."""
+    from django.test import Client
+    from django.utils.dateparse import parse_datetime
+
+    from apps.scheduling.loop import plan_and_start
+    from tests.conftest import api_client
+
+    busy = [submit(bob, epochs=e) for e in (5, 6)]
+    plan_and_start()
+    assert all(Job.objects.get(pk=j.pk).state == JobState.STARTING for j in busy)
+    waiting = submit(alice, epochs=7)
+    plan_and_start()
+    waiting.refresh_from_db()
+    low, eta, high = waiting.estimated_start_low_at, waiting.estimated_start_at, waiting.estimated_start_high_at
+    assert waiting.state == JobState.QUEUED and None not in (low, eta, high)
+    assert timezone.now() - timedelta(seconds=5) <= low <= eta <= high and low < high
+
+    shown = api_client(alice).get(f"/api/v1/jobs/{waiting.pk}/").json()
+    assert [parse_datetime(shown[f]) for f in ("estimated_start_low_at", "estimated_start_at",
+                                               "estimated_start_high_at")] == [low, eta, high]
+    entry = next(e for e in api_client(alice).get("/api/v1/queue/").json()["results"] if e["id"] == str(waiting.pk))
+    assert parse_datetime(entry["estimated_start_low_at"]) == low
+    assert parse_datetime(entry["estimated_start_high_at"]) == high
+
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "Likely between" in page
+    for moment in (low, high):
+        assert f'data-time="{timezone.localtime(moment).isoformat()}"' in page
+    listing = client.get("/jobs/").content.decode()
+    assert "(up to " in listing
+
+
 def test_the_urgent_allowance_is_charged_by_the_class_a_job_ran_as(alice, demo_registered, node):
     """An urgent job that ran as high (beyond the allowance) uses none of the urgent allowance."""
     from apps.quotas.services import usage_charge
