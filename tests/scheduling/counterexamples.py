@@ -118,3 +118,22 @@ def reservations_at_different_times():
     ]
     teams = {"safety": TeamPolicy(urgent_max_gpus=0.0, urgent_gpu_hours_per_day=0.5)}
     return state([t4], queue, busy, config=fair(reservations=3), teams=teams)
+
+
+def nonpreemptible_start_after_the_users_other_starts():
+    """A non-preemptible job passes the quota check early in the pass, is blocked, and starts in
+    step 4 by preempting over-quota work, after a preemptible job of the same user started.
+
+    Found by a fresh random run of ``test_quotas_are_never_exceeded_by_a_start`` (shrunk by
+    hand): step 4 did not check the quota again, so dee's next 24 h (1 h used + 0.5 GPU-h
+    started + 1 GPU-h) passed the 2 GPU-hour quota with work that may not be preempted.
+    """
+    cluster = [node("n0", gpus=1), node("n2", gpus=1, model="T4")]
+    busy = [running("over", "n2", (0,), user="ann", cls="low", preemptible=True, ran_s=60)]
+    queue = [
+        job("np", user="dee", cls="low", age_s=10 * 24 * HOUR, gpu_models=("T4",), walltime_s=None,
+            timeout_s=HOUR, preemptible=False),
+        job("later", user="dee", gpus=0.5, cls="low", walltime_s=HOUR, timeout_s=HOUR),
+    ]
+    return state(cluster, queue, busy, config=fair(user_gpu_hours_per_day=2.0),
+                 user_usage_24h={"ann": 30 * HOUR, "dee": HOUR})

@@ -23,7 +23,11 @@ from apps.scheduling.policy.placement import NodeCapacity
 from apps.scheduling.policy.types import DAY_S
 from apps.scheduling.simulator import TraceTask, simulate_policy
 
-from .counterexamples import reservations_at_different_times, two_reservations_for_one_free_gpu
+from .counterexamples import (
+    nonpreemptible_start_after_the_users_other_starts,
+    reservations_at_different_times,
+    two_reservations_for_one_free_gpu,
+)
 
 NOW = 1_800_000_000.0
 EPS = 1e-6
@@ -200,6 +204,7 @@ def test_never_more_gpu_cpu_or_memory_than_exists(state: ClusterState) -> None:
 
 @relaxed
 @given(clusters())
+@example(nonpreemptible_start_after_the_users_other_starts())  # found by a fresh local run
 def test_quotas_are_never_exceeded_by_a_start(state: ClusterState) -> None:
     """Team GPU limits hold; past the daily quota a user starts only preemptible (over-quota)
     work; a job that may not be preempted starts only if its next 24 h fit in the quota."""

@@ -140,10 +140,17 @@ class FairPlanner:
         kept: list[Waiting] = []
         budget = self.config.max_preemptions_per_pass
         finder = self.victims()
+        quota = self.quota
         for w in self.waiting:
             if w.kind in ("resources", "reserved") and len(self.preempted) < budget and finder.candidates:
+                # Quotas again: jobs started after this one's turn in step 3 may have filled the
+                # team's GPUs or, for a job that may not be preempted, the user's daily quota.
+                tp = quota.team_policy(w.job.team)
+                if quota.limited(tp) and quota.block(w.job, tp) is not None:
+                    kept.append(w)
+                    continue
                 cls = w.cls
-                if cls == "urgent" and not self.quota.urgent_ok(w.job):
+                if cls == "urgent" and not quota.urgent_ok(w.job):
                     cls = "high"
                 if self.try_preempt(w.job, cls, drop_reservation=w.kind == "reserved"):
                     continue
