@@ -8,6 +8,9 @@
   epochs it has left.
 - A running job: once it has finished an epoch in this attempt, its own epoch rate times
   the epochs left; before that, the same estimate as a queued job, counted from its start.
+- A val, predict or export job (no epochs): its ``expected_duration``, else the median
+  runtime of recently finished jobs of its mode, else nothing. The model is fitted on
+  training jobs only.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ class Estimates:
     sigma: float | None  # lognormal error of the model's estimates; None = no model
 
 
+def _mode(job: Job) -> str:
+    return job.spec.get("mode") or "train"
+
+
 def _epochs(job: Job) -> int:
     return int((job.spec.get("train_args") or {}).get("epochs") or ULTRALYTICS_DEFAULT_EPOCHS)
 
@@ -62,13 +69,22 @@ def _dataset_images(jobs: Iterable[Job]) -> dict[tuple[int, str], int]:
 
 def fit_runtime_model() -> RuntimeModel | None:
     """The model over the most recent succeeded jobs; runtime = GPU-seconds charged / GPUs (all attempts)."""
-    finished = list(Job.objects.filter(state=JobState.SUCCEEDED).order_by("-finished_at")[:FIT_SAMPLES])
+    finished = [j for j in Job.objects.filter(state=JobState.SUCCEEDED).order_by("-finished_at")[:FIT_SAMPLES]
+                if _mode(j) == "train"]
     if not finished:
         return None
     charged = dict(UsageRecord.objects.filter(job__in=finished).values_list("job_id").annotate(s=Sum("gpu_seconds")))
     images = _dataset_images(finished)
     samples = [(features(j, images), charged[j.pk] / max(j.gpus, 1e-9)) for j in finished if charged.get(j.pk)]
     return RuntimeModel.fit(samples)
+
+
+def mode_median_runtime(mode: str) -> float | None:
+    """Median runtime (GPU-seconds charged / GPUs) of the most recent succeeded jobs of a non-training mode."""
+    recent = list(Job.objects.filter(state=JobState.SUCCEEDED, spec__mode=mode).order_by("-finished_at")[:FIT_SAMPLES])
+    charged = dict(UsageRecord.objects.filter(job__in=recent).values_list("job_id").annotate(s=Sum("gpu_seconds")))
+    runtimes = sorted(charged[j.pk] / max(j.gpus, 1e-9) for j in recent if charged.get(j.pk))
+    return runtimes[len(runtimes) // 2] if runtimes else None
 
 
 def job_estimates(
@@ -78,8 +94,17 @@ def job_estimates(
     model = model or fit_runtime_model()
     images = _dataset_images([*queued, *holding])
     runtime: dict[str, float] = {}
+    by_mode: dict[str, float | None] = {}
     for job in [*queued, *holding]:
         given = float(job.spec.get("expected_duration_s") or 0)
+        mode = _mode(job)
+        if mode != "train":  # no epochs: what was given, else how long such jobs took lately
+            if mode not in by_mode:
+                by_mode[mode] = mode_median_runtime(mode)
+            total = given or by_mode[mode] or 0.0
+            if total > 0:
+                runtime[str(job.pk)] = max(1.0, total)
+            continue
         if given and (model is None or model.samples < MIN_HISTORY):
             total = given
         else:

@@ -56,6 +56,24 @@ def test_without_history_a_job_runs_for_its_expected_duration_or_the_default_nev
     assert jobs[str(plain.pk)].walltime == DEFAULT_RUNTIME_S < 7200  # the timeout is 7200
 
 
+def test_a_val_job_is_estimated_from_finished_val_jobs_not_from_the_training_model(alice, demo_registered, node):
+    """Modes without epochs (val, predict, export) take the median of their own mode's runtimes."""
+    def as_val(job):
+        Job.objects.filter(pk=job.pk).update(spec={**job.spec, "mode": "val"})
+        job.refresh_from_db()
+        return job
+
+    for runtime in (1000.0, 3000.0, 2000.0):
+        finish(submit(alice, epochs=3), runtime_s=runtime)  # training: ~2,000 s for 3 epochs
+    for runtime in (40.0, 60.0, 50.0):
+        finish(as_val(submit(alice, epochs=3)), runtime_s=runtime)
+    val, train = as_val(submit(alice, epochs=3)), submit(alice, epochs=3)
+    state, _ = cluster_state()
+    walltimes = {j.job_id: j.walltime_s for j in state.queued}
+    assert walltimes[str(val.pk)] == 50.0
+    assert walltimes[str(train.pk)] == pytest.approx((1000 * 2000 * 3000) ** (1 / 3), rel=0.1)  # no val jobs in it
+
+
 def test_a_running_job_ends_at_its_own_epoch_rate(alice, demo_registered, node):
     """Started 100 s ago, 2 of 10 epochs done at 40 s each: expected to end in 8 × 40 s."""
     job = submit(alice, epochs=10)
