@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0008_submit_index'),
+        ('jobs', '0010_sweeps'),
     ]
 
     operations = [
