@@ -33,10 +33,10 @@ from apps.jobs.paths import traceback_strip
 from apps.jobs.services import (
     attempt_check_in,
     attempt_event_record,
-    attempt_stop_grace,
     attempt_finish,
     attempt_heartbeat,
     attempt_start,
+    attempt_stop_grace,
     checkpoint_reject,
     job_event,
     log_append,

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0010_sweeps'),
+        ('jobs', '0011_executor_attempt'),
     ]
 
     operations = [
