@@ -100,10 +100,12 @@ def weights_store(settings, tmp_path):
 
 @pytest.mark.parametrize(("body", "field", "word"), [c[1:] for c in HOSTILE_SPECS], ids=[c[0] for c in HOSTILE_SPECS])
 def test_a_hostile_spec_is_a_fast_400_naming_the_problem(body, field, word, bob, demo_registered, weights_store):
+    # "Fast" is this process's CPU time (the test client runs the view in-process): a bomb
+    # burns CPU seconds, while wall time on a loaded CI machine says nothing about the input.
     client = api_client(bob)
-    started = time.monotonic()
+    started = time.process_time()
     response = client.post("/api/v1/jobs/", body, content_type="application/yaml")
-    elapsed = time.monotonic() - started
+    elapsed = time.process_time() - started
     assert response.status_code == 400, response.content[:300]
     errors = response.json()
     assert field in errors, errors
@@ -196,9 +198,9 @@ def assert_nothing_written(tmp_path):
                          ids=[c[0] for c in HOSTILE_ARCHIVES])
 def test_a_hostile_archive_is_a_fast_400_naming_the_entry(build, path, word, bob, storage):
     content = build()
-    started = time.monotonic()
+    started = time.process_time()
     response = api_client(bob).post("/api/v1/datasets/", {"file": upload(content), "name": "x"}, format="multipart")
-    elapsed = time.monotonic() - started
+    elapsed = time.process_time() - started
     assert response.status_code == 400, response.content[:500]
     body = response.json()
     assert body["file"], body
@@ -225,11 +227,11 @@ def test_a_file_that_is_not_a_zip_is_refused(content, word, bob, storage):
 def test_a_zip_bomb_is_refused_from_its_directory_alone(bob, storage):
     content = zip_bomb()
     assert len(content) < 1024**2
-    started = time.monotonic()
+    started = time.process_time()
     response = api_client(bob).post("/api/v1/datasets/", {"file": upload(content), "name": "x"}, format="multipart")
     assert response.status_code == 400
     assert "zip bomb" in response.json()["file"][0]
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
     assert_nothing_written(storage)
 
 
