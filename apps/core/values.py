@@ -1,4 +1,4 @@
-"""Plain values: what JSON (an audit entry's data, an event's payload) can hold."""
+"""Plain values: what JSON (an audit entry's data, an event's payload) can hold, and reading them."""
 
 from __future__ import annotations
 
@@ -8,3 +8,12 @@ from typing import Any
 def plain_value(value: Any) -> Any:
     """A form value as something an audit entry's JSON can hold."""
     return value if isinstance(value, (int, float, bool, str, type(None))) else str(value)
+
+
+def bool_parse(value: Any) -> bool:
+    """A YAML/CLI boolean: true/false as a bool or a string (any case); anything else is an error."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in {"true", "false"}:
+        return value.lower() == "true"
+    raise ValueError(f"must be true or false, got {value!r}")

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from apps.core.errors import FieldErrors
+from apps.core.values import bool_parse
 
 from .spec_sweep import sweep_parse
 
@@ -125,14 +126,6 @@ def _float(lo: float, hi: float) -> Callable[[Any], float]:
     return parse
 
 
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in {"true", "false"}:
-        return value.lower() == "true"
-    raise ValueError(f"must be true or false, got {value!r}")
-
-
 def _choice(*options: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
         if not isinstance(value, str) or value not in options:
@@ -168,7 +161,7 @@ def _cache(value: Any) -> bool | str:
     if isinstance(value, str) and value in {"ram", "disk"}:
         return value
     try:
-        return _bool(value)
+        return bool_parse(value)
     except ValueError:
         raise ValueError(f"must be true, false, ram or disk; got {value!r}") from None
 
@@ -194,19 +187,19 @@ TRAIN_ARGS: dict[str, Callable[[Any], Any]] = {
     "cls": _float(0, 100),
     "dfl": _float(0, 100),
     "seed": _int(0, 2**31 - 1),
-    "deterministic": _bool,
-    "cos_lr": _bool,
+    "deterministic": bool_parse,
+    "cos_lr": bool_parse,
     "close_mosaic": _int(0, 10000),
-    "amp": _bool,
+    "amp": bool_parse,
     "fraction": _unit,
-    "single_cls": _bool,
-    "rect": _bool,
+    "single_cls": bool_parse,
+    "rect": bool_parse,
     "cache": _cache,
-    "val": _bool,
+    "val": bool_parse,
     "save_period": _int(-1, 10000),
     "freeze": _int(0, 1000),
     "dropout": _unit,
-    "pretrained": _bool,
+    "pretrained": bool_parse,
     "time": _float(0, 10000),
     "multi_scale": _float(0, 1),
     "hsv_h": _unit,
@@ -226,10 +219,10 @@ TRAIN_ARGS: dict[str, Callable[[Any], Any]] = {
     "copy_paste": _unit,
     "erasing": _unit,
     "nbs": _int(1, 4096),
-    "overlap_mask": _bool,
+    "overlap_mask": bool_parse,
     "mask_ratio": _int(1, 64),
     "max_det": _int(1, 10000),
-    "verbose": _bool,
+    "verbose": bool_parse,
 }
 TRAIN_DEFAULTS = {"epochs": 100, "imgsz": 640}
 
@@ -243,11 +236,11 @@ VAL_ARGS: dict[str, Callable[[Any], Any]] = {
     "conf": _unit,
     "iou": _unit,
     "max_det": _int(1, 10000),
-    "half": _bool,
+    "half": bool_parse,
     "workers": _int(0, 64),
-    "rect": _bool,
-    "single_cls": _bool,
-    "verbose": _bool,
+    "rect": bool_parse,
+    "single_cls": bool_parse,
+    "verbose": bool_parse,
 }
 PREDICT_ARGS: dict[str, Callable[[Any], Any]] = {
     "model": _name,
@@ -257,10 +250,10 @@ PREDICT_ARGS: dict[str, Callable[[Any], Any]] = {
     "conf": _unit,
     "iou": _unit,
     "max_det": _int(1, 1000),
-    "half": _bool,
-    "agnostic_nms": _bool,
+    "half": bool_parse,
+    "agnostic_nms": bool_parse,
     "line_width": _int(1, 20),
-    "verbose": _bool,
+    "verbose": bool_parse,
 }
 EXPORT_ARGS: dict[str, Callable[[Any], Any]] = {
     "model": _name,
@@ -268,12 +261,12 @@ EXPORT_ARGS: dict[str, Callable[[Any], Any]] = {
     "data": _name,
     "imgsz": _int(32, 8192),
     "batch": _int(1, 64),
-    "half": _bool,
-    "int8": _bool,
-    "dynamic": _bool,
-    "simplify": _bool,
+    "half": bool_parse,
+    "int8": bool_parse,
+    "dynamic": bool_parse,
+    "simplify": bool_parse,
     "opset": _int(7, 23),
-    "verbose": _bool,
+    "verbose": bool_parse,
 }
 MODE_ARGS = {"train": TRAIN_ARGS, "val": VAL_ARGS, "predict": PREDICT_ARGS, "export": EXPORT_ARGS}
 MODE_REQUIRED = {"train": ("data", "model"), "val": ("data", "model"), "predict": ("model", "source"),
@@ -611,7 +604,7 @@ def parse_spec(document: Any) -> JobSpec:
             errors["timeout"] = str(exc)
     if "preemptible" in document:
         try:
-            spec.preemptible = _bool(document["preemptible"])
+            spec.preemptible = bool_parse(document["preemptible"])
         except ValueError as exc:
             errors["preemptible"] = str(exc)
     if "expected_duration" in document:
@@ -628,7 +621,7 @@ def parse_spec(document: Any) -> JobSpec:
             errors["retries"] = str(exc)
     if "allow_duplicate" in document:
         try:
-            spec.allow_duplicate = _bool(document["allow_duplicate"])
+            spec.allow_duplicate = bool_parse(document["allow_duplicate"])
         except ValueError as exc:
             errors["allow_duplicate"] = str(exc)
     for key in ("image", "description"):

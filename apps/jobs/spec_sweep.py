@@ -31,6 +31,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from apps.core.values import bool_parse
+
 METHODS = ("grid", "random", "tpe")
 PRUNERS = ("median", "asha")
 SWEEP_KEYS = ("method", "parameters", "trials", "parallel", "metric", "prune", "seed")
@@ -62,14 +64,6 @@ def _int_in(value: Any, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise ValueError(f"must be between {lo} and {hi}, got {value}")
     return value
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in {"true", "false"}:
-        return value.lower() == "true"
-    raise ValueError(f"must be true or false, got {value!r}")
 
 
 def _number(parser: Callable[[Any], Any], value: Any) -> int | float:
@@ -129,7 +123,7 @@ def _range(name: str, value: dict, parser: Callable[[Any], Any], path: str, erro
     log = False
     if "log" in value:
         try:
-            log = _bool(value["log"])
+            log = bool_parse(value["log"])
         except ValueError as exc:
             errors[f"{path}.log"] = str(exc)
             return None
