@@ -24,7 +24,7 @@ from yoloportal.env import database_url
 
 from .live import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def manage(env: dict, *args: str) -> str:

@@ -12,7 +12,7 @@ from tests.conftest import SEED_SPEC, api_client
 
 from .live import training_processes, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def job_state(job_id) -> str:

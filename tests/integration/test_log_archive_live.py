@@ -11,7 +11,7 @@ from tests.jobs.test_log_archive import job_with_logs
 
 from .live import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_leading_scheduler_moves_cold_logs_into_storage(live, alice, teams):

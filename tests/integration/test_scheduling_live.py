@@ -15,7 +15,7 @@ from tests.conftest import SEED_SPEC, api_client
 
 from .live import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def spec(name: str, epochs: int, priority: str) -> str:
