@@ -95,7 +95,8 @@ def with_storage(job: Job, what: str, action: Callable, check_in: Callable[[], s
                 return None, beat["stop"]
         except StorageUnavailable as exc:
             message = f"waiting for artifact storage ({what}): {str(exc)[:300]}"
-            Job.objects.filter(pk=job.pk).update(reason=message[:500])
+            # Cut to the column: PostgreSQL refuses a longer value (SQLite stored it).
+            Job.objects.filter(pk=job.pk).update(reason=message[: Job._meta.get_field("reason").max_length])
             if not told:
                 job_event(job, "storage_wait", message)
                 told = True
