@@ -87,8 +87,10 @@ class AuditedModelAdmin:
     # Read with getattr: this mixin comes first in the MRO, so a default here would hide them.
 
     def audit_team(self, obj: Model):
+        # team_of follows this admin's own model; an inline's row (a team's membership, saved
+        # through the team page) names its team itself — team_of would read its pk as a team.
         team_of = getattr(self, "team_of", None)
-        if team_of is not None:
+        if team_of is not None and isinstance(obj, self.model):
             try:
                 return team_of(obj)
             except AttributeError:
