@@ -396,3 +396,12 @@ def test_the_weights_body_limit_applies_at_the_asgi_door(settings):
 
     settings.WEIGHTS_UPLOAD_MAX_BYTES = 10 * 1024**2
     assert body_limit_for("/api/v1/weights/") == 10 * 1024**2 + MULTIPART_SLACK
+
+
+@pytest.mark.parametrize("query", ["team=%00", "state=fail%00ed", "na%00me=x"])
+def test_a_nul_in_a_query_parameter_is_a_400_naming_it(query, bob):
+    """PostgreSQL stores no NUL: a filter given one was a 500 there (found by the live API fuzz)."""
+    response = api_client(bob).get(f"/api/v1/jobs/?{query}")
+    assert response.status_code == 400
+    (field,) = response.json()
+    assert field in {"team", "state", "na\\x00me"} and "NUL" in response.json()[field][0]
