@@ -14,6 +14,23 @@ def live(transactional_db, redis_server, tmp_path, demo_registered, clean_storag
     if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
         for name in ("scheduler", "worker", "worker2", "slurm_agent", "web"):
             print(f"----- {name} log -----\n{system.log(name)[-6000:]}")
+        print(jobs_as_seen())
+
+
+def jobs_as_seen() -> str:
+    """Every job's row and last events, for a failed live test: the scheduler logs little."""
+    from apps.cluster.models import Node
+    from apps.jobs.models import Job, JobEvent
+
+    lines = ["----- jobs -----"]
+    for job in Job.objects.order_by("created_at"):
+        lines.append(f"{job.pk} {job.task_name!r} {job.state} attempt {job.attempt} node {job.node_id} "
+                     f"gpus {job.gpu_indices} position {job.queue_position} reason {job.reason!r}")
+        for event in JobEvent.objects.filter(job_id=job.pk).order_by("-seq")[:15][::-1]:
+            lines.append(f"    {event.created_at:%H:%M:%S.%f} a{event.attempt} {event.kind}: {event.message[:160]}")
+    for node in Node.objects.all():
+        lines.append(f"node {node.name} {node.state}: last heartbeat {node.last_heartbeat}")
+    return "\n".join(lines)
 
 
 @pytest.hookimpl(hookwrapper=True)
