@@ -82,7 +82,12 @@ def test_a_short_job_preempts_a_long_one_of_its_class_which_stops_at_an_epoch_en
     live.start_scheduler()
     live.start_worker(gpus=1)
 
-    long_id = api_client(bob).post("/api/v1/jobs/", spec("long-run", 40, "low"), content_type="application/yaml").json()["id"]
+    # Preempting it must be worth it on any machine: its remaining time (epochs left × its own
+    # seconds per epoch so far) must exceed the restart cost (120 s) + 16 × the short job's 5 s.
+    # With 40 epochs that held only while its first, slow epoch dominated the rate: on a loaded
+    # machine the pass came a few epochs later and the long job just ran to the end. With 1000,
+    # any rate above 0.2 s per epoch qualifies; it is cancelled once it has resumed.
+    long_id = api_client(bob).post("/api/v1/jobs/", spec("long-run", 1000, "low"), content_type="application/yaml").json()["id"]
     wait_for(lambda: Checkpoint.objects.filter(job_id=long_id).exists(), 180, what="the long job's first checkpoint")
 
     # carol is past the daily quota: her job waits as over-quota work, and the API says so.
