@@ -317,6 +317,9 @@ except ValueError:
 # Webhook/apprise targets on loopback or private addresses are refused (SSRF) unless this is on.
 NOTIFY_ALLOW_PRIVATE_TARGETS = env_bool("NOTIFY_ALLOW_PRIVATE_TARGETS", False)
 NOTIFY_TIMEOUT_S = env_float("NOTIFY_TIMEOUT_S", 10.0, minimum=0.5)
+# How often the leading scheduler redoes the notifications Redis lost (a job event committed
+# while it was down queued nothing): apps.notifications.tasks.catch_up.
+NOTIFY_CATCH_UP_S = env_float("NOTIFY_CATCH_UP_S", 60.0, minimum=1.0)
 NOTIFY_SMTP_HOST = env_str("NOTIFY_SMTP_HOST", "127.0.0.1")
 NOTIFY_SMTP_PORT = env_int("NOTIFY_SMTP_PORT", 25, minimum=1, maximum=65535)
 NOTIFY_SMTP_USER = env_str("NOTIFY_SMTP_USER")

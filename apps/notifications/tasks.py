@@ -5,6 +5,11 @@
    Nothing reaches a channel of another user or team.
 2. :func:`deliver` sends one Delivery; a failure is recorded and raised, and RQ retries
    it with backoff (``NOTIFY_RETRY_INTERVALS``) until the last try marks it failed.
+3. :func:`catch_up` (not a task: the leading scheduler runs it every ``NOTIFY_CATCH_UP_S``)
+   redoes what Redis lost: a job event committed while Redis was down queued no fan-out
+   (hooks.enqueue logs and drops it), and a Delivery whose ``deliver`` could not be queued
+   stays pending untried. Both steps are idempotent (one Delivery per channel and cause; a
+   delivery is claimed before it is sent), so doing them again costs queries, not messages.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 from rq import Retry
@@ -21,7 +26,7 @@ from rq import Retry
 from apps.jobs.models import Job
 from apps.quotas.selectors import user_gpu_hours_24h, user_quota_gpu_hours
 
-from .hooks import enqueue
+from .hooks import NOTIFYING_KINDS, enqueue
 from .models import Channel, Delivery, Event, NotificationPreference
 from .senders import send
 
@@ -115,7 +120,8 @@ def retry_policy() -> Retry | None:
 def queue_delivery(channel: Channel, event: str, *, job: Job | None, cause: str, payload: dict) -> int:
     """One Delivery per (channel, cause): a fan-out that RQ runs twice sends nothing twice."""
     try:
-        delivery = Delivery.objects.create(channel=channel, event=event, job=job, cause=cause, payload=payload)
+        with transaction.atomic():  # a savepoint: the refused insert must not spoil a caller's transaction
+            delivery = Delivery.objects.create(channel=channel, event=event, job=job, cause=cause, payload=payload)
     except IntegrityError:
         return 0
     enqueue("apps.notifications.tasks.deliver", delivery.pk, retry=retry_policy(),
@@ -123,12 +129,25 @@ def queue_delivery(channel: Channel, event: str, *, job: Job | None, cause: str,
     return 1
 
 
+def delivery_claim(delivery: Delivery) -> bool:
+    """Count a try of a pending delivery as ours, if no other run counted one since we read it.
+
+    :func:`catch_up` may queue a delivery a second time while the first is still waiting in
+    a backlogged queue; two workers then hold it at once, and only the claim's winner sends.
+    """
+    claimed = Delivery.objects.filter(pk=delivery.pk, state=Delivery.State.PENDING,
+                                      attempts=delivery.attempts).update(attempts=F("attempts") + 1)
+    if claimed:
+        delivery.attempts += 1
+    return bool(claimed)
+
+
 def deliver(delivery_id: int) -> str:
     delivery = Delivery.objects.select_related("channel").filter(pk=delivery_id).first()
     if delivery is None or delivery.state != Delivery.State.PENDING:
         return delivery.state if delivery else "gone"
-    Delivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
-    delivery.refresh_from_db(fields=["attempts"])
+    if not delivery_claim(delivery):
+        return "claimed by another run"
     try:
         status = send(delivery)
     except Exception as exc:
@@ -144,5 +163,34 @@ def deliver(delivery_id: int) -> str:
     return Delivery.State.SENT
 
 
+# An event's own fan-out, and a delivery's first try, have had this long before catch_up
+# steps in: under normal load both run within seconds, and doing them again costs queries.
+CATCH_UP_AFTER_S = 120.0
+
+
+def catch_up(since, until) -> dict:
+    """Fan out the notifying job events, and queue the untried deliveries, created in
+    [since, until): what a fan-out or a ``deliver`` lost to Redis being down left undone.
+
+    The caller (the scheduler's chores) moves the window on from where it ended, lagging
+    :data:`CATCH_UP_AFTER_S` behind the clock; after a restart it starts an hour back.
+    """
+    from apps.core.redis_client import redis_client
+    from apps.jobs.models import JobEvent
+
+    redis_client().ping()  # still down: raise, so that the caller keeps the window for next time
+    # Read before the fan-outs below add (already queued) deliveries of their own.
+    untried = list(Delivery.objects.filter(state=Delivery.State.PENDING, attempts=0, created_at__gte=since,
+                                           created_at__lt=until).values_list("pk", flat=True))
+    events = list(JobEvent.objects.filter(kind__in=NOTIFYING_KINDS, created_at__gte=since, created_at__lt=until)
+                  .values_list("job_id", "kind", "id"))
+    fanned = sum(fan_out(str(job_id), kind, event_id) for job_id, kind, event_id in events)
+    for pk in untried:
+        enqueue("apps.notifications.tasks.deliver", pk, retry=retry_policy(),
+                job_timeout=settings.NOTIFY_TIMEOUT_S * 3 + 30)
+    return {"events": len(events), "deliveries_created": fanned, "deliveries_requeued": len(untried)}
+
+
 def prune_old(days: int = 90) -> int:
+    """The delivery log keeps ``days`` days (the scheduler's chores call this)."""
     return Delivery.objects.filter(created_at__lt=timezone.now() - timedelta(days=days)).delete()[0]

@@ -8,11 +8,13 @@ import signal
 import socket
 import threading
 import time
+from datetime import timedelta
 
 import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
+from django.utils import timezone
 
 from apps.monitoring.recorders import scheduler_pass_record
 from apps.monitoring.services import utilisation_sample
@@ -40,42 +42,73 @@ def timed_tick(token: int | None) -> None:
         utilisation_sample()
 
 
-def housekeeping() -> None:
-    """Periodic chores of the leader: cold logs into the artifact storage (apps/jobs/log_archive.py)."""
-    from django.db import connections
-
-    from apps.jobs.log_archive import logs_housekeeping
-
-    try:
-        done = logs_housekeeping(batch=50)
-    except Exception:  # noqa: BLE001 - a chore must never stop scheduling
-        log.exception("log housekeeping failed; retried next time")
-        return
-    finally:
-        connections.close_all()  # this thread's own connections
-    if done["archived_jobs"] or done["deleted_archives"]:
-        log.info("log housekeeping: %s", done)
-
-
 class Chores:
-    """Runs :func:`housekeeping` every LOG_ARCHIVE_EVERY_S on a thread of its own, one at a
-    time: moving 50 jobs' logs (up to JOB_LOG_MAX_BYTES each) into a bucket takes seconds to
+    """The leader's periodic chores, on a thread of their own, one run at a time:
+
+    - every ``LOG_ARCHIVE_EVERY_S``: cold logs into the artifact storage
+      (apps/jobs/log_archive.py) and the notification delivery log pruned to 90 days;
+    - every ``NOTIFY_CATCH_UP_S``: the notifications Redis lost (apps.notifications.tasks.catch_up),
+      over a window that moves on from where the last run ended.
+
+    Moving 50 jobs' logs (up to JOB_LOG_MAX_BYTES each) into a bucket takes seconds to
     minutes, and the planning loop must not stall for it (idle submit -> started <= 0.5 s).
     A second scheduler doing the same at the same moment is harmless: an archive is written
-    whole under a fixed key before the chunks go, in one transaction."""
+    whole under a fixed key before the chunks go, in one transaction, and notifications are
+    made once per channel and cause. A chore that fails is logged and retried next time.
+    """
 
     def __init__(self) -> None:
-        self.last = -float("inf")
+        self.last: dict[str, float] = {}
+        self.notified_until = None  # where the next catch-up window starts (None: an hour back)
         self.thread: threading.Thread | None = None
+
+    def every(self) -> dict[str, float]:
+        return {"logs": settings.LOG_ARCHIVE_EVERY_S, "notifications": settings.NOTIFY_CATCH_UP_S}
 
     def maybe_start(self) -> None:
         if self.thread is not None and self.thread.is_alive():
             return
-        if time.monotonic() - self.last < settings.LOG_ARCHIVE_EVERY_S:
+        now = time.monotonic()
+        due = [name for name, every in self.every().items() if now - self.last.get(name, -float("inf")) >= every]
+        if not due:
             return
-        self.last = time.monotonic()
-        self.thread = threading.Thread(target=housekeeping, name="housekeeping", daemon=True)
+        for name in due:
+            self.last[name] = now
+        self.thread = threading.Thread(target=self.run, args=(due,), name="chores", daemon=True)
         self.thread.start()
+
+    def run(self, due: list[str]) -> None:
+        from django.db import connections
+
+        try:
+            for name in due:
+                try:
+                    getattr(self, name)()
+                except Exception:  # noqa: BLE001 - a chore must never stop scheduling
+                    log.exception("%s chore failed; retried next time", name)
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    def logs(self) -> None:
+        from apps.jobs.log_archive import logs_housekeeping
+        from apps.notifications.tasks import prune_old
+
+        done = logs_housekeeping(batch=50)
+        if done["archived_jobs"] or done["deleted_archives"]:
+            log.info("log housekeeping: %s", done)
+        pruned = prune_old()
+        if pruned:
+            log.info("notification deliveries older than 90 days deleted: %d", pruned)
+
+    def notifications(self, now=None) -> None:
+        from apps.notifications.tasks import CATCH_UP_AFTER_S, catch_up
+
+        until = (now or timezone.now()) - timedelta(seconds=CATCH_UP_AFTER_S)
+        since = self.notified_until or until - timedelta(hours=1)
+        done = catch_up(since, until)  # raises while Redis is down: the window stays for next time
+        self.notified_until = until
+        if done["deliveries_created"] or done["deliveries_requeued"]:
+            log.warning("notifications caught up (Redis had lost them): %s", done)
 
 
 class Command(BaseCommand):
