@@ -26,7 +26,6 @@ from django.db.models import Sum
 from rq.timeouts import JobTimeoutException
 
 from apps.core.artifacts import artifact_path
-from apps.core.hashing import file_sha256
 from apps.core.storage import shared_filesystem
 from apps.jobs.models import Checkpoint, Job, JobState
 from apps.jobs.paths import traceback_strip
@@ -48,6 +47,7 @@ from apps.scheduling.kick import kick_scheduler
 from yoloportal.logs import bind
 
 from .artifacts import dataset_local, results_upload, weights_local, with_storage
+from .checkpoint_store import CheckpointUploader, checkpoint_fetch, checkpoint_on_node, uploads_checkpoints
 from .executors.base import AttemptSpec, EventReader, Executor, LogReader, oom_message, run_outcome
 from .executors.cgroups import Limits, Usage, human_bytes, limit_text
 from .executors.local import LocalExecutor, host_cgroups, set_parent_death_signal
@@ -278,6 +278,8 @@ class AttemptRunner:
         self.previous_runtime_s = self._previous_runtime()
         self.local: dict[str, str] = {}  # artifact key → this node's file (worker/artifacts.py)
         self.executor = executor
+        # Without a shared disk each checkpoint goes to the artifact store (worker/checkpoint_store.py).
+        self.uploader = CheckpointUploader(job) if uploads_checkpoints(job) else None
 
     def _previous_runtime(self) -> float:
         gpu_seconds = UsageRecord.objects.filter(job=self.job).aggregate(s=Sum("gpu_seconds"))["s"] or 0.0
@@ -286,16 +288,26 @@ class AttemptRunner:
     # --- checkpoints -----------------------------------------------------------------------
 
     def verified_checkpoints(self) -> list[Checkpoint]:
-        """Newest first; a file that is missing or fails its checksum is dropped with an event."""
+        """Newest first: on this node with its recorded size and hash, or in the artifact store
+        (fetched when tried); the others are dropped with an event."""
         good = []
+        in_store = not shared_filesystem()
         for ckpt in Checkpoint.objects.filter(job=self.job).order_by("-epoch", "-created_at"):
-            path = Path(ckpt.path)
-            if path.is_file() and path.stat().st_size == ckpt.size and file_sha256(path) == ckpt.sha256:
+            if (ckpt.key and in_store) or checkpoint_on_node(self.job, ckpt) is not None:
                 good.append(ckpt)
                 continue
             checkpoint_reject(self.job, ckpt, message=f"checkpoint of epoch {ckpt.epoch} is missing or corrupt; "
                                                       f"falling back to an older one")
         return good
+
+    def checkpoint_local(self, checkpoint: Checkpoint) -> tuple[Path | None, str]:
+        """(this node's file of ``checkpoint`` or None, why to stop): fetched from the artifact
+        store when the attempt that wrote it ran on another node (waiting while the store is down)."""
+        path = checkpoint_on_node(self.job, checkpoint)
+        if path is not None or not checkpoint.key or shared_filesystem():
+            return path, ""
+        return with_storage(self.job, f"fetching the checkpoint of epoch {checkpoint.epoch}",
+                            lambda: checkpoint_fetch(self.job, checkpoint), self.check_in)
 
     # --- the attempt --------------------------------------------------------------------------
 
@@ -368,9 +380,17 @@ class AttemptRunner:
         candidates: list[Checkpoint | None] = [*(self.verified_checkpoints() if resumable else []), None]
         result = ChildResult()
         for number, checkpoint in enumerate(candidates, start=1):
+            resume_from = None
             if checkpoint is not None:
+                resume_from, stop = self.checkpoint_local(checkpoint)
+                if stop:
+                    return self.finish(ChildResult(outcome=stop))
+                if resume_from is None:
+                    checkpoint_reject(self.job, checkpoint, message=f"checkpoint of epoch {checkpoint.epoch} is "
+                                                                    f"missing or corrupt; falling back to an older one")
+                    continue
                 job_event(self.job, "resuming", f"resuming from the checkpoint of epoch {checkpoint.epoch}")
-            result = self.run_child(number, checkpoint)
+            result = self.run_child(number, resume_from)
             if result.outcome != "checkpoint_unusable":
                 break
             checkpoint_reject(self.job, checkpoint, message=f"Ultralytics could not load the checkpoint of epoch "
@@ -381,8 +401,8 @@ class AttemptRunner:
             state__in=[JobState.QUEUED, JobState.STARTING]).exclude(pk=self.job.pk).exists())
         return self.finish(result)
 
-    def child_config(self, number: int, checkpoint: Checkpoint | None) -> Path:
-        config = child_config(self.job, resume_from=checkpoint.path if checkpoint else None,
+    def child_config(self, number: int, resume_from: Path | None) -> Path:
+        config = child_config(self.job, resume_from=str(resume_from) if resume_from else None,
                               events_path=self.attempt_dir / f"events-{number}.jsonl", local=self.local)
         config["stop_file"] = str(self.stop_file)  # touched when the attempt is preempted (run_child)
         path = self.attempt_dir / f"config-{number}.json"
@@ -412,8 +432,8 @@ class AttemptRunner:
             image=job.spec.get("image") or "", read_only=tuple(read_only), writable=(self.run_dir,),
         )
 
-    def run_child(self, number: int, checkpoint: Checkpoint | None) -> ChildResult:
-        config = self.child_config(number, checkpoint)
+    def run_child(self, number: int, resume_from: Path | None) -> ChildResult:
+        config = self.child_config(number, resume_from)
         spec = self.attempt_spec(number, config)
         budget = self.job.timeout_s - self.previous_runtime_s
         started = time.monotonic()
@@ -465,7 +485,7 @@ class AttemptRunner:
             execution.close()
         result.exit_code = exit_code
         result.log_tail = self.log_tail[-40:]
-        result.outcome = run_outcome(exit_code=exit_code, finished=result.finished, resumed=checkpoint is not None,
+        result.outcome = run_outcome(exit_code=exit_code, finished=result.finished, resumed=resume_from is not None,
                                      stop_reason=stop_reason, usage=result.usage)
         if result.usage is not None:
             self.report_usage(result.usage, wall_s=time.monotonic() - started)
@@ -502,6 +522,8 @@ class AttemptRunner:
             if kind == "started" and event.get("batch"):
                 result.batch = int(event["batch"])
             attempt_event_record(self.job, event)
+            if kind == "checkpoint" and self.uploader is not None:
+                self.uploader.offer(epoch=int(event["epoch"]), path=str(event["path"]), sha256=str(event["sha256"]))
 
     def flush_logs(self, reader: LogReader) -> None:
         text = reader.read()
@@ -523,6 +545,11 @@ class AttemptRunner:
             log.warning("job %s: training and worker died together; leaving it to the node's grace", self.job.pk)
             return "orphaned"
         close_old_connections()
+        if self.uploader is not None:
+            if result.outcome == "fenced":
+                self.uploader.abandon()  # the job is no longer this attempt's: another may be writing it
+            else:  # the next attempt, on whichever node, resumes from the last epoch
+                self.uploader.close(self.check_in)
         if result.outcome == "succeeded":
             # Results into the artifact store before the success is recorded (nothing to do on a
             # shared filesystem); while the store is down the job waits here, holding its GPUs.

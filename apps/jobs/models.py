@@ -204,9 +204,12 @@ class Checkpoint(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
     attempt = models.PositiveIntegerField()
     epoch = models.PositiveIntegerField()
-    path = models.CharField(max_length=500)
+    path = models.CharField(max_length=500)  # where the attempt's node wrote it (its own DATA_DIR)
     sha256 = models.CharField(max_length=64)
     size = models.BigIntegerField()
+    # Where the artifact store holds these bytes, so an attempt on any node can resume from it
+    # (worker/checkpoint_store.py); "" while they are only on the node that wrote them.
+    key = models.CharField(max_length=500, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -359,13 +359,45 @@ def attempt_check_in(job: Job) -> str:
 
 def checkpoint_record(job: Job, *, epoch: int, path: str, sha256: str, size: int) -> Checkpoint:
     """Record the verified checkpoint of ``epoch``, keyed by epoch: an attempt that redoes
-    epoch N replaces that file with new bytes. Rows whose files the child pruned go too."""
+    epoch N replaces that file with new bytes. Rows whose files the child pruned go too.
+
+    On a shared filesystem the file already is where the artifact store keeps it, so its key
+    is recorded at once; with an object store the node's uploader records it once the bytes
+    are there (:func:`checkpoint_stored`), and those rows outlive the node's copy.
+    """
+    from apps.core.storage import shared_filesystem
+
+    shared = shared_filesystem()
+    key = ""
+    if shared:
+        try:
+            key = artifact_key(path)
+        except ArtifactKeyError:
+            key = ""
     checkpoint, _ = Checkpoint.objects.update_or_create(
-        job=job, epoch=epoch, defaults={"attempt": job.attempt, "path": path, "sha256": sha256, "size": size})
-    for old in Checkpoint.objects.filter(job=job):
+        job=job, epoch=epoch, defaults={"attempt": job.attempt, "path": path, "sha256": sha256, "size": size,
+                                        "key": key})
+    for old in Checkpoint.objects.filter(job=job).exclude(pk=checkpoint.pk):
+        if old.key and not shared:
+            continue  # in the object store: kept until checkpoint_stored retires it
         if not Path(old.path).exists():
             old.delete()
     return checkpoint
+
+
+def checkpoint_stored(job: Job, *, epoch: int, sha256: str, key: str, keep: int) -> list[str]:
+    """The bytes of ``epoch``'s checkpoint (``sha256``) are in the artifact store under ``key``.
+
+    Recorded only while the row still holds those bytes (a later attempt may have redone the
+    epoch). Returns the keys the store no longer needs, for the caller to delete: ``key``
+    itself when nothing recorded it, and stored checkpoints beyond the newest ``keep``
+    (their rows go).
+    """
+    if not Checkpoint.objects.filter(job=job, epoch=epoch, sha256=sha256).update(key=key):
+        return [key]
+    retired = list(Checkpoint.objects.filter(job=job).exclude(key="").order_by("-epoch")[keep:])
+    Checkpoint.objects.filter(pk__in=[c.pk for c in retired]).delete()
+    return [c.key for c in retired]
 
 
 def checkpoint_reject(job: Job, checkpoint: Checkpoint, *, message: str) -> None:

@@ -6,6 +6,7 @@ the store is down a finished job waits with a clear reason and succeeds once it 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 
@@ -90,3 +91,54 @@ def test_a_worker_without_the_shared_data_dir_trains_from_and_into_object_storag
         assert JobEvent.objects.filter(job_id=second, kind="storage_back").exists()
         weights = Job.objects.get(pk=second).weights_path
         assert store.head_object(Bucket=moto["bucket"], Key=weights)["ContentLength"] > 100_000
+
+
+def test_a_job_killed_with_its_node_resumes_on_another_node_from_its_stored_checkpoint(live, alice, moto, tmp_path,
+                                                                                        settings):
+    """Two GPU servers on separate DATA_DIRs, one object store: node A's worker dies after the first
+    stored checkpoint (its disk with it); node B fetches that checkpoint and resumes, not restarts."""
+    from apps.cluster.models import Node
+    from apps.jobs.models import Checkpoint
+
+    from .live import training_processes
+
+    s3 = s3_env(moto)
+    pushed = subprocess.run([sys.executable, "manage.py", "artifacts_push"], cwd=settings.BASE_DIR,
+                            env=live.env(**s3), capture_output=True, text=True, timeout=600)
+    assert pushed.returncode == 0, pushed.stderr
+    node_a, node_b = tmp_path / "gpu-server-a", tmp_path / "gpu-server-b"
+    live.start_scheduler(**s3)
+    live.start_worker(DATA_DIR=str(node_a), **s3)
+    client = api_client(alice)
+    spec = SEED_SPEC.replace("epochs=2 imgsz=128", "epochs=3 imgsz=64")
+    job_id = client.post("/api/v1/jobs/", spec, content_type="application/yaml").json()["id"]
+
+    stored = wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exclude(key="").first(), timeout=300,
+                      what="a first checkpoint in the store")
+    assert stored.key.startswith(f"jobs/{job_id}/checkpoints/")
+    live.kill("worker")  # the worker, its work-horse and (PDEATHSIG) the training: node A is gone
+    wait_for(lambda: not training_processes().get(job_id), 10, what="node A's training to die")
+    shutil.rmtree(node_a)  # ... and its disk: nothing of node A is readable any more
+    wait_for(lambda: Node.objects.get(name="node-a").state == Node.State.LOST, 60, what="node A to be lost")
+    live.start_worker("worker2", node="node-b", DATA_DIR=str(node_b), **s3)
+    wait_for(lambda: state(job_id) in (JobState.SUCCEEDED, JobState.FAILED), timeout=300, what="the job on node B")
+
+    job = Job.objects.get(pk=job_id)
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert job.node.name == "node-b" and job.attempt == 2
+    resumed = JobEvent.objects.get(job_id=job_id, kind="training_started", attempt=2)
+    assert int(resumed.data["start_epoch"]) > 1, resumed.data  # resumed after epoch N >= 1, not from scratch
+    assert JobEvent.objects.filter(job_id=job_id, attempt=2, kind="resuming").exists()
+    assert not JobEvent.objects.filter(job_id=job_id, kind="checkpoint_rejected").exists()
+    # Node B's own run folder got the checkpoint from the store (node A's disk no longer exists).
+    fetched = node_b / "jobs" / job_id / "checkpoints" / f"epoch-{int(resumed.data['start_epoch']) - 1:04d}.pt"
+    assert fetched.is_file()
+
+    # The weights were uploaded by node B and download through the web from the store.
+    version = ModelVersion.objects.get(job=job)
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "web-cache"
+    with override_settings(STORAGES=s3_storages(moto)):
+        response = client.get(f"/api/v1/jobs/{job_id}/weights/")
+        assert response.status_code == 200
+        assert hashlib.sha256(b"".join(response.streaming_content)).hexdigest() == version.sha256
+        response.close()

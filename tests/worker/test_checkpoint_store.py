@@ -1,0 +1,128 @@
+"""Resume checkpoints through the artifact store (worker/checkpoint_store.py): on a shared
+filesystem a checkpoint's key is its own file; with an object store (a real moto_server) the
+attempt's uploader stores the newest one and records its key, older ones leave the store, and
+another node fetches it, checked, into its own run folder. (The live version — a worker killed
+on one node, the job resumed on another — is tests/integration/test_storage_nodes.py.)"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+import boto3
+import pytest
+from django.test import override_settings
+
+from apps.core.artifacts import artifact_path
+from apps.jobs.models import Checkpoint, Job
+from apps.jobs.services import attempt_start, checkpoint_record, job_claim
+from tests.integration.live import wait_for
+from tests.jobs.factories import make_job
+from tests.s3 import s3_storages, stop_moto
+from worker.checkpoint_store import CheckpointUploader, checkpoint_fetch, checkpoint_key, uploads_checkpoints
+from worker.tasks import AttemptRunner
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def running(alice, teams, node, settings, tmp_path):
+    settings.JOBS_DIR = tmp_path / "node-a" / "jobs"
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    return attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+
+
+def write_checkpoint(job: Job, epoch: int, size: int = 200_000) -> tuple[str, str]:
+    """What the child does at an epoch's end (worker/train_child.copy_checkpoint), and its event."""
+    path = job.run_dir / "checkpoints" / f"epoch-{epoch:04d}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    checkpoint_record(job, epoch=epoch, path=str(path), sha256=sha256, size=size)
+    return str(path), sha256
+
+
+def bucket_keys(moto) -> list[str]:
+    store = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing",
+                         aws_secret_access_key="testing", region_name="us-east-1")
+    return sorted(o["Key"] for o in store.list_objects_v2(Bucket=moto["bucket"]).get("Contents", []))
+
+
+def test_on_a_shared_filesystem_a_checkpoint_s_key_is_its_own_file(running):
+    path, _ = write_checkpoint(running, 1, size=10)
+    key = Checkpoint.objects.get(job=running, epoch=1).key
+    assert key == f"jobs/{running.pk}/checkpoints/epoch-0001.pt"
+    assert str(artifact_path(key)) == path
+    assert not uploads_checkpoints(running)  # nothing to copy
+    runner = AttemptRunner(running)
+    assert runner.uploader is None
+    assert runner.checkpoint_local(Checkpoint.objects.get(job=running, epoch=1)) == (artifact_path(key), "")
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)  # the uploader's thread writes through its own connection
+def test_the_newest_checkpoints_are_stored_and_another_node_fetches_one(running, moto, settings, tmp_path):
+    with override_settings(STORAGES=s3_storages(moto)):
+        assert uploads_checkpoints(running)
+        uploader = CheckpointUploader(running)
+        for epoch in (1, 2, 3, 4):
+            path, sha256 = write_checkpoint(running, epoch)
+            assert Checkpoint.objects.get(job=running, epoch=epoch).key == ""  # only on this node so far
+            uploader.offer(epoch=epoch, path=path, sha256=sha256)
+            wait_for(lambda e=epoch: Checkpoint.objects.exclude(key="").filter(job=running, epoch=e).exists(),
+                     timeout=60, what=f"epoch {epoch} to be stored")
+        uploader.close(lambda: "")
+        # Stored under a key naming the attempt; the three newest are kept, the older one left the store.
+        stored = dict(Checkpoint.objects.filter(job=running).exclude(key="").values_list("epoch", "key"))
+        assert stored[4] == checkpoint_key(running, 4) == f"jobs/{running.pk}/checkpoints/epoch-0004-attempt-1.pt"
+        assert sorted(stored) == [2, 3, 4]
+        assert not Checkpoint.objects.filter(job=running, epoch=1).exists()
+        assert bucket_keys(moto) == sorted(stored.values())
+
+        # Another GPU server: its own DATA_DIR, nothing of node A's disk.
+        settings.JOBS_DIR = tmp_path / "node-b" / "jobs"
+        settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-b" / "cache"
+        newest = Checkpoint.objects.get(job=running, epoch=4)
+        runner = AttemptRunner(Job.objects.get(pk=running.pk))
+        assert [c.epoch for c in runner.verified_checkpoints()] == sorted(stored, reverse=True)
+        local, stop = runner.checkpoint_local(newest)
+        assert stop == "" and local == tmp_path / "node-b" / "jobs" / str(running.pk) / "checkpoints" / "epoch-0004.pt"
+        assert hashlib.sha256(local.read_bytes()).hexdigest() == newest.sha256
+        # The sidecar the child checks before loading it (train_child.inspect_checkpoint).
+        assert json.loads(local.with_suffix(".json").read_text()) == {"epoch": 4, "sha256": newest.sha256,
+                                                                      "size": newest.size}
+        assert not any(p.is_file() for p in (tmp_path / "node-b" / "cache").rglob("*"))  # moved, not doubled
+
+        # Bytes that are not the recorded ones are never resumed from.
+        local.unlink()
+        Checkpoint.objects.filter(pk=newest.pk).update(sha256="0" * 64)
+        assert checkpoint_fetch(running, Checkpoint.objects.get(pk=newest.pk)) is None
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)  # the uploader's thread writes through its own connection
+def test_a_checkpoint_replaced_on_disk_before_its_upload_is_not_recorded(running, moto):
+    with override_settings(STORAGES=s3_storages(moto)):
+        path, sha256 = write_checkpoint(running, 1)
+        uploader = CheckpointUploader(running)
+        uploader.offer(epoch=1, path=path, sha256="f" * 64)  # the event of bytes since replaced
+        uploader.close(lambda: "")
+        assert Checkpoint.objects.get(job=running, epoch=1).key == ""
+        assert bucket_keys(moto) == []
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)  # the uploader's thread writes through its own connection
+def test_while_the_store_is_down_the_attempt_ends_without_a_stored_checkpoint(running, moto):
+    with override_settings(STORAGES=s3_storages(moto)):
+        stop_moto(moto["process"])
+        path, sha256 = write_checkpoint(running, 1)
+        uploader = CheckpointUploader(running)
+        uploader.offer(epoch=1, path=path, sha256=sha256)
+        started = time.monotonic()
+        uploader.close(lambda: "")  # one more try, not a wait for the store
+        assert time.monotonic() - started < 60
+        assert Checkpoint.objects.get(job=running, epoch=1).key == ""
