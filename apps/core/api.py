@@ -7,7 +7,7 @@ strict input serializer and the JSON 404.
 from __future__ import annotations
 
 from rest_framework import serializers, status
-from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.exceptions import ErrorDetail, Throttled, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -55,7 +55,19 @@ def exception_handler(exc, context):
         return None
     if response.status_code == status.HTTP_404_NOT_FOUND and isinstance(response.data, dict):
         response.data.setdefault("detail", "Not found.")
+    if isinstance(exc, Throttled):
+        throttle_name(response, exc, context.get("view"))
     return response
+
+
+def throttle_name(response: Response, exc: Throttled, view) -> None:
+    """A 429 from a throttle says which limit it hit (``limit``, and in ``detail``)."""
+    throttles = [t for t in (view.get_throttles() if view is not None else []) if getattr(t, "rate", None)]
+    if not throttles:
+        return
+    limits = " and ".join(f"the {getattr(t, 'scope', None) or 'request'} limit is {t.rate}" for t in throttles)
+    response.data = {"detail": Throttled(wait=exc.wait, detail=f"Request was throttled: {limits}.").detail,
+                     "limit": ", ".join(t.rate for t in throttles)}
 
 
 def field_errors(errors: dict[str, str], http_status: int = status.HTTP_400_BAD_REQUEST) -> Response:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 
+import redis
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient
 from django.utils.functional import cached_property
@@ -49,3 +50,8 @@ class RedisCache(DjangoRedisCache):
             if client is None:
                 client = _SHARED[key] = self._class(self._servers, **self._options)
         return client
+
+    def redis(self, key: str = "") -> redis.Redis:
+        """The redis-py client the cache writes ``key`` with, for what the cache API cannot
+        say in one round trip (apps.accounts.throttles counts with a script)."""
+        return self._cache.get_client(key, write=True)
