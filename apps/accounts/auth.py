@@ -4,6 +4,8 @@ from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
+from apps.core.selectors import one_or_none
+
 from .models import ApiToken, hash_token
 
 
@@ -25,7 +27,7 @@ class HashedTokenAuthentication(BaseAuthentication):
         return self.authenticate_key(key)
 
     def authenticate_key(self, key: str):
-        token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(key)).first()
+        token = one_or_none(ApiToken.objects.select_related("user").filter(key_hash=hash_token(key)))
         if token is None or not token.is_active or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
         now = timezone.now()

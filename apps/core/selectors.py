@@ -20,6 +20,13 @@ def scoped_get(rows: QuerySet[M], pk: Any) -> M | None:
         return None
 
 
+def one_or_none(rows: QuerySet[M]) -> M | None:
+    """The row a lookup on a unique key finds, or None: ``.first()`` without the ORDER BY it
+    adds (one row has no order, and the ORM builds that clause anew on every call; on a hot
+    path such as token authentication it is a third of the query's CPU)."""
+    return next(iter(rows[:1]), None)
+
+
 def get_or_404(rows: QuerySet[M], pk: Any, message: str) -> M:
     """:func:`scoped_get` or a 404 saying ``message``, the same whether the row does not
     exist or belongs to a team the caller cannot see. Pages show Django's 404; the API

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 
 from apps.accounts.selectors import team_ids
 from apps.core.artifacts import artifact_key, artifact_path
-from apps.core.selectors import scoped_get
+from apps.core.selectors import one_or_none, scoped_get
 from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import Dataset
@@ -55,8 +55,11 @@ _VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][\w-]*?)(?:\.ya?ml)?(?::(?:v(?P<v
 
 def dataset_version_get(*, team, name: str, version: int | None = None) -> Dataset | None:
     """The given version of a team's dataset, or its newest one."""
-    versions = Dataset.objects.filter(team=team, name=name).select_related("team")
-    return versions.filter(version=version).first() if version else versions.order_by("-version").first()
+    versions = Dataset.objects.filter(team=team, name=name)
+    row = one_or_none(versions.filter(version=version)) if version else versions.order_by("-version").first()
+    if row is not None:
+        row.team = team  # the caller's row: no join to read it again (submit's hot path)
+    return row
 
 
 def dataset_resolve(*, team, reference: str, kinds: tuple[str, ...] = (Dataset.Kind.YOLO,)) -> DataRef:

@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -790,8 +790,13 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     (apps.sweeps) then submits its trials here with ``parent`` set, as ordinary train jobs.
     """
     if idempotency_key:
-        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
-        if existing:
+        # Almost always a new key: ask whether it is known (a cheap query to build) and read
+        # the whole row only for a replay.
+        # ``exclude(idempotency_key="")`` is implied, and says so to the database: the unique
+        # index on (user, key) is partial (keys not ''), and without it SQLite cannot use that
+        # index and walks every job the user ever had.
+        replay = Job.objects.filter(user=user, idempotency_key=idempotency_key).exclude(idempotency_key="")
+        if replay.exists() and (existing := replay.first()):
             return existing, False
     resolved = spec_resolve(spec=spec, user=user)
     fingerprint = spec.fingerprint()
@@ -812,7 +817,10 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                 "runtime_signature": "", "started_at": now, "first_started_at": now}
     try:
         with transaction.atomic():
-            list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+            if connection.features.has_select_for_update:
+                # SQLite has no row locks (the ORM would send a plain SELECT): its IMMEDIATE
+                # transaction already holds the database's one write lock.
+                list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
             active = Job.objects.filter(user=user, state__in=ACTIVE_STATES).count()
             if active >= settings.MAX_ACTIVE_JOBS_PER_USER:
                 raise TooManyActiveJobs(active, settings.MAX_ACTIVE_JOBS_PER_USER)

@@ -28,7 +28,41 @@ def test_a_second_submit_reads_no_cluster_or_quota_table(bob, demo_registered, n
         assert submit(client, "second").status_code == 201
     tables = " ".join(q["sql"] for q in captured.captured_queries)
     assert not [t for t in ADMISSION_TABLES if t in tables], tables
-    assert len(captured) <= 12, [q["sql"][:80] for q in captured.captured_queries]
+    # The token, the replay check, the teams, the dataset, (the user's row lock: PostgreSQL), the
+    # active count and three inserts (job, its first event, the audit entry); no more.
+    statements = [q["sql"][:80] for q in captured.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert len(statements) <= 8 + (connection.vendor == "postgresql"), statements
+
+
+def test_the_replay_check_and_the_active_count_do_not_walk_the_users_history(bob, demo_registered, node,
+                                                                            settings):
+    """Each is one index search on SQLite: the user's past jobs are not read (they were, by
+    the user's index in time order, on every submit)."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's plans; tests/jobs/test_indexes.py checks PostgreSQL's at 100k jobs")
+    client = api_client(bob)
+    statements = []
+
+    def keep(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        response = client.post("/api/v1/jobs/", {
+            "task_name": "planned", "team": "vision", "allow_duplicate": True, "resources": {"gpu": 1},
+            "command": "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz=64"}, format="json",
+            HTTP_IDEMPOTENCY_KEY="key-1")
+    assert response.status_code == 201
+
+    def plan(start: str) -> str:
+        sql, params = next((sql, params) for sql, params in statements if sql.startswith(start))
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+            return " ".join(str(row[-1]) for row in cursor.fetchall())
+
+    assert "INDEX one_job_per_idempotency_key (user_id=? AND idempotency_key=?)" in plan(
+        'SELECT %s AS "a" FROM "jobs_job"')
+    assert "INDEX job_user_state (user_id=? AND state=?)" in plan('SELECT COUNT(*) AS "__count" FROM "jobs_job"')
 
 
 def test_a_node_registered_in_this_process_is_seen_by_the_next_submit(bob, demo_registered, node, settings):
