@@ -17,8 +17,9 @@ on the row and checked against it. :func:`artifact_upload` stores a local file u
 key and returns its sha256. Errors of an unreachable store come out as
 :class:`StorageUnavailable`, so callers can wait and retry instead of failing a job.
 
-Used by the GPU worker (worker/artifacts.py: inputs in, results out) and the web's downloads
-(apps/registry/api.py ``verified_open``); docs/deploy.md "Storage beyond one disk" says what
+Used by the GPU worker (worker/artifacts.py: inputs in, results out; worker/checkpoint_store.py:
+resume checkpoints), the web's uploads (datasets, weights: stored before the request answers) and
+downloads (apps/registry/api.py ``verified_open``); docs/deploy.md "Storage beyond one disk" says what
 does not go through the store yet.
 """
 
@@ -140,6 +141,22 @@ def artifact_upload(key: str, local: Path) -> str:
     if stored != key:  # pragma: no cover - both backends overwrite
         raise RuntimeError(f"storage renamed {key} to {stored}")
     return sha256
+
+
+def artifact_folder_upload(key: str, folder: Path) -> int:
+    """Store every file under ``folder`` (hidden ones aside) under ``key/<relative path>``;
+    returns how many. Nothing to copy on the shared filesystem (the folder is the key's)."""
+    key_check(key)
+    if shared_filesystem():
+        return 0
+    count = 0
+    for path in sorted(Path(folder).rglob("*")):
+        relative = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith(".") for part in relative.parts):
+            continue
+        artifact_upload(f"{key}/{relative.as_posix()}", path)
+        count += 1
+    return count
 
 
 def artifact_save_bytes(key: str, blob: bytes) -> None:

@@ -19,6 +19,7 @@ from apps.core.api import StrictInput, field_errors
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
 from apps.core.selectors import get_or_404
+from apps.core.storage import StorageUnavailable
 
 from .archive import ArchiveRejected
 from .models import Dataset
@@ -82,7 +83,7 @@ class DatasetListCreate(APIView):
         return paginator.get_paginated_response(DatasetOut(page, many=True).data)
 
     @extend_schema(request={"multipart/form-data": DatasetIn}, responses={
-        201: DatasetDetailOut, 413: ERROR, 429: ERROR, 400: OpenApiResponse(
+        201: DatasetDetailOut, 413: ERROR, 429: ERROR, 503: ERROR, 400: OpenApiResponse(
             OpenApiTypes.OBJECT,
             description="field → problems; for a refused archive the body is an UploadReport: "
                         "{file: [summary], problems: [{path, problem}], problem_count}")})
@@ -109,6 +110,10 @@ class DatasetListCreate(APIView):
             return Response(exc.report(), status=status.HTTP_400_BAD_REQUEST)
         except StorageQuotaExceeded as exc:
             return field_errors({"file": str(exc)})
+        except StorageUnavailable:
+            return Response({"file": ["The artifact storage cannot be reached right now, so the dataset was not "
+                                      "stored (no version was made); try again in a minute."]},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
         finally:
             upload.close()
         return Response(DatasetDetailOut(dataset).data, status=status.HTTP_201_CREATED)

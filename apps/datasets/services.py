@@ -103,7 +103,8 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
        the class histogram and a few samples; hash the file manifest.
     4. In one transaction: issue the version number, rename the folder to
        ``<name>/v<N>``, create the row, move the charge to the version's key.
-    On any failure the hidden folder and the charge go; no version number is spent.
+    5. With an object store, copy the version's files into it (:func:`_dataset_store`).
+    On any failure the hidden folder and the charge go; no version number is spent (but in 5).
     """
     if not NAME.match(name):
         raise ArchiveRejected("has no usable name", [Problem("name", "use lowercase letters, digits, '-' and '_'")])
@@ -135,11 +136,31 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
         shutil.rmtree(staging, ignore_errors=True)
         storage_release(key=charge)
         raise
+    _dataset_store(dataset)
     audit_record(actor=user, action=AuditEntry.Action.DATASET_UPLOAD, team=team, target=dataset,
                  message=f"dataset {dataset.reference} uploaded: {plan.num_images} images, {len(names)} classes",
                  data={"name": name, "version": dataset.version, "images": plan.num_images,
                        "bytes": dataset.size_bytes, "sha256": dataset.sha256, "kind": kind})
     return dataset
+
+
+def _dataset_store(dataset: Dataset) -> None:
+    """Put a new version's files into an object store before anyone is told about it (nothing
+    to do on the shared filesystem): GPU servers without the web's DATA_DIR fetch them from there.
+
+    While the store is unreachable (StorageUnavailable, a 503 to the uploader) the version goes
+    again, files and charge with it; its number stays spent (numbers are never issued twice).
+    """
+    from apps.core.storage import artifact_folder_upload
+
+    folder = artifact_path(dataset.key)
+    try:
+        artifact_folder_upload(dataset.key, folder)
+    except BaseException:
+        dataset.delete()
+        storage_release(key=dataset.key)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _dataset_commit(*, team, name: str, kind: str, staging: Path, charge: str, values: dict) -> Dataset:

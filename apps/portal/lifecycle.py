@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from apps.accounts.selectors import is_manager_of, team_list
 from apps.accounts.services import storage_limit_bytes, storage_used_bytes
 from apps.core.selectors import get_or_404
+from apps.core.storage import StorageUnavailable
 from apps.datasets.selectors import dataset_list
 from apps.jobs.models import MetricPoint
 from apps.jobs.selectors import JOB_NOT_VISIBLE, job_list
@@ -180,7 +181,11 @@ def predictions(request, job_id):
     run = PredictionRun.objects.filter(job=job).select_related("version").first()
     if run is None:
         raise Http404("This job has no predictions (yet).")
-    results = prediction_results(run)
+    try:
+        results = prediction_results(run)
+    except StorageUnavailable:
+        return HttpResponse("The artifact storage cannot be reached right now; try again in a minute.",
+                            status=503, content_type="text/plain")
     for index, item in enumerate(results):
         item["index"] = index
         item["url"] = reverse("api-job-prediction-image", args=[job.pk, index])

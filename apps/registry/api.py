@@ -200,7 +200,7 @@ class WeightsUploadView(APIView):
     throttle_classes = [UploadThrottle]
 
     @extend_schema(request={"multipart/form-data": WeightsIn}, responses={201: ModelOut, 400: ERROR, 413: ERROR,
-                                                                          429: ERROR})
+                                                                          429: ERROR, 503: ERROR})
     def post(self, request):
         declared = request.META.get("CONTENT_LENGTH") or "0"
         limit = settings.WEIGHTS_UPLOAD_MAX_BYTES
@@ -224,6 +224,10 @@ class WeightsUploadView(APIView):
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
         except StorageQuotaExceeded as exc:
             return field_errors({"file": str(exc)})
+        except StorageUnavailable:
+            return Response({"file": ["The artifact storage cannot be reached right now, so the weights were not "
+                                      "stored (no version was made); try again in a minute."]},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
         finally:
             upload.close()
         return Response(ModelOut(version).data, status=status.HTTP_201_CREATED)
@@ -232,10 +236,10 @@ class WeightsUploadView(APIView):
 class PredictionsView(APIView):
     """A predict job's results: per image its boxes, and where its annotated image is."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: ERROR})
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: ERROR, 503: ERROR})
     def get(self, request, job_id):
         run = prediction_run_or_404(request.user, job_id)
-        results = prediction_results(run)
+        results = _stored(prediction_results, run)
         for index, item in enumerate(results):
             item["url"] = f"/api/v1/jobs/{job_id}/predictions/{index}/image/"
         return Response({"job": str(job_id), "version": run.version_id, "source": run.source, "images": run.images,
@@ -243,12 +247,18 @@ class PredictionsView(APIView):
 
 
 class PredictionImageView(APIView):
-    @extend_schema(responses={(200, "image/jpeg"): OpenApiTypes.BINARY, 404: ERROR})
+    @extend_schema(responses={(200, "image/jpeg"): OpenApiTypes.BINARY, 404: ERROR, 503: ERROR})
     def get(self, request, job_id, index: int):
         run = prediction_run_or_404(request.user, job_id)
-        results = prediction_results(run)
+        results = _stored(prediction_results, run)
         if not 0 <= index < len(results):
             raise NotFound("No annotated image with that number.")
+        if not shared_filesystem():  # streamed from the object store the predict job's node uploaded it to
+            try:
+                handle = _stored(artifact_read, f"{run.key}/{results[index]['image']}")
+            except (ArtifactKeyError, FileNotFoundError, KeyError, TypeError):
+                raise NotFound("The annotated image is gone.") from None
+            return FileResponse(handle, content_type="image/jpeg")
         folder = artifact_path(run.key).resolve()
         path = (folder / results[index]["image"]).resolve()
         if not path.is_relative_to(folder) or not path.is_file():
@@ -264,7 +274,21 @@ def prediction_run_or_404(user, job_id):
 
 
 def prediction_results(run) -> list[dict]:
+    """The predict job's ``predictions.json`` ([] when gone); from the object store when there is
+    one (StorageUnavailable while it cannot be reached)."""
     try:
+        if not shared_filesystem():
+            with artifact_read(f"{run.key}/predictions.json") as handle:
+                return json.loads(handle.read())
         return json.loads((artifact_path(run.key) / "predictions.json").read_text())
     except (OSError, ValueError, ArtifactKeyError):
         return []
+
+
+def _stored(read, *args):
+    """``read(*args)``, a 503 saying why while the artifact store cannot be reached."""
+    try:
+        return read(*args)
+    except StorageUnavailable as exc:
+        log.warning("predictions: %s", exc)
+        raise StorageDown("The artifact storage cannot be reached right now; try again in a minute.") from None

@@ -128,7 +128,8 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int) -
        pass (WeightsRefused naming the offending global) — never loaded.
     3. Charged to the team's storage quota (StorageQuotaExceeded).
     4. In one transaction: the version number, the file moved to
-       ``models/<team>/<stem>/v<N>/<file>``, the row; then audited.
+       ``models/<team>/<stem>/v<N>/<file>``, the row; with an object store the file is then
+       copied into it (:func:`_weights_store`); then audited.
     ``model=<file>`` in a spec then resolves to the newest such upload of the team.
     """
     if not member_name_ok(filename):
@@ -161,10 +162,29 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int) -
         path.unlink(missing_ok=True)
         storage_release(key=charge)
         raise
+    _weights_store(version)
     audit_record(actor=user, action=AuditEntry.Action.WEIGHTS_UPLOAD, team=team, target=version,
                  message=f"weights {filename} uploaded as {version}", data={
                      "name": name, "version": number, "file": filename, "sha256": sha256, "bytes": received})
     return version
+
+
+def _weights_store(version: ModelVersion) -> None:
+    """Put uploaded weights into an object store before the upload answers (nothing to do on the
+    shared filesystem); while it is unreachable (StorageUnavailable, a 503) the version goes again,
+    file and charge with it, its number spent."""
+    from apps.core.storage import artifact_upload, shared_filesystem
+
+    if shared_filesystem():
+        return
+    final = artifact_path(version.weights_key)
+    try:
+        artifact_upload(version.weights_key, final)
+    except BaseException:
+        version.delete()
+        storage_release(key=version.weights_key)
+        final.unlink(missing_ok=True)
+        raise
 
 
 def shared_weights_add(*, source: Path, filename: str | None = None, by=None, replace: bool = False) -> SharedWeights:

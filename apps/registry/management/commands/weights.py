@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.models import Team
 from apps.accounts.services import StorageQuotaExceeded
+from apps.core.storage import StorageUnavailable
 from apps.registry.models import ModelVersion, SharedWeights
 from apps.registry.services import WeightsRefused, shared_weights_add, weights_upload
 
@@ -67,6 +68,8 @@ class Command(BaseCommand):
             raise CommandError(f"{file}: {exc}") from None
         except StorageQuotaExceeded as exc:
             raise CommandError(str(exc)) from None
+        except StorageUnavailable as exc:
+            raise CommandError(f"{file}: not stored: {exc}") from None
 
     def list(self, **_):
         for row in SharedWeights.objects.all():

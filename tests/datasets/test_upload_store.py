@@ -1,0 +1,54 @@
+"""A dataset uploaded through the web with an object store (a real moto_server): its files are
+in the store before the upload answers, complete enough that a GPU server without the web's
+DATA_DIR fetches the version and finds its manifest hash; while the store is down the upload is
+a 503 naming the file and leaves no version behind."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from apps.accounts.models import StorageCharge
+from apps.datasets.models import Dataset
+from tests.conftest import api_client
+from tests.s3 import s3_storages, stop_moto
+from worker.artifacts import _listing, dataset_local
+
+from .archives import make_zip, upload, valid_files
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+@pytest.fixture(autouse=True)
+def web_disk(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path / "web" / "datasets"
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "gpu-server" / "cache"
+    return settings.DATASETS_DIR
+
+
+def post(user):
+    return api_client(user).post("/api/v1/datasets/", {"file": upload(make_zip(valid_files())), "name": "pcb",
+                                                       "team": "vision"}, format="multipart")
+
+
+def test_an_uploaded_dataset_is_in_the_store_when_the_upload_answers(bob, moto, web_disk):
+    with override_settings(STORAGES=s3_storages(moto)):
+        response = post(bob)
+        assert response.status_code == 201, response.content
+        dataset = Dataset.objects.get()
+        keys = _listing(dataset.key)
+        assert "datasets/vision/pcb/v1/data.yaml" in keys and "datasets/vision/pcb/v1/labels/val/1.txt" in keys
+        # A GPU server fetches it from the store alone and finds the hash recorded at upload.
+        local = dataset_local(dataset.yaml_key, dataset.sha256)
+        assert local.is_file() and not local.is_relative_to(web_disk)
+
+
+def test_while_the_store_is_down_an_upload_is_a_503_and_leaves_no_version(bob, moto, web_disk):
+    with override_settings(STORAGES=s3_storages(moto)):
+        stop_moto(moto["process"])
+        response = post(bob)
+        assert response.status_code == 503
+        assert "artifact storage" in response.json()["file"][0]
+        assert not Dataset.objects.exists()
+        assert not StorageCharge.objects.exists()
+        assert not any(p.is_file() for p in web_disk.rglob("*"))

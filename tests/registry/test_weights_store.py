@@ -1,0 +1,52 @@
+"""Weights uploaded through the web with an object store (a real moto_server): in the store,
+with the recorded sha256, before the upload answers; while the store is down a 503 naming the
+file and no version, no file, no charge."""
+
+from __future__ import annotations
+
+import hashlib
+
+import boto3
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import override_settings
+
+from apps.accounts.models import StorageCharge
+from apps.registry.models import ModelVersion
+from tests.conftest import api_client
+from tests.s3 import s3_storages, stop_moto
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+@pytest.fixture(autouse=True)
+def web_disk(settings, tmp_path):
+    settings.MODELS_DIR = tmp_path / "web" / "models"
+    return settings.MODELS_DIR
+
+
+def push(user, path):
+    upload = SimpleUploadedFile("yolov8s.pt", path.read_bytes(), content_type="application/octet-stream")
+    return api_client(user).post("/api/v1/weights/", {"file": upload, "team": "vision"}, format="multipart")
+
+
+def test_uploaded_weights_are_in_the_store_when_the_upload_answers(bob, moto, yolov8n_pt):
+    with override_settings(STORAGES=s3_storages(moto)):
+        response = push(bob, yolov8n_pt)
+        assert response.status_code == 201, response.content
+    version = ModelVersion.objects.get()
+    store = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing",
+                         aws_secret_access_key="testing", region_name="us-east-1")
+    stored = store.get_object(Bucket=moto["bucket"], Key=version.weights_key)["Body"].read()
+    assert hashlib.sha256(stored).hexdigest() == version.sha256 == hashlib.sha256(yolov8n_pt.read_bytes()).hexdigest()
+
+
+def test_while_the_store_is_down_a_weights_upload_is_a_503_and_leaves_no_version(bob, moto, yolov8n_pt, web_disk):
+    with override_settings(STORAGES=s3_storages(moto)):
+        stop_moto(moto["process"])
+        response = push(bob, yolov8n_pt)
+        assert response.status_code == 503
+        assert "artifact storage" in response.json()["file"][0]
+    assert not ModelVersion.objects.exists()
+    assert not StorageCharge.objects.exists()
+    assert not any(p.is_file() for p in web_disk.rglob("*"))
