@@ -353,6 +353,10 @@ def simulate_policy(
     stopping: dict[str, tuple[float, float]] = {}  # victim -> (stop time, progress kept)
     completions: list[tuple[float, str, int]] = []  # (time, job id, attempt)
     requeues: list[tuple[float, str]] = []  # (stop time, job id)
+    # GPUs a victim still holds while it stops (until its epoch end, at most the grace): a job
+    # started on one of them makes no progress before then, as live, where the node's GPU
+    # locks hold its attempt. Keyed (node, GPU index); a shared GPU is held whole.
+    held_until: dict[tuple[str, int], float] = {}
     wakeups: list[float] = []
     recent: deque[JobRequest] = deque()  # arrivals in the last inflow window (the ETA model's inflow)
     active_by_user: dict[str, int] = {}
@@ -493,6 +497,10 @@ def simulate_policy(
             progress_at_stop = job.progress(stop)
             if progress_at_stop >= job.task.duration - 1e-9:
                 stop = t + (job.task.duration - done)  # it ends before it would stop: let it finish
+            for index in alloc.gpu_indices:
+                key = (alloc.node, index)
+                held_until[key] = max(held_until.get(key, t), stop)
+            if progress_at_stop >= job.task.duration - 1e-9:
                 stop_of[pre.by_job_id] = max(stop_of.get(pre.by_job_id, t), stop)
                 stopping[pre.job_id] = (stop, job.task.duration)
                 continue
@@ -528,7 +536,10 @@ def simulate_policy(
             busy_gpus += alloc.gpus
             if job.first_start is None:
                 job.first_start = t
-            job.run_from = stop_of.get(start.job_id, t) + (model.restart_s if job.done_before > 0 else 0.0)
+            ready = stop_of.get(start.job_id, t)
+            for index in start.gpu_indices:
+                ready = max(ready, held_until.get((start.node, index), t))
+            job.run_from = ready + (model.restart_s if job.done_before > 0 else 0.0)
             heapq.heappush(completions, (job.run_from + job.remaining, start.job_id, job.attempt))
         if new_ids:
             entries = {e.job_id: e for e in result.queue}

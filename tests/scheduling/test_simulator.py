@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from apps.scheduling.policy import PolicyConfig
 from apps.scheduling.simulator import (
     TraceTask,
     jain,
@@ -14,6 +15,7 @@ from apps.scheduling.simulator import (
     offered_load,
     rescale,
     run_simulation,
+    simulate_policy,
     srpt_lower_bound,
 )
 
@@ -105,3 +107,27 @@ def test_run_simulation_reports_every_metric(trace, tmp_path) -> None:
 
 def test_simulation_is_deterministic(trace) -> None:
     assert run_simulation(trace, "1x4", ("fair",), seed=5) == run_simulation(trace, "1x4", ("fair",), seed=5)
+
+
+def test_a_victim_holds_all_its_gpus_until_it_stops() -> None:
+    """A job started on a gracefully stopping victim's GPU makes no progress before the victim stops.
+
+    One 8-GPU node. A low 8-GPU job has run 1,000 s (epochs of 600 s) when an urgent and a
+    high 1-GPU job arrive: the urgent one preempts it, the victim stops at its epoch end
+    (1,200 s), and the high one is placed on another of the victim's GPUs in the same pass.
+    Both must wait those 200 s (they used to: only the preemptor did, the high job ran on a
+    GPU the victim still held).
+    """
+    nodes = load_nodes("1x8")
+    tasks = [
+        TraceTask("victim", 0.0, 100_000.0, 8.0, (), 8000, 8192, "BE"),
+        TraceTask("urgent", 1000.0, 1000.0, 1.0, (), 1000, 1024, "Guaranteed"),
+        TraceTask("high", 1000.0, 1000.0, 1.0, (), 1000, 1024, "LS"),
+    ]
+    owners = [("team-a", "ann"), ("team-b", "bob"), ("team-c", "cat")]
+    config = PolicyConfig(policy="fair", user_gpu_hours_per_day=None, eta_scenarios=0, preempt_grace_s=900.0)
+
+    metrics = simulate_policy(tasks, owners, nodes, config, seed=1, walltime_sigma=0.0)
+
+    assert metrics["preemptions"] == 1
+    assert metrics["_waits"][:2] == pytest.approx([200.0, 200.0])
