@@ -26,10 +26,11 @@ taken in a sorted order, so the same state gives the same ETAs.
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .placement import NodeCapacity, Placer, Target, shape_of
 from .priority import arrival_priority
@@ -115,25 +116,23 @@ class ForwardSim:
                 return alloc.node, end
         return None
 
-    def run(self, pending: list[_Pending], arrivals: list[_Pending]) -> dict[str, float]:
+    def run(self, pending: list[_Pending], arrivals: ArrivalStream) -> dict[str, float]:
         """Start times of the pending jobs of interest (those that start within the step budget)."""
         starts: dict[str, float] = {}
         wanted = sum(1 for p in pending if p.interest)
         placer = self.placer
         t = self.now
-        arrival_i = 0
         order = list(pending)
         changed = True  # did anything happen that could let a pending job start?
         next_t0 = math.inf
         for _step in range(self.max_steps):
-            while arrival_i < len(arrivals) and arrivals[arrival_i].t0 <= t:
-                bisect.insort(order, arrivals[arrival_i], key=lambda p: p.rank)
-                arrival_i += 1
+            while arrivals.next_t0 <= t:
+                bisect.insort(order, arrivals.pop(), key=lambda p: p.rank)
                 changed = True
             if next_t0 <= t:
                 changed = True
             if not changed:  # no shape became placeable: skip the scan, go to the next event
-                t = self._advance(t, next_t0, arrivals, arrival_i)
+                t = self._advance(t, next_t0, arrivals)
                 if t is None:
                     break
                 changed = self._release_until(t)
@@ -180,19 +179,17 @@ class ForwardSim:
                     if len(starts) == wanted:
                         return starts
             order = remaining
-            t = self._advance(t, next_t0, arrivals, arrival_i)
+            t = self._advance(t, next_t0, arrivals)
             if t is None:
                 break
             changed = self._release_until(t) or changed
         return starts
 
-    def _advance(self, t: float, next_t0: float, arrivals: list[_Pending], arrival_i: int) -> float | None:
+    def _advance(self, t: float, next_t0: float, arrivals: ArrivalStream) -> float | None:
         """The next event time (an end, an arrival, a hold lifting), or None when nothing is left."""
-        t_next = next_t0
+        t_next = min(next_t0, arrivals.next_t0)
         if self.cursor < len(self.events):
             t_next = min(t_next, self.events[self.cursor][0])
-        if arrival_i < len(arrivals):
-            t_next = min(t_next, arrivals[arrival_i].t0)
         return None if t_next == math.inf else max(t, t_next)
 
     def _release_until(self, t: float) -> bool:
@@ -205,6 +202,79 @@ class ForwardSim:
             self.cursor += 1
             released = True
         return released and len(failed) < before
+
+
+class ArrivalStream:
+    """Sampled future arrivals of one scenario, drawn as the forward simulation reaches them.
+
+    A Poisson stream at ``rate`` until ``horizon`` (at most ``cap`` draws); each arrival is
+    a copy of a random recent arrival, kept only if it outranks ``lowest`` (the lowest job
+    of interest), and ranked between the head jobs it outranks and those it does not.
+    ``next_t0`` is the time of the next kept arrival (``inf`` when there is none).
+    """
+
+    def __init__(
+        self,
+        rng: random.Random | None,
+        inflow: Sequence[JobRequest],
+        inflow_prio: Sequence[float],
+        rate: float,
+        neg_priorities: list[float],
+        lowest: float,
+        sigma: float,
+        now: float,
+        horizon: float,
+        cap: int,
+    ) -> None:
+        self._rng = rng
+        self._inflow = inflow
+        self._prio = inflow_prio
+        self._rate = rate
+        self._neg_priorities = neg_priorities
+        self._lowest = lowest
+        self._sigma = sigma
+        self._t = now
+        self._horizon = horizon
+        self._cap = cap
+        self._n = 0
+        self._next: _Pending | None = None
+        self.next_t0 = math.inf
+        self._draw()
+
+    @classmethod
+    def empty(cls) -> ArrivalStream:
+        return cls(None, (), (), 0.0, [], 0.0, 0.0, 0.0, 0.0, 0)
+
+    def pop(self) -> _Pending:
+        """The next arrival (only when ``next_t0`` is finite)."""
+        got = self._next
+        assert got is not None
+        self._draw()
+        return got
+
+    def _draw(self) -> None:
+        self._next, self.next_t0 = None, math.inf
+        rng = self._rng
+        if rng is None:
+            return
+        inflow, prios = self._inflow, self._prio
+        while self._n < self._cap:
+            self._t += rng.expovariate(self._rate)
+            if self._t > self._horizon:
+                break
+            self._n += 1
+            pick = rng.randrange(len(inflow))
+            prio = prios[pick]
+            if prio <= self._lowest:
+                continue
+            sample = inflow[pick]
+            k = bisect.bisect_left(self._neg_priorities, -prio)
+            walltime = sample.walltime * math.exp(rng.gauss(0.0, self._sigma))
+            t = self._t
+            self._next = _Pending((k - 0.5, t), _renamed(sample, f"~inflow-{self._n}", t), t, False, walltime)
+            self.next_t0 = t
+            return
+        self._rng = None  # exhausted
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -239,20 +309,33 @@ class EtaModel:
         inflow = sorted(state.inflow, key=lambda j: (j.submitted_at, j.job_id))
         self.inflow = inflow
         self.inflow_rate = len(inflow) / window  # jobs per second
-        # Inflow work by arrival priority, highest first, for the coarse stretch.
-        scored = sorted(
-            ((arrival_priority(j, fairshare, self.config), j.gpus * j.walltime) for j in inflow), reverse=True
-        )
-        self._inflow_prio = [-p for p, _ in scored]  # ascending, for bisect
+        self._window = window
+        self._inflow_arrival_prio: list[float] | None = None  # per inflow job (see _inflow_priorities)
+        self._inflow_prio: list[float] = []
         self._inflow_work: list[float] = []
-        acc = 0.0
-        for _, work in scored:
-            acc += work / window
-            self._inflow_work.append(acc)
         self.spread = (0.5, 2.0)  # relative (low, high) below the head, refined from the head
+
+    def _inflow_priorities(self) -> list[float]:
+        """Each recent arrival's priority on arrival, and the inflow work above each priority.
+
+        Computed once per pass, and only in passes that ask for an ETA (the simulator asks
+        only when a job arrives): scenarios sample from these, and the coarse stretch sums
+        inflow work by arrival priority, highest first.
+        """
+        if self._inflow_arrival_prio is None:
+            prios = [arrival_priority(j, self.fairshare, self.config) for j in self.inflow]
+            scored = sorted(((p, j.gpus * j.walltime) for p, j in zip(prios, self.inflow, strict=True)), reverse=True)
+            self._inflow_prio = [-p for p, _ in scored]  # ascending, for bisect
+            acc = 0.0
+            for _, work in scored:
+                acc += work / self._window
+                self._inflow_work.append(acc)
+            self._inflow_arrival_prio = prios
+        return self._inflow_arrival_prio
 
     def inflow_rate_above(self, priority: float) -> float:
         """GPU-seconds per second of expected arrivals that would outrank a job of this priority."""
+        self._inflow_priorities()
         k = bisect.bisect_left(self._inflow_prio, -priority)
         return self._inflow_work[k - 1] if k > 0 else 0.0
 
@@ -309,30 +392,28 @@ class EtaModel:
             self.spread = (sorted(lows)[len(lows) // 2], sorted(highs)[len(highs) // 2])
         return out
 
-    def _arrivals(self, rng: random.Random, jobs, lowest: float, sigma: float) -> list[_Pending]:
-        """One sampled stream of future arrivals that outrank at least the lowest job of interest."""
+    def _arrivals(self, rng: random.Random, jobs, lowest: float, sigma: float) -> ArrivalStream:
+        """One sampled stream of future arrivals that outrank at least the lowest job of interest.
+
+        Drawn lazily, from an RNG of its own seeded from ``rng``: a scenario usually ends
+        (every job of interest started) after a few arrivals, and drawing all of them up
+        front (up to ``4 × eta_head`` per scenario) was most of the planning pass's time.
+        """
         if not self.inflow or self.inflow_rate <= 0:
-            return []
+            return ArrivalStream.empty()
         config = self.config
-        horizon = self.now + config.eta_inflow_horizon_s
-        priorities = [prio for _, _, prio, _ in jobs]  # descending, the head's order
-        out = []
-        t = self.now
-        n = 0
-        while n < 4 * config.eta_head:
-            t += rng.expovariate(self.inflow_rate)
-            if t > horizon:
-                break
-            n += 1
-            sample = self.inflow[rng.randrange(len(self.inflow))]
-            prio = arrival_priority(sample, self.fairshare, config)
-            if prio <= lowest:
-                continue
-            # Rank between the head jobs it outranks and those it does not.
-            k = bisect.bisect_left([-p for p in priorities], -prio)
-            walltime = sample.walltime * math.exp(rng.gauss(0.0, sigma))
-            out.append(_Pending((k - 0.5, t), _renamed(sample, f"~inflow-{n}", t), t, False, walltime))
-        return out
+        return ArrivalStream(
+            random.Random(rng.getrandbits(64)),
+            self.inflow,
+            self._inflow_priorities(),
+            self.inflow_rate,
+            [-prio for _, _, prio, _ in jobs],  # ascending (the head's order), for bisect
+            lowest,
+            sigma,
+            self.now,
+            self.now + config.eta_inflow_horizon_s,
+            4 * config.eta_head,
+        )
 
     def coarse(self, point: float, priority: float) -> EtaRange:
         """A job below the head: the pooled sweep's start, stretched by inflow, with the head's spread."""
@@ -365,4 +446,17 @@ def _with_end(a: Allocation, end: float) -> Allocation:
 
 
 def _renamed(job: JobRequest, job_id: str, at: float) -> JobRequest:
-    return replace(job, job_id=job_id, submitted_at=at, attained_s=0.0, preemptions=0)
+    """A sampled arrival: ``job`` under a new id, submitted at ``at``, never run.
+
+    A shallow copy with four fields set, not ``dataclasses.replace``: a scenario samples
+    hundreds of arrivals per pass, and ``replace`` (``__init__`` + ``__post_init__``) was
+    most of the forward simulation's time. ``walltime`` (derived from ``walltime_s`` and
+    ``timeout_s``, both unchanged) stays valid.
+    """
+    out = copy.copy(job)
+    set_field = object.__setattr__
+    set_field(out, "job_id", job_id)
+    set_field(out, "submitted_at", at)
+    set_field(out, "attained_s", 0.0)
+    set_field(out, "preemptions", 0)
+    return out
