@@ -14,7 +14,9 @@ its key at once. With an object store, where servers do not share a disk:
 3. when the attempt ends (a requeue, a preemption, a failure) the monitor waits for the upload
    in flight, heartbeating the attempt, so the next attempt starts from the last epoch;
 4. a new attempt on a node without the file fetches it (checked against the row's sha256) into
-   its own run folder before resuming (:func:`checkpoint_fetch`).
+   its own run folder before resuming (:func:`checkpoint_fetch`), and ``best.pt`` with it
+   (:func:`best_restore`): the newest checkpoint the child said was also written as best.pt
+   is kept in the store beyond the newest three for that.
 
 While the store is unreachable the uploader keeps retrying the newest checkpoint with a
 growing pause; training goes on, and a resume elsewhere falls back to the newest one stored.
@@ -79,6 +81,29 @@ def checkpoint_fetch(job: Job, checkpoint: Checkpoint) -> Path | None:
     sidecar.write_text(json.dumps({"epoch": checkpoint.epoch, "sha256": checkpoint.sha256,
                                    "size": checkpoint.size}))
     return target
+
+
+def best_restore(job: Job, resume_epoch: int) -> bool:
+    """Put the run's ``best.pt`` back before resuming on a node without it (True when it did).
+
+    Ultralytics resumes with the checkpoint's best fitness and writes ``best.pt`` only for an
+    epoch that beats it, so without this a job moved after its best epoch would end with
+    ``last.pt`` as its weights. ``best.pt`` is byte for byte the checkpoint of the newest epoch
+    the child reported as ``best`` (no later than the one resumed from).
+    """
+    row = (Checkpoint.objects.filter(job=job, best=True, epoch__lte=resume_epoch).order_by("-epoch").first())
+    target = Path(job.run_dir) / "train" / "weights" / "best.pt"
+    if row is None or (target.is_file() and file_sha256(target) == row.sha256):
+        return False
+    source = checkpoint_on_node(job, row) or (checkpoint_fetch(job, row) if row.key else None)
+    if source is None:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(".best.pt.restore")
+    shutil.copyfile(source, temporary)
+    temporary.replace(target)
+    log.info("job %s: best.pt restored from the checkpoint of epoch %d", job.pk, row.epoch)
+    return True
 
 
 class CheckpointUploader:
@@ -177,4 +202,4 @@ def uploads_checkpoints(job: Job) -> bool:
     return job.spec.get("mode", "train") == "train" and not shared_filesystem()
 
 
-__all__ = ["CheckpointUploader", "checkpoint_fetch", "checkpoint_key", "checkpoint_on_node", "uploads_checkpoints"]
+__all__ = ["CheckpointUploader", "best_restore", "checkpoint_fetch", "checkpoint_key", "checkpoint_on_node", "uploads_checkpoints"]

@@ -47,7 +47,13 @@ from apps.scheduling.kick import kick_scheduler
 from yoloportal.logs import bind
 
 from .artifacts import dataset_local, results_upload, weights_local, with_storage
-from .checkpoint_store import CheckpointUploader, checkpoint_fetch, checkpoint_on_node, uploads_checkpoints
+from .checkpoint_store import (
+    CheckpointUploader,
+    best_restore,
+    checkpoint_fetch,
+    checkpoint_on_node,
+    uploads_checkpoints,
+)
 from .executors.base import AttemptSpec, EventReader, Executor, LogReader, oom_message, run_outcome
 from .executors.cgroups import Limits, Usage, human_bytes, limit_text
 from .executors.local import LocalExecutor, host_cgroups, set_parent_death_signal
@@ -389,6 +395,11 @@ class AttemptRunner:
                     checkpoint_reject(self.job, checkpoint, message=f"checkpoint of epoch {checkpoint.epoch} is "
                                                                     f"missing or corrupt; falling back to an older one")
                     continue
+                if not shared_filesystem():  # the run's best.pt too, when another node wrote it
+                    _, stop = with_storage(self.job, "fetching best.pt",
+                                           lambda c=checkpoint: best_restore(self.job, c.epoch), self.check_in)
+                    if stop:
+                        return self.finish(ChildResult(outcome=stop))
                 job_event(self.job, "resuming", f"resuming from the checkpoint of epoch {checkpoint.epoch}")
             result = self.run_child(number, resume_from)
             if result.outcome != "checkpoint_unusable":

@@ -68,6 +68,8 @@ Unix seconds)
                 (epoch, sha256, size) is written after it. Only the newest
                 ``KEEP_CHECKPOINTS`` are kept. A resumed attempt that redoes epoch N
                 replaces ``epoch-NNNN.pt`` with new bytes: key checkpoints by epoch.
+                ``best``: Ultralytics wrote this epoch's checkpoint as ``best.pt`` too
+                (the same bytes), so this copy restores ``best.pt`` on another server.
 ``finished``    every mode: ``mode``, ``code`` (python/torch/ultralytics/onnx versions),
                 ``exports`` (list, maybe empty). Exit 0.
                 train: ``weights`` (best.pt, else last.pt), ``last``, ``metrics`` (final
@@ -505,7 +507,10 @@ class TrainingReporter:
         self._emit_epoch(trainer)
         epoch = int(trainer.epoch) + 1
         info = copy_checkpoint(Path(trainer.last), self.checkpoint_dir, epoch)
-        self.events.emit("checkpoint", epoch=epoch, path=str(info.path), sha256=info.sha256, size=info.size)
+        # save_model() writes best.pt with last.pt's very bytes on this condition (Ultralytics 8.4).
+        best = trainer.best_fitness == trainer.fitness
+        self.events.emit("checkpoint", epoch=epoch, path=str(info.path), sha256=info.sha256, size=info.size,
+                         best=bool(best))
         prune_checkpoints(self.checkpoint_dir, self.keep_checkpoints)
         if self.stop_file is not None and self.stop_file.exists() and epoch < int(trainer.epochs):
             self.events.emit("stopped", epoch=epoch, reason="stop_file")

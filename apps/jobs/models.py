@@ -211,6 +211,9 @@ class Checkpoint(models.Model):
     # Where the artifact store holds these bytes, so an attempt on any node can resume from it
     # (worker/checkpoint_store.py); "" while they are only on the node that wrote them.
     key = models.CharField(max_length=500, blank=True, default="")
+    # Ultralytics wrote these bytes as weights/best.pt too: a resume on another node restores
+    # best.pt from the newest such checkpoint (kept in the store beyond the newest three).
+    best = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -357,7 +357,7 @@ def attempt_check_in(job: Job) -> str:
     return ""
 
 
-def checkpoint_record(job: Job, *, epoch: int, path: str, sha256: str, size: int) -> Checkpoint:
+def checkpoint_record(job: Job, *, epoch: int, path: str, sha256: str, size: int, best: bool = False) -> Checkpoint:
     """Record the verified checkpoint of ``epoch``, keyed by epoch: an attempt that redoes
     epoch N replaces that file with new bytes. Rows whose files the child pruned go too.
 
@@ -376,7 +376,7 @@ def checkpoint_record(job: Job, *, epoch: int, path: str, sha256: str, size: int
             key = ""
     checkpoint, _ = Checkpoint.objects.update_or_create(
         job=job, epoch=epoch, defaults={"attempt": job.attempt, "path": path, "sha256": sha256, "size": size,
-                                        "key": key})
+                                        "key": key, "best": best})
     for old in Checkpoint.objects.filter(job=job).exclude(pk=checkpoint.pk):
         if old.key and not shared:
             continue  # in the object store: kept until checkpoint_stored retires it
@@ -391,11 +391,13 @@ def checkpoint_stored(job: Job, *, epoch: int, sha256: str, key: str, keep: int)
     Recorded only while the row still holds those bytes (a later attempt may have redone the
     epoch). Returns the keys the store no longer needs, for the caller to delete: ``key``
     itself when nothing recorded it, and stored checkpoints beyond the newest ``keep``
-    (their rows go).
+    (their rows go) — but the newest ``best`` one, which is the job's best.pt.
     """
     if not Checkpoint.objects.filter(job=job, epoch=epoch, sha256=sha256).update(key=key):
         return [key]
-    retired = list(Checkpoint.objects.filter(job=job).exclude(key="").order_by("-epoch")[keep:])
+    stored = Checkpoint.objects.filter(job=job).exclude(key="")
+    best = stored.filter(best=True).order_by("-epoch").values_list("pk", flat=True).first()
+    retired = [c for c in stored.order_by("-epoch")[keep:] if c.pk != best]  # best.pt's bytes stay
     Checkpoint.objects.filter(pk__in=[c.pk for c in retired]).delete()
     return [c.key for c in retired]
 
@@ -563,7 +565,7 @@ def attempt_event_record(job: Job, event: dict) -> None:
             log.warning("job %s: ignoring a checkpoint outside its folder: %r", job.pk, event.get("path"))
             return
         checkpoint_record(job, epoch=int(event["epoch"]), path=event["path"], sha256=str(event["sha256"]),
-                          size=int(event["size"]))
+                          size=int(event["size"]), best=event.get("best") is True)
     elif kind == "started" and event.get("mode", "train") != "train":
         what = {"val": f"validating on the {event.get('split')} split",
                 "predict": f"predicting on {event.get('images')} images",

@@ -133,6 +133,9 @@ def test_a_job_killed_with_its_node_resumes_on_another_node_from_its_stored_chec
     # Node B's own run folder got the checkpoint from the store (node A's disk no longer exists).
     fetched = node_b / "jobs" / job_id / "checkpoints" / f"epoch-{int(resumed.data['start_epoch']) - 1:04d}.pt"
     assert fetched.is_file()
+    # Epoch 1 is always Ultralytics' best so far: its stored checkpoint is kept as the run's best.pt.
+    assert Checkpoint.objects.filter(job_id=job_id, epoch=1, best=True).exclude(key="").exists()
+    assert (node_b / "jobs" / job_id / "train" / "weights" / "best.pt").is_file()
 
     # The weights were uploaded by node B and download through the web from the store.
     version = ModelVersion.objects.get(job=job)

@@ -17,11 +17,17 @@ from django.test import override_settings
 
 from apps.core.artifacts import artifact_path
 from apps.jobs.models import Checkpoint, Job
-from apps.jobs.services import attempt_start, checkpoint_record, job_claim
+from apps.jobs.services import attempt_event_record, attempt_start, job_claim
 from tests.integration.live import wait_for
 from tests.jobs.factories import make_job
 from tests.s3 import s3_storages, stop_moto
-from worker.checkpoint_store import CheckpointUploader, checkpoint_fetch, checkpoint_key, uploads_checkpoints
+from worker.checkpoint_store import (
+    CheckpointUploader,
+    best_restore,
+    checkpoint_fetch,
+    checkpoint_key,
+    uploads_checkpoints,
+)
 from worker.tasks import AttemptRunner
 
 pytestmark = pytest.mark.django_db
@@ -35,13 +41,14 @@ def running(alice, teams, node, settings, tmp_path):
     return attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
 
 
-def write_checkpoint(job: Job, epoch: int, size: int = 200_000) -> tuple[str, str]:
+def write_checkpoint(job: Job, epoch: int, size: int = 200_000, best: bool = False) -> tuple[str, str]:
     """What the child does at an epoch's end (worker/train_child.copy_checkpoint), and its event."""
     path = job.run_dir / "checkpoints" / f"epoch-{epoch:04d}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(os.urandom(size))
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-    checkpoint_record(job, epoch=epoch, path=str(path), sha256=sha256, size=size)
+    attempt_event_record(job, {"type": "checkpoint", "epoch": epoch, "path": str(path), "sha256": sha256,
+                               "size": size, "best": best})
     return str(path), sha256
 
 
@@ -126,3 +133,29 @@ def test_while_the_store_is_down_the_attempt_ends_without_a_stored_checkpoint(ru
         uploader.close(lambda: "")  # one more try, not a wait for the store
         assert time.monotonic() - started < 60
         assert Checkpoint.objects.get(job=running, epoch=1).key == ""
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_best_pt_is_kept_in_the_store_and_restored_on_another_node(running, moto, settings, tmp_path):
+    """Ultralytics wrote epoch 2 as best.pt too: that checkpoint outlives the newest three, and a
+    resume elsewhere puts it back as best.pt (else a moved job would end with last.pt)."""
+    with override_settings(STORAGES=s3_storages(moto)):
+        uploader = CheckpointUploader(running)
+        best_sha256 = ""
+        for epoch in (1, 2, 3, 4, 5):
+            path, sha256 = write_checkpoint(running, epoch, best=epoch == 2)
+            best_sha256 = sha256 if epoch == 2 else best_sha256
+            uploader.offer(epoch=epoch, path=path, sha256=sha256)
+            wait_for(lambda e=epoch: Checkpoint.objects.exclude(key="").filter(job=running, epoch=e).exists(),
+                     timeout=60, what=f"epoch {epoch} to be stored")
+        uploader.close(lambda: "")
+        assert sorted(Checkpoint.objects.filter(job=running).values_list("epoch", flat=True)) == [2, 3, 4, 5]
+
+        settings.JOBS_DIR = tmp_path / "node-b" / "jobs"
+        settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-b" / "cache"
+        assert best_restore(running, 5)
+        best = tmp_path / "node-b" / "jobs" / str(running.pk) / "train" / "weights" / "best.pt"
+        assert hashlib.sha256(best.read_bytes()).hexdigest() == best_sha256
+        assert not best_restore(running, 5)  # already there
+        assert not best_restore(running, 1)  # no best at or before epoch 1
