@@ -4,9 +4,13 @@ from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
-from apps.core.selectors import one_or_none
+from apps.core.prepared import PreparedRead
 
 from .models import ApiToken, hash_token
+
+# Every API request: compiled once per connection (apps/core/prepared.py).
+TOKEN_BY_HASH = PreparedRead(lambda key_hash: ApiToken.objects.select_related("user").filter(key_hash=key_hash)[:1],
+                             samples=({"key_hash": "0" * 64}, {"key_hash": "1" * 64}))
 
 
 class HashedTokenAuthentication(BaseAuthentication):
@@ -27,7 +31,7 @@ class HashedTokenAuthentication(BaseAuthentication):
         return self.authenticate_key(key)
 
     def authenticate_key(self, key: str):
-        token = one_or_none(ApiToken.objects.select_related("user").filter(key_hash=hash_token(key)))
+        token = next(iter(TOKEN_BY_HASH(key_hash=hash_token(key))), None)
         if token is None or not token.is_active or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
         now = timezone.now()

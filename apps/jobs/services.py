@@ -23,7 +23,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, Count, F, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -31,6 +31,7 @@ from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import team_list
 from apps.accounts.services import audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
+from apps.core.prepared import PreparedRead
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
 from apps.registry.services import job_outputs_record
@@ -775,6 +776,21 @@ def sweep_errors(spec: JobSpec, team) -> dict[str, str]:
     return errors
 
 
+# Submit's own reads, compiled once per connection (apps/core/prepared.py).
+# ``exclude(idempotency_key="")`` is implied by a key, and says so to the database: the unique
+# index on (user, key) is partial (keys not ''), and without it SQLite cannot use that index
+# and walks every job the user ever had.
+KEY_USED = PreparedRead(
+    lambda user_id, key: Job.objects.filter(user_id=user_id, idempotency_key=key).exclude(idempotency_key="")
+    .values_list("pk", flat=True)[:1],
+    samples=({"user_id": 1, "key": "a"}, {"user_id": 2, "key": "b"}))
+# One row (the count) when the user has active jobs, none when not.
+ACTIVE_COUNT = PreparedRead(
+    lambda user_id: Job.objects.filter(user_id=user_id, state__in=ACTIVE_STATES).values("user")
+    .annotate(active=Count("pk")).values_list("active", flat=True),
+    samples=({"user_id": 1}, {"user_id": 2}))
+
+
 def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str = "",
                parent: Job | None = None) -> tuple[Job, bool]:
     """Validate against the database and queue the job. Returns (job, created).
@@ -792,13 +808,10 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     (apps.sweeps) then submits its trials here with ``parent`` set, as ordinary train jobs.
     """
     if idempotency_key:
-        # Almost always a new key: ask whether it is known (a cheap query to build) and read
-        # the whole row only for a replay.
-        # ``exclude(idempotency_key="")`` is implied, and says so to the database: the unique
-        # index on (user, key) is partial (keys not ''), and without it SQLite cannot use that
-        # index and walks every job the user ever had.
-        replay = Job.objects.filter(user=user, idempotency_key=idempotency_key).exclude(idempotency_key="")
-        if replay.exists() and (existing := replay.first()):
+        # Almost always a new key: ask whether it is known (KEY_USED) and read the whole row
+        # only for a replay.
+        if KEY_USED(user_id=user.pk, key=idempotency_key) and (
+                existing := Job.objects.filter(user=user, idempotency_key=idempotency_key).first()):
             return existing, False
     resolved = spec_resolve(spec=spec, user=user)
     fingerprint = spec.fingerprint()
@@ -823,7 +836,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                 # SQLite has no row locks (the ORM would send a plain SELECT): its IMMEDIATE
                 # transaction already holds the database's one write lock.
                 list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
-            active = Job.objects.filter(user=user, state__in=ACTIVE_STATES).count()
+            active = next(iter(ACTIVE_COUNT(user_id=user.pk)), 0)
             if active >= settings.MAX_ACTIVE_JOBS_PER_USER:
                 raise TooManyActiveJobs(active, settings.MAX_ACTIVE_JOBS_PER_USER)
             job = Job.objects.create(
