@@ -137,3 +137,21 @@ def nonpreemptible_start_after_the_users_other_starts():
     ]
     return state(cluster, queue, busy, config=fair(user_gpu_hours_per_day=2.0),
                  user_usage_24h={"ann": 30 * HOUR, "dee": HOUR})
+
+
+def reserved_on_a_job_it_will_preempt():
+    """A 2-GPU job reserved on a node whose other GPU holds a young, preemptible job with
+    far more work left: the reservation counts that job as released (the reserved job may
+    preempt it once it has run ``preempt_min_runtime_s``), so it is not "still running" there.
+
+    Found by a fresh random run (helper res, 2026-12-01): the property test kept every
+    running job until its expected end, while the planner reserves with such victims drained.
+    """
+    cluster = [node("n1", gpus=2, gpu_mb=0, cpu=0, mem=0)]
+    busy = [
+        running("young", "n1", (0,), user="ann", cls="low", ran_s=60, left_s=50_000, preemptible=True,
+                estimated=True),
+        running("ended", "n1", (1,), user="ann", cls="low", ran_s=60, left_s=-60),
+    ]
+    queue = [job("wide", gpus=2, cls="low", walltime_s=600)]
+    return state(cluster, queue, busy, config=fair(size_preemption=True, preempt_min_runtime_s=600))
