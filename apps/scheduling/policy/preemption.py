@@ -27,14 +27,16 @@ stop at its next epoch end (``Preemption.grace_s``).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .placement import EPS, NodeCapacity, shape_of
 from .priority import CLASS_RANK
 from .types import Allocation, JobRequest, PolicyConfig
 
 URGENT_VICTIM_CLASSES = ("low", "medium")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,33 @@ class Candidate:
 
 def attained_bin(gpu_seconds: float, bins_gpu_hours: tuple[float, ...]) -> int:
     return bisect.bisect_right(bins_gpu_hours, gpu_seconds / 3600.0)
+
+
+def fewest_victims(
+    cap: NodeCapacity | None, job: JobRequest, ordered: Sequence[T], alloc_of: Callable[[T], Allocation]
+) -> list[T] | None:
+    """The victims on one node that make room for ``job``: release them in ``ordered`` order
+    until it fits, then take back each it turns out not to need (greedy can over-pick).
+    None when the node is gone or not schedulable, or all of them are not enough."""
+    if cap is None or not cap.node.schedulable:
+        return None
+    trial = cap.copy()
+    chosen: list[T] = []
+    for victim in ordered:
+        trial.release(alloc_of(victim))
+        chosen.append(victim)
+        if trial.fit(job) is not None:
+            break
+    else:
+        return None
+    for victim in list(chosen[:-1]):
+        a = alloc_of(victim)
+        trial.take(a.gpu_indices, a.gpu_share, a.gpu_memory_mb, a.cpu_milli, a.memory_mb)
+        if trial.fit(job) is None:
+            trial.release(a)
+        else:
+            chosen.remove(victim)
+    return chosen
 
 
 class VictimFinder:
@@ -149,25 +178,9 @@ class VictimFinder:
             by_node.setdefault(c.alloc.node, []).append(c)
         best = None
         for node in sorted(by_node):
-            cap = caps.get(node)
-            if cap is None or not cap.node.schedulable:
+            chosen = fewest_victims(caps.get(node), job, by_node[node], lambda c: c.alloc)
+            if chosen is None:
                 continue
-            trial = cap.copy()
-            chosen: list[Candidate] = []
-            for c in by_node[node]:
-                trial.release(c.alloc)
-                chosen.append(c)
-                if trial.fit(job) is not None:
-                    break
-            else:
-                continue
-            for c in list(chosen[:-1]):
-                v = c.alloc
-                trial.take(v.gpu_indices, v.gpu_share, v.gpu_memory_mb, v.cpu_milli, v.memory_mb)
-                if trial.fit(job) is None:
-                    trial.release(v)
-                else:
-                    chosen.remove(c)
             rank = (
                 sum(not c.over_quota for c in chosen),
                 len(chosen),
@@ -214,24 +227,10 @@ def choose_victims_legacy(
             by_node.setdefault(a.node, []).append(a)
     best = None
     for node in sorted(by_node):
-        cap = caps.get(node)
-        if cap is None or not cap.node.schedulable:
+        ordered = sorted(by_node[node], key=lambda a: (CLASS_RANK[a.priority_class], -a.started_at, a.job_id))
+        chosen = fewest_victims(caps.get(node), job, ordered, lambda a: a)
+        if chosen is None:
             continue
-        trial = cap.copy()
-        chosen: list[Allocation] = []
-        for victim in sorted(by_node[node], key=lambda a: (CLASS_RANK[a.priority_class], -a.started_at, a.job_id)):
-            trial.release(victim)
-            chosen.append(victim)
-            if trial.fit(job) is not None:
-                break
-        else:
-            continue
-        for victim in list(chosen[:-1]):
-            trial.take(victim.gpu_indices, victim.gpu_share, victim.gpu_memory_mb, victim.cpu_milli, victim.memory_mb)
-            if trial.fit(job) is None:
-                trial.release(victim)
-            else:
-                chosen.remove(victim)
         key = (
             len(chosen),
             max(CLASS_RANK[v.priority_class] for v in chosen),
