@@ -286,6 +286,7 @@ class AttemptRunner:
         self.executor = executor
         # Without a shared disk each checkpoint goes to the artifact store (worker/checkpoint_store.py).
         self.uploader = CheckpointUploader(job) if uploads_checkpoints(job) else None
+        self.verified: dict[int, Path] = {}  # checkpoint pk → this node's file, size and hash checked
 
     def _previous_runtime(self) -> float:
         gpu_seconds = UsageRecord.objects.filter(job=self.job).aggregate(s=Sum("gpu_seconds"))["s"] or 0.0
@@ -299,17 +300,24 @@ class AttemptRunner:
         good = []
         in_store = not shared_filesystem()
         for ckpt in Checkpoint.objects.filter(job=self.job).order_by("-epoch", "-created_at"):
-            if (ckpt.key and in_store) or checkpoint_on_node(self.job, ckpt) is not None:
+            if ckpt.key and in_store:
+                good.append(ckpt)  # hashed when tried (checkpoint_local), not all of them now
+                continue
+            local = checkpoint_on_node(self.job, ckpt)
+            if local is not None:
+                self.verified[ckpt.pk] = local  # checkpoint_local need not hash it again
                 good.append(ckpt)
                 continue
-            checkpoint_reject(self.job, ckpt, message=f"checkpoint of epoch {ckpt.epoch} is missing or corrupt; "
+            why = ("never reached the artifact store and is not on this node" if in_store
+                   else "is missing or corrupt")
+            checkpoint_reject(self.job, ckpt, message=f"checkpoint of epoch {ckpt.epoch} {why}; "
                                                       f"falling back to an older one")
         return good
 
     def checkpoint_local(self, checkpoint: Checkpoint) -> tuple[Path | None, str]:
         """(this node's file of ``checkpoint`` or None, why to stop): fetched from the artifact
         store when the attempt that wrote it ran on another node (waiting while the store is down)."""
-        path = checkpoint_on_node(self.job, checkpoint)
+        path = self.verified.get(checkpoint.pk) or checkpoint_on_node(self.job, checkpoint)
         if path is not None or not checkpoint.key or shared_filesystem():
             return path, ""
         return with_storage(self.job, f"fetching the checkpoint of epoch {checkpoint.epoch}",
