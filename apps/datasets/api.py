@@ -12,14 +12,12 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import is_manager_of, team_for_upload
-from apps.accounts.services import StorageQuotaExceeded
+from apps.accounts.selectors import is_manager_of
 from apps.accounts.throttles import UploadThrottle
-from apps.core.api import StrictInput, field_errors
-from apps.core.errors import FieldErrors
+from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
+from apps.core.api import StrictInput
 from apps.core.openapi import ERROR, paginated
 from apps.core.selectors import get_or_404
-from apps.core.storage import StorageUnavailable
 
 from .archive import ArchiveRejected
 from .models import Dataset
@@ -88,19 +86,10 @@ class DatasetListCreate(APIView):
             description="field → problems; for a refused archive the body is an UploadReport: "
                         "{file: [summary], problems: [{path, problem}], problem_count}")})
     def post(self, request):
-        # Under ASGI, bodies past DATASET_UPLOAD_MAX_BYTES (+ multipart slack) never get here:
-        # yoloportal/body_limit.py answers 413 before reading them. This check is for WSGI.
-        declared = request.META.get("CONTENT_LENGTH") or "0"
-        limit = settings.DATASET_UPLOAD_MAX_BYTES
-        if declared.isdigit() and int(declared) > limit + 1024**2:
-            return field_errors({"file": f"the upload is {int(declared)} bytes; the limit is {limit} bytes"})
-        data = DatasetIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
         try:
-            team = team_for_upload(user=request.user, slug=values.get("team"))
-        except FieldErrors as exc:
-            return field_errors(exc.errors)
+            values, team = upload_input(request, DatasetIn, settings.DATASET_UPLOAD_MAX_BYTES)
+        except UploadRefused as exc:
+            return exc.response
         upload = values["file"]
         try:
             dataset = dataset_upload(user=request.user, team=team, name=values["name"], upload=upload,
@@ -108,12 +97,8 @@ class DatasetListCreate(APIView):
                                      kind=values.get("kind") or Dataset.Kind.YOLO)
         except ArchiveRejected as exc:
             return Response(exc.report(), status=status.HTTP_400_BAD_REQUEST)
-        except StorageQuotaExceeded as exc:
-            return field_errors({"file": str(exc)})
-        except StorageUnavailable:
-            return Response({"file": ["The artifact storage cannot be reached right now, so the dataset was not "
-                                      "stored (no version was made); try again in a minute."]},
-                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except STORE_REFUSALS as exc:
+            return storage_refusal(exc, "the dataset was")
         finally:
             upload.close()
         return Response(DatasetDetailOut(dataset).data, status=status.HTTP_201_CREATED)

@@ -17,12 +17,11 @@ from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import is_manager_of, team_for_upload
-from apps.accounts.services import StorageQuotaExceeded
+from apps.accounts.selectors import is_manager_of
 from apps.accounts.throttles import UploadThrottle
+from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
 from apps.core.api import StrictInput, field_errors
 from apps.core.artifacts import ArtifactKeyError, artifact_path
-from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR
 from apps.core.selectors import get_or_404
 from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_local, artifact_read, shared_filesystem
@@ -202,17 +201,10 @@ class WeightsUploadView(APIView):
     @extend_schema(request={"multipart/form-data": WeightsIn}, responses={201: ModelOut, 400: ERROR, 413: ERROR,
                                                                           429: ERROR, 503: ERROR})
     def post(self, request):
-        declared = request.META.get("CONTENT_LENGTH") or "0"
-        limit = settings.WEIGHTS_UPLOAD_MAX_BYTES
-        if declared.isdigit() and int(declared) > limit + 1024**2:
-            return field_errors({"file": f"the upload is {int(declared)} bytes; the limit is {limit} bytes"})
-        data = WeightsIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
         try:
-            team = team_for_upload(user=request.user, slug=values.get("team"))
-        except FieldErrors as exc:
-            return field_errors(exc.errors)
+            values, team = upload_input(request, WeightsIn, settings.WEIGHTS_UPLOAD_MAX_BYTES)
+        except UploadRefused as exc:
+            return exc.response
         upload = values["file"]
         try:
             version = weights_upload(user=request.user, team=team, upload=upload, filename=upload.name,
@@ -222,12 +214,8 @@ class WeightsUploadView(APIView):
             if exc.offending:
                 body["offending_global"] = exc.offending
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
-        except StorageQuotaExceeded as exc:
-            return field_errors({"file": str(exc)})
-        except StorageUnavailable:
-            return Response({"file": ["The artifact storage cannot be reached right now, so the weights were not "
-                                      "stored (no version was made); try again in a minute."]},
-                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except STORE_REFUSALS as exc:
+            return storage_refusal(exc, "the weights were")
         finally:
             upload.close()
         return Response(ModelOut(version).data, status=status.HTTP_201_CREATED)
