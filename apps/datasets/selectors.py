@@ -9,7 +9,8 @@ from django.db.models import QuerySet
 
 from apps.accounts.selectors import team_ids
 from apps.core.artifacts import artifact_key, artifact_path
-from apps.core.selectors import one_or_none, scoped_get
+from apps.core.prepared import PreparedRead
+from apps.core.selectors import scoped_get
 from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import Dataset
@@ -53,12 +54,21 @@ class DataRef:
 _VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][\w-]*?)(?:\.ya?ml)?(?::(?:v(?P<version>\d+)|latest))?$")
 
 
+_NEWEST = PreparedRead(lambda team_id, name: Dataset.objects.filter(team_id=team_id, name=name).order_by("-version")[:1],
+                       samples=({"team_id": 1, "name": "a"}, {"team_id": 2, "name": "b"}))
+_VERSION = PreparedRead(lambda team_id, name, version: Dataset.objects.filter(
+    team_id=team_id, name=name, version=version).order_by()[:1],
+    samples=({"team_id": 1, "name": "a", "version": 3}, {"team_id": 2, "name": "b", "version": 4}))
+
+
 def dataset_version_get(*, team, name: str, version: int | None = None) -> Dataset | None:
-    """The given version of a team's dataset, or its newest one."""
-    versions = Dataset.objects.filter(team=team, name=name)
-    row = one_or_none(versions.filter(version=version)) if version else versions.order_by("-version").first()
+    """The given version of a team's dataset, or its newest one (SQL compiled once per connection:
+    submit's hot path)."""
+    rows = (_VERSION(team_id=team.pk, name=name, version=version) if version
+            else _NEWEST(team_id=team.pk, name=name))
+    row = rows[0] if rows else None
     if row is not None:
-        row.team = team  # the caller's row: no join to read it again (submit's hot path)
+        row.team = team  # the caller's row: no join to read it again
     return row
 
 

@@ -23,12 +23,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, Count, F, Value, When
+from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.accounts.models import AuditEntry, Team
-from apps.accounts.selectors import team_list
+from apps.accounts.selectors import team_rows
 from apps.accounts.services import audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.prepared import PreparedRead
@@ -665,7 +665,7 @@ class ResolvedSpec:
 def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
     """Check what needs the database; raise SpecError naming the field."""
     errors: dict[str, str] = {}
-    teams = list(team_list(user=user))
+    teams = team_rows(user=user)
     team = None
     if spec.charge_to and spec.charge_to != user.username:
         team = next((t for t in teams if t.slug == spec.charge_to), None)
@@ -784,11 +784,24 @@ KEY_USED = PreparedRead(
     lambda user_id, key: Job.objects.filter(user_id=user_id, idempotency_key=key).exclude(idempotency_key="")
     .values_list("pk", flat=True)[:1],
     samples=({"user_id": 1, "key": "a"}, {"user_id": 2, "key": "b"}))
-# One row (the count) when the user has active jobs, none when not.
-ACTIVE_COUNT = PreparedRead(
-    lambda user_id: Job.objects.filter(user_id=user_id, state__in=ACTIVE_STATES).values("user")
-    .annotate(active=Count("pk")).values_list("active", flat=True),
-    samples=({"user_id": 1}, {"user_id": 2}))
+
+
+def active_jobs_count(user_id: int, *, limit: int) -> int:
+    """How many active jobs the user has, counted up to ``limit`` (MAX_ACTIVE_JOBS_PER_USER).
+
+    Submit only asks whether the cap is reached, so at most ``limit`` index entries are read
+    however many jobs the user has queued (an exact count when it is below ``limit``).
+    ``COUNT(*)``, not ``COUNT(id)``: the (user, state) index answers it alone; counting the
+    uuid primary key made SQLite read every active job's table row (~1 ms at 1,500 queued).
+    """
+    states = [state.value for state in ACTIVE_STATES]
+    with connection.cursor() as cursor:
+        cursor.execute(_ACTIVE_COUNT_SQL.format(states=", ".join(["%s"] * len(states))), [user_id, *states, limit])
+        return cursor.fetchone()[0]
+
+
+_ACTIVE_COUNT_SQL = (f'SELECT COUNT(*) FROM (SELECT 1 FROM "{Job._meta.db_table}" '
+                     'WHERE "user_id" = %s AND "state" IN ({states}) LIMIT %s) AS active')
 
 
 def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str = "",
@@ -836,9 +849,10 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                 # SQLite has no row locks (the ORM would send a plain SELECT): its IMMEDIATE
                 # transaction already holds the database's one write lock.
                 list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
-            active = next(iter(ACTIVE_COUNT(user_id=user.pk)), 0)
-            if active >= settings.MAX_ACTIVE_JOBS_PER_USER:
-                raise TooManyActiveJobs(active, settings.MAX_ACTIVE_JOBS_PER_USER)
+            limit = settings.MAX_ACTIVE_JOBS_PER_USER
+            if active_jobs_count(user.pk, limit=limit) >= limit:
+                # The refusal says the exact count (a cap lowered below what a user has).
+                raise TooManyActiveJobs(Job.objects.filter(user=user, state__in=ACTIVE_STATES).count(), limit)
             job = Job.objects.create(
                 seq=1,  # the "submitted" event's
                 task_name=spec.task_name,

@@ -92,6 +92,25 @@ def test_a_user_at_the_active_job_cap_gets_a_429_naming_the_count_and_the_limit(
     assert Job.objects.filter(user=bob).count() == 4
 
 
+def test_a_cap_lowered_below_what_a_user_has_still_names_the_exact_count(bob, demo_registered, settings, teams):
+    """Submit counts active jobs only up to the cap; the refusal counts them all."""
+    for _ in range(5):
+        make_job(team=teams["vision"], user=bob)
+    settings.MAX_ACTIVE_JOBS_PER_USER = 2
+    response = submit_api(bob)
+    assert response.status_code == 429, response.content
+    assert (response.json()["active_jobs"], response.json()["limit"]) == (5, 2)
+
+
+def test_the_active_count_stops_at_the_cap(bob, demo_registered, teams):
+    from apps.jobs.services import active_jobs_count
+
+    for state in (JobState.QUEUED, JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.FAILED):
+        make_job(team=teams["vision"], user=bob, state=state)
+    assert active_jobs_count(bob.pk, limit=100) == 4
+    assert active_jobs_count(bob.pk, limit=3) == 3
+
+
 def test_the_cap_is_per_user(bob, demo_registered, settings, teams):
     settings.MAX_ACTIVE_JOBS_PER_USER = 1
     make_job(team=teams["vision"], user=bob)
