@@ -16,16 +16,29 @@ database connection outlives its requests like a WSGI worker thread's; Django st
 closes it after ``CONN_MAX_AGE`` or an error (``close_old_connections`` on request start
 and finish). A request that waits (an upload being unpacked, a lock) holds only its own
 thread; the others keep serving. Reading the body and sending the response stay async.
+
+Django's ``handle`` makes two more hops per request (the ``request_started`` signal's
+receivers and ``response.close()``, which sends ``request_finished``, each run through
+``sync_to_async``) and runs the view as one of two tasks beside a task that waits for the
+client to disconnect — which can only cancel an *async* view. Here the signal, the request,
+the view and, for a response whose body is already in memory, ``close()`` run in the same
+hop, and only a streaming response (a file) is sent beside a disconnect listener that stops
+it. Same order as Django's: request_started, view, request_finished (for an in-memory body
+a moment before its bytes go out rather than after: nothing is sent from it).
 """
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
+from django.urls import set_script_prefix
 
 
 class ThreadPoolASGIHandler(ASGIHandler):
@@ -48,9 +61,49 @@ class ThreadPoolASGIHandler(ASGIHandler):
         finally:
             self.busy[n] -= 1
 
-    async def get_response_async(self, request):
-        # The whole synchronous chain, view included, in one hop to this request's thread.
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+    async def handle(self, scope, receive, send):
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        try:
+            # The whole synchronous part, view included, in one hop to this request's thread.
+            response = await sync_to_async(self.respond, thread_sensitive=True)(scope, body_file)
+            if not response.streaming:
+                await self.send_response(response, send)
+                return
+            await self.send_streaming(response, receive, send)
+        finally:
+            body_file.close()
+
+    def respond(self, scope, body_file):
+        set_script_prefix(get_script_prefix(scope))
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            response = self.get_response(request)
+            response._handler_class = self.__class__
+            if response.streaming:
+                response.block_size = self.chunk_size  # a FileResponse: the server chunks it
+        if not response.streaming:
+            response.close()  # request_finished: its bytes are in memory
+        return response
+
+    async def send_streaming(self, response, receive, send):
+        """Django's way: stop sending when the client goes away; close() after."""
+        sending = asyncio.create_task(self.send_response(response, send))
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait([sending, listening], return_when=asyncio.FIRST_COMPLETED)
+            for task in (listening, sending):
+                if not task.done():
+                    task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, RequestAborted):
+                    pass
+        finally:
+            await sync_to_async(response.close, thread_sensitive=True)()
 
 
 def get_asgi_application() -> ThreadPoolASGIHandler:
