@@ -31,7 +31,7 @@ from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import team_rows
 from apps.accounts.services import audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
-from apps.core.prepared import PreparedRead
+from apps.core.prepared import PreparedInsert, PreparedRead
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
 from apps.registry.services import job_outputs_record
@@ -785,6 +785,9 @@ KEY_USED = PreparedRead(
     .values_list("pk", flat=True)[:1],
     samples=({"user_id": 1, "key": "a"}, {"user_id": 2, "key": "b"}))
 
+JOB_INSERT = PreparedInsert(Job)
+EVENT_INSERT = PreparedInsert(JobEvent)
+
 
 def active_jobs_count(user_id: int, *, limit: int) -> int:
     """How many active jobs the user has, counted up to ``limit`` (MAX_ACTIVE_JOBS_PER_USER).
@@ -853,7 +856,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
             if active_jobs_count(user.pk, limit=limit) >= limit:
                 # The refusal says the exact count (a cap lowered below what a user has).
                 raise TooManyActiveJobs(Job.objects.filter(user=user, state__in=ACTIVE_STATES).count(), limit)
-            job = Job.objects.create(
+            job = JOB_INSERT(
                 seq=1,  # the "submitted" event's
                 task_name=spec.task_name,
                 team=resolved.team,
@@ -876,7 +879,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
             # so no sequence round trip and no publish. "submitted" notifies nobody.
             what = (f"sweep of {spec.sweep['trials']} trials ({spec.sweep['method']}, {spec.sweep['parallel']} at once)"
                     if spec.sweep else f"trial of sweep {parent.task_name}" if parent else "")
-            JobEvent.objects.create(job=job, seq=1, attempt=1, kind="submitted",
+            EVENT_INSERT(job=job, seq=1, attempt=1, kind="submitted",
                                     message=f"submitted by {user.username} for team {resolved.team.slug}"
                                             f"{'; ' + what if what else ''}")
             audit_record(actor=user, action=AuditEntry.Action.JOB_SUBMIT, team=job.team_id, target=job, message=job.task_name)

@@ -14,7 +14,7 @@ KICK_KEY = "yoloportal:scheduler:kick"
 
 def kick_scheduler() -> None:
     try:
-        pipe = redis_client().pipeline()
+        pipe = redis_client().pipeline(transaction=False)  # one round trip; no MULTI/EXEC needed
         pipe.lpush(KICK_KEY, 1)
         pipe.ltrim(KICK_KEY, 0, 9)
         pipe.execute()

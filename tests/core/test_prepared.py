@@ -79,3 +79,50 @@ def test_values_of_another_type_are_refused():
         ACTIVE(user_id="1")
     with pytest.raises(TypeError, match="expected the values"):
         ACTIVE(user=1)
+
+
+def row(model, pk) -> dict:
+    obj = model.objects.get(pk=pk)
+    return {f.attname: getattr(obj, f.attname) for f in model._meta.concrete_fields}
+
+
+def test_a_prepared_insert_writes_the_row_create_writes(bob, teams):
+    from apps.accounts.models import AuditEntry
+    from apps.core.prepared import PreparedInsert
+    from apps.jobs.models import JobEvent
+
+    values = {"task_name": "t", "team": teams["vision"], "user": bob, "spec": {"a": [1, {"b": None}]},
+              "spec_hash": "h", "gpus": 0.5, "reason": "r", "raw_spec": "x: 1", "timeout_s": 60}
+    jobs = PreparedInsert(Job)
+    first, second = jobs(**values), jobs(**{**values, "task_name": "u", "spec": {"c": "ü"}})  # compiled, reused
+    expected = Job.objects.create(**values)
+    for job, want in ((first, values), (second, {**values, "task_name": "u", "spec": {"c": "ü"}})):
+        assert not job._state.adding and job._state.db == "default"
+        stored, created = row(Job, job.pk), row(Job, expected.pk)
+        differ = {k for k in stored if stored[k] != created[k]}
+        assert differ <= {"id", "attempt_id", "created_at", "task_name", "spec"}, differ  # uuid defaults, clock
+        assert (stored["task_name"], stored["spec"]) == (want["task_name"], want["spec"])
+        assert stored["created_at"] == job.created_at  # auto_now_add set on the instance, as save() does
+
+    events = PreparedInsert(JobEvent)
+    one, two = events(job=first, seq=1, attempt=1, kind="submitted", message="m"), events(job=first, seq=2, attempt=1, kind="x")
+    assert isinstance(one.pk, int) and two.pk == one.pk + 1  # the database's id, read back
+    assert row(JobEvent, two.pk)["kind"] == "x"
+
+    # A model with its own save() goes through create().
+    audit = PreparedInsert(AuditEntry)
+    assert not audit.plain
+    entry = audit(actor=bob, actor_name="bob", action=AuditEntry.Action.JOB_SUBMIT, target_type="job",
+                  target_id="1", message="m")
+    assert AuditEntry.objects.filter(pk=entry.pk).exists()
+
+
+def test_a_prepared_insert_sends_expressions_through_the_orm(bob, teams):
+    from django.db.models import Value
+    from django.db.models.functions import Upper
+
+    from apps.core.prepared import PreparedInsert
+
+    jobs = PreparedInsert(Job)
+    job = jobs(task_name=Upper(Value("loud")), team=teams["vision"], user=bob, spec={}, spec_hash="h", timeout_s=60)
+    assert row(Job, job.pk)["task_name"] == "LOUD"
