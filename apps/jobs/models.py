@@ -85,6 +85,10 @@ class Job(models.Model):
     estimated_start_low_at = models.DateTimeField(null=True, blank=True)
     estimated_start_high_at = models.DateTimeField(null=True, blank=True)
     predicted_start_at = models.DateTimeField(null=True, blank=True, help_text="first ETA given; kept for accuracy")
+    # The scheduler's model point behind that first ETA, before calibration on the track record
+    # (apps/scheduling/policy/eta_calibration.py): what the record compares with first_started_at.
+    predicted_model_start_at = models.DateTimeField(null=True, blank=True,
+                                                    help_text="first ETA before calibration; kept for calibration")
     reason = models.CharField(max_length=300, blank=True)
     # The planner's score (higher starts first), not the class the user asked for (priority_class).
     # The API and admin still call it "priority".

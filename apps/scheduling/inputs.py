@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Sum
-from django.db.models.functions import TruncHour
+from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
 from apps.accounts.models import Team
@@ -35,6 +35,7 @@ from .policy import (
     RollingUsage,
     TeamPolicy,
 )
+from .policy.eta_calibration import HISTORY_MAX_WAIT_S, HISTORY_N, HISTORY_S
 from .policy.runtime_model import RuntimeModel
 
 DAY = timedelta(days=1)
@@ -87,6 +88,28 @@ def recent_arrivals(now: datetime, model: RuntimeModel | None, limit: int = 500)
                    timeout_s=float(j.timeout_s), walltime_s=estimates.get(str(j.pk)))
         for j in recent
     )
+
+
+def eta_history(now: datetime) -> tuple[tuple[float, float], ...]:
+    """(predicted wait, actual wait) of jobs that first started within ``HISTORY_S``, oldest first.
+
+    The ETAs' track record (policy/eta_calibration.py): the model's first point for a job
+    (``predicted_model_start_at``, kept from its first queued pass; rows from before it
+    existed have only ``predicted_start_at``, then uncalibrated) against its first start,
+    both from its submit. Jobs that started in their first pass have no prediction and are
+    not in it, as in the simulator.
+    """
+    # created_at bounds the scan through its index (first_started_at has none); a job that
+    # waited longer than HISTORY_MAX_WAIT_S is left out, in the simulator too.
+    rows = (Job.objects.filter(created_at__gte=now - timedelta(seconds=HISTORY_S + HISTORY_MAX_WAIT_S),
+                               first_started_at__gte=now - timedelta(seconds=HISTORY_S),
+                               predicted_start_at__isnull=False)
+            .annotate(model_at=Coalesce("predicted_model_start_at", "predicted_start_at"))
+            .order_by("-first_started_at").values_list("created_at", "model_at", "first_started_at")
+            [:HISTORY_N])
+    return tuple((max(0.0, (predicted - created).total_seconds()), max(0.0, (started - created).total_seconds()))
+                 for created, predicted, started in reversed(rows)
+                 if (started - created).total_seconds() <= HISTORY_MAX_WAIT_S)
 
 
 def team_policies(config: PolicyConfig) -> dict[str, TeamPolicy]:
@@ -227,5 +250,6 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
         nodes=infos, running=tuple(running), queued=queued, config=config, usage=usage,
         user_usage_24h=usage_24h, user_usage_expiry=expiry, team_urgent_usage_24h=urgent,
         teams=team_policies(config), inflow=recent_arrivals(now, model), runtime_sigma=estimates.sigma,
+        eta_history=eta_history(now) if config.policy == "fair" and config.eta_coverage > 0 else (),
     )
     return state, {str(j.pk): j for j in queued_jobs}

@@ -192,7 +192,7 @@ def plan_and_start(now: datetime | None = None, token: int | None = None) -> boo
 
 
 QUEUE_FIELDS = ("queue_position", "estimated_start_at", "estimated_start_low_at", "estimated_start_high_at",
-                "reason", "priority_score", "priority_factors", "predicted_start_at")
+                "reason", "priority_score", "priority_factors", "predicted_start_at", "predicted_model_start_at")
 ETA_FIELDS = ("estimated_start_at", "estimated_start_low_at", "estimated_start_high_at")
 ETA_SLACK_S = 30.0
 # Priority points: the age factor alone adds weight_age / age_cap_s points per second
@@ -223,6 +223,8 @@ def queue_update(entries, jobs_by_id) -> None:
             "priority_score": round(entry.priority, 3),
             "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
             "predicted_start_at": job.predicted_start_at or eta,
+            "predicted_model_start_at": job.predicted_model_start_at or (
+                eta if entry.estimated_start_model is None else datetime.fromtimestamp(entry.estimated_start_model, tz=UTC)),
         }
         unchanged = all(getattr(job, f) == new[f] for f in QUEUE_FIELDS if f not in ETA_FIELDS + ("priority_score",))
         if (unchanged and all(same_eta(getattr(job, f), new[f]) for f in ETA_FIELDS)

@@ -54,6 +54,7 @@ from .policy import (
     admission_error,
     plan,
 )
+from .policy.eta_calibration import HISTORY_MAX_WAIT_S, HISTORY_N, HISTORY_S
 
 QOS_CLASS = {"Guaranteed": "urgent", "LS": "high", "Burstable": "medium", "BE": "low"}
 # Shape of one GPU in an ``NxG`` cluster. Model G2 (the trace's most common 8-GPU node);
@@ -278,6 +279,7 @@ class _Job:
     first_start: float | None = None
     finish: float | None = None
     eta_at_submit: float | None = None
+    eta_model_at_submit: float | None = None  # the model's point before calibration (the ETA track record)
     eta_low: float | None = None
     eta_high: float | None = None
     preempted: int = 0
@@ -359,6 +361,9 @@ def simulate_policy(
     held_until: dict[tuple[str, int], float] = {}
     wakeups: list[float] = []
     recent: deque[JobRequest] = deque()  # arrivals in the last inflow window (the ETA model's inflow)
+    # The ETA track record (policy/eta_calibration.py): (first start, predicted wait, actual wait)
+    # of jobs that waited, appended when they first start — the past only, as live.
+    eta_history: deque[tuple[float, float, float]] = deque(maxlen=HISTORY_N)
     active_by_user: dict[str, int] = {}
     preemptions = 0
     busy_gpus = 0.0
@@ -425,6 +430,8 @@ def simulate_policy(
             i += 1
         while recent and recent[0].submitted_at < t - DAY_S:
             recent.popleft()
+        while eta_history and eta_history[0][0] < t - HISTORY_S:
+            eta_history.popleft()
         while completions and completions[0][0] <= t:
             _, job_id, attempt = heapq.heappop(completions)
             job = jobs[job_id]
@@ -477,6 +484,7 @@ def simulate_policy(
             team_urgent_usage_24h={k: urgent_rolling.total(k, t) for k in urgent_rolling.keys()},
             explain_only=frozenset(new_ids),
             inflow=tuple(recent),
+            eta_history=tuple((p, a) for _, p, a in eta_history),
         )
         result = plan(state, t)
         passes += 1
@@ -536,6 +544,9 @@ def simulate_policy(
             busy_gpus += alloc.gpus
             if job.first_start is None:
                 job.first_start = t
+                if job.eta_model_at_submit is not None and t - job.task.submit <= HISTORY_MAX_WAIT_S:  # it waited
+                    submit = job.task.submit
+                    eta_history.append((t, max(0.0, job.eta_model_at_submit - submit), t - submit))
             ready = stop_of.get(start.job_id, t)
             for index in start.gpu_indices:
                 ready = max(ready, held_until.get((start.node, index), t))
@@ -550,6 +561,9 @@ def simulate_policy(
                     job.eta_at_submit = job.eta_low = job.eta_high = t
                 else:
                     job.eta_at_submit = entry.estimated_start
+                    job.eta_model_at_submit = (
+                        entry.estimated_start_model if entry.estimated_start_model is not None else entry.estimated_start
+                    )
                     job.eta_low = entry.estimated_start_low
                     job.eta_high = entry.estimated_start_high
         if result.wake_at is not None and result.wake_at > t:

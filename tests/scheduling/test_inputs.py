@@ -201,3 +201,28 @@ def test_the_urgent_allowance_is_charged_by_the_class_a_job_ran_as(alice, demo_r
         Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED)
     state, _ = cluster_state()
     assert state.team_urgent_usage_24h["vision"] == pytest.approx(3600, rel=0.01)
+
+
+def test_the_eta_track_record_is_each_started_jobs_first_eta_against_its_first_start(alice, demo_registered, node):
+    """(predicted wait, actual wait) from the model's first point and first_started_at, oldest first:
+    only jobs that waited with an ETA and first started in the last 7 days; queued ones are not in it.
+    A row from before predicted_model_start_at existed counts with its predicted_start_at."""
+    now = timezone.now()
+
+    def job_at(created_ago_h, predicted_after_h, started_after_h, model_after_h=None):
+        job = submit(alice)
+        created = now - timedelta(hours=created_ago_h)
+        Job.objects.filter(pk=job.pk).update(
+            created_at=created,
+            predicted_start_at=None if predicted_after_h is None else created + timedelta(hours=predicted_after_h),
+            predicted_model_start_at=None if model_after_h is None else created + timedelta(hours=model_after_h),
+            first_started_at=None if started_after_h is None else created + timedelta(hours=started_after_h),
+        )
+
+    job_at(5, 0.75, 1, model_after_h=0.5)  # waited 1 h; the model said 30 min (shown: 45 min, calibrated)
+    job_at(3, 2, 1.5)  # waited 1.5 h, told 2 h (an older row: no model point): started after the first
+    job_at(10 * 24, 1, 2)  # started 9.9 days ago: out of the window
+    job_at(2, None, 0)  # started in its first pass: never given an ETA
+    job_at(1, 3, None)  # still waiting: its outcome is not known yet
+    state, _ = cluster_state(now)
+    assert [(round(p), round(a)) for p, a in state.eta_history] == [(1800, 3600), (7200, 5400)]

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .admission import gpus_text
 from .eta import EtaModel
+from .eta_calibration import Calibration, calibration_for
 from .placement import EPS, NodeCapacity
 from .types import DAY_S, Allocation, ClusterState, JobRequest, QueueEntry
 
@@ -157,6 +158,7 @@ class Explainer:
                     break
             if any(wanted for *_, wanted in head):
                 ranges = eta_model.head(head)
+        calibration: Calibration | None | bool = False  # built on first use (False = not yet)
         entries: list[QueueEntry] = []
         ahead = 0
         position = 0
@@ -170,6 +172,12 @@ class Explainer:
                 if eta is not None and eta_model is not None:
                     got = ranges.get(job.job_id)
                     eta, low, high = got if got is not None else eta_model.coarse(eta, prio)
+                if eta is not None and calibration is False:
+                    config = self.state.config
+                    calibration = calibration_for(self.state.eta_history, config.eta_coverage, config.eta_calibration_min)
+                model = eta
+                if eta is not None and calibration:  # the track record sets the point and the range
+                    eta, low, high = calibration.calibrate(now, eta) or (eta, low, high)
                 cls = w.cls
                 factors = {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]}
                 entries.append(
@@ -184,6 +192,7 @@ class Explainer:
                         w.until if kind == "reserved" else None,
                         low,
                         high,
+                        model,
                     )
                 )
             if kind == "resources" or kind == "reserved":

@@ -1,0 +1,108 @@
+"""ETA ranges calibrated on the scheduler's own track record (split-conformal style).
+
+The forward simulation's P10-P90 (:mod:`.eta`) varies runtimes and inflow but not the
+*order* a burst's later arrivals and long jobs impose, so on the trace its ranges held
+the actual start for only 10-18 % of the jobs that waited, mostly too early. Instead of
+trusting the scenarios' spread, the range is set from how the first point ETAs of
+recently started jobs compared with their actual starts:
+
+- ``ClusterState.eta_history`` holds ``(predicted wait, actual wait)`` in seconds for
+  jobs that waited and have **started** (their first start), oldest first — the past
+  only: the simulator appends a job when it starts, the live scheduler reads
+  ``predicted_model_start_at`` (the model's first point) and ``first_started_at`` from the jobs.
+  The prediction is the model's *uncalibrated* point (``QueueEntry.estimated_start_model``;
+  live ``Job.predicted_model_start_at``), so calibration does not feed on itself.
+- Each record is a score ``log((actual + c) / (predicted + c))`` (``c`` =
+  :data:`OFFSET_S`, so a near-zero prediction still has a ratio), kept in a bucket by the
+  predicted wait's magnitude (:data:`EDGES_S`): an ETA of minutes and one of days are
+  wrong in different ways.
+- A new prediction ``p`` in bucket ``b`` gets the **shortest** interval of scores that
+  holds ``ceil(coverage × (n + 1))`` of the bucket's ``n`` records (split conformal's
+  finite-sample rank; shortest rather than the central P10-P90, because the scores are
+  skewed and the width target counts), mapped back: ``low = (p + c)·e^lo − c``,
+  ``high = (p + c)·e^hi − c`` (never before now). A bucket with fewer than
+  ``config.eta_calibration_min`` records uses all records; with fewer than that in all,
+  the forward simulation's range stands.
+- The point shown becomes the bucket's **median** score applied the same way (the best
+  constant for the absolute error, and always inside the range); the model's own point
+  is kept beside it (``QueueEntry.estimated_start_model``) for the record.
+
+Coverage holds where the process is roughly stationary over the history (the last
+:data:`HISTORY_N` starts within :data:`HISTORY_S`); a burst that makes waits jump is
+learned only as its jobs start (jobs still waiting are not in the record: the censored
+long waits make the range somewhat too early while a burst builds up).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+
+from .types import DAY_S
+
+# Bucket edges on the predicted wait (s): < 10 min, < 1 h, < 4 h, < 16 h, < 2.5 days, longer.
+EDGES_S = (600.0, 3600.0, 4 * 3600.0, 16 * 3600.0, 2.5 * DAY_S)
+OFFSET_S = 4 * 3600.0  # c in log((actual + c) / (predicted + c)); tuned on the tuning seeds (docs)
+HISTORY_N = 1000  # the newest this many started jobs ...
+HISTORY_S = 7 * DAY_S  # ... that started within this long
+HISTORY_MAX_WAIT_S = 30 * DAY_S  # ... after waiting at most this long (bounds the live query)
+
+
+def score(predicted_wait: float, actual_wait: float) -> float:
+    return math.log((max(0.0, actual_wait) + OFFSET_S) / (max(0.0, predicted_wait) + OFFSET_S))
+
+
+def _shortest(sorted_scores: Sequence[float], k: int) -> tuple[float, float]:
+    """The narrowest (lo, hi) among windows of ``k`` consecutive sorted scores."""
+    n = len(sorted_scores)
+    if k >= n:
+        return sorted_scores[0], sorted_scores[-1]
+    best = min(range(n - k + 1), key=lambda i: (sorted_scores[i + k - 1] - sorted_scores[i], i))
+    return sorted_scores[best], sorted_scores[best + k - 1]
+
+
+class Calibration:
+    """Per-bucket score (median, low, high) from a history of (predicted wait, actual wait)."""
+
+    def __init__(self, history: Sequence[tuple[float, float]], coverage: float, min_records: int) -> None:
+        by_bucket: list[list[float]] = [[] for _ in range(len(EDGES_S) + 1)]
+        pooled: list[float] = []
+        for predicted, actual in history[-HISTORY_N:]:
+            s = score(predicted, actual)
+            by_bucket[bisect.bisect_right(EDGES_S, predicted)].append(s)
+            pooled.append(s)
+        fallback = self._interval(pooled, coverage) if len(pooled) >= max(1, min_records) else None
+        self.intervals: list[tuple[float, float, float] | None] = [
+            self._interval(b, coverage) if len(b) >= max(1, min_records) else fallback for b in by_bucket
+        ]
+
+    @staticmethod
+    def _interval(scores: list[float], coverage: float) -> tuple[float, float, float]:
+        scores = sorted(scores)
+        k = min(len(scores), max(1, math.ceil(coverage * (len(scores) + 1))))
+        lo, hi = _shortest(scores, k)
+        n = len(scores)
+        median = (scores[(n - 1) // 2] + scores[n // 2]) / 2
+        return min(max(median, lo), hi), lo, hi
+
+    def calibrate(self, now: float, point: float) -> tuple[float, float, float] | None:
+        """(point, low, high) for a job whose model ETA is ``point``; None = too little history.
+
+        The point is the bucket's median score applied to the model's point (the absolute
+        error's best constant; inside the range), the range its shortest interval.
+        """
+        predicted = max(0.0, point - now)
+        got = self.intervals[bisect.bisect_right(EDGES_S, predicted)]
+        if got is None:
+            return None
+        base = predicted + OFFSET_S
+        mid, lo, hi = (now + max(0.0, base * math.exp(s) - OFFSET_S) for s in got)
+        return mid, lo, hi
+
+
+def calibration_for(history: Sequence[tuple[float, float]], coverage: float, min_records: int) -> Calibration | None:
+    """A calibration where it is switched on (``coverage > 0``) and some history exists."""
+    if coverage <= 0 or len(history) < max(1, min_records):
+        return None
+    return Calibration(history, coverage, min_records)
