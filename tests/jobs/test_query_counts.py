@@ -84,3 +84,26 @@ def test_a_portal_page_costs_the_same_queries_for_2_and_30_jobs(url, teams, alic
     few = queries(client, url)
     make_jobs(28, teams=teams, users=[alice, bob], node=node)
     assert queries(client, url) == few
+
+
+def test_a_job_reads_the_same_through_the_quick_serializer_loop_as_through_drfs(teams, alice, bob, node):
+    """JobOut reads values with plain getattr where it can (apps/jobs/api.py): each row of a
+    list must come out exactly as DRF's own loop makes it, whatever the job's state."""
+    from rest_framework import serializers
+
+    from apps.jobs.api import JobOut
+    from apps.jobs.selectors import job_list
+
+    made = make_jobs(6, teams=teams, users=[alice, bob], node=node)
+    made[0].parent = made[1]
+    made[0].error = "boom"
+    made[0].save()
+    rows = list(job_list(user=alice).select_related("model_version").order_by("created_at"))
+    assert len(rows) == 6
+    with CaptureQueriesContext(connection) as captured:
+        quick = JobOut(rows, many=True).data
+    assert len(captured) == 0, [q["sql"] for q in captured]  # the parent is read as its id, not fetched
+    drf = [serializers.ModelSerializer.to_representation(JobOut(job), job) for job in rows]
+    assert [dict(row) for row in quick] == drf
+    assert quick[0]["parent"] == made[1].pk and quick[2]["model_version"] is not None
+    assert quick[1]["node"] == node.name and quick[0]["node"] is None
