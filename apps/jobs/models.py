@@ -119,7 +119,9 @@ class Job(models.Model):
             # Submit counts the user's active jobs (MAX_ACTIVE_JOBS_PER_USER) on every request: one
             # seek per active state. (Not a partial index on the active states: SQLite cannot match
             # the query's bound ``state IN (?, ?, ?)`` to one and walked all the user's jobs.)
-            models.Index(fields=["user", "state"], name="job_user_state"),
+            # With the team last it also counts "my jobs" of a team (the list's page count)
+            # from the index alone, where (user, state) read every one of the user's rows.
+            models.Index(fields=["user", "state", "team"], name="job_user_state_team"),
             models.Index(fields=["team", "queue_position", "created_at"], condition=models.Q(state="queued"),
                          name="job_queue_order"),
             models.Index(fields=["state", "node"]),

@@ -11,6 +11,7 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from apps.accounts.services import membership_set, team_ensure
 from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
@@ -97,3 +98,23 @@ def test_the_hot_query_uses_an_index_at_100k_jobs(big, name):
     assert Job.objects.count() == JOBS
     queryset = hot_queries(big["member"], big["job"])[name]
     assert_indexed(plan_of(queryset), paged=queryset.query.high_mark is not None)
+
+
+@pytest.mark.parametrize("scope", ["team", "mine", "one state", "queue"])
+def test_a_list_pages_count_reads_an_index_alone_at_100k_jobs(big, scope):
+    """Every list page counts its rows (the pagination's total). On SQLite the count comes
+    out of one index without reading the rows (a user with 5,000 jobs: 34 ms with the rows,
+    under 1 ms without); on PostgreSQL it is at least not a scan of the table."""
+    member = big["member"]
+    queryset = {"team": job_list(user=member), "mine": job_list(user=member, mine=True),
+                "one state": job_list(user=member, state=JobState.FAILED), "queue": queue_list(user=member)}[scope]
+    with CaptureQueriesContext(connection) as captured:
+        assert queryset.count() > 0
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + ("QUERY PLAN " if connection.vendor == "sqlite" else "") +
+                       captured.captured_queries[-1]["sql"])
+        plan = "\n".join(" ".join(str(c) for c in row) for row in cursor.fetchall())
+    if connection.vendor == "sqlite":
+        assert "COVERING INDEX" in plan, plan
+    else:
+        assert_indexed(plan, paged=False)

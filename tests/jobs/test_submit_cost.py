@@ -63,7 +63,7 @@ def test_the_replay_check_and_the_active_count_do_not_walk_the_users_history(bob
 
     assert "INDEX one_job_per_idempotency_key (user_id=? AND idempotency_key=?)" in plan(
         '"jobs_job"', '"idempotency_key" =')
-    assert "COVERING INDEX job_user_state (user_id=? AND state=?)" in plan('COUNT(', 'FROM "jobs_job"')
+    assert "COVERING INDEX job_user_state_team (user_id=? AND state=?)" in plan('COUNT(', 'FROM "jobs_job"')
 
 
 def test_a_node_registered_in_this_process_is_seen_by_the_next_submit(bob, demo_registered, node, settings):
