@@ -1,0 +1,151 @@
+"""ETA calibration on the track record, replayed offline on one simulator run's per-job records.
+
+    python bench/eta_calibration.py --trace ../shared/traces/openb_pod_list_default.csv --nodes 4x8 \
+        --load 0.95 --seed 1 --save s1.json            # one replay (shipped defaults), records saved
+    python bench/eta_calibration.py --records s1.json --offset 3600,14400 --level 0.8,0.88
+
+Calibration changes no start and the record holds the model's point (never a calibrated
+one), so one replay's records — submit, the model's first point ETA, first start — are
+enough to replay the online calibration exactly for any offset c and level: at each
+submit, the record = jobs that waited and first started before it (newest ``HISTORY_N``
+within ``HISTORY_S``, waits up to ``HISTORY_MAX_WAIT_S``), as the simulator hands the
+policy. Prints coverage (all jobs, jobs that waited), the share of waiting jobs that
+started before the low / after the high end, mean width against the mean wait, and the
+point's MAE before and after. Used to tune on the tuning seeds (docs/scheduling.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import sys
+from collections import deque
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import apps.scheduling.policy.eta_calibration as cal  # noqa: E402
+import apps.scheduling.simulator as sim  # noqa: E402
+from apps.scheduling.policy import PolicyConfig  # noqa: E402
+
+
+def replay(args) -> dict:
+    """One simulator run; per-job records [submit, model point, low, high (as given), first start, finished?]."""
+    tasks, _ = sim.load_trace(args.trace)
+    tasks = tasks[: args.max_tasks] if args.max_tasks else tasks
+    nodes = sim.load_nodes(args.nodes)
+    gpus = float(sum(len(n.gpus) for n in nodes))
+    tasks = sim.rescale(tasks, gpus, args.load)
+    owners = sim.assign_users(len(tasks), args.seed, 40, 6, 1.1)
+    jobs: dict = {}
+    metrics_of = sim._metrics
+
+    def keep(j, *a, **k):  # the per-job records the metrics are computed from
+        jobs.update(j)
+        return metrics_of(j, *a, **k)
+
+    sim._metrics = keep
+    try:
+        m = sim.simulate_policy(
+            tasks, owners, nodes, PolicyConfig(policy="fair", user_gpu_hours_per_day=None), seed=args.seed
+        )
+    finally:
+        sim._metrics = metrics_of
+    m.pop("_waits")
+    m.pop("_queue")
+    records = [
+        [j.task.submit, j.eta_model_at_submit if j.eta_model_at_submit is not None else j.eta_at_submit,
+         j.eta_low, j.eta_high, j.first_start, j.finish is not None]
+        for j in jobs.values()
+    ]
+    return {"metrics": m, "records": records}
+
+
+def evaluate(data: dict, offset: float, level: float, min_records: int = 30) -> dict:
+    recs = [r for r in data["records"] if r[1] is not None]
+    done = sorted(
+        (fs, max(0.0, eta - sub), fs - sub)
+        for sub, eta, _, _, fs, _ in recs
+        if fs is not None and fs > sub and fs - sub <= cal.HISTORY_MAX_WAIT_S
+    )
+    hist: deque = deque(maxlen=cal.HISTORY_N)
+    k = 0
+    old_offset = cal.OFFSET_S
+    cal.OFFSET_S = offset  # the module's score and mapping use it
+    rows = []
+    try:
+        for sub, eta, given_low, given_high, fs, finished in sorted(recs, key=lambda r: r[0]):
+            while k < len(done) and done[k][0] < sub:
+                hist.append(done[k])
+                k += 1
+            while hist and hist[0][0] < sub - cal.HISTORY_S:
+                hist.popleft()
+            if fs is not None and fs == sub:  # started in its submit pass
+                rows.append((sub, fs, finished, sub, sub, sub, eta))
+                continue
+            got = cal.calibration_for([(p, a) for _, p, a in hist], level, min_records)
+            out = got.calibrate(sub, eta) if got is not None else None
+            # Too little record: the forward simulation's range stands (as given in the run).
+            point, low, high = out if out is not None else (eta, given_low, given_high)
+            rows.append((sub, fs, finished, point, low, high, eta))
+    finally:
+        cal.OFFSET_S = old_offset
+    started = [r for r in rows if r[1] is not None and r[2]]
+    waited = [r for r in started if r[1] > r[0]]
+    ranged = [r for r in started if r[4] is not None]
+
+    def inside(r):
+        return r[4] is not None and r[4] - 1 <= r[1] <= r[5] + 1
+
+    return {
+        "coverage": sum(map(inside, started)) / len(started),
+        "coverage_waiting": sum(map(inside, waited)) / len(waited),
+        "early": sum(1 for r in waited if r[4] is not None and r[1] < r[4] - 1) / len(waited),
+        "late": sum(1 for r in waited if r[4] is not None and r[1] > r[5] + 1) / len(waited),
+        "width_s": sum(r[5] - r[4] for r in ranged) / max(1, len(ranged)),
+        "mae_s": sum(abs(r[3] - r[1]) for r in started) / len(started),
+        "mae_model_s": sum(abs(r[6] - r[1]) for r in started) / len(started),
+        "buckets": {
+            str(b): sum(1 for r in waited if bisect.bisect_right(cal.EDGES_S, max(0.0, r[6] - r[0])) == b)
+            for b in range(len(cal.EDGES_S) + 1)
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trace")
+    parser.add_argument("--nodes", default="4x8")
+    parser.add_argument("--load", type=float, default=0.95)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-tasks", type=int, help="the trace's first N tasks only (a quick look)")
+    parser.add_argument("--save", help="write the replay's records here")
+    parser.add_argument("--records", help="read records saved by --save instead of replaying")
+    parser.add_argument("--offset", default=str(cal.OFFSET_S), help="comma-separated offsets c (s)")
+    parser.add_argument("--level", default=str(PolicyConfig().eta_coverage), help="comma-separated levels")
+    args = parser.parse_args(argv)
+    if args.records:
+        with open(args.records) as fh:
+            data = json.load(fh)
+    else:
+        data = replay(args)
+        if args.save:
+            with open(args.save, "w") as fh:
+                json.dump(data, fh)
+    m = data["metrics"]
+    print(f"mean wait {m['mean_wait_s']:,.0f} s; as run: coverage {m['eta_coverage']:.3f} "
+          f"(waited {m['eta_coverage_waiting']:.3f}), width {m['eta_width_mean_s']:,.0f} s, MAE {m['eta_mae_s']:,.0f} s")
+    print("| offset c s | level | coverage | waited | early | late | width s | width / wait | MAE s | model MAE s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for offset in (float(x) for x in args.offset.split(",")):
+        for level in (float(x) for x in args.level.split(",")):
+            e = evaluate(data, offset, level)
+            print(f"| {offset:,.0f} | {level:.2f} | {e['coverage']:.3f} | {e['coverage_waiting']:.3f} | "
+                  f"{e['early']:.3f} | {e['late']:.3f} | {e['width_s']:,.0f} | {e['width_s'] / m['mean_wait_s']:.2f} | "
+                  f"{e['mae_s']:,.0f} | {e['mae_model_s']:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
