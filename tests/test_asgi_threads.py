@@ -10,7 +10,7 @@ import pytest
 from django.core import signals
 from django.core.cache import cache
 from django.db import connection
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import FileResponse, JsonResponse, StreamingHttpResponse
 from django.test import override_settings
 from django.urls import path
 
@@ -34,9 +34,15 @@ def stream(request):
     return response
 
 
+def download(request):
+    files.append(open(request.GET["path"], "rb"))  # noqa: SIM115 - the response closes it
+    return FileResponse(files[-1], as_attachment=True, filename="w.bin")
+
+
+files: list = []
 streamed: list[int] = []
 closed: list[int] = []
-urlpatterns = [path("where/", where), path("stream/", stream)]
+urlpatterns = [path("where/", where), path("stream/", stream), path("download/", download)]
 
 
 async def call(app, path_: str, *, disconnect: bool = False) -> tuple[int, bytes]:
@@ -139,6 +145,18 @@ def test_a_streaming_response_is_sent_whole_then_closed_and_stops_when_the_clien
     status, body = asyncio.run(call(app, "/stream/?n=100000", disconnect=True))
     assert status == 200 and len(closed) == 1
     assert 0 < len(streamed) < 100000  # stopped when the client went away
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"])
+def test_a_file_response_is_sent_whole_and_its_file_closed(tmp_path):
+    data = bytes(range(256)) * 4096 + b"end"  # 1 MiB and a bit: several chunks
+    (tmp_path / "w.bin").write_bytes(data)
+    app = ThreadPoolASGIHandler(threads=1)
+    files.clear()
+    status, body = asyncio.run(call(app, f"/download/?path={tmp_path / 'w.bin'}"))
+    assert (status, body) == (200, data)
+    assert len(files) == 1 and files[0].closed
 
 
 def test_the_served_application_is_the_threaded_handler():
