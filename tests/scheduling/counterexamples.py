@@ -155,3 +155,25 @@ def reserved_on_a_job_it_will_preempt():
     ]
     queue = [job("wide", gpus=2, cls="low", walltime_s=600)]
     return state(cluster, queue, busy, config=fair(size_preemption=True, preempt_min_runtime_s=600))
+
+
+def preempted_for_a_job_behind_a_reservation():
+    """An urgent 2-GPU job is reserved on a node that drains now: one GPU's job is overdue,
+    the other's is preemptible and counted as released. A low 1-GPU job behind it then
+    preempts that same job and starts on its GPU, and the urgent job no longer fits.
+
+    Found by a fresh random run (lead, 2026-12-01): the reservation had already counted the
+    victim as gone, and the preemption released it from the reservation's view a second
+    time, so the low job's start looked harmless (``Reservations.on_preempt``).
+    """
+    cluster = [node("n1", gpus=2, gpu_mb=0, cpu=0, mem=0)]
+    busy = [
+        running("long", "n1", (0,), user="ann", cls="low", ran_s=HOUR, left_s=600, preemptible=True,
+                attained_s=360_000.0),
+        running("overdue", "n1", (1,), user="ann", cls="low", share=0.5, ran_s=60, left_s=-60),
+    ]
+    queue = [job("urgent", gpus=2, cls="urgent", walltime_s=None, timeout_s=HOUR),
+             job("small", gpus=1, cls="low", walltime_s=None, timeout_s=HOUR)]
+    teams = {"vision": TeamPolicy(urgent_gpu_hours_per_day=8.0, urgent_max_gpus=2.0)}
+    return state(cluster, queue, busy, config=fair(size_preemption=True, backfill=False, preempt_min_runtime_s=600,
+                                                   eta_scenarios=0), teams=teams)

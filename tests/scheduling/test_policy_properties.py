@@ -25,6 +25,7 @@ from apps.scheduling.simulator import TraceTask, simulate_policy
 
 from .counterexamples import (
     nonpreemptible_start_after_the_users_other_starts,
+    preempted_for_a_job_behind_a_reservation,
     reservations_at_different_times,
     reserved_on_a_job_it_will_preempt,
     two_reservations_for_one_free_gpu,
@@ -287,6 +288,7 @@ def test_preemption_follows_its_rules(state: ClusterState) -> None:
 @example(two_reservations_for_one_free_gpu())  # found by a fresh local run (docs/scheduling.md)
 @example(reservations_at_different_times())  # found by a fresh 10,000-example run (the test's own model)
 @example(reserved_on_a_job_it_will_preempt())  # found by a fresh local run (the test's own model)
+@example(preempted_for_a_job_behind_a_reservation())  # found by a fresh local run (released twice)
 def test_backfill_never_delays_a_reservation(state: ClusterState) -> None:
     """Every reserved job still fits at its reserved time next to everything started now.
 

@@ -22,6 +22,9 @@ class Reservation:
     base_at: NodeCapacity
     indices: tuple[int, ...]  # where the reserved job fits at ``at``; may move when backfill is checked
     share: float
+    # Running jobs ``base_at`` already counts as gone (the reserved job may preempt them):
+    # another job preempting one frees nothing more for this reservation.
+    drained: frozenset[str] = frozenset()
 
     def take_from(self, cap: NodeCapacity) -> None:
         j = self.job
@@ -73,9 +76,10 @@ class Reservations:
 
     def on_preempt(self, victim: Allocation, sign: int = -1) -> None:
         """A victim's resources are free (``sign=-1``; ``1`` undoes it) at every reservation
-        on its node that it would otherwise still have held."""
+        on its node that it would otherwise still have held (not at one that already counted
+        it as drained: releasing it twice let a job preempt it and take the GPUs reserved)."""
         for r in self.by_node.get(victim.node, ()):
-            if victim.expected_end > r.at:
+            if victim.expected_end > r.at and victim.job_id not in r.drained:
                 r.base_at.take(
                     victim.gpu_indices,
                     victim.gpu_share,
@@ -140,7 +144,7 @@ class Reservations:
             held.release(alloc)
             fit = held.fit(job)
             if fit is not None:
-                res = Reservation(job, node, at, base.copy(), fit[0], fit[1])
+                res = Reservation(job, node, at, base.copy(), fit[0], fit[1], frozenset(preemptible))
                 self._order[job.job_id] = len(self._order)
                 self.items.append(res)
                 self.by_node.setdefault(node, []).append(res)
