@@ -34,7 +34,10 @@ DIRECT = """
 import sys, time
 from ultralytics import YOLO
 model = YOLO("yolov8n.yaml")
-model.add_callback("on_fit_epoch_end", lambda trainer: print("EPOCH_END", time.time(), flush=True))
+# Ultralytics' final validation of best.pt runs on_fit_epoch_end once more, as epoch
+# ``epochs`` (one past the last): not an epoch end (the portal's worker skips it too: worker/train_child.py).
+model.add_callback("on_fit_epoch_end", lambda trainer: trainer.epoch < trainer.epochs
+                   and print("EPOCH_END", time.time(), flush=True))
 model.train(data=sys.argv[1], epochs=int(sys.argv[2]), imgsz=64, batch=8, workers=0, device="cpu", plots=False,
             project=sys.argv[3], name="run", exist_ok=True)
 """
