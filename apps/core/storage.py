@@ -92,16 +92,25 @@ def cache_path(sha256: str, name: str) -> Path:
 
 
 def artifact_local(key: str, sha256: str) -> Path:
-    """A local file with the bytes of ``key`` (checked against ``sha256``)."""
+    """A local file with the bytes of ``key`` (checked against ``sha256``).
+
+    ``sha256`` "" (a row from before its hash was recorded): fetched afresh and kept under the
+    hash its bytes have, which the caller then records.
+    """
     key_check(key)
     if shared_filesystem():
         return artifact_path(key)
-    target = cache_path(sha256, key.rsplit("/", 1)[-1])
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    name = key.rsplit("/", 1)[-1]
+    if sha256:
+        target = cache_path(sha256, name)
+        if target.is_file():
+            return target
+        staging = target.parent
+    else:
+        staging = Path(settings.ARTIFACTS_CACHE_DIR)
+    staging.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".fetch-")
+    handle, temporary = tempfile.mkstemp(dir=staging, prefix=".fetch-")
     try:
         with os.fdopen(handle, "wb") as out:
             try:
@@ -115,8 +124,10 @@ def artifact_local(key: str, sha256: str) -> Path:
                 if _unavailable(exc):
                     raise StorageUnavailable(f"artifact storage unreachable fetching {key}: {exc}") from exc
                 raise
-        if digest.hexdigest() != sha256:
+        if sha256 and digest.hexdigest() != sha256:
             raise ArtifactChanged(f"{key}: sha256 {digest.hexdigest()} in storage, {sha256} recorded")
+        target = cache_path(digest.hexdigest(), name)
+        target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(temporary, target)  # atomic: a reader sees the whole file or none
     finally:
         if os.path.exists(temporary):

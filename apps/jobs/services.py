@@ -31,6 +31,7 @@ from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import team_rows
 from apps.accounts.services import audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
+from apps.core.hashing import file_sha256
 from apps.core.prepared import PreparedInsert, PreparedRead
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
@@ -444,6 +445,16 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
     if outcome == "succeeded":
         finished = finished or {}
         weights = weights_key(finished.get("weights") or "")
+        # A sweep's trial keeps what its sweep may register later: the final validation of its
+        # best weights, the code versions and the weights' sha256 (apps.sweeps reads them from
+        # the event: on another machine, possibly from the artifact store). Hashed here, before
+        # the transaction, on the node that has the file.
+        kept = None
+        if current.parent_id:
+            kept = {key: finished.get(key) for key in ("metrics", "code")}
+            local = Path(finished.get("weights") or "")
+            if weights and local.is_file():
+                kept["weights_sha256"] = file_sha256(local)
         # One transaction: whoever sees the job succeeded also sees what it produced.
         with transaction.atomic():
             if not job_transition(current.pk, to=JobState.SUCCEEDED, weights_path=weights, exit_code=0, error="",
@@ -460,9 +471,6 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
                 job_event(current, "failed", error[:500])
                 return "failed"
             usage_charge(current, ended_at=now)
-            # A sweep's trial keeps what its sweep may register later: the final validation
-            # of its best weights and the code versions (apps.sweeps reads them here).
-            kept = {key: finished.get(key) for key in ("metrics", "code")} if current.parent_id else None
             job_event(current, "succeeded", message, kept)
             for failure in (e for e in finished.get("exports") or [] if e.get("error")):
                 job_event(current, "export_failed", f"{failure.get('format')} export failed: {failure['error']}",

@@ -54,13 +54,16 @@ def _lineage_links(inputs: dict) -> tuple[ModelVersion | None, Dataset | None]:
 
 
 def model_register(*, job, weights: Path, metrics: dict, code: dict | None = None, name: str = "",
-                   lineage_extra: dict | None = None) -> ModelVersion:
+                   lineage_extra: dict | None = None, key: str = "") -> ModelVersion:
     """Register a succeeded training job's weights as the next version of its task name (idempotent per job).
 
     The version records its lineage: the parent weights or version and the dataset version
     (both with their sha256, from what the job recorded at submit), the spec, the code
     versions the child reported. A sweep registers its best trial under the sweep's ``name``
     with ``lineage_extra`` = ``{"sweep": …}`` (apps.sweeps).
+
+    ``key``: the weights' artifact key when ``weights`` is not the key's own file (a copy fetched
+    from the artifact store into this machine's cache); by default the key of ``weights``.
     """
     existing = ModelVersion.objects.filter(job=job).first()
     if existing:
@@ -77,7 +80,7 @@ def model_register(*, job, weights: Path, metrics: dict, code: dict | None = Non
                 version = version_next(kind="model", team=job.team, name=name, floor=latest or 0)
                 return ModelVersion.objects.create(
                     team=job.team, name=name, version=version, job=job, source=ModelVersion.Source.TRAINING,
-                    filename=weights.name, weights_key=artifact_key(weights), sha256=file_sha256(weights),
+                    filename=weights.name, weights_key=key or artifact_key(weights), sha256=file_sha256(weights),
                     size=weights.stat().st_size, metrics=metrics, task=(job.spec or {}).get("task", ""),
                     parent=parent, dataset=dataset, lineage=lineage,
                 )

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -36,8 +38,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from apps.core.artifacts import artifact_path
+from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_local, shared_filesystem
 from apps.jobs.models import ACTIVE_STATES, Job, JobEvent, JobState, MetricPoint
-from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_submit, sweep_finish
+from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_event, job_submit, sweep_finish
 from apps.jobs.spec import SpecError, parse_spec
 from apps.registry.services import model_register
 
@@ -288,21 +291,74 @@ def sweep_complete(parent: Job, config: dict, trials: list[Trial]) -> bool:
         return sweep_finish(parent, state=JobState.SUCCEEDED, data=summary,
                             message=f"finished ({counts}); no trial completed, so there is no best one")
     summary["best"] = {"trial": best.number, "job": str(best.job_id), "value": best.value, "params": best.params}
+    finished = JobEvent.objects.filter(job=best.job, kind="succeeded").order_by("-seq").first()
+    kept = (finished.data or {}) if finished else {}
+    weights = best_weights(parent, best, kept)  # network I/O: here, never inside sweep_finish's transaction
+    if weights is None:
+        return False  # the store is unreachable: the sweep waits (its reason says so) and tries again
     return sweep_finish(parent, state=JobState.SUCCEEDED, best=best.job, data=summary,
                         message=f"finished ({counts}); best: trial {best.number}, {metric} {best.value:.4g}",
-                        register=lambda: best_register(parent, config, best))
+                        register=lambda: best_register(parent, config, best, weights, kept))
 
 
-def best_register(parent: Job, config: dict, best: Trial) -> str:
-    """Register the best trial's weights as the next version of the sweep's name, the sweep as lineage."""
+# Sweeps waiting for the artifact store: their pk -> (monotonic time of the next try, pause).
+_store_waits: dict = {}
+STORE_WAIT_FIRST_S, STORE_WAIT_MAX_S = 2.0, 60.0
+
+
+def best_weights(parent: Job, best: Trial, kept: dict) -> Path | str | None:
+    """The best trial's weights as a file on this machine, or why there are none (a str), or None
+    while the artifact store is unreachable.
+
+    With a shared DATA_DIR that is the trial's own file. Without one the GPU server that trained
+    it uploaded it to the store (worker.artifacts.results_upload) before the trial succeeded, and
+    recorded its sha256 in the trial's ``succeeded`` event: it is fetched into this machine's
+    ``ARTIFACTS_CACHE_DIR``, keyed and checked by that hash. The scheduler calls this on a pass,
+    outside any transaction; while the store is down the sweep stays running with the reason on
+    its row, and tries again after a pause growing to ``STORE_WAIT_MAX_S`` (not on every pass:
+    an unreachable store may take seconds to say so, and planning waits for the sweep step).
+    """
     job = best.job
-    path = artifact_path(job.weights_path) if job.weights_path else None
-    if path is None or not path.is_file():
-        return "its weights file is gone: nothing registered"
-    finished = JobEvent.objects.filter(job=job, kind="succeeded").order_by("-seq").first()
-    kept = (finished.data or {}) if finished else {}
+    if not job.weights_path:
+        return "it wrote no weights file: nothing registered"
+    if shared_filesystem():
+        path = artifact_path(job.weights_path)
+        return path if path.is_file() else "its weights file is gone: nothing registered"
+    retry_at, pause = _store_waits.get(parent.pk, (0.0, 0.0))
+    if time.monotonic() < retry_at:
+        return None
+    try:
+        path = artifact_local(job.weights_path, str(kept.get("weights_sha256") or ""))
+    except StorageUnavailable as exc:
+        pause = min(max(pause * 2, STORE_WAIT_FIRST_S), STORE_WAIT_MAX_S)
+        _store_waits[parent.pk] = (time.monotonic() + pause, pause)
+        message = f"waiting for artifact storage (the best trial's weights): {str(exc)[:300]}"
+        field = Job._meta.get_field("reason")
+        if Job.objects.filter(pk=parent.pk).exclude(reason__startswith="waiting for artifact storage").update(
+                reason=message[: field.max_length]):
+            job_event(parent, "storage_wait", message)
+        log.warning("sweep %s: %s", parent.pk, message, extra={"job_id": str(parent.pk)})
+        return None
+    except FileNotFoundError:
+        return "its weights file is not in the artifact store: nothing registered"
+    except ArtifactChanged as exc:
+        log.error("sweep %s: %s", parent.pk, exc, extra={"job_id": str(parent.pk)})
+        return "its weights in the artifact store are not the bytes the trial wrote (sha256 differs): nothing registered"
+    if _store_waits.pop(parent.pk, None) is not None:
+        Job.objects.filter(pk=parent.pk, reason__startswith="waiting for artifact storage").update(reason="")
+        job_event(parent, "storage_back", "artifact storage reachable again (the best trial's weights)")
+    return path
+
+
+def best_register(parent: Job, config: dict, best: Trial, weights: Path | str, kept: dict) -> str:
+    """Register the best trial's weights (:func:`best_weights`) as the next version of the sweep's
+    name, the sweep as lineage; or say why nothing is."""
+    if isinstance(weights, str):
+        return weights
+    job = best.job
     version = model_register(
-        job=job, weights=path, metrics=kept.get("metrics") or {}, code=kept.get("code"), name=parent.task_name,
+        job=job, weights=weights, key=job.weights_path, metrics=kept.get("metrics") or {}, code=kept.get("code"),
+        name=parent.task_name,
         lineage_extra={"sweep": {"id": str(parent.pk), "task_name": parent.task_name, "method": config["method"],
                                  "metric": config["metric"], "trials": config["trials"], "trial": best.number,
                                  "value": best.value, "params": best.params}})

@@ -25,6 +25,16 @@ from .live import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
+SWEEP_SPEC = """\
+task_name: store-sweep
+command: "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz=64 optimizer=SGD"
+resources: {gpu: 1}
+user: vision
+timeout: 3600
+sweep: {method: grid, parameters: {lr0: [0.01]}}
+"""
+
+
 def s3_env(moto) -> dict[str, str]:
     return {"ARTIFACTS_S3_BUCKET": moto["bucket"], "ARTIFACTS_S3_ENDPOINT_URL": moto["url"],
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -53,10 +63,15 @@ def test_a_worker_without_the_shared_data_dir_trains_from_and_into_object_storag
     assert "pushed" in pushed.stdout
 
     node_dir = tmp_path / "gpu-server"  # its own DATA_DIR: no datasets, no job folders
-    live.start_scheduler(**s3)
-    live.start_worker(DATA_DIR=str(node_dir), **s3)
+    live.start_scheduler(**s3)  # on this (web) machine's DATA_DIR
+    live.start_worker(gpus=2, DATA_DIR=str(node_dir), **s3)
     client = api_client(alice)
     job_id = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml").json()["id"]
+    # A one-trial sweep beside it: the scheduler registers the best trial's weights, which only the
+    # GPU server and the store ever had.
+    sweep = client.post("/api/v1/jobs/", SWEEP_SPEC, content_type="application/yaml")
+    assert sweep.status_code == 201, sweep.content
+    sweep_id = sweep.json()["id"]
     wait_for(lambda: state(job_id) in (JobState.SUCCEEDED, JobState.FAILED), timeout=400, what="the job")
     job = Job.objects.get(pk=job_id)
     assert job.state == JobState.SUCCEEDED, job.error
@@ -75,9 +90,27 @@ def test_a_worker_without_the_shared_data_dir_trains_from_and_into_object_storag
                          aws_secret_access_key="testing", region_name="us-east-1")
     stored = store.get_object(Bucket=moto["bucket"], Key=job.weights_path)["Body"].read()
     assert hashlib.sha256(stored).hexdigest() == version.sha256
+
+    wait_for(lambda: state(sweep_id) in (JobState.SUCCEEDED, JobState.FAILED), timeout=400, what="the sweep")
+    trial = Job.objects.get(parent_id=sweep_id)
+    assert trial.state == JobState.SUCCEEDED and not artifact_path(trial.weights_path).exists()
+    best = ModelVersion.objects.get(name="store-sweep")
+    done = JobEvent.objects.get(job_id=sweep_id, kind="succeeded")
+    assert f"registered as {best}" in done.message, done.message
+    stored = store.get_object(Bucket=moto["bucket"], Key=trial.weights_path)["Body"].read()
+    assert (best.job_id, best.weights_key) == (trial.pk, trial.weights_path)
+    assert (best.sha256, best.size) == (hashlib.sha256(stored).hexdigest(), len(stored))
+    assert best.lineage["sweep"]["id"] == sweep_id
+    # The scheduler took them from the store into its own cache, keyed by their hash.
+    assert (settings.ARTIFACTS_CACHE_DIR / best.sha256[:2] / best.sha256 / "best.pt").read_bytes() == stored
+
     settings.ARTIFACTS_CACHE_DIR = tmp_path / "web-cache"
     with override_settings(STORAGES=s3_storages(moto)):
         assert downloaded_sha256(client, job_id) == version.sha256
+        response = client.get(f"/api/v1/models/{best.pk}/download/")  # the web serves it from the store
+        assert response.status_code == 200
+        assert hashlib.sha256(b"".join(response.streaming_content)).hexdigest() == best.sha256
+        response.close()
 
         # The store goes away while the next job trains: it finishes, waits with a reason, no failure.
         stop_moto(moto["process"])
