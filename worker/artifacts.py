@@ -10,7 +10,8 @@ files in place. With an object store:
   version's manifest hash (apps.datasets.stats.manifest_sha256); weights by their own
   sha256. An unregistered dataset (no recorded hash) is fetched afresh each time;
 - after a success, every file of the job's folder except the attempts' working files
-  (configs, events, output logs: the logs are in the database) is stored under its key
+  (configs, events, output logs: the logs are in the database) and the resume checkpoints
+  (worker/checkpoint_store.py stored those; apps/jobs/checkpoint_retention.py) is stored under its key
   ``jobs/<id>/…`` before the success is recorded, so the web can serve it at once.
 
 While the store is unreachable the job keeps its GPUs, says why in its ``reason`` (and
@@ -213,6 +214,8 @@ def results_upload(run_dir: Path) -> int:
         relative = path.relative_to(run_dir)
         if not path.is_file() or relative.parts[0].startswith(("attempt-", ".")) or path.name.startswith("."):
             continue
+        if relative.parts[0] == "checkpoints":
+            continue  # resume copies: the store has them under their attempts' keys until they retire
         try:
             key = artifact_key(path)
         except ArtifactKeyError:

@@ -213,6 +213,10 @@ JOB_LOG_MAX_BYTES = env_int("JOB_LOG_MAX_BYTES", 20 * 1024**2, minimum=1024)
 LOG_HOT_DAYS = env_float("LOG_HOT_DAYS", 30.0, minimum=0.0)
 LOG_RETENTION_DAYS = env_float("LOG_RETENTION_DAYS", 0.0, minimum=0.0)
 LOG_ARCHIVE_EVERY_S = env_float("LOG_ARCHIVE_EVERY_S", 3600.0, minimum=1.0)
+# Resume checkpoints of ended jobs (apps/jobs/checkpoint_retention.py, on the same housekeeping
+# run): a succeeded job's leave the artifact store at once (its weights stay); a failed,
+# cancelled or timed-out job's this many days after it ended (0 = keep them forever).
+CHECKPOINT_RETENTION_DAYS = env_float("CHECKPOINT_RETENTION_DAYS", 0.0, minimum=0.0)
 SPEC_MAX_BYTES = env_int("SPEC_MAX_BYTES", 64 * 1024, minimum=1024)
 # Any other request body (yoloportal/body_limit.py has the per-path limits); Django's own
 # form limit is the same 2.5 MiB.

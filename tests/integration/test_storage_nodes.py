@@ -187,3 +187,20 @@ def test_a_job_killed_with_its_node_resumes_on_another_node_from_its_stored_chec
     settings.ARTIFACTS_CACHE_DIR = tmp_path / "web-cache"
     with override_settings(STORAGES=s3_storages(moto)):
         assert downloaded_sha256(client, job_id) == version.sha256
+
+        # Retention: the job succeeded, so its resume checkpoints leave the store at the leading
+        # scheduler's next housekeeping run (run here as its chore does); its weights stay.
+        from apps.jobs.checkpoint_retention import checkpoints_housekeeping
+
+        store = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing",
+                             aws_secret_access_key="testing", region_name="us-east-1")
+
+        def checkpoints_stored() -> list[str]:
+            listing = store.list_objects_v2(Bucket=moto["bucket"], Prefix=f"jobs/{job_id}/checkpoints/")
+            return [entry["Key"] for entry in listing.get("Contents", [])]
+
+        # Only the attempts' uploads: the results upload left node B's local copies out.
+        assert checkpoints_stored() and all("-attempt-" in key for key in checkpoints_stored())
+        assert checkpoints_housekeeping()["jobs"] == 1
+        assert checkpoints_stored() == [] and not Checkpoint.objects.filter(job_id=job_id).exists()
+        assert downloaded_sha256(client, job_id) == version.sha256

@@ -159,3 +159,53 @@ def test_best_pt_is_kept_in_the_store_and_restored_on_another_node(running, moto
         assert hashlib.sha256(best.read_bytes()).hexdigest() == best_sha256
         assert not best_restore(running, 5)  # already there
         assert not best_restore(running, 1)  # no best at or before epoch 1
+
+
+@pytest.mark.integration
+def test_an_ended_job_s_stored_checkpoints_leave_the_store_as_the_retention_rule_says(alice, teams, moto, settings):
+    """A succeeded job's at the next housekeeping run; a failed/cancelled/timed-out one's only
+    CHECKPOINT_RETENTION_DAYS after it ended (0 keeps them); a running job's never."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.core.storage import artifact_save_bytes
+    from apps.jobs.checkpoint_retention import checkpoints_housekeeping
+    from tests.s3 import free_port
+
+    ended = timezone.now() - timedelta(days=2)
+    jobs = {name: make_job(team=teams["vision"], user=alice, state=state, task_name=name,
+                           finished_at=None if state == "running" else ended)
+            for name, state in (("succeeded", "succeeded"), ("cancelled", "cancelled"), ("failed", "failed"),
+                                ("running", "running"))}
+    with override_settings(STORAGES=s3_storages(moto)):
+        for job in jobs.values():
+            for epoch in (1, 2):
+                key = f"jobs/{job.pk}/checkpoints/epoch-{epoch:04d}-attempt-1.pt"
+                artifact_save_bytes(key, f"{job.task_name} {epoch}".encode())
+                Checkpoint.objects.create(job=job, attempt=1, epoch=epoch, path=f"/node-a/{epoch}.pt", sha256="0",
+                                          size=9, key=key, best=epoch == 1)
+
+        def left() -> set[str]:
+            return {key.split("/")[1] for key in bucket_keys(moto)}
+
+        def named(*names: str) -> set[str]:
+            return {str(jobs[name].pk) for name in names}
+
+        down = s3_storages({**moto, "url": f"http://127.0.0.1:{free_port()}"})
+        with override_settings(STORAGES=down):  # unreachable: nothing goes, it says so
+            assert checkpoints_housekeeping()["storage_unavailable"]
+        assert Checkpoint.objects.count() == 8 and len(bucket_keys(moto)) == 8
+
+        settings.CHECKPOINT_RETENTION_DAYS = 0  # the default: kept forever unless the job succeeded
+        assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 2, "storage_unavailable": False}
+        assert left() == named("cancelled", "failed", "running")
+        assert not Checkpoint.objects.filter(job=jobs["succeeded"]).exists()
+
+        settings.CHECKPOINT_RETENTION_DAYS = 3  # they ended 2 days ago
+        assert checkpoints_housekeeping()["jobs"] == 0 and left() == named("cancelled", "failed", "running")
+
+        settings.CHECKPOINT_RETENTION_DAYS = 1
+        assert checkpoints_housekeeping() == {"jobs": 2, "deleted": 4, "storage_unavailable": False}
+        assert left() == named("running")
+        assert set(Checkpoint.objects.values_list("job_id", flat=True)) == {jobs["running"].pk}

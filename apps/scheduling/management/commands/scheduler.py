@@ -47,6 +47,7 @@ class Chores:
 
     - every ``LOG_ARCHIVE_EVERY_S``: cold logs into the artifact storage
       (apps/jobs/log_archive.py) and the notification delivery log pruned to 90 days;
+      ended jobs' resume checkpoints out of the store (apps/jobs/checkpoint_retention.py);
     - every ``NOTIFY_CATCH_UP_S``: the notifications Redis lost (apps.notifications.tasks.catch_up),
       over a window that moves on from where the last run ended.
 
@@ -63,7 +64,8 @@ class Chores:
         self.thread: threading.Thread | None = None
 
     def every(self) -> dict[str, float]:
-        return {"logs": settings.LOG_ARCHIVE_EVERY_S, "notifications": settings.NOTIFY_CATCH_UP_S}
+        return {"logs": settings.LOG_ARCHIVE_EVERY_S, "checkpoints": settings.LOG_ARCHIVE_EVERY_S,
+                "notifications": settings.NOTIFY_CATCH_UP_S}
 
     def maybe_start(self) -> None:
         if self.thread is not None and self.thread.is_alive():
@@ -99,6 +101,13 @@ class Chores:
         pruned = prune_old()
         if pruned:
             log.info("notification deliveries older than 90 days deleted: %d", pruned)
+
+    def checkpoints(self) -> None:
+        from apps.jobs.checkpoint_retention import checkpoints_housekeeping
+
+        done = checkpoints_housekeeping(batch=50)
+        if done["deleted"] or done["jobs"]:
+            log.info("checkpoint retention: %s", done)
 
     def notifications(self, now=None) -> None:
         from apps.notifications.tasks import CATCH_UP_AFTER_S, catch_up
