@@ -43,7 +43,8 @@ def checkpoints_housekeeping(now: datetime | None = None, batch: int = 200) -> d
     if settings.CHECKPOINT_RETENTION_DAYS > 0:
         ended |= Q(job__state__in=UNSUCCESSFUL,
                    job__finished_at__lt=now - timedelta(days=settings.CHECKPOINT_RETENTION_DAYS))
-    jobs = list(Checkpoint.objects.filter(ended).values_list("job_id", flat=True).distinct()[:batch])
+    # order_by(): Checkpoint's own ordering would make DISTINCT per (job, epoch).
+    jobs = list(Checkpoint.objects.filter(ended).order_by("job_id").values_list("job_id", flat=True).distinct()[:batch])
     storage = artifact_storage()
     for job_id in jobs:
         rows = list(Checkpoint.objects.filter(job_id=job_id))

@@ -162,7 +162,7 @@ def test_best_pt_is_kept_in_the_store_and_restored_on_another_node(running, moto
 
 
 @pytest.mark.integration
-def test_an_ended_job_s_stored_checkpoints_leave_the_store_as_the_retention_rule_says(alice, teams, moto, settings):
+def test_an_ended_job_s_stored_checkpoints_leave_the_store_as_the_retention_rule_says(alice, teams, moto):
     """A succeeded job's at the next housekeeping run; a failed/cancelled/timed-out one's only
     CHECKPOINT_RETENTION_DAYS after it ended (0 keeps them); a running job's never."""
     from datetime import timedelta
@@ -197,15 +197,18 @@ def test_an_ended_job_s_stored_checkpoints_leave_the_store_as_the_retention_rule
             assert checkpoints_housekeeping()["storage_unavailable"]
         assert Checkpoint.objects.count() == 8 and len(bucket_keys(moto)) == 8
 
-        settings.CHECKPOINT_RETENTION_DAYS = 0  # the default: kept forever unless the job succeeded
-        assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 2, "storage_unavailable": False}
+        # (override_settings, not the settings fixture, inside an override_settings block: the
+        # fixture's undo would restore this block's STORAGES into the tests after this one.)
+        with override_settings(CHECKPOINT_RETENTION_DAYS=0):  # the default: kept forever unless it succeeded
+            assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 2, "storage_unavailable": False}
         assert left() == named("cancelled", "failed", "running")
         assert not Checkpoint.objects.filter(job=jobs["succeeded"]).exists()
 
-        settings.CHECKPOINT_RETENTION_DAYS = 3  # they ended 2 days ago
-        assert checkpoints_housekeeping()["jobs"] == 0 and left() == named("cancelled", "failed", "running")
+        with override_settings(CHECKPOINT_RETENTION_DAYS=3):  # they ended 2 days ago
+            assert checkpoints_housekeeping()["jobs"] == 0
+        assert left() == named("cancelled", "failed", "running")
 
-        settings.CHECKPOINT_RETENTION_DAYS = 1
-        assert checkpoints_housekeeping() == {"jobs": 2, "deleted": 4, "storage_unavailable": False}
+        with override_settings(CHECKPOINT_RETENTION_DAYS=1):
+            assert checkpoints_housekeeping() == {"jobs": 2, "deleted": 4, "storage_unavailable": False}
         assert left() == named("running")
         assert set(Checkpoint.objects.values_list("job_id", flat=True)) == {jobs["running"].pk}
