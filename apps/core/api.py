@@ -7,7 +7,7 @@ strict input serializer and the JSON 404.
 from __future__ import annotations
 
 from rest_framework import serializers, status
-from rest_framework.exceptions import ErrorDetail, Throttled, ValidationError
+from rest_framework.exceptions import APIException, ErrorDetail, Throttled, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -103,3 +103,9 @@ def not_found(request, exception=None):
         return JsonResponse({"detail": f"Not found: no API endpoint or object at {request.path[:200]}"}, status=404)
     return page_not_found(request, exception)
 
+
+class StorageDown(APIException):
+    """A 503: the artifact storage cannot be reached (apps.core.storage.StorageUnavailable)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "storage_unavailable"

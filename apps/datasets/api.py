@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
@@ -18,11 +20,14 @@ from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal
 from apps.core.api import StrictInput
 from apps.core.openapi import ERROR, paginated
 from apps.core.selectors import get_or_404
+from apps.core.storage import shared_filesystem
 
 from .archive import ArchiveRejected
 from .models import Dataset
-from .selectors import dataset_list, dataset_sample_path
+from .selectors import SAMPLE_MAX_BYTES, dataset_list, dataset_sample_key, dataset_sample_path
 from .services import dataset_delete, dataset_upload
+
+log = logging.getLogger(__name__)
 
 DATASET_NOT_VISIBLE = "No dataset with that id in your teams."
 
@@ -119,6 +124,30 @@ class DatasetDetail(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+def _stored_sample(dataset: Dataset, index: int) -> FileResponse:
+    from apps.core.api import StorageDown
+    from apps.core.storage import StorageUnavailable, _unavailable, artifact_read
+
+    found = dataset_sample_key(dataset, index)
+    if found is None:
+        raise NotFound("No sample with that number (or its file is gone).")
+    key, content_type = found
+    try:
+        handle = artifact_read(key)
+        size = handle.size
+    except FileNotFoundError:
+        raise NotFound("No sample with that number (or its file is gone).") from None
+    except Exception as exc:
+        if not isinstance(exc, StorageUnavailable) and not _unavailable(exc):
+            raise
+        log.warning("dataset sample %s: artifact storage unreachable: %s", key, exc)
+        raise StorageDown("The artifact storage cannot be reached right now; try again in a minute.") from None
+    if size > SAMPLE_MAX_BYTES:
+        handle.close()
+        raise NotFound("No sample with that number (or its file is gone).")
+    return FileResponse(handle, content_type=content_type)
+
+
 class DatasetSample(APIView):
     """One of the sample images the dataset page shows (their boxes are in ``stats.samples``)."""
 
@@ -127,6 +156,8 @@ class DatasetSample(APIView):
                                OpenApiParameter("index", int, OpenApiParameter.PATH)])
     def get(self, request, pk: int, index: int):
         dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
+        if not shared_filesystem():  # read from the object store: this web machine may not have the files
+            return _stored_sample(dataset, index)
         found = dataset_sample_path(dataset, index)
         if found is None:
             raise NotFound("No sample with that number (or its file is gone).")

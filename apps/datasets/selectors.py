@@ -2,15 +2,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 from django.db.models import QuerySet
 
 from apps.accounts.selectors import team_ids
-from apps.core.artifacts import artifact_key, artifact_path
+from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path, key_join
 from apps.core.prepared import PreparedRead
 from apps.core.selectors import scoped_get
+from apps.core.storage import shared_filesystem
 from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import Dataset
@@ -119,6 +120,13 @@ def _registered_ref(dataset: Dataset, kinds: tuple[str, ...]) -> DataRef:
     if dataset.kind not in kinds:
         raise ValueError(f"dataset {dataset.reference} is an upload of images without labels; "
                          "only predict jobs can use it (source=…)")
+    if not shared_filesystem():
+        # An object store: this web machine need not have the files (another one received the
+        # upload). Nothing to read here: the data.yaml was checked when the version was made
+        # (dataset_register / dataset_upload, on the machine that had it), the version's manifest
+        # sha256 (every file, data.yaml included) goes into the job's spec now, and a GPU server
+        # trains only from fetched files with that manifest (worker.artifacts.dataset_local).
+        return DataRef(yaml_key=dataset.yaml_key, folder_key=dataset.key, dataset=dataset)
     if dataset.kind == Dataset.Kind.YOLO:
         path = artifact_path(dataset.yaml_key)
         # A registered dataset is confined to its own folder (it may be shared, like the demo).
@@ -197,6 +205,24 @@ def data_yaml_check_uncached(path: Path, *, root: Path) -> None:
 SAMPLE_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".bmp": "image/bmp",
                 ".webp": "image/webp", ".tif": "image/tiff", ".tiff": "image/tiff"}
 SAMPLE_MAX_BYTES = 20 * 1024**2
+
+
+def dataset_sample_key(dataset: Dataset, index: int) -> tuple[str, str] | None:
+    """(artifact key, content type) of sample ``index`` in the artifact store, or None: the
+    same rule as :func:`dataset_sample_path` for a web machine without the shared DATA_DIR
+    (a key cannot leave its folder: no ``..`` or hidden parts)."""
+    samples = (dataset.stats or {}).get("samples") or []
+    if not 0 <= index < len(samples) or not dataset.key:
+        return None
+    image = str(samples[index].get("image") or "")
+    content_type = SAMPLE_TYPES.get(PurePosixPath(image).suffix.lower())
+    try:
+        key = key_join(dataset.key, image)
+    except ArtifactKeyError:
+        return None
+    if not content_type or not key.startswith(dataset.key + "/"):
+        return None
+    return key, content_type
 
 
 def dataset_sample_path(dataset: Dataset, index: int) -> tuple[Path, str] | None:

@@ -68,6 +68,12 @@ def dataset_register(*, team, name: str, yaml_path: Path, description: str = "",
         raise ValueError(f"dataset YAML {exc.errors.get('spec', exc)}") from None
     stats = dataset_stats(folder, names=names, splits=splits)
     sha256, size, _ = manifest_sha256(folder)
+    from apps.core.storage import artifact_folder_upload
+
+    # With an object store its files go there first (nothing on the shared filesystem; an
+    # unreachable store raises StorageUnavailable before any row changes): GPU servers and web
+    # machines without this DATA_DIR read the version from there.
+    artifact_folder_upload(artifact_key(folder), folder)
     values = {"kind": Dataset.Kind.YOLO, "key": artifact_key(folder), "sha256": sha256, "size_bytes": size,
               "num_images": sum(s["images"] for s in stats["splits"].values()), "num_classes": len(names),
               "names": names, "stats": stats, "description": description}

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from apps.accounts.selectors import is_manager_of
 from apps.accounts.throttles import UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
-from apps.core.api import StrictInput, field_errors
+from apps.core.api import StorageDown, StrictInput, field_errors
 from apps.core.artifacts import ArtifactKeyError, artifact_path
 from apps.core.openapi import ERROR
 from apps.core.selectors import get_or_404
@@ -65,11 +65,6 @@ def verified_open(key: str, sha256: str, what: str) -> IO[bytes]:
                                 f"the recorded {sha256[:12]}…): it is not sent. An admin must restore it.")
     handle.seek(0)
     return handle
-
-
-class StorageDown(APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_code = "storage_unavailable"
 
 
 def _stored_open(key: str, sha256: str, what: str) -> IO[bytes]:

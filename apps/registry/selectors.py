@@ -10,6 +10,7 @@ from apps.accounts.selectors import team_ids
 from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path, key_join, root_path
 from apps.core.hashing import file_sha256
 from apps.core.selectors import scoped_get
+from apps.core.storage import shared_filesystem
 
 from .models import Evaluation, Export, ModelVersion, PredictionRun, SharedWeights
 
@@ -107,6 +108,13 @@ def weights_resolve(*, team, reference: str) -> WeightsRef:
             f"weights {reference!r} are not in your team's weights; shared weights are named by a "
             "bare file name (e.g. yolov8n.pt), and other teams' weights are not readable"
         )
+    if not shared_filesystem():
+        # An object store: shared weights are what their rows say (shared_weights_add stored them
+        # there); this machine's own weights/ folder is not what the GPU servers read.
+        row = SharedWeights.objects.filter(filename=reference).first()
+        if row is not None:
+            return WeightsRef(key=row.key, sha256=row.sha256, task=row.task,
+                              parent={"kind": "shared", "name": reference, "sha256": row.sha256})
     shared_root = root_path("weights")
     path = (shared_root / reference).resolve()
     if path.parent == shared_root and path.is_file():

@@ -206,6 +206,12 @@ def shared_weights_add(*, source: Path, filename: str | None = None, by=None, re
     current = SharedWeights.objects.filter(filename=filename).first()
     if (current or final.exists()) and not replace and (current is None or current.sha256 != sha256):
         raise WeightsRefused(f"shared weights {filename} already exist with other content: use --replace")
+    from apps.core.storage import artifact_upload, shared_filesystem
+
+    if not shared_filesystem():
+        # Into the object store first (StorageUnavailable: nothing changed), so GPU servers and
+        # web machines without this DATA_DIR find them (registry.selectors.weights_resolve).
+        artifact_upload(key, source)
     final.parent.mkdir(parents=True, exist_ok=True)
     temp = final.with_name(f".{filename}.{uuid.uuid4().hex}")
     shutil.copyfile(source, temp)

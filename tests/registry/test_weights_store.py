@@ -50,3 +50,37 @@ def test_while_the_store_is_down_a_weights_upload_is_a_503_and_leaves_no_version
     assert not ModelVersion.objects.exists()
     assert not StorageCharge.objects.exists()
     assert not any(p.is_file() for p in web_disk.rglob("*"))
+
+
+def test_shared_weights_an_operator_adds_are_in_the_store_and_a_web_machine_without_them_takes_jobs_on_them(
+        bob, node, demo_registered, moto, yolov8n_pt, settings, tmp_path):
+    """`manage.py weights add --shared` on one machine; another (its own WEIGHTS_DIR, never had the
+    file) accepts `model=base.pt` with the row's sha256, which a GPU server then fetches by."""
+    import io
+
+    from django.core.management import call_command
+
+    from apps.core.storage import artifact_local
+    from apps.jobs.models import Job
+    from apps.registry.models import SharedWeights
+
+    settings.WEIGHTS_DIR = tmp_path / "operator" / "weights"
+    with override_settings(STORAGES=s3_storages(moto)):
+        call_command("weights", "add", str(yolov8n_pt), "--shared", "--name", "base.pt", stdout=io.StringIO())
+    row = SharedWeights.objects.get(filename="base.pt")
+    machine_b = tmp_path / "web-b" / "weights"  # another machine
+    with override_settings(STORAGES=s3_storages(moto), WEIGHTS_DIR=machine_b,
+                           ARTIFACTS_CACHE_DIR=tmp_path / "gpu-server" / "cache"):
+        spec = ("task_name: from-base\ncommand: yolo train data=demo model=base.pt epochs=1 imgsz=64\n"
+                "resources: {gpu: 1}\nuser: vision\n")
+        response = api_client(bob).post("/api/v1/jobs/", spec, content_type="application/yaml")
+        assert response.status_code == 201, response.content
+        model = Job.objects.get(pk=response.json()["id"]).spec["inputs"]["model"]
+        assert model["sha256"] == row.sha256 == hashlib.sha256(yolov8n_pt.read_bytes()).hexdigest()
+        assert artifact_local(row.key, row.sha256).read_bytes() == yolov8n_pt.read_bytes()  # what a node fetches
+        assert not machine_b.exists()
+
+        stop_moto(moto["process"])  # the store down: nothing is added, the command says why
+        with pytest.raises(Exception, match="not stored"):
+            call_command("weights", "add", str(yolov8n_pt), "--shared", "--name", "other.pt", stdout=io.StringIO())
+        assert not SharedWeights.objects.filter(filename="other.pt").exists()
