@@ -307,8 +307,22 @@ def evaluation_record(*, job, version: ModelVersion, finished: dict) -> Evaluati
 
 
 def export_record(*, job, version: ModelVersion, exported: dict) -> Export:
-    """Move an exported file into the version's registry folder and record it with its verification."""
+    """Move an exported file into the version's registry folder and record it with its verification.
+
+    With an object store (GPU servers without the shared DATA_DIR) the export keeps the key of
+    its file in the job's folder: the worker stored that folder before the success that calls
+    this was recorded (worker.artifacts.results_upload), and this runs inside that record's
+    transaction, where no network I/O belongs. A copy into this node's own models/ folder would
+    be on no other machine: the web's download answered 404.
+    """
+    from apps.core.storage import shared_filesystem
+
     source = Path(exported["path"])
+    if not shared_filesystem():
+        return Export.objects.create(version=version, job=job, format=exported["format"],
+                                     options=exported.get("options") or {}, key=artifact_key(source),
+                                     sha256=file_sha256(source), size=source.stat().st_size,
+                                     verification=exported.get("verification") or {})
     key = key_join("models", version.team.slug, key_part(version.name), f"v{version.version}", "exports",
                    str(job.pk), source.name)
     final = artifact_path(key)

@@ -84,3 +84,42 @@ def test_shared_weights_an_operator_adds_are_in_the_store_and_a_web_machine_with
         with pytest.raises(Exception, match="not stored"):
             call_command("weights", "add", str(yolov8n_pt), "--shared", "--name", "other.pt", stdout=io.StringIO())
         assert not SharedWeights.objects.filter(filename="other.pt").exists()
+
+
+
+def test_an_export_made_on_a_gpu_server_downloads_through_the_web_from_the_store(bob, demo_registered, moto,
+                                                                                 settings, tmp_path):
+    """The GPU server's job folder went into the store before the success was recorded; the
+    export's row names that key, and the web (which never had the file) serves it, checked."""
+    import shutil
+
+    from apps.core.artifacts import artifact_key
+    from apps.core.storage import artifact_upload
+    from apps.jobs.models import Job, JobState
+    from apps.jobs.services import attempt_finish
+    from apps.registry.models import Export
+
+    from .test_lineage import train
+
+    settings.JOBS_DIR = tmp_path / "gpu-server" / "jobs"
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "web" / "cache"
+    job = train(bob, "yolo train data=demo model=yolov8n.yaml epochs=1")
+    weights = job.run_dir / "train" / "weights"
+    weights.mkdir(parents=True)
+    (weights / "best.pt").write_bytes(b"weights")
+    (weights / "best.onnx").write_bytes(b"onnx bytes")
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    job.refresh_from_db()
+    finished = {"mode": "train", "weights": str(weights / "best.pt"), "metrics": {},
+                "exports": [{"format": "onnx", "path": str(weights / "best.onnx"), "verification": {"passed": True}}]}
+    with override_settings(STORAGES=s3_storages(moto)):
+        for path in weights.iterdir():  # what worker.artifacts.results_upload does before the success
+            artifact_upload(artifact_key(path), path)
+        assert attempt_finish(job, outcome="succeeded", exit_code=0, finished=finished) == "succeeded"
+        export = Export.objects.get()
+        assert export.key == f"jobs/{job.pk}/train/weights/best.onnx"
+        shutil.rmtree(tmp_path / "gpu-server")  # the web machine has none of the node's files
+        response = api_client(bob).get(f"/api/v1/exports/{export.pk}/download/")
+        assert response.status_code == 200, response.content
+        assert b"".join(response.streaming_content) == b"onnx bytes"
+        response.close()
