@@ -32,7 +32,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .placement import NodeCapacity, Placer, Target, shape_of
+from .placement import NodeCapacity, Placer, Target
 from .priority import arrival_priority
 from .types import Allocation, ClusterState, JobRequest
 
@@ -43,7 +43,7 @@ EtaRange = tuple[float, float, float]  # point, low, high
 UNKNOWN_RUNTIME_SIGMA = 1.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     rank: tuple  # sort key: lower starts first
     job: JobRequest
@@ -83,37 +83,60 @@ class ForwardSim:
         drain: Mapping[str, float] | None,
         now: float,
         max_steps: int,
+        events: list[tuple[float, int, Allocation]] | None = None,
     ) -> None:
+        """``events``: instead of ``holding``, its (end, sequence, allocation) triples already
+        sorted, on schedulable nodes only (:meth:`EtaModel.head` draws the ends itself)."""
         self.caps = {name: cap.copy() for name, cap in caps.items() if cap.node.schedulable}
         # The real placer (drain-aware, best fit); fragmentation scoring is left out here for speed.
         self.placer = Placer(self.caps, dict(drain) if drain is not None else None, now)
-        self.events: list[tuple[float, int, Allocation]] = []
         self.cursor = 0
-        self.seq = 0
-        for a in holding:
-            if a.node in self.caps:
-                self.seq += 1
-                self.events.append((max(a.expected_end, now), self.seq, a))
-        self.events.sort(key=lambda e: (e[0], e[1]))
+        if events is None:
+            events = []
+            seq = 0
+            for a in holding:
+                if a.node in self.caps:
+                    seq += 1
+                    events.append((max(a.expected_end, now), seq, a))
+            events.sort()  # (end, sequence): the sequence is unique, allocations are never compared
+        self.events = events
+        self.seq = len(events)  # also the version of the capacities: only a start (push) adds to it
         self.now = now
         self.max_steps = max_steps
+        # The last shadow: (shape, version, index of the event it found or None, answer).
+        self._shadow: tuple | None = None
 
     def push(self, end: float, alloc: Allocation) -> None:
         self.seq += 1
-        bisect.insort(self.events, (end, self.seq, alloc), lo=self.cursor, key=lambda e: (e[0], e[1]))
+        # (end, sequence): the sequence is unique, allocations are never compared
+        bisect.insort(self.events, (end, self.seq, alloc), lo=self.cursor)
 
     def shadow(self, job: JobRequest) -> tuple[str, float] | None:
-        """(node, time) at which a blocked ``job`` first fits as running jobs end (EASY's shadow)."""
+        """(node, time) at which a blocked ``job`` first fits as running jobs end (EASY's shadow).
+
+        The walk releases events from the cursor on copies of the nodes. Without a start
+        since the last walk for the same shape, the answer is the same as long as the event
+        it found has not been released yet: the capacities differ only by the events
+        released since, which that walk released in the same order on its copies.
+        """
+        shape = job.shape
+        memo = self._shadow
+        if memo is not None and memo[0] == shape and memo[1] == self.seq and (memo[2] is None or self.cursor <= memo[2]):
+            return memo[3]
         copies: dict[str, NodeCapacity] = {}
         events = self.events
+        caps = self.caps
         for k in range(self.cursor, len(events)):
             end, _, alloc = events[k]
-            cap = copies.get(alloc.node)
+            node = alloc.node
+            cap = copies.get(node)
             if cap is None:
-                cap = copies[alloc.node] = self.caps[alloc.node].copy()
+                cap = copies[node] = caps[node].copy()
             cap.release(alloc)
             if cap.fit(job) is not None:
-                return alloc.node, end
+                self._shadow = (shape, self.seq, k, (node, end))
+                return node, end
+        self._shadow = (shape, self.seq, None, None)
         return None
 
     def run(self, pending: list[_Pending], arrivals: ArrivalStream) -> dict[str, float]:
@@ -151,7 +174,7 @@ class ForwardSim:
                     remaining.append(p)
                     continue
                 job = p.job
-                if shape_of(job) in failed:  # still does not fit: the first such job casts the shadow
+                if job.shape in failed:  # still does not fit: the first such job casts the shadow
                     if not blocked_seen:
                         blocked_seen = True
                         blocked = self.shadow(job)
@@ -350,27 +373,39 @@ class EtaModel:
         samples: dict[str, list[float]] = {}
         interest = [j.job_id for j, _, _, wanted in jobs if wanted]
         lowest = min(prio for _, _, prio, _ in jobs)
+        now = self.now
+        gauss, exp = rng.gauss, math.exp
+        unknown = max(sigma, UNKNOWN_RUNTIME_SIGMA)
+        # What every scenario redraws, prepared once: a running job's time left (None = due
+        # now: it ends at ``now``, no draw) and spread, whether its node is schedulable.
+        schedulable = {name for name, cap in self.caps.items() if cap.node.schedulable}
+        held = [
+            (
+                a,
+                a.expected_end - now if a.expected_end > now else None,
+                sigma if a.estimated else unknown,
+                a.node in schedulable,
+            )
+            for a in self.holding
+        ]
+        spreads = [sigma if job.estimated else unknown for job, *_ in jobs]
         for _ in range(config.eta_scenarios):
-            holding = []
-            for a in self.holding:
-                if a.expected_end > self.now:
-                    spread = sigma if a.estimated else max(sigma, UNKNOWN_RUNTIME_SIGMA)
-                    left = (a.expected_end - self.now) * math.exp(rng.gauss(0.0, spread))
-                    a = _with_end(a, self.now + left)
-                holding.append(a)
+            # Each running job's end drawn (the same draws, in the same order, as one
+            # Allocation copy per job with the drawn end, but without the copies).
+            events: list[tuple[float, int, Allocation]] = []
+            seq = 0
+            for a, left, spread, keep in held:
+                end = now + left * exp(gauss(0.0, spread)) if left is not None else now
+                if keep:
+                    seq += 1
+                    events.append((end if end > now else now, seq, a))
+            events.sort()  # (end, sequence): the sequence is unique, allocations are never compared
             pending = [
-                _Pending(
-                    (k,),
-                    job,
-                    t0,
-                    wanted,
-                    job.walltime
-                    * math.exp(rng.gauss(0.0, sigma if job.estimated else max(sigma, UNKNOWN_RUNTIME_SIGMA))),
-                )
-                for k, (job, t0, _prio, wanted) in enumerate(jobs)
+                _Pending((k,), job, t0, wanted, job.walltime * exp(gauss(0.0, spread)))
+                for k, ((job, t0, _prio, wanted), spread) in enumerate(zip(jobs, spreads, strict=True))
             ]
             arrivals = self._arrivals(rng, jobs, lowest, sigma)
-            sim = ForwardSim(self.caps, holding, self.drain, self.now, max_steps=config.eta_max_steps)
+            sim = ForwardSim(self.caps, (), self.drain, now, config.eta_max_steps, events)
             for job_id, t in sim.run(pending, arrivals).items():
                 samples.setdefault(job_id, []).append(t)
         out: dict[str, EtaRange] = {}
@@ -425,24 +460,6 @@ class EtaModel:
         lo_f, hi_f = self.spread
         widen = self.config.eta_range_widen
         return now + wait, now + wait * lo_f / widen, now + wait * hi_f * widen
-
-
-def _with_end(a: Allocation, end: float) -> Allocation:
-    return Allocation(
-        a.job_id,
-        a.team,
-        a.user,
-        a.node,
-        a.gpu_indices,
-        a.gpu_share,
-        a.gpu_memory_mb,
-        a.cpu_milli,
-        a.memory_mb,
-        a.priority_class,
-        a.started_at,
-        end,
-        a.preemptible,
-    )
 
 
 def _renamed(job: JobRequest, job_id: str, at: float) -> JobRequest:

@@ -197,7 +197,10 @@ def fragmentation(cap: NodeCapacity, targets: Iterable[Target]) -> float:
 
 
 def shape_of(job: JobRequest) -> tuple:
-    return (job.gpus, job.gpu_models, job.gpu_memory_mb, job.cpu_milli, job.memory_mb, job.image, job.requires)
+    """(GPUs, models, GPU memory, CPU, RAM, image, features): all that decides where a job fits.
+
+    Derived once per job (``JobRequest.shape``); hot loops read ``job.shape`` directly."""
+    return job.shape
 
 
 def _memory_free(gpu) -> int:
@@ -269,7 +272,8 @@ class Placer:
 
     def candidates(self, job: JobRequest) -> Iterator[Fit]:
         """Places for ``job`` right now, best first."""
-        if shape_of(job) in self.failed:
+        shape = job.shape
+        if shape in self.failed:
             return
         caps = self.caps
         end = self.now + job.walltime
@@ -290,8 +294,8 @@ class Placer:
             if fit is not None:
                 fits.append(((self._delay(name, end),) + _fit_key(cap, job, fit, name), name, fit))
         if not fits:
-            self.failed.add(shape_of(job))
-            self.failed_jobs[shape_of(job)] = job
+            self.failed.add(shape)
+            self.failed_jobs[shape] = job
             return
         fits.sort()
         targets = self.targets
@@ -335,16 +339,16 @@ class Placer:
         remembered per shape (see ``refused``).
         """
         end = self.now + job.walltime
+        shape = job.shape
         if memo and allowed is not None:
-            refused_end = self.refused.get(shape_of(job))
+            refused_end = self.refused.get(shape)
             if refused_end is not None and end >= refused_end:
                 return None
         for name, indices, share in self.candidates(job):
             if allowed is None or allowed(name, indices, share):
                 self.take(name, job, indices, share)
                 return name, indices, share
-        if memo and allowed is not None and shape_of(job) not in self.failed:
-            shape = shape_of(job)
+        if memo and allowed is not None and shape not in self.failed:
             if end < self.refused.get(shape, float("inf")):
                 self.refused[shape] = end
         return None

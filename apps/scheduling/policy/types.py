@@ -73,12 +73,20 @@ class JobRequest:
     # Runtime the planner assumes: the estimate when known, else DEFAULT_RUNTIME_S, never
     # more than the timeout (derived).
     walltime: float = field(init=False, repr=False, compare=False, default=0.0)
+    # What placement looks at (``placement.shape_of``), derived once: a planning pass asks
+    # for it several times per job (admission, the pass, placement, every ETA scenario).
+    shape: tuple = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         w = self.walltime_s or DEFAULT_RUNTIME_S
         if self.timeout_s:
             w = min(w, self.timeout_s)
         object.__setattr__(self, "walltime", max(1.0, float(w)))
+        object.__setattr__(
+            self,
+            "shape",
+            (self.gpus, self.gpu_models, self.gpu_memory_mb, self.cpu_milli, self.memory_mb, self.image, self.requires),
+        )
 
     @property
     def estimated(self) -> bool:
