@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .placement import EPS, NodeCapacity, as_empty, fits_empty_cluster, shape_of
+from .placement import EPS, NodeCapacity, as_empty, fits_empty_cluster
 from .types import ClusterState, JobRequest, NodeInfo, PolicyConfig, TeamPolicy
 
 
@@ -79,7 +79,7 @@ class NeverStarts:
         self._empty_nodes: list[NodeCapacity] | None = None
 
     def reason(self, job: JobRequest) -> str | None:
-        key = (shape_of(job), job.team)
+        key = (job.shape, job.team)
         if key in self._cache:
             return self._cache[key]
         never = self._cache[key] = self._compute(job)

@@ -121,7 +121,12 @@ class ForwardSim:
         """
         shape = job.shape
         memo = self._shadow
-        if memo is not None and memo[0] == shape and memo[1] == self.seq and (memo[2] is None or self.cursor <= memo[2]):
+        if (
+            memo is not None
+            and memo[0] == shape
+            and memo[1] == self.seq
+            and (memo[2] is None or self.cursor <= memo[2])
+        ):
             return memo[3]
         copies: dict[str, NodeCapacity] = {}
         events = self.events
@@ -454,7 +459,7 @@ class EtaModel:
         """A job below the head: the pooled sweep's start, stretched by inflow, with the head's spread."""
         now = self.now
         wait = max(0.0, point - now)
-        if wait > 0 and self.total_gpus:
+        if wait > 0 and self.total_gpus and self.inflow_rate > 0:  # no inflow: load 0, no stretch
             load = min(0.9, self.inflow_rate_above(priority) / self.total_gpus)
             wait /= 1.0 - load
         lo_f, hi_f = self.spread

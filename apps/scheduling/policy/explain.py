@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +29,17 @@ class Waiting:
         self.note = note
         self.until = until  # quota: when it frees up; reserved: reserved start
         self.cls = cls  # the class it would run as
+
+
+_ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(QueueEntry))
+
+
+def _entry(*values) -> QueueEntry:
+    """``QueueEntry(*values)`` without the frozen dataclass's ``__init__`` (ten
+    ``object.__setattr__`` calls): one per waiting job per pass, 10,000 on a long queue."""
+    entry = object.__new__(QueueEntry)
+    entry.__dict__.update(zip(_ENTRY_FIELDS, values, strict=True))
+    return entry
 
 
 def fmt_time(t: float, now: float) -> str:
@@ -60,6 +72,7 @@ class Explainer:
         self.preempted = preempted
         self.started = started
         self._fmt_cache: dict[int, str] = {}
+        self._gpus_text: dict[tuple, str] = {}  # (GPUs, models) -> gpus_text
 
     def gpu_slots(self) -> list[float]:
         """When each schedulable GPU is next free, for the pooled ETA sweep."""
@@ -160,6 +173,8 @@ class Explainer:
                 ranges = eta_model.head(head)
         calibration: Calibration | None | bool = False  # built on first use (False = not yet)
         entries: list[QueueEntry] = []
+        append = entries.append
+        reason = self.reason
         ahead = 0
         position = 0
         for w, eta in zip(waiting, pooled, strict=True):
@@ -167,10 +182,11 @@ class Explainer:
             kind = w.kind
             position += 1
             if only is None or job.job_id in only:
-                prio, f = info[job.job_id]
+                job_id = job.job_id
+                prio, f = info[job_id]
                 low = high = None
                 if eta is not None and eta_model is not None:
-                    got = ranges.get(job.job_id)
+                    got = ranges.get(job_id)
                     eta, low, high = got if got is not None else eta_model.coarse(eta, prio)
                 if eta is not None and calibration is False:
                     config = self.state.config
@@ -180,15 +196,15 @@ class Explainer:
                     eta, low, high = calibration.calibrate(now, eta) or (eta, low, high)
                 cls = w.cls
                 factors = {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]}
-                entries.append(
-                    QueueEntry(
-                        job.job_id,
+                append(
+                    _entry(
+                        job_id,
                         position,
                         prio,
                         factors,
                         eta,
-                        self.reason(w, cls, ahead, eta),
-                        reserved_node.get(job.job_id),
+                        reason(w, cls, ahead, eta),
+                        reserved_node.get(job_id),
                         w.until if kind == "reserved" else None,
                         low,
                         high,
@@ -206,11 +222,25 @@ class Explainer:
             text = self._fmt_cache[minute] = fmt_time(t, self.now)
         return text
 
+    def gpus_text(self, job: JobRequest) -> str:
+        key = (job.gpus, job.gpu_models)
+        text = self._gpus_text.get(key)
+        if text is None:
+            text = self._gpus_text[key] = gpus_text(job)
+        return text
+
     def reason(self, w: Waiting, cls: str, ahead: int, eta: float | None) -> str:
         job, fmt = w.job, self.fmt
-        if w.kind == "never":
+        kind = w.kind
+        if kind == "resources":  # first: most of a long queue
+            text = f"waiting for {self.gpus_text(job)}"
+            if ahead:
+                text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
+            if eta is not None:
+                text += f"; expected {fmt(eta)}"
+        elif kind == "never":
             return w.note
-        if w.kind == "quota":
+        elif kind == "quota":
             if w.note[0] == "team":
                 _, in_use, limit = w.note
                 text = f"over team quota ({in_use:g} of {limit:g} GPUs in use)"
@@ -224,24 +254,21 @@ class Explainer:
                 _, used, quota = w.note
                 text = f"over daily GPU-hour quota ({used / 3600:.1f} of {quota / 3600:g} used in 24 h)"
             text += f" until {fmt(w.until)}" if w.until is not None else ""
-        elif w.kind == "overquota":
+        elif kind == "overquota":
             used, quota = w.note
             text = (
                 f"over quota: runs when GPUs are idle, may be preempted "
                 f"({used / 3600:.1f} of {quota / 3600:g} GPU-hours used in 24 h"
             )
             text += f"; within quota again {fmt(w.until)})" if w.until is not None else ")"
-        elif w.kind == "reserved":
+        elif kind == "reserved":
             starving = " (waited well past its fair share)" if w.note == "starving" else ""
             text = (
-                f"waiting for {gpus_text(job)}; reserved{starving}; expected {fmt(eta if eta is not None else w.until)}"
+                f"waiting for {self.gpus_text(job)}; reserved{starving}; "
+                f"expected {fmt(eta if eta is not None else w.until)}"
             )
         else:
-            text = f"waiting for {gpus_text(job)}"
-            if ahead:
-                text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
-            if eta is not None:
-                text += f"; expected {fmt(eta)}"
+            raise ValueError(f"unknown waiting kind {kind!r}")
         if job.priority_class == "urgent" and cls != "urgent":
             text += " (team's urgent allowance used up: runs as high)"
         return text

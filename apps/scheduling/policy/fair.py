@@ -196,6 +196,7 @@ class FairPlanner:
             self.over_quota_jobs = quota.over_quota_jobs()
         new_preemption = config.size_preemption or bool(self.over_quota_jobs)
         failed = self.placer.failed  # the same set object all pass (cleared in place)
+        refused = self.placer.refused  # likewise
         waiting = self.waiting
         never_reason = self.never.reason
         reservations = self.reservations
@@ -223,7 +224,7 @@ class FairPlanner:
                     waiting.append(blocked)
                     continue
             is_starving = job.job_id in starving
-            shape = shape_of(job)
+            shape = job.shape
             shape_failed = shape in failed
             if self.blocked or (shape_failed and not is_starving):
                 # On a full cluster nothing of this shape fits; step 4 may still preempt for it.
@@ -232,10 +233,15 @@ class FairPlanner:
             if cls == "urgent" and not quota.urgent_ok(job):
                 cls = "high"  # an earlier urgent job in this pass used the allowance
             if not shape_failed:
-                placed = self.placer.place(job, reservations.allowed_for(job, now), memo=True)
-                if placed is not None:
-                    self.start(job, cls, *placed)
-                    continue
+                # The reservation check refused this shape for jobs ending this late or later
+                # (``Placer.refused``; only ever set while reservations exist): place() would
+                # say no at once, so skip building the check.
+                refused_end = refused.get(shape)
+                if refused_end is None or now + job.walltime < refused_end:
+                    placed = self.placer.place(job, reservations.allowed_for(job, now), memo=True)
+                    if placed is not None:
+                        self.start(job, cls, *placed)
+                        continue
             if config.preemption and not new_preemption and cls == "urgent" and self._try_preempt_legacy(job, cls):
                 continue
             if not config.backfill:
@@ -251,7 +257,7 @@ class FairPlanner:
                     starving_reserved += 1
                     waiting.append(Waiting(job, "reserved", "starving", res.at, cls))
                     continue
-            elif not shape_failed and len(reservations) - starving_reserved < config.reservations:
+            elif not shape_failed and len(reservations.items) - starving_reserved < config.reservations:
                 res = reservations.reserve(job, drainable)
                 if res is not None:
                     waiting.append(Waiting(job, "reserved", "", res.at, cls))

@@ -244,6 +244,11 @@ class Placer:
         # capacity only shrinks and reservations only grow within a pass, so a job of that
         # shape that would end as late or later is refused too.
         self.refused: dict[tuple, float] = {}
+        # Shape -> (version, [(best-fit key, node, fit)]): where the shape fits, kept until
+        # the capacities change (every take/release bumps ``_version``). Jobs of one shape
+        # refused by the reservation check one after another then cost no new fit checks.
+        self._version = 0
+        self._fits: dict[tuple, tuple[int, list]] = {}
         self.buckets: dict[int, set[str]] = {}
         self.partial: set[str] = set()
         for name, cap in caps.items():
@@ -277,26 +282,33 @@ class Placer:
             return
         caps = self.caps
         end = self.now + job.walltime
-        if job.gpus < 1:
-            names = set(self.partial)
-            for bucket in self.buckets.values():
-                names.update(bucket)
-        else:
-            need = int(round(job.gpus))
-            names = set()
-            for k, bucket in self.buckets.items():
-                if k >= need:
+        cached = self._fits.get(shape)
+        if cached is not None and cached[0] == self._version:
+            base = cached[1]
+        else:  # fit() and the best-fit key depend on the job's shape and the capacities only
+            if job.gpus < 1:
+                names = set(self.partial)
+                for bucket in self.buckets.values():
                     names.update(bucket)
-        fits = []
-        for name in names:
-            cap = caps[name]
-            fit = cap.fit(job)
-            if fit is not None:
-                fits.append(((self._delay(name, end),) + _fit_key(cap, job, fit, name), name, fit))
-        if not fits:
+            else:
+                need = int(round(job.gpus))
+                names = set()
+                for k, bucket in self.buckets.items():
+                    if k >= need:
+                        names.update(bucket)
+            base = []
+            for name in names:
+                cap = caps[name]
+                fit = cap.fit(job)
+                if fit is not None:
+                    base.append((_fit_key(cap, job, fit, name), name, fit))
+            self._fits[shape] = (self._version, base)
+        if not base:
             self.failed.add(shape)
             self.failed_jobs[shape] = job
             return
+        delay = self._delay
+        fits = [((delay(name, end),) + key, name, fit) for key, name, fit in base]
         fits.sort()
         targets = self.targets
         if not targets:
@@ -321,6 +333,7 @@ class Placer:
                 cap.take(fit[0], fit[1], 0, 0, 0)
                 added = fragmentation(cap, targets) - before
                 cap.take(fit[0], fit[1], 0, 0, 0, sign=-1)
+                self._version += 1  # taken back; do not trust the rounding to restore it exactly
                 group.append(((round(added, 6),) + key[1:], name, fit))
                 k += 1
             group.sort()
@@ -354,6 +367,7 @@ class Placer:
         return None
 
     def take(self, name: str, job: JobRequest, indices: tuple[int, ...], share: float) -> None:
+        self._version += 1
         cap = self.caps[name]
         self._unindex(name, cap)
         cap.take(indices, share, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
@@ -383,6 +397,7 @@ class Placer:
         self._retake(alloc, sign=1)
 
     def _retake(self, alloc: Allocation, sign: int) -> None:
+        self._version += 1
         cap = self.caps.get(alloc.node)
         if cap is None:
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from operator import itemgetter
 from typing import NamedTuple
 
 from .types import PRIORITY_CLASSES, ClusterState, JobRequest, PolicyConfig, TeamPolicy
@@ -139,7 +140,9 @@ def rank_queue(
     age_cap = config.age_cap_s
     size_norm = 1.0 / math.log1p(config.size_cap_gpu_hours)
     urgent_cache: dict[str, bool] = {}
-    rows = []
+    urgent_rows: list[Ranked] = []
+    rows: list[Ranked] = []
+    new_row = tuple.__new__  # Ranked(...) without the NamedTuple's Python-level __new__
     for job in state.queued:
         cls = job.priority_class if job.priority_class in CLASS_FACTOR else "medium"
         if cls == "urgent":
@@ -156,8 +159,28 @@ def rank_queue(
             f_size = 0.0
         f_class = CLASS_FACTOR[cls]
         prio = wf * f_share + wa * f_age + ws * f_size + wc * f_class
-        rows.append(Ranked(prio, job, cls, (f_share, f_age, f_size, f_class)))
-    rows.sort(key=lambda r: (r[2] != "urgent", -r[0], r[1].submitted_at, r[1].job_id))
+        (urgent_rows if cls == "urgent" else rows).append(
+            new_row(Ranked, (prio, job, cls, (f_share, f_age, f_size, f_class)))
+        )
+    return _by_priority(urgent_rows) + _by_priority(rows)
+
+
+def _by_priority(rows: list[Ranked]) -> list[Ranked]:
+    """Highest priority first, ties older first, then by job id: a total order, whatever
+    the input order. Sorted on the priority alone (a float key: CPython's fast float
+    compare), then each run of equal priorities by (submitted, job id) — the same order as
+    one sort on (-priority, submitted, job id), at a fraction of the cost on 10,000 rows."""
+    rows.sort(key=itemgetter(0), reverse=True)  # stable: equal priorities keep the input order ...
+    n = len(rows)
+    i = 0
+    while i < n:
+        p = rows[i][0]
+        j = i + 1
+        while j < n and rows[j][0] == p:
+            j += 1
+        if j - i > 1:  # ... and are put in a total order here
+            rows[i:j] = sorted(rows[i:j], key=lambda r: (r[1].submitted_at, r[1].job_id))
+        i = j
     return rows
 
 
