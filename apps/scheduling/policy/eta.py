@@ -32,7 +32,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .placement import NodeCapacity, Placer, Target
+from .placement import EPS, NodeCapacity, Placer, Target
 from .priority import arrival_priority
 from .types import Allocation, ClusterState, JobRequest
 
@@ -131,6 +131,9 @@ class ForwardSim:
         copies: dict[str, NodeCapacity] = {}
         events = self.events
         caps = self.caps
+        # fit() says no at once to a whole-GPU job on a node with too few idle GPUs: that
+        # check first, inline (most events free a GPU on a node still far from enough).
+        whole = job.gpus - EPS if job.gpus >= 1 else -1.0
         for k in range(self.cursor, len(events)):
             end, _, alloc = events[k]
             node = alloc.node
@@ -138,6 +141,8 @@ class ForwardSim:
             if cap is None:
                 cap = copies[node] = caps[node].copy()
             cap.release(alloc)
+            if cap.whole_free < whole:
+                continue
             if cap.fit(job) is not None:
                 self._shadow = (shape, self.seq, k, (node, end))
                 return node, end

@@ -389,7 +389,10 @@ class Placer:
         cap = self.caps.get(alloc.node)
         if cap is None:
             return
-        for shape in [s for s in self.failed if cap.fit(self.failed_jobs[s]) is not None]:
+        whole_free = cap.whole_free + EPS  # a whole-GPU shape needing more cannot fit (fit's own check, first)
+        for shape in [
+            s for s in self.failed if (s[0] < 1 or s[0] <= whole_free) and cap.fit(self.failed_jobs[s]) is not None
+        ]:
             self.failed.discard(shape)
 
     def restore(self, alloc: Allocation) -> None:
