@@ -78,6 +78,13 @@ class NeverStarts:
         self._cache = cache
         self._empty_nodes: list[NodeCapacity] | None = None
 
+    UNKNOWN = object()  # ``known.get(key, UNKNOWN)``: not computed yet
+
+    @property
+    def known(self) -> dict[tuple, str | None]:
+        """The answers so far, by (``job.shape``, team): a hot loop looks here first."""
+        return self._cache
+
     def reason(self, job: JobRequest) -> str | None:
         key = (job.shape, job.team)
         if key in self._cache:

@@ -198,21 +198,28 @@ class FairPlanner:
         failed = self.placer.failed  # the same set object all pass (cleared in place)
         refused = self.placer.refused  # likewise
         waiting = self.waiting
+        add_waiting = waiting.append
         never_reason = self.never.reason
+        never_known = self.never.known  # (shape, team) -> answer, for the common case
         reservations = self.reservations
         team_info: dict[str, tuple[TeamPolicy, bool]] = {}
         deferred: list[Ranked] = []
         starving_reserved = 0
+        unknown = NeverStarts.UNKNOWN
         for row in rows:
-            job, cls = row.job, row.cls
-            info = team_info.get(job.team)
+            _, job, cls, _ = row
+            team = job.team
+            info = team_info.get(team)
             if info is None:
-                tp = quota.team_policy(job.team)
-                info = team_info[job.team] = (tp, quota.limited(tp))
+                tp = quota.team_policy(team)
+                info = team_info[team] = (tp, quota.limited(tp))
             tp, limited = info
-            never = never_reason(job)
+            shape = job.shape
+            never = never_known.get((shape, team), unknown)
+            if never is unknown:
+                never = never_reason(job)
             if never is not None:
-                waiting.append(Waiting(job, "never", never, None, cls))
+                add_waiting(Waiting(job, "never", never, None, cls))
                 continue
             if limited:
                 blocked = quota.block(job, tp)
@@ -221,14 +228,13 @@ class FairPlanner:
                         deferred.append(row)  # runs as "over quota" work on idle GPUs, step 4
                         continue
                     blocked.cls = cls
-                    waiting.append(blocked)
+                    add_waiting(blocked)
                     continue
-            is_starving = job.job_id in starving
-            shape = job.shape
+            is_starving = job.job_id in starving if starving else False
             shape_failed = shape in failed
             if self.blocked or (shape_failed and not is_starving):
                 # On a full cluster nothing of this shape fits; step 4 may still preempt for it.
-                waiting.append(Waiting(job, "resources", "", None, cls))
+                add_waiting(Waiting(job, "resources", "", None, cls))
                 continue
             if cls == "urgent" and not quota.urgent_ok(job):
                 cls = "high"  # an earlier urgent job in this pass used the allowance
