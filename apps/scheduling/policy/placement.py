@@ -244,11 +244,12 @@ class Placer:
         # capacity only shrinks and reservations only grow within a pass, so a job of that
         # shape that would end as late or later is refused too.
         self.refused: dict[tuple, float] = {}
-        # Shape -> (version, [(best-fit key, node, fit)]): where the shape fits, kept until
-        # the capacities change (every take/release bumps ``_version``). Jobs of one shape
-        # refused by the reservation check one after another then cost no new fit checks.
-        self._version = 0
-        self._fits: dict[tuple, tuple[int, list]] = {}
+        # Shape -> (version, {node: (best-fit key, fit)}): where the shape fits. ``_changed``
+        # logs every node whose capacity changed (take, release); the version is its length,
+        # and a later job of the shape re-checks only the nodes changed since (fit() and the
+        # key depend on the shape and the node's capacity alone).
+        self._changed: list[str] = []
+        self._fits: dict[tuple, tuple[int, dict[str, tuple[tuple, tuple[tuple[int, ...], float]]]]] = {}
         self.buckets: dict[int, set[str]] = {}
         self.partial: set[str] = set()
         for name, cap in caps.items():
@@ -282,10 +283,24 @@ class Placer:
             return
         caps = self.caps
         end = self.now + job.walltime
+        changed = self._changed
+        version = len(changed)
         cached = self._fits.get(shape)
-        if cached is not None and cached[0] == self._version:
+        if cached is not None and version - cached[0] <= 64:
             base = cached[1]
-        else:  # fit() and the best-fit key depend on the job's shape and the capacities only
+            if cached[0] != version:
+                # Only the nodes changed since. A node where the job fits is always among
+                # the indexed ones below (idle GPUs enough, or a partly used GPU), so
+                # fit() alone decides here.
+                for name in set(changed[cached[0] :]):
+                    cap = caps[name]
+                    fit = cap.fit(job)
+                    if fit is None:
+                        base.pop(name, None)
+                    else:
+                        base[name] = (_fit_key(cap, job, fit, name), fit)
+                self._fits[shape] = (version, base)
+        else:
             if job.gpus < 1:
                 names = set(self.partial)
                 for bucket in self.buckets.values():
@@ -296,19 +311,19 @@ class Placer:
                 for k, bucket in self.buckets.items():
                     if k >= need:
                         names.update(bucket)
-            base = []
+            base = {}
             for name in names:
                 cap = caps[name]
                 fit = cap.fit(job)
                 if fit is not None:
-                    base.append((_fit_key(cap, job, fit, name), name, fit))
-            self._fits[shape] = (self._version, base)
+                    base[name] = (_fit_key(cap, job, fit, name), fit)
+            self._fits[shape] = (version, base)
         if not base:
             self.failed.add(shape)
             self.failed_jobs[shape] = job
             return
         delay = self._delay
-        fits = [((delay(name, end),) + key, name, fit) for key, name, fit in base]
+        fits = [((delay(name, end),) + key, name, fit) for name, (key, fit) in base.items()]
         fits.sort()
         targets = self.targets
         if not targets:
@@ -333,7 +348,7 @@ class Placer:
                 cap.take(fit[0], fit[1], 0, 0, 0)
                 added = fragmentation(cap, targets) - before
                 cap.take(fit[0], fit[1], 0, 0, 0, sign=-1)
-                self._version += 1  # taken back; do not trust the rounding to restore it exactly
+                self._changed.append(name)  # taken back; do not trust the rounding to restore it exactly
                 group.append(((round(added, 6),) + key[1:], name, fit))
                 k += 1
             group.sort()
@@ -367,7 +382,7 @@ class Placer:
         return None
 
     def take(self, name: str, job: JobRequest, indices: tuple[int, ...], share: float) -> None:
-        self._version += 1
+        self._changed.append(name)
         cap = self.caps[name]
         self._unindex(name, cap)
         cap.take(indices, share, job.gpu_memory_mb, job.cpu_milli, job.memory_mb)
@@ -400,10 +415,10 @@ class Placer:
         self._retake(alloc, sign=1)
 
     def _retake(self, alloc: Allocation, sign: int) -> None:
-        self._version += 1
         cap = self.caps.get(alloc.node)
         if cap is None:
             return
+        self._changed.append(alloc.node)
         self._unindex(alloc.node, cap)
         cap.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb, alloc.cpu_milli, alloc.memory_mb, sign)
         if cap.node.schedulable:
