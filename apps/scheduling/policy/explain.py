@@ -262,12 +262,16 @@ class Explainer:
     def reason(self, w: Waiting, cls: str, ahead: int, eta: float | None) -> str:
         job, fmt = w.job, self.fmt
         kind = w.kind
-        if kind == "resources":  # first: most of a long queue
-            text = f"waiting for {self.gpus_text(job)}"
+        if kind == "resources":  # first, with gpus_text and fmt inlined: most of a long queue
+            what = self._gpus_text.get((job.gpus, job.gpu_models))
+            if what is None:
+                what = self.gpus_text(job)
+            text = f"waiting for {what}"
             if ahead:
                 text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
             if eta is not None:
-                text += f"; expected {fmt(eta)}"
+                when = self._fmt_cache.get(int(eta // 60))
+                text += f"; expected {when if when is not None else fmt(eta)}"
         elif kind == "never":
             return w.note
         elif kind == "quota":

@@ -126,7 +126,10 @@ class NodeCapacity:
         return self.whole_free
 
     def has_partial(self) -> bool:
-        return any(EPS < f < 1.0 - EPS for f in self.gpu_free.values())
+        for f in self.gpu_free.values():  # a loop, not any(<generator>): called on every take and release
+            if EPS < f < 1.0 - EPS:
+                return True
+        return False
 
 
 def capacities(nodes: Iterable[NodeInfo], running: Iterable[Allocation]) -> dict[str, NodeCapacity]:
