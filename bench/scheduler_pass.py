@@ -8,7 +8,9 @@ per-user quotas switched on, so every branch of the pass does its work. The JSON
 median and p95 over ``--repeat`` passes; stdout also shows how the time grows with the
 queue, and baselines measured in the same run on the same state: FIFO, the pass without
 forward-simulated ETAs (``eta_scenarios=0``), and all mechanisms on (size-aware
-preemption, bounded waiting, fragmentation-aware placement).
+preemption, bounded waiting, fragmentation-aware placement). Each median is given in
+wall-clock time and in this process's CPU time (``cpu_*`` in the JSON): on a shared machine
+the CPU time and the fair/FIFO ratio of one run are what compare across runs.
 """
 
 from __future__ import annotations
@@ -115,13 +117,23 @@ def make_state(queued: int, nodes: int, gpus_per_node: int, seed: int = 0, polic
     )
 
 
+CPU: dict[int, list[float]] = {}  # id(list of wall times) -> the same passes' CPU times
+
+
 def time_passes(state: ClusterState, repeat: int) -> list[float]:
-    times = []
+    """Wall-clock ms of ``repeat`` passes; their CPU ms are in ``CPU[id(result)]``."""
+    times, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         plan(state, NOW)
         times.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    CPU[id(times)] = cpu
     return times
+
+
+def cpu_median(times: list[float]) -> float:
+    return statistics.median(CPU[id(times)])
 
 
 def p95(values: list[float]) -> float:
@@ -158,14 +170,28 @@ def main(argv: list[str] | None = None) -> int:
     times = time_passes(state, args.repeat)
     median = statistics.median(times)
     fifo_state = make_state(args.queued, args.nodes, args.gpus_per_node, args.seed, policy="fifo")
-    fifo_median = statistics.median(time_passes(fifo_state, args.repeat))
-    no_eta = statistics.median(time_passes(replace(state, config=replace(state.config, eta_scenarios=0)), args.repeat))
+    fifo_times = time_passes(fifo_state, args.repeat)
+    fifo_median = statistics.median(fifo_times)
+    no_eta_times = time_passes(replace(state, config=replace(state.config, eta_scenarios=0)), args.repeat)
+    no_eta = statistics.median(no_eta_times)
     all_on = replace(state.config, size_preemption=True, bounded_wait=True, fragmentation_aware=True)
-    all_median = statistics.median(time_passes(replace(state, config=all_on), args.repeat))
+    all_times = time_passes(replace(state, config=all_on), args.repeat)
+    all_median = statistics.median(all_times)
+    cpu = {
+        "cpu_median_ms": round(cpu_median(times), 2),
+        "cpu_fifo_median_ms": round(cpu_median(fifo_times), 2),
+        "cpu_no_forward_eta_median_ms": round(cpu_median(no_eta_times), 2),
+        "cpu_all_mechanisms_median_ms": round(cpu_median(all_times), 2),
+    }
     print(
         f"fair median {median:.1f} ms, p95 {p95(times):.1f} ms; fifo median {fifo_median:.1f} ms "
         f"(fair/fifo = {median / fifo_median:.1f}x); without forward ETAs {no_eta:.1f} ms; "
         f"all mechanisms on {all_median:.1f} ms"
+    )
+    print(
+        f"CPU time: fair median {cpu['cpu_median_ms']:.1f} ms, fifo {cpu['cpu_fifo_median_ms']:.1f} ms "
+        f"(fair/fifo = {cpu['cpu_median_ms'] / cpu['cpu_fifo_median_ms']:.1f}x); without forward ETAs "
+        f"{cpu['cpu_no_forward_eta_median_ms']:.1f} ms; all mechanisms on {cpu['cpu_all_mechanisms_median_ms']:.1f} ms"
     )
     if args.growth:
         print(f"{'queued':>8} {'fair median ms':>15} {'ms per 1k queued':>17}")
@@ -182,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "fifo_median_ms": round(fifo_median, 2),
         "no_forward_eta_median_ms": round(no_eta, 2),
         "all_mechanisms_median_ms": round(all_median, 2),
+        **cpu,
     }
     if args.json_path:
         with open(args.json_path, "w") as fh:
