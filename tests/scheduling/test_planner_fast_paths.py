@@ -5,9 +5,10 @@ property tests check whole plans."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import random
 
-from apps.scheduling.policy import QueueEntry
+from apps.scheduling.policy import ClusterState, PolicyConfig, QueueEntry, plan
 from apps.scheduling.policy.explain import _entry
 from apps.scheduling.policy.placement import Placer, capacities, shape_of
 from apps.scheduling.policy.priority import Ranked, _by_priority
@@ -50,3 +51,26 @@ def test_the_placer_forgets_where_a_shape_fits_when_capacity_changes() -> None:
     assert placer.place(second)[0] == "a"  # b is full now: not the kept answer
     placer.release(busy)
     assert placer.place(job("j3", gpus=3))[0] == "b"
+
+
+def test_a_pass_restores_the_garbage_collector_and_leaves_no_cycles() -> None:
+    """plan() pauses the cyclic collector for the pass: it must put it back as it was, and
+    the pass must make no reference cycles (they would wait for the next collection)."""
+    cluster = [node("n1", gpus=2), node("n2", gpus=8)]
+    busy = [running("r1", "n1", (0,), left_s=HOUR, preemptible=True)]
+    queue = [job(f"j{k}", gpus=float(1 + k % 3), user=f"u{k % 4}", age_s=60.0 * k) for k in range(40)]
+    config = PolicyConfig(policy="fair", size_preemption=True, bounded_wait=True, fragmentation_aware=True)
+    state = ClusterState(nodes=tuple(cluster), running=tuple(busy), queued=tuple(queue), config=config)
+    try:
+        gc.disable()
+        plan(state, NOW)
+        assert not gc.isenabled()
+        gc.enable()
+        gc.collect()
+        result = plan(state, NOW)
+        assert gc.isenabled()
+        assert result.queue
+        del result
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 from .admission import admission_error
@@ -57,5 +58,19 @@ __all__ = [
 
 
 def plan(state: ClusterState, now: float) -> Plan:
-    """One planning pass: what to start, what to preempt, and every waiting job's place."""
-    return POLICIES[state.config.policy](state, now)
+    """One planning pass: what to start, what to preempt, and every waiting job's place.
+
+    The cyclic garbage collector is paused for the pass (and restored as it was): a pass
+    allocates a few objects per queued job (rows, holds, queue entries), so with 100,000
+    queued CPython ran several full collections per pass, each walking every live object,
+    ~40 % of the pass. The pass makes no reference cycles it drops (its objects are freed
+    by reference counting as usual); anything cyclic would wait for the next collection.
+    """
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        return POLICIES[state.config.policy](state, now)
+    finally:
+        if enabled:
+            gc.enable()
