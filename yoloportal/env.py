@@ -80,7 +80,7 @@ def parse_database_url(url: str) -> dict:
         if not path:
             raise EnvError(f"DATABASE_URL={url!r} has no file path")
         return {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "yoloportal.backends.sqlite3",  # Django's, with in-process write queueing
             "NAME": str(Path(path).resolve()),
             # Several processes (web, scheduler, worker, training monitor) share the file:
             # WAL lets readers run beside the writer; IMMEDIATE takes the write lock up

@@ -1,0 +1,98 @@
+"""yoloportal/backends/sqlite3: a process's writers queue on a lock of the process before
+SQLite's BEGIN IMMEDIATE (handed over at COMMIT/ROLLBACK instead of SQLite's sleep-and-retry)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+from django.db.utils import OperationalError
+
+from apps.accounts.models import Team
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def sqlite_only():
+    if connection.vendor != "sqlite":
+        pytest.skip("the SQLite backend's queue")
+
+
+def in_thread(target) -> tuple[threading.Thread, list]:
+    errors: list = []
+
+    def run():
+        try:
+            target()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
+def test_a_second_writer_begins_when_the_first_commits_and_both_rows_are_written():
+    order: list[str] = []
+    inside, release = threading.Event(), threading.Event()
+
+    def first():
+        with transaction.atomic():
+            order.append("first began")
+            Team.objects.create(slug="first", name="first")
+            inside.set()
+            release.wait(10)
+            order.append("first commits")
+
+    def second():
+        inside.wait(10)
+        with transaction.atomic():
+            order.append("second began")
+            Team.objects.create(slug="second", name="second")
+
+    a, errors_a = in_thread(first)
+    inside.wait(10)
+    b, errors_b = in_thread(second)
+    b.join(0.3)
+    assert b.is_alive() and order == ["first began"]  # waiting, on the process's lock
+    release.set()
+    a.join(10), b.join(10)
+    assert errors_a == errors_b == []
+    assert order == ["first began", "first commits", "second began"]
+    assert set(Team.objects.filter(slug__in=["first", "second"]).values_list("slug", flat=True)) == {"first",
+                                                                                                  "second"}
+
+
+def test_a_rolled_back_writer_hands_the_lock_on_and_a_wait_is_bounded_by_the_timeout():
+    inside, release = threading.Event(), threading.Event()
+
+    def holder():
+        with transaction.atomic():
+            inside.set()
+            release.wait(10)
+            raise RuntimeError("rolled back")
+
+    a, errors_a = in_thread(holder)
+    inside.wait(10)
+    previous = connection.settings_dict["OPTIONS"].get("timeout")
+    connection.settings_dict["OPTIONS"]["timeout"] = 0.2  # one dict for every thread's connection
+    try:
+        def waiter():
+            with transaction.atomic():
+                pass
+
+        b, errors_b = in_thread(waiter)
+        b.join(10)
+        assert len(errors_b) == 1 and isinstance(errors_b[0], OperationalError)
+        assert "database is locked" in str(errors_b[0])
+    finally:
+        connection.settings_dict["OPTIONS"]["timeout"] = previous
+    release.set()
+    a.join(10)
+    assert [type(e) for e in errors_a] == [RuntimeError]
+    with transaction.atomic():  # the rollback released it
+        Team.objects.create(slug="after", name="after")
