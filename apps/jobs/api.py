@@ -420,7 +420,7 @@ class QueueEntryOut(serializers.Serializer):
     priority_factors = serializers.DictField()
     resources = serializers.DictField()
     estimated_start_at = serializers.DateTimeField(allow_null=True)
-    # The range the start is expected in (P10-P90); null where there is no estimate.
+    # The range the start is expected in (~80 % of starts fall in it); null where there is no estimate.
     estimated_start_low_at = serializers.DateTimeField(allow_null=True)
     estimated_start_high_at = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField(allow_blank=True)

@@ -81,7 +81,8 @@ class Job(models.Model):
     # Written by the scheduler on every planning pass.
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start_at = models.DateTimeField(null=True, blank=True)
-    # The range around it (P10-P90 of the scheduler's forward simulation; docs/scheduling.md).
+    # The range around it (calibrated on the scheduler's track record to hold ~80 % of starts,
+    # else P10-P90 of its forward simulation; docs/scheduling.md "Position, ETA, range").
     estimated_start_low_at = models.DateTimeField(null=True, blank=True)
     estimated_start_high_at = models.DateTimeField(null=True, blank=True)
     predicted_start_at = models.DateTimeField(null=True, blank=True, help_text="first ETA given; kept for accuracy")

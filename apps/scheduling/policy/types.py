@@ -313,8 +313,9 @@ class QueueEntry:
     reason: str = ""
     reserved_node: str | None = None  # set when this job holds a backfill reservation
     reserved_at: float | None = None  # the reservation's start time (the ETA may be later: inflow)
-    # A range around ``estimated_start`` (P10-P90 of forward-simulated scenarios, or the
-    # coarse estimate's spread below the head of the queue); None where there is no ETA.
+    # A range around ``estimated_start``: from the track record where there is one (holding
+    # ``config.eta_coverage`` of recent similar starts, policy/eta_calibration.py), else P10-P90
+    # of forward-simulated scenarios or the coarse estimate's spread; None where there is no ETA.
     estimated_start_low: float | None = None
     estimated_start_high: float | None = None
     # The model's own point before calibration on the track record (policy/eta_calibration.py):
