@@ -36,6 +36,7 @@ from django.conf import settings
 from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path
 from apps.core.storage import (
     StorageUnavailable,
+    artifact_listing,
     artifact_local,
     artifact_storage,
     artifact_upload,
@@ -114,22 +115,7 @@ def with_storage(job: Job, what: str, action: Callable, check_in: Callable[[], s
         return result, ""
 
 
-def _listing(prefix: str) -> list[str]:
-    """Every key under the folder key ``prefix`` in the store."""
-    storage, keys, folders = artifact_storage(), [], [prefix]
-    try:
-        while folders:
-            folder = folders.pop()
-            subfolders, files = storage.listdir(folder + "/")
-            keys += [f"{folder}/{name}" for name in files if not name.startswith(".")]
-            folders += [f"{folder}/{name.strip('/')}" for name in subfolders if not name.startswith(".")]
-    except Exception as exc:
-        from apps.core.storage import _unavailable
-
-        if _unavailable(exc):
-            raise StorageUnavailable(f"artifact storage unreachable listing {prefix}: {exc}") from exc
-        raise
-    return sorted(keys)
+_listing = artifact_listing  # every key under a folder key (apps.core.storage)
 
 
 def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:

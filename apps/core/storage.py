@@ -197,3 +197,48 @@ def artifact_read(key: str):
         if _unavailable(exc):
             raise StorageUnavailable(f"artifact storage unreachable reading {key}: {exc}") from exc
         raise
+
+
+def artifact_listing(prefix: str) -> list[str]:
+    """Every key under the folder key ``prefix`` in the store (hidden names left out)."""
+    key_check(prefix)
+    storage, keys, folders = artifact_storage(), [], [prefix]
+    try:
+        while folders:
+            folder = folders.pop()
+            subfolders, files = storage.listdir(folder + "/")
+            keys += [f"{folder}/{name}" for name in files if not name.startswith(".")]
+            folders += [f"{folder}/{name.strip('/')}" for name in subfolders if not name.startswith(".")]
+    except FileNotFoundError:
+        return sorted(keys)  # the shared filesystem: no such folder
+    except Exception as exc:
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable listing {prefix}: {exc}") from exc
+        raise
+    return sorted(keys)
+
+
+def artifact_forget(keys: list[str], *, folders: list[str] = ()) -> int:
+    """Delete ``keys`` and every key under ``folders`` from an object store; how many went.
+
+    Nothing on the shared filesystem (the callers remove those files themselves). For a row
+    already deleted: an unreachable store is logged, not raised — the objects stay behind.
+    """
+    import logging
+
+    if shared_filesystem():
+        return 0
+    storage, count = artifact_storage(), 0
+    try:
+        for key in [*keys, *(k for folder in folders for k in artifact_listing(folder))]:
+            key_check(key)
+            try:
+                storage.delete(key)
+            except Exception as exc:
+                if _unavailable(exc):
+                    raise StorageUnavailable(f"artifact storage unreachable deleting {key}: {exc}") from exc
+                raise
+            count += 1
+    except StorageUnavailable as exc:
+        logging.getLogger(__name__).warning("objects left in the artifact store (delete them by hand): %s", exc)
+    return count

@@ -210,6 +210,12 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     target_id, name, team, version = str(dataset.pk), dataset.name, dataset.team, dataset.version
     dataset.delete()
     storage_release(key=dataset.key)
+    from apps.core.storage import artifact_forget, shared_filesystem
+
+    if not shared_filesystem() and dataset.key.startswith(f"datasets/{team.slug}/"):
+        # The team's own version (not the shared demo): out of the object store too. The web
+        # machine handling this need not have the files, so ownership is read from the key.
+        artifact_forget([], folders=[dataset.key])
     if owned:
         doomed = root / f".deleted-{uuid.uuid4().hex}"
         folder.rename(doomed)

@@ -288,6 +288,9 @@ def model_version_delete(*, version: ModelVersion, by) -> None:
     for key in owned:
         storage_release(key=key)
         artifact_path(key).unlink(missing_ok=True)
+    from apps.core.storage import artifact_forget
+
+    artifact_forget(owned)  # and out of an object store (nothing to do on the shared filesystem)
     audit_record(actor=by, action=AuditEntry.Action.MODEL_DELETE, team=version.team_id, target=version,
                  target_id=target_id, message=f"model {label} deleted", data=data)
 

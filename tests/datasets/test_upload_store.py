@@ -81,3 +81,16 @@ def test_a_web_machine_without_the_files_takes_jobs_on_it_and_shows_its_samples_
         stop_moto(moto["process"])  # the store down: the thumbnail is a 503 saying so, not a 500
         down = client.get(f"/api/v1/datasets/{dataset.pk}/samples/0/")
         assert down.status_code == 503 and "artifact storage" in str(down.json()), down.content
+
+
+def test_a_deleted_version_leaves_the_store_too(bob, moto, web_disk, tmp_path):
+    """Deleted on a web machine that never had the files: its objects go all the same."""
+    from apps.datasets.services import dataset_delete
+
+    with override_settings(STORAGES=s3_storages(moto)):
+        assert post(bob).status_code == 201
+        dataset = Dataset.objects.get()
+        assert len(_listing(dataset.key)) == 9
+    with override_settings(STORAGES=s3_storages(moto), DATASETS_DIR=tmp_path / "web-b" / "datasets"):
+        dataset_delete(dataset=dataset, by=bob)
+        assert _listing(dataset.key) == []

@@ -123,3 +123,16 @@ def test_an_export_made_on_a_gpu_server_downloads_through_the_web_from_the_store
         assert response.status_code == 200, response.content
         assert b"".join(response.streaming_content) == b"onnx bytes"
         response.close()
+
+
+def test_deleted_uploaded_weights_leave_the_store_too(bob, moto, yolov8n_pt):
+    from apps.registry.services import model_version_delete
+
+    with override_settings(STORAGES=s3_storages(moto)):
+        assert push(bob, yolov8n_pt).status_code == 201
+        version = ModelVersion.objects.get()
+        store = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing",
+                             aws_secret_access_key="testing", region_name="us-east-1")
+        assert store.list_objects_v2(Bucket=moto["bucket"])["KeyCount"] == 1
+        model_version_delete(version=version, by=bob)
+        assert store.list_objects_v2(Bucket=moto["bucket"])["KeyCount"] == 0
