@@ -218,6 +218,17 @@ def artifact_listing(prefix: str) -> list[str]:
     return sorted(keys)
 
 
+def artifact_delete(key: str) -> None:
+    """Delete ``key`` from storage (absent is fine); StorageUnavailable while it cannot be reached."""
+    key_check(key)
+    try:
+        artifact_storage().delete(key)
+    except Exception as exc:
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable deleting {key}: {exc}") from exc
+        raise
+
+
 def artifact_forget(keys: list[str], *, folders: list[str] = ()) -> int:
     """Delete ``keys`` and every key under ``folders`` from an object store; how many went.
 
@@ -228,16 +239,10 @@ def artifact_forget(keys: list[str], *, folders: list[str] = ()) -> int:
 
     if shared_filesystem():
         return 0
-    storage, count = artifact_storage(), 0
+    count = 0
     try:
         for key in [*keys, *(k for folder in folders for k in artifact_listing(folder))]:
-            key_check(key)
-            try:
-                storage.delete(key)
-            except Exception as exc:
-                if _unavailable(exc):
-                    raise StorageUnavailable(f"artifact storage unreachable deleting {key}: {exc}") from exc
-                raise
+            artifact_delete(key)
             count += 1
     except StorageUnavailable as exc:
         logging.getLogger(__name__).warning("objects left in the artifact store (delete them by hand): %s", exc)

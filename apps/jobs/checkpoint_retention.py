@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.core.storage import _unavailable, artifact_storage
+from apps.core.storage import StorageUnavailable, artifact_delete
 
 from .models import Checkpoint, JobState
 
@@ -45,18 +45,17 @@ def checkpoints_housekeeping(now: datetime | None = None, batch: int = 200) -> d
                    job__finished_at__lt=now - timedelta(days=settings.CHECKPOINT_RETENTION_DAYS))
     # order_by(): Checkpoint's own ordering would make DISTINCT per (job, epoch).
     jobs = list(Checkpoint.objects.filter(ended).order_by("job_id").values_list("job_id", flat=True).distinct()[:batch])
-    storage = artifact_storage()
     for job_id in jobs:
         rows = list(Checkpoint.objects.filter(job_id=job_id))
         failed = False
         for key in sorted({row.key for row in rows if row.key}):
             try:
-                storage.delete(key)
-            except Exception as exc:  # noqa: BLE001 - an unreachable store stops the run; anything else skips the job
-                if _unavailable(exc):
-                    log.warning("checkpoint retention: storage unreachable, checkpoints kept for now: %s", exc)
-                    done["storage_unavailable"] = True
-                    return done
+                artifact_delete(key)
+            except StorageUnavailable as exc:  # stops the run
+                log.warning("checkpoint retention: storage unreachable, checkpoints kept for now: %s", exc)
+                done["storage_unavailable"] = True
+                return done
+            except Exception as exc:  # noqa: BLE001 - anything else skips the job
                 log.warning("checkpoint retention: could not delete %s (kept, tried again next time): %s", key, exc)
                 failed = True
                 continue
