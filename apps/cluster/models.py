@@ -16,7 +16,7 @@ class Node(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active"
         DRAINING = "draining"  # runs what it has, takes nothing new
-        LOST = "lost"  # silent past the grace period
+        LOST = "lost"  # silent past the grace period, or its worker stopped (cluster.services.node_stopped)
 
     class Executor(models.TextChoices):
         """How attempts placed here run (``worker/executors/``); the scheduler places for all."""
@@ -69,9 +69,11 @@ class Node(models.Model):
         return self.limits.get("summary") or "limits not enforced (not reported by the node)"
 
     def is_alive(self, now=None) -> bool:
+        """Reported within the grace period and not lost (a stopped worker's node is lost at once)."""
         now = now or timezone.now()
         return (
-            self.last_heartbeat is not None
+            self.state != self.State.LOST
+            and self.last_heartbeat is not None
             and now - self.last_heartbeat <= timedelta(seconds=settings.NODE_GRACE_S)
         )
 

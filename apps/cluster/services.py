@@ -1,7 +1,9 @@
 """Writes about nodes: registration and heartbeats (in the database, not Redis).
 
 The GPU worker process gathers the facts (``worker/inventory.py``) and reports them here;
-the scheduler's reaper is the only other writer of a node's state (lost).
+a node becomes lost when the scheduler's reaper finds it silent past its grace period, or
+at once when its worker says it stopped (``node_stopped``). Either way the reaper then
+requeues what the node held (apps.scheduling.loop.reap_lost_nodes).
 """
 
 from __future__ import annotations
@@ -91,6 +93,22 @@ def node_mark_lost(node: Node, *, silent_since: datetime) -> bool:
     (False: it heartbeated just now, or it was already lost)."""
     return Node.objects.filter(pk=node.pk, last_heartbeat__lt=silent_since).exclude(
         state=Node.State.LOST).update(state=Node.State.LOST) == 1
+
+
+def node_stopped(node: Node, *, hostname: str, worker_pid: int) -> bool:
+    """The node's worker stopped cleanly and nothing of it runs any more: the node is lost now,
+    not after ``NODE_GRACE_S`` of silence. True if this call marked it.
+
+    Only the worker process that registered the node last may say so (``hostname`` and
+    ``worker_pid``): a successor already started under the same name keeps it. The caller
+    must have stopped its heartbeat first, or a last beat would revive the node. Its next
+    registration makes it active again (``node_register``), as for any lost node.
+    """
+    marked = Node.objects.filter(pk=node.pk, hostname=hostname, worker_pid=worker_pid).exclude(
+        state=Node.State.LOST).update(state=Node.State.LOST) == 1
+    if marked:
+        log.info("node %s stopped (its worker shut down); marked lost", node.name)
+    return marked
 
 
 def node_state_set(node: Node, *, schedulable: bool, reason: str = "") -> bool:

@@ -37,21 +37,32 @@ log = logging.getLogger(__name__)
 
 
 def reap_lost_nodes(now: datetime | None = None) -> bool:
-    """Mark nodes silent past the grace period as lost and requeue what ran on them.
+    """Mark nodes silent past the grace period as lost, and requeue what any lost node holds.
+
+    A node is also lost, at once, when its worker stops cleanly (``gpu_worker`` marks it so on
+    its way out, apps.cluster.services.node_stopped, and kicks the scheduler): what it held is
+    requeued here in the next pass, not after the grace period. So is a job claimed on a
+    node that was marked lost while the claim's pass was planning. Nothing is placed on a
+    lost node, so each attempt it held is requeued once (one fault, one attempt).
 
     A job whose cancel was requested is cancelled instead, so a cancel always ends.
     """
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.NODE_GRACE_S)
+    grace = timedelta(seconds=settings.NODE_GRACE_S)
     did = False
-    for node in Node.objects.exclude(state=Node.State.LOST).filter(last_heartbeat__lt=cutoff):
-        if not node_mark_lost(node, silent_since=cutoff):
+    for node in Node.objects.exclude(state=Node.State.LOST).filter(last_heartbeat__lt=now - grace):
+        if not node_mark_lost(node, silent_since=now - grace):
             continue  # it heartbeated just now
         did = True
         silent = (now - node.last_heartbeat).total_seconds()
         log.warning("node %s lost (silent %.0f s); requeueing its jobs", node.name, silent, extra={"node": node.name})
-        for job in Job.objects.filter(node=node, state__in=HOLDING_STATES):
-            attempt_end(job, reason=f"node {node.name} stopped reporting for {silent:.0f} s", now=now)
+    for job in Job.objects.filter(node__state=Node.State.LOST, state__in=HOLDING_STATES).select_related("node"):
+        node = job.node
+        did = True
+        silent = now - node.last_heartbeat if node.last_heartbeat else grace
+        reason = (f"node {node.name} stopped reporting for {silent.total_seconds():.0f} s" if silent >= grace
+                  else f"the worker on node {node.name} stopped")
+        attempt_end(job, reason=reason, now=now)
     return did
 
 

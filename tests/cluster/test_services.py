@@ -109,3 +109,21 @@ def test_a_node_may_advertise_more_than_the_machine_has_and_keeps_both(settings)
     assert node.features == [], "no TensorRT on simulated GPUs"
     again = register_this_host(name="demo", gpus=simulated_gpus(1))
     assert again.cpu_count == os.cpu_count(), "without the options the node advertises the machine"
+
+
+def test_a_worker_that_stops_marks_its_node_lost_unless_a_successor_has_it():
+    from apps.cluster.services import node_stopped
+
+    node = register()
+    assert not node_stopped(node, hostname="host-a", worker_pid=999)  # not the worker that registered it
+    assert not node_stopped(node, hostname="host-b", worker_pid=1234)
+    assert Node.objects.get(pk=node.pk).state == Node.State.ACTIVE
+    assert node_stopped(node, hostname="host-a", worker_pid=1234)
+    stopped = Node.objects.get(pk=node.pk)
+    assert stopped.state == Node.State.LOST and not stopped.is_alive()  # at once, not after the grace
+    assert not node_stopped(node, hostname="host-a", worker_pid=1234)  # already
+    assert register().state == Node.State.ACTIVE  # it comes back when its worker starts again
+    node_register(name="node-a", gpus=simulated_gpus(2), cpu_count=8, memory_mb=32768, hostname="host-a",
+                  worker_pid=5678)  # a successor started before the old worker got to say it stopped
+    assert not node_stopped(node, hostname="host-a", worker_pid=1234)
+    assert Node.objects.get(pk=node.pk).state == Node.State.ACTIVE

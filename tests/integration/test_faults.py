@@ -453,3 +453,56 @@ def test_a_job_whose_worker_dies_under_every_attempt_fails_after_max_lost_attemp
     lost = JobEvent.objects.filter(job_id=job_id, kind="node_lost")
     assert [e.data["attempt_started"] for e in lost] == [True, True], timeline
     assert Node.objects.get(name="node-a").state == Node.State.ACTIVE  # the worker itself lived
+
+
+
+
+def running_on(job_id, node: str, attempt: int) -> bool:
+    return JobEvent.objects.filter(job_id=job_id, kind="running", attempt=attempt,
+                                   message__startswith=f"running on {node} ").exists()
+
+
+def test_a_cleanly_stopped_worker_takes_no_new_work_and_its_job_moves_at_once(live, alice):
+    """9. SIGTERM a worker (a rolling restart): its node is marked lost as it exits, so its running
+    job is requeued at once (one attempt) and no new job is placed on it, long before NODE_GRACE_S.
+
+    The grace and the suspicion are 60 s here: before the worker said it stopped, its running
+    job waited those 60 s for the node-lost reaper, and new jobs could be placed on its free GPU.
+    Lean: the jobs are only seen running on the other node (the live fixture kills them after)."""
+    client = api_client(alice)
+
+    def submit_tiny(name: str) -> str:
+        spec = (SEED_SPEC.replace("epochs=2 imgsz=128", "epochs=50 imgsz=64 fraction=0.25")
+                .replace("yolo-v8s-industrial-inspection", name) + f"retries: {RETRIES}\nallow_duplicate: true\n")
+        response = client.post("/api/v1/jobs/", spec, content_type="application/yaml")
+        assert response.status_code == 201, response.content
+        return response.json()["id"]
+
+    live.start_scheduler(NODE_GRACE_S="60", NODE_SUSPECT_S="60")
+    worker = live.start_worker(node="node-a", gpus=2)  # a free GPU beside the running job
+    moving = submit_tiny("rolling-moving")
+    wait_for(lambda: job(moving).node_id is not None, 120, what="the job to be placed on node-a")
+    assert job(moving).node.name == "node-a"
+    live.start_worker("worker2", node="node-b", gpus=2)
+    wait_for(lambda: running_on(moving, "node-a", 1), 120, what="the job to run on node-a")
+    wait_for(lambda: Node.objects.filter(name="node-b").exists(), 60, what="node-b to register")
+
+    worker.send_signal(signal.SIGTERM)  # the worker's own process only, as systemd or Kubernetes stop it
+    assert worker.wait(30) == 0, live.log("worker")[-3000:]
+    stopped_at = time.time()
+    assert "marked lost" in live.log("worker")
+    new = submit_tiny("rolling-new")
+    with InvariantWatch() as watch:
+        wait_for(lambda: job(moving).attempt == 2, 15, what="the stopped node's job to be requeued")
+        requeued_at = time.time()
+        wait_for(lambda: running_on(moving, "node-b", 2) and running_on(new, "node-b", 1), 60,
+                 what="both jobs to run on node-b")
+    assert Node.objects.get(name="node-a").state == Node.State.LOST
+    [lost] = JobEvent.objects.filter(job_id=moving, kind="node_lost")
+    assert "the worker on node node-a stopped" in lost.message, lost.message
+    assert_one_fault_one_attempt(moving, faults=1)
+    assert_one_fault_one_attempt(new, faults=0)
+    placed = list(JobEvent.objects.filter(job_id=new, kind="scheduled").values_list("message", flat=True))
+    assert len(placed) == 1 and "placed on node-b" in placed[0], placed
+    assert not watch.violations, watch.violations
+    record("worker SIGTERM (clean stop)", stop_to_requeue_s=round(requeued_at - stopped_at, 2))

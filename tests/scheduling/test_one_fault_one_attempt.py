@@ -292,3 +292,68 @@ def test_a_delivery_redis_lost_is_sent_again(dispatched):
     tick(timezone.now() + 5 * S)
     [message] = redispatches(dispatched)
     assert "Redis did not hold it" in message
+
+
+# --- a worker that stops cleanly (SIGTERM/SIGINT; gpu_worker.leave) ------------------------------
+# It marks its node lost once its slots have exited (apps.cluster.services.node_stopped) and
+# kicks the scheduler; the live version is in tests/integration/test_faults.py.
+
+
+def stop_worker(name: str = "node-a") -> None:
+    from apps.cluster.services import node_stopped
+
+    assert node_stopped(Node.objects.get(name=name), hostname=f"host-{name}", worker_pid=1234)
+
+
+def register_two_gpus(name: str) -> Node:
+    return node_register(name=name, gpus=simulated_gpus(2), cpu_count=8, memory_mb=32768,
+                         hostname=f"host-{name}", worker_pid=1234)
+
+
+def test_a_cleanly_stopped_nodes_jobs_are_requeued_in_the_next_pass_once(running, alice, teams):
+    """No waiting for the grace period: the next pass requeues its attempt (one attempt, no retry)
+    and places it, and a new job, on the node that still runs; the grace's end adds nothing."""
+    stopped = timezone.now()
+    beats(running, node_at=stopped, attempt_at=stopped)
+    stop_worker()
+    register_two_gpus("node-b")
+    new = make_job(team=teams["vision"], user=alice, gpus=1)
+
+    tick(stopped + S)  # well within NODE_GRACE_S (8 s)
+    job = current(running)
+    assert (job.state, job.node.name, job.attempt, job.retries_left) == (JobState.STARTING, "node-b", 2, 2)
+    [lost] = JobEvent.objects.filter(job_id=job.pk, kind="node_lost")
+    assert "the worker on node node-a stopped" in lost.message, lost.message
+    assert (current(new).state, current(new).node.name) == (JobState.STARTING, "node-b")
+    assert len(slots(job)) == 1 and {node for node, _, _ in slots(job)} == {"node-b"}
+
+    Node.objects.filter(name="node-b").update(last_heartbeat=stopped + 20 * S)  # node-b keeps reporting
+    tick(stopped + 20 * S)  # node-a's grace has long ended: nothing is requeued again
+    assert (current(running).attempt, kinds(running).count("node_lost")) == (2, 1)
+    assert Node.objects.get(name="node-a").state == Node.State.LOST
+
+
+def test_a_placement_claimed_while_its_node_stopped_is_requeued_without_counting(alice, teams):
+    """The pass planned with node-a still active, its worker stopped, then the claim committed:
+    the next pass takes the placement back (it never started) and places it elsewhere."""
+    node = register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    stop_worker()
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    delivered = current(job).attempt_id
+    register("node-b")
+    tick()
+    job = current(job)
+    assert (job.state, job.node.name, job.attempt) == (JobState.STARTING, "node-b", 1)
+    assert attempt_start(job_id=job.pk, attempt_id=delivered, node_name="node-a") is None  # fenced off
+
+
+def test_a_stopped_node_that_registers_again_takes_work(alice, teams):
+    register("node-a")
+    stop_worker()
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    tick()
+    assert current(job).state == JobState.QUEUED  # nowhere to run
+    register("node-a")  # its worker restarted (a new process)
+    tick()
+    assert (current(job).state, current(job).node.name) == (JobState.STARTING, "node-a")

@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from rq import Worker
 
+from apps.cluster.services import node_stopped
 from apps.jobs.spec import parse_memory_mb
 from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
@@ -39,6 +40,7 @@ from yoloportal.logs import bind
 
 log = logging.getLogger("yoloportal.worker")
 STOP_GRACE_S = 3
+LEAVE_TIMEOUT_S = 10  # for the heartbeat thread to finish a beat before the node is marked stopped
 
 
 class Command(BaseCommand):
@@ -125,13 +127,51 @@ class Command(BaseCommand):
             heartbeat.stop()
             if zygote is not None:
                 zygote.terminate()
+            if self.stopping:
+                self.leave(node, heartbeat)
+
+    def leave(self, node, heartbeat: Heartbeat) -> None:
+        """After a clean stop: say the node is gone and wake the scheduler.
+
+        Without this the node counted as alive until NODE_GRACE_S (30 s) after its last
+        heartbeat: the scheduler kept placing new jobs on it, and those, with the jobs its
+        slots were running, waited for the lost-node reaper ("stopped reporting for 33 s")
+        before running elsewhere — every rolling restart stranded work for the grace period.
+        Marked lost now, the node gets no new work and the reaper requeues what it held in
+        the pass this kick starts (each attempt once; apps.scheduling.loop.reap_lost_nodes).
+
+        Only now: the slots (and with them their work-horses and trainings) have exited, so
+        no attempt of this node still runs when it is requeued elsewhere; and the heartbeat
+        thread has ended, so a last beat cannot revive the node after it is marked. If that
+        thread or the database does not answer, nothing is marked: the grace period decides,
+        as after a SIGKILL (which never gets here).
+        """
+        signal.alarm(0)  # every slot has exited: no SIGKILL round is due any more
+        heartbeat.join(LEAVE_TIMEOUT_S)
+        if heartbeat.is_alive():
+            log.warning("node %s: the heartbeat thread did not stop within %d s; leaving the node to its "
+                        "grace period", node.name, LEAVE_TIMEOUT_S)
+            return
+        try:
+            marked = node_stopped(node, hostname=socket.gethostname(), worker_pid=os.getpid())
+        except Exception as exc:  # noqa: BLE001 - the database may be why we stop
+            log.warning("node %s: could not mark the node stopped (%s); its grace period will", node.name, exc)
+            return
+        finally:
+            connections.close_all()
+        if not marked:  # already lost, or a newer worker registered under this name
+            self.stdout.write(f"node {node.name}: stopped; the node is not this worker's any more")
+            return
+        kick_scheduler()
+        self.stdout.write(f"node {node.name}: stopped; marked lost, so what it held is requeued at once")
 
     def stop(self, signum, _frame) -> None:
         """Stop the node: SIGTERM to the slots (idle ones exit at once), SIGKILL after a grace.
 
         Jobs running here are not waited for (a training can take days): their process
-        trees die with their slots, and the scheduler requeues them from their checkpoints
-        once the node's heartbeat is missed. Waiting would only make Ctrl-C hang.
+        trees die with their slots, and once all slots have exited the node is marked lost
+        (``leave``), so the scheduler requeues them from their checkpoints at once. Waiting
+        would only make Ctrl-C hang.
         """
         first = not self.stopping
         self.stopping = True
