@@ -25,11 +25,17 @@ the view and, for a response whose body is already in memory, ``close()`` run in
 hop, and only a streaming response (a file) is sent beside a disconnect listener that stops
 it. Same order as Django's: request_started, view, request_finished (for an in-memory body
 a moment before its bytes go out rather than after: nothing is sent from it).
+
+A streaming response with a *synchronous* iterator (every ``FileResponse``: weights, exports,
+samples) is pulled one block at a time on the request's thread (:meth:`pulled`) while the
+event loop sends each block before asking for the next; Django's own ``send_response`` would
+read the whole file into a list first (see :meth:`pulled` for why and what that cost).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import django
@@ -91,6 +97,8 @@ class ThreadPoolASGIHandler(ASGIHandler):
 
     async def send_streaming(self, response, receive, send):
         """Django's way: stop sending when the client goes away; close() after."""
+        if not response.is_async:
+            response.streaming_content = self.pulled(response.streaming_content)
         sending = asyncio.create_task(self.send_response(response, send))
         listening = asyncio.create_task(self.listen_for_disconnect(receive))
         try:
@@ -104,6 +112,29 @@ class ThreadPoolASGIHandler(ASGIHandler):
                     pass
         finally:
             await sync_to_async(response.close, thread_sensitive=True)()
+
+    @staticmethod
+    async def pulled(blocks: Iterable[bytes]) -> AsyncIterator[bytes]:
+        """A synchronous iterator's blocks, each read on the request's thread when the last is sent.
+
+        Gotcha (Django 5.2, ``StreamingHttpResponse.__aiter__``): under ASGI a synchronous
+        iterator is consumed with ``sync_to_async(list)`` — the *whole* file is read into memory
+        before its first byte is sent (the "must consume synchronous iterators" warning): a
+        128 MiB weights download grew uvicorn's process by 128 MiB or more (1 GB: by 1 GB), and
+        a client that left after the first megabyte still had the whole file read. Here one
+        block is read per hop (``FileResponse.block_size``, set in :meth:`respond`), and the
+        next only once the server took the last: uvicorn's ``send`` waits while the socket's
+        buffer is full, so a slow client holds back the reading (backpressure) and memory stays
+        a few blocks whatever the file's size (tests/test_asgi_threads.py,
+        tests/integration/test_download_memory.py).
+        When the client leaves, :meth:`send_streaming` cancels the task awaiting a block; the
+        block being read finishes on the request's one thread and ``response.close()`` (the
+        file's) runs after it on that same thread — no thread is made or left behind.
+        """
+        read_next = sync_to_async(next, thread_sensitive=True)
+        blocks = iter(blocks)
+        while (block := await read_next(blocks, None)) is not None:
+            yield block
 
 
 def get_asgi_application() -> ThreadPoolASGIHandler:
