@@ -133,3 +133,47 @@ def test_a_node_fetches_a_dataset_that_was_trained_on_in_place(tmp_path, setting
     assert len(images) == 3 and sorted(p.relative_to(folder) for p in folder.rglob("*.jpg")) == images
     # Ultralytics on the node reads (and writes its caches into) the node's copy, not the web's folder.
     assert yaml.safe_load(fetched.read_text())["path"] == str(folder)
+
+
+def test_a_large_object_is_fetched_and_read_from_the_store_in_bounded_memory(tmp_path, settings, moto):
+    """64 MiB through artifact_local (into the node cache) and artifact_read (a download without a
+    recorded hash): the bytes arrive unchanged and this process's heap grows by a few MiB at most.
+    (django-storages' S3File downloads the whole object into a SpooledTemporaryFile that, with
+    AWS_S3_MAX_MEMORY_SIZE at its default 0, never moves to disk: 64 MiB in memory.)"""
+    import tracemalloc
+
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-cache"
+    size = 64 << 20
+    local = tmp_path / "big.pt"
+    with open(local, "wb") as out:
+        out.truncate(size)
+        for n in range(size >> 20):
+            out.seek(n << 20)
+            out.write(n.to_bytes(8, "big") * 4)
+    sha = hashlib.sha256(local.read_bytes()).hexdigest()
+    key = f"jobs/{uuid.uuid4()}/weights/best.pt"
+
+    def peak_growth(action):
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            result = action()
+            return result, tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+
+    def read_through():
+        digest = hashlib.sha256()
+        with artifact_read(key) as handle:
+            while block := handle.read(64 << 10):
+                digest.update(block)
+        return digest.hexdigest()
+
+    with override_settings(STORAGES=s3_storages(moto)):
+        artifact_upload(key, local)
+        fetched, fetched_peak = peak_growth(lambda: artifact_local(key, sha))
+        read, read_peak = peak_growth(read_through)
+    print(f"heap peak growth for {size >> 20} MiB: artifact_local {fetched_peak / 2**20:.1f} MiB, "
+          f"artifact_read {read_peak / 2**20:.1f} MiB")
+    assert hashlib.sha256(fetched.read_bytes()).hexdigest() == sha and read == sha
+    assert fetched_peak < 8 << 20 and read_peak < 8 << 20, (fetched_peak, read_peak)
