@@ -175,13 +175,14 @@ class Explainer:
     def explain(
         self,
         waiting: Sequence[Waiting],
-        info: Mapping[str, tuple[float, tuple[float, float, float, float]]],
+        info: Mapping[str, tuple],
         reserved_node: Mapping[str, str],
         eta_model: EtaModel | None = None,
     ) -> tuple[tuple[QueueEntry, ...], float | None]:
         """Queue entries in priority order, and when to plan again (a quota lifts).
 
-        ``info`` maps job id to (priority, factors); ``reserved_node`` job id to the node it
+        ``info`` maps job id to its :class:`~.priority.Ranked` row (priority first, factors
+        last); ``reserved_node`` job id to the node it
         holds. With ``eta_model``, the head of the queue gets forward-simulated ETAs and
         everyone a range (:mod:`.eta`); without, the pooled sweep's point alone.
         """
@@ -205,6 +206,20 @@ class Explainer:
         entries: list[QueueEntry] = []
         append = entries.append
         reason = self.reason
+        gpus_text = self._gpus_text
+        fmt_cache = self._fmt_cache
+        fmt = self.fmt
+        # EtaModel.coarse inlined (the same arithmetic, in the same order): one call per job
+        # below the head, most of a long queue. After head(), which refines the spread.
+        coarse = eta_model is not None
+        if coarse:
+            lo_f, hi_f = eta_model.spread
+            widen = eta_model.config.eta_range_widen
+            stretch = bool(eta_model.total_gpus and eta_model.inflow_rate > 0)
+            total_gpus = eta_model.total_gpus
+            rate_above = eta_model.inflow_rate_above
+        ranges_get = ranges.get
+        reserved_get = reserved_node.get
         ahead = 0
         position = 0
         for w, eta in zip(waiting, pooled, strict=True):
@@ -213,11 +228,20 @@ class Explainer:
             position += 1
             if only is None or job.job_id in only:
                 job_id = job.job_id
-                prio, f = info[job_id]
+                row = info[job_id]
+                prio = row[0]
+                f = row[3]
                 low = high = None
-                if eta is not None and eta_model is not None:
-                    got = ranges.get(job_id)
-                    eta, low, high = got if got is not None else eta_model.coarse(eta, prio)
+                if eta is not None and coarse:
+                    got = ranges_get(job_id)
+                    if got is not None:
+                        eta, low, high = got
+                    else:
+                        wait = max(0.0, eta - now)
+                        if wait > 0 and stretch:  # no inflow: load 0, no stretch
+                            load = min(0.9, rate_above(prio) / total_gpus)
+                            wait /= 1.0 - load
+                        eta, low, high = now + wait, now + wait * lo_f / widen, now + wait * hi_f * widen
                 if eta is not None and calibration is False:
                     config = self.state.config
                     calibration = calibration_for(self.state.eta_history, config.eta_coverage, config.eta_calibration_min)
@@ -225,16 +249,29 @@ class Explainer:
                 if eta is not None and calibration:  # the track record sets the point and the range
                     eta, low, high = calibration.calibrate(now, eta) or (eta, low, high)
                 cls = w.cls
-                factors = {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]}
+                if kind == "resources" and cls == job.priority_class:
+                    # reason()'s first case inlined (most of a long queue); the urgent note
+                    # cannot apply (cls equals the class asked for)
+                    what = gpus_text.get((job.gpus, job.gpu_models))
+                    if what is None:
+                        what = self.gpus_text(job)
+                    text = f"waiting for {what}"
+                    if ahead:
+                        text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
+                    if eta is not None:
+                        when = fmt_cache.get(int(eta // 60))
+                        text += f"; expected {when if when is not None else fmt(eta)}"
+                else:
+                    text = reason(w, cls, ahead, eta)
                 append(
                     _entry(
                         job_id,
                         position,
                         prio,
-                        factors,
+                        {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]},
                         eta,
-                        reason(w, cls, ahead, eta),
-                        reserved_node.get(job_id),
+                        text,
+                        reserved_get(job_id),
                         w.until if kind == "reserved" else None,
                         low,
                         high,

@@ -295,7 +295,7 @@ class FairPlanner:
         explainer = Explainer(self.state, now, self.caps, self.quota.preempted, self.started_allocs)
         queue, wake_at = explainer.explain(
             waiting,
-            {r.job.job_id: (r.priority, r.factors) for r in rows},
+            {r[1].job_id: r for r in rows},  # job id -> its Ranked row (r[1] is r.job, without the property)
             {r.job.job_id: r.node for r in reservations.items},
             eta_model,
         )
