@@ -12,7 +12,7 @@ from __future__ import annotations
 from .admission import NeverStarts
 from .eta import EtaModel
 from .explain import Explainer, Waiting
-from .placement import Placer, Target, capacities, shape_of
+from .placement import EPS, Placer, Target, capacities, shape_of
 from .preemption import URGENT_VICTIM_CLASSES, VictimFinder, choose_victims_legacy
 from .priority import Ranked, fairshare_factors, promote_starving, rank_queue
 from .quota import QuotaLedger
@@ -202,7 +202,10 @@ class FairPlanner:
         never_reason = self.never.reason
         never_known = self.never.known  # (shape, team) -> answer, for the common case
         reservations = self.reservations
-        team_info: dict[str, tuple[TeamPolicy, bool]] = {}
+        # team -> (its policy, whether any quota applies, the users of that team that no
+        # quota can hold in this pass: see below)
+        team_info: dict[str, tuple[TeamPolicy, bool, dict[str, bool] | None]] = {}
+        usage_24h = self.state.user_usage_24h
         deferred: list[Ranked] = []
         starving_reserved = 0
         unknown = NeverStarts.UNKNOWN
@@ -212,8 +215,13 @@ class FairPlanner:
             info = team_info.get(team)
             if info is None:
                 tp = quota.team_policy(team)
-                info = team_info[team] = (tp, quota.limited(tp))
-            tp, limited = info
+                user_quota = quota.user_quota_s(tp)
+                # Without a team GPU cap, QuotaLedger.block holds a preemptible job only when
+                # its user's past 24 h usage (fixed for the pass) reaches the daily quota: that
+                # answer, per user, is kept here, and block() is asked only when it may hold.
+                free_users = {} if tp.max_gpus is None and user_quota is not None else None
+                info = team_info[team] = (tp, quota.limited(tp), free_users)
+            tp, limited, free_users = info
             shape = job.shape
             never = never_known.get((shape, team), unknown)
             if never is unknown:
@@ -222,7 +230,13 @@ class FairPlanner:
                 add_waiting(Waiting(job, "never", never, None, cls))
                 continue
             if limited:
-                blocked = quota.block(job, tp)
+                if free_users is not None and job.preemptible:
+                    free = free_users.get(job.user)
+                    if free is None:
+                        free = free_users[job.user] = usage_24h.get(job.user, 0.0) + EPS < quota.user_quota_s(tp)
+                    blocked = None if free else quota.block(job, tp)
+                else:
+                    blocked = quota.block(job, tp)
                 if blocked is not None:
                     if blocked.note[0] == "user" and job.preemptible:
                         deferred.append(row)  # runs as "over quota" work on idle GPUs, step 4
