@@ -74,3 +74,54 @@ def test_a_pass_restores_the_garbage_collector_and_leaves_no_cycles() -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_the_forward_simulations_kept_shadow_equals_a_fresh_walk() -> None:
+    """ForwardSim.shadow keeps its answer across starts on other nodes that end no earlier
+    than the event it found (eta.py): after random starts, releases and shadows on random
+    clusters, every kept answer equals the walk done afresh on the same state."""
+    from apps.scheduling.policy.eta import ForwardSim, _alloc_of
+
+    kept = 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        cluster = [node(f"n{k}", gpus=rng.choice((2, 4, 8)), cpu=rng.choice((16000, 64000))) for k in range(6)]
+        busy = []
+        for k, n in enumerate(cluster):
+            free = list(range(len(n.gpus)))
+            rng.shuffle(free)
+            while len(free) > rng.choice((0, 0, 1)):
+                size = min(rng.choice((1, 1, 2, 4)), len(free))
+                share = rng.choice((1.0, 1.0, 0.5)) if size == 1 else 1.0
+                taken = tuple(sorted(free.pop() for _ in range(size)))
+                busy.append(
+                    running(f"r{k}-{len(busy)}", n.name, taken, left_s=rng.uniform(60, 10 * HOUR), share=share,
+                            cpu_milli=rng.choice((0, 4000, 8000)))
+                )
+        sim = ForwardSim(capacities(cluster, busy), busy, None, NOW, 1000)
+        shapes = [
+            job(f"s{i}", gpus=g, cpu_milli=c, walltime_s=HOUR)
+            for i, (g, c) in enumerate(((1, 0), (2, 4000), (4, 0), (8, 0), (0.5, 0), (3, 30000)))
+        ]
+        t = NOW
+        for step in range(120):
+            op = rng.random()
+            if op < 0.45:  # a start where it fits
+                j = job(f"x{seed}-{step}", gpus=rng.choice((0.5, 1, 1, 2)), walltime_s=rng.uniform(60, 12 * HOUR))
+                placed = sim.placer.place(j)
+                if placed is not None:
+                    end = t + j.walltime
+                    sim.push(end, _alloc_of(j, *placed, t, end))
+            elif op < 0.6 and sim.cursor < len(sim.events):  # time passes: the next end
+                t = max(t, sim.events[sim.cursor][0])
+                sim.placer.now = t
+                sim._release_until(t)
+            else:
+                probe = shapes[0] if rng.random() < 0.6 else rng.choice(shapes)
+                memo = sim._shadow
+                if memo is not None and memo[0] == probe.shape and memo[1] != sim.seq and memo[2] is not None:
+                    kept += 1  # a case the kept answer may serve
+                got = sim.shadow(probe)
+                sim._shadow = None
+                assert got == sim.shadow(probe), (seed, step)
+    assert kept > 200  # the kept answer was put to the test often

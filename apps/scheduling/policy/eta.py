@@ -105,8 +105,11 @@ class ForwardSim:
         self.max_steps = max_steps
         # The last shadow: (shape, version, index of the event it found or None, answer).
         self._shadow: tuple | None = None
+        self._seq0 = self.seq
+        self._pushed: list[tuple[str, float]] = []  # (node, end) of every start, in order: version - _seq0 indexes it
 
     def push(self, end: float, alloc: Allocation) -> None:
+        self._pushed.append((alloc.node, end))
         self.seq += 1
         # (end, sequence): the sequence is unique, allocations are never compared
         bisect.insort(self.events, (end, self.seq, alloc), lo=self.cursor)
@@ -121,13 +124,24 @@ class ForwardSim:
         """
         shape = job.shape
         memo = self._shadow
-        if (
-            memo is not None
-            and memo[0] == shape
-            and memo[1] == self.seq
-            and (memo[2] is None or self.cursor <= memo[2])
-        ):
-            return memo[3]
+        if memo is not None and memo[0] == shape:
+            _, version, found, answer = memo
+            if version == self.seq and (found is None or self.cursor <= found):
+                return answer
+            if found is not None and self.cursor <= found:
+                # Starts since, each on another node than the one found and ending no earlier
+                # than the event found: the answer stands. Capacity only shrank on the start's
+                # node, and fit() is monotone in capacity (rounding too: round(x, 6) is), so
+                # no event before the found one fits there now; every other node's copies are
+                # as before up to the found event (the start's own end sorts after it, so the
+                # found event keeps its index); the found node's copy is unchanged and fits.
+                node, at = answer
+                for n, end in self._pushed[version - self._seq0 :]:
+                    if n == node or end < at:
+                        break
+                else:
+                    self._shadow = (shape, self.seq, found, answer)
+                    return answer
         copies: dict[str, NodeCapacity] = {}
         events = self.events
         caps = self.caps

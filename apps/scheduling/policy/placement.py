@@ -325,8 +325,15 @@ class Placer:
             self.failed.add(shape)
             self.failed_jobs[shape] = job
             return
-        delay = self._delay
-        fits = [((delay(name, end),) + key, name, fit) for name, (key, fit) in base.items()]
+        drain = self.drain
+        if drain is None:
+            fits = [((0.0,) + key, name, fit) for name, (key, fit) in base.items()]
+        else:  # _delay inlined: how much later the node would drain (0 if not later)
+            now, drain_at = self.now, drain.get
+            fits = [
+                ((later if (later := end - drain_at(name, now)) > 0 else 0.0,) + key, name, fit)
+                for name, (key, fit) in base.items()
+            ]
         fits.sort()
         targets = self.targets
         if not targets:
