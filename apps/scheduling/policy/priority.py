@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from operator import itemgetter
+from itertools import compress, islice
+from operator import eq, itemgetter
 from typing import NamedTuple
 
 from .types import PRIORITY_CLASSES, ClusterState, JobRequest, PolicyConfig, TeamPolicy
@@ -171,16 +172,18 @@ def _by_priority(rows: list[Ranked]) -> list[Ranked]:
     compare), then each run of equal priorities by (submitted, job id) — the same order as
     one sort on (-priority, submitted, job id), at a fraction of the cost on 10,000 rows."""
     rows.sort(key=itemgetter(0), reverse=True)  # stable: equal priorities keep the input order ...
-    n = len(rows)
-    i = 0
-    while i < n:
-        p = rows[i][0]
-        j = i + 1
-        while j < n and rows[j][0] == p:
-            j += 1
-        if j - i > 1:  # ... and are put in a total order here
-            rows[i:j] = sorted(rows[i:j], key=lambda r: (r[1].submitted_at, r[1].job_id))
-        i = j
+    prios = list(map(itemgetter(0), rows))
+    # i where rows i and i + 1 tie, found in C (a long queue has few or no ties)
+    ties = list(compress(range(len(prios) - 1), map(eq, prios, islice(prios, 1, None))))
+    k, m = 0, len(ties)
+    while k < m:
+        start = end = ties[k]  # the run is rows[start : end + 2]
+        k += 1
+        while k < m and ties[k] == end + 1:
+            end += 1
+            k += 1
+        # ... and are put in a total order here
+        rows[start : end + 2] = sorted(rows[start : end + 2], key=lambda r: (r[1].submitted_at, r[1].job_id))
     return rows
 
 
