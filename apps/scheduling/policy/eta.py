@@ -50,6 +50,7 @@ class _Pending:
     t0: float  # not before (quota frees, arrival time, reservation)
     interest: bool  # its ETA is wanted
     walltime: float  # in this scenario
+    started: bool = False  # in this scenario (ForwardSim.run drops it from the order)
 
 
 def _alloc_of(job: JobRequest, node: str, indices: tuple[int, ...], share: float, t: float, end: float) -> Allocation:
@@ -190,19 +191,17 @@ class ForwardSim:
             blocked_seen = False
             failed = placer.failed
             next_t0 = math.inf
-            remaining: list[_Pending] = []
+            started = 0  # jobs started in this scan: dropped from the order after it
             for p in order:
                 if p.t0 > t:
                     if p.t0 < next_t0:
                         next_t0 = p.t0
-                    remaining.append(p)
                     continue
                 job = p.job
                 if job.shape in failed:  # still does not fit: the first such job casts the shadow
                     if not blocked_seen:
                         blocked_seen = True
                         blocked = self.shadow(job)
-                    remaining.append(p)
                     continue
                 end = t + p.walltime
                 allowed = None
@@ -217,15 +216,17 @@ class ForwardSim:
                     if not blocked_seen:
                         blocked_seen = True
                         blocked = self.shadow(job)
-                    remaining.append(p)
                     continue
                 node, indices, share = placed
                 self.push(end, _alloc_of(job, node, indices, share, t, end))
+                p.started = True
+                started += 1
                 if p.interest:
                     starts[job.job_id] = t
                     if len(starts) == wanted:
                         return starts
-            order = remaining
+            if started:
+                order = [p for p in order if not p.started]
             t = self._advance(t, next_t0, arrivals)
             if t is None:
                 break
