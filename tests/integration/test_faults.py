@@ -462,6 +462,10 @@ def running_on(job_id, node: str, attempt: int) -> bool:
                                    message__startswith=f"running on {node} ").exists()
 
 
+# Not in CI's PostgreSQL wave (ONLY_DATABASE_TESTS=1; CI is near its 45-minute budget): what it adds
+# in SQL, the node's conditional update and the reaper's pass, is run there by the unit tests in
+# tests/cluster/test_services.py and tests/scheduling/test_one_fault_one_attempt.py.
+@pytest.mark.skipif(bool(os.environ.get("ONLY_DATABASE_TESTS")), reason="SQLite wave only (CI time)")
 def test_a_cleanly_stopped_worker_takes_no_new_work_and_its_job_moves_at_once(live, alice):
     """9. SIGTERM a worker (a rolling restart): its node is marked lost as it exits, so its running
     job is requeued at once (one attempt) and no new job is placed on it, long before NODE_GRACE_S.
