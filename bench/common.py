@@ -160,6 +160,24 @@ class Stack:
                         f"node_register(name='bench-node', gpus=simulated_gpus({node_gpus}))")
         return self.manage("issue_token", "alice").strip()
 
+    def users(self, count: int, *, team: str) -> list[str]:
+        """``count`` more members of ``team`` (bench-user-1 ...); returns their API tokens."""
+        if count <= 0:
+            return []
+        out = self.manage("shell", "-c", (
+            "from apps.accounts.models import Membership, Team\n"
+            "from apps.accounts.services import membership_set, token_create, user_ensure\n"
+            f"team = Team.objects.get(slug={team!r})\n"
+            f"for n in range(1, {count + 1}):\n"
+            "    user = user_ensure(username=f'bench-user-{n}', password='bench-' + str(n))\n"
+            "    membership_set(user=user, team=team, role=Membership.Role.MEMBER)\n"
+            "    print('token:', token_create(user=user, name='bench')[1])\n"))
+        # The shell prints its own lines too ("N objects imported automatically").
+        tokens = [line.split()[1] for line in out.splitlines() if line.startswith("token: ")]
+        if len(tokens) != count:
+            raise RuntimeError(f"expected {count} tokens, got:\n{out}")
+        return tokens
+
     def django(self) -> None:
         """Point this process's Django at the stack (once per process)."""
         os.environ.update(self.env)

@@ -2,6 +2,7 @@
 
     python bench/submit.py [--database sqlite|postgres] [--server uvicorn|daphne] [--web-workers 3]
                            [--jobs 400] [--clients 16] [--repeat 3] [--slurm] [--json out.json]
+                           [--keepalive] [--users 1]
 
 The shape is ../shared/recipes/submit_bench.py's (the one Slurm was measured with here):
 N jobs from C concurrent clients (threads), each a ``POST /api/v1/jobs/`` of a JSON spec
@@ -11,11 +12,21 @@ Slurm: the same clients each run ``sbatch --hold`` (held jobs never start) again
 one-node Slurm configured like ../shared/recipes/slurm-single-node.sh (common.Slurm; as
 root), cancelled afterwards. Portal and Slurm runs alternate, so both see the same load.
 Each figure is the median of ``--repeat`` runs.
+
+By default each submit opens a new connection (``urllib``), as each ``sbatch`` is a new
+process: the figure comparable with every earlier one. ``--keepalive`` gives each client one
+HTTP/1.1 connection it keeps (reconnecting when the server closes it), as a real client
+does (the CLI's ``requests`` session); it is reported as a separate row, never in place
+of the default. ``--users N`` spreads the clients over N users of the team (client ``i``
+submits as user ``i % N``; the first is alice): one user's submits serialise on that user's
+row lock on PostgreSQL (the active-job cap is counted under it), and a real service has
+many users. The default (1) is the figure comparable with earlier ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import resource
 import subprocess
@@ -29,32 +40,70 @@ from pathlib import Path
 from common import Slurm, Stack, machine, median, percentile, rounded, run_threads, tree_cpu_s
 
 
-def submit_run(base: str, token: str, *, jobs: int, clients: int, tag: str, servers: tuple[int, ...] = ()) -> dict:
+def post_new_connection(base: str, body: bytes, headers: dict, state: dict) -> str:
+    """One POST on a connection of its own (urllib): the status as text, or the error's name."""
+    request = urllib.request.Request(base + "/api/v1/jobs/", data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return str(response.status)
+    except urllib.error.HTTPError as exc:
+        return str(exc.code)
+    except Exception as exc:  # noqa: BLE001 - counted, like the recipe does
+        return type(exc).__name__
+
+
+def post_keepalive(base: str, body: bytes, headers: dict, state: dict) -> str:
+    """One POST on this client's kept connection (``state["conn"]``), reconnecting once when
+    the server has closed it (keep-alive timeout) before answering."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    for attempt in (1, 2):
+        conn = state.get("conn")
+        if conn is None:
+            conn = state["conn"] = http.client.HTTPConnection(host, int(port), timeout=60)
+        try:
+            conn.request("POST", "/api/v1/jobs/", body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            if response.will_close:
+                conn.close()
+                state["conn"] = None
+            return str(response.status)
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+            conn.close()
+            state["conn"] = None
+            if attempt == 2:
+                return type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - counted, like the recipe does
+            conn.close()
+            state["conn"] = None
+            return type(exc).__name__
+    return "unreachable"
+
+
+def submit_run(base: str, tokens: list[str], *, jobs: int, clients: int, tag: str, servers: tuple[int, ...] = (),
+               keepalive: bool = False) -> dict:
     """One run; CPU per job = the server processes' (``servers`` and their children) plus
-    this client's own, so the figure does not depend on how busy the machine is."""
+    this client's own, so the figure does not depend on how busy the machine is. Client ``i``
+    submits as ``tokens[i % len(tokens)]``."""
     cpu_before = tree_cpu_s(*servers) + time.process_time()
     latencies: list[float] = []
     codes: dict[str, int] = {}
     lock = threading.Lock()
     per = jobs // clients
+    post = post_keepalive if keepalive else post_new_connection
 
     def client(i: int) -> None:
+        state: dict = {}
+        token = tokens[i % len(tokens)]
         for k in range(per):
             body = json.dumps({"task_name": f"bench-{tag}-{i}-{k}", "allow_duplicate": True, "team": "vision",
                                "command": f"yolo train data=demo model=yolov8n.yaml epochs={1 + (i * per + k) % 50} "
                                           "imgsz=64",
                                "resources": {"gpu": 1}, "priority": "low", "timeout": 3600}).encode()
-            request = urllib.request.Request(base + "/api/v1/jobs/", data=body, method="POST", headers={
-                "Authorization": "Token " + token, "Content-Type": "application/json",
-                "Idempotency-Key": str(uuid.uuid4())})
+            headers = {"Authorization": "Token " + token, "Content-Type": "application/json",
+                       "Idempotency-Key": str(uuid.uuid4())}
             started = time.perf_counter()
-            try:
-                with urllib.request.urlopen(request, timeout=60) as response:
-                    code = str(response.status)
-            except urllib.error.HTTPError as exc:
-                code = str(exc.code)
-            except Exception as exc:  # noqa: BLE001 - counted, like the recipe does
-                code = type(exc).__name__
+            code = post(base, body, headers, state)
             elapsed = time.perf_counter() - started
             with lock:
                 latencies.append(elapsed)
@@ -106,23 +155,25 @@ def summary(runs: list[dict]) -> dict:
 
 
 def measure(database: str, server: str, workers: int, *, jobs: int, clients: int, repeat: int,
-            slurm: Slurm | None) -> dict:
+            slurm: Slurm | None, keepalive: bool = False, users: int = 1) -> dict:
     """``repeat`` portal runs, each followed by a Slurm run when there is one (so both see the
     same machine load); the first run of each only warms up (caches, connections)."""
     portal_runs, slurm_runs = [], []
     with Stack(f"submit-{database}-{server}", database) as stack:
-        token = stack.prepare(node_gpus=8)
+        tokens = [stack.prepare(node_gpus=8), *stack.users(users - 1, team="vision")]
         base = stack.start_web(server=server, workers=workers)
-        submit_run(base, token, jobs=clients * 4, clients=clients, tag="warm")
+        submit_run(base, tokens, jobs=clients * 4, clients=clients, tag="warm", keepalive=keepalive)
         if slurm:
             slurm_run(slurm, jobs=clients * 4, clients=clients)
         for n in range(repeat):
-            portal_runs.append(submit_run(base, token, jobs=jobs, clients=clients, tag=f"r{n}",
-                                          servers=(stack.processes["web"].pid, stack.redis.process.pid)))
+            portal_runs.append(submit_run(base, tokens, jobs=jobs, clients=clients, tag=f"r{n}",
+                                          servers=(stack.processes["web"].pid, stack.redis.process.pid),
+                                          keepalive=keepalive))
             if slurm:
                 slurm_runs.append(slurm_run(slurm, jobs=jobs, clients=clients))
     portal = summary(portal_runs)
-    portal.update({"database": database, "server": server, "web_workers": workers if server == "uvicorn" else 1})
+    portal.update({"database": database, "server": server, "web_workers": workers if server == "uvicorn" else 1,
+                   "keepalive": keepalive, "users": users})
     return {"portal": portal, "slurm": summary(slurm_runs) if slurm_runs else None}
 
 
@@ -135,21 +186,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--slurm", action="store_true", help="also measure sbatch --hold (the baseline)")
+    parser.add_argument("--keepalive", action="store_true",
+                        help="each client keeps one HTTP connection (default: a new connection per submit)")
+    parser.add_argument("--users", type=int, default=1, help="spread the clients over this many users (default 1)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
 
+    if args.users < 1:
+        parser.error("--users must be 1 or more")
     result = {"machine": machine(), "jobs": args.jobs, "clients": args.clients, "repeat": args.repeat}
+    options = {"keepalive": args.keepalive, "users": args.users}
     if args.slurm and not Slurm.available():
         print("slurm: sbatch/slurmctld not available (../shared/recipes/slurm-single-node.sh installs them)")
     if args.slurm and Slurm.available():
         with Slurm() as slurm:
             result.update(measure(args.database, args.server, args.web_workers, jobs=args.jobs,
-                                  clients=args.clients, repeat=args.repeat, slurm=slurm))
+                                  clients=args.clients, repeat=args.repeat, slurm=slurm, **options))
     else:
         result.update(measure(args.database, args.server, args.web_workers, jobs=args.jobs,
-                              clients=args.clients, repeat=args.repeat, slurm=None))
+                              clients=args.clients, repeat=args.repeat, slurm=None, **options))
     portal = result["portal"]
-    print(f"portal ({portal['database']}, {portal['server']} × {portal['web_workers']}): "
+    how = ("keep-alive" if args.keepalive else "a connection per submit") + (
+        f", {args.users} users" if args.users > 1 else ", 1 user")
+    print(f"portal ({portal['database']}, {portal['server']} × {portal['web_workers']}; {how}): "
           f"{portal['accepted_per_s']} jobs/s, p50 {portal['p50_ms']} ms, p95 {portal['p95_ms']} ms, "
           f"CPU {portal['cpu_ms_per_job']} ms/job "
           f"(median of {args.repeat} × {args.jobs} jobs from {args.clients} clients)")
