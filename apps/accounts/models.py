@@ -161,6 +161,9 @@ class AuditEntry(models.Model):
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target_type}:{self.target_id}"
 
     def save(self, *args, **kwargs):
+        # For a new row this is Model.save and nothing else: audit_record's prepared INSERT
+        # (PreparedInsert(..., save_guards_updates_only=True)) relies on it. Keep it so, or
+        # drop that flag there.
         if not self._state.adding:
             raise PermissionError("audit entries are append-only: they cannot be changed")
         super().save(*args, **kwargs)

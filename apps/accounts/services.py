@@ -11,14 +11,23 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from apps.core.errors import FieldErrors
+from apps.core.prepared import PendingRow, PreparedInsert
 
 from .live import access_changed
 from .models import ApiToken, AuditEntry, Membership, StorageCharge, Team, hash_token
 
 MAX_ACTIVE_TOKENS_PER_USER = 50
+# Every submit writes one (apps/core/prepared.py): the INSERT compiled once per connection.
+# AuditEntry.save() only refuses updates, so a new row may skip it (see the comment there).
+AUDIT_INSERT = PreparedInsert(AuditEntry, save_guards_updates_only=True)
 
 
-def audit_record(
+def audit_record(**entry: Any) -> AuditEntry:
+    """Append one audit entry (the arguments are :func:`audit_prepare`'s)."""
+    return audit_prepare(**entry).run()
+
+
+def audit_prepare(
     *,
     actor,
     action: str,
@@ -27,8 +36,10 @@ def audit_record(
     message: str = "",
     data: dict | None = None,
     target_id: str | None = None,
-) -> AuditEntry:
-    """Append one audit entry: ``actor`` did ``action`` to ``target`` (in ``team``).
+) -> PendingRow:
+    """One audit entry, ``actor`` did ``action`` to ``target`` (in ``team``), ready to be
+    appended by ``.run()`` (its values converted already: a submit prepares it before its
+    transaction; apps/core/prepared.py).
 
     ``actor`` may be None for the system (scheduler, reaper); ``target`` any model
     instance (its class name and primary key are kept, not a foreign key, so the entry
@@ -36,7 +47,7 @@ def audit_record(
     """
     actor_obj = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
     team_id = team.pk if isinstance(team, Team) else team
-    return AuditEntry.objects.create(
+    return AUDIT_INSERT.prepare(
         actor=actor_obj,
         actor_name=actor_obj.get_username() if actor_obj else "system",
         team_id=team_id,

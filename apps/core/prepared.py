@@ -125,27 +125,40 @@ class PreparedInsert:
     ``create()`` itself runs instead when its shortcut would differ: a model with its own
     ``save()``, ``pre_save``/``post_save`` listeners, a field with a database default or a
     generated field, a value that is an expression, or a field whose placeholder is not ``%s``.
+
+    ``save_guards_updates_only=True`` says the model's own ``save()`` does nothing for a new
+    row but call ``Model.save`` (it only refuses or changes *updates*, as the append-only
+    ``AuditEntry`` does): an insert may then skip it. Only a model whose ``save()`` says so
+    in a comment may be prepared this way; its test compares the row with ``create()``'s.
     """
 
-    def __init__(self, model, *, using: str = DEFAULT_DB_ALIAS) -> None:
+    def __init__(self, model, *, using: str = DEFAULT_DB_ALIAS, save_guards_updates_only: bool = False) -> None:
         from django.db.models import Model
 
         self.model = model
         self.alias = using
         meta = model._meta
-        self.plain = (model.save is Model.save and model.save_base is Model.save_base
+        self.plain = ((model.save is Model.save or save_guards_updates_only) and model.save_base is Model.save_base
                       and not any(f.generated or f.has_db_default() for f in meta.local_concrete_fields))
         self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __call__(self, **values: Any):
-        from django.db import transaction
+        return self.prepare(**values).run()
+
+    def prepare(self, **values: Any) -> PendingRow:
+        """The row made and its values converted now, inserted by ``.run()`` later (on the same
+        thread): a caller converts its rows before it takes a lock and holds the lock only
+        for the statements. ``.obj`` is the instance (its primary key is known before the
+        insert when it has a default, as a uuid has)."""
         from django.db.models import signals
 
         model = self.model
+        if frozenset(values) & model._meta._reverse_one_to_one_field_names:
+            return model._default_manager.using(self.alias).create(**values)  # raises create()'s ValueError
+        obj = model(**values)
         if (not self.plain or signals.pre_save.has_listeners(model) or signals.post_save.has_listeners(model)
                 or any(hasattr(v, "resolve_expression") for v in values.values())):
-            return model._default_manager.using(self.alias).create(**values)
-        obj = model(**values)
+            return PendingRow(obj, self.alias)  # create()'s way: obj.save(force_insert=True)
         obj._prepare_related_fields_for_save(operation_name="save")
         meta = model._meta
         if obj.pk is None and meta.pk.has_default():
@@ -157,11 +170,29 @@ class PreparedInsert:
         if insert is None:
             insert = compiled[key] = _Insert(obj, connection)
         params = insert.params(obj) if insert.fixed else None
-        if params is None:  # this row's SQL would differ from the compiled one
-            obj.save(force_insert=True, using=self.alias)
+        # params None: this row's SQL would differ from the compiled one (create()'s way).
+        return PendingRow(obj, self.alias, insert, params, connection) if params is not None else \
+            PendingRow(obj, self.alias)
+
+
+class PendingRow:
+    """A row :meth:`PreparedInsert.prepare` made; ``run()`` inserts it and returns the instance."""
+
+    __slots__ = ("obj", "alias", "insert", "params", "connection")
+
+    def __init__(self, obj, alias: str, insert: _Insert | None = None, params: list | None = None,
+                 connection=None) -> None:
+        self.obj, self.alias, self.insert, self.params, self.connection = obj, alias, insert, params, connection
+
+    def run(self):
+        from django.db import transaction
+
+        obj = self.obj
+        if self.insert is None or connections[self.alias] is not self.connection:
+            obj.save(force_insert=True, using=self.alias)  # what create() does
             return obj
         with transaction.mark_for_rollback_on_error(self.alias):
-            insert.run(obj, params, connection)
+            self.insert.run(obj, self.params, self.connection)
         obj._state.db = self.alias
         obj._state.adding = False
         return obj
@@ -179,6 +210,7 @@ class _Insert:
         query = InsertQuery(type(obj))
         query.insert_values(self.fields, [obj])
         self.compiler = compiler = query.get_compiler(connection=connection)
+        self.plan = [(f, _passthrough(f, connection)) for f in self.fields]
         self.returning = meta.db_returning_fields
         compiler.returning_fields = self.returning
         (self.sql, _params), = compiler.as_sql()
@@ -187,9 +219,16 @@ class _Insert:
         self.converters = compiler.get_converters(self.cols)
 
     def params(self, obj) -> list | None:
-        """The row's values as the compiler sends them; None when one is an expression (its own SQL)."""
+        """The row's values as the compiler sends them; None when one is an expression (its own SQL).
+
+        A value the field would send unchanged (see :func:`_passthrough`) is taken as it is;
+        every other goes through the compiler's ``prepare_value`` (``get_db_prep_save``)."""
         compiler = self.compiler
-        params = [compiler.prepare_value(f, compiler.pre_save_val(f, obj)) for f in self.fields]
+        params = []
+        for field, same in self.plan:
+            value = field.pre_save(obj, True)  # what compiler.pre_save_val does (an insert is never raw)
+            params.append(value if same and (value is None or type(value) in same)
+                          else compiler.prepare_value(field, value))
         return None if any(hasattr(p, "as_sql") for p in params) else params
 
     def run(self, obj, params: list, connection) -> None:
@@ -206,3 +245,31 @@ class _Insert:
             rows = list(compiler.apply_converters(rows, self.converters))
         for value, field in zip(rows[0], self.returning, strict=True):
             setattr(obj, field.attname, value)
+
+
+def _passthrough(field, connection) -> tuple[type, ...]:
+    """The exact value types that ``field.get_db_prep_save`` returns unchanged on ``connection``
+    (None included whenever this is not empty); () when unsure — a subclass, a JSON field, a
+    database whose driver wants its integers wrapped (psycopg's Int4 ...). Django 5.2's fields:
+    CharField/TextField ``to_python`` returns a str as it is; IntegerField ``int(v)``, FloatField
+    ``float(v)`` and BooleanField ``bool(v)`` of a value of that very type are the value, and
+    the integer adaptation is the base one (returns it) unless the database's ops override it;
+    None stays None for each of these and for dates, UUIDs and foreign keys. tests/core/
+    test_prepared.py compares the result with the compiler's for every field of a job."""
+    from django.db import models
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    kind = type(field)
+    if kind in (models.CharField, models.TextField):
+        return (str,)
+    if kind in (models.IntegerField, models.BigIntegerField, models.SmallIntegerField, models.PositiveIntegerField,
+                models.PositiveBigIntegerField, models.PositiveSmallIntegerField):
+        plain = type(connection.ops).adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
+        return (int,) if plain else (type(None),)
+    if kind is models.FloatField:
+        return (float,)
+    if kind is models.BooleanField:
+        return (bool,)
+    if kind in (models.DateTimeField, models.DateField, models.UUIDField, models.ForeignKey):
+        return (type(None),)
+    return ()

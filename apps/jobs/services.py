@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import team_rows
-from apps.accounts.services import audit_record
+from apps.accounts.services import audit_prepare, audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.hashing import file_sha256
 from apps.core.prepared import PreparedInsert, PreparedRead
@@ -795,6 +795,10 @@ KEY_USED = PreparedRead(
 
 JOB_INSERT = PreparedInsert(Job)
 EVENT_INSERT = PreparedInsert(JobEvent)
+# The user's row lock that serialises one user's submits for the active-job cap (PostgreSQL).
+USER_LOCK = PreparedRead(
+    lambda user_id: get_user_model().objects.select_for_update(no_key=True).filter(pk=user_id)
+    .values_list("pk", flat=True), samples=({"user_id": 1}, {"user_id": 2}))
 
 
 def active_jobs_count(user_id: int, *, limit: int) -> int:
@@ -822,10 +826,13 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     1. An ``idempotency_key`` already used by this user returns that job (created=False).
     2. Resolve team, dataset, model and capacity (SpecError on any problem).
     3. Refuse an identical active job of the same team (DuplicateJob) unless allowed.
-    4. Refuse when the user already has MAX_ACTIVE_JOBS_PER_USER active jobs (TooManyActiveJobs),
-       counted in the inserting transaction with the user's row locked (PostgreSQL; SQLite's
-       IMMEDIATE transactions serialise writers anyway), so parallel submits cannot pass it.
-    5. Insert, record the event, kick the scheduler after commit.
+    4. Insert the job, its first event and the audit entry; then refuse (rolling all of it
+       back) when the user now has more than MAX_ACTIVE_JOBS_PER_USER active jobs
+       (TooManyActiveJobs), counted in the inserting transaction with the user's row locked
+       (PostgreSQL; SQLite's IMMEDIATE transactions serialise writers anyway), so parallel
+       submits cannot pass it. The lock is taken last, so one user's submits wait for each
+       other only for the count and the commit, not for the inserts too.
+    5. Kick the scheduler after commit.
 
     A sweep (``spec.sweep``) is inserted as its parent: running at once, on no node, with no
     GPU (``gpus`` 0), so the scheduler never places it; the scheduler's sweep step
@@ -854,43 +861,56 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
             stored["sweep"]["seed"] = secrets.randbelow(2**31)
         kind = {"is_sweep": True, "state": JobState.RUNNING, "gpus": 0.0, "queued_at": None, "reason": "",
                 "runtime_signature": "", "started_at": now, "first_started_at": now}
+    # The three rows are made and their values converted before the transaction, which then
+    # only sends them (SQLite's write lock, held from BEGIN IMMEDIATE to COMMIT, is the one
+    # thing every submit of every web process waits for). The job's uuid is known already.
+    job_row = JOB_INSERT.prepare(
+        seq=1,  # the "submitted" event's
+        task_name=spec.task_name,
+        team=resolved.team,
+        user=user,
+        priority_class=spec.priority,
+        raw_spec=raw_spec,
+        spec=stored,
+        spec_hash=fingerprint,
+        idempotency_key=idempotency_key,
+        gpu_memory_mb=spec.gpu_memory_mb,
+        cpu_milli=spec.cpu_milli,
+        memory_mb=spec.memory_mb,
+        timeout_s=spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S,
+        retries_left=spec.retries,
+        parent=parent,
+        **kind,
+    )
+    job = job_row.obj
+    # The job's first event, written directly: nobody can be watching a job that did
+    # not exist a moment ago (a page that opens later reads it from the database),
+    # so no sequence round trip and no publish. "submitted" notifies nobody.
+    what = (f"sweep of {spec.sweep['trials']} trials ({spec.sweep['method']}, {spec.sweep['parallel']} at once)"
+            if spec.sweep else f"trial of sweep {parent.task_name}" if parent else "")
+    event_row = EVENT_INSERT.prepare(job=job, seq=1, attempt=1, kind="submitted",
+                                     message=f"submitted by {user.username} for team {resolved.team.slug}"
+                                             f"{'; ' + what if what else ''}")
+    audit_row = audit_prepare(actor=user, action=AuditEntry.Action.JOB_SUBMIT, team=job.team_id, target=job,
+                              message=job.task_name)
     try:
         with transaction.atomic():
+            job_row.run()
+            event_row.run()
+            audit_row.run()
             if connection.features.has_select_for_update:
                 # SQLite has no row locks (the ORM would send a plain SELECT): its IMMEDIATE
-                # transaction already holds the database's one write lock.
-                list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+                # transaction already holds the database's one write lock. NO KEY UPDATE: the
+                # rows just inserted hold KEY SHARE locks on the user's row (their foreign
+                # keys), which FOR UPDATE would wait on — two submits would deadlock.
+                USER_LOCK(user_id=user.pk)
+            # The count includes the job just inserted (active: queued, or a running sweep).
             limit = settings.MAX_ACTIVE_JOBS_PER_USER
-            if active_jobs_count(user.pk, limit=limit) >= limit:
-                # The refusal says the exact count (a cap lowered below what a user has).
-                raise TooManyActiveJobs(Job.objects.filter(user=user, state__in=ACTIVE_STATES).count(), limit)
-            job = JOB_INSERT(
-                seq=1,  # the "submitted" event's
-                task_name=spec.task_name,
-                team=resolved.team,
-                user=user,
-                priority_class=spec.priority,
-                raw_spec=raw_spec,
-                spec=stored,
-                spec_hash=fingerprint,
-                idempotency_key=idempotency_key,
-                gpu_memory_mb=spec.gpu_memory_mb,
-                cpu_milli=spec.cpu_milli,
-                memory_mb=spec.memory_mb,
-                timeout_s=spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S,
-                retries_left=spec.retries,
-                parent=parent,
-                **kind,
-            )
-            # The job's first event, written directly: nobody can be watching a job that did
-            # not exist a moment ago (a page that opens later reads it from the database),
-            # so no sequence round trip and no publish. "submitted" notifies nobody.
-            what = (f"sweep of {spec.sweep['trials']} trials ({spec.sweep['method']}, {spec.sweep['parallel']} at once)"
-                    if spec.sweep else f"trial of sweep {parent.task_name}" if parent else "")
-            EVENT_INSERT(job=job, seq=1, attempt=1, kind="submitted",
-                                    message=f"submitted by {user.username} for team {resolved.team.slug}"
-                                            f"{'; ' + what if what else ''}")
-            audit_record(actor=user, action=AuditEntry.Action.JOB_SUBMIT, team=job.team_id, target=job, message=job.task_name)
+            if active_jobs_count(user.pk, limit=limit + 1) > limit:
+                # The refusal says the exact count before this job (a cap lowered below what a
+                # user has); raising rolls the job, its event and its audit entry back.
+                raise TooManyActiveJobs(
+                    Job.objects.filter(user=user, state__in=ACTIVE_STATES).exclude(pk=job.pk).count(), limit)
             transaction.on_commit(kick_scheduler)
     except IntegrityError:
         # Two requests with the same Idempotency-Key raced; the other one won.

@@ -117,6 +117,34 @@ def test_a_prepared_insert_writes_the_row_create_writes(bob, teams):
     assert AuditEntry.objects.filter(pk=entry.pk).exists()
 
 
+def test_the_audit_entry_prepared_insert_writes_what_create_writes(bob, teams):
+    """AuditEntry's own save() only refuses updates, so audit_record's insert skips it
+    (save_guards_updates_only): the row must be the one create() writes, and the entry
+    stays append-only afterwards."""
+
+    from apps.accounts.models import AuditEntry
+    from apps.accounts.services import AUDIT_INSERT, audit_record
+    from apps.core.prepared import PreparedInsert
+
+    assert AUDIT_INSERT.plain and not PreparedInsert(AuditEntry).plain
+    values = {"actor": bob, "actor_name": "bob", "team_id": teams["vision"].pk, "action": "job.submit",
+              "target_type": "job", "target_id": "x1", "message": "m", "data": {"k": ["ü", 1]}}
+    prepared, expected = AUDIT_INSERT(**values), AuditEntry.objects.create(**values)
+    assert isinstance(prepared.pk, int) and prepared.pk == expected.pk - 1
+    stored, created = row(AuditEntry, prepared.pk), row(AuditEntry, expected.pk)
+    assert {k for k in stored if stored[k] != created[k]} <= {"id", "created_at"}
+    assert stored["created_at"] == prepared.created_at and prepared.created_at is not None
+    entry = audit_record(actor=bob, action=AuditEntry.Action.TOKEN_CREATE, team=teams["vision"], target=bob,
+                         message="x" * 600)
+    again = AuditEntry.objects.get(pk=entry.pk)
+    assert (again.actor_id, again.actor_name, again.team_id, again.action, again.target_type, again.target_id,
+            len(again.message)) == (bob.pk, "bob", teams["vision"].pk, "token.create", "user", str(bob.pk), 500)
+    with pytest.raises(PermissionError):
+        entry.save()
+    with pytest.raises(PermissionError):
+        again.delete()
+
+
 def test_a_prepared_insert_sends_expressions_through_the_orm(bob, teams):
     from django.db.models import Value
     from django.db.models.functions import Upper
@@ -126,3 +154,39 @@ def test_a_prepared_insert_sends_expressions_through_the_orm(bob, teams):
     jobs = PreparedInsert(Job)
     job = jobs(task_name=Upper(Value("loud")), team=teams["vision"], user=bob, spec={}, spec_hash="h", timeout_s=60)
     assert row(Job, job.pk)["task_name"] == "LOUD"
+
+
+def test_a_prepared_insert_sends_each_value_as_the_compiler_would(bob, teams):
+    """Values of a plain type are sent as they are (apps/core/prepared.py _passthrough): for
+    every field of a job, its event and an audit entry, the same parameters as Django's
+    compiler makes (``prepare_value(pre_save_val)``), on this database."""
+    from django.db import connection
+
+    from apps.accounts.models import AuditEntry
+    from apps.core.prepared import PreparedInsert
+    from apps.jobs.models import JobEvent
+
+    job_values = {"task_name": "t-ü", "team": teams["vision"], "user": bob, "spec": {"a": [1, None]}, "spec_hash": "h",
+                  "gpus": 0.5, "reason": "", "raw_spec": "x: 1", "timeout_s": 60, "retries_left": 2,
+                  "idempotency_key": "k", "state": JobState.QUEUED, "queued_at": None, "cpu_milli": 0}
+    cases = [(PreparedInsert(Job), job_values),
+             (PreparedInsert(Job), {**job_values, "gpus": 1, "timeout_s": True, "reason": None and "", "cpu_milli": 3}),
+             (PreparedInsert(JobEvent), {"job_id": None, "seq": 1, "attempt": 1, "kind": "submitted", "message": "m"}),
+             (PreparedInsert(AuditEntry, save_guards_updates_only=True),
+              {"actor": bob, "actor_name": "bob", "team_id": None, "action": "job.submit", "message": "", "data": {}})]
+    for prepared, values in cases:
+        pending = prepared.prepare(**values)
+        insert, obj = pending.insert, pending.obj
+        assert insert is not None
+        compiler = insert.compiler
+        expected = [compiler.prepare_value(f, compiler.pre_save_val(f, obj)) for f in insert.fields]
+        got = insert.params(obj)
+        stamps = {i for i, f in enumerate(insert.fields) if getattr(f, "auto_now_add", False)}
+
+        def plain(values: list, stamps: set = stamps) -> list:  # psycopg's Jsonb wrapper has no ==: compare what it wraps
+            return [("jsonb", v.obj) if type(v).__name__ == "Jsonb" else v
+                    for i, v in enumerate(values) if i not in stamps]
+
+        assert plain(got) == plain(expected), connection.vendor
+        assert [type(v) for v in got] == [type(v) for v in expected]
+        assert any(same for _, same in insert.plan)  # the shortcut is taken for some fields
