@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
@@ -80,6 +81,9 @@ def query_int(request, name: str, default: int = 0) -> int:
     return value
 
 
+_readers = threading.local()  # ModelFieldsOnce subclass -> an unbound instance, per thread
+
+
 class ModelFieldsOnce(serializers.ModelSerializer):
     """An output-only ModelSerializer that maps the model's fields once per class, not once per instance.
 
@@ -97,6 +101,11 @@ class ModelFieldsOnce(serializers.ModelSerializer):
             cls._mapped_fields = super().get_fields()
         return {name: copy.copy(field) for name, field in cls._mapped_fields.items()}
 
+    def _plan(self) -> list:
+        return [(field.field_name, field, field.source_attrs if type(field).get_attribute is Field.get_attribute
+                 else None)
+                for field in self._readable_fields]
+
     def to_representation(self, instance):
         """DRF's loop (Serializer.to_representation), without most of its cost per value.
 
@@ -106,12 +115,19 @@ class ModelFieldsOnce(serializers.ModelSerializer):
         override get_attribute is read here with plain getattr along its source; anything
         unusual (a callable, a missing attribute, a mapping) goes DRF's own way, as do the
         relation fields (their pk-only reading saves a query) and SkipField."""
+        if (self.parent is None and not self._context and "fields" not in self.__dict__
+                and "_read_plan" not in self.__dict__):
+            # A lone serializer (the 201 of a submit, one job's page): its fields would be
+            # copied and bound for this one call. A reader of this class kept by the thread
+            # has them bound already; without context or parent the output is the same.
+            reader = _readers.__dict__.get(type(self))
+            if reader is None:
+                reader = _readers.__dict__[type(self)] = type(self)()
+                reader._read_plan = reader._plan()
+            return reader.to_representation(instance)
         plan = self.__dict__.get("_read_plan")
         if plan is None:
-            plan = self._read_plan = [
-                (field.field_name, field, field.source_attrs if type(field).get_attribute is Field.get_attribute
-                 else None)
-                for field in self._readable_fields]
+            plan = self._read_plan = self._plan()
         out = {}
         for name, field, attrs in plan:
             value = instance

@@ -107,3 +107,28 @@ def test_a_job_reads_the_same_through_the_quick_serializer_loop_as_through_drfs(
     assert [dict(row) for row in quick] == drf
     assert quick[0]["parent"] == made[1].pk and quick[2]["model_version"] is not None
     assert quick[1]["node"] == node.name and quick[0]["node"] is None
+
+
+def test_a_lone_job_reads_the_same_through_the_threads_reader_as_through_drfs(teams, alice, bob, node):
+    """JobOut(job).data (a submit's 201, a job's page) is read by a JobOut the thread keeps
+    bound (apps/jobs/api.py): each job must come out as DRF's own loop makes it, and the
+    response data still names its own serializer and instance."""
+    from rest_framework import serializers
+
+    from apps.jobs.api import JobOut
+
+    made = make_jobs(4, teams=teams, users=[alice, bob], node=node)
+    made[0].parent = made[1]
+    made[0].error = "boom"
+    made[0].save()
+    for job in (*made, made[0]):
+        job = type(job).objects.select_related("model_version").get(pk=job.pk)
+        out = JobOut(job)
+        data = out.data
+        assert dict(data) == serializers.ModelSerializer.to_representation(JobOut(job), job)
+        assert data.serializer is out and out.instance is job
+        assert "fields" not in out.__dict__  # this one's fields were never built
+    assert JobOut(made[1]).data["node"] == node.name and JobOut(made[0]).data["parent"] == made[1].pk
+    # With a context a serializer reads with its own fields.
+    with_context = JobOut(made[2], context={"x": 1})
+    assert dict(with_context.data) == dict(JobOut(made[2]).data) and "fields" in with_context.__dict__
