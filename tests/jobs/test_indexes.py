@@ -118,3 +118,30 @@ def test_a_list_pages_count_reads_an_index_alone_at_100k_jobs(big, scope):
         assert "COVERING INDEX" in plan, plan
     else:
         assert_indexed(plan, paged=False)
+
+
+def test_my_jobs_page_reads_no_more_than_a_page_when_the_user_has_thousands_in_their_team(big):
+    """``GET jobs/?mine=1`` filters team AND user, which go together (a user's jobs are in their
+    team). PostgreSQL assumed them independent, expected a few hundred matches where there
+    were thousands, and read and sorted them all for one page; the extended statistics on
+    (user_id, team_id) (migration jobs 0018) tell it, once ANALYZE has run."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's planner estimates (SQLite walks the user's index: test above)")
+    team = team_ensure(slug="busy-team")
+    user = get_user_model().objects.create(username="busy", password="!")
+    membership_set(user=user, team=team, role="member")
+    insert_jobs(5000, owners=[(team, user)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    queryset = job_list(user=user, mine=True).order_by("-created_at")[:100]
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    plan = plan[0]["Plan"] if isinstance(plan, list) else plan
+
+    def sorted_inputs(node: dict) -> list[int]:
+        own = [child["Actual Rows"] for child in node.get("Plans", [])] if node["Node Type"] == "Sort" else []
+        return own + [n for child in node.get("Plans", []) for n in sorted_inputs(child)]
+
+    assert all(rows <= SMALL_SORT for rows in sorted_inputs(plan)), plan
