@@ -24,6 +24,7 @@ from apps.scheduling.policy.types import DAY_S
 from apps.scheduling.simulator import TraceTask, simulate_policy
 
 from .counterexamples import (
+    fragmentation_aware_reservation_on_shared_gpus,
     nonpreemptible_start_after_the_users_other_starts,
     preempted_for_a_job_behind_a_reservation,
     reservations_at_different_times,
@@ -289,6 +290,9 @@ def test_preemption_follows_its_rules(state: ClusterState) -> None:
 @example(reservations_at_different_times())  # found by a fresh 10,000-example run (the test's own model)
 @example(reserved_on_a_job_it_will_preempt())  # found by a fresh local run (the test's own model)
 @example(preempted_for_a_job_behind_a_reservation())  # found by a fresh local run (released twice)
+@example(fragmentation_aware_reservation_on_shared_gpus()).xfail(
+    raises=AssertionError, reason="known bug, not yet diagnosed (counterexamples.py); fragmentation_aware is off by default"
+)
 def test_backfill_never_delays_a_reservation(state: ClusterState) -> None:
     """Every reserved job still fits at its reserved time next to everything started now.
 
