@@ -206,9 +206,7 @@ class Explainer:
         entries: list[QueueEntry] = []
         append = entries.append
         reason = self.reason
-        gpus_text = self._gpus_text
-        fmt_cache = self._fmt_cache
-        fmt = self.fmt
+        waiting_text = self.waiting_text
         # EtaModel.coarse inlined (the same arithmetic, in the same order): one call per job
         # below the head, most of a long queue. After head(), which refines the spread.
         coarse = eta_model is not None
@@ -250,17 +248,9 @@ class Explainer:
                     eta, low, high = calibration.calibrate(now, eta) or (eta, low, high)
                 cls = w.cls
                 if kind == "resources" and cls == job.priority_class:
-                    # reason()'s first case inlined (most of a long queue); the urgent note
-                    # cannot apply (cls equals the class asked for)
-                    what = gpus_text.get((job.gpus, job.gpu_models))
-                    if what is None:
-                        what = self.gpus_text(job)
-                    text = f"waiting for {what}"
-                    if ahead:
-                        text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
-                    if eta is not None:
-                        when = fmt_cache.get(int(eta // 60))
-                        text += f"; expected {when if when is not None else fmt(eta)}"
+                    # Most of a long queue: reason()'s first case without its dispatch (the
+                    # urgent note cannot apply, cls equals the class asked for).
+                    text = waiting_text(job, ahead, eta)
                 else:
                     text = reason(w, cls, ahead, eta)
                 append(
@@ -296,19 +286,24 @@ class Explainer:
             text = self._gpus_text[key] = gpus_text(job)
         return text
 
+    def waiting_text(self, job: JobRequest, ahead: int, eta: float | None) -> str:
+        """The reason of a job waiting for resources (most of a long queue: caches inlined)."""
+        what = self._gpus_text.get((job.gpus, job.gpu_models))
+        if what is None:
+            what = self.gpus_text(job)
+        text = f"waiting for {what}"
+        if ahead:
+            text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
+        if eta is not None:
+            when = self._fmt_cache.get(int(eta // 60))
+            text += f"; expected {when if when is not None else self.fmt(eta)}"
+        return text
+
     def reason(self, w: Waiting, cls: str, ahead: int, eta: float | None) -> str:
         job, fmt = w.job, self.fmt
         kind = w.kind
-        if kind == "resources":  # first, with gpus_text and fmt inlined: most of a long queue
-            what = self._gpus_text.get((job.gpus, job.gpu_models))
-            if what is None:
-                what = self.gpus_text(job)
-            text = f"waiting for {what}"
-            if ahead:
-                text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
-            if eta is not None:
-                when = self._fmt_cache.get(int(eta // 60))
-                text += f"; expected {when if when is not None else fmt(eta)}"
+        if kind == "resources":
+            text = self.waiting_text(job, ahead, eta)
         elif kind == "never":
             return w.note
         elif kind == "quota":
