@@ -208,8 +208,10 @@ def test_the_usage_page_has_a_chart_of_gpu_hours_by_day(alice, demo_registered):
 
     job = submit(alice)
     now = timezone.now()
+    midnight = now.astimezone(timezone.get_current_timezone()).replace(hour=0, minute=0, second=0, microsecond=0)
+    end = now - min(timedelta(hours=1), (now - midnight) / 2)  # today, even in the small hours (charted by end)
     UsageRecord.objects.create(job=job, team=job.team, user=alice, attempt=1, priority_class="medium",
-                               gpu_seconds=7200, started_at=now - timedelta(hours=3), ended_at=now - timedelta(hours=1))
+                               gpu_seconds=7200, started_at=end - timedelta(hours=2), ended_at=end)
     response = signed_in(alice).get("/usage/")
     chart = response.context["chart"]
     assert chart["me"][-1] == 2.0 and chart["teams"]["vision"][-1] == 2.0 and len(chart["labels"]) == 14

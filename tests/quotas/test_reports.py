@@ -27,6 +27,9 @@ def history(teams, alice, bob, carol):
     """Three days of work: vision (alice, bob) and robotics (carol); one old record outside the period."""
     now = timezone.now()
     vision, robotics = teams["vision"], teams["robotics"]
+    # "Today's" attempts end today even in the small hours (the tests select by end date).
+    today_s = (now - now.astimezone(timezone.get_current_timezone()).replace(hour=0, minute=0, second=0,
+                                                                               microsecond=0)).total_seconds()
 
     def job(team, user, state, waited_min, hours, ago):
         end = now - ago
@@ -41,8 +44,8 @@ def history(teams, alice, bob, carol):
     jobs = [
         job(vision, bob, "succeeded", 10, 1.0, DAY),
         job(vision, bob, "failed", 30, 0.5, 2 * DAY),
-        job(vision, alice, "succeeded", 2, 2.0, timedelta(hours=3)),
-        job(robotics, carol, "timed_out", 60, 3.0, timedelta(hours=5)),
+        job(vision, alice, "succeeded", 2, 2.0, timedelta(seconds=min(3 * 3600, today_s / 3))),
+        job(robotics, carol, "timed_out", 60, 3.0, timedelta(seconds=min(5 * 3600, today_s * 2 / 3))),
         job(vision, bob, "succeeded", 0, 4.0, 30 * DAY),  # outside a 7-day period
     ]
     JobEvent.objects.create(job=jobs[1], seq=1, attempt=1, kind="retry")
