@@ -160,7 +160,7 @@ def node_executor() -> Executor:
 
         return ContainerExecutor(runtime=settings.CONTAINER_RUNTIME, base_dir=settings.BASE_DIR,
                                  default_image=settings.NODE_IMAGES[0] if settings.NODE_IMAGES else "")
-    return LocalExecutor(host=host, zygote=Path(zygote) if zygote else None)
+    return LocalExecutor(host=host, zygote=zygote or None)
 
 
 def child_config(job: Job, *, resume_from: str | None, events_path: Path,

@@ -2,8 +2,15 @@
 
 Importing torch and Ultralytics costs 2–3 s of CPU per job; a zygote pays it once per
 node and forks each training child from the warm interpreter, so a job starts training
-that much sooner. The worker parent starts it (``python -m worker.zygote SOCKET DIR``);
+that much sooner. The worker parent starts it (``python -m worker.zygote ADDRESS DIR``);
 work-horses ask it for children over a Unix socket.
+
+The socket is abstract (``@yoloportal-zygote-<node>-<worker pid>``, no file): the kernel
+removes it when the zygote dies, however it dies — a file in /tmp outlived every SIGTERM
+and SIGKILL (a thousand of them piled up under the tests). An abstract socket has no file
+mode, so the zygote checks each caller itself (``_caller_allowed``): same uid, and a
+descendant of the gpu_worker that started it (its slots' work-horses) — stricter than the
+file's 0600, which let any process of the user in.
 
 Protocol (one connection per child, JSON lines):
   horse → zygote  {"config": path, "log": path, "env": {...}, "cwd": dir, "owner": horse pid,
@@ -24,16 +31,65 @@ simulated nodes by default and on NVIDIA nodes only with ``TRAINER_PRELOAD=1``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import threading
+import time
 from pathlib import Path
 
 from worker.executors.cgroups import join as cgroup_join
+
+
+def sockaddr(address: str) -> str:
+    """``@name`` (an abstract socket, as ss(8) writes it; an environment variable cannot hold
+    the NUL) → the address to bind/connect; anything else is a file path."""
+    return "\0" + address[1:] if address.startswith("@") else address
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``pid`` is ``ancestor`` or one of its descendants (walks /proc/<pid>/stat)."""
+    for _ in range(256):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # after the command name: state, ppid
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
+def _caller_allowed(conn: socket.socket, parent: int) -> bool:
+    """Only our gpu_worker's own processes may have children forked (see the module doc)."""
+    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                         struct.calcsize("3i")))
+    return uid == os.getuid() and descends_from(pid, parent)
+
+
+def _listen(address: str) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if not address.startswith("@"):
+        Path(address).unlink(missing_ok=True)
+    for attempt in range(50):  # a zygote replaced at once may still be closing the old one
+        try:
+            listener.bind(sockaddr(address))
+            break
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or attempt == 49:
+                raise
+            time.sleep(0.1)
+    if not address.startswith("@"):
+        os.chmod(address, 0o600)
+    listener.listen(64)
+    return listener
 
 
 def _read_line(conn: socket.socket, limit: int = 1 << 20) -> bytes:
@@ -122,16 +178,13 @@ def _child(request: dict, inherited: list) -> None:
             os._exit(code)
 
 
-def serve(socket_path: Path, config_dir: Path) -> None:
+def serve(address: str, config_dir: Path) -> None:
     """Preload, then fork a child per request until our parent (the gpu_worker) goes away."""
     from worker import train_child
 
+    parent = os.getppid()
     train_child.preload(config_dir)
-    socket_path.unlink(missing_ok=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(socket_path))
-    os.chmod(socket_path, 0o600)
-    listener.listen(64)
+    listener = _listen(address)
     wake_r, wake_w = socket.socketpair()
     wake_r.setblocking(False)
     wake_w.setblocking(False)
@@ -141,13 +194,14 @@ def serve(socket_path: Path, config_dir: Path) -> None:
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "signal")
     children: dict[int, socket.socket] = {}
-    parent = os.getppid()
-    print(f"zygote ready on {socket_path} (pid {os.getpid()})", flush=True)
+    print(f"zygote ready on {address} (pid {os.getpid()})", flush=True)
     while os.getppid() == parent:
         for key, _ in selector.select(timeout=1.0):
             if key.data == "accept":
                 conn, _ = listener.accept()
                 try:
+                    if not _caller_allowed(conn, parent):
+                        raise ValueError("the caller is not one of this node's work-horses")
                     conn.settimeout(5)
                     request = json.loads(_read_line(conn))
                     pid = os.fork()
@@ -178,17 +232,18 @@ def serve(socket_path: Path, config_dir: Path) -> None:
                 except OSError:
                     pass  # the horse is gone; its child watched it and is gone too
                 conn.close()
-    socket_path.unlink(missing_ok=True)
+    if not address.startswith("@"):
+        Path(address).unlink(missing_ok=True)
 
 
 class ZygoteChild:
     """The horse's handle on a child forked by the zygote; mirrors the bits of Popen we use."""
 
-    def __init__(self, socket_path: Path, *, config: str, log: str, env: dict, cwd: str,
+    def __init__(self, address: str, *, config: str, log: str, env: dict, cwd: str,
                  cgroup: list[str] | None = None) -> None:
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.conn.settimeout(10)
-        self.conn.connect(str(socket_path))
+        self.conn.connect(sockaddr(address))  # ConnectionRefusedError: not listening (yet)
         request = {"config": config, "log": log, "env": env, "cwd": cwd, "owner": os.getpid(),
                    "cgroup": cgroup or []}
         self.conn.sendall(json.dumps(request).encode() + b"\n")
@@ -241,4 +296,4 @@ class ZygoteChild:
 
 
 if __name__ == "__main__":
-    serve(Path(sys.argv[1]), Path(sys.argv[2]))
+    serve(sys.argv[1], Path(sys.argv[2]))

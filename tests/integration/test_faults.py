@@ -376,7 +376,7 @@ def test_it_times_out_a_job_and_stops_its_process_tree(live, alice):
 def test_it_recovers_when_the_training_zygote_dies(live, alice):
     """SIGKILL the zygote that forks training children: the attempt is requeued and finishes."""
     live.start_scheduler()
-    live.start_worker()
+    worker = live.start_worker()
     # Until the zygote has preloaded, children start a fresh interpreter instead.
     wait_for(lambda: "zygote ready" in live.log("worker"), 60, what="the zygote to preload")
     job_id = submit(api_client(alice), epochs=4, name="zygote-dies", retries=RETRIES)
@@ -395,6 +395,21 @@ def test_it_recovers_when_the_training_zygote_dies(live, alice):
     assert_metrics_continuous(job_id, 4)
     assert_trained_once_per_attempt(job_id)
     assert not watch.violations, watch.violations
+    live.kill("worker")  # SIGKILL, the whole group: nobody gets to clean up
+    assert_no_zygote_socket(worker.pid)
+
+
+def assert_no_zygote_socket(worker_pid: int) -> None:
+    """The stopped worker's zygote left no socket behind: no file (it used to be one in the temp
+    dir, left by every stop and kill) and, once the zygote is gone, no bound abstract socket."""
+    import tempfile
+
+    def bound() -> list[str]:
+        return [line for line in Path("/proc/net/unix").read_text().splitlines()
+                if "yoloportal-zygote-" in line and line.endswith(f"-{worker_pid}")]
+
+    assert not list(Path(tempfile.gettempdir()).glob(f"yoloportal-zygote-*-{worker_pid}.sock"))
+    wait_for(lambda: not bound(), 10, what="the zygote's socket to go")
 
 
 def zygote_pids() -> list[int]:
@@ -490,12 +505,14 @@ def test_a_cleanly_stopped_worker_takes_no_new_work_and_its_job_moves_at_once(li
     live.start_worker("worker2", node="node-b", gpus=2)
     wait_for(lambda: running_on(moving, "node-a", 1), 120, what="the job to run on node-a")
     wait_for(lambda: Node.objects.filter(name="node-b").exists(), 60, what="node-b to register")
+    wait_for(lambda: "zygote ready" in live.log("worker"), 60, what="node-a's zygote to listen")
 
     worker.send_signal(signal.SIGTERM)  # the worker's own process only, as systemd or Kubernetes stop it
     assert worker.wait(30) == 0, live.log("worker")[-3000:]
     stopped_at = time.time()
     assert "marked lost" in live.log("worker")
     new = submit_tiny("rolling-new")
+    assert_no_zygote_socket(worker.pid)
     with InvariantWatch() as watch:
         wait_for(lambda: job(moving).attempt == 2, 15, what="the stopped node's job to be requeued")
         requeued_at = time.time()

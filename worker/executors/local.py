@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-from pathlib import Path
 
 from . import cgroups
 from .base import AttemptSpec, EventReader, LogReader, kill_tree
@@ -66,11 +65,11 @@ class LocalExecution:
 
 class LocalExecutor:
     """``host``: this node's cgroups (None or nothing enforced = no cgroup); ``zygote``: the
-    preloaded template process's socket, when the node runs one."""
+    preloaded template process's socket address (``@name``: abstract), when the node runs one."""
 
     name = "local"
 
-    def __init__(self, *, host: Host | None = None, zygote: Path | None = None,
+    def __init__(self, *, host: Host | None = None, zygote: str | None = None,
                  module: str = "worker.train_child") -> None:
         self.host = host
         self.zygote = zygote
@@ -90,12 +89,14 @@ class LocalExecutor:
 
     def _spawn(self, spec: AttemptSpec, cgroup: AttemptCgroup | None):
         procs = cgroup.procs_files if cgroup is not None else []
-        if self.zygote is not None and self.zygote.exists():
+        if self.zygote is not None:
             from worker.zygote import ZygoteChild
 
             try:
                 child = ZygoteChild(self.zygote, config=str(spec.config_path), log=str(spec.log_path),
                                     env=spec.env, cwd=str(spec.cwd), cgroup=procs)
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass  # still preloading (or being restarted): a fresh interpreter this time
             except (OSError, ValueError) as exc:
                 log.warning("zygote unavailable (%s); starting a fresh interpreter", exc)
             else:

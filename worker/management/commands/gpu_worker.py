@@ -19,9 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import redis
 from django.conf import settings
@@ -41,6 +39,11 @@ from yoloportal.logs import bind
 log = logging.getLogger("yoloportal.worker")
 STOP_GRACE_S = 3
 LEAVE_TIMEOUT_S = 10  # for the heartbeat thread to finish a beat before the node is marked stopped
+
+
+def zygote_address(node: str, worker_pid: int) -> str:
+    """The abstract socket (``@…``, see worker/zygote.py) of the zygote this worker starts."""
+    return f"@yoloportal-zygote-{node}-{worker_pid}"
 
 
 class Command(BaseCommand):
@@ -210,15 +213,16 @@ class Command(BaseCommand):
     def start_zygote(self, name: str) -> subprocess.Popen:
         """Start the preloaded template process that forks training children (worker/zygote.py).
 
-        Not waited for: until its socket exists, children start a fresh interpreter.
+        Not waited for: until it listens, children start a fresh interpreter. Its socket is
+        abstract (no file to leave behind when it or this worker is killed).
         """
-        path = Path(tempfile.gettempdir()) / f"yoloportal-zygote-{name}-{os.getpid()}.sock"
+        address = zygote_address(name, os.getpid())
         process = subprocess.Popen(
-            [sys.executable, "-m", "worker.zygote", str(path), str(settings.DATA_DIR / "ultralytics-config")],
+            [sys.executable, "-m", "worker.zygote", address, str(settings.DATA_DIR / "ultralytics-config")],
             cwd=str(settings.BASE_DIR), preexec_fn=set_parent_death_signal,
             env=trainer_environment(),  # children forked from it must not see the worker's secrets
         )
-        os.environ["YOLOPORTAL_ZYGOTE"] = str(path)
+        os.environ["YOLOPORTAL_ZYGOTE"] = address
         return process
 
     def work(self, name: str, slot: int) -> None:
