@@ -16,6 +16,9 @@ class Node(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active"
         DRAINING = "draining"  # runs what it has, takes nothing new
+        # Its worker got SIGTERM and its slots are exiting (≤ STOP_GRACE_S): nothing new is
+        # placed; lost once they have (cluster.services.node_stopping, node_stopped).
+        STOPPING = "stopping"
         LOST = "lost"  # silent past the grace period, or its worker stopped (cluster.services.node_stopped)
 
     class Executor(models.TextChoices):

@@ -2,7 +2,8 @@
 
 The GPU worker process gathers the facts (``worker/inventory.py``) and reports them here;
 a node becomes lost when the scheduler's reaper finds it silent past its grace period, or
-at once when its worker says it stopped (``node_stopped``). Either way the reaper then
+at once when its worker says it stopped (``node_stopped``; from its SIGTERM until then it is
+``stopping``: nothing new is placed on it, ``node_stopping``). Either way the reaper then
 requeues what the node held (apps.scheduling.loop.reap_lost_nodes).
 """
 
@@ -64,7 +65,8 @@ def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory
                 "partition": partition,
             },
         )
-        Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=Node.State.ACTIVE)
+        Node.objects.filter(pk=node.pk, state__in=[Node.State.LOST, Node.State.STOPPING]).update(
+            state=Node.State.ACTIVE)
         GPU.objects.filter(node=node).exclude(index__in=[g.index for g in gpus]).delete()
         for g in gpus:
             GPU.objects.update_or_create(
@@ -93,6 +95,23 @@ def node_mark_lost(node: Node, *, silent_since: datetime) -> bool:
     (False: it heartbeated just now, or it was already lost)."""
     return Node.objects.filter(pk=node.pk, last_heartbeat__lt=silent_since).exclude(
         state=Node.State.LOST).update(state=Node.State.LOST) == 1
+
+
+def node_stopping(node: Node, *, hostname: str, worker_pid: int) -> bool:
+    """The node's worker was told to stop (SIGTERM): place nothing new on it from now on.
+
+    Its slots are exiting, which takes up to ``gpu_worker.STOP_GRACE_S``; only then is it
+    lost (``node_stopped``) and what it held requeued. Before this, the scheduler could still
+    place a job there in that window (the reaper took it back after). Only an active node
+    (a draining one takes nothing new already), and only by the worker process that
+    registered it last, as for ``node_stopped``; a heartbeat does not undo it, the node's
+    next registration does. True if this call marked it.
+    """
+    marked = Node.objects.filter(pk=node.pk, hostname=hostname, worker_pid=worker_pid,
+                                 state=Node.State.ACTIVE).update(state=Node.State.STOPPING) == 1
+    if marked:
+        log.info("node %s is stopping (its worker got SIGTERM); no new work", node.name)
+    return marked
 
 
 def node_stopped(node: Node, *, hostname: str, worker_pid: int) -> bool:

@@ -127,3 +127,22 @@ def test_a_worker_that_stops_marks_its_node_lost_unless_a_successor_has_it():
                   worker_pid=5678)  # a successor started before the old worker got to say it stopped
     assert not node_stopped(node, hostname="host-a", worker_pid=1234)
     assert Node.objects.get(pk=node.pk).state == Node.State.ACTIVE
+
+
+def test_a_worker_told_to_stop_marks_its_node_stopping_until_it_is_lost_or_registers_again():
+    from apps.cluster.services import node_stopped, node_stopping
+
+    node = register()
+    assert not node_stopping(node, hostname="host-a", worker_pid=999)  # not the worker that registered it
+    assert node_stopping(node, hostname="host-a", worker_pid=1234)
+    node_heartbeat(node)  # it goes on beating while its slots exit
+    stopping = Node.objects.get(pk=node.pk)
+    assert stopping.state == Node.State.STOPPING and stopping.is_alive()  # alive: its jobs are not requeued yet
+    assert node_stopped(node, hostname="host-a", worker_pid=1234)
+    assert Node.objects.get(pk=node.pk).state == Node.State.LOST
+    assert not node_stopping(node, hostname="host-a", worker_pid=1234)  # lost stays lost
+    assert register().state == Node.State.ACTIVE
+    assert node_stopping(node, hostname="host-a", worker_pid=1234)
+    assert register().state == Node.State.ACTIVE  # its worker restarted (or stop was undone)
+    Node.objects.filter(pk=node.pk).update(state=Node.State.DRAINING)  # an admin's drain is theirs
+    assert not node_stopping(node, hostname="host-a", worker_pid=1234)

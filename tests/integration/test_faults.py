@@ -482,8 +482,9 @@ def running_on(job_id, node: str, attempt: int) -> bool:
 # tests/cluster/test_services.py and tests/scheduling/test_one_fault_one_attempt.py.
 @pytest.mark.skipif(bool(os.environ.get("ONLY_DATABASE_TESTS")), reason="SQLite wave only (CI time)")
 def test_a_cleanly_stopped_worker_takes_no_new_work_and_its_job_moves_at_once(live, alice):
-    """9. SIGTERM a worker (a rolling restart): its node is marked lost as it exits, so its running
-    job is requeued at once (one attempt) and no new job is placed on it, long before NODE_GRACE_S.
+    """9. SIGTERM a worker (a rolling restart): its node is marked stopping at the signal (nothing new
+    placed) and lost as it exits, so its running job is requeued at once (one attempt) and no new
+    job is placed on it, long before NODE_GRACE_S.
 
     The grace and the suspicion are 60 s here: before the worker said it stopped, its running
     job waited those 60 s for the node-lost reaper, and new jobs could be placed on its free GPU.
@@ -508,9 +509,16 @@ def test_a_cleanly_stopped_worker_takes_no_new_work_and_its_job_moves_at_once(li
     wait_for(lambda: "zygote ready" in live.log("worker"), 60, what="node-a's zygote to listen")
 
     worker.send_signal(signal.SIGTERM)  # the worker's own process only, as systemd or Kubernetes stop it
-    assert worker.wait(30) == 0, live.log("worker")[-3000:]
+    states = ["active"]  # node-a's, while its busy slot takes its SIGKILL grace (~3 s) to exit
+    deadline = time.monotonic() + 30
+    while worker.poll() is None and time.monotonic() < deadline:
+        if (state := Node.objects.get(name="node-a").state) != states[-1]:
+            states.append(state)
+        time.sleep(0.05)
+    assert worker.wait(1) == 0, live.log("worker")[-3000:]
     stopped_at = time.time()
     assert "marked lost" in live.log("worker")
+    assert states[:2] == ["active", "stopping"], states  # no new placements from the signal on
     new = submit_tiny("rolling-new")
     assert_no_zygote_socket(worker.pid)
     with InvariantWatch() as watch:

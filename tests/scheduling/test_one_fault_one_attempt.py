@@ -357,3 +357,23 @@ def test_a_stopped_node_that_registers_again_takes_work(alice, teams):
     register("node-a")  # its worker restarted (a new process)
     tick()
     assert (current(job).state, current(job).node.name) == (JobState.STARTING, "node-a")
+
+
+def test_a_node_whose_worker_got_sigterm_takes_no_new_work_but_keeps_what_it_runs(running, alice, teams):
+    """From the signal (gpu_worker.drain → node_stopping) until its slots have exited and the node
+    is lost, nothing new is placed there and what it runs is not requeued yet (it still runs)."""
+    from apps.cluster.services import node_stopping
+
+    register("node-c")  # a free GPU on a node about to stop
+    assert node_stopping(Node.objects.get(name="node-c"), hostname="host-node-c", worker_pid=1234)
+    assert node_stopping(Node.objects.get(name="node-a"), hostname="host-node-a", worker_pid=1234)
+    new = make_job(team=teams["vision"], user=alice, gpus=1)
+    tick()
+    assert (current(new).state, current(new).node) == (JobState.QUEUED, None)
+    assert (current(running).state, current(running).attempt) == (JobState.RUNNING, 1)
+    stop_worker()  # node-a's slots have exited
+    register("node-c")  # node-c's worker restarted
+    tick()  # node-a's job is requeued (one attempt); node-c takes work again (one GPU: one of the two)
+    assert (current(running).attempt, kinds(running).count("node_lost")) == (2, 1)
+    placed = [job for job in (current(running), current(new)) if job.state == JobState.STARTING]
+    assert [job.node.name for job in placed] == ["node-c"]

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import redis
@@ -27,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from rq import Worker
 
-from apps.cluster.services import node_stopped
+from apps.cluster.services import node_stopped, node_stopping
 from apps.jobs.spec import parse_memory_mb
 from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
@@ -99,7 +100,7 @@ class Command(BaseCommand):
         zygote = self.start_zygote(name) if self.preload(node) else None
         # Slots are forked from this process: no DB connection may be shared across a fork.
         connections.close_all()
-        self.stopping = False
+        self.stopping, self.node, self.draining = False, node, None
         children = {self.spawn_slot(name, i): i for i in range(slots)}
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
@@ -150,6 +151,8 @@ class Command(BaseCommand):
         as after a SIGKILL (which never gets here).
         """
         signal.alarm(0)  # every slot has exited: no SIGKILL round is due any more
+        if self.draining is not None:
+            self.draining.join(LEAVE_TIMEOUT_S)
         heartbeat.join(LEAVE_TIMEOUT_S)
         if heartbeat.is_alive():
             log.warning("node %s: the heartbeat thread did not stop within %d s; leaving the node to its "
@@ -174,7 +177,8 @@ class Command(BaseCommand):
         Jobs running here are not waited for (a training can take days): their process
         trees die with their slots, and once all slots have exited the node is marked lost
         (``leave``), so the scheduler requeues them from their checkpoints at once. Waiting
-        would only make Ctrl-C hang.
+        would only make Ctrl-C hang. Meanwhile the node is marked stopping (``drain``), so
+        nothing new is placed on it in those seconds.
         """
         first = not self.stopping
         self.stopping = True
@@ -186,6 +190,24 @@ class Command(BaseCommand):
         if first:
             signal.signal(signal.SIGALRM, lambda *_: self.stop(signal.SIGKILL, None))
             signal.alarm(STOP_GRACE_S)
+            if getattr(self, "node", None) is not None:
+                # On a thread: a handler blocked on the database would hold up the SIGKILL round.
+                self.draining = threading.Thread(target=self.drain, args=(self.node,), name="drain", daemon=True)
+                self.draining.start()
+
+    def drain(self, node) -> None:
+        """At the stop signal: the node takes no new work (``node_stopping``), and the scheduler is
+        woken to plan without it. Before this, a pass in the seconds the slots take to exit could
+        place a job here, which the reaper then took back once the node was lost."""
+        try:
+            marked = node_stopping(node, hostname=socket.gethostname(), worker_pid=os.getpid())
+            if marked:
+                kick_scheduler()
+                self.stdout.write(f"node {node.name}: stopping; no new work is placed here")
+        except Exception as exc:  # noqa: BLE001 - the database or Redis may be why we stop
+            log.warning("node %s: could not mark the node stopping (%s); its slots exit anyway", node.name, exc)
+        finally:
+            connections.close_all()  # this thread's
 
     def spawn_slot(self, name: str, slot: int) -> int:
         pid = os.fork()
