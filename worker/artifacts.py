@@ -38,7 +38,7 @@ from apps.core.storage import (
     StorageUnavailable,
     artifact_listing,
     artifact_local,
-    artifact_storage,
+    artifact_read,
     artifact_upload,
     cache_path,
     shared_filesystem,
@@ -138,7 +138,9 @@ def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
                 continue  # Ultralytics' caches (pickled label caches, .npy images): rebuilt here from the dataset
             relative = key[len(folder_key) + 1:]
             (staging / relative).parent.mkdir(parents=True, exist_ok=True)
-            with artifact_storage().open(key, "rb") as source, open(staging / relative, "wb") as out:
+            # Streamed (ranged GETs, 1 MiB at a time): django-storages' own open() held each
+            # whole file in memory (apps.core.storage.StoredObjectReader).
+            with artifact_read(key) as source, open(staging / relative, "wb") as out:
                 shutil.copyfileobj(source, out, 1 << 20)
         if manifest_sha256:
             found = manifest_of(staging)[0]

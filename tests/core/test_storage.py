@@ -35,7 +35,8 @@ def weights_file(tmp_path, size: int = 300_000) -> tuple[Path, str]:
 
 def test_by_default_artifacts_are_files_under_their_roots(tmp_path, settings):
     settings.ARTIFACTS_CACHE_DIR = tmp_path / "cache"
-    key = f"jobs/{uuid.uuid4()}/weights/best.pt"
+    folder = f"datasets/_shared/big-{uuid.uuid4().hex[:8]}"  # one object serves all three readers
+    key = f"{folder}/images/best.pt"
     local, sha = weights_file(tmp_path)
     assert shared_filesystem()
     assert artifact_upload(key, local) == sha
@@ -51,7 +52,8 @@ def test_by_default_artifacts_are_files_under_their_roots(tmp_path, settings):
 
 def test_s3_stores_by_key_and_nodes_fetch_into_a_hash_keyed_cache(tmp_path, settings, moto):
     settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-cache"
-    key = f"jobs/{uuid.uuid4()}/weights/best.pt"
+    folder = f"datasets/_shared/big-{uuid.uuid4().hex[:8]}"  # one object serves all three readers
+    key = f"{folder}/images/best.pt"
     local, sha = weights_file(tmp_path)
     with override_settings(STORAGES=s3_storages(moto)):
         assert not shared_filesystem()
@@ -84,7 +86,8 @@ def test_s3_stores_by_key_and_nodes_fetch_into_a_hash_keyed_cache(tmp_path, sett
 def test_an_unreachable_store_is_a_clear_error_not_a_crash(tmp_path, settings, moto):
     settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-cache"
     local, sha = weights_file(tmp_path, 1000)
-    key = f"jobs/{uuid.uuid4()}/weights/best.pt"
+    folder = f"datasets/_shared/big-{uuid.uuid4().hex[:8]}"  # one object serves all three readers
+    key = f"{folder}/images/best.pt"
     storages = s3_storages(moto)
     storages["artifacts"]["OPTIONS"]["client_config"] = __import__("botocore.config").config.Config(
         connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
@@ -136,11 +139,14 @@ def test_a_node_fetches_a_dataset_that_was_trained_on_in_place(tmp_path, setting
 
 
 def test_a_large_object_is_fetched_and_read_from_the_store_in_bounded_memory(tmp_path, settings, moto):
-    """64 MiB through artifact_local (into the node cache) and artifact_read (a download without a
-    recorded hash): the bytes arrive unchanged and this process's heap grows by a few MiB at most.
+    """64 MiB through artifact_local (into the node cache), artifact_read (a download without a
+    recorded hash) and dataset_local (a dataset folder fetched file by file onto a GPU server): the
+    bytes arrive unchanged and this process's heap grows by a few MiB at most.
     (django-storages' S3File downloads the whole object into a SpooledTemporaryFile that, with
     AWS_S3_MAX_MEMORY_SIZE at its default 0, never moves to disk: 64 MiB in memory.)"""
     import tracemalloc
+
+    from worker.artifacts import dataset_local
 
     settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-cache"
     size = 64 << 20
@@ -151,7 +157,8 @@ def test_a_large_object_is_fetched_and_read_from_the_store_in_bounded_memory(tmp
             out.seek(n << 20)
             out.write(n.to_bytes(8, "big") * 4)
     sha = hashlib.sha256(local.read_bytes()).hexdigest()
-    key = f"jobs/{uuid.uuid4()}/weights/best.pt"
+    folder = f"datasets/_shared/big-{uuid.uuid4().hex[:8]}"  # one object serves all three readers
+    key = f"{folder}/images/best.pt"
 
     def peak_growth(action):
         tracemalloc.start()
@@ -173,7 +180,10 @@ def test_a_large_object_is_fetched_and_read_from_the_store_in_bounded_memory(tmp
         artifact_upload(key, local)
         fetched, fetched_peak = peak_growth(lambda: artifact_local(key, sha))
         read, read_peak = peak_growth(read_through)
+        dataset, dataset_peak = peak_growth(lambda: dataset_local(f"{folder}/data.yaml", ""))
     print(f"heap peak growth for {size >> 20} MiB: artifact_local {fetched_peak / 2**20:.1f} MiB, "
-          f"artifact_read {read_peak / 2**20:.1f} MiB")
+          f"artifact_read {read_peak / 2**20:.1f} MiB, dataset_local {dataset_peak / 2**20:.1f} MiB")
     assert hashlib.sha256(fetched.read_bytes()).hexdigest() == sha and read == sha
-    assert fetched_peak < 8 << 20 and read_peak < 8 << 20, (fetched_peak, read_peak)
+    assert hashlib.sha256((dataset.parent / "images" / "best.pt").read_bytes()).hexdigest() == sha
+    assert fetched_peak < 8 << 20 and read_peak < 8 << 20 and dataset_peak < 8 << 20, (
+        fetched_peak, read_peak, dataset_peak)
