@@ -37,7 +37,7 @@ from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
 from apps.registry.services import job_outputs_record
 from apps.scheduling.admission import job_admission_errors
-from apps.scheduling.kick import kick_scheduler
+from apps.scheduling.kick import kick_scheduler, kick_scheduler_soon
 from apps.scheduling.policy import JobRequest
 
 from . import live
@@ -832,7 +832,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
        (PostgreSQL; SQLite's IMMEDIATE transactions serialise writers anyway), so parallel
        submits cannot pass it. The lock is taken last, so one user's submits wait for each
        other only for the count and the commit, not for the inserts too.
-    5. Kick the scheduler after commit.
+    5. Kick the scheduler after commit (from this process's kicker thread: apps.scheduling.kick).
 
     A sweep (``spec.sweep``) is inserted as its parent: running at once, on no node, with no
     GPU (``gpus`` 0), so the scheduler never places it; the scheduler's sweep step
@@ -911,7 +911,8 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                 # user has); raising rolls the job, its event and its audit entry back.
                 raise TooManyActiveJobs(
                     Job.objects.filter(user=user, state__in=ACTIVE_STATES).exclude(pk=job.pk).count(), limit)
-            transaction.on_commit(kick_scheduler)
+            # From the process's kicker thread, coalesced: no Redis round trip on the request's path.
+            transaction.on_commit(kick_scheduler_soon)
     except IntegrityError:
         # Two requests with the same Idempotency-Key raced; the other one won.
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()

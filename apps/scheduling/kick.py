@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import threading
 
 import redis
 
@@ -20,6 +23,68 @@ def kick_scheduler() -> None:
         pipe.execute()
     except redis.RedisError as exc:
         log.warning("could not kick the scheduler (it will still run on its timer): %s", exc)
+
+
+class _Kicker:
+    """Kicks sent by one thread of the process, off the caller's path, coalesced.
+
+    A submit's kick was a Redis round trip on the request's thread after its commit (about a
+    sixth of a submit's time in the web process under 16 clients, docs/performance.md). Here
+    :meth:`soon` only sets an event; this process's kicker thread sends a kick for it. Any
+    number of requests while one kick is in flight are answered by one more kick after it,
+    never by none: the event is cleared *before* each send, so a request that comes during a
+    send sets it again and is kicked for by the next one. The scheduler reads the queue from
+    the database when woken, so one kick after a commit covers every job committed before it.
+
+    Per process (a forked child starts its own thread); a kick still pending at interpreter
+    exit is sent then (``atexit``).
+    """
+
+    def __init__(self) -> None:
+        self.pending = threading.Event()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.pid = 0
+        self.sent = 0  # kicks sent (tests: coalescing)
+
+    def soon(self) -> None:
+        if self.pid != os.getpid() or self.thread is None or not self.thread.is_alive():
+            self._start()
+        self.pending.set()
+
+    def _start(self) -> None:
+        with self.lock:
+            if self.pid == os.getpid() and self.thread is not None and self.thread.is_alive():
+                return
+            if self.pid != os.getpid():  # a fork's copy of the parent's state: not ours
+                self.pending = threading.Event()
+            self.pid = os.getpid()
+            self.thread = threading.Thread(target=self._run, name="scheduler-kicker", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.pending.wait()
+            self.pending.clear()  # before the send: a request during it is kicked for again
+            kick_scheduler()
+            self.sent += 1
+
+    def flush(self) -> None:
+        """Send a kick still pending now (interpreter exit)."""
+        if self.pid == os.getpid() and self.pending.is_set():
+            self.pending.clear()
+            kick_scheduler()
+            self.sent += 1
+
+
+_kicker = _Kicker()
+atexit.register(_kicker.flush)
+
+
+def kick_scheduler_soon() -> None:
+    """:func:`kick_scheduler` from this process's kicker thread, coalesced with other kicks
+    asked for meanwhile; returns at once (the submit path's after-commit hook)."""
+    _kicker.soon()
 
 
 def wait_for_kick(timeout_s: float) -> bool:
