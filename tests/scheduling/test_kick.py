@@ -44,7 +44,7 @@ def test_kicks_asked_for_during_a_send_are_coalesced_into_one_more(monkeypatch):
         release.wait(5)
 
     monkeypatch.setattr(kick, "kick_scheduler", slow_kick)
-    kicker = _Kicker()
+    kicker = _Kicker(interval_s=0)
     kicker.soon()
     assert sending.wait(5)  # the first send is in flight (blocked)
     asked = time.monotonic()
@@ -63,7 +63,7 @@ def test_every_kick_asked_for_is_followed_by_a_send(monkeypatch):
     """Never lost: each soon() is followed by a send that starts after it, however they interleave."""
     sends: list[float] = []
     monkeypatch.setattr(kick, "kick_scheduler", lambda: (sends.append(time.monotonic()), time.sleep(0.002)))
-    kicker = _Kicker()
+    kicker = _Kicker(interval_s=0)
     asked = []
     for n in range(200):
         asked.append(time.monotonic())
@@ -75,3 +75,22 @@ def test_every_kick_asked_for_is_followed_by_a_send(monkeypatch):
         time.sleep(0.01)
     assert sends and sends[-1] >= asked[-1]
     assert len(sends) < len(asked)  # coalesced
+
+
+def test_at_most_one_kick_per_interval_and_the_last_request_is_kicked_for(monkeypatch):
+    sends: list[float] = []
+    monkeypatch.setattr(kick, "kick_scheduler", lambda: sends.append(time.monotonic()))
+    kicker = _Kicker(interval_s=0.05)
+    started = time.monotonic()
+    while time.monotonic() - started < 0.5:  # a steady stream of submits for 0.5 s
+        kicker.soon()
+        time.sleep(0.001)
+    last = time.monotonic()
+    kicker.soon()
+    deadline = time.monotonic() + 5
+    while sends[-1] < last and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sends[-1] >= last  # the last one asked for is kicked for, within about one interval
+    assert sends[-1] - last < 0.5
+    gaps = [b - a for a, b in zip(sends, sends[1:], strict=False)]
+    assert len(sends) <= 0.6 / 0.05 + 2 and min(gaps) >= 0.045, gaps
