@@ -51,6 +51,10 @@ def admission_inputs() -> AdmissionInputs:
     if cached is not None and now - cached[0] < settings.ADMISSION_CACHE_S:
         return cached[1]
     with _lock:
+        # Threads that found it stale together: the first reads, the others use its result.
+        cached = _cached
+        if cached is not None and time.monotonic() - cached[0] < settings.ADMISSION_CACHE_S:
+            return cached[1]
         nodes = list(Node.objects.prefetch_related("gpus"))
         config = SchedulerConfig.current().to_policy()
         inputs = AdmissionInputs(
