@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -210,7 +211,7 @@ class _Insert:
         query = InsertQuery(type(obj))
         query.insert_values(self.fields, [obj])
         self.compiler = compiler = query.get_compiler(connection=connection)
-        self.plan = [(f, _passthrough(f, connection)) for f in self.fields]
+        self.plan = [(f, _passthrough(f, connection), _utc_text(f, connection)) for f in self.fields]
         self.returning = meta.db_returning_fields
         compiler.returning_fields = self.returning
         (self.sql, _params), = compiler.as_sql()
@@ -225,10 +226,14 @@ class _Insert:
         every other goes through the compiler's ``prepare_value`` (``get_db_prep_save``)."""
         compiler = self.compiler
         params = []
-        for field, same in self.plan:
+        for field, same, utc_text in self.plan:
             value = field.pre_save(obj, True)  # what compiler.pre_save_val does (an insert is never raw)
-            params.append(value if same and (value is None or type(value) in same)
-                          else compiler.prepare_value(field, value))
+            if same and (value is None or type(value) in same):
+                params.append(value)
+            elif utc_text and type(value) is datetime and value.tzinfo is UTC:
+                params.append(str(value.replace(tzinfo=None)))  # see _utc_text
+            else:
+                params.append(compiler.prepare_value(field, value))
         return None if any(hasattr(p, "as_sql") for p in params) else params
 
     def run(self, obj, params: list, connection) -> None:
@@ -245,6 +250,26 @@ class _Insert:
             rows = list(compiler.apply_converters(rows, self.converters))
         for value, field in zip(rows[0], self.returning, strict=True):
             setattr(obj, field.attname, value)
+
+
+def _utc_text(field, connection) -> bool:
+    """True when ``field`` is a plain ``DateTimeField`` on SQLite whose connection works in UTC
+    (USE_TZ, no database TIME_ZONE): an aware datetime *in UTC* (what ``timezone.now()``
+    returns) is then sent as ``str()`` of it made naive — exactly what ``get_db_prep_save``
+    returns (``get_prep_value`` keeps an aware datetime; SQLite's ``adapt_datetimefield_value``
+    is ``str(make_naive(value, UTC))``, and converting a UTC time to UTC changes nothing), without
+    the timezone machinery (~3 % of a submit's CPU in the web process: a job has several such
+    stamps). Any other value (naive, another zone, a subclass) goes through the compiler.
+    tests/core/test_prepared.py compares with the compiler's."""
+    from django.db import models
+
+    if type(field) is not models.DateTimeField or connection.vendor != "sqlite":
+        return False
+    # Imported only for SQLite (loaded already then; importing it beside another backend is circular).
+    from django.db.backends.sqlite3.operations import DatabaseOperations
+
+    return (type(connection.ops).adapt_datetimefield_value is DatabaseOperations.adapt_datetimefield_value
+            and connection.timezone is UTC)
 
 
 def _passthrough(field, connection) -> tuple[type, ...]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db.models import Count
+from django.utils import timezone
 
 from apps.accounts.models import ApiToken, hash_token
 from apps.accounts.services import token_create
@@ -173,7 +176,12 @@ def test_a_prepared_insert_sends_each_value_as_the_compiler_would(bob, teams):
              (PreparedInsert(Job), {**job_values, "gpus": 1, "timeout_s": True, "reason": None and "", "cpu_milli": 3}),
              (PreparedInsert(JobEvent), {"job_id": None, "seq": 1, "attempt": 1, "kind": "submitted", "message": "m"}),
              (PreparedInsert(AuditEntry, save_guards_updates_only=True),
-              {"actor": bob, "actor_name": "bob", "team_id": None, "action": "job.submit", "message": "", "data": {}})]
+              {"actor": bob, "actor_name": "bob", "team_id": None, "action": "job.submit", "message": "", "data": {}}),
+             # Set datetimes: UTC (SQLite's shortcut, apps/core/prepared.py _utc_text), another zone, naive.
+             (PreparedInsert(Job), {**job_values, "queued_at": timezone.now(),
+                                    "started_at": datetime(2026, 3, 29, 1, 30, 0, 5, tzinfo=UTC),
+                                    "first_started_at": timezone.now().astimezone(ZoneInfo("Europe/Berlin")),
+                                    "finished_at": datetime(2026, 12, 2, 2, 0, 0, 0, tzinfo=UTC)})]
     for prepared, values in cases:
         pending = prepared.prepare(**values)
         insert, obj = pending.insert, pending.obj
@@ -189,4 +197,6 @@ def test_a_prepared_insert_sends_each_value_as_the_compiler_would(bob, teams):
 
         assert plain(got) == plain(expected), connection.vendor
         assert [type(v) for v in got] == [type(v) for v in expected]
-        assert any(same for _, same in insert.plan)  # the shortcut is taken for some fields
+        assert any(same for _, same, _ in insert.plan)  # the shortcut is taken for some fields
+        if connection.vendor == "sqlite" and prepared.model is Job:  # and the UTC one for the job's stamps
+            assert any(utc for *_, utc in insert.plan)
