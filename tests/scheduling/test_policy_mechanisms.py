@@ -45,6 +45,32 @@ def test_size_preemption_spares_higher_classes_wider_jobs_and_jobs_with_little_l
         assert result.preemptions == (), why
 
 
+def test_a_starving_whole_node_job_may_preempt_a_job_preempted_before_once_per_window() -> None:
+    """A job preempted ``max_preemptions_per_job`` times is immune to size preemption, so long
+    jobs restarted onto a whole-node job's node held it for weeks (docs/scheduling.md, "2
+    December"). With ``starving_preempt_window_s`` a starving job may preempt them once they
+    have run that long in this attempt; a job that is not starving still may not."""
+    cluster = [node("n1", gpus=8)]
+    busy = [
+        running(f"r{i}", "n1", (2 * i, 2 * i + 1), user=f"u{i}", cls="low", ran_s=3 * HOUR, left_s=20 * 86400,
+                preemptible=True, preemptions=1)
+        for i in range(4)
+    ]
+    wide = job("wide", gpus=8, cls="low", walltime_s=HOUR, age_s=30 * 86400)
+    config = size_aware(starving_preempt_window_s=2 * HOUR)
+    result = plan(state(cluster, [wide], busy, config=config), NOW)
+    assert [s.job_id for s in result.starts] == ["wide"]
+    assert sorted(p.job_id for p in result.preemptions) == ["r0", "r1", "r2", "r3"]
+    # The cap as before: for life.
+    assert plan(state(cluster, [wide], busy, config=size_aware()), NOW).preemptions == ()
+    # Not starving (it just arrived): the cap holds.
+    fresh = replace(wide, submitted_at=NOW - 60)
+    assert plan(state(cluster, [fresh], busy, config=config), NOW).preemptions == ()
+    # Within the window (one of them restarted an hour ago): not yet.
+    recent = busy[:3] + [replace(busy[3], started_at=NOW - HOUR)]
+    assert plan(state(cluster, [wide], recent, config=config), NOW).preemptions == ()
+
+
 def test_without_estimates_attained_service_decides_never_the_timeout() -> None:
     """Tiresias-style: a new job without an estimate preempts one two bins of service above it."""
     cluster = [node("n1", gpus=1)]

@@ -121,6 +121,7 @@ def clusters(draw) -> ClusterState:
         bounded_wait=draw(st.booleans()),
         fragmentation_aware=draw(st.booleans()),
         eta_scenarios=draw(st.sampled_from((0, 2))),
+        starving_preempt_window_s=draw(st.sampled_from((None, 0.0, 2 * 3600.0))),
     )
     return ClusterState(
         tuple(nodes),
@@ -265,7 +266,11 @@ def test_preemption_follows_its_rules(state: ClusterState) -> None:
         victim = running[p.job_id]
         assert victim.preemptible and p.by_job_id in starts
         if config.size_preemption:  # (the urgent-only rule of before keeps no count)
-            assert victim.preemptions < config.max_preemptions_per_job
+            window = config.starving_preempt_window_s  # a starving preemptor: once per window
+            assert victim.preemptions < config.max_preemptions_per_job or (
+                window is not None and NOW - victim.started_at >= window
+                and NOW - jobs[p.by_job_id].submitted_at >= config.starvation_min_wait_s
+            )
         if quota is not None and state.user_usage_24h.get(victim.user, 0.0) >= quota * 3600:
             continue
         assert NOW - victim.started_at >= config.preempt_min_runtime_s

@@ -14,7 +14,7 @@ from .eta import EtaModel
 from .explain import Explainer, Waiting
 from .placement import EPS, Placer, Target, capacities, shape_of
 from .preemption import URGENT_VICTIM_CLASSES, VictimFinder, choose_victims_legacy
-from .priority import Ranked, fairshare_factors, promote_starving, rank_queue
+from .priority import Ranked, fairshare_factors, promote_starving, rank_queue, starving_jobs
 from .quota import QuotaLedger
 from .reservations import Reservations
 from .types import Allocation, ClusterState, JobRequest, Plan, PolicyConfig, Preemption, Start, TeamPolicy
@@ -60,6 +60,7 @@ class FairPlanner:
         self.blocked = False  # without backfill nothing passes a blocked job
         self.over_quota_jobs: set[str] = set()
         self._victims: VictimFinder | None = None
+        self.starving_all: set[str] = set()  # every starving job (not only those promoted)
 
     def start(self, job: JobRequest, cls: str, node: str, indices: tuple[int, ...], share: float) -> None:
         self.starts.append(Start(job.job_id, node, indices, share, cls))
@@ -87,7 +88,9 @@ class FairPlanner:
 
     def victims(self) -> VictimFinder:
         if self._victims is None:
-            self._victims = VictimFinder(self.state.running, self.config, self.now, self.over_quota_jobs)
+            self._victims = VictimFinder(
+                self.state.running, self.config, self.now, self.over_quota_jobs, self.starving_all
+            )
         return self._victims
 
     def try_preempt(self, job: JobRequest, cls: str, drop_reservation: bool = False) -> bool:
@@ -190,6 +193,8 @@ class FairPlanner:
         starving: set[str] = set()
         if config.bounded_wait:
             rows, starving = promote_starving(rows, self.state, now)
+        if config.starving_preempt_window_s is not None and config.size_preemption and config.preemption:
+            self.starving_all = {r.job.job_id for r in starving_jobs(rows, self.state, now)}
         if config.user_gpu_hours_per_day is not None or any(
             t.user_gpu_hours_per_day is not None for t in self.state.teams.values()
         ):

@@ -20,8 +20,11 @@ Three reasons to preempt, tried in this order for a job that cannot start now:
 
 Every victim has a checkpoint and a spec that allows preemption (``Allocation.preemptible``),
 has run ``preempt_min_runtime_s`` in this attempt (over-quota victims excepted: they knew),
-and has been preempted fewer than ``max_preemptions_per_job`` times. A victim is asked to
-stop at its next epoch end (``Preemption.grace_s``).
+and has been preempted fewer than ``max_preemptions_per_job`` times — unless the job that
+needs its GPUs is starving (``priority.starving_jobs``) and the victim has run
+``starving_preempt_window_s`` in this attempt: without that, long jobs restarted after their
+one preemption onto the nodes a whole-node job needs were immune there for weeks. A victim
+is asked to stop at its next epoch end (``Preemption.grace_s``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class Candidate:
     estimated: bool
     over_quota: bool
     aged: bool  # has run preempt_min_runtime_s in this attempt
+    # Preempted max_preemptions_per_job times already: only a starving job may preempt it,
+    # and only once it has run starving_preempt_window_s in this attempt.
+    immune: bool = False
 
 
 def attained_bin(gpu_seconds: float, bins_gpu_hours: tuple[float, ...]) -> int:
@@ -97,14 +103,20 @@ class VictimFinder:
         config: PolicyConfig,
         now: float,
         over_quota_jobs: set[str],
+        starving: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         self.config = config
         self.now = now
+        self.starving = starving
         restart = config.restart_cost_s
         bins = config.attained_bins_gpu_hours
+        window = config.starving_preempt_window_s
         self.candidates: list[Candidate] = []
         for a in running:
-            if not a.preemptible or a.preemptions >= config.max_preemptions_per_job:
+            if not a.preemptible:
+                continue
+            immune = a.preemptions >= config.max_preemptions_per_job
+            if immune and (window is None or not starving):
                 continue
             remaining = max(0.0, a.expected_end - now) - restart
             self.candidates.append(
@@ -116,6 +128,7 @@ class VictimFinder:
                     a.estimated,
                     a.job_id in over_quota_jobs,
                     now - a.started_at >= config.preempt_min_runtime_s,
+                    immune,
                 )
             )
         # Largest remaining work first: the victims that shorten the mean completion time most.
@@ -126,6 +139,11 @@ class VictimFinder:
         self, c: Candidate, job: JobRequest, cls: str, over_quota_job: bool, ignore_age: bool = False
     ) -> bool:
         a = c.alloc
+        if c.immune and (
+            job.job_id not in self.starving
+            or (not ignore_age and self.now - a.started_at < (self.config.starving_preempt_window_s or 0.0))
+        ):
+            return False
         if c.over_quota and not over_quota_job:
             return True
         if not c.aged and not ignore_age:
@@ -166,7 +184,7 @@ class VictimFinder:
         3. The node needing the fewest victims within quota wins, then the fewest victims,
            then the lowest victim class, then the most remaining work freed, then the name.
         """
-        key = (*shape_of(job), cls, job.estimated)
+        key = (*shape_of(job), cls, job.estimated, job.job_id in self.starving)
         need = job.gpus * job.walltime
         refused = self._refused.get(key)
         if refused is not None and need >= refused:

@@ -187,24 +187,19 @@ def _by_priority(rows: list[Ranked]) -> list[Ranked]:
     return rows
 
 
-def promote_starving(rows: list[Ranked], state: ClusterState, now: float) -> tuple[list[Ranked], set[str]]:
-    """Bounded waiting: move the longest-waiting starving jobs to the front (behind urgent ones).
+def starving_jobs(rows: list[Ranked], state: ClusterState, now: float) -> list[Ranked]:
+    """The starving jobs among ``rows``, longest-waiting first.
 
     A job starves when it has waited at least ``starvation_min_wait_s`` and its projected
     finish-time fairness — (wait + runtime) / (runtime on a 1/N share of the cluster, N =
-    users with work) — has passed ``starvation_rho`` (Themis' ρ, NSDI'20). The
-    ``starvation_reservations`` longest-waiting starving jobs go to the front; the
-    planner gives them reservations of their own (whole nodes included), so a stream of
-    small jobs can no longer keep a big one below the reservation cut for weeks.
+    users with work) — has passed ``starvation_rho`` (Themis' ρ, NSDI'20).
     """
     config = state.config
-    if config.starvation_reservations <= 0:
-        return rows, set()
     users = {j.user for j in state.queued}
     users.update(a.user for a in state.running)
     total = sum(len(n.gpus) for n in state.nodes if n.schedulable)
     if not total:
-        return rows, set()
+        return []
     fair_gpus = total / max(1, len(users))
     min_wait, threshold = config.starvation_min_wait_s, config.starvation_rho
     scored = []
@@ -217,10 +212,24 @@ def promote_starving(rows: list[Ranked], state: ClusterState, now: float) -> tup
         rho = (waited + job.walltime) / alone
         if rho >= threshold:
             scored.append((job.submitted_at, job.job_id, r))
-    if not scored:
-        return rows, set()
     scored.sort()
-    chosen = [item[2] for item in scored[: config.starvation_reservations]]
+    return [item[2] for item in scored]
+
+
+def promote_starving(rows: list[Ranked], state: ClusterState, now: float) -> tuple[list[Ranked], set[str]]:
+    """Bounded waiting: move the longest-waiting starving jobs to the front (behind urgent ones).
+
+    Starving as :func:`starving_jobs` says. The ``starvation_reservations`` longest-waiting
+    starving jobs go to the front; the planner gives them reservations of their own (whole
+    nodes included), so a stream of small jobs can no longer keep a big one below the
+    reservation cut for weeks.
+    """
+    config = state.config
+    if config.starvation_reservations <= 0:
+        return rows, set()
+    chosen = starving_jobs(rows, state, now)[: config.starvation_reservations]
+    if not chosen:
+        return rows, set()
     ids = {r.job.job_id for r in chosen}
     urgent = [r for r in rows if r.cls == "urgent" and r.job.job_id not in ids]
     rest = [r for r in rows if r.cls != "urgent" and r.job.job_id not in ids]

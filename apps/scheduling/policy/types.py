@@ -173,7 +173,12 @@ class PolicyConfig:
     size_preemption: bool = False  # off until it beats the urgent-only rule (docs/scheduling.md)
     preempt_work_ratio: float = 16.0
     restart_cost_s: float = 120.0  # seconds a resumed attempt spends before making progress again
-    max_preemptions_per_job: int = 1  # a job preempted this often is not preempted again
+    max_preemptions_per_job: int = 1  # a job preempted this often is not preempted again...
+    # ...except by a starving job (bounded waiting's test: ``priority.starving_jobs``), once the
+    # job has run this long in its current attempt: the cap then holds per window, not for
+    # life, so a job restarted onto a node that a whole-node job needs cannot hold it for
+    # weeks. None = the cap holds for life (docs/scheduling.md, "2 December").
+    starving_preempt_window_s: float | None = None
     max_preemptions_per_pass: int = 8  # victims one pass may requeue (the next pass may take more)
     preempt_grace_s: float = 900.0  # a victim stops at its next epoch end, killed after this long
     # Attained-service bins (GPU-hours) for jobs without estimates: a job may be preempted
@@ -224,6 +229,8 @@ class PolicyConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer")
+        if self.starving_preempt_window_s is not None and self.starving_preempt_window_s < 0:
+            raise ValueError("starving_preempt_window_s must be >= 0 seconds, or None")
         if not 0.0 <= self.eta_coverage < 1.0:
             raise ValueError("eta_coverage must be in [0, 1): the share of starts the ETA range should hold")
 
