@@ -130,3 +130,20 @@ def test_a_preemption_is_graceful(kind) -> None:
     usage = {"bob": 2 * HOUR} if kind == "over quota" else {}
     result = plan(state(cluster, [job("j", cls="low", walltime_s=600)], busy, config=config, user_usage_24h=usage), NOW)
     assert result.preemptions and result.preemptions[0].grace_s > 0
+
+
+def test_a_shape_no_node_can_host_does_not_steer_fragmentation_aware_placement() -> None:
+    """A 4-T4 job waits on a cluster whose only T4 node has 2 GPUs (it never starts). Counted as
+    a target shape it made every T4 idle GPU "fragmented", so filling the T4 node looked
+    *better*: quarter jobs went there, the idle A100 node stayed idle and the 1-T4 job waited
+    (found through ``fragmentation_aware_reservation_on_shared_gpus``)."""
+    cluster = [node("a", gpus=1, gpu_mb=0, cpu=0, mem=0), node("t", gpus=2, model="T4", gpu_mb=0, cpu=0, mem=0)]
+    queue = [job(f"q{k}", gpus=0.25, cls="medium") for k in range(4)] + [
+        job("one-t4", gpus=1, cls="low", gpu_models=("T4",)),
+        job("four-t4", gpus=4, cls="low", gpu_models=("T4",)),
+    ]
+    result = plan(state(cluster, queue, [], config=fair(fragmentation_aware=True)), NOW)
+    where = {s.job_id: s.node for s in result.starts}
+    assert [where.get(f"q{k}") for k in range(4)] == ["a"] * 4
+    assert where.get("one-t4") == "t"
+    assert "four-t4" not in where

@@ -9,6 +9,8 @@ jobs) and :mod:`.explain` (position, ETA and reason of every waiting job).
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .admission import NeverStarts
 from .eta import EtaModel
 from .explain import Explainer, Waiting
@@ -17,7 +19,7 @@ from .preemption import URGENT_VICTIM_CLASSES, VictimFinder, choose_victims_lega
 from .priority import Ranked, fairshare_factors, promote_starving, rank_queue, starving_jobs
 from .quota import QuotaLedger
 from .reservations import Reservations
-from .types import Allocation, ClusterState, JobRequest, Plan, PolicyConfig, Preemption, Start, TeamPolicy
+from .types import Allocation, ClusterState, JobRequest, NodeInfo, Plan, PolicyConfig, Preemption, Start, TeamPolicy
 
 
 class FairPlanner:
@@ -48,7 +50,7 @@ class FairPlanner:
             end = max(a.expected_end, now)
             if end > drain.get(a.node, now):
                 drain[a.node] = end
-        targets = waiting_shapes(state.queued) if self.config.fragmentation_aware else None
+        targets = waiting_shapes(state.queued, state.nodes) if self.config.fragmentation_aware else None
         self.placer = Placer(self.caps, drain if self.config.drain_aware else None, now, targets)
         self.quota = QuotaLedger(state, now)
         self.never = NeverStarts(state)
@@ -326,15 +328,29 @@ class FairPlanner:
         )
 
 
-def waiting_shapes(queued: tuple[JobRequest, ...]) -> list[Target]:
-    """Whole-GPU shapes the queue asks for (GPUs, models), weighted by share of GPUs asked."""
+def waiting_shapes(queued: tuple[JobRequest, ...], nodes: tuple[NodeInfo, ...]) -> list[Target]:
+    """Whole-GPU shapes the queue asks for (GPUs, models), weighted by share of GPUs asked.
+
+    Only shapes some schedulable node has enough GPUs of the allowed models for: a shape no
+    node can ever host (the job waits with "never") would count every node's free GPUs as
+    fragmented for it, and filling a node then looks like *less* fragmentation, so small
+    jobs were packed onto the nodes other waiting shapes need while a node they could use
+    stayed idle (found through ``fragmentation_aware_reservation_on_shared_gpus``).
+    """
     demand: dict[tuple[int, tuple[str, ...]], float] = {}
-    total = 0.0
     for job in queued:
         if job.gpus >= 1:
             key = (int(round(job.gpus)), job.gpu_models)
             demand[key] = demand.get(key, 0.0) + job.gpus
-            total += job.gpus
+    if not demand:
+        return []
+    hosts = [Counter(g.model for g in n.gpus) for n in nodes if n.schedulable]
+    demand = {
+        (need, models): weight
+        for (need, models), weight in demand.items()
+        if any(sum(c for m, c in h.items() if not models or m in models) >= need for h in hosts)
+    }
+    total = sum(demand.values())
     if not total:
         return []
     return [(need, models, weight / total) for (need, models), weight in sorted(demand.items())]
