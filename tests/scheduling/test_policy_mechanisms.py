@@ -147,3 +147,21 @@ def test_a_shape_no_node_can_host_does_not_steer_fragmentation_aware_placement()
     assert [where.get(f"q{k}") for k in range(4)] == ["a"] * 4
     assert where.get("one-t4") == "t"
     assert "four-t4" not in where
+
+
+@pytest.mark.parametrize(("ran_s", "reserved_in"), [(60.0, 540.0), (HOUR, 120.0)])
+def test_a_reservation_counts_a_victim_as_released_once_it_may_be_preempted(ran_s, reserved_in) -> None:
+    """A 2-GPU job may preempt the long preemptible job on one GPU, but only once that job has
+    run ``preempt_min_runtime_s`` (600 s): a young one (ran 60 s) is released for the
+    reservation at +540 s, not now; an aged one when the other GPU frees (+120 s)."""
+    cluster = [node("n1", gpus=2, gpu_mb=0, cpu=0, mem=0)]
+    busy = [
+        running("long", "n1", (0,), user="ann", cls="low", ran_s=ran_s, left_s=50_000, preemptible=True,
+                estimated=True),
+        running("short", "n1", (1,), user="ann", cls="low", left_s=120),
+    ]
+    config = fair(size_preemption=True, preempt_min_runtime_s=600, eta_scenarios=0)
+    result = plan(state(cluster, [job("wide", gpus=2, cls="low", walltime_s=600)], busy, config=config), NOW)
+    assert not result.starts and not result.preemptions
+    (entry,) = result.queue
+    assert entry.reserved_node == "n1" and entry.reserved_at - NOW == pytest.approx(reserved_in)

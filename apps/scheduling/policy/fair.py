@@ -276,7 +276,7 @@ class FairPlanner:
             drainable = (
                 self.victims().releasable(job, cls, quota.preempted)
                 if new_preemption and config.preemption and job.gpus > 1
-                else frozenset()
+                else {}
             )
             if is_starving and starving_reserved < config.starvation_reservations:
                 res = reservations.reserve(job, drainable)

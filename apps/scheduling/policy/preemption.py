@@ -159,12 +159,16 @@ class VictimFinder:
         own_bin = attained_bin(job.gpus * job.attained_s, self.config.attained_bins_gpu_hours)
         return c.attained_bin >= own_bin + 2
 
-    def releasable(self, job: JobRequest, cls: str, preempted: set[str]) -> set[str]:
-        """Running jobs ``job`` may preempt once they have run long enough (for its reservation)."""
-        out = set()
+    def releasable(self, job: JobRequest, cls: str, preempted: set[str]) -> dict[str, float]:
+        """Running jobs ``job`` may preempt, each with the time from which it may (for its
+        reservation): now for over-quota work and jobs that have run ``preempt_min_runtime_s``,
+        else once they have (``started_at + preempt_min_runtime_s``)."""
+        out = {}
+        later = self.config.preempt_min_runtime_s
         for c in self.candidates:
             if c.alloc.job_id not in preempted and self.eligible(c, job, cls, False, ignore_age=True):
-                out.add(c.alloc.job_id)
+                aged = c.aged or c.over_quota
+                out[c.alloc.job_id] = self.now if aged else max(self.now, c.alloc.started_at + later)
         return out
 
     def find(

@@ -22,8 +22,8 @@ class Reservation:
     base_at: NodeCapacity
     indices: tuple[int, ...]  # where the reserved job fits at ``at``; may move when backfill is checked
     share: float
-    # Running jobs ``base_at`` already counts as gone (the reserved job may preempt them):
-    # another job preempting one frees nothing more for this reservation.
+    # Running jobs ``base_at`` already counts as gone (the reserved job may preempt them by
+    # ``at``): another job preempting one frees nothing more for this reservation.
     drained: frozenset[str] = frozenset()
 
     def take_from(self, cap: NodeCapacity) -> None:
@@ -112,24 +112,27 @@ class Reservations:
 
     # -- reserving and checking ----------------------------------------------------------
 
-    def reserve(self, job: JobRequest, preemptible: set[str] | frozenset[str] = frozenset()) -> Reservation | None:
+    def reserve(self, job: JobRequest, preemptible: Mapping[str, float] | None = None) -> Reservation | None:
         """Earliest (time, node) at which ``job`` fits as running jobs end, earlier reservations held.
 
         Per node two running copies of its capacity are released event by event: one from
         allocations alone (stored with the reservation), one with the node's earlier
         reservations taken (where the job must fit). Allocations in ``preemptible`` (jobs
-        this one may preempt) count as released now: the node need only drain of the
-        others, and at its reservation the job preempts them. Without that, a whole-node job
-        waits for the last long job on some node to end, weeks away.
+        this one may preempt, each with the time from which it may: now, or once the job has
+        run ``preempt_min_runtime_s``) count as released then, if they do not end earlier:
+        the node need only drain of the others, and at its reservation the job preempts
+        them. Without that, a whole-node job waits for the last long job on some node to end,
+        weeks away; timing all of them *now* made the reservation (and the ETA) too early.
         """
         events = self.release_events()
         if preemptible:
-            now = self.now
             events = sorted(
-                ((now if job_id in preemptible else at), node, job_id, alloc) for at, node, job_id, alloc in events
+                ((min(at, preemptible[job_id]) if job_id in preemptible else at), node, job_id, alloc)
+                for at, node, job_id, alloc in events
             )
         clones: dict[str, tuple[NodeCapacity, NodeCapacity]] = {}
-        for at, node, _, alloc in events:
+        drained: dict[str, set[str]] = {}  # node -> preemptible jobs released so far
+        for at, node, job_id, alloc in events:
             if node not in self.caps:
                 continue
             pair = clones.get(node)
@@ -142,9 +145,12 @@ class Reservations:
             base, held = pair
             base.release(alloc)
             held.release(alloc)
+            if preemptible and job_id in preemptible:
+                drained.setdefault(node, set()).add(job_id)
             fit = held.fit(job)
             if fit is not None:
-                res = Reservation(job, node, at, base.copy(), fit[0], fit[1], frozenset(preemptible))
+                gone = frozenset(drained.get(node, ()))
+                res = Reservation(job, node, at, base.copy(), fit[0], fit[1], gone)
                 self._order[job.job_id] = len(self._order)
                 self.items.append(res)
                 self.by_node.setdefault(node, []).append(res)
