@@ -165,3 +165,21 @@ def test_a_reservation_counts_a_victim_as_released_once_it_may_be_preempted(ran_
     assert not result.starts and not result.preemptions
     (entry,) = result.queue
     assert entry.reserved_node == "n1" and entry.reserved_at - NOW == pytest.approx(reserved_in)
+
+
+def test_a_starving_jobs_reservation_waits_for_an_immune_victims_window() -> None:
+    """A job preempted ``max_preemptions_per_job`` times may be preempted by a starving job only
+    once it has run ``starving_preempt_window_s`` (2 h); one restarted an hour ago is released
+    for the reservation in an hour, not now."""
+    cluster = [node("n1", gpus=8)]
+    busy = [
+        running(f"r{i}", "n1", (2 * i, 2 * i + 1), user=f"u{i}", cls="low", ran_s=3 * HOUR if i < 3 else HOUR,
+                left_s=20 * 86400, preemptible=True, preemptions=1)
+        for i in range(4)
+    ]
+    wide = job("wide", gpus=8, cls="low", walltime_s=HOUR, age_s=30 * 86400)
+    config = size_aware(starving_preempt_window_s=2 * HOUR, eta_scenarios=0)
+    result = plan(state(cluster, [wide], busy, config=config), NOW)
+    assert result.preemptions == () and result.starts == ()
+    (entry,) = result.queue
+    assert entry.reserved_node == "n1" and entry.reserved_at - NOW == pytest.approx(HOUR)

@@ -161,14 +161,17 @@ class VictimFinder:
 
     def releasable(self, job: JobRequest, cls: str, preempted: set[str]) -> dict[str, float]:
         """Running jobs ``job`` may preempt, each with the time from which it may (for its
-        reservation): now for over-quota work and jobs that have run ``preempt_min_runtime_s``,
-        else once they have (``started_at + preempt_min_runtime_s``)."""
+        reservation), as :meth:`eligible` decides without ``ignore_age``: once it has run
+        ``preempt_min_runtime_s`` (over-quota work at once), and an immune one (preempted
+        ``max_preemptions_per_job`` times) once it has run ``starving_preempt_window_s``."""
         out = {}
-        later = self.config.preempt_min_runtime_s
+        config = self.config
         for c in self.candidates:
             if c.alloc.job_id not in preempted and self.eligible(c, job, cls, False, ignore_age=True):
-                aged = c.aged or c.over_quota
-                out[c.alloc.job_id] = self.now if aged else max(self.now, c.alloc.started_at + later)
+                ran = 0.0 if c.over_quota else config.preempt_min_runtime_s
+                if c.immune:
+                    ran = max(ran, config.starving_preempt_window_s or 0.0)
+                out[c.alloc.job_id] = max(self.now, c.alloc.started_at + ran)
         return out
 
     def find(
