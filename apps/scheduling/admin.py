@@ -12,7 +12,8 @@ class SchedulerConfigAdmin(SuperuserEditAdmin, admin.ModelAdmin):
 
     fieldsets = [
         ("Policy", {"fields": ["policy", "preemption", "preempt_min_runtime_s", "preempt_grace_s", "backfill",
-                               "reservations", "size_preemption", "bounded_wait", "fragmentation_aware"]}),
+                               "reservations", "size_preemption", "starving_preempt_window_hours", "bounded_wait",
+                               "fragmentation_aware"]}),
         ("Priority weights (each factor is in [0, 1])",
          {"fields": ["weight_fairshare", "weight_age", "weight_size", "weight_class"]}),
         ("Fair-share and age", {"fields": ["half_life_hours", "age_cap_hours", "size_cap_gpu_hours"]}),

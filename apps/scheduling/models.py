@@ -47,6 +47,10 @@ class SchedulerConfig(models.Model):
     fragmentation_aware = models.BooleanField(
         default=PolicyConfig.fragmentation_aware,
         help_text="placement keeps idle GPUs together for the multi-GPU shapes that wait")
+    starving_preempt_window_hours = models.FloatField(
+        null=True, blank=True, default=None, validators=[MinValueValidator(0)],
+        help_text="with size preemption: a starving job may preempt a job already preempted the most times "
+                  "allowed once it has run this long in its attempt; empty = never (docs/scheduling.md)")
     default_urgent_gpu_hours_per_day = models.FloatField(default=TeamPolicy.urgent_gpu_hours_per_day)
     default_urgent_max_gpus = models.FloatField(default=TeamPolicy.urgent_max_gpus)
     updated_at = models.DateTimeField(auto_now=True)
@@ -88,6 +92,8 @@ class SchedulerConfig(models.Model):
             size_preemption=self.size_preemption,
             bounded_wait=self.bounded_wait,
             fragmentation_aware=self.fragmentation_aware,
+            starving_preempt_window_s=(None if self.starving_preempt_window_hours is None
+                                       else self.starving_preempt_window_hours * 3600),
             default_team=TeamPolicy(urgent_gpu_hours_per_day=self.default_urgent_gpu_hours_per_day,
                                     urgent_max_gpus=self.default_urgent_max_gpus),
         )

@@ -226,3 +226,22 @@ def test_the_eta_track_record_is_each_started_jobs_first_eta_against_its_first_s
     job_at(1, 3, None)  # still waiting: its outcome is not known yet
     state, _ = cluster_state(now)
     assert [(round(p), round(a)) for p, a in state.eta_history] == [(1800, 3600), (7200, 5400)]
+
+
+def test_the_starving_preemption_window_is_an_admin_setting_in_hours():
+    """Off (None) unless an admin sets it; hours in admin, seconds in the policy; never negative."""
+    from django.core.exceptions import ValidationError
+
+    from apps.scheduling.models import SchedulerConfig
+
+    assert cluster_state()[0].config.starving_preempt_window_s is None
+    config = SchedulerConfig.current()
+    config.size_preemption, config.starving_preempt_window_hours = True, 6
+    config.full_clean()
+    config.save()
+    policy = cluster_state()[0].config
+    assert policy.size_preemption and policy.starving_preempt_window_s == 6 * 3600
+    config.starving_preempt_window_hours = -1
+    with pytest.raises(ValidationError) as refused:
+        config.full_clean()
+    assert "starving_preempt_window_hours" in refused.value.message_dict
