@@ -80,7 +80,9 @@ def test_once_runs_a_pass_only_with_the_lease(alice, teams, node):
         return subprocess.run([sys.executable, "manage.py", "scheduler", "--once"], cwd=settings.BASE_DIR,
                               env=env, capture_output=True, text=True, timeout=120)
 
-    other = LeaderLease("other", ttl_s=60)
+    # Its lease must outlive the refused run's interpreter start (over 60 s at load ~25 once:
+    # the lease expired, --once took it and ran the pass).
+    other = LeaderLease("other", ttl_s=600)
     assert other.hold()
     refused = once()
     assert refused.returncode == 3 and "another scheduler leads" in refused.stderr

@@ -261,9 +261,15 @@ def redispatches(job) -> list[str]:
 def test_a_delivery_whose_worker_died_before_starting_it_is_sent_again(dispatched, horse_marks_started):
     queue = slot_takes(dispatched, horse_marks_started=horse_marks_started)
     taken = timezone.now()
+    # The worker is back within the grace (its replacement heartbeats), whenever these ticks
+    # happen: under load the fixture's registration can be more than NODE_GRACE_S - 5 s before
+    # `taken`, and a lost node's job would be requeued instead (seen at load ~25: job.node None).
+    alive = Node.objects.filter(name="node-a")
+    alive.update(last_heartbeat=taken + 2 * S)
     tick(taken + 2 * S)  # a live horse would be starting it now
     assert redispatches(dispatched) == []
 
+    alive.update(last_heartbeat=taken + 5 * S)
     tick(taken + 5 * S)  # DISPATCH_REPAIR_S after it was taken, it is still not running
     job = current(dispatched)
     assert (job.state, job.attempt, job.attempt_id, job.node.name) == (
