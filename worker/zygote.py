@@ -9,8 +9,10 @@ The socket is abstract (``@yoloportal-zygote-<node>-<worker pid>``, no file): th
 removes it when the zygote dies, however it dies — a file in /tmp outlived every SIGTERM
 and SIGKILL (a thousand of them piled up under the tests). An abstract socket has no file
 mode, so the zygote checks each caller itself (``_caller_allowed``): same uid, and a
-descendant of the gpu_worker that started it (its slots' work-horses) — stricter than the
-file's 0600, which let any process of the user in.
+descendant of the gpu_worker that started it but not of the zygote (its slots' work-horses,
+not the trainings it forked) — stricter than the file's 0600, which let any process of the
+user in. And since anyone may bind the name first, a horse checks the listener's uid too
+(``ZygoteChild``) and otherwise falls back to a fresh interpreter.
 
 Protocol (one connection per child, JSON lines):
   horse → zygote  {"config": path, "log": path, "env": {...}, "cwd": dir, "owner": horse pid,
@@ -67,11 +69,13 @@ def descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
-def _caller_allowed(conn: socket.socket, parent: int) -> bool:
+def _caller_allowed(conn: socket.socket, parent: int, zygote: int | None = None) -> bool:
     """Only our gpu_worker's own processes may have children forked (see the module doc)."""
     pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                          struct.calcsize("3i")))
-    return uid == os.getuid() and descends_from(pid, parent)
+    # Not the zygote's own children (the trainings): they descend from the worker too.
+    return (uid == os.getuid() and descends_from(pid, parent)
+            and (zygote is None or not descends_from(pid, zygote)))
 
 
 def _listen(address: str) -> socket.socket:
@@ -200,7 +204,7 @@ def serve(address: str, config_dir: Path) -> None:
             if key.data == "accept":
                 conn, _ = listener.accept()
                 try:
-                    if not _caller_allowed(conn, parent):
+                    if not _caller_allowed(conn, parent, zygote=os.getpid()):
                         raise ValueError("the caller is not one of this node's work-horses")
                     conn.settimeout(5)
                     request = json.loads(_read_line(conn))
@@ -244,6 +248,13 @@ class ZygoteChild:
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.conn.settimeout(10)
         self.conn.connect(sockaddr(address))  # ConnectionRefusedError: not listening (yet)
+        # An abstract name can be bound by anyone in this network namespace first: only a
+        # listener with our uid is our zygote (its replies name pids we signal).
+        _pid, uid, _gid = struct.unpack("3i", self.conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                   struct.calcsize("3i")))
+        if uid != os.getuid():
+            self.conn.close()
+            raise OSError(f"{address} is held by uid {uid}, not by this worker's zygote")
         request = {"config": config, "log": log, "env": env, "cwd": cwd, "owner": os.getpid(),
                    "cgroup": cgroup or []}
         self.conn.sendall(json.dumps(request).encode() + b"\n")

@@ -115,10 +115,14 @@ class Command(BaseCommand):
                     break
                 except InterruptedError:
                     continue
+                # A reaped pid may be reused by any process: stop() must never signal it.
+                self._slot_pids = [p for p in getattr(self, "_slot_pids", []) if p != pid]
                 if pid in children and not self.stopping:
                     slot = children.pop(pid)
                     log.warning("slot %d (pid %d) exited; restarting it", slot, pid)
                     time.sleep(1)
+                    if self.stopping:  # the stop signal came during the pause: no new slot
+                        continue
                     children[self.spawn_slot(name, slot)] = slot
                 elif zygote is not None and pid == zygote.pid and not self.stopping:
                     # Until it is back, children start a fresh interpreter (spawn falls back).
