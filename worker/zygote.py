@@ -69,10 +69,16 @@ def descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
-def _caller_allowed(conn: socket.socket, parent: int, zygote: int | None = None) -> bool:
-    """Only our gpu_worker's own processes may have children forked (see the module doc)."""
+def peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
     pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                          struct.calcsize("3i")))
+    return pid, uid
+
+
+def _caller_allowed(conn: socket.socket, parent: int, zygote: int | None = None) -> bool:
+    """Only our gpu_worker's own processes may have children forked (see the module doc)."""
+    pid, uid = peer(conn)
     # Not the zygote's own children (the trainings): they descend from the worker too.
     return (uid == os.getuid() and descends_from(pid, parent)
             and (zygote is None or not descends_from(pid, zygote)))
@@ -250,8 +256,7 @@ class ZygoteChild:
         self.conn.connect(sockaddr(address))  # ConnectionRefusedError: not listening (yet)
         # An abstract name can be bound by anyone in this network namespace first: only a
         # listener with our uid is our zygote (its replies name pids we signal).
-        _pid, uid, _gid = struct.unpack("3i", self.conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                   struct.calcsize("3i")))
+        _pid, uid = peer(self.conn)
         if uid != os.getuid():
             self.conn.close()
             raise OSError(f"{address} is held by uid {uid}, not by this worker's zygote")
