@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import transaction
 
 from apps.cluster.models import Node
 
@@ -32,6 +33,7 @@ class AdmissionInputs:
 
 
 _cached: tuple[float, AdmissionInputs] | None = None
+_generation = 0  # counts clears: a read that a clear overtook is used once, not kept
 _lock = threading.Lock()
 
 
@@ -40,7 +42,7 @@ def admission_inputs() -> AdmissionInputs:
 
     Every submit asks; they change rarely. Read at most every ``ADMISSION_CACHE_S`` seconds
     per process (five queries and the policy objects otherwise), and afresh at once after a
-    change saved in this process (:func:`admission_cache_clear`, wired to the models'
+    change saved in this process (:func:`admission_inputs_changed`, wired to the models'
     signals in ``apps.py``). A node registered by a worker, or a quota changed on another
     web process, is seen by submit within ``ADMISSION_CACHE_S``; the scheduler reads them
     afresh on every pass regardless.
@@ -55,21 +57,43 @@ def admission_inputs() -> AdmissionInputs:
         cached = _cached
         if cached is not None and time.monotonic() - cached[0] < settings.ADMISSION_CACHE_S:
             return cached[1]
-        nodes = list(Node.objects.prefetch_related("gpus"))
-        config = SchedulerConfig.current().to_policy()
-        inputs = AdmissionInputs(
-            nodes=cluster_nodes(nodes),
-            images=frozenset(image for n in nodes for image in n.images or ()),
-            largest_node_gpus=max((len(n.gpus.all()) for n in nodes), default=0),
-            config=config,
-            teams=team_policies(config),
-        )
-        _cached = (time.monotonic(), inputs)
+        for _ in range(2):
+            # A change saved while we read (see admission_inputs_changed) may be missing
+            # from what we read: read once more (the first read may have created the
+            # configuration row itself), and keep nothing if it came again.
+            generation = _generation
+            inputs = _read_inputs()
+            if generation == _generation:
+                _cached = (time.monotonic(), inputs)
+                break
     return inputs
 
 
-def admission_cache_clear(**_) -> None:
-    global _cached
+def _read_inputs() -> AdmissionInputs:
+    nodes = list(Node.objects.prefetch_related("gpus"))
+    config = SchedulerConfig.current().to_policy()
+    return AdmissionInputs(
+        nodes=cluster_nodes(nodes),
+        images=frozenset(image for n in nodes for image in n.images or ()),
+        largest_node_gpus=max((len(n.gpus.all()) for n in nodes), default=0),
+        config=config,
+        teams=team_policies(config),
+    )
+
+
+def admission_inputs_changed(using: str | None = None, **_) -> None:
+    """A model admission reads was saved: forget, now and again when its transaction commits.
+
+    The signals fire inside the saving transaction, so another thread may read (and keep)
+    the old rows between the save and the commit; the second clear drops that copy.
+    """
+    admission_cache_clear()
+    transaction.on_commit(admission_cache_clear, using=using)
+
+
+def admission_cache_clear() -> None:
+    global _cached, _generation
+    _generation += 1
     _cached = None
 
 

@@ -12,10 +12,10 @@ class SchedulingConfig(AppConfig):
         from apps.cluster.models import GPU, Node
         from apps.quotas.models import TeamQuota
 
-        from .admission import admission_cache_clear
+        from .admission import admission_inputs_changed
         from .models import SchedulerConfig
 
         # What submit's admission reads (apps.scheduling.admission): changed here, seen at once.
         for model in (Node, GPU, SchedulerConfig, TeamQuota, Team):
-            post_save.connect(admission_cache_clear, sender=model, dispatch_uid=f"admission-{model.__name__}")
-            post_delete.connect(admission_cache_clear, sender=model, dispatch_uid=f"admission-{model.__name__}-del")
+            post_save.connect(admission_inputs_changed, sender=model, dispatch_uid=f"admission-{model.__name__}")
+            post_delete.connect(admission_inputs_changed, sender=model, dispatch_uid=f"admission-{model.__name__}-del")

@@ -87,3 +87,45 @@ def test_a_change_made_elsewhere_is_seen_once_the_period_is_over(bob, demo_regis
     assert submit(client, "within-the-period").status_code == 201  # still the quota read a moment ago
     settings.ADMISSION_CACHE_S = 0  # the period is over
     assert "resources.gpu" in submit(client, "after").json()
+
+
+def reads_admission_tables() -> bool:
+    from apps.scheduling.admission import admission_inputs
+
+    with CaptureQueriesContext(connection) as captured:
+        admission_inputs()
+    return any(t in q["sql"] for q in captured.captured_queries for t in ADMISSION_TABLES)
+
+
+def test_a_read_that_a_change_overtook_is_not_kept(node, settings):
+    """Another thread saves a quota while this one reads: what it read may predate the save."""
+    from apps.scheduling.admission import admission_inputs_changed
+
+    settings.ADMISSION_CACHE_S = 60
+    overtaken = []
+
+    def a_change_lands_during_each_read(execute, sql, params, many, context):
+        if sql.startswith("SELECT \"cluster_node\""):
+            overtaken.append(sql)
+            admission_inputs_changed()
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(a_change_lands_during_each_read):
+        assert reads_admission_tables()
+    assert len(overtaken) == 2  # read again at once, and that read was overtaken too
+    assert reads_admission_tables()  # so neither copy was kept
+    assert not reads_admission_tables()  # this one, not overtaken, is
+
+
+def test_a_change_is_forgotten_again_when_its_transaction_commits(node, teams, settings,
+                                                                 django_capture_on_commit_callbacks):
+    """The signal fires before the commit; a copy read in between (by any thread) must not outlive it."""
+    from django.db import transaction
+
+    settings.ADMISSION_CACHE_S = 60
+    with django_capture_on_commit_callbacks(execute=True):
+        with transaction.atomic():
+            TeamQuota.objects.create(team=teams["vision"], max_gpus_per_job=1)
+            assert reads_admission_tables()  # read between the save and the commit, and kept
+            assert not reads_admission_tables()
+    assert reads_admission_tables()
