@@ -78,12 +78,14 @@ def test_a_pass_restores_the_garbage_collector_and_leaves_no_cycles() -> None:
 
 def test_the_forward_simulations_kept_shadow_equals_a_fresh_walk() -> None:
     """ForwardSim.shadow keeps its answer across starts on other nodes that end no earlier
-    than the event it found (eta.py): after random starts, releases and shadows on random
-    clusters, every kept answer equals the walk done afresh on the same state."""
+    than the event it found, and across whole-GPU starts that end before it when the shape
+    fitted nowhere (eta.py): after random starts, releases and shadows on random clusters,
+    every kept answer equals the walk done afresh on the same state (probes that fit now
+    included: for them the second rule must not apply)."""
     from apps.scheduling.policy.eta import ForwardSim, _alloc_of
 
-    kept = 0
-    for seed in range(60):
+    kept = kept_whole = 0
+    for seed in range(80):
         rng = random.Random(seed)
         cluster = [node(f"n{k}", gpus=rng.choice((2, 4, 8)), cpu=rng.choice((16000, 64000))) for k in range(6)]
         busy = []
@@ -107,7 +109,8 @@ def test_the_forward_simulations_kept_shadow_equals_a_fresh_walk() -> None:
         for step in range(120):
             op = rng.random()
             if op < 0.45:  # a start where it fits
-                j = job(f"x{seed}-{step}", gpus=rng.choice((0.5, 1, 1, 2)), walltime_s=rng.uniform(60, 12 * HOUR))
+                longest = 12 * HOUR if seed % 2 else HOUR  # short ones: ending before the event found
+                j = job(f"x{seed}-{step}", gpus=rng.choice((0.5, 1, 1, 2)), walltime_s=rng.uniform(60, longest))
                 placed = sim.placer.place(j)
                 if placed is not None:
                     end = t + j.walltime
@@ -117,11 +120,17 @@ def test_the_forward_simulations_kept_shadow_equals_a_fresh_walk() -> None:
                 sim.placer.now = t
                 sim._release_until(t)
             else:
-                probe = shapes[0] if rng.random() < 0.6 else rng.choice(shapes)
+                probe = shapes[0] if rng.random() < 0.3 else rng.choice(shapes)
+                if rng.random() < 0.7:  # as run() does: a shape that fits nowhere is in Placer.failed
+                    next(sim.placer.candidates(probe), None)
                 memo = sim._shadow
                 if memo is not None and memo[0] == probe.shape and memo[1] != sim.seq and memo[2] is not None:
                     kept += 1  # a case the kept answer may serve
+                    since = sim._pushed[memo[1] - sim._seq0 :]
+                    if memo[4] and any(whole and end < memo[3][1] for _, end, whole in since):
+                        kept_whole += 1  # ... across a whole-GPU start that ends before the event found
                 got = sim.shadow(probe)
                 sim._shadow = None
                 assert got == sim.shadow(probe), (seed, step)
     assert kept > 200  # the kept answer was put to the test often
+    assert kept_whole > 10, kept_whole

@@ -104,13 +104,15 @@ class ForwardSim:
         self.seq = len(events)  # also the version of the capacities: only a start (push) adds to it
         self.now = now
         self.max_steps = max_steps
-        # The last shadow: (shape, version, index of the event it found or None, answer).
+        # The last shadow: (shape, version, the event it found or None, answer, whether the
+        # shape fitted nowhere when it was walked: ``Placer.failed``, as run() calls it).
         self._shadow: tuple | None = None
         self._seq0 = self.seq
-        self._pushed: list[tuple[str, float]] = []  # (node, end) of every start, in order: version - _seq0 indexes it
+        # (node, end, whole GPUs only) of every start, in order: version - _seq0 indexes it
+        self._pushed: list[tuple[str, float, bool]] = []
 
     def push(self, end: float, alloc: Allocation) -> None:
-        self._pushed.append((alloc.node, end))
+        self._pushed.append((alloc.node, end, alloc.gpu_share == 1.0))
         self.seq += 1
         # (end, sequence): the sequence is unique, allocations are never compared
         bisect.insort(self.events, (end, self.seq, alloc), lo=self.cursor)
@@ -125,32 +127,46 @@ class ForwardSim:
         """
         shape = job.shape
         memo = self._shadow
+        events = self.events
+        cursor = self.cursor
         if memo is not None and memo[0] == shape:
-            _, version, found, answer = memo
-            if version == self.seq and (found is None or self.cursor <= found):
+            _, version, found, answer, blocked = memo
+            # The event found is still ahead: events are sorted by (end, unique sequence), so
+            # it is at or after the cursor exactly when the cursor's event sorts no later (a
+            # start inserted before it moves its index, not its key).
+            ahead = found is not None and cursor < len(events) and events[cursor] <= found
+            if version == self.seq and (found is None or ahead):
                 return answer
-            if found is not None and self.cursor <= found:
-                # Starts since, each on another node than the one found and ending no earlier
-                # than the event found: the answer stands. Capacity only shrank on the start's
-                # node, and fit() is monotone in capacity (rounding too: round(x, 6) is), so
-                # no event before the found one fits there now; every other node's copies are
-                # as before up to the found event (the start's own end sorts after it, so the
-                # found event keeps its index); the found node's copy is unchanged and fits.
+            if ahead:
+                # Starts since: the answer stands if each one either ran on another node than
+                # the one found and ends no earlier than the event found, or took whole GPUs
+                # and ends before it (anywhere). Capacity only shrank on a start's node while
+                # it runs, and fit() is monotone in capacity (rounding too: round(x, 6) is),
+                # so no event before its end fits there now; a whole-GPU start given back
+                # restores its node's copy exactly (each of its GPUs goes 1.0 -> 0.0 -> 1.0,
+                # integers for memory and CPU), so from its end on the walk sees what the
+                # last walk saw, where it found no fit (that walk checked the node after each
+                # of its events, and before any, the shape fitted nowhere: ``blocked``); every
+                # other node's copies are as before. A fractional start ending before the
+                # event found may not round back exactly: walk again.
                 node, at = answer
-                for n, end in self._pushed[version - self._seq0 :]:
-                    if n == node or end < at:
+                for n, end, whole in self._pushed[version - self._seq0 :]:
+                    if end < at:
+                        if not (whole and blocked):
+                            break
+                    elif n == node:
                         break
                 else:
-                    self._shadow = (shape, self.seq, found, answer)
+                    self._shadow = (shape, self.seq, found, answer, blocked)
                     return answer
         copies: dict[str, NodeCapacity] = {}
-        events = self.events
         caps = self.caps
         # fit() says no at once to a whole-GPU job on a node with too few idle GPUs: that
         # check first, inline (most events free a GPU on a node still far from enough).
         whole = job.gpus - EPS if job.gpus >= 1 else -1.0
-        for k in range(self.cursor, len(events)):
-            end, _, alloc = events[k]
+        for k in range(cursor, len(events)):
+            event = events[k]
+            end, _, alloc = event
             node = alloc.node
             cap = copies.get(node)
             if cap is None:
@@ -159,9 +175,9 @@ class ForwardSim:
             if cap.whole_free < whole:
                 continue
             if cap.fit(job) is not None:
-                self._shadow = (shape, self.seq, k, (node, end))
+                self._shadow = (shape, self.seq, event, (node, end), shape in self.placer.failed)
                 return node, end
-        self._shadow = (shape, self.seq, None, None)
+        self._shadow = (shape, self.seq, None, None, False)
         return None
 
     def run(self, pending: list[_Pending], arrivals: ArrivalStream) -> dict[str, float]:

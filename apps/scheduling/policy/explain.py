@@ -160,13 +160,19 @@ class Explainer:
                             start = w.until
                         heapreplace(slots, start + job.walltime * gpus)
                     else:
+                        # The n earliest slots: n - 1 popped, the n-th is then the top and is
+                        # replaced (the same values in the heap as n pops and n pushes).
                         n = int(round(gpus))
-                        popped = [heappop(slots) for _ in range(n)]
-                        start = max(t0, popped[-1])
+                        for _ in range(n - 1):
+                            heappop(slots)
+                        start = slots[0]
+                        if start < t0:
+                            start = t0
                         if kind == "reserved":
                             start = w.until
                         end = start + job.walltime
-                        for _ in range(n):
+                        heapreplace(slots, end)
+                        for _ in range(n - 1):
                             heappush(slots, end)
                     eta = start
             etas.append(eta)
@@ -206,7 +212,9 @@ class Explainer:
         entries: list[QueueEntry] = []
         append = entries.append
         reason = self.reason
-        waiting_text = self.waiting_text
+        gpus_texts = self._gpus_text
+        fmt_cache = self._fmt_cache
+        new_entry, set_dict = _new, _set
         # EtaModel.coarse inlined (the same arithmetic, in the same order): one call per job
         # below the head, most of a long queue. After head(), which refines the spread.
         coarse = eta_model is not None
@@ -249,25 +257,50 @@ class Explainer:
                 cls = w.cls
                 if kind == "resources" and cls == job.priority_class:
                     # Most of a long queue: reason()'s first case without its dispatch (the
-                    # urgent note cannot apply, cls equals the class asked for).
-                    text = waiting_text(job, ahead, eta)
+                    # urgent note cannot apply, cls equals the class asked for), and
+                    # waiting_text() inlined with its caches.
+                    what = gpus_texts.get((job.gpus, job.gpu_models))
+                    if what is None:
+                        what = self.gpus_text(job)
+                    if ahead:
+                        text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; waiting for {what}"
+                    else:
+                        text = f"waiting for {what}"
+                    if eta is not None:
+                        when = fmt_cache.get(int(eta // 60))
+                        text += f"; expected {when if when is not None else self.fmt(eta)}"
+                    entry_dict = {
+                        "job_id": job_id,
+                        "position": position,
+                        "priority": prio,
+                        "factors": {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]},
+                        "estimated_start": eta,
+                        "reason": text,
+                        "reserved_node": reserved_get(job_id),
+                        "reserved_at": None,
+                        "estimated_start_low": low,
+                        "estimated_start_high": high,
+                        "estimated_start_model": model,
+                    }
                 else:
                     text = reason(w, cls, ahead, eta)
-                append(
-                    _entry(
-                        job_id,
-                        position,
-                        prio,
-                        {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]},
-                        eta,
-                        text,
-                        reserved_get(job_id),
-                        w.until if kind == "reserved" else None,
-                        low,
-                        high,
-                        model,
-                    )
-                )
+                    entry_dict = {
+                        "job_id": job_id,
+                        "position": position,
+                        "priority": prio,
+                        "factors": {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]},
+                        "estimated_start": eta,
+                        "reason": text,
+                        "reserved_node": reserved_get(job_id),
+                        "reserved_at": w.until if kind == "reserved" else None,
+                        "estimated_start_low": low,
+                        "estimated_start_high": high,
+                        "estimated_start_model": model,
+                    }
+                # _entry() inlined (the same dict, in the same key order): one per waiting job
+                entry = new_entry(QueueEntry)
+                set_dict(entry, "__dict__", entry_dict)
+                append(entry)
             if kind == "resources" or kind == "reserved":
                 ahead += 1
         return tuple(entries), wake_at

@@ -146,17 +146,29 @@ class FairPlanner:
         budget = self.config.max_preemptions_per_pass
         finder = self.victims()
         quota = self.quota
-        for w in self.waiting:
-            if w.kind in ("resources", "reserved") and len(self.preempted) < budget and finder.candidates:
+        waiting = self.waiting
+        for k, w in enumerate(waiting):
+            if len(self.preempted) >= budget or not finder.candidates:
+                # Nothing more can preempt in this pass: the rest keep their places (a long
+                # queue used to be walked to its end here, job by job).
+                kept.extend(waiting[k:])
+                break
+            if w.kind in ("resources", "reserved"):
+                cls = w.cls
+                if cls == "urgent" and not quota.urgent_ok(w.job):
+                    cls = "high"
+                # A victim search already refused for this shape and class (and no larger
+                # work) would refuse again: skip it, and the quota check before it (neither
+                # changes anything; a long queue of similar blocked jobs was checked job by job).
+                if finder.refuses(w.job, cls):
+                    kept.append(w)
+                    continue
                 # Quotas again: jobs started after this one's turn in step 3 may have filled the
                 # team's GPUs or, for a job that may not be preempted, the user's daily quota.
                 tp = quota.team_policy(w.job.team)
                 if quota.limited(tp) and quota.block(w.job, tp) is not None:
                     kept.append(w)
                     continue
-                cls = w.cls
-                if cls == "urgent" and not quota.urgent_ok(w.job):
-                    cls = "high"
                 if self.try_preempt(w.job, cls, drop_reservation=w.kind == "reserved"):
                     continue
             kept.append(w)

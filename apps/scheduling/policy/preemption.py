@@ -174,6 +174,11 @@ class VictimFinder:
                 out[c.alloc.job_id] = max(self.now, c.alloc.started_at + ran)
         return out
 
+    def refuses(self, job: JobRequest, cls: str) -> bool:
+        """Whether :meth:`find` would refuse ``job`` at once (an earlier refusal holds for it)."""
+        refused = self._refused.get((*job.shape, cls, job.estimated, job.job_id in self.starving))
+        return refused is not None and job.gpus * job.walltime >= refused
+
     def find(
         self,
         job: JobRequest,
