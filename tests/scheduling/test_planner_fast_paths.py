@@ -134,3 +134,59 @@ def test_the_forward_simulations_kept_shadow_equals_a_fresh_walk() -> None:
                 assert got == sim.shadow(probe), (seed, step)
     assert kept > 200  # the kept answer was put to the test often
     assert kept_whole > 10, kept_whole
+
+
+def test_what_a_pass_keeps_for_the_next_never_answers_for_a_changed_input() -> None:
+    """The only thing kept across passes is admission's never-starts memo (admission._ANSWERS,
+    keyed by the schedulable nodes and the limits). Passes on one process whose inputs change
+    between them — a per-job limit set and lifted, the big node drained and back, users'
+    usage swapped, a job's class raised — each give the plan a fresh process (memo cleared)
+    gives, and the memo stays bounded."""
+    from apps.scheduling.policy import TeamPolicy, admission
+
+    big, small = node("big", gpus=8), node("small", gpus=2)
+    busy = (running("r1", "small", (0, 1), left_s=HOUR),)
+    queue = (
+        job("j4", gpus=4, user="ann", age_s=60.0),
+        job("j1", gpus=1, user="bob", age_s=30.0),
+        job("a1", gpus=1, user="ann", age_s=30.0, cls="low"),
+    )
+    base = ClusterState(
+        nodes=(big, small), running=busy, queued=queue, config=PolicyConfig(policy="fair"),
+        usage={("vision", "ann"): 100.0, ("vision", "bob"): 9000.0},
+    )
+    drained = dataclasses.replace(big, schedulable=False)
+    raised = tuple(dataclasses.replace(j, priority_class="high") if j.job_id == "j1" else j for j in queue)
+    states = [
+        base,
+        dataclasses.replace(base, teams={"vision": TeamPolicy(max_gpus_per_job=2)}),
+        base,
+        dataclasses.replace(base, nodes=(drained, small)),
+        base,
+        dataclasses.replace(base, usage={("vision", "ann"): 9000.0, ("vision", "bob"): 100.0}),
+        dataclasses.replace(base, queued=raised),
+        base,
+    ]
+    full = dataclasses.replace(base, running=busy + (running("r2", "big", tuple(range(8)), left_s=HOUR),))
+    states += [dataclasses.replace(s, running=full.running) for s in states]
+    warm = []
+    for state in states:
+        warm.append(plan(state, NOW))
+    cold = []
+    for state in states:
+        admission._ANSWERS.clear()
+        cold.append(plan(state, NOW))
+    assert warm == cold
+    reasons = {e.job_id: e.reason for e in warm[1].queue}
+    assert "per-job limit is 2" in reasons["j4"]  # the limit, not the memo of pass 1
+    assert {s.job_id for s in warm[2].starts} == {"j4", "j1", "a1"}  # lifted again
+    assert "no schedulable node" in {e.job_id: e.reason for e in warm[3].queue}["j4"]
+    order = [[e.job_id for e in p.queue if e.job_id != "j4"] for p in warm[8:]]
+    assert order[0] == ["a1", "j1"]  # ann's lower usage outweighs her job's lower class ...
+    assert order[5] == ["j1", "a1"]  # ... until the users' usage is swapped between passes
+    assert order[6] == ["j1", "a1"] and order[7] == ["a1", "j1"]  # or bob's job is raised to high, and back
+    prio = [{e.job_id: e.priority for e in p.queue} for p in warm[8:]]
+    assert prio[5]["a1"] < prio[0]["a1"] and prio[5]["j1"] > prio[0]["j1"]  # usage swapped between passes
+    for k in range(3 * admission._ANSWERS_KEPT):  # clusters come and go: the memo stays bounded
+        plan(dataclasses.replace(base, nodes=(node(f"n{k}", gpus=8),)), NOW)
+    assert len(admission._ANSWERS) <= admission._ANSWERS_KEPT
