@@ -17,6 +17,14 @@ closes it after ``CONN_MAX_AGE`` or an error (``close_old_connections`` on reque
 and finish). A request that waits (an upload being unpacked, a lock) holds only its own
 thread; the others keep serving. Reading the body and sending the response stay async.
 
+The one remaining hop costs ~10 % of a submit's GIL time under the bench's load (py-spy
+--gil: ~7 % in the thread's ``call_soon_threadsafe``, ~2 % in the executor's ``submit``). Running the submit view on the event loop's own thread instead (no hop;
+the loop hidden from Django's async-unsafe check for the call) was measured and is *slower*:
+a process then serves one request at a time and blocks on every wait — SQLite's busy
+handler sleeping between tries for another process's write lock, each PostgreSQL round
+trip — so submits fell to 0.64 of sbatch (threads 0.69) on SQLite and 0.38 (0.56) on
+PostgreSQL, and six such processes did worse still (docs/performance.md, item 19).
+
 Django's ``handle`` makes two more hops per request (the ``request_started`` signal's
 receivers and ``response.close()``, which sends ``request_finished``, each run through
 ``sync_to_async``) and runs the view as one of two tasks beside a task that waits for the
