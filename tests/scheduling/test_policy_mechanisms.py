@@ -71,6 +71,24 @@ def test_a_starving_whole_node_job_may_preempt_a_job_preempted_before_once_per_w
     assert plan(state(cluster, [wide], recent, config=config), NOW).preemptions == ()
 
 
+def test_a_starving_job_preempts_a_job_never_preempted_before_a_capped_one() -> None:
+    """Both a capped ("immune", preempted once, past the window) and a never-preempted long job
+    would do; the capped one has more work left, so largest-work-first took it, requeueing the
+    same job a second time. Never-preempted victims now come first, on a node and across nodes."""
+    config = size_aware(starving_preempt_window_s=2 * HOUR)
+    starving = job("j", cls="low", walltime_s=HOUR, age_s=30 * 86400)
+
+    def victims(cluster, busy):
+        return sorted(p.job_id for p in plan(state(cluster, [starving], busy, config=config), NOW).preemptions)
+
+    capped = dict(user="u1", cls="low", ran_s=3 * HOUR, left_s=20 * 86400, preemptible=True, preemptions=1)
+    fresh = dict(user="u2", cls="low", ran_s=3 * HOUR, left_s=10 * 86400, preemptible=True)
+    one_node = [running("capped", "n1", (0,), **capped), running("fresh", "n1", (1,), **fresh)]
+    assert victims([node("n1", gpus=2)], one_node) == ["fresh"]
+    two_nodes = [running("capped", "a", (0,), **capped), running("fresh", "b", (0,), **fresh)]
+    assert victims([node("a", gpus=1), node("b", gpus=1)], two_nodes) == ["fresh"]
+
+
 def test_without_estimates_attained_service_decides_never_the_timeout() -> None:
     """Tiresias-style: a new job without an estimate preempts one two bins of service above it."""
     cluster = [node("n1", gpus=1)]

@@ -131,8 +131,12 @@ class VictimFinder:
                     immune,
                 )
             )
-        # Largest remaining work first: the victims that shorten the mean completion time most.
-        self.candidates.sort(key=lambda c: (not c.over_quota, -c.remaining_gpu_s, -c.alloc.started_at, c.alloc.job_id))
+        # Largest remaining work first: the victims that shorten the mean completion time most;
+        # jobs never preempted as often as the cap before capped ("immune") ones, so a starving
+        # job requeues a job a second time only where a first-time victim will not do.
+        self.candidates.sort(
+            key=lambda c: (not c.over_quota, c.immune, -c.remaining_gpu_s, -c.alloc.started_at, c.alloc.job_id)
+        )
         self._refused: dict[tuple, float] = {}
 
     def eligible(
@@ -190,11 +194,12 @@ class VictimFinder:
         """The node and the victims that make room for ``job`` there, or None.
 
         1. Eligible candidates (:meth:`eligible`), grouped by node, over-quota work first,
-           then largest remaining work first.
+           then jobs not yet preempted as often as the cap, then largest remaining work first.
         2. Per node: release them in that order until the job fits; then drop victims it
            turns out not to need (greedy can over-pick).
-        3. The node needing the fewest victims within quota wins, then the fewest victims,
-           then the lowest victim class, then the most remaining work freed, then the name.
+        3. The node needing the fewest victims within quota wins, then the fewest capped
+           ("immune") victims, then the fewest victims, then the lowest victim class, then
+           the most remaining work freed, then the name.
         """
         key = (*shape_of(job), cls, job.estimated, job.job_id in self.starving)
         need = job.gpus * job.walltime
@@ -213,6 +218,7 @@ class VictimFinder:
                 continue
             rank = (
                 sum(not c.over_quota for c in chosen),
+                sum(c.immune for c in chosen),
                 len(chosen),
                 max(CLASS_RANK.get(c.alloc.priority_class, 1) for c in chosen),
                 -sum(c.remaining_gpu_s for c in chosen),
