@@ -183,10 +183,14 @@ def evolve(
 CPU: dict[int, list[float]] = {}  # id(list of wall times) -> the same passes' CPU times
 
 
-def time_passes(state: ClusterState, repeat: int) -> list[float]:
-    """Wall-clock ms of ``repeat`` passes; their CPU ms are in ``CPU[id(result)]``."""
+def time_passes(state: ClusterState, repeat: int, cold: bool = False) -> list[float]:
+    """Wall-clock ms of ``repeat`` passes; their CPU ms are in ``CPU[id(result)]``. ``cold``:
+    every cross-pass memo cleared before each pass (a new cluster or configuration: the
+    first pass)."""
     times, cpu = [], []
     for _ in range(repeat):
+        if cold:
+            admission._ANSWERS.clear()
         c0, t0 = time.process_time(), time.perf_counter()
         plan(state, NOW)
         times.append((time.perf_counter() - t0) * 1000)
@@ -211,20 +215,6 @@ def time_steady(state: ClusterState, repeat: int, dt: float, churn: float, seed:
         times.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
         state, now = evolve(state, result, now, rng, dt, churn)
-    CPU[id(times)] = cpu
-    return times
-
-
-def time_cold(state: ClusterState, repeat: int) -> list[float]:
-    """Like :func:`time_passes` with every cross-pass memo cleared before each pass (a new
-    cluster or configuration: the first pass)."""
-    times, cpu = [], []
-    for _ in range(repeat):
-        admission._ANSWERS.clear()
-        c0, t0 = time.process_time(), time.perf_counter()
-        plan(state, NOW)
-        times.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.process_time() - c0) * 1000)
     CPU[id(times)] = cpu
     return times
 
@@ -280,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     # nothing remembered at all (cold); FIFO measured the same way in the same run.
     steady_times = time_steady(state, args.repeat, args.dt, args.churn, args.seed)
     fifo_steady_times = time_steady(fifo_state, args.repeat, args.dt, args.churn, args.seed)
-    cold_times = time_cold(state, args.repeat)
+    cold_times = time_passes(state, args.repeat, cold=True)
     cpu = {
         "cpu_steady_median_ms": round(cpu_median(steady_times), 2),
         "cpu_fifo_steady_median_ms": round(cpu_median(fifo_steady_times), 2),

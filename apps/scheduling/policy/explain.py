@@ -269,34 +269,21 @@ class Explainer:
                     if eta is not None:
                         when = fmt_cache.get(int(eta // 60))
                         text += f"; expected {when if when is not None else self.fmt(eta)}"
-                    entry_dict = {
-                        "job_id": job_id,
-                        "position": position,
-                        "priority": prio,
-                        "factors": {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]},
-                        "estimated_start": eta,
-                        "reason": text,
-                        "reserved_node": reserved_get(job_id),
-                        "reserved_at": None,
-                        "estimated_start_low": low,
-                        "estimated_start_high": high,
-                        "estimated_start_model": model,
-                    }
                 else:
                     text = reason(w, cls, ahead, eta)
-                    entry_dict = {
-                        "job_id": job_id,
-                        "position": position,
-                        "priority": prio,
-                        "factors": {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]},
-                        "estimated_start": eta,
-                        "reason": text,
-                        "reserved_node": reserved_get(job_id),
-                        "reserved_at": w.until if kind == "reserved" else None,
-                        "estimated_start_low": low,
-                        "estimated_start_high": high,
-                        "estimated_start_model": model,
-                    }
+                entry_dict = {
+                    "job_id": job_id,
+                    "position": position,
+                    "priority": prio,
+                    "factors": {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]},
+                    "estimated_start": eta,
+                    "reason": text,
+                    "reserved_node": reserved_get(job_id),
+                    "reserved_at": w.until if kind == "reserved" else None,
+                    "estimated_start_low": low,
+                    "estimated_start_high": high,
+                    "estimated_start_model": model,
+                }
                 # _entry() inlined (the same dict, in the same key order): one per waiting job
                 entry = new_entry(QueueEntry)
                 set_dict(entry, "__dict__", entry_dict)
