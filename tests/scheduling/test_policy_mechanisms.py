@@ -123,7 +123,7 @@ def test_fragmentation_aware_placement_keeps_the_idle_gpus_waiting_shapes_need()
     busy = [running("ra", "a", (0,)), running("rb", "b", (0,))]
     one = job("one", walltime_s=HOUR)
     assert Placer(capacities(cluster, busy)).place(one)[0] == "b"
-    assert Placer(capacities(cluster, busy), targets=[(2, (), 1.0)]).place(one)[0] == "a"
+    assert Placer(capacities(cluster, busy), targets=[(2, (), 0, 1.0)]).place(one)[0] == "a"
 
 
 def test_eta_ranges_contain_the_point_and_inflow_of_better_work_delays_it() -> None:
@@ -201,3 +201,21 @@ def test_a_starving_jobs_reservation_waits_for_an_immune_victims_window() -> Non
     assert result.preemptions == () and result.starts == ()
     (entry,) = result.queue
     assert entry.reserved_node == "n1" and entry.reserved_at - NOW == pytest.approx(HOUR)
+
+
+def test_a_shape_no_node_has_the_gpu_memory_for_does_not_steer_fragmentation_aware_placement() -> None:
+    """As above with GPU memory: a 4-GPU job asking 40 GB per GPU never starts (the 4-GPU node
+    has 16 GB GPUs, the 80 GB node only 2). Counted as a target because *some* node has 4
+    GPUs, it made the 80 GB node look fragmented already, so the quarter jobs went there
+    and the 2 × 40 GB job, which only that node can run, waited."""
+    cluster = [node("big", gpus=2, gpu_mb=81920, cpu=0, mem=0), node("small", gpus=4, model="A100", gpu_mb=16384,
+                                                                       cpu=0, mem=0)]
+    queue = [job(f"q{k}", gpus=0.25, cls="medium", gpu_memory_mb=2048) for k in range(4)] + [
+        job("two-big", gpus=2, cls="low", gpu_memory_mb=40960),
+        job("four-big", gpus=4, cls="low", gpu_memory_mb=40960),
+    ]
+    result = plan(state(cluster, queue, [], config=fair(fragmentation_aware=True)), NOW)
+    where = {s.job_id: s.node for s in result.starts}
+    assert [where.get(f"q{k}") for k in range(4)] == ["small"] * 4
+    assert where.get("two-big") == "big"
+    assert "four-big" not in where

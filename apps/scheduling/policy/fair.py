@@ -14,7 +14,7 @@ from collections import Counter
 from .admission import NeverStarts
 from .eta import EtaModel
 from .explain import Explainer, Waiting
-from .placement import EPS, Placer, Target, capacities, shape_of
+from .placement import EPS, Placer, Target, capacities, gpu_serves, shape_of
 from .preemption import URGENT_VICTIM_CLASSES, VictimFinder, choose_victims_legacy
 from .priority import Ranked, fairshare_factors, promote_starving, rank_queue, starving_jobs
 from .quota import QuotaLedger
@@ -341,31 +341,32 @@ class FairPlanner:
 
 
 def waiting_shapes(queued: tuple[JobRequest, ...], nodes: tuple[NodeInfo, ...]) -> list[Target]:
-    """Whole-GPU shapes the queue asks for (GPUs, models), weighted by share of GPUs asked.
+    """Whole-GPU shapes the queue asks for (GPUs, models, GPU memory), weighted by share of GPUs asked.
 
-    Only shapes some schedulable node has enough GPUs of the allowed models for: a shape no
-    node can ever host (the job waits with "never") would count every node's free GPUs as
-    fragmented for it, and filling a node then looks like *less* fragmentation, so small
-    jobs were packed onto the nodes other waiting shapes need while a node they could use
-    stayed idle (found through ``fragmentation_aware_reservation_on_shared_gpus``).
+    Only shapes some schedulable node has enough GPUs of the allowed models and memory for: a
+    shape no node can ever host (the job waits with "never") would count every node's free
+    GPUs as fragmented for it, and filling a node then looks like *less* fragmentation, so
+    small jobs were packed onto the nodes other waiting shapes need while a node they could
+    use stayed idle (found through ``fragmentation_aware_reservation_on_shared_gpus``; GPU
+    memory counts as the placer's ``fit`` counts it: a GPU of unknown memory qualifies).
     """
-    demand: dict[tuple[int, tuple[str, ...]], float] = {}
+    demand: dict[tuple[int, tuple[str, ...], int], float] = {}
     for job in queued:
         if job.gpus >= 1:
-            key = (int(round(job.gpus)), job.gpu_models)
+            key = (int(round(job.gpus)), job.gpu_models, job.gpu_memory_mb)
             demand[key] = demand.get(key, 0.0) + job.gpus
     if not demand:
         return []
-    hosts = [Counter(g.model for g in n.gpus) for n in nodes if n.schedulable]
+    hosts = [Counter((g.model, g.memory_mb) for g in n.gpus) for n in nodes if n.schedulable]
     demand = {
-        (need, models): weight
-        for (need, models), weight in demand.items()
-        if any(sum(c for m, c in h.items() if not models or m in models) >= need for h in hosts)
+        (need, models, gmem): weight
+        for (need, models, gmem), weight in demand.items()
+        if any(sum(c for (m, mb), c in h.items() if gpu_serves(m, mb, models, gmem)) >= need for h in hosts)
     }
     total = sum(demand.values())
     if not total:
         return []
-    return [(need, models, weight / total) for (need, models), weight in sorted(demand.items())]
+    return [(need, models, gmem, weight / total) for (need, models, gmem), weight in sorted(demand.items())]
 
 
 def plan_fair(state: ClusterState, now: float) -> Plan:

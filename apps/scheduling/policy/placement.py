@@ -164,35 +164,43 @@ def _fit_key(cap: NodeCapacity, job: JobRequest, fit: tuple[tuple[int, ...], flo
     return (False, 0.0, cap.whole_free - len(indices), name)
 
 
-Target = tuple[int, tuple[str, ...], float]  # whole GPUs a waiting shape needs, its models, its weight
+Target = tuple[int, tuple[str, ...], int, float]  # a waiting shape's whole GPUs, models, GPU memory, weight
+
+
+def gpu_serves(model: str, memory_mb: int, models: tuple[str, ...], gpu_memory_mb: int) -> bool:
+    """Whether a GPU of this model and memory may serve a job asking for ``models`` and
+    ``gpu_memory_mb`` (as :meth:`NodeCapacity.fit` judges: unknown memory, 0, qualifies)."""
+    return (not models or model in models) and (not gpu_memory_mb or not memory_mb or memory_mb >= gpu_memory_mb)
 
 
 def fragmentation(cap: NodeCapacity, targets: Iterable[Target]) -> float:
     """Free GPU capacity on the node that the waiting shapes cannot use, weighted by demand.
 
     In the spirit of FGD (Weng et al., ATC'23): for each target shape, the free capacity of
-    the GPUs it may use is fragmented if the node cannot host the shape at all (too few
-    idle GPUs), and partly-used GPUs are always fragmented for whole-GPU shapes.
+    the GPUs it may use (model and memory) is fragmented if the node cannot host the shape
+    at all (too few idle GPUs), and partly-used GPUs are always fragmented for whole-GPU
+    shapes.
     """
-    per_model: dict[str, list[float]] = {}  # model -> [idle GPUs, free share of partly used ones]
+    per_kind: dict[tuple[str, int], list[float]] = {}  # (model, memory) -> [idle GPUs, free share of partly used]
     gpu_free = cap.gpu_free
     for g in cap.node.gpus:
         f = gpu_free[g.index]
         if f > EPS:
-            counts = per_model.get(g.model)
+            kind = (g.model, g.memory_mb)
+            counts = per_kind.get(kind)
             if counts is None:
-                counts = per_model[g.model] = [0.0, 0.0]
+                counts = per_kind[kind] = [0.0, 0.0]
             if f >= 1.0 - EPS:
                 counts[0] += 1
             else:
                 counts[1] += f
-    if not per_model:
+    if not per_kind:
         return 0.0
     total = 0.0
-    for need, models, weight in targets:
+    for need, models, gmem, weight in targets:
         whole = partial = 0.0
-        for model, (w, p) in per_model.items():
-            if not models or model in models:
+        for (model, memory_mb), (w, p) in per_kind.items():
+            if gpu_serves(model, memory_mb, models, gmem):
                 whole += w
                 partial += p
         total += weight * (partial + (whole if whole < need else 0.0))
