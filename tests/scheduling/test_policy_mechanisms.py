@@ -66,6 +66,11 @@ def test_a_starving_whole_node_job_may_preempt_a_job_preempted_before_once_per_w
     # Not starving (it just arrived): the cap holds.
     fresh = replace(wide, submitted_at=NOW - 60)
     assert plan(state(cluster, [fresh], busy, config=config), NOW).preemptions == ()
+    # Waited past starvation_min_wait_s, but a 10-hour job that waited 7 hours is not starving:
+    # rho = (7 + 10) / (10 x 5: 8 GPUs on a fifth of the cluster) = 0.34 < starvation_rho.
+    patient = replace(wide, submitted_at=NOW - 7 * HOUR, walltime_s=10 * HOUR)
+    assert NOW - patient.submitted_at >= config.starvation_min_wait_s
+    assert plan(state(cluster, [patient], busy, config=config), NOW).preemptions == ()
     # Within the window (one of them restarted an hour ago): not yet.
     recent = busy[:3] + [replace(busy[3], started_at=NOW - HOUR)]
     assert plan(state(cluster, [wide], recent, config=config), NOW).preemptions == ()

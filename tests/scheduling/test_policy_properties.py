@@ -250,6 +250,19 @@ def test_urgent_allowance_is_respected(state: ClusterState) -> None:
         assert state.team_urgent_usage_24h.get(team, 0.0) + committed <= tp.urgent_gpu_hours_per_day * 3600 + EPS
 
 
+def starving(job: JobRequest, state: ClusterState) -> bool:
+    """Bounded waiting's test, written from its definition (docs/scheduling.md): waited at
+    least ``starvation_min_wait_s`` and a projected finish-time fairness ρ = (wait + runtime) /
+    (runtime on a 1/N share of the schedulable GPUs, N = users with work) of at least
+    ``starvation_rho``."""
+    config = state.config
+    waited = NOW - job.submitted_at
+    users = {j.user for j in state.queued} | {a.user for a in state.running}
+    fair_gpus = sum(len(n.gpus) for n in state.nodes if n.schedulable) / max(1, len(users))
+    alone = job.walltime * max(1.0, job.gpus / fair_gpus)
+    return waited >= config.starvation_min_wait_s and (waited + job.walltime) / alone >= config.starvation_rho
+
+
 @relaxed
 @given(clusters())
 def test_preemption_follows_its_rules(state: ClusterState) -> None:
@@ -269,8 +282,7 @@ def test_preemption_follows_its_rules(state: ClusterState) -> None:
         if config.size_preemption:  # (the urgent-only rule of before keeps no count)
             window = config.starving_preempt_window_s  # a starving preemptor: once per window
             assert victim.preemptions < config.max_preemptions_per_job or (
-                window is not None and NOW - victim.started_at >= window
-                and NOW - jobs[p.by_job_id].submitted_at >= config.starvation_min_wait_s
+                window is not None and NOW - victim.started_at >= window and starving(jobs[p.by_job_id], state)
             )
         if quota is not None and state.user_usage_24h.get(victim.user, 0.0) >= quota * 3600:
             continue
