@@ -18,8 +18,9 @@ and finish). A request that waits (an upload being unpacked, a lock) holds only 
 thread; the others keep serving. Reading the body and sending the response stay async.
 
 The one remaining hop costs ~10 % of a submit's GIL time under the bench's load (py-spy
---gil: ~7 % in the thread's ``call_soon_threadsafe``, ~2 % in the executor's ``submit``). Running the submit view on the event loop's own thread instead (no hop;
-the loop hidden from Django's async-unsafe check for the call) was measured and is *slower*:
+--gil: ~7 % in the thread's ``call_soon_threadsafe``, ~2 % in the executor's ``submit``).
+Running the submit view on the event loop's own thread instead (no hop; the loop hidden
+from Django's async-unsafe check for the call) was measured and is *slower*:
 a process then serves one request at a time and blocks on every wait — SQLite's busy
 handler sleeping between tries for another process's write lock, each PostgreSQL round
 trip — so submits fell to 0.64 of sbatch (threads 0.69) on SQLite and 0.38 (0.56) on

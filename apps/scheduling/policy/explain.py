@@ -212,8 +212,7 @@ class Explainer:
         entries: list[QueueEntry] = []
         append = entries.append
         reason = self.reason
-        gpus_texts = self._gpus_text
-        fmt_cache = self._fmt_cache
+        waiting_text = self.waiting_text
         new_entry, set_dict = _new, _set
         # EtaModel.coarse inlined (the same arithmetic, in the same order): one call per job
         # below the head, most of a long queue. After head(), which refines the spread.
@@ -257,18 +256,8 @@ class Explainer:
                 cls = w.cls
                 if kind == "resources" and cls == job.priority_class:
                     # Most of a long queue: reason()'s first case without its dispatch (the
-                    # urgent note cannot apply, cls equals the class asked for), and
-                    # waiting_text() inlined with its caches.
-                    what = gpus_texts.get((job.gpus, job.gpu_models))
-                    if what is None:
-                        what = self.gpus_text(job)
-                    if ahead:
-                        text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; waiting for {what}"
-                    else:
-                        text = f"waiting for {what}"
-                    if eta is not None:
-                        when = fmt_cache.get(int(eta // 60))
-                        text += f"; expected {when if when is not None else self.fmt(eta)}"
+                    # urgent note cannot apply, cls equals the class asked for).
+                    text = waiting_text(job, ahead, eta)
                 else:
                     text = reason(w, cls, ahead, eta)
                 entry_dict = {
