@@ -20,6 +20,11 @@ ACTIVE_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING)
 HOLDING_STATES = (JobState.STARTING, JobState.RUNNING)  # states that hold GPUs
 TERMINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
 
+# What the planner stores on a waiting job (``services.job_queue_info_set``).
+QUEUE_INFO_FIELDS = ("queue_position", "estimated_start_at", "estimated_start_low_at", "estimated_start_high_at",
+                     "reason", "priority_score", "priority_factors", "predicted_start_at", "predicted_model_start_at")
+
+
 
 class PriorityClass(models.TextChoices):
     LOW = "low"

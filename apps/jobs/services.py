@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import secrets
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -244,12 +244,38 @@ def job_dispatched(job: Job, *, at: datetime) -> bool:
     return Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id).update(dispatched_at=at) == 1
 
 
-def job_queue_info_set(job: Job, **fields: Any) -> bool:
-    """Store the planner's view of a waiting job (position, ETA, reason, priority score, factors).
+QUEUE_INFO_CHUNK = 500  # rows per transaction: how long one chunk holds SQLite's write lock
+
+
+def job_queue_info_set(updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
+    """Store the planner's view of waiting jobs: ``(job pk, {field: value})`` pairs, every
+    dict with the same fields (position, ETA, reason, priority score, factors).
 
     Only a queued row is written: a job cancelled or started meanwhile keeps its own fields.
+    One start or arrival ahead shifts every position behind it, so a long queue's pass
+    rewrites most rows: one ``.filter(...).update(...)`` each compiled its SQL anew (~1 ms of
+    CPU a row, seconds per pass at 10,000 queued). Here the UPDATE is written once and run
+    for every row (``executemany``), values converted as the ORM's ``update()`` converts
+    them (``get_db_prep_save``), ``QUEUE_INFO_CHUNK`` rows per transaction so a submit waits
+    for SQLite's write lock at most one chunk. Returns the rows written.
     """
-    return Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(**fields) == 1
+    if not updates:
+        return 0
+    meta = Job._meta
+    fields = [meta.get_field(name) for name in updates[0][1]]
+    qn = connection.ops.quote_name
+    sql = (f"UPDATE {qn(meta.db_table)} SET {', '.join(f'{qn(f.column)} = %s' for f in fields)} "
+           f"WHERE {qn(meta.pk.column)} = %s AND {qn(meta.get_field('state').column)} = %s")
+    pk_prep, queued = meta.pk.get_db_prep_value, str(JobState.QUEUED)
+    written = 0
+    for at in range(0, len(updates), QUEUE_INFO_CHUNK):
+        rows = [[*(f.get_db_prep_save(values[f.name], connection) for f in fields),
+                 pk_prep(pk, connection), queued]
+                for pk, values in updates[at:at + QUEUE_INFO_CHUNK]]
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.executemany(sql, rows)
+            written += max(cursor.rowcount, 0)
+    return written
 
 
 def job_class_set(job: Job, *, priority_class: str, by) -> bool:

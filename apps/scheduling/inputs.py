@@ -12,13 +12,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Sum
+from django.db.models import Count, F, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.cluster.models import ForeignAllocation, Node
-from apps.jobs.models import HOLDING_STATES, Job, JobEvent, JobState
+from apps.jobs.models import HOLDING_STATES, QUEUE_INFO_FIELDS, Job, JobEvent, JobState
 from apps.quotas.models import TeamQuota, UsageRecord
 
 from .estimates import fit_runtime_model, job_estimates
@@ -76,13 +76,29 @@ def service_history(jobs: Iterable[Job]) -> dict:
     return {pk: (served.get(pk, 0.0) / gpus[pk], preempted.get(pk, 0)) for pk in pks}
 
 
+# What a pass reads of a job that is not running: its request, what its runtime estimate
+# needs (job_estimates), and the planner's last view of it (loop.queue_update compares).
+REQUEST_FIELDS = ("id", "team_id", "user_id", "created_at", "gpus", "priority_class", "gpu_memory_mb", "spec",
+                  "cpu_milli", "memory_mb", "timeout_s", "attempt", "attempt_id", "epochs_done", *QUEUE_INFO_FIELDS)
+
+
+def lean(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """``jobs`` with only ``REQUEST_FIELDS`` loaded, and ``team_slug`` and ``username`` beside them.
+
+    A queued job's row has ~50 columns (the raw spec, a dozen timestamps) and
+    ``select_related`` built a Team and a User instance per row: at 10,000 queued that was
+    most of a live pass. Another field of these instances is read from the database when
+    first touched (one query each): the claim refetches the jobs it starts whole.
+    """
+    return jobs.only(*REQUEST_FIELDS).annotate(team_slug=F("team__slug"), username=F("user__username"))
+
+
 def recent_arrivals(now: datetime, model: RuntimeModel | None, limit: int = 500) -> tuple[JobRequest, ...]:
     """Jobs submitted in the last day: the inflow the ETA ranges expect to continue."""
-    recent = list(Job.objects.filter(created_at__gte=now - DAY).select_related("team", "user")
-                  .order_by("-created_at")[:limit])
+    recent = list(lean(Job.objects.filter(created_at__gte=now - DAY)).order_by("-created_at")[:limit])
     estimates = job_estimates(recent, [], now, model).runtime_s if recent else {}
     return tuple(
-        JobRequest(job_id=str(j.pk), team=j.team.slug, user=j.user.username, submitted_at=j.created_at.timestamp(),
+        JobRequest(job_id=str(j.pk), team=j.team_slug, user=j.username, submitted_at=j.created_at.timestamp(),
                    gpus=j.gpus, priority_class=j.priority_class, gpu_models=tuple(j.spec.get("gpu_models") or ()),
                    image=j.spec.get("image") or "",
                    timeout_s=float(j.timeout_s), walltime_s=estimates.get(str(j.pk)))
@@ -206,7 +222,7 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
     )
     holding = list(Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False)
                    .select_related("node", "team", "user"))
-    queued_jobs = list(Job.objects.filter(state=JobState.QUEUED).select_related("team", "user"))
+    queued_jobs = list(lean(Job.objects.filter(state=JobState.QUEUED)))
     model = fit_runtime_model()
     estimates = job_estimates(queued_jobs, holding, now, model)
     with_checkpoint = set(Job.objects.filter(pk__in=[j.pk for j in holding], checkpoints__isnull=False)
@@ -235,7 +251,7 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
     running.extend(foreign_allocations(now))
     queued = tuple(
         JobRequest(
-            job_id=str(job.pk), team=job.team.slug, user=job.user.username,
+            job_id=str(job.pk), team=job.team_slug, user=job.username,
             submitted_at=job.created_at.timestamp(), gpus=job.gpus, priority_class=job.priority_class,
             gpu_memory_mb=job.gpu_memory_mb, gpu_models=tuple(job.spec.get("gpu_models") or ()),
             cpu_milli=job.cpu_milli, memory_mb=job.memory_mb, image=job.spec.get("image") or "",

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.cluster.models import Node
 from apps.cluster.services import node_mark_lost
-from apps.jobs.models import HOLDING_STATES, Job, JobState
+from apps.jobs.models import HOLDING_STATES, QUEUE_INFO_FIELDS, Job, JobState
 from apps.jobs.services import (
     attempt_lost,
     attempt_preempt,
@@ -202,8 +202,6 @@ def plan_and_start(now: datetime | None = None, token: int | None = None) -> boo
     return bool(started) or bool(plan.preemptions)
 
 
-QUEUE_FIELDS = ("queue_position", "estimated_start_at", "estimated_start_low_at", "estimated_start_high_at",
-                "reason", "priority_score", "priority_factors", "predicted_start_at", "predicted_model_start_at")
 ETA_FIELDS = ("estimated_start_at", "estimated_start_low_at", "estimated_start_high_at")
 ETA_SLACK_S = 30.0
 # Priority points: the age factor alone adds weight_age / age_cap_s points per second
@@ -211,14 +209,17 @@ ETA_SLACK_S = 30.0
 PRIORITY_SLACK = 1.0
 
 
-def queue_update(entries, jobs_by_id) -> None:
+def queue_update(entries, jobs_by_id) -> int:
     """Store each waiting job's position, ETA, reason and priority — only where they changed.
 
     Every pass re-plans the whole queue; writing every row each time would be one UPDATE
     per queued job every few seconds. An ETA that moved less than ``ETA_SLACK_S``, a
     priority that moved less than ``PRIORITY_SLACK`` points and factors that moved in the
-    third decimal are not news.
+    third decimal are not news. A position is: one start or arrival ahead moves everyone
+    behind it, so the changed rows are written together (``job_queue_info_set``). Returns
+    the rows written.
     """
+    updates = []
     for entry in entries:
         job = jobs_by_id.get(entry.job_id)
         if job is None:
@@ -237,11 +238,12 @@ def queue_update(entries, jobs_by_id) -> None:
             "predicted_model_start_at": job.predicted_model_start_at or (
                 eta if entry.estimated_start_model is None else datetime.fromtimestamp(entry.estimated_start_model, tz=UTC)),
         }
-        unchanged = all(getattr(job, f) == new[f] for f in QUEUE_FIELDS if f not in ETA_FIELDS + ("priority_score",))
+        unchanged = all(getattr(job, f) == new[f] for f in QUEUE_INFO_FIELDS if f not in ETA_FIELDS + ("priority_score",))
         if (unchanged and all(same_eta(getattr(job, f), new[f]) for f in ETA_FIELDS)
                 and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK):
             continue
-        job_queue_info_set(job, **new)
+        updates.append((job.pk, new))
+    return job_queue_info_set(updates)
 
 
 def same_eta(old: datetime | None, new: datetime | None) -> bool:
