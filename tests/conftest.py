@@ -75,6 +75,14 @@ def _fresh_admission_inputs():
 
 
 @pytest.fixture(autouse=True)
+def _fresh_runtime_model():
+    """The scheduler keeps its fitted runtime model between passes (apps/scheduling/estimates.py): not across tests."""
+    from apps.scheduling.estimates import fitted_model_forget
+
+    fitted_model_forget()
+
+
+@pytest.fixture(autouse=True)
 def _flush_redis(redis_server):
     import redis
 

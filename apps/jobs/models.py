@@ -131,6 +131,9 @@ class Job(models.Model):
             models.Index(fields=["team", "queue_position", "created_at"], condition=models.Q(state="queued"),
                          name="job_queue_order"),
             models.Index(fields=["state", "node"]),
+            # Every scheduler pass reads the newest 500 succeeded jobs (the runtime model's samples;
+            # through ``state``'s index alone it sorted every succeeded job).
+            models.Index(fields=["state", "-finished_at"], name="job_state_finished"),
             # The scheduler's sweep step reads running sweeps on every pass; a sweep's trials.
             models.Index(fields=["state"], condition=models.Q(is_sweep=True), name="job_sweep_state"),
             models.Index(fields=["parent", "state"], condition=models.Q(parent__isnull=False), name="job_trials"),

@@ -1,12 +1,14 @@
 """The hot queries use an index with 100,000 jobs in the database (EXPLAIN, on SQLite and PostgreSQL).
 
 Hot: the queue in the order the scheduler considers it, a team's (and a user's) jobs newest
-first, the scheduler's queued and running jobs, and a job's events/logs/metrics after a seq.
+first, the scheduler's queued and running jobs, its newest succeeded jobs and arrivals, and
+a job's events/logs/metrics after a seq.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -85,6 +87,9 @@ def hot_queries(member, job) -> dict[str, object]:
         "submit: a user's active jobs": Job.objects.filter(user=member, state__in=ACTIVE_STATES).values("pk"),
         "scheduler: queued jobs": Job.objects.filter(state=JobState.QUEUED),
         "scheduler: holding jobs": Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False),
+        "scheduler: runtime model's samples": Job.objects.filter(state=JobState.SUCCEEDED).order_by("-finished_at")[:500],
+        "scheduler: recent arrivals": Job.objects.filter(created_at__gte=job.created_at - timedelta(days=1))
+                                      .order_by("-created_at")[:500],
         "events after seq": JobEvent.objects.filter(job=job, seq__gt=50).order_by("seq")[:1000],
         "logs after seq": LogChunk.objects.filter(job=job, seq__gt=50).order_by("seq")[:500],
         "metrics after seq": MetricPoint.objects.filter(job=job, seq__gt=50).order_by("seq")[:1000],
@@ -92,7 +97,8 @@ def hot_queries(member, job) -> dict[str, object]:
 
 
 HOT = ["queue in scheduler order", "team jobs newest first", "my jobs newest first", "team jobs in one state",
-       "submit: a user's active jobs", "scheduler: queued jobs", "scheduler: holding jobs", "events after seq",
+       "submit: a user's active jobs", "scheduler: queued jobs", "scheduler: holding jobs",
+       "scheduler: runtime model's samples", "scheduler: recent arrivals", "events after seq",
        "logs after seq", "metrics after seq"]
 
 

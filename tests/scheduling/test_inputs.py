@@ -245,3 +245,23 @@ def test_the_starving_preemption_window_is_an_admin_setting_in_hours():
     with pytest.raises(ValidationError) as refused:
         config.full_clean()
     assert "starving_preempt_window_hours" in refused.value.message_dict
+
+
+def test_the_runtime_model_is_fitted_again_only_when_a_job_has_succeeded(alice, demo_registered, node):
+    """Every pass asks for the model; between successes it is the one already fitted (two
+    index seeks tell), and any new success is in the next fit, even one that finished
+    before the newest (its usage record is new)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.scheduling.estimates import fit_runtime_model
+
+    for epochs in (3, 5, 8, 13, 21, 34):
+        finish(submit(alice, epochs=epochs), runtime_s=10.0 * epochs)
+    first = fit_runtime_model()
+    with CaptureQueriesContext(connection) as queries:
+        assert fit_runtime_model() is first
+    assert len(queries.captured_queries) == 2
+    finish(submit(alice, epochs=55), runtime_s=550.0, ended_ago_s=7200.0)
+    refit = fit_runtime_model()
+    assert refit is not first and refit.samples == first.samples + 1
