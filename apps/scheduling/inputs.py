@@ -76,21 +76,22 @@ def service_history(jobs: Iterable[Job]) -> dict:
     return {pk: (served.get(pk, 0.0) / gpus[pk], preempted.get(pk, 0)) for pk in pks}
 
 
-# What a pass reads of a job that is not running: its request, what its runtime estimate
-# needs (job_estimates), and the planner's last view of it (loop.queue_update compares).
+# What a pass reads of a job that is not running: its request and what its runtime estimate
+# needs (job_estimates). Of a queued job also the planner's last view (loop.queue_update compares).
 REQUEST_FIELDS = ("id", "team_id", "user_id", "created_at", "gpus", "priority_class", "gpu_memory_mb", "spec",
-                  "cpu_milli", "memory_mb", "timeout_s", "attempt", "attempt_id", "epochs_done", *QUEUE_INFO_FIELDS)
+                  "cpu_milli", "memory_mb", "timeout_s", "attempt", "attempt_id", "epochs_done")
 
 
-def lean(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """``jobs`` with only ``REQUEST_FIELDS`` loaded, and ``team_slug`` and ``username`` beside them.
+def lean(jobs: QuerySet[Job], *also: str) -> QuerySet[Job]:
+    """``jobs`` with only ``REQUEST_FIELDS`` (and ``also``) loaded, ``team_slug`` and ``username`` beside them.
 
     A queued job's row has ~50 columns (the raw spec, a dozen timestamps) and
     ``select_related`` built a Team and a User instance per row: at 10,000 queued that was
-    most of a live pass. Another field of these instances is read from the database when
-    first touched (one query each): the claim refetches the jobs it starts whole.
+    most of a live pass. Any other field of these instances is read from the database when
+    first touched, one query per row (tests/scheduling/test_queue_update.py counts a pass's
+    queries): the claim uses only the pk and attempt id, dispatch reads the started jobs again.
     """
-    return jobs.only(*REQUEST_FIELDS).annotate(team_slug=F("team__slug"), username=F("user__username"))
+    return jobs.only(*REQUEST_FIELDS, *also).annotate(team_slug=F("team__slug"), username=F("user__username"))
 
 
 def recent_arrivals(now: datetime, model: RuntimeModel | None, limit: int = 500) -> tuple[JobRequest, ...]:
@@ -222,7 +223,7 @@ def cluster_state(now: datetime | None = None) -> tuple[ClusterState, dict[str, 
     )
     holding = list(Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False)
                    .select_related("node", "team", "user"))
-    queued_jobs = list(lean(Job.objects.filter(state=JobState.QUEUED)))
+    queued_jobs = list(lean(Job.objects.filter(state=JobState.QUEUED), *QUEUE_INFO_FIELDS))
     model = fit_runtime_model()
     estimates = job_estimates(queued_jobs, holding, now, model)
     with_checkpoint = set(Job.objects.filter(pk__in=[j.pk for j in holding], checkpoints__isnull=False)
