@@ -212,3 +212,30 @@ def fragmentation_aware_reservation_on_shared_gpus():
              "safety": TeamPolicy(urgent_gpu_hours_per_day=0.5, urgent_max_gpus=0.0)}
     return state(cluster, queue, busy, config=fair(reservations=2, fragmentation_aware=True, eta_scenarios=0),
                  teams=teams)
+
+
+def urgent_preemption_beside_a_reservation():
+    """A starving quarter-GPU job that needs the only T4 is reserved there at now (the T4's
+    job is overdue); an urgent quarter job then preempts that overdue job and starts on the
+    T4 through the urgent-only rule, which placed it without the reservation check, so the
+    check did not count it either: three low quarter jobs filled the rest of the GPU, and
+    the reserved job no longer fitted at now.
+
+    Found by a fresh random run (lead, 2 December, ``test_backfill_never_delays_a_reservation``);
+    the urgent start now goes through the reservation check like every other start.
+    """
+    cluster = [node("n0", gpus=1, gpu_mb=0, cpu=0, mem=0), node("n1", gpus=1, model="T4", gpu_mb=0, cpu=0, mem=0)]
+    busy = [
+        running("run-0", "n0", (0,), user="ann", cls="low", ran_s=60, left_s=-60),
+        running("run-1", "n1", (0,), user="ann", cls="low", ran_s=HOUR, left_s=-60, preemptible=True),
+    ]
+    quarter = {"gpus": 0.25, "walltime_s": None, "timeout_s": HOUR, "preemptible": False}
+    queue = [
+        job("job-00", cls="urgent", age_s=86400, **quarter),
+        job("job-01", cls="low", **quarter),
+        job("job-02", cls="low", **quarter),
+        job("job-03", cls="low", **quarter),
+        job("job-04", cls="low", age_s=10 * 86400, gpu_models=("T4",), **quarter),
+    ]
+    teams = {"vision": TeamPolicy(urgent_gpu_hours_per_day=8.0, urgent_max_gpus=2.0)}
+    return state(cluster, queue, busy, config=fair(reservations=0, bounded_wait=True, eta_scenarios=0), teams=teams)

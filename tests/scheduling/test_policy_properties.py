@@ -31,6 +31,7 @@ from .counterexamples import (
     reservations_at_different_times,
     reserved_on_a_job_it_will_preempt,
     two_reservations_for_one_free_gpu,
+    urgent_preemption_beside_a_reservation,
 )
 
 NOW = 1_800_000_000.0
@@ -363,6 +364,7 @@ def reservations_fit(
 @example(reserved_on_a_job_it_will_preempt())  # found by a fresh local run (the test's own model)
 @example(preempted_for_a_job_behind_a_reservation())  # found by a fresh local run (released twice)
 @example(fragmentation_aware_reservation_on_shared_gpus())  # found by a fresh 2,000-example run (the test's own model)
+@example(urgent_preemption_beside_a_reservation())  # found by a fresh local run (urgent start unchecked)
 def test_backfill_never_delays_a_reservation(state: ClusterState) -> None:
     """Every reserved job still fits at its reserved time next to everything started now.
 

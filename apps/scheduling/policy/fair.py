@@ -184,6 +184,18 @@ class FairPlanner:
         node, victims = chosen
         for victim in victims:
             self.placer.release(victim)
+            self.reservations.on_preempt(victim, sign=-1)
+        # Through the reservation check, as every start: an urgent job placed beside it took
+        # GPUs a starving job was reserved at now, and the check did not count it for later
+        # starts either (counterexample ``urgent_preemption_beside_a_reservation``).
+        allowed = self.reservations.allowed_for(job, self.now)
+        placed = self.placer.place(job, lambda n, i, s: n == node and (allowed is None or allowed(n, i, s)))
+        if placed is None:  # it would delay a reservation there
+            for victim in victims:
+                self.placer.restore(victim)
+                self.reservations.on_preempt(victim, sign=1)
+            return False
+        for victim in victims:
             self.quota.preempted_alloc(victim)
             self.preempted[victim.job_id] = Preemption(
                 victim.job_id,
@@ -192,9 +204,6 @@ class FairPlanner:
                 self.config.preempt_grace_s,
             )
         self.reservations.forget_events()
-        placed = self.placer.place(job, lambda n, i, s: n == node)
-        if placed is None:  # cannot happen: the trial fitted
-            return False
         self.start(job, cls, *placed)
         return True
 
