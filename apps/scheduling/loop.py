@@ -6,8 +6,6 @@ node change) and at least every ``SCHEDULER_TICK_S`` seconds.
 
 from __future__ import annotations
 
-import functools
-import gc
 import logging
 import os
 from datetime import UTC, datetime, timedelta
@@ -143,31 +141,6 @@ def _fault(point: str) -> None:
         os._exit(17)
 
 
-def gc_paused(step):
-    """Run ``step`` with Python's cyclic garbage collector paused.
-
-    A pass over a long queue builds tens of thousands of short-lived objects (model rows,
-    requests, queue entries); each 700 allocations start a collection, and the older
-    generations' collections walk every live object, this pass's included: at 10,000 queued
-    (bench/live_pass.py's database) ``cluster_state`` took 3.07 s of CPU with the collector
-    and 2.18 s without, the whole pass 2.62 and 2.39 s (medians of 3, alternated). What a pass builds has no reference cycles to collect (it is freed by reference
-    counting as soon as the pass ends), so the collector resumes afterwards.
-    """
-
-    @functools.wraps(step)
-    def run(*args, **kwargs):
-        if not gc.isenabled():
-            return step(*args, **kwargs)
-        gc.disable()
-        try:
-            return step(*args, **kwargs)
-        finally:
-            gc.enable()
-
-    return run
-
-
-@gc_paused
 def plan_and_start(now: datetime | None = None, token: int | None = None) -> bool:
     """Run the policy and act on its plan.
 
@@ -179,7 +152,15 @@ def plan_and_start(now: datetime | None = None, token: int | None = None) -> boo
        a stale plan beat, or whose victim cannot be requeued, is abandoned with its requeues.
     3. After commit, enqueue what was claimed.
     4. Store every waiting job's position, ETA, priority factors and reason.
+
+    All of it with the cyclic garbage collector paused (``policy.gc_paused``): at a long
+    queue the pass builds tens of thousands of short-lived objects.
     """
+    with policy.gc_paused():
+        return _plan_and_start(now, token)
+
+
+def _plan_and_start(now: datetime | None = None, token: int | None = None) -> bool:
     now = now or timezone.now()
     state, jobs_by_id = cluster_state(now)
     if not state.queued:

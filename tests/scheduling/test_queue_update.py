@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -34,6 +35,7 @@ def test_one_arrival_ahead_rewrites_every_position_in_one_statement(alice, bob, 
     first = submit(alice, epochs=1, resources={"gpu": 2}, priority="high")
     with CaptureQueriesContext(connection) as queries:
         plan_and_start()
+    assert gc.isenabled()  # the pass pauses the cyclic collector (policy.gc_paused) and restores it
     updates = job_updates(queries)
     assert len(updates) == 1 and updates[0].startswith("13 times: UPDATE"), updates
     after = {j.pk: j.queue_position for j in Job.objects.filter(state=JobState.QUEUED)}
