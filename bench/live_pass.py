@@ -25,8 +25,8 @@ the ``UPDATE "jobs_job"`` statements of the pass:
 2. submit: one urgent 2-GPU job submitted just before the pass (``job_submit``; urgent
    jobs are ranked first, within the team's urgent allowance), so the positions of
    (nearly) all the queue behind it shift (``submitted_position`` says where it went);
-3. finish: one running job succeeded just before the pass (``attempt_finish``, the
-   worker's own report), so GPUs free and a start is planned and claimed.
+3. finish: the largest running job succeeded just before the pass (``attempt_finish``,
+   the worker's own report), so GPUs free and starts are planned and claimed (``starts``).
 
 Beside each, in the same run and alternating with it: the pass's parts, timed by calling
 them one after the other as the pass does (``cluster_state``, ``policy.plan``,
@@ -311,7 +311,9 @@ class Change:
         from apps.jobs.models import Job, JobState
         from apps.jobs.services import attempt_finish
 
-        job = Job.objects.filter(state=JobState.RUNNING).order_by("started_at").first()
+        # The largest, oldest: a whole node frees, so the queue's head (often waiting for
+        # several GPUs, which a reservation holds for it) can start.
+        job = Job.objects.filter(state=JobState.RUNNING).order_by("-gpus", "started_at").first()
         attempt_finish(job, outcome="succeeded", finished={})
         return str(job.pk)
 

@@ -41,6 +41,10 @@ def steps(quick: bool, slurm: bool, postgres: bool) -> dict[str, list[str]]:
         "scheduler_pass_1000": ["scheduler_pass.py", "--queued", "1000", "--growth", "", "--repeat", "3" if quick else "9"],
         "scheduler_pass_10000": ["scheduler_pass.py", "--queued", "10000", "--growth", "", "--repeat", "3" if quick else "5"],
         "scheduler_pass_100000": ["scheduler_pass.py", "--queued", "100000", "--growth", "", "--repeat", "1" if quick else "3"],
+        "live_pass_sqlite": ["live_pass.py", "--database", "sqlite", "--queued", "300" if quick else "1000,10000",
+                             "--repeat", "1" if quick else "3"],
+        "live_pass_postgres": ["live_pass.py", "--database", "postgres", "--queued", "300" if quick else "1000,10000",
+                               "--repeat", "1" if quick else "3"],
         "job_latency": ["job_latency.py", "--jobs", "2" if quick else "5", "--chain", "3" if quick else "6", *s],
         "websocket": ["ws_latency.py", "--clients", "100", "--epochs", "10" if quick else "30"],
         "training": ["training_overhead.py", "--repeat", "1" if quick else "2"],
@@ -124,6 +128,16 @@ def table(results: dict) -> str:
                         f"p95 {fmt(step['p95_ms'])} ms | FIFO {fmt(step['fifo_median_ms'])} ms | — |")
         elif step:
             rows.append(f"| scheduler pass, {int(size):,} queued | failed: see results.json | | |")
+    for db in ("sqlite", "postgres"):
+        step = r.get(f"live_pass_{db}")
+        if step and "error" in step:
+            rows.append(f"| live scheduler pass, {db} | failed: see results.json | | |")
+            continue
+        for size in (step or {}).get("sizes", []):
+            steady, shifted, pure = size["scenarios"]["steady"], size["scenarios"]["submit"], size["pure_policy"]
+            rows.append(f"| live scheduler pass, {size['queued']:,} queued, {db} | steady {fmt(steady['wall_ms'])} ms "
+                        f"({fmt(steady['job_updates'])} UPDATEs); after an urgent submit {fmt(shifted['wall_ms'])} ms "
+                        f"({fmt(shifted['job_updates'])} UPDATEs) | pure policy {fmt(pure['wall_ms'])} ms | — |")
     step = r.get("job_latency")
     if step and "error" not in step:
         z, f, fr, s = step["idle_zygote"], step["idle_fresh_interpreter"], step["freed"], step.get("slurm")
