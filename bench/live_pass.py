@@ -21,17 +21,20 @@ Scenarios, each the median over ``--repeat`` passes of wall time, this process's
 (``time.process_time``; the database server's is not in it on PostgreSQL), the queries and
 the ``UPDATE "jobs_job"`` statements of the pass:
 
-1. steady: nothing changed since the previous pass;
+1. steady: nothing changed since the previous pass but the clock (the seconds the passes
+   took: ages, running jobs' usage and so priorities and ETAs move with it, so a pass may
+   still rewrite rows; per-pass counts are in the JSON);
 2. submit: one urgent 2-GPU job submitted just before the pass (``job_submit``; urgent
    jobs are ranked first, within the team's urgent allowance), so the positions of
-   (nearly) all the queue behind it shift (``submitted_position`` says where it went);
+   (nearly) all the queue behind it shift (``submitted_positions`` say where it went);
 3. finish: the largest running job succeeded just before the pass (``attempt_finish``,
    the worker's own report), so GPUs free and starts are planned and claimed (``starts``).
 
 Beside each, in the same run and alternating with it: the pass's parts, timed by calling
 them one after the other as the pass does (``cluster_state``, ``policy.plan``,
 ``queue_update``, after the same kind of change; "other" is what the whole pass took
-beyond their sum: claims, dispatch, events), and the pure policy call alone on one state
+beyond their sum: claims, dispatch, events; a difference of medians of different passes,
+so it can come out below zero), and the pure policy call alone on one state
 built once (``policy.plan``, as bench/scheduler_pass.py times it), so ``live/pure`` says
 what the database around the policy costs. Queries are counted with a connection
 execute wrapper (cheaper than CaptureQueriesContext, which formats every statement).
@@ -252,7 +255,7 @@ def fill(args) -> tuple[dict, list]:
         plan_and_start()
         start_claimed()
         passes += 1
-    template = Job.objects.filter(state=JobState.RUNNING, gpus=1).first()
+    template = Job.objects.filter(state=JobState.RUNNING, gpus=1).first() or Job.objects.first()
     with transaction.atomic():
         history_insert(args.history, owners, template)
         queue_insert(args.queued, owners, template)
