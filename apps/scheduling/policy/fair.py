@@ -14,7 +14,7 @@ from collections import Counter
 from .admission import NeverStarts
 from .eta import EtaModel
 from .explain import Explainer, Waiting
-from .placement import EPS, Placer, Target, capacities, gpu_serves, shape_of
+from .placement import EPS, Fit, Placer, Target, capacities, gpu_serves, shape_of
 from .preemption import URGENT_VICTIM_CLASSES, VictimFinder, choose_victims_legacy
 from .priority import Ranked, fairshare_factors, promote_starving, rank_queue, starving_jobs
 from .quota import QuotaLedger
@@ -95,6 +95,20 @@ class FairPlanner:
             )
         return self._victims
 
+    def place_in_room(self, job: JobRequest, node: str, victims: list[Allocation]) -> Fit | None:
+        """Place ``job`` on ``node`` in the room of ``victims`` (released for it) where that
+        delays no reservation; if it would, the victims are put back and None returned."""
+        for victim in victims:
+            self.placer.release(victim)
+            self.reservations.on_preempt(victim, sign=-1)
+        allowed = self.reservations.allowed_for(job, self.now)
+        placed = self.placer.place(job, lambda n, i, s: n == node and (allowed is None or allowed(n, i, s)))
+        if placed is None:
+            for victim in victims:
+                self.placer.restore(victim)
+                self.reservations.on_preempt(victim, sign=1)
+        return placed
+
     def try_preempt(self, job: JobRequest, cls: str, drop_reservation: bool = False) -> bool:
         """Start ``job`` in the room of running jobs it may preempt (:mod:`.preemption`)."""
         config = self.config
@@ -107,15 +121,8 @@ class FairPlanner:
         node, victims = found
         if drop_reservation:
             self.reservations.cancel(job.job_id)
-        for victim in victims:
-            self.placer.release(victim)
-            self.reservations.on_preempt(victim, sign=-1)
-        allowed = self.reservations.allowed_for(job, self.now)
-        placed = self.placer.place(job, lambda n, i, s: n == node and (allowed is None or allowed(n, i, s)))
-        if placed is None:  # it would delay a reservation there
-            for victim in victims:
-                self.placer.restore(victim)
-                self.reservations.on_preempt(victim, sign=1)
+        placed = self.place_in_room(job, node, victims)
+        if placed is None:
             if drop_reservation:
                 self.reservations.restore_cancelled()
             return False
@@ -182,18 +189,11 @@ class FairPlanner:
         if chosen is None:
             return False
         node, victims = chosen
-        for victim in victims:
-            self.placer.release(victim)
-            self.reservations.on_preempt(victim, sign=-1)
         # Through the reservation check, as every start: an urgent job placed beside it took
         # GPUs a starving job was reserved at now, and the check did not count it for later
         # starts either (counterexample ``urgent_preemption_beside_a_reservation``).
-        allowed = self.reservations.allowed_for(job, self.now)
-        placed = self.placer.place(job, lambda n, i, s: n == node and (allowed is None or allowed(n, i, s)))
-        if placed is None:  # it would delay a reservation there
-            for victim in victims:
-                self.placer.restore(victim)
-                self.reservations.on_preempt(victim, sign=1)
+        placed = self.place_in_room(job, node, victims)
+        if placed is None:
             return False
         for victim in victims:
             self.quota.preempted_alloc(victim)
