@@ -25,7 +25,6 @@ QUEUE_INFO_FIELDS = ("queue_position", "estimated_start_at", "estimated_start_lo
                      "reason", "priority_score", "priority_factors", "predicted_start_at", "predicted_model_start_at")
 
 
-
 class PriorityClass(models.TextChoices):
     LOW = "low"
     MEDIUM = "medium"

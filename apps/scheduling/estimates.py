@@ -78,9 +78,10 @@ def fit_runtime_model() -> RuntimeModel | None:
     """The model over the most recent succeeded jobs; runtime = GPU-seconds charged / GPUs (all attempts).
 
     Every scheduler pass asks for it, and fitting reads 500 jobs and their usage (64 of a
-    229 ms pass's CPU with 20 queued and 500 finished jobs, in a scratch test). The fit changes only when a job succeeds, and its usage is
-    charged in the same transaction: so it is kept while the newest succeeded job and the
-    newest usage record are the same ones (two index seeks), and at most ``FIT_MAX_AGE_S``.
+    229 ms pass's CPU with 20 queued and 500 finished jobs, in a scratch test). The fit
+    changes only when a job succeeds, and its usage is charged in the same transaction: so
+    it is kept while the newest succeeded job and the newest usage record are the same ones
+    (two index seeks), and at most ``FIT_MAX_AGE_S``.
     """
     global _fitted
     newest = (Job.objects.filter(state=JobState.SUCCEEDED).order_by("-finished_at")
