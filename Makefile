@@ -35,13 +35,15 @@ test: setup
 # The tests that touch the database, again on PostgreSQL 15: scripts/postgres.sh starts a
 # throwaway cluster on port 5433 (as root; installs postgresql-15 if missing). Every unit
 # test that uses the database, the fault tests, and the integration tests marked `postgres`
-# (locking, claims, transactions, pg_dump); browser tests, pure policy tests and the other
-# live tests (whose database statements the unit tests cover) run once, in `make test`, so
-# CI stays under 45 minutes.
+# (locking, claims, transactions, pg_dump); browser tests, pure policy tests, the live
+# tests marked `one_database` (worker processes, Redis, checkpoints) and the other live
+# tests (whose database statements the unit tests cover) run once, in `make test`, so CI
+# stays under 45 minutes. Its own DATA_DIR (var/test-postgres), so it can run beside
+# `make test`, as .ci/run does.
 test-postgres: setup
 	url=$$(scripts/postgres.sh start) && DATABASE_URL=$$url ONLY_DATABASE_TESTS=1 \
-	  FAULTS_SUBMISSIONS=$${FAULTS_SUBMISSIONS:-60} \
-	  $(PY) -m pytest -m "not browser and (not integration or faults or postgres)"
+	  DATA_DIR=$(CURDIR)/var/test-postgres \
+	  $(PY) -m pytest -m "not browser and not one_database and (not integration or faults or postgres)"
 
 test-fast: setup
 	$(PY) -m pytest -m "not integration and not faults and not browser"
@@ -60,4 +62,4 @@ fmt: setup
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf var/test .pytest_cache
+	rm -rf var/test var/test-postgres .pytest_cache

@@ -56,6 +56,7 @@ def test_it_trains_a_submitted_job_to_success_with_metrics_and_weights(live, ali
     assert any("Ultralytics" in chunk["text"] for chunk in logs)
 
 
+@pytest.mark.one_database
 def test_it_cancels_a_running_job_and_kills_its_process_tree(live, alice):
     live.start_scheduler()
     live.start_worker()

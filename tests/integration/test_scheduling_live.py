@@ -67,6 +67,7 @@ def used_yesterday(user, team: str, gpu_hours: float) -> None:
                                gpu_seconds=gpu_hours * 3600, started_at=start, ended_at=end)
 
 
+@pytest.mark.one_database
 def test_a_short_job_preempts_a_long_one_of_its_class_which_stops_at_an_epoch_end_and_resumes(
     live, alice, bob, carol
 ):
