@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from datetime import UTC, datetime, timedelta
 
 import redis
@@ -206,27 +207,38 @@ def _plan_and_start(now: datetime | None = None, token: int | None = None) -> bo
                                     f"{f' ({job.gpu_share:g} share)' if job.gpu_share < 1 else ''}"
                                     f"{f'; runs as {job.run_class}: beyond the team urgent allowance (urgent GPU-hours per day, counting this job timeout, or concurrent urgent GPUs)' if demoted else ''}")
 
-    queue_update(plan.queue, jobs_by_id)
+    queue_update(plan.queue, jobs_by_id, now)
     return bool(started) or bool(plan.preemptions)
 
 
 ETA_FIELDS = ("estimated_start_at", "estimated_start_low_at", "estimated_start_high_at")
+# An ETA that moved less than this, or less than ETA_SLACK_FRACTION of the time still to wait
+# for it, is not news: an ETA two days out drifting by minutes is not worth rewriting (at
+# 10,000 queued nearly every stored ETA drifted past a fixed 30 s between passes: the
+# forward simulation's draws are `now + left·e^g`, and `now` moves).
 ETA_SLACK_S = 30.0
+ETA_SLACK_FRACTION = 0.05
+# Clock times in reasons ("expected 14:20 UTC", "2026-12-04 09:10 UTC") follow the ETA: they
+# are compared masked, so a minute rolling over is not news while the ETA fields are not.
+CLOCK_IN_REASON = re.compile(r"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2} UTC")
 # Priority points: the age factor alone adds weight_age / age_cap_s points per second
 # (~0.003 with the defaults), so a score compared exactly changes on every pass.
 PRIORITY_SLACK = 1.0
+EXACT_FIELDS = tuple(f for f in QUEUE_INFO_FIELDS if f not in ETA_FIELDS + ("priority_score", "reason"))
 
 
-def queue_update(entries, jobs_by_id) -> int:
+def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
     """Store each waiting job's position, ETA, reason and priority — only where they changed.
 
     Every pass re-plans the whole queue; writing every row each time would be one UPDATE
-    per queued job every few seconds. An ETA that moved less than ``ETA_SLACK_S``, a
-    priority that moved less than ``PRIORITY_SLACK`` points and factors that moved in the
-    third decimal are not news. A position is: one start or arrival ahead moves everyone
-    behind it, so the changed rows are written together (``job_queue_info_set``). Returns
-    the rows written.
+    per queued job every few seconds. An ETA that moved less than ``ETA_SLACK_S`` or
+    ``ETA_SLACK_FRACTION`` of its distance from ``now``, a reason that differs only in its
+    clock times, a priority that moved less than ``PRIORITY_SLACK`` points and factors that
+    moved in the third decimal are not news. A position is: one start or arrival ahead moves
+    everyone behind it, so the changed rows are written together (``job_queue_info_set``).
+    Returns the rows written.
     """
+    now = now or timezone.now()
     updates = []
     for entry in entries:
         job = jobs_by_id.get(entry.job_id)
@@ -246,18 +258,28 @@ def queue_update(entries, jobs_by_id) -> int:
             "predicted_model_start_at": job.predicted_model_start_at or (
                 eta if entry.estimated_start_model is None else datetime.fromtimestamp(entry.estimated_start_model, tz=UTC)),
         }
-        unchanged = all(getattr(job, f) == new[f] for f in QUEUE_INFO_FIELDS if f not in ETA_FIELDS + ("priority_score",))
-        if (unchanged and all(same_eta(getattr(job, f), new[f]) for f in ETA_FIELDS)
-                and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK):
+        if (all(getattr(job, f) == new[f] for f in EXACT_FIELDS)
+                and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK
+                and all(same_eta(getattr(job, f), new[f], now) for f in ETA_FIELDS)
+                and same_reason(job.reason, new["reason"], eta)):
             continue
         updates.append((job.pk, new))
     return job_queue_info_set(updates)
 
 
-def same_eta(old: datetime | None, new: datetime | None) -> bool:
+def same_eta(old: datetime | None, new: datetime | None, now: datetime) -> bool:
     if old is None or new is None:
         return old is new
-    return abs((old - new).total_seconds()) < ETA_SLACK_S
+    slack = max(ETA_SLACK_S, ETA_SLACK_FRACTION * (old - now).total_seconds())
+    return abs((old - new).total_seconds()) < slack
+
+
+def same_reason(old: str, new: str, eta: datetime | None) -> bool:
+    """Equal, or equal but for clock times while there is an ETA (which they follow; a quota's
+    "until" without an ETA is compared as it is)."""
+    if old == new:
+        return True
+    return eta is not None and CLOCK_IN_REASON.sub("", old) == CLOCK_IN_REASON.sub("", new)
 
 
 def tick(now: datetime | None = None, token: int | None = None) -> bool:

@@ -86,3 +86,54 @@ def test_queue_info_is_written_only_to_queued_rows_as_the_orm_would_write_it(ali
     third.refresh_from_db()
     assert third.queue_position == QUEUE_INFO_CHUNK + 2
     assert job_queue_info_set([]) == 0
+
+
+def test_an_eta_that_drifts_by_less_than_its_slack_is_not_rewritten_and_one_that_moves_is(alice, bob, demo_registered,
+                                                                                          node):
+    """A waiting job's stored ETA and reason stand while the new ETA is within ETA_SLACK_S or
+    ETA_SLACK_FRACTION of the time still to wait (a far ETA drifting by minutes, a reason's clock
+    rolling over a minute); a move beyond that is written, reason and all."""
+    from dataclasses import replace
+
+    from django.utils import timezone
+
+    from apps.scheduling import policy
+    from apps.scheduling.inputs import cluster_state
+    from apps.scheduling.loop import ETA_SLACK_FRACTION, queue_update
+
+    submit(bob, epochs=50, resources={"gpu": 2})
+    waiting = [submit(alice if k % 2 else bob, epochs=5 + k, resources={"gpu": 2}) for k in range(6)]
+    now = timezone.now()
+    plan_and_start(now)
+    state, jobs_by_id = cluster_state(now)
+    entries = policy.plan(state, now.timestamp()).queue
+    assert queue_update(entries, jobs_by_id, now) == 0  # nothing changed
+    last = entries[-1]
+    stored = Job.objects.get(pk=last.job_id)
+    wait_s = last.estimated_start - now.timestamp()
+    assert wait_s > 3600 and stored.reason.endswith(" UTC")  # "…; expected 14:20 UTC": a clock time in it
+
+    def moved(by_s: float) -> list:
+        """Every waiting job as planned, the last one's ETA (range and the reason's clock) moved by ``by_s``."""
+        at = last.estimated_start + by_s
+        text = stored.reason.rsplit("expected ", 1)[0] + f"expected {time_text(at)}"
+        return [*entries[:-1], replace(last, estimated_start=at, estimated_start_low=last.estimated_start_low + by_s,
+                                       estimated_start_high=last.estimated_start_high + by_s, reason=text)]
+
+    small = 0.5 * ETA_SLACK_FRACTION * wait_s  # minutes: more than the fixed 30 s, and the clock moves
+    assert small > 120 and time_text(last.estimated_start + small) != time_text(last.estimated_start)
+    assert queue_update(moved(small), jobs_by_id, now) == 0
+    assert Job.objects.get(pk=last.job_id).estimated_start_at == stored.estimated_start_at
+
+    large = 2 * ETA_SLACK_FRACTION * wait_s
+    assert queue_update(moved(large), jobs_by_id, now) == 1
+    written = Job.objects.get(pk=last.job_id)
+    assert written.estimated_start_at.timestamp() == pytest.approx(last.estimated_start + large, abs=1e-3)
+    assert written.reason.endswith(time_text(last.estimated_start + large)) and written.reason != stored.reason
+    assert len(waiting) == 6
+
+
+def time_text(t: float) -> str:
+    from apps.scheduling.policy.explain import fmt_time
+
+    return fmt_time(t, t - 60)
