@@ -29,8 +29,15 @@ run: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH YP_PORT=$(PORT) YP_HOST=$(HOST) \
 	  $(VENV)/bin/honcho start -f Procfile $(if $(REDIS_URL),web scheduler worker,)
 
+# Two pytest-xdist workers (TEST_WORKERS), whole files to a worker (--dist loadfile: module
+# fixtures and the Slurm cluster stay in one process); each worker has its own DATA_DIR
+# (var/test/gwN), database, Redis and ports. On two cores this is ~1.5x one process: live
+# tests spend much of their time waiting on heartbeats, grace periods and training.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PARALLEL)
 
 # The tests that touch the database, again on PostgreSQL 15: scripts/postgres.sh starts a
 # throwaway cluster on port 5433 (as root; installs postgresql-15 if missing). Every unit
@@ -38,12 +45,10 @@ test: setup
 # (locking, claims, transactions, pg_dump); browser tests, pure policy tests, the live
 # tests marked `one_database` (worker processes, Redis, checkpoints) and the other live
 # tests (whose database statements the unit tests cover) run once, in `make test`, so CI
-# stays under 45 minutes. Its own DATA_DIR (var/test-postgres), so it can run beside
-# `make test`, as .ci/run does.
+# stays under 45 minutes.
 test-postgres: setup
 	url=$$(scripts/postgres.sh start) && DATABASE_URL=$$url ONLY_DATABASE_TESTS=1 \
-	  DATA_DIR=$(CURDIR)/var/test-postgres \
-	  $(PY) -m pytest -m "not browser and not one_database and (not integration or faults or postgres)"
+	  $(PY) -m pytest $(PYTEST_PARALLEL) -m "not browser and not one_database and (not integration or faults or postgres)"
 
 test-fast: setup
 	$(PY) -m pytest -m "not integration and not faults and not browser"
@@ -62,4 +67,4 @@ fmt: setup
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf var/test var/test-postgres .pytest_cache
+	rm -rf var/test .pytest_cache

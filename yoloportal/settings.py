@@ -20,8 +20,11 @@ from yoloportal.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Under pytest (which sets PYTEST_VERSION, inherited by the processes tests start) the
-# default data folder is var/test, so a test run never touches `make run`'s data.
-DATA_DIR = env_path("DATA_DIR", BASE_DIR / "var" / ("test" if os.environ.get("PYTEST_VERSION") else ""))
+# default data folder is var/test, so a test run never touches `make run`'s data; under
+# pytest-xdist (`make test` runs two workers) var/test/gw0, var/test/gw1: each worker has its
+# own test database, storage and job folders (PYTEST_XDIST_WORKER is inherited too).
+DATA_DIR = env_path("DATA_DIR", BASE_DIR / "var" / (
+    str(Path("test", os.environ.get("PYTEST_XDIST_WORKER", ""))) if os.environ.get("PYTEST_VERSION") else ""))
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
