@@ -26,6 +26,12 @@ FAST_TIMINGS = {
 }
 
 
+def fast_trainer(epoch_s: float) -> dict[str, str]:
+    """A worker's environment for the fast trainer (worker/fast_child.py: the real event
+    contract and checkpoint files, no torch), without the zygote's torch preload it never uses."""
+    return {"YOLOPORTAL_FAST_TRAINER": "1", "FAST_TRAINER_EPOCH_S": str(epoch_s), "TRAINER_PRELOAD": "false"}
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

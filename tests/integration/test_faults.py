@@ -22,7 +22,7 @@ from apps.cluster.models import Node
 from apps.jobs.models import TERMINAL_STATES, Checkpoint, Job, JobEvent, JobState, MetricPoint
 from tests.conftest import SEED_SPEC, api_client
 
-from .live import InvariantWatch, training_processes, wait_for
+from .live import InvariantWatch, fast_trainer, training_processes, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
@@ -258,7 +258,6 @@ def test_it_falls_back_to_the_previous_checkpoint_when_the_newest_is_truncated(l
 # under concurrency; real training, killed and resumed, is what the other fault tests run.
 # With Ultralytics it cost ~2.9 s of two cores a job on a slow machine.
 SUBMISSIONS = int(os.environ.get("FAULTS_SUBMISSIONS", "60"))
-FAST_TRAINER = {"YOLOPORTAL_FAST_TRAINER": "1", "FAST_TRAINER_EPOCH_S": "0.5", "TRAINER_PRELOAD": "false"}
 # The longest a finished-job count may stand still: the worker kill (node lost after
 # NODE_GRACE_S=8), the second worker's start and zygote preload, then one training, all on a
 # loaded machine, take well under this. A lost job stops the count for good and fails here.
@@ -312,7 +311,7 @@ def test_it_finishes_every_accepted_job_exactly_once_under_concurrent_submission
     users = [make_user(f"user{i}", teams["vision" if i % 2 else "robotics"]) for i in range(10)]
     clients = [api_client(u) for u in users]
     live.start_scheduler()
-    live.start_worker(gpus=2, **FAST_TRAINER)
+    live.start_worker(gpus=2, **fast_trainer(0.5))
 
     def submit_one(i: int):
         client = clients[i % len(clients)]
@@ -334,7 +333,7 @@ def test_it_finishes_every_accepted_job_exactly_once_under_concurrent_submission
         wait_for(lambda: Job.objects.filter(state=JobState.RUNNING).exists(), 120, what="a job to run")
         live.kill("worker")
         time.sleep(2)
-        live.start_worker("worker2", gpus=2, **FAST_TRAINER)
+        live.start_worker("worker2", gpus=2, **fast_trainer(0.5))
         wait_for_all(lambda: Job.objects.filter(pk__in=accepted, state__in=TERMINAL_STATES).count(),
                      len(accepted), STALL_S, what="accepted jobs finished", stuck=lambda: open_jobs(accepted))
     states = Job.objects.filter(pk__in=accepted).values_list("state", flat=True)

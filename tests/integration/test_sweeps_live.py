@@ -20,13 +20,9 @@ from apps.registry.models import ModelVersion
 from apps.sweeps.models import Trial
 from tests.conftest import api_client
 
-from .live import InvariantWatch, wait_for
+from .live import InvariantWatch, fast_trainer, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-def fast(epoch_s: float) -> dict[str, str]:
-    return {"YOLOPORTAL_FAST_TRAINER": "1", "FAST_TRAINER_EPOCH_S": str(epoch_s)}
 
 
 def submit(user, *, epochs: int, name: str = "sweep", **sweep) -> Job:
@@ -53,7 +49,7 @@ def at_most_parallel(parent: Job, parallel: int) -> None:
 def test_the_scheduler_dies_mid_sweep_and_no_trial_is_lost_or_made_twice(live, alice):
     """Killed right after its sweep step committed the first trials (before planning them), then
     SIGKILLed again while trials train: every trial exists once, all run, the sweep ends."""
-    live.start_worker(gpus=2, **fast(1.0))
+    live.start_worker(gpus=2, **fast_trainer(1.0))
     parent = submit(alice, epochs=3, method="grid", parallel=2, parameters={"lr0": [0.01, 0.001, 0.1, 0.02, 0.005]})
     with InvariantWatch() as watch:
         crashing = live.start_scheduler("crashing", YOLOPORTAL_FAULT="after_sweep_step")
@@ -86,7 +82,7 @@ def test_a_lagging_trial_is_stopped_at_the_epoch_the_pruner_names(live, alice):
     at epoch e is quality(lr0) × e / 4: trial 2 (lr0 1e-4, quality 1/3) reports 0.083 at epoch 1,
     below the median of trials 0 and 1 there (0.25 and 0.125 → 0.1875), so it is pruned at epoch 1;
     trial 3 (lr0 0.02, quality 0.77) stays above the median at every epoch and completes."""
-    live.start_worker(gpus=1, **fast(2.5))
+    live.start_worker(gpus=1, **fast_trainer(2.5))
     live.start_scheduler()
     parent = submit(alice, epochs=4, method="grid", parallel=1, parameters={"lr0": [0.01, 0.001, 0.0001, 0.02]},
                     prune={"method": "median", "startup_trials": 2, "warmup_epochs": 0})
@@ -107,7 +103,7 @@ def test_a_lagging_trial_is_stopped_at_the_epoch_the_pruner_names(live, alice):
 
 
 def test_cancelling_the_sweep_stops_its_running_trials_and_submits_no_more(live, alice):
-    live.start_worker(gpus=2, **fast(1.0))
+    live.start_worker(gpus=2, **fast_trainer(1.0))
     live.start_scheduler()
     parent = submit(alice, epochs=60, method="random", trials=6, parallel=2,
                     parameters={"lr0": {"low": 1e-4, "high": 0.1, "log": True}})

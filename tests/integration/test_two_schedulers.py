@@ -21,14 +21,13 @@ from apps.jobs.services import job_submit
 from apps.jobs.spec import parse_spec
 from apps.scheduling.leader import LEASE_KEY
 
-from .live import InvariantWatch, wait_for
+from .live import InvariantWatch, fast_trainer, wait_for
 
 pytestmark = [
     pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
                        reason="two schedulers against one PostgreSQL: runs in `make test-postgres`"),
 ]
-FAST = {"YOLOPORTAL_FAST_TRAINER": "1", "FAST_TRAINER_EPOCH_S": "0.05", "TRAINER_PRELOAD": "false"}
 SHARES = (1, 0.5, 0.25, 0.125, 1, 2)
 
 
@@ -52,7 +51,7 @@ def test_the_leader_dies_mid_pass_twice_and_no_gpu_slot_is_ever_held_twice(live,
     settings.MAX_ACTIVE_JOBS_PER_USER = 10_000
     total = int(os.environ.get("STRESS_JOBS", "500"))
     for node in ("node-a", "node-b", "node-c"):
-        live.start_worker(f"worker-{node}", node=node, gpus=2, **FAST)
+        live.start_worker(f"worker-{node}", node=node, gpus=2, **fast_trainer(0.05))
     from apps.cluster.models import Node
 
     wait_for(lambda: Node.objects.count() == 3, 120, what="three nodes to register")
