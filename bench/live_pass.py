@@ -1,6 +1,6 @@
 """Time the live scheduler pass (``apps.scheduling.loop.plan_and_start``) on a full database.
 
-    python bench/live_pass.py [--database sqlite|postgres] [--queued 1000,10000] [--repeat 5] [--json out.json]
+    python bench/live_pass.py [--database sqlite|postgres] [--queued 1000,10000] [--repeat 5] [--whole] [--json out.json]
 
 bench/scheduler_pass.py times only the pure policy. The live pass also builds the
 ClusterState from the database (``inputs.cluster_state``, recent arrivals and usage
@@ -29,6 +29,11 @@ the ``UPDATE "jobs_job"`` statements of the pass:
    (nearly) all the queue behind it shift (``submitted_positions`` say where it went);
 3. finish: the largest running job succeeded just before the pass (``attempt_finish``,
    the worker's own report), so GPUs free and starts are planned and claimed (``starts``).
+
+The passes keep the queue's rows between them, as the scheduler's own loop does
+(``inputs.QueueRows``: each pass reads only new or changed rows; the first reads the whole
+queue); ``--whole`` reads the whole queue every pass instead, as a one-off pass does (and
+every pass did before QueueRows) — the baseline to run beside it.
 
 Beside each, in the same run and alternating with it: the pass's parts, timed by calling
 them one after the other as the pass does (``cluster_state``, ``policy.plan``,
@@ -327,18 +332,18 @@ def position(job_id: str) -> int | None:
     return Job.objects.filter(pk=job_id).values_list("queue_position", flat=True).first() if job_id else None
 
 
-def live_pass(change) -> dict:
+def live_pass(change, rows) -> dict:
     from apps.scheduling.loop import plan_and_start
 
     changed = change()
     heartbeat()
-    _, wall, cpu, queries, updates = timed(plan_and_start)
+    _, wall, cpu, queries, updates = timed(lambda: plan_and_start(rows=rows))
     started = start_claimed()
     return {"wall": wall, "cpu": cpu, "queries": queries, "updates": updates, "starts": started,
             "changed_position": position(changed) if change.__name__ == "submit" else None}
 
 
-def split_pass(change) -> dict:
+def split_pass(change, rows) -> dict:
     """The pass's parts one after the other, as plan_and_start calls them, then the pass
     itself (untimed) so its claims are made as they would be."""
     from django.utils import timezone
@@ -350,10 +355,10 @@ def split_pass(change) -> dict:
     change()
     heartbeat()
     now = timezone.now()
-    (state, jobs_by_id), build_wall, build_cpu, build_queries, _ = timed(lambda: cluster_state(now))
+    (state, jobs_by_id), build_wall, build_cpu, build_queries, _ = timed(lambda: cluster_state(now, rows))
     result, plan_wall, plan_cpu, _, _ = timed(lambda: policy.plan(state, now.timestamp()))
     _, write_wall, write_cpu, _, writes = timed(lambda: queue_update(result.queue, jobs_by_id))
-    plan_and_start()
+    plan_and_start(rows=rows)
     start_claimed()
     return {"cluster_state": (build_wall, build_cpu), "plan": (plan_wall, plan_cpu),
             "queue_update": (write_wall, write_cpu), "cluster_state_queries": build_queries,
@@ -375,19 +380,26 @@ def ms(seconds: float) -> float:
 def measure(args, owners: list) -> dict:
     from django.utils import timezone
 
-    from apps.scheduling.inputs import cluster_state
+    from apps.scheduling.inputs import QueueRows, cluster_state
+    from apps.scheduling.loop import plan_and_start
 
     heartbeat()
     now = timezone.now()
     base_state, _ = cluster_state(now)
     change = Change(owners)
+    # The scheduler's own passes keep the queue's rows between them (QueueRows); --whole
+    # reads the queue whole every pass, as one-off passes do (and every pass did before).
+    rows = None if args.whole else QueueRows()
+    if rows is not None:
+        plan_and_start(rows=rows)  # the scheduler's first pass: reads the whole queue
+        start_claimed()
     scenarios = {"steady": change.steady, "submit": change.submit, "finish": change.finish}
     out, pure = {}, []
     for name, fn in scenarios.items():
         lives, splits = [], []
         for _ in range(args.repeat):
-            lives.append(live_pass(fn))
-            splits.append(split_pass(fn))
+            lives.append(live_pass(fn, rows))
+            splits.append(split_pass(fn, rows))
             pure.append(pure_pass(base_state, now.timestamp()))
         parts = {part: {"wall_ms": ms(median([s[part][0] for s in splits])),
                         "cpu_ms": ms(median([s[part][1] for s in splits]))}
@@ -440,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--history", type=int, default=2000, help="finished jobs with usage records")
+    parser.add_argument("--whole", action="store_true",
+                        help="read the whole queue every pass (no QueueRows kept between passes)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.queued.split(",") if s]

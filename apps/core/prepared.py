@@ -211,7 +211,8 @@ class _Insert:
         query = InsertQuery(type(obj))
         query.insert_values(self.fields, [obj])
         self.compiler = compiler = query.get_compiler(connection=connection)
-        self.plan = [(f, _passthrough(f, connection), _utc_text(f, connection)) for f in self.fields]
+        self.plan = [(f, value_preparer(f, connection, lambda value, f=f: compiler.prepare_value(f, value)))
+                     for f in self.fields]
         self.returning = meta.db_returning_fields
         compiler.returning_fields = self.returning
         (self.sql, _params), = compiler.as_sql()
@@ -224,16 +225,8 @@ class _Insert:
 
         A value the field would send unchanged (see :func:`_passthrough`) is taken as it is;
         every other goes through the compiler's ``prepare_value`` (``get_db_prep_save``)."""
-        compiler = self.compiler
-        params = []
-        for field, same, utc_text in self.plan:
-            value = field.pre_save(obj, True)  # what compiler.pre_save_val does (an insert is never raw)
-            if same and (value is None or type(value) in same):
-                params.append(value)
-            elif utc_text and type(value) is datetime and value.tzinfo is UTC:
-                params.append(str(value.replace(tzinfo=None)))  # see _utc_text
-            else:
-                params.append(compiler.prepare_value(field, value))
+        # field.pre_save is what compiler.pre_save_val does (an insert is never raw)
+        params = [prepare(field.pre_save(obj, True)) for field, prepare in self.plan]
         return None if any(hasattr(p, "as_sql") for p in params) else params
 
     def run(self, obj, params: list, connection) -> None:
@@ -250,6 +243,25 @@ class _Insert:
             rows = list(compiler.apply_converters(rows, self.converters))
         for value, field in zip(rows[0], self.returning, strict=True):
             setattr(obj, field.attname, value)
+
+
+def value_preparer(field, connection, fallback: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
+    """A function of a value that returns what ``field.get_db_prep_save(value, connection)``
+    returns (``fallback``, when given, is what to call instead), without calling it for a
+    value the field would send unchanged (:func:`_passthrough`) or for a datetime in UTC on
+    SQLite (:func:`_utc_text`): most of the CPU of writing many rows at once is the fields'
+    conversions (services.job_queue_info_set: two thirds of rewriting 10,000 queue rows)."""
+    same, utc_text = _passthrough(field, connection), _utc_text(field, connection)
+    fallback = fallback or (lambda value: field.get_db_prep_save(value, connection))
+
+    def prepare(value: Any) -> Any:
+        if same and (value is None or type(value) in same):
+            return value
+        if utc_text and type(value) is datetime and value.tzinfo is UTC:
+            return str(value.replace(tzinfo=None))  # see _utc_text
+        return fallback(value)
+
+    return prepare
 
 
 def _utc_text(field, connection) -> bool:

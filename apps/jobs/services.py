@@ -32,7 +32,7 @@ from apps.accounts.selectors import team_rows
 from apps.accounts.services import audit_prepare, audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.hashing import file_sha256
-from apps.core.prepared import PreparedInsert, PreparedRead
+from apps.core.prepared import PreparedInsert, PreparedRead, value_preparer
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
 from apps.registry.services import job_outputs_record
@@ -248,16 +248,17 @@ QUEUE_INFO_CHUNK = 500  # rows per transaction: how long one chunk holds SQLite'
 
 
 def job_queue_info_set(updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
-    """Store the planner's view of waiting jobs: ``(job pk, {field: value})`` pairs, every
-    dict with the same fields (position, ETA, reason, priority score, factors).
+    """Store the planner's view of waiting jobs: ``(job pk, {field: value})`` pairs (position,
+    ETA, reason, priority score, factors: ``QUEUE_INFO_FIELDS``, or some of them).
 
     Only a queued row is written: a job cancelled or started meanwhile keeps its own fields.
     One start or arrival ahead shifts every position behind it, so a long queue's pass
     rewrites most rows: one ``.filter(...).update(...)`` each compiled its SQL anew (~1 ms of
-    CPU a row, seconds per pass at 10,000 queued). Here the UPDATE is written once and run
-    for every row (``executemany``), values converted as the ORM's ``update()`` converts
-    them (``get_db_prep_save``), ``QUEUE_INFO_CHUNK`` rows per transaction so a submit waits
-    for SQLite's write lock at most one chunk. Returns the rows written.
+    CPU a row, seconds per pass at 10,000 queued). Here one UPDATE is written per set of
+    fields and run for all its rows (``executemany``), values converted as the ORM's
+    ``update()`` converts them (``get_db_prep_save``, through ``core.prepared.value_preparer``),
+    ``QUEUE_INFO_CHUNK`` rows per transaction so a submit waits for SQLite's write lock at
+    most one chunk. Returns the rows written.
     """
     if not updates:
         return 0
@@ -266,20 +267,24 @@ def job_queue_info_set(updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
     # a row (a quarter of the write's CPU at 10,000 rows).
     conn = connections[DEFAULT_DB_ALIAS]
     meta = Job._meta
-    names = list(updates[0][1])
-    preps = [meta.get_field(name).get_db_prep_save for name in names]
     qn = conn.ops.quote_name
-    sql = (f"UPDATE {qn(meta.db_table)} SET {', '.join(f'{qn(meta.get_field(n).column)} = %s' for n in names)} "
-           f"WHERE {qn(meta.pk.column)} = %s AND {qn(meta.get_field('state').column)} = %s")
     pk_prep, queued = meta.pk.get_db_prep_value, str(JobState.QUEUED)
+    by_fields: dict[tuple[str, ...], list] = {}
+    for pk, values in updates:
+        by_fields.setdefault(tuple(values), []).append((pk, values))
+    statements = []
+    for names, rows in by_fields.items():
+        preps = [value_preparer(meta.get_field(name), conn) for name in names]
+        sql = (f"UPDATE {qn(meta.db_table)} SET {', '.join(f'{qn(meta.get_field(n).column)} = %s' for n in names)} "
+               f"WHERE {qn(meta.pk.column)} = %s AND {qn(meta.get_field('state').column)} = %s")
+        statements += [(sql, [[*(prep(values[name]) for name, prep in zip(names, preps, strict=True)),
+                               pk_prep(pk, conn), queued] for pk, values in rows])]
     written = 0
-    for at in range(0, len(updates), QUEUE_INFO_CHUNK):
-        rows = [[*(prep(values[name], conn) for name, prep in zip(names, preps, strict=True)),
-                 pk_prep(pk, conn), queued]
-                for pk, values in updates[at:at + QUEUE_INFO_CHUNK]]
-        with transaction.atomic(), conn.cursor() as cursor:
-            cursor.executemany(sql, rows)
-            written += max(cursor.rowcount, 0)
+    for sql, params in statements:
+        for at in range(0, len(params), QUEUE_INFO_CHUNK):
+            with transaction.atomic(), conn.cursor() as cursor:
+                cursor.executemany(sql, params[at:at + QUEUE_INFO_CHUNK])
+                written += max(cursor.rowcount, 0)
     return written
 
 

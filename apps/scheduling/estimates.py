@@ -62,7 +62,7 @@ def features(job: Job, images: dict[tuple[int, str], int]) -> RunFeatures:
     )
 
 
-def _dataset_images(jobs: Iterable[Job]) -> dict[tuple[int, str], int]:
+def dataset_images(jobs: Iterable[Job]) -> dict[tuple[int, str], int]:
     teams = {j.team_id for j in jobs}
     return {(team, name): n for team, name, n in Dataset.objects.filter(team_id__in=teams)
             .values_list("team_id", "name", "num_images")}
@@ -108,7 +108,7 @@ def _fit() -> RuntimeModel | None:
     if not finished:
         return None
     charged = dict(UsageRecord.objects.filter(job__in=finished).values_list("job_id").annotate(s=Sum("gpu_seconds")))
-    images = _dataset_images(finished)
+    images = dataset_images(finished)
     samples = [(features(j, images), charged[j.pk] / max(j.gpus, 1e-9)) for j in finished if charged.get(j.pk)]
     return RuntimeModel.fit(samples)
 
@@ -122,31 +122,56 @@ def mode_median_runtime(mode: str) -> float | None:
     return runtimes[len(runtimes) // 2] if runtimes else None
 
 
+@dataclass(frozen=True)
+class Basis:
+    """What a job's runtime estimate is made from, apart from the fitted model: a scheduler
+    keeps it with each queued row (inputs.QueueRows) and, when the model changes (a job
+    succeeded), only multiplies again (``runtime_estimate``)."""
+
+    mode: str
+    given: float  # the spec's expected_duration_s, 0 = none
+    x: tuple[float, ...] | None  # the run's features (RunFeatures.vector) of a training job
+    left: float  # share of the epochs still to run
+
+
+def estimate_basis(job: Job, images: dict[tuple[int, str], int]) -> Basis:
+    mode = _mode(job)
+    given = float(job.spec.get("expected_duration_s") or 0)
+    if mode != "train":
+        return Basis(mode, given, None, 1.0)
+    epochs = _epochs(job)
+    return Basis(mode, given, features(job, images).vector(), max(0, epochs - job.epochs_done) / epochs)
+
+
+def runtime_estimate(basis: Basis, model: RuntimeModel | None, by_mode: dict[str, float | None]) -> float | None:
+    """Seconds of runtime left, or None (no data: the policy assumes its stated default).
+
+    ``by_mode``: median runtimes of non-training modes found so far (filled here as needed).
+    """
+    if basis.x is None:  # no epochs: what was given, else how long such jobs took lately
+        if basis.mode not in by_mode:
+            by_mode[basis.mode] = mode_median_runtime(basis.mode)
+        total = basis.given or by_mode[basis.mode] or 0.0
+        return max(1.0, total) if total > 0 else None
+    if basis.given and (model is None or model.samples < MIN_HISTORY):
+        total = basis.given
+    else:
+        total = model.predict_vector(basis.x) if model else 0.0
+    return max(1.0, total * basis.left) if total > 0 else None
+
+
 def job_estimates(
     queued: Sequence[Job], holding: Sequence[Job], now: datetime, model: RuntimeModel | None = None
 ) -> Estimates:
     """Estimates for these jobs (``model``: an already fitted one, else fitted here)."""
     model = model or fit_runtime_model()
-    images = _dataset_images([*queued, *holding])
+    images = dataset_images([*queued, *holding])
     runtime: dict[str, float] = {}
     by_mode: dict[str, float | None] = {}
     for job in [*queued, *holding]:
-        given = float(job.spec.get("expected_duration_s") or 0)
-        mode = _mode(job)
-        if mode != "train":  # no epochs: what was given, else how long such jobs took lately
-            if mode not in by_mode:
-                by_mode[mode] = mode_median_runtime(mode)
-            total = given or by_mode[mode] or 0.0
-            if total > 0:
-                runtime[str(job.pk)] = max(1.0, total)
-            continue
-        if given and (model is None or model.samples < MIN_HISTORY):
-            total = given
-        else:
-            total = model.predict(features(job, images)) if model else 0.0
-        if total > 0:
-            left = max(0, _epochs(job) - job.epochs_done) / _epochs(job)
-            runtime[str(job.pk)] = max(1.0, total * left)
+        total = runtime_estimate(estimate_basis(job, images), model, by_mode)
+        if total is not None:
+            runtime[str(job.pk)] = total
     remaining: dict[str, float] = {}
     progress = {
         (row["job_id"], row["attempt"]): row

@@ -166,7 +166,7 @@ def test_a_prepared_insert_sends_each_value_as_the_compiler_would(bob, teams):
     from django.db import connection
 
     from apps.accounts.models import AuditEntry
-    from apps.core.prepared import PreparedInsert
+    from apps.core.prepared import PreparedInsert, _passthrough, _utc_text
     from apps.jobs.models import JobEvent
 
     job_values = {"task_name": "t-ü", "team": teams["vision"], "user": bob, "spec": {"a": [1, None]}, "spec_hash": "h",
@@ -197,6 +197,6 @@ def test_a_prepared_insert_sends_each_value_as_the_compiler_would(bob, teams):
 
         assert plain(got) == plain(expected), connection.vendor
         assert [type(v) for v in got] == [type(v) for v in expected]
-        assert any(same for _, same, _ in insert.plan)  # the shortcut is taken for some fields
+        assert any(_passthrough(f, connection) for f in insert.fields)  # the shortcut is taken for some fields
         if connection.vendor == "sqlite" and prepared.model is Job:  # and the UTC one for the job's stamps
-            assert any(utc for *_, utc in insert.plan)
+            assert any(_utc_text(f, connection) for f in insert.fields)

@@ -8,12 +8,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from apps.jobs.models import Job, JobState
-from apps.jobs.services import QUEUE_INFO_CHUNK, job_queue_info_set
+from apps.jobs.models import QUEUE_INFO_FIELDS, Job, JobState
+from apps.jobs.services import QUEUE_INFO_CHUNK, job_cancel, job_class_set, job_queue_info_set
+from apps.scheduling.inputs import QueueRows, cluster_state
+from apps.scheduling.leader import LeaderLease, LeadershipLost
 from apps.scheduling.loop import plan_and_start
 
-from .test_inputs import submit
+from .test_inputs import finish, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -46,13 +49,17 @@ def test_one_arrival_ahead_rewrites_every_position_in_one_statement(alice, bob, 
 
 def test_a_pass_reads_and_writes_with_queries_constant_in_the_queue_length(alice, bob, demo_registered, node):
     """A field of a queued job that the pass loads lazily, or a row written alone, would cost a
-    query per queued job: the same pass over 4 and over 24 waiting jobs runs as many queries."""
+    query per queued job: the same pass over 4 and over 24 waiting jobs runs as many queries,
+    but for the write-back's, which is one statement per shape of row (whole rows; positions
+    and reasons alone) however many rows."""
 
     def pass_queries() -> int:
         submit(alice, epochs=1, resources={"gpu": 2}, priority="high")  # moves every waiting job
         with CaptureQueriesContext(connection) as queries:
             plan_and_start()
-        return len(queries.captured_queries)
+        writes = job_updates(queries)
+        assert 1 <= len(writes) <= 2, writes
+        return len(queries.captured_queries) - 3 * len(writes)  # each in a savepoint of its own
 
     submit(bob, epochs=50, resources={"gpu": 2})  # runs: the rest wait behind it
     for k in range(4):
@@ -63,6 +70,79 @@ def test_a_pass_reads_and_writes_with_queries_constant_in_the_queue_length(alice
         submit(alice if k % 2 else bob, epochs=10 + k, resources={"gpu": 2})
     plan_and_start()
     assert pass_queries() == small
+
+
+def queued_rows_read(queries) -> list[str]:
+    """The statements that read queued jobs' rows (the queue read loads the planner's fields)."""
+    return [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")
+            and '"jobs_job"."queue_position"' in q["sql"] and '"jobs_job"."state" = \'queued\'' in q["sql"]]
+
+
+def test_a_kept_queue_reads_only_new_and_changed_rows_and_equals_a_whole_read(alice, bob, demo_registered, node):
+    """A scheduler keeps its queue between passes (QueueRows). After each kind of change
+    another process makes to the queue, its next pass reads only the rows that changed, and
+    what it plans from — every request, and the planner's fields it compares with — is what
+    reading the whole queue gives."""
+    rows = QueueRows()
+    submit(bob, epochs=50, resources={"gpu": 2})  # runs: the rest wait behind it
+    for k in range(6):
+        submit(alice if k % 2 else bob, epochs=5 + k, resources={"gpu": 2})
+    for k in range(3):
+        finish(submit(bob, epochs=5), runtime_s=100.0 * (k + 1))  # a runtime model to estimate with
+    plan_and_start(rows=rows)
+
+    def waiting() -> Job:
+        return Job.objects.filter(state=JobState.QUEUED).order_by("created_at").last()
+
+    def check(change, reads: int):
+        change()
+        now = timezone.now()
+        with CaptureQueriesContext(connection) as queries:
+            kept, kept_jobs = cluster_state(now, rows)
+        assert len(queued_rows_read(queries)) == reads, queued_rows_read(queries)
+        whole, whole_jobs = cluster_state(now)
+        assert sorted(kept.queued, key=lambda r: r.job_id) == sorted(whole.queued, key=lambda r: r.job_id)
+        assert {pk: {f: getattr(j, f) for f in QUEUE_INFO_FIELDS} for pk, j in kept_jobs.items()} == {
+            pk: {f: getattr(j, f) for f in QUEUE_INFO_FIELDS} for pk, j in whole_jobs.items()}
+        plan_and_start(rows=rows)  # and writes the new positions back, which the kept rows hold
+
+    check(lambda: None, reads=0)
+    check(lambda: submit(alice, epochs=1, resources={"gpu": 2}, priority="high"), reads=1)  # every position moves
+    check(lambda: job_class_set(waiting(), priority_class="low", by=alice), reads=1)
+    check(lambda: Job.objects.filter(pk=waiting().pk).update(gpus=1), reads=1)  # a superuser's edits
+    check(lambda: Job.objects.filter(pk=waiting().pk).update(timeout_s=600), reads=1)
+    check(lambda: job_cancel(job=waiting(), by=alice), reads=0)
+    check(lambda: finish(submit(alice, epochs=7), runtime_s=900.0), reads=0)  # a new model: estimates made again
+    assert rows.rows, "the rows were kept"
+
+
+def test_a_kept_queue_is_read_whole_again_by_a_new_leader_and_after_a_failed_pass(alice, demo_registered, node):
+    """Kept rows are trusted only across one leader's passes that ended well: under a new
+    token another scheduler may have written the planner's fields, and a pass that failed
+    may have half written them."""
+    rows = QueueRows()
+    for k in range(4):
+        submit(alice, epochs=5 + k, resources={"gpu": 2})  # one runs, three wait
+    lease = LeaderLease("a", ttl_s=10)
+    assert lease.hold()
+
+    def whole_reads(token) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            plan_and_start(token=token, rows=rows)
+        return len([sql for sql in queued_rows_read(queries) if " IN (" not in sql.split("WHERE")[1]])
+
+    assert whole_reads(lease.token) == 1
+    assert whole_reads(lease.token) == 0
+    lease.release()
+    assert lease.hold()
+    assert whole_reads(lease.token) == 1
+    assert whole_reads(lease.token) == 0
+    stale = lease.token
+    lease.release()
+    assert LeaderLease("b", ttl_s=10).hold()
+    with pytest.raises(LeadershipLost):
+        plan_and_start(token=stale, rows=rows)
+    assert not rows.rows
 
 
 def test_queue_info_is_written_only_to_queued_rows_as_the_orm_would_write_it(alice, demo_registered, node):
@@ -88,6 +168,38 @@ def test_queue_info_is_written_only_to_queued_rows_as_the_orm_would_write_it(ali
     assert job_queue_info_set([]) == 0
 
 
+def test_a_row_whose_only_news_is_its_position_gets_only_its_position_and_reason(alice, bob, demo_registered, node):
+    """After an arrival at the head of a long queue most rows only move down a place (their
+    ETAs move by less than their slack): those are written as positions and reasons ("behind
+    N higher-priority jobs") alone, in one statement; a row with other news is written whole."""
+    from dataclasses import replace
+
+    from apps.scheduling import policy
+    from apps.scheduling.loop import queue_update
+
+    submit(bob, epochs=50, resources={"gpu": 2})
+    for k in range(5):
+        submit(alice if k % 2 else bob, epochs=5 + k, resources={"gpu": 2})
+    now = timezone.now()
+    plan_and_start(now)
+    state, jobs_by_id = cluster_state(now)
+    entries = policy.plan(state, now.timestamp()).queue
+    assert len(entries) == 5 and queue_update(entries, jobs_by_id, now) == 0
+    moved = [replace(e, position=e.position + 1) for e in entries[:-2]]
+    moved.append(replace(entries[-2], position=entries[-2].position + 1, reason="behind 9 higher-priority jobs"))
+    moved.append(replace(entries[-1], position=entries[-1].position + 1, priority=entries[-1].priority + 10))
+    with CaptureQueriesContext(connection) as queries:
+        assert queue_update(moved, jobs_by_id, now) == 5
+    assert sorted(job_updates(queries)) == [
+        '1 times: UPDATE "jobs_job" SET "queue_position" = %s, "estimated_start_at" = %s, "estimated_start_low_at" = %s, '
+        '"estimated_start_high_at" = %s, "reason" = %s, "priority_score" = %s, "priority_factors" = %s, '
+        '"predicted_start_at" = %s, "predicted_model_start_at" = %s WHERE "id" = %s AND "state" = %s',
+        '4 times: UPDATE "jobs_job" SET "queue_position" = %s, "reason" = %s WHERE "id" = %s AND "state" = %s']
+    stored = {str(pk): (position, reason, score) for pk, position, reason, score in Job.objects.filter(
+              state=JobState.QUEUED).values_list("pk", "queue_position", "reason", "priority_score")}
+    assert stored == {e.job_id: (e.position, e.reason, round(e.priority, 3)) for e in moved}
+
+
 def test_an_eta_that_drifts_by_less_than_its_slack_is_not_rewritten_and_one_that_moves_is(alice, bob, demo_registered,
                                                                                           node):
     """A waiting job's stored ETA and reason stand while the new ETA is within ETA_SLACK_S or
@@ -95,10 +207,7 @@ def test_an_eta_that_drifts_by_less_than_its_slack_is_not_rewritten_and_one_that
     rolling over a minute); a move beyond that is written, reason and all."""
     from dataclasses import replace
 
-    from django.utils import timezone
-
     from apps.scheduling import policy
-    from apps.scheduling.inputs import cluster_state
     from apps.scheduling.loop import ETA_SLACK_FRACTION, queue_update
 
     submit(bob, epochs=50, resources={"gpu": 2})

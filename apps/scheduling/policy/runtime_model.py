@@ -99,7 +99,10 @@ class RuntimeModel:
 
     def predict(self, features: RunFeatures) -> float:
         """Median runtime in seconds."""
-        x = features.vector()
+        return self.predict_vector(features.vector())
+
+    def predict_vector(self, x: Sequence[float]) -> float:
+        """``predict`` of the features whose ``vector()`` is ``x``."""
         return math.exp(sum(c * xi for c, xi in zip(self.coefficients, x, strict=True)))
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from apps.monitoring.recorders import scheduler_pass_record
 from apps.monitoring.services import utilisation_sample
+from apps.scheduling.inputs import QueueRows
 from apps.scheduling.kick import wait_for_kick
 from apps.scheduling.leader import LeaderLease, LeadershipLost
 from apps.scheduling.loop import reap_lost_nodes, reap_silent_attempts, tick
@@ -30,12 +31,12 @@ UTILISATION_SAMPLE_S = 60.0
 _last_sample = -UTILISATION_SAMPLE_S
 
 
-def timed_tick(token: int | None) -> None:
+def timed_tick(token: int | None, rows: QueueRows | None = None) -> None:
     """One pass, its duration and end time recorded for /metrics (best effort, in Redis), and
     about once a minute a sample of the cluster for the hourly history (apps.monitoring)."""
     global _last_sample
     started = time.monotonic()
-    tick(token=token)
+    tick(token=token, rows=rows)
     scheduler_pass_record(time.monotonic() - started)
     if started - _last_sample >= UTILISATION_SAMPLE_S:
         _last_sample = started
@@ -148,11 +149,12 @@ class Command(BaseCommand):
         log.info("scheduler %s started (tick %.1f s, node grace %.0f s)", me, settings.SCHEDULER_TICK_S,
                  settings.NODE_GRACE_S)
         chores = Chores()
+        rows = QueueRows()  # the queue kept between this leader's passes
         while not self.stopping:
             close_old_connections()
             try:
                 if lease.hold():
-                    timed_tick(lease.token)
+                    timed_tick(lease.token, rows)
                     chores.maybe_start()
                     wait_for_kick(settings.SCHEDULER_TICK_S)
                 else:
