@@ -255,7 +255,8 @@ def job_queue_info_set(updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
     One start or arrival ahead shifts every position behind it, so a long queue's pass
     rewrites most rows: one ``.filter(...).update(...)`` each compiled its SQL anew (~1 ms of
     CPU a row, seconds per pass at 10,000 queued). Here one UPDATE is written per set of
-    fields and run for all its rows (``executemany``), values converted as the ORM's
+    fields and run for all its rows (``executemany``; on PostgreSQL one ``UPDATE … FROM
+    (VALUES …)`` per chunk), values converted as the ORM's
     ``update()`` converts them (``get_db_prep_save``, through ``core.prepared.value_preparer``),
     ``QUEUE_INFO_CHUNK`` rows per transaction so a submit waits for SQLite's write lock at
     most one chunk. Returns the rows written.
@@ -272,18 +273,34 @@ def job_queue_info_set(updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
     by_fields: dict[tuple[str, ...], list] = {}
     for pk, values in updates:
         by_fields.setdefault(tuple(values), []).append((pk, values))
-    statements = []
-    for names, rows in by_fields.items():
-        preps = [value_preparer(meta.get_field(name), conn) for name in names]
-        sql = (f"UPDATE {qn(meta.db_table)} SET {', '.join(f'{qn(meta.get_field(n).column)} = %s' for n in names)} "
-               f"WHERE {qn(meta.pk.column)} = %s AND {qn(meta.get_field('state').column)} = %s")
-        statements += [(sql, [[*(prep(values[name]) for name, prep in zip(names, preps, strict=True)),
-                               pk_prep(pk, conn), queued] for pk, values in rows])]
+    table, pk_column, state = qn(meta.db_table), qn(meta.pk.column), qn(meta.get_field("state").column)
     written = 0
-    for sql, params in statements:
+    for names, rows in by_fields.items():
+        fields = [meta.get_field(name) for name in names]
+        preps = [value_preparer(field, conn) for field in fields]
+        params = [[*(prep(values[name]) for name, prep in zip(names, preps, strict=True)), pk_prep(pk, conn)]
+                  for pk, values in rows]
+        columns = [qn(field.column) for field in fields]
+        if conn.vendor == "postgresql":
+            # One statement per chunk: PostgreSQL parses and plans each statement of an
+            # executemany (10,000 rows: 2.3 s, this 1.1 s, of which most is the rows' new
+            # index entries).
+            row = f"({', '.join(f'%s::{f.db_type(conn)}' for f in (*fields, meta.pk))})"
+            for at in range(0, len(params), QUEUE_INFO_CHUNK):
+                chunk = params[at:at + QUEUE_INFO_CHUNK]
+                sql = (f"UPDATE {table} SET {', '.join(f'{c} = v.c{i}' for i, c in enumerate(columns))} "
+                       f"FROM (VALUES {', '.join([row] * len(chunk))}) "
+                       f"AS v({', '.join(f'c{i}' for i in range(len(columns)))}, pk) "
+                       f"WHERE {table}.{pk_column} = v.pk AND {table}.{state} = %s")
+                with transaction.atomic(), conn.cursor() as cursor:
+                    cursor.execute(sql, [value for row_params in chunk for value in row_params] + [queued])
+                    written += max(cursor.rowcount, 0)
+            continue
+        sql = (f"UPDATE {table} SET {', '.join(f'{c} = %s' for c in columns)} "
+               f"WHERE {pk_column} = %s AND {state} = %s")
         for at in range(0, len(params), QUEUE_INFO_CHUNK):
             with transaction.atomic(), conn.cursor() as cursor:
-                cursor.executemany(sql, params[at:at + QUEUE_INFO_CHUNK])
+                cursor.executemany(sql, [[*row_params, queued] for row_params in params[at:at + QUEUE_INFO_CHUNK]])
                 written += max(cursor.rowcount, 0)
     return written
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,6 +16,7 @@ from apps.jobs.services import QUEUE_INFO_CHUNK, job_cancel, job_class_set, job_
 from apps.scheduling.inputs import QueueRows, cluster_state
 from apps.scheduling.leader import LeaderLease, LeadershipLost
 from apps.scheduling.loop import plan_and_start
+from tests.jobs.bulk import insert_jobs
 
 from .test_inputs import finish, submit
 
@@ -24,6 +26,17 @@ pytestmark = pytest.mark.django_db
 def job_updates(queries) -> list[str]:
     """The statements that wrote jobs rows (an executemany is logged once, as "N times: UPDATE …")."""
     return [q["sql"] for q in queries.captured_queries if 'UPDATE "jobs_job"' in q["sql"]]
+
+
+def job_writes(queries) -> list[tuple[int, tuple[str, ...]]]:
+    """(rows, columns set) of each statement that wrote jobs rows: an executemany on SQLite
+    ("N times: UPDATE … SET "c" = %s …"), one UPDATE … FROM (VALUES …) on PostgreSQL."""
+    out = []
+    for sql in job_updates(queries):
+        columns = tuple(re.findall(r'"(\w+)" = (?:%s|v\.c\d+)', sql.split(" WHERE ")[0]))
+        times = re.match(r"(\d+) times: ", sql)
+        out.append((int(times.group(1)) if times else sql.count("::uuid)"), columns))
+    return sorted(out)
 
 
 def test_one_arrival_ahead_rewrites_every_position_in_one_statement(alice, bob, demo_registered, node):
@@ -39,8 +52,7 @@ def test_one_arrival_ahead_rewrites_every_position_in_one_statement(alice, bob, 
     with CaptureQueriesContext(connection) as queries:
         plan_and_start()
     assert gc.isenabled()  # the pass pauses the cyclic collector (policy.gc_paused) and restores it
-    updates = job_updates(queries)
-    assert len(updates) == 1 and updates[0].startswith("13 times: UPDATE"), updates
+    assert job_writes(queries) == [(13, QUEUE_INFO_FIELDS)]
     after = {j.pk: j.queue_position for j in Job.objects.filter(state=JobState.QUEUED)}
     assert after.pop(first.pk) == 1
     assert after == {pk: position + 1 for pk, position in before.items()}
@@ -161,10 +173,12 @@ def test_queue_info_is_written_only_to_queued_rows_as_the_orm_would_write_it(ali
     started.refresh_from_db()
     assert started.reason == "its own" and started.queue_position is None
     # More rows than a chunk: every one written (one transaction per chunk).
-    many = [(third.pk, {**values, "queue_position": k}) for k in range(QUEUE_INFO_CHUNK + 3)]
-    assert job_queue_info_set(many) == len(many)
-    third.refresh_from_db()
-    assert third.queue_position == QUEUE_INFO_CHUNK + 2
+    insert_jobs(QUEUE_INFO_CHUNK + 2, owners=[(third.team, alice)], queued_every=1)
+    many = [(pk, {**values, "queue_position": k}) for k, pk in
+            enumerate(Job.objects.filter(state=JobState.QUEUED).order_by("created_at").values_list("pk", flat=True))]
+    assert len(many) > QUEUE_INFO_CHUNK and job_queue_info_set(many) == len(many)
+    assert dict(Job.objects.filter(state=JobState.QUEUED).values_list("pk", "queue_position")) == {
+        pk: written["queue_position"] for pk, written in many}
     assert job_queue_info_set([]) == 0
 
 
@@ -190,11 +204,7 @@ def test_a_row_whose_only_news_is_its_position_gets_only_its_position_and_reason
     moved.append(replace(entries[-1], position=entries[-1].position + 1, priority=entries[-1].priority + 10))
     with CaptureQueriesContext(connection) as queries:
         assert queue_update(moved, jobs_by_id, now) == 5
-    assert sorted(job_updates(queries)) == [
-        '1 times: UPDATE "jobs_job" SET "queue_position" = %s, "estimated_start_at" = %s, "estimated_start_low_at" = %s, '
-        '"estimated_start_high_at" = %s, "reason" = %s, "priority_score" = %s, "priority_factors" = %s, '
-        '"predicted_start_at" = %s, "predicted_model_start_at" = %s WHERE "id" = %s AND "state" = %s',
-        '4 times: UPDATE "jobs_job" SET "queue_position" = %s, "reason" = %s WHERE "id" = %s AND "state" = %s']
+    assert job_writes(queries) == [(1, QUEUE_INFO_FIELDS), (4, ("queue_position", "reason"))]
     stored = {str(pk): (position, reason, score) for pk, position, reason, score in Job.objects.filter(
               state=JobState.QUEUED).values_list("pk", "queue_position", "reason", "priority_score")}
     assert stored == {e.job_id: (e.position, e.reason, round(e.priority, 3)) for e in moved}
