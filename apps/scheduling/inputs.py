@@ -15,8 +15,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Count, F, QuerySet, Sum
-from django.db.models.functions import Coalesce, TruncHour
+from django.db.models import Count, F, Func, IntegerField, QuerySet, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.accounts.models import Team
@@ -154,16 +154,38 @@ def team_policies(config: PolicyConfig) -> dict[str, TeamPolicy]:
     return policies
 
 
+class EpochHour(Func):
+    """Whole hours since 1970 (UTC) of a timestamp, computed by the database itself.
+
+    ``TruncHour`` on SQLite calls a Python function for every row (and makes a datetime of
+    each bucket): with 30,000 usage records in the decay horizon, 230 ms of every pass.
+    SQLite reads a stored time to the millisecond (a record ending in the last half
+    millisecond of an hour counts in the next hour: a decay difference of ~4 parts in 10,000
+    for that record).
+    """
+
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        # %%%%s: the template's % formatting, then the cursor's, each take one level.
+        return self.as_sql(compiler, connection, template="(CAST(strftime('%%%%s', %(expressions)s) AS INTEGER) / 3600)",
+                           **extra)
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / 3600)::integer",
+                           **extra)
+
+
 def usage_inputs(config: PolicyConfig, holding: list[Job], now: datetime):
     """Decayed usage per (team, user), rolling 24 h per user, urgent 24 h per team."""
     decayed = DecayedUsage(config.half_life_s)
     horizon = now - timedelta(seconds=config.half_life_s * 10)
     buckets = (UsageRecord.objects.filter(ended_at__gte=horizon)
-               .annotate(hour=TruncHour("ended_at"))
+               .annotate(hour=EpochHour("ended_at"))
                .values_list("team__slug", "user__username", "hour")
                .annotate(total=Sum("gpu_seconds")).order_by("hour"))
     for team, user, hour, total in buckets:
-        decayed.add((team, user), total, at=hour.timestamp())
+        decayed.add((team, user), total, at=hour * 3600.0)
 
     rolling_user = RollingUsage()
     urgent_team: dict[str, float] = defaultdict(float)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -100,6 +100,31 @@ def test_it_feeds_decayed_usage_the_rolling_day_and_urgent_use(alice, bob, demo_
     # Two days at a 7-day half-life: bob's usage is worth 2 ** (-2/7) of what it was.
     assert state.usage[("vision", "bob")] == pytest.approx(3600 * 2 ** (-2 / 7), rel=0.02)
     assert state.usage[("vision", "alice")] > state.usage[("vision", "bob")]
+
+
+def test_usage_is_decayed_from_the_start_of_its_utc_hour(alice, demo_registered, node):
+    """The ledger is summed per UTC hour in the database (inputs.EpochHour) and each hour's
+    sum decayed from the hour's start: a record ending on the hour and one a millisecond
+    before the next hour fall in the same bucket; one on the next hour in the next. (SQLite
+    reads stored times to the millisecond: 07:59:59.9996 would count as 08:00.)"""
+    from apps.scheduling.inputs import usage_inputs
+    from apps.scheduling.models import SchedulerConfig
+
+    job = submit(alice)
+    now = datetime(2026, 12, 2, 12, 30, tzinfo=UTC)
+    ends = [datetime(2026, 12, 1, 7, 0, tzinfo=UTC), datetime(2026, 12, 1, 7, 59, 59, 999000, tzinfo=UTC),
+            datetime(2026, 12, 1, 8, 0, tzinfo=UTC)]
+    for attempt, end in enumerate(ends, start=1):
+        UsageRecord.objects.create(job=job, team=job.team, user=job.user, attempt=attempt, priority_class="medium",
+                                   gpu_seconds=1000.0, started_at=end - timedelta(seconds=10), ended_at=end)
+    config = SchedulerConfig.current().to_policy()
+    decayed, *_ = usage_inputs(config, [], now)
+
+    def worth(hour_start: datetime) -> float:
+        return 1000.0 * 2 ** (-(now - hour_start).total_seconds() / config.half_life_s)
+
+    expected = 2 * worth(datetime(2026, 12, 1, 7, tzinfo=UTC)) + worth(datetime(2026, 12, 1, 8, tzinfo=UTC))
+    assert decayed[("vision", "alice")] == pytest.approx(expected, rel=1e-9)
 
 
 def test_team_quota_rows_become_team_policies(alice, demo_registered, node, teams):
