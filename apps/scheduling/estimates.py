@@ -95,6 +95,12 @@ def fit_runtime_model() -> RuntimeModel | None:
     return model
 
 
+def fit_generation() -> object:
+    """Changes (by identity) whenever the model is fitted again — also when the fit is None
+    (no training job has succeeded) while other modes' median runtimes may have moved."""
+    return _fitted
+
+
 def fitted_model_forget() -> None:
     """Fit again on the next call (tests: a database rolled back under a kept model)."""
     global _fitted

@@ -24,7 +24,14 @@ from apps.cluster.models import ForeignAllocation, Node
 from apps.jobs.models import HOLDING_STATES, QUEUE_INFO_FIELDS, Job, JobEvent, JobState
 from apps.quotas.models import TeamQuota, UsageRecord
 
-from .estimates import dataset_images, estimate_basis, fit_runtime_model, job_estimates, runtime_estimate
+from .estimates import (
+    dataset_images,
+    estimate_basis,
+    fit_generation,
+    fit_runtime_model,
+    job_estimates,
+    runtime_estimate,
+)
 from .models import SchedulerConfig
 from .policy import (
     DEFAULT_RUNTIME_S,
@@ -271,8 +278,8 @@ class QueueRows:
     Each pass now reads only the queued rows' keys (``ROW_KEY_FIELDS``, raw: no conversion),
     and the rows, estimates and requests of new or changed keys; a job that left the queue
     drops out. The planner's own fields (``QUEUE_INFO_FIELDS``) are kept as
-    ``loop.queue_update`` wrote them. The runtime estimates are made again when the fitted
-    model is another one (a job succeeded), and everything is read afresh every
+    ``loop.queue_update`` wrote them. The runtime estimates are made again whenever the
+    model is fitted again (a job succeeded), and everything is read afresh every
     ``QUEUE_ROWS_MAX_AGE_S``, after any failed pass and when the leader's token changes
     (``loop.plan_and_start``), so a row is never trusted across another scheduler's passes.
 
@@ -284,7 +291,7 @@ class QueueRows:
 
     def clear(self) -> None:
         self.rows: dict = {}  # raw pk -> (key, job, estimates.Basis, JobRequest)
-        self.model: RuntimeModel | None = None
+        self.fitted: object = None  # estimates.fit_generation() the requests were estimated under
         self.read_at = -math.inf  # time.monotonic() of the last whole read
         self.token: int | None = None
 
@@ -302,10 +309,12 @@ class QueueRows:
             self.rows = {}
         kept = self.rows
         new = {raw for raw, key in keys if raw not in kept or kept[raw][0] != key}
+        # A whole read replaces every kept row too (and restarts the QUEUE_ROWS_MAX_AGE_S clock).
         loaded = self._load(new, whole=len(new) > BY_PK_AT_MOST or not kept, conn=conn) if new else {}
         images = dataset_images(loaded.values()) if loaded else {}
         history = service_history([j for j in loaded.values() if j.attempt > 1])
-        again = model is not self.model  # a job succeeded: every estimate is made again
+        fitted = fit_generation()
+        again = fitted is not self.fitted  # a job succeeded: every estimate is made again
         by_mode: dict[str, float | None] = {}
         rows = {}
         for raw, key in keys:
@@ -320,12 +329,12 @@ class QueueRows:
             else:
                 continue  # it left the queue between the two reads
             rows[raw] = (key, job, basis, request)
-        self.rows, self.model = rows, model
+        self.rows, self.fitted = rows, fitted
         return ({request.job_id: job for _, job, _, request in rows.values()},
                 tuple(request for *_, request in rows.values()))
 
     def _load(self, raws: set, *, whole: bool, conn) -> dict:
-        """raw pk -> Job for those of ``raws`` still queued (the whole queue read when ``whole``)."""
+        """raw pk -> Job for those of ``raws`` still queued; when ``whole``, for every queued job."""
         queued = lean(Job.objects.filter(state=JobState.QUEUED), *QUEUE_INFO_FIELDS)
         if whole:
             jobs = list(queued)
@@ -334,7 +343,7 @@ class QueueRows:
             pks = list(raws)
             jobs = [job for at in range(0, len(pks), BY_PK_CHUNK) for job in queued.filter(pk__in=pks[at:at + BY_PK_CHUNK])]
         raw_of = Job._meta.pk.get_db_prep_value  # the value as the database returns it (uuid hex on SQLite)
-        return {raw: job for job in jobs if (raw := raw_of(job.pk, conn)) in raws}
+        return {raw: job for job in jobs if (raw := raw_of(job.pk, conn)) in raws or whole}
 
 
 def cluster_state(now: datetime | None = None, rows: QueueRows | None = None) -> tuple[ClusterState, dict[str, Job]]:

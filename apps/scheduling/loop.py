@@ -248,8 +248,8 @@ def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
     clock times, a priority that moved less than ``PRIORITY_SLACK`` points and factors that
     moved in the third decimal are not news. A position is: one start or arrival ahead moves
     everyone behind it, so the changed rows are written together (``job_queue_info_set``): a
-    row whose only news is its position or its reason (which says how many jobs are ahead)
-    gets those two alone (after an arrival at the head of 10,000 jobs, three quarters of the
+    row whose only news is its position or its reason (which says how many jobs are ahead;
+    the same clock time in it) gets those two alone (after an arrival at the head of 10,000 jobs, three quarters of the
     rows: most of the write's CPU was converting the other fields' values, timestamps and
     JSON), any other news rewrites all its fields. The jobs in ``jobs_by_id`` then hold what was written (a scheduler's
     QueueRows keeps them for its next pass). Returns the rows written.
@@ -277,9 +277,13 @@ def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
         if (all(getattr(job, f) == new[f] for f in EXACT_FIELDS)
                 and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK
                 and all(same_eta(getattr(job, f), new[f], now) for f in ETA_FIELDS)):
-            if job.queue_position != entry.position or not same_reason(job.reason, new["reason"], eta):
+            if job.queue_position == entry.position and same_reason(job.reason, new["reason"], eta):
+                continue
+            # Position and reason alone, unless the reason names another clock time than the
+            # stored ETA's: then the ETA goes with it (the row stays consistent).
+            if CLOCK_IN_REASON.findall(job.reason) == CLOCK_IN_REASON.findall(new["reason"]):
                 updates.append((job, {"queue_position": entry.position, "reason": new["reason"]}))
-            continue
+                continue
         updates.append((job, new))
     written = job_queue_info_set([(job.pk, news) for job, news in updates])
     for job, news in updates:

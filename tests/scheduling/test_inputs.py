@@ -56,13 +56,14 @@ def test_without_history_a_job_runs_for_its_expected_duration_or_the_default_nev
     assert jobs[str(plain.pk)].walltime == DEFAULT_RUNTIME_S < 7200  # the timeout is 7200
 
 
+def as_val(job):
+    Job.objects.filter(pk=job.pk).update(spec={**job.spec, "mode": "val"})
+    job.refresh_from_db()
+    return job
+
+
 def test_a_val_job_is_estimated_from_finished_val_jobs_not_from_the_training_model(alice, demo_registered, node):
     """Modes without epochs (val, predict, export) take the median of their own mode's runtimes."""
-    def as_val(job):
-        Job.objects.filter(pk=job.pk).update(spec={**job.spec, "mode": "val"})
-        job.refresh_from_db()
-        return job
-
     for runtime in (1000.0, 3000.0, 2000.0):
         finish(submit(alice, epochs=3), runtime_s=runtime)  # training: ~2,000 s for 3 epochs
     for runtime in (40.0, 60.0, 50.0):

@@ -157,6 +157,40 @@ def test_a_kept_queue_is_read_whole_again_by_a_new_leader_and_after_a_failed_pas
     assert not rows.rows
 
 
+def test_a_burst_that_reads_the_whole_queue_replaces_every_kept_row(alice, bob, teams, demo_registered, node,
+                                                                    monkeypatch):
+    """What the key leaves out (a team's renamed slug) is seen at the next whole read: also one
+    made because many rows were new at once, which restarts the re-read clock."""
+    from apps.scheduling import inputs
+
+    rows = QueueRows()
+    submit(bob, epochs=50, resources={"gpu": 2})
+    for k in range(3):
+        submit(alice, epochs=5 + k, resources={"gpu": 2})
+    plan_and_start(rows=rows)
+    teams["vision"].__class__.objects.filter(pk=teams["vision"].pk).update(slug="vision-2")
+    monkeypatch.setattr(inputs, "BY_PK_AT_MOST", 2)
+    for k in range(3):
+        submit(bob, epochs=9 + k, resources={"gpu": 2})
+    state, _ = cluster_state(timezone.now(), rows)
+    assert len(state.queued) == 6 and {r.team for r in state.queued} == {"vision-2"}
+
+
+def test_a_kept_queue_estimates_again_after_a_success_even_with_no_model(alice, demo_registered, node):
+    """No training job has succeeded (no fitted model), so a val job's estimate is the median
+    of finished val jobs: once some finish, the kept row has it too."""
+    from .test_inputs import as_val
+
+    rows = QueueRows()
+    val = as_val(submit(alice, epochs=3))
+    state, _ = cluster_state(timezone.now(), rows)
+    assert [r.walltime_s for r in state.queued] == [None]
+    for runtime in (40.0, 60.0, 50.0):
+        finish(as_val(submit(alice, epochs=3)), runtime_s=runtime)
+    state, _ = cluster_state(timezone.now(), rows)
+    assert [(r.job_id, r.walltime_s) for r in state.queued] == [(str(val.pk), 50.0)]
+
+
 def test_queue_info_is_written_only_to_queued_rows_as_the_orm_would_write_it(alice, demo_registered, node):
     waiting, started, third = (submit(alice, epochs=e) for e in (3, 4, 5))
     Job.objects.filter(pk=started.pk).update(state=JobState.RUNNING, reason="its own")
@@ -185,11 +219,12 @@ def test_queue_info_is_written_only_to_queued_rows_as_the_orm_would_write_it(ali
 def test_a_row_whose_only_news_is_its_position_gets_only_its_position_and_reason(alice, bob, demo_registered, node):
     """After an arrival at the head of a long queue most rows only move down a place (their
     ETAs move by less than their slack): those are written as positions and reasons ("behind
-    N higher-priority jobs") alone, in one statement; a row with other news is written whole."""
+    N higher-priority jobs") alone, in one statement; a row with other news is written whole,
+    and so is one whose reason names another clock time than its stored ETA's."""
     from dataclasses import replace
 
     from apps.scheduling import policy
-    from apps.scheduling.loop import queue_update
+    from apps.scheduling.loop import CLOCK_IN_REASON, queue_update
 
     submit(bob, epochs=50, resources={"gpu": 2})
     for k in range(5):
@@ -199,12 +234,19 @@ def test_a_row_whose_only_news_is_its_position_gets_only_its_position_and_reason
     state, jobs_by_id = cluster_state(now)
     entries = policy.plan(state, now.timestamp()).queue
     assert len(entries) == 5 and queue_update(entries, jobs_by_id, now) == 0
-    moved = [replace(e, position=e.position + 1) for e in entries[:-2]]
-    moved.append(replace(entries[-2], position=entries[-2].position + 1, reason="behind 9 higher-priority jobs"))
-    moved.append(replace(entries[-1], position=entries[-1].position + 1, priority=entries[-1].priority + 10))
+    assert all(CLOCK_IN_REASON.search(e.reason) for e in entries)  # "…; expected 14:20 UTC"
+
+    def other_clock(match) -> str:
+        return "00:01 UTC" if match.group(0) == "00:00 UTC" else "00:00 UTC"
+
+    moved = [replace(e, position=e.position + 1) for e in entries[:2]]
+    moved.append(replace(entries[2], position=entries[2].position + 1, reason=f"behind 9 jobs; {entries[2].reason}"))
+    moved.append(replace(entries[3], position=entries[3].position + 1,
+                         reason=CLOCK_IN_REASON.sub(other_clock, entries[3].reason)))  # within the ETA's slack
+    moved.append(replace(entries[4], position=entries[4].position + 1, priority=entries[4].priority + 10))
     with CaptureQueriesContext(connection) as queries:
         assert queue_update(moved, jobs_by_id, now) == 5
-    assert job_writes(queries) == [(1, QUEUE_INFO_FIELDS), (4, ("queue_position", "reason"))]
+    assert job_writes(queries) == [(2, QUEUE_INFO_FIELDS), (3, ("queue_position", "reason"))]
     stored = {str(pk): (position, reason, score) for pk, position, reason, score in Job.objects.filter(
               state=JobState.QUEUED).values_list("pk", "queue_position", "reason", "priority_score")}
     assert stored == {e.job_id: (e.position, e.reason, round(e.priority, 3)) for e in moved}
