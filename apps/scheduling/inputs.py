@@ -175,12 +175,12 @@ class EpochHour(Func):
 
     def as_sqlite(self, compiler, connection, **extra):
         # %%%%s: the template's % formatting, then the cursor's, each take one level.
-        return self.as_sql(compiler, connection, template="(CAST(strftime('%%%%s', %(expressions)s) AS INTEGER) / 3600)",
-                           **extra)
+        template = "(CAST(strftime('%%%%s', %(expressions)s) AS INTEGER) / 3600)"
+        return self.as_sql(compiler, connection, template=template, **extra)
 
     def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / 3600)::integer",
-                           **extra)
+        template = "FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / 3600)::integer"
+        return self.as_sql(compiler, connection, template=template, **extra)
 
 
 def usage_inputs(config: PolicyConfig, holding: list[Job], now: datetime):
@@ -341,7 +341,8 @@ class QueueRows:
             self.read_at = time.monotonic()
         else:
             pks = list(raws)
-            jobs = [job for at in range(0, len(pks), BY_PK_CHUNK) for job in queued.filter(pk__in=pks[at:at + BY_PK_CHUNK])]
+            jobs = [job for at in range(0, len(pks), BY_PK_CHUNK)
+                    for job in queued.filter(pk__in=pks[at:at + BY_PK_CHUNK])]
         raw_of = Job._meta.pk.get_db_prep_value  # the value as the database returns it (uuid hex on SQLite)
         return {raw: job for job in jobs if (raw := raw_of(job.pk, conn)) in raws or whole}
 

@@ -236,7 +236,8 @@ CLOCK_IN_REASON = re.compile(r"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2} UTC")
 # Priority points: the age factor alone adds weight_age / age_cap_s points per second
 # (~0.003 with the defaults), so a score compared exactly changes on every pass.
 PRIORITY_SLACK = 1.0
-EXACT_FIELDS = tuple(f for f in QUEUE_INFO_FIELDS if f not in ETA_FIELDS + ("priority_score", "reason", "queue_position"))
+EXACT_FIELDS = tuple(f for f in QUEUE_INFO_FIELDS
+                     if f not in (*ETA_FIELDS, "priority_score", "reason", "queue_position"))
 
 
 def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
@@ -247,12 +248,13 @@ def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
     ``ETA_SLACK_FRACTION`` of its distance from ``now``, a reason that differs only in its
     clock times, a priority that moved less than ``PRIORITY_SLACK`` points and factors that
     moved in the third decimal are not news. A position is: one start or arrival ahead moves
-    everyone behind it, so the changed rows are written together (``job_queue_info_set``): a
-    row whose only news is its position or its reason (which says how many jobs are ahead;
-    the same clock time in it) gets those two alone (after an arrival at the head of 10,000 jobs, three quarters of the
-    rows: most of the write's CPU was converting the other fields' values, timestamps and
-    JSON), any other news rewrites all its fields. The jobs in ``jobs_by_id`` then hold what was written (a scheduler's
-    QueueRows keeps them for its next pass). Returns the rows written.
+    everyone behind it, so the changed rows are written together (``job_queue_info_set``).
+    A row whose only news is its position or its reason (which says how many jobs are ahead,
+    and names the same clock time) gets those two alone: after an arrival at the head of
+    10,000 jobs, about half the rows, and most of the write's CPU was converting the other
+    fields' values (timestamps, JSON). Any other news rewrites all its fields. The jobs in
+    ``jobs_by_id`` then hold what was written (a scheduler's QueueRows keeps them for its
+    next pass). Returns the rows written.
     """
     now = now or timezone.now()
     updates = []
@@ -312,7 +314,8 @@ def tick(now: datetime | None = None, token: int | None = None, rows: QueueRows 
     then the sweeps' step (apps.sweeps), so the trials it submits are planned in it too.
 
     ``token`` is the leader's fencing token (apps.scheduling.leader); claims are made only
-    while it is the newest. ``rows``: the leader's queue kept between its passes (inputs.QueueRows). The sweep step needs no fencing: its writes are keyed and
+    while it is the newest; ``rows``: the leader's queue kept between its passes
+    (inputs.QueueRows). The sweep step needs no fencing: its writes are keyed and
     conditional (docs/sweeps.md).
     """
     did = reap_lost_nodes(now)
