@@ -16,10 +16,11 @@ from .types import DAY_S, Allocation, ClusterState, JobRequest, QueueEntry
 class Waiting:
     """A job this pass does not start, and why."""
 
-    __slots__ = ("job", "kind", "note", "until", "cls")
+    __slots__ = ("job", "kind", "note", "until", "cls", "row")
 
     def __init__(
-        self, job: JobRequest, kind: str, note: object = "", until: float | None = None, cls: str = ""
+        self, job: JobRequest, kind: str, note: object = "", until: float | None = None, cls: str = "",
+        row: tuple | None = None,
     ) -> None:
         self.job = job
         self.kind = kind  # "never" | "quota" | "resources" | "reserved" | "overquota"
@@ -28,6 +29,7 @@ class Waiting:
         self.note = note
         self.until = until  # quota: when it frees up; reserved: reserved start
         self.cls = cls  # the class it would run as
+        self.row = row  # the job's priority.Ranked row (priority first, factors last)
 
 
 _new = object.__new__
@@ -181,15 +183,13 @@ class Explainer:
     def explain(
         self,
         waiting: Sequence[Waiting],
-        info: Mapping[str, tuple],
         reserved_node: Mapping[str, str],
         eta_model: EtaModel | None = None,
     ) -> tuple[tuple[QueueEntry, ...], float | None]:
         """Queue entries in priority order, and when to plan again (a quota lifts).
 
-        ``info`` maps job id to its :class:`~.priority.Ranked` row (priority first, factors
-        last); ``reserved_node`` job id to the node it
-        holds. With ``eta_model``, the head of the queue gets forward-simulated ETAs and
+        Each waiting job's priority and factors come from its ``row`` (its
+        :class:`~.priority.Ranked`); ``reserved_node`` maps job id to the node it holds. With ``eta_model``, the head of the queue gets forward-simulated ETAs and
         everyone a range (:mod:`.eta`); without, the pooled sweep's point alone.
         """
         now = self.now
@@ -203,7 +203,7 @@ class Explainer:
                     continue
                 t0 = now if w.kind != "quota" else (w.until or now)
                 wanted = only is None or w.job.job_id in only
-                head.append((w.job, t0, info[w.job.job_id][0], wanted))
+                head.append((w.job, t0, w.row[0], wanted))
                 if len(head) >= self.state.config.eta_head:
                     break
             if any(wanted for *_, wanted in head):
@@ -233,7 +233,7 @@ class Explainer:
             position += 1
             if only is None or job.job_id in only:
                 job_id = job.job_id
-                row = info[job_id]
+                row = w.row
                 prio = row[0]
                 f = row[3]
                 low = high = None
@@ -300,13 +300,18 @@ class Explainer:
         what = self._gpus_text.get((job.gpus, job.gpu_models))
         if what is None:
             what = self.gpus_text(job)
-        text = f"waiting for {what}"
+        if eta is None:
+            if ahead:
+                return f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; waiting for {what}"
+            return f"waiting for {what}"
+        when = self._fmt_cache.get(int(eta // 60))
+        if when is None:
+            when = self.fmt(eta)
+        if ahead > 1:  # most of a long queue: one string built, not three joined
+            return f"behind {ahead} higher-priority jobs; waiting for {what}; expected {when}"
         if ahead:
-            text = f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; " + text
-        if eta is not None:
-            when = self._fmt_cache.get(int(eta // 60))
-            text += f"; expected {when if when is not None else self.fmt(eta)}"
-        return text
+            return f"behind 1 higher-priority job; waiting for {what}; expected {when}"
+        return f"waiting for {what}; expected {when}"
 
     def reason(self, w: Waiting, cls: str, ahead: int, eta: float | None) -> str:
         job, fmt = w.job, self.fmt

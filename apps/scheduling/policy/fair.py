@@ -255,7 +255,7 @@ class FairPlanner:
             if never is unknown:
                 never = never_reason(job)
             if never is not None:
-                add_waiting(Waiting(job, "never", never, None, cls))
+                add_waiting(Waiting(job, "never", never, None, cls, row))
                 continue
             if limited:
                 if free_users is not None and job.preemptible:
@@ -269,14 +269,14 @@ class FairPlanner:
                     if blocked.note[0] == "user" and job.preemptible:
                         deferred.append(row)  # runs as "over quota" work on idle GPUs, step 4
                         continue
-                    blocked.cls = cls
+                    blocked.cls, blocked.row = cls, row
                     add_waiting(blocked)
                     continue
             is_starving = job.job_id in starving if starving else False
             shape_failed = shape in failed
             if self.blocked or (shape_failed and not is_starving):
                 # On a full cluster nothing of this shape fits; step 4 may still preempt for it.
-                add_waiting(Waiting(job, "resources", "", None, cls))
+                add_waiting(Waiting(job, "resources", "", None, cls, row))
                 continue
             if cls == "urgent" and not quota.urgent_ok(job):
                 cls = "high"  # an earlier urgent job in this pass used the allowance
@@ -303,21 +303,21 @@ class FairPlanner:
                 res = reservations.reserve(job, drainable)
                 if res is not None:
                     starving_reserved += 1
-                    waiting.append(Waiting(job, "reserved", "starving", res.at, cls))
+                    waiting.append(Waiting(job, "reserved", "starving", res.at, cls, row))
                     continue
             elif not shape_failed and len(reservations.items) - starving_reserved < config.reservations:
                 res = reservations.reserve(job, drainable)
                 if res is not None:
-                    waiting.append(Waiting(job, "reserved", "", res.at, cls))
+                    waiting.append(Waiting(job, "reserved", "", res.at, cls, row))
                     continue
-            waiting.append(Waiting(job, "resources", "", None, cls))
+            waiting.append(Waiting(job, "resources", "", None, cls, row))
         if config.preemption and new_preemption:
             self.preempt_for_blocked()
         for row in deferred:
             job, cls = row.job, row.cls
             team_hold = quota.block(job, quota.team_policy(job.team))
             if team_hold is not None and team_hold.note[0] == "team":  # the team filled up meanwhile
-                team_hold.cls = cls
+                team_hold.cls, team_hold.row = cls, row
                 waiting.append(team_hold)
                 continue
             shape = shape_of(job)
@@ -329,7 +329,7 @@ class FairPlanner:
             used = self.state.user_usage_24h.get(job.user, 0.0)
             limit = quota.user_quota_s(quota.team_policy(job.team)) or 0.0
             until = quota.user_free_at(job.user, used - limit + 2e-9)
-            waiting.append(Waiting(job, "overquota", (used, limit), until, cls))
+            waiting.append(Waiting(job, "overquota", (used, limit), until, cls, row))
         eta_model = None
         if config.eta_scenarios > 0:
             holding = [a for a in self.state.running if a.job_id not in quota.preempted] + self.started_allocs
@@ -337,7 +337,6 @@ class FairPlanner:
         explainer = Explainer(self.state, now, self.caps, self.quota.preempted, self.started_allocs)
         queue, wake_at = explainer.explain(
             waiting,
-            {r[1].job_id: r for r in rows},  # job id -> its Ranked row (r[1] is r.job, without the property)
             {r.job.job_id: r.node for r in reservations.items},
             eta_model,
         )
