@@ -3,6 +3,7 @@ SQLite's BEGIN IMMEDIATE (handed over at COMMIT/ROLLBACK instead of SQLite's sle
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 
 import pytest
@@ -96,3 +97,53 @@ def test_a_rolled_back_writer_hands_the_lock_on_and_a_wait_is_bounded_by_the_tim
     assert [type(e) for e in errors_a] == [RuntimeError]
     with transaction.atomic():  # the rollback released it
         Team.objects.create(slug="after", name="after")
+
+
+def test_a_writer_of_another_process_is_waited_for_then_past_the_timeout_refused():
+    """Another process's write lock (here a connection of its own, which this process's queue
+    does not know): BEGIN IMMEDIATE is asked again until the lock is free, then the
+    transaction runs; the connection's busy timeout is what it was afterwards; and a lock
+    held past the timeout ends in "database is locked"."""
+    other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, timeout=5)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        began: list[str] = []
+        busy_ms: list[int] = []
+
+        def writer():
+            with transaction.atomic():
+                began.append("began")
+                Team.objects.create(slug="after-other", name="after-other")
+            with connection.cursor() as cursor:  # this thread's connection, which waited
+                cursor.execute("PRAGMA busy_timeout")
+                busy_ms.append(cursor.fetchone()[0])
+
+        a, errors_a = in_thread(writer)
+        a.join(0.3)
+        assert a.is_alive() and began == []  # waiting for the other process
+        other.execute("ROLLBACK")
+        a.join(10)
+        assert errors_a == [] and began == ["began"]
+        assert Team.objects.filter(slug="after-other").exists()
+        assert busy_ms == [int(float(connection.settings_dict["OPTIONS"].get("timeout", 5)) * 1000)]  # restored
+
+        other.execute("BEGIN IMMEDIATE")
+        previous = connection.settings_dict["OPTIONS"].get("timeout")
+        connection.settings_dict["OPTIONS"]["timeout"] = 0.2  # one dict for every thread's connection
+        try:
+            def waiter():
+                with transaction.atomic():
+                    pass
+
+            b, errors_b = in_thread(waiter)
+            b.join(10)
+            assert len(errors_b) == 1 and isinstance(errors_b[0], OperationalError)
+            assert "database is locked" in str(errors_b[0])
+        finally:
+            connection.settings_dict["OPTIONS"]["timeout"] = previous
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+    with transaction.atomic():  # nothing left held
+        Team.objects.create(slug="after-timeout", name="after-timeout")
