@@ -11,7 +11,7 @@ was free, and the waits make the tail of the latency (a submit's p95 at 16 clien
 2. That one writer asks again every 0.2 ms, doubling to at most 2 ms, while another process
    holds the write lock (its ``BEGIN`` with the busy timeout at 0 for the attempt, then
    restored), instead of SQLite's sleeps. Submits from 16 clients to three web processes on
-   a quiet 2-core machine: p95 ≈ 115 → ≈ 92 ms, the rate a little higher
+   a quiet 2-core machine: p95 113 → 88 ms (medians), the rate a little higher
    (docs/performance.md, item 20).
 
 Both waits are bounded by the connection's ``timeout`` (the same as SQLite's own wait) and
