@@ -190,3 +190,18 @@ def test_what_a_pass_keeps_for_the_next_never_answers_for_a_changed_input() -> N
     for k in range(3 * admission._ANSWERS_KEPT):  # clusters come and go: the memo stays bounded
         plan(dataclasses.replace(base, nodes=(node(f"n{k}", gpus=8),)), NOW)
     assert len(admission._ANSWERS) <= admission._ANSWERS_KEPT
+
+
+def test_a_reasons_time_is_fmt_times_whatever_the_minute_and_day() -> None:
+    """Explainer.fmt (the time of day by arithmetic, the date once per day) says what
+    fmt_time says, near midnight, a day ahead and weeks ahead included."""
+    from apps.scheduling.policy.explain import Explainer, fmt_time
+
+    rng = random.Random(11)
+    state = ClusterState(nodes=(), running=(), queued=())
+    for _ in range(300):
+        now = NOW + rng.uniform(-5e6, 5e6)
+        for t in (now + rng.uniform(0, 86_400 * 1.5), now + rng.uniform(0, 3e6), now + 86_400 + rng.uniform(-60, 60),
+                  (now // 86_400 + 1) * 86_400 + rng.uniform(-90, 90)):
+            # A new explainer each time: one remembers a minute's text from the first ETA in it.
+            assert Explainer(state, now, {}, (), ()).fmt(t) == fmt_time(t, now), (t, now)

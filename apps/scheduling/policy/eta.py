@@ -399,9 +399,15 @@ class EtaModel:
 
     def inflow_rate_above(self, priority: float) -> float:
         """GPU-seconds per second of expected arrivals that would outrank a job of this priority."""
+        neg_prios, work = self.inflow_table()
+        k = bisect.bisect_left(neg_prios, -priority)
+        return work[k - 1] if k > 0 else 0.0
+
+    def inflow_table(self) -> tuple[list[float], list[float]]:
+        """:meth:`inflow_rate_above` as two lists, for a loop over every waiting job: the
+        arrivals' priorities negated (ascending) and the inflow work above each, cumulated."""
         self._inflow_priorities()
-        k = bisect.bisect_left(self._inflow_prio, -priority)
-        return self._inflow_work[k - 1] if k > 0 else 0.0
+        return self._inflow_prio, self._inflow_work
 
     def head(self, jobs: Sequence[tuple[JobRequest, float, float, bool]]) -> dict[str, EtaRange]:
         """Forward-simulated ranges for ``jobs`` = (job, not-before, priority, interest), in order."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 
 from .admission import gpus_text
@@ -104,6 +105,7 @@ class Explainer:
         self.preempted = preempted
         self.started = started
         self._fmt_cache: dict[int, str] = {}
+        self._dates: dict[int, str] = {}  # UTC day number -> "YYYY-MM-DD "
         self._gpus_text: dict[tuple, str] = {}  # (GPUs, models) -> gpus_text
 
     def gpu_slots(self) -> list[float]:
@@ -222,7 +224,8 @@ class Explainer:
             widen = eta_model.config.eta_range_widen
             stretch = bool(eta_model.total_gpus and eta_model.inflow_rate > 0)
             total_gpus = eta_model.total_gpus
-            rate_above = eta_model.inflow_rate_above
+            if stretch:  # EtaModel.inflow_rate_above inlined
+                inflow_neg_prios, inflow_work = eta_model.inflow_table()
         ranges_get = ranges.get
         reserved_get = reserved_node.get
         ahead = 0
@@ -242,9 +245,14 @@ class Explainer:
                     if got is not None:
                         eta, low, high = got
                     else:
-                        wait = max(0.0, eta - now)
+                        wait = eta - now  # max(0.0, eta - now) and min(0.9, …) below, without the calls
+                        if wait < 0.0:
+                            wait = 0.0
                         if wait > 0 and stretch:  # no inflow: load 0, no stretch
-                            load = min(0.9, rate_above(prio) / total_gpus)
+                            k = bisect_left(inflow_neg_prios, -prio)
+                            load = (inflow_work[k - 1] if k > 0 else 0.0) / total_gpus
+                            if load > 0.9:
+                                load = 0.9
                             wait /= 1.0 - load
                         eta, low, high = now + wait, now + wait * lo_f / widen, now + wait * hi_f * widen
                 if eta is not None and calibration is False:
@@ -282,10 +290,19 @@ class Explainer:
         return tuple(entries), wake_at
 
     def fmt(self, t: float) -> str:
-        minute = int(t // 60)  # reasons say HH:MM: one formatting per minute, however many ETAs
+        """:func:`fmt_time`, once per minute however many ETAs fall in it (a long queue's
+        ETAs span thousands of minutes: the time of day by arithmetic, the date once a day)."""
+        minute = int(t // 60)
         text = self._fmt_cache.get(minute)
         if text is None:
-            text = self._fmt_cache[minute] = fmt_time(t, self.now)
+            day, m = divmod(minute, 1440)
+            text = f"{m // 60:02d}:{m % 60:02d} UTC"
+            if t - self.now >= DAY_S:
+                date = self._dates.get(day)
+                if date is None:
+                    date = self._dates[day] = time.strftime("%Y-%m-%d ", time.gmtime(day * 86400))
+                text = date + text
+            self._fmt_cache[minute] = text
         return text
 
     def gpus_text(self, job: JobRequest) -> str:
