@@ -37,6 +37,24 @@ def in_thread(target) -> tuple[threading.Thread, list]:
     return thread, errors
 
 
+def assert_a_writer_gives_up_after(timeout: float) -> None:
+    """A transaction begun in a new thread while the write lock is held fails with
+    "database is locked" once ``timeout`` (its connection's) has passed."""
+    previous = connection.settings_dict["OPTIONS"].get("timeout")
+    connection.settings_dict["OPTIONS"]["timeout"] = timeout  # one dict for every thread's connection
+    try:
+        def waiter():
+            with transaction.atomic():
+                pass
+
+        b, errors_b = in_thread(waiter)
+        b.join(10)
+        assert len(errors_b) == 1 and isinstance(errors_b[0], OperationalError)
+        assert "database is locked" in str(errors_b[0])
+    finally:
+        connection.settings_dict["OPTIONS"]["timeout"] = previous
+
+
 def test_a_second_writer_begins_when_the_first_commits_and_both_rows_are_written():
     order: list[str] = []
     inside, release = threading.Event(), threading.Event()
@@ -79,19 +97,7 @@ def test_a_rolled_back_writer_hands_the_lock_on_and_a_wait_is_bounded_by_the_tim
 
     a, errors_a = in_thread(holder)
     inside.wait(10)
-    previous = connection.settings_dict["OPTIONS"].get("timeout")
-    connection.settings_dict["OPTIONS"]["timeout"] = 0.2  # one dict for every thread's connection
-    try:
-        def waiter():
-            with transaction.atomic():
-                pass
-
-        b, errors_b = in_thread(waiter)
-        b.join(10)
-        assert len(errors_b) == 1 and isinstance(errors_b[0], OperationalError)
-        assert "database is locked" in str(errors_b[0])
-    finally:
-        connection.settings_dict["OPTIONS"]["timeout"] = previous
+    assert_a_writer_gives_up_after(0.2)
     release.set()
     a.join(10)
     assert [type(e) for e in errors_a] == [RuntimeError]
@@ -128,19 +134,7 @@ def test_a_writer_of_another_process_is_waited_for_then_past_the_timeout_refused
         assert busy_ms == [int(float(connection.settings_dict["OPTIONS"].get("timeout", 5)) * 1000)]  # restored
 
         other.execute("BEGIN IMMEDIATE")
-        previous = connection.settings_dict["OPTIONS"].get("timeout")
-        connection.settings_dict["OPTIONS"]["timeout"] = 0.2  # one dict for every thread's connection
-        try:
-            def waiter():
-                with transaction.atomic():
-                    pass
-
-            b, errors_b = in_thread(waiter)
-            b.join(10)
-            assert len(errors_b) == 1 and isinstance(errors_b[0], OperationalError)
-            assert "database is locked" in str(errors_b[0])
-        finally:
-            connection.settings_dict["OPTIONS"]["timeout"] = previous
+        assert_a_writer_gives_up_after(0.2)
     finally:
         if other.in_transaction:
             other.execute("ROLLBACK")
