@@ -50,16 +50,23 @@ class DatabaseWrapper(base.DatabaseWrapper):
         try:
             self._begin_when_free(timeout)
         except BaseException:
-            self._write_lock_release()
+            try:
+                if self.connection.in_transaction:  # begun, then interrupted: nothing may stay held
+                    self.connection.rollback()
+            finally:
+                self._write_lock_release()
             raise
 
     def _begin_when_free(self, timeout: float) -> None:
-        """``BEGIN IMMEDIATE``, asked again every 0.2–2 ms while another process writes (for
-        at most ``timeout`` seconds, the connection's own busy timeout, restored after)."""
+        """``BEGIN IMMEDIATE``, asked again every 0.2–2 ms while another process writes, for
+        at most ``timeout`` seconds; the connection's busy timeout is 0 for the attempts and
+        then what it was. Sent on the sqlite3 connection itself, not a Django cursor: the
+        attempts are not in ``connection.queries`` nor seen by execute wrappers."""
         connection = self.connection
         deadline = time.monotonic() + timeout
         delay = 0.0002
         with self.wrap_database_errors:
+            busy_ms = connection.execute("PRAGMA busy_timeout").fetchone()[0]  # an init_command may set it
             connection.execute("PRAGMA busy_timeout = 0")
             try:
                 while True:
@@ -67,13 +74,14 @@ class DatabaseWrapper(base.DatabaseWrapper):
                         connection.execute(f"BEGIN {self.transaction_mode}")
                         return
                     except sqlite3.OperationalError as exc:
-                        busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # extended codes too
+                        # Extended codes too; an error of the module itself has no code.
+                        busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
                         if not busy or time.monotonic() + delay > deadline:
                             raise
                     time.sleep(delay)
                     delay = min(2 * delay, 0.002)
             finally:
-                connection.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")  # sqlite3.connect's
+                connection.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
     def _write_lock_release(self) -> None:
         lock, self._write_lock = self._write_lock, None
