@@ -191,8 +191,9 @@ class Explainer:
         """Queue entries in priority order, and when to plan again (a quota lifts).
 
         Each waiting job's priority and factors come from its ``row`` (its
-        :class:`~.priority.Ranked`); ``reserved_node`` maps job id to the node it holds. With ``eta_model``, the head of the queue gets forward-simulated ETAs and
-        everyone a range (:mod:`.eta`); without, the pooled sweep's point alone.
+        :class:`~.priority.Ranked`); ``reserved_node`` maps job id to the node it holds.
+        With ``eta_model``, the head of the queue gets forward-simulated ETAs and everyone a
+        range (:mod:`.eta`); without, the pooled sweep's point alone.
         """
         now = self.now
         only = self.state.explain_only
