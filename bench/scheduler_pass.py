@@ -24,7 +24,7 @@ Every pass is timed as the scheduler runs it: inside ``loop.plan_and_start``'s p
 cyclic garbage collector, which ends after the claims and the queue write-back, so the
 collection that a pass's new objects (an entry per waiting job) set off runs then, not
 between planning and starting. Until 3 December this bench timed ``plan()`` alone, whose
-own pause ended with the pass, so that collection was inside the figure (~50 ms at 100,000
+own pause ended with the pass, so that collection was inside the figure (~45 ms at 100,000
 queued); ``cpu_with_collection_median_ms`` is still that figure, for comparison.
 """
 
@@ -192,45 +192,45 @@ def evolve(
 CPU: dict[int, list[float]] = {}  # id(list of wall times) -> the same passes' CPU times
 
 
+def timed_plan(state: ClusterState, now: float, times: list[float], cpu: list[float], collector: bool = False):
+    """``plan(state, now)``, its wall-clock and CPU ms appended to ``times`` and ``cpu``. It
+    runs as the scheduler runs it: inside ``plan_and_start``'s pause of the cyclic garbage
+    collector, which collects after the claims and the write-back. ``collector``: ``plan()``
+    alone instead, whose own pause ends with the pass, so the collection that the pass's new
+    objects set off is timed with it (the figure before 3 December)."""
+    with contextlib.nullcontext() if collector else gc_paused():
+        c0, t0 = time.process_time(), time.perf_counter()
+        result = plan(state, now)
+        times.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    return result
+
+
 def time_passes(state: ClusterState, repeat: int, cold: bool = False, collector: bool = False) -> list[float]:
-    """Wall-clock ms of ``repeat`` passes; their CPU ms are in ``CPU[id(result)]``. ``cold``:
-    every cross-pass memo cleared before each pass (a new cluster or configuration: the
-    first pass). Each pass runs as the scheduler runs it: inside ``plan_and_start``'s pause
-    of the cyclic garbage collector, which collects after the claims and the write-back;
-    ``collector``: ``plan()`` alone instead, whose own pause ends with the pass, so the
-    collection that the pass's new objects trigger is timed with it (the figure before
-    3 December)."""
+    """Wall-clock ms of ``repeat`` passes (:func:`timed_plan`); their CPU ms are in
+    ``CPU[id(result)]``. ``cold``: every cross-pass memo cleared before each pass (a new
+    cluster or configuration: the first pass)."""
     times, cpu = [], []
     for _ in range(repeat):
         if cold:
             admission._ANSWERS.clear()
-        with contextlib.nullcontext() if collector else gc_paused():
-            c0, t0 = time.process_time(), time.perf_counter()
-            plan(state, NOW)
-            if collector:
-                [].append(None)  # the first allocation after the pause: where a collection starts
-            times.append((time.perf_counter() - t0) * 1000)
-            cpu.append((time.process_time() - c0) * 1000)
+        timed_plan(state, NOW, times, cpu, collector)
     CPU[id(times)] = cpu
     return times
 
 
 def time_steady(state: ClusterState, repeat: int, dt: float, churn: float, seed: int) -> list[float]:
-    """Wall-clock ms of ``repeat`` passes on a state that changes between passes as a live
-    one does (:func:`evolve`: the plan acted on, ``churn`` of running jobs ending and of the
-    queue arriving, usage growing, ``dt`` seconds later); CPU ms in ``CPU[id(result)]``. Two
-    warm-up passes first; the evolving is not timed."""
+    """Wall-clock ms of ``repeat`` passes (:func:`timed_plan`) on a state that changes between
+    passes as a live one does (:func:`evolve`: the plan acted on, ``churn`` of running jobs
+    ending and of the queue arriving, usage growing, ``dt`` seconds later); CPU ms in
+    ``CPU[id(result)]``. Two warm-up passes first; the evolving is not timed."""
     rng = random.Random(seed + 1000)
     now = NOW
     for _ in range(2):
         state, now = evolve(state, plan(state, now), now, rng, dt, churn)
     times, cpu = [], []
     for _ in range(repeat):
-        with gc_paused():  # as plan_and_start runs it (time_passes)
-            c0, t0 = time.process_time(), time.perf_counter()
-            result = plan(state, now)
-            times.append((time.perf_counter() - t0) * 1000)
-            cpu.append((time.process_time() - c0) * 1000)
+        result = timed_plan(state, now, times, cpu)
         state, now = evolve(state, result, now, rng, dt, churn)
     CPU[id(times)] = cpu
     return times

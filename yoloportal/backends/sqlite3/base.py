@@ -38,6 +38,12 @@ def _write_lock_for(name: str) -> threading.Lock:
 
 class DatabaseWrapper(base.DatabaseWrapper):
     _write_lock: threading.Lock | None = None  # held from BEGIN IMMEDIATE to COMMIT/ROLLBACK/close
+    _busy_ms = 5000  # the connection's busy timeout once open (its init commands may set it)
+
+    def get_new_connection(self, conn_params):
+        connection = super().get_new_connection(conn_params)
+        self._busy_ms = connection.execute("PRAGMA busy_timeout").fetchone()[0]
+        return connection
 
     def _start_transaction_under_autocommit(self):
         if self.transaction_mode not in ("IMMEDIATE", "EXCLUSIVE"):
@@ -66,7 +72,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
         deadline = time.monotonic() + timeout
         delay = 0.0002
         with self.wrap_database_errors:
-            busy_ms = connection.execute("PRAGMA busy_timeout").fetchone()[0]  # an init_command may set it
             connection.execute("PRAGMA busy_timeout = 0")
             try:
                 while True:
@@ -81,7 +86,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
                     time.sleep(delay)
                     delay = min(2 * delay, 0.002)
             finally:
-                connection.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+                connection.execute(f"PRAGMA busy_timeout = {int(self._busy_ms)}")
 
     def _write_lock_release(self) -> None:
         lock, self._write_lock = self._write_lock, None
