@@ -4,8 +4,10 @@ property tests check whole plans."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gc
+import pickle
 import random
 
 from apps.scheduling.policy import ClusterState, PolicyConfig, QueueEntry, plan
@@ -51,6 +53,28 @@ def test_the_placer_forgets_where_a_shape_fits_when_capacity_changes() -> None:
     assert placer.place(second)[0] == "a"  # b is full now: not the kept answer
     placer.release(busy)
     assert placer.place(job("j3", gpus=3))[0] == "b"
+
+
+def test_jobs_have_one_shape_number_exactly_when_they_have_one_shape() -> None:
+    """The planner keys its sets and memos by ``JobRequest.shape_id``, not the shape tuple."""
+    jobs = [
+        job(f"j{k}", gpus=g, cpu_milli=c, gpu_models=m, walltime_s=w)
+        for k, (g, c, m, w) in enumerate(
+            [(1, 0, (), HOUR), (1, 0, (), 2 * HOUR), (1, 4000, (), HOUR), (2, 0, (), HOUR), (0.5, 0, (), HOUR),
+             (1, 0, ("A100",), HOUR), (1, 0, ("H100",), HOUR), (1, 0, ("A100",), 3 * HOUR), (1.0, 0, (), 5 * HOUR)]
+        )
+    ]
+    for a in jobs:
+        for b in jobs:
+            assert (a.shape_id == b.shape_id) == (shape_of(a) == shape_of(b)), (a.job_id, b.job_id)
+    for j in jobs:  # a copy, or a job unpickled (in this or another process), numbers its shape here
+        assert copy.copy(j).shape_id == j.shape_id
+        assert pickle.loads(pickle.dumps(j)).shape_id == j.shape_id
+        state = pickle.loads(pickle.dumps(j)).__dict__
+        state["shape_id"] = -7  # as another process may have numbered it
+        other = copy.copy(j)
+        other.__setstate__(state)
+        assert other.shape_id == j.shape_id
 
 
 def test_a_pass_restores_the_garbage_collector_and_leaves_no_cycles() -> None:
@@ -124,7 +148,7 @@ def test_the_forward_simulations_kept_shadow_equals_a_fresh_walk() -> None:
                 if rng.random() < 0.7:  # as run() does: a shape that fits nowhere is in Placer.failed
                     next(sim.placer.candidates(probe), None)
                 memo = sim._shadow
-                if memo is not None and memo[0] == probe.shape and memo[1] != sim.seq and memo[2] is not None:
+                if memo is not None and memo[0] == probe.shape_id and memo[1] != sim.seq and memo[2] is not None:
                     kept += 1  # a case the kept answer may serve
                     since = sim._pushed[memo[1] - sim._seq0 :]
                     if memo[4] and any(whole and end < memo[3][1] for _, end, whole in since):

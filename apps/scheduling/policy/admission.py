@@ -49,7 +49,7 @@ def gpus_text(job: JobRequest) -> str:
     return what
 
 
-_ANSWERS: dict[tuple, dict[tuple, str | None]] = {}  # cluster + limits -> (shape, team) -> answer
+_ANSWERS: dict[tuple, dict[tuple, str | None]] = {}  # cluster + limits -> (shape id, team) -> answer
 _ANSWERS_KEPT = 8
 
 
@@ -82,11 +82,11 @@ class NeverStarts:
 
     @property
     def known(self) -> dict[tuple, str | None]:
-        """The answers so far, by (``job.shape``, team): a hot loop looks here first."""
+        """The answers so far, by (``job.shape_id``, team): a hot loop looks here first."""
         return self._cache
 
     def reason(self, job: JobRequest) -> str | None:
-        key = (job.shape, job.team)
+        key = (job.shape_id, job.team)
         if key in self._cache:
             return self._cache[key]
         never = self._cache[key] = self._compute(job)

@@ -125,7 +125,7 @@ class ForwardSim:
         it found has not been released yet: the capacities differ only by the events
         released since, which that walk released in the same order on its copies.
         """
-        shape = job.shape
+        shape = job.shape_id
         memo = self._shadow
         events = self.events
         cursor = self.cursor
@@ -214,7 +214,7 @@ class ForwardSim:
                         next_t0 = p.t0
                     continue
                 job = p.job
-                if job.shape in failed:  # still does not fit: the first such job casts the shadow
+                if job.shape_id in failed:  # still does not fit: the first such job casts the shadow
                     if not blocked_seen:
                         blocked_seen = True
                         blocked = self.shadow(job)

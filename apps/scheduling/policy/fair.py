@@ -14,7 +14,7 @@ from collections import Counter
 from .admission import NeverStarts
 from .eta import EtaModel
 from .explain import Explainer, Waiting
-from .placement import EPS, Fit, Placer, Target, capacities, gpu_serves, shape_of
+from .placement import EPS, Fit, Placer, Target, capacities, gpu_serves
 from .preemption import URGENT_VICTIM_CLASSES, VictimFinder, choose_victims_legacy
 from .priority import Ranked, fairshare_factors, promote_starving, rank_queue, starving_jobs
 from .quota import QuotaLedger
@@ -228,7 +228,7 @@ class FairPlanner:
         waiting = self.waiting
         add_waiting = waiting.append
         never_reason = self.never.reason
-        never_known = self.never.known  # (shape, team) -> answer, for the common case
+        never_known = self.never.known  # (shape id, team) -> answer, for the common case
         reservations = self.reservations
         # team -> (its policy, whether any quota applies, the users of that team that no
         # quota can hold in this pass: see below)
@@ -250,7 +250,7 @@ class FairPlanner:
                 free_users = {} if tp.max_gpus is None and user_quota is not None else None
                 info = team_info[team] = (tp, quota.limited(tp), free_users)
             tp, limited, free_users = info
-            shape = job.shape
+            shape = job.shape_id
             never = never_known.get((shape, team), unknown)
             if never is unknown:
                 never = never_reason(job)
@@ -320,8 +320,7 @@ class FairPlanner:
                 team_hold.cls, team_hold.row = cls, row
                 waiting.append(team_hold)
                 continue
-            shape = shape_of(job)
-            if not self.blocked and shape not in failed:
+            if not self.blocked and job.shape_id not in failed:
                 placed = self.placer.place(job, reservations.allowed_for(job, now))
                 if placed is not None:
                     self.start(job, cls if cls != "urgent" else "high", *placed)

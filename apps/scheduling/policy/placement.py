@@ -210,7 +210,7 @@ def fragmentation(cap: NodeCapacity, targets: Iterable[Target]) -> float:
 def shape_of(job: JobRequest) -> tuple:
     """(GPUs, models, GPU memory, CPU, RAM, image, features): all that decides where a job fits.
 
-    Derived once per job (``JobRequest.shape``); hot loops read ``job.shape`` directly."""
+    Derived once per job (``JobRequest.shape``); hot loops key by its number, ``job.shape_id``."""
     return job.shape
 
 
@@ -249,18 +249,19 @@ class Placer:
         self.drain = drain
         self.now = now
         self.targets = targets
-        self.failed: set[tuple] = set()
-        self.failed_jobs: dict[tuple, JobRequest] = {}  # a job of each failed shape
+        # Shapes are ``JobRequest.shape_id`` numbers in these sets and memos.
+        self.failed: set[int] = set()
+        self.failed_jobs: dict[int, JobRequest] = {}  # a job of each failed shape
         # Shape -> the shortest end refused by a reservation check (``place(..., memo=True)``):
         # capacity only shrinks and reservations only grow within a pass, so a job of that
         # shape that would end as late or later is refused too.
-        self.refused: dict[tuple, float] = {}
+        self.refused: dict[int, float] = {}
         # Shape -> (version, {node: (best-fit key, fit)}): where the shape fits. ``_changed``
         # logs every node whose capacity changed (take, release); the version is its length,
         # and a later job of the shape re-checks only the nodes changed since (fit() and the
         # key depend on the shape and the node's capacity alone).
         self._changed: list[str] = []
-        self._fits: dict[tuple, tuple[int, dict[str, tuple[tuple, tuple[tuple[int, ...], float]]]]] = {}
+        self._fits: dict[int, tuple[int, dict[str, tuple[tuple, tuple[tuple[int, ...], float]]]]] = {}
         self.buckets: dict[int, set[str]] = {}
         self.partial: set[str] = set()
         for name, cap in caps.items():
@@ -289,7 +290,7 @@ class Placer:
 
     def candidates(self, job: JobRequest) -> Iterator[Fit]:
         """Places for ``job`` right now, best first."""
-        shape = job.shape
+        shape = job.shape_id
         if shape in self.failed:
             return
         caps = self.caps
@@ -385,7 +386,7 @@ class Placer:
         remembered per shape (see ``refused``).
         """
         end = self.now + job.walltime
-        shape = job.shape
+        shape = job.shape_id
         if memo and allowed is not None:
             refused_end = self.refused.get(shape)
             if refused_end is not None and end >= refused_end:
@@ -423,8 +424,9 @@ class Placer:
         if cap is None:
             return
         whole_free = cap.whole_free + EPS  # a whole-GPU shape needing more cannot fit (fit's own check, first)
+        jobs = self.failed_jobs
         for shape in [
-            s for s in self.failed if (s[0] < 1 or s[0] <= whole_free) and cap.fit(self.failed_jobs[s]) is not None
+            s for s in self.failed if ((j := jobs[s]).gpus < 1 or j.gpus <= whole_free) and cap.fit(j) is not None
         ]:
             self.failed.discard(shape)
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .placement import EPS, NodeCapacity, shape_of
+from .placement import EPS, NodeCapacity
 from .priority import CLASS_RANK
 from .types import Allocation, JobRequest, PolicyConfig
 
@@ -180,7 +180,7 @@ class VictimFinder:
 
     def refuses(self, job: JobRequest, cls: str) -> bool:
         """Whether :meth:`find` would refuse ``job`` at once (an earlier refusal holds for it)."""
-        refused = self._refused.get((*job.shape, cls, job.estimated, job.job_id in self.starving))
+        refused = self._refused.get((job.shape_id, cls, job.estimated, job.job_id in self.starving))
         return refused is not None and job.gpus * job.walltime >= refused
 
     def find(
@@ -201,7 +201,7 @@ class VictimFinder:
            ("immune") victims, then the fewest victims, then the lowest victim class, then
            the most remaining work freed, then the name.
         """
-        key = (*shape_of(job), cls, job.estimated, job.job_id in self.starving)
+        key = (job.shape_id, cls, job.estimated, job.job_id in self.starving)
         need = job.gpus * job.walltime
         refused = self._refused.get(key)
         if refused is not None and need >= refused:

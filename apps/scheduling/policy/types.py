@@ -12,6 +12,7 @@ GPU-seconds are the unit of usage everywhere: a job holding 2 GPUs for an hour u
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -21,6 +22,19 @@ DAY_S = 86400.0
 # ``expected_duration``): a stated default, never the timeout (a 24 h timeout on a
 # one-minute job made every ETA behind it a day late).
 DEFAULT_RUNTIME_S = 3600.0
+
+# Shape -> its number in this process (``JobRequest.shape_id``). Grows with the distinct
+# shapes ever seen (a few hundred in a busy installation: GPUs, models, memory, CPU, RAM,
+# image and features asked for), never pruned: a number must not be reused for another shape.
+_SHAPE_IDS: dict[tuple, int] = {}
+_next_shape_id = itertools.count()
+
+
+def shape_id(shape: tuple) -> int:
+    sid = _SHAPE_IDS.get(shape)
+    if sid is None:  # setdefault: two threads meeting a new shape at once get one number
+        sid = _SHAPE_IDS.setdefault(shape, next(_next_shape_id))
+    return sid
 
 
 @dataclass(frozen=True)
@@ -76,17 +90,24 @@ class JobRequest:
     # What placement looks at (``placement.shape_of``), derived once: a planning pass asks
     # for it several times per job (admission, the pass, placement, every ETA scenario).
     shape: tuple = field(init=False, repr=False, compare=False, default=())
+    # ``shape`` as a number (:func:`shape_id`; this process only): the planner's sets and
+    # memos are keyed by it, since a tuple's hash is computed again at every lookup (a pass
+    # looks shapes up hundreds of thousands of times) and an int's is itself.
+    shape_id: int = field(init=False, repr=False, compare=False, default=-1)
 
     def __post_init__(self) -> None:
         w = self.walltime_s or DEFAULT_RUNTIME_S
         if self.timeout_s:
             w = min(w, self.timeout_s)
         object.__setattr__(self, "walltime", max(1.0, float(w)))
-        object.__setattr__(
-            self,
-            "shape",
-            (self.gpus, self.gpu_models, self.gpu_memory_mb, self.cpu_milli, self.memory_mb, self.image, self.requires),
-        )
+        shape = (self.gpus, self.gpu_models, self.gpu_memory_mb, self.cpu_milli, self.memory_mb, self.image, self.requires)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "shape_id", shape_id(shape))
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled (or copied): the number is this process's, not the one it was pickled in."""
+        self.__dict__.update(state)
+        object.__setattr__(self, "shape_id", shape_id(self.shape))
 
     @property
     def estimated(self) -> bool:
