@@ -76,6 +76,8 @@ class Calibration:
         self.intervals: list[tuple[float, float, float] | None] = [
             self._interval(b, coverage) if len(b) >= max(1, min_records) else fallback for b in by_bucket
         ]
+        # e**score of each, once: calibrate() runs for every waiting job every pass
+        self._factors = [None if got is None else tuple(math.exp(s) for s in got) for got in self.intervals]
 
     @staticmethod
     def _interval(scores: list[float], coverage: float) -> tuple[float, float, float]:
@@ -92,13 +94,17 @@ class Calibration:
         The point is the bucket's median score applied to the model's point (the absolute
         error's best constant; inside the range), the range its shortest interval.
         """
-        predicted = max(0.0, point - now)
-        got = self.intervals[bisect.bisect_right(EDGES_S, predicted)]
+        predicted = point - now  # max(0.0, …) here and below, without the calls
+        if not predicted > 0.0:
+            predicted = 0.0
+        got = self._factors[bisect.bisect_right(EDGES_S, predicted)]
         if got is None:
             return None
-        base = predicted + OFFSET_S
-        mid, lo, hi = (now + max(0.0, base * math.exp(s) - OFFSET_S) for s in got)
-        return mid, lo, hi
+        offset = OFFSET_S
+        base = predicted + offset
+        f_mid, f_lo, f_hi = got
+        mid, lo, hi = base * f_mid - offset, base * f_lo - offset, base * f_hi - offset
+        return (now + (mid if mid > 0.0 else 0.0), now + (lo if lo > 0.0 else 0.0), now + (hi if hi > 0.0 else 0.0))
 
 
 def calibration_for(history: Sequence[tuple[float, float]], coverage: float, min_records: int) -> Calibration | None:
