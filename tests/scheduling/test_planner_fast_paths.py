@@ -229,3 +229,37 @@ def test_a_reasons_time_is_fmt_times_whatever_the_minute_and_day() -> None:
                   (now // 86_400 + 1) * 86_400 + rng.uniform(-90, 90)):
             # A new explainer each time: one remembers a minute's text from the first ETA in it.
             assert Explainer(state, now, {}, (), ()).fmt(t) == fmt_time(t, now), (t, now)
+
+
+def test_the_entry_loops_coarse_eta_is_eta_model_coarse() -> None:
+    """Below the head, explain() computes EtaModel.coarse inline (one call per waiting job
+    of a long queue): the same point and range, with and without inflow to stretch by."""
+    from apps.scheduling.policy.eta import EtaModel
+    from apps.scheduling.policy.explain import Explainer, Waiting
+
+    rng = random.Random(5)
+    cluster = (node("n1", gpus=8), node("n2", gpus=4))
+    busy = (running("r1", "n1", (0, 1, 2, 3, 4, 5, 6, 7), left_s=2 * HOUR), running("r2", "n2", (0, 1), left_s=HOUR))
+    queued = tuple(
+        job(f"q{k:03d}", user=f"u{k % 7}", gpus=rng.choice((0.5, 1, 2, 4)), age_s=rng.uniform(0, 9 * HOUR),
+            walltime_s=rng.uniform(300, 6 * HOUR))
+        for k in range(80)
+    )
+    arrivals = tuple(job(f"a{k}", user=f"u{k % 5}", gpus=1, age_s=k * 600.0) for k in range(40))
+    for inflow in ((), arrivals):
+        state = ClusterState(nodes=cluster, running=busy, queued=queued, inflow=inflow,
+                             config=PolicyConfig(policy="fair", eta_scenarios=0))  # no head: all coarse
+        caps = capacities(cluster, busy)
+        fairshare = {(j.team, j.user): rng.uniform(0.1, 1.0) for j in queued + arrivals}
+        model = EtaModel(state, NOW, caps, busy, None, None, fairshare)
+        model.spread = (0.6, 1.7)  # what a head would have refined it to
+        waiting = [Waiting(j, "resources", "", None, "medium", Ranked(rng.uniform(0, 5), j, "medium", (0.1, 0.2, 0.3, 0.4)))
+                   for j in queued]
+        explainer = Explainer(state, NOW, caps, (), ())
+        pooled, _ = explainer.pooled_etas(waiting)
+        entries, _ = explainer.explain(waiting, {}, model)
+        for w, eta, entry in zip(waiting, pooled, entries, strict=True):
+            want = model.coarse(eta, w.row[0])
+            got = (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high)
+            assert got == want, (inflow != (), w.job.job_id)
+        assert any(e.estimated_start > NOW for e in entries)
