@@ -2,6 +2,7 @@
 
     python bench/eta_calibration.py --trace ../shared/traces/openb_pod_list_default.csv --nodes 4x8 \
         --load 0.95 --seed 1 --save s1.json            # one replay (shipped defaults), records saved
+        ... --scenarios 3 --save s1-3.json             # the same with 3 forward-ETA scenarios
     python bench/eta_calibration.py --records s1.json --offset 3600,14400 --level 0.8,0.88
 
 Calibration changes no start and the record holds the model's point (never a calibrated
@@ -48,7 +49,11 @@ def replay(args) -> dict:
     sim._metrics = keep
     try:
         m = sim.simulate_policy(
-            tasks, owners, nodes, PolicyConfig(policy="fair", user_gpu_hours_per_day=None), seed=args.seed
+            tasks,
+            owners,
+            nodes,
+            PolicyConfig(policy="fair", user_gpu_hours_per_day=None, eta_scenarios=args.scenarios),
+            seed=args.seed,
         )
     finally:
         sim._metrics = metrics_of
@@ -120,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-tasks", type=int, help="the trace's first N tasks only (a quick look)")
+    parser.add_argument(
+        "--scenarios", type=int, default=PolicyConfig().eta_scenarios, help="forward-ETA scenarios of the replay"
+    )
     parser.add_argument("--save", help="write the replay's records here")
     parser.add_argument("--records", help="read records saved by --save instead of replaying")
     parser.add_argument("--offset", default=str(cal.OFFSET_S), help="comma-separated offsets c (s)")
@@ -134,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.save, "w") as fh:
                 json.dump(data, fh)
     m = data["metrics"]
-    print(f"mean wait {m['mean_wait_s']:,.0f} s; as run: coverage {m['eta_coverage']:.3f} "
+    print(f"mean wait {m['mean_wait_s']:,.0f} s (p99 {m['p99_wait_s']:,.0f}, max {m['max_wait_s']:,.0f}), "
+          f"utilisation {m['utilization']:.4f}; as run: coverage {m['eta_coverage']:.3f} "
           f"(waited {m['eta_coverage_waiting']:.3f}), width {m['eta_width_mean_s']:,.0f} s, MAE {m['eta_mae_s']:,.0f} s")
     print("| offset c s | level | coverage | waited | early | late | width s | width / wait | MAE s | model MAE s |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
