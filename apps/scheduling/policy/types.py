@@ -216,7 +216,7 @@ class PolicyConfig:
     fragmentation_aware: bool = False  # placement keeps GPUs that waiting shapes need (FGD-style)
     # -- ETAs --
     eta_head: int = 128  # forward-simulate this many jobs at the head of the queue; below, coarse
-    eta_scenarios: int = 5  # scenarios of runtime error and inflow; 0 = no forward simulation
+    eta_scenarios: int = 3  # scenarios of runtime error and inflow (5 until 3 Dec.: docs); 0 = no forward simulation
     eta_runtime_sigma: float = 0.5  # lognormal sigma of runtime estimates' error
     eta_range_widen: float = 1.0  # the P10-P90 range is widened by this factor around now
     eta_max_steps: int = 400  # events one forward scenario may process
