@@ -3,6 +3,7 @@
     python bench/eta_calibration.py --trace ../shared/traces/openb_pod_list_default.csv --nodes 4x8 \
         --load 0.95 --seed 1 --save s1.json            # one replay (shipped defaults), records saved
         ... --scenarios 3 --save s1-3.json             # the same with 3 forward-ETA scenarios
+        ... --scenarios 3 --eta-head 64 --save s1-3-64.json  # and the first 64 waiting jobs forward-simulated
     python bench/eta_calibration.py --records s1.json --offset 3600,14400 --level 0.8,0.88
 
 Calibration changes no start and the record holds the model's point (never a calibrated
@@ -52,7 +53,9 @@ def replay(args) -> dict:
             tasks,
             owners,
             nodes,
-            PolicyConfig(policy="fair", user_gpu_hours_per_day=None, eta_scenarios=args.scenarios),
+            PolicyConfig(
+                policy="fair", user_gpu_hours_per_day=None, eta_scenarios=args.scenarios, eta_head=args.eta_head
+            ),
             seed=args.seed,
         )
     finally:
@@ -127,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tasks", type=int, help="the trace's first N tasks only (a quick look)")
     parser.add_argument(
         "--scenarios", type=int, default=PolicyConfig().eta_scenarios, help="forward-ETA scenarios of the replay"
+    )
+    parser.add_argument(
+        "--eta-head", type=int, default=PolicyConfig().eta_head, help="waiting jobs forward-simulated (below: coarse)"
     )
     parser.add_argument("--save", help="write the replay's records here")
     parser.add_argument("--records", help="read records saved by --save instead of replaying")
