@@ -245,16 +245,24 @@ def test_the_entry_loops_coarse_eta_is_eta_model_coarse() -> None:
             walltime_s=rng.uniform(300, 6 * HOUR))
         for k in range(80)
     )
-    arrivals = tuple(job(f"a{k}", user=f"u{k % 5}", gpus=1, age_s=k * 600.0) for k in range(40))
+    # Enough inflow work that the load reaches the 0.9 cap for the lowest priorities.
+    arrivals = tuple(job(f"a{k}", user=f"v{k}", gpus=rng.choice((1, 4)), age_s=k * 600.0, walltime_s=8 * HOUR)
+                     for k in range(40))
     for inflow in ((), arrivals):
         state = ClusterState(nodes=cluster, running=busy, queued=queued, inflow=inflow,
-                             config=PolicyConfig(policy="fair", eta_scenarios=0))  # no head: all coarse
+                             config=PolicyConfig(policy="fair", eta_scenarios=0, eta_range_widen=1.5))
         caps = capacities(cluster, busy)
         fairshare = {(j.team, j.user): rng.uniform(0.1, 1.0) for j in queued + arrivals}
         model = EtaModel(state, NOW, caps, busy, None, None, fairshare)
         model.spread = (0.6, 1.7)  # what a head would have refined it to
-        waiting = [Waiting(j, "resources", "", None, "medium", Ranked(rng.uniform(0, 5), j, "medium", (0.1, 0.2, 0.3, 0.4)))
-                   for j in queued]
+        # Priorities on the arrivals' own scale (arrival_priority's, ~1e4: a made-up 0-5 is
+        # below every arrival, so the stretch's bisect, its cap and the widening went untested): above all, below all, between, and ties.
+        known = sorted(-p for p in model.inflow_table()[0]) or [1.0]
+        between = [(a + b) / 2 for a, b in zip(known, known[1:], strict=False)]
+        choices = known + [known[0] - 1.0, known[-1] + 1.0] + between
+        factors = (0.1, 0.2, 0.3, 0.4)
+        waiting = [Waiting(j, "resources", "", None, "medium", Ranked(choices[k % len(choices)], j, "medium", factors))
+                   for k, j in enumerate(queued)]
         explainer = Explainer(state, NOW, caps, (), ())
         pooled, _ = explainer.pooled_etas(waiting)
         entries, _ = explainer.explain(waiting, {}, model)
