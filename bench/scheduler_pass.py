@@ -6,9 +6,9 @@ The cluster is ~95% busy with running jobs of mixed sizes (whole, multi-GPU and 
 GPUs); the queue mixes sizes, classes, 200 users in 20 teams with usage history, and
 per-user quotas switched on, and (since 3 December) the last day's arrivals as the ETAs'
 inflow and a track record of 1,000 first ETAs against first starts, as a live scheduler
-hands the policy, so every branch of the pass does its work (the two add ~10 % at 10k). The JSON holds the
-median and p95 over ``--repeat`` passes; stdout also shows how the time grows with the
-queue, and baselines measured in the same run on the same state: FIFO, the pass without
+hands the policy, so every branch of the pass does its work (the two add ~15–20 % at 10k).
+The JSON holds the median and p95 over ``--repeat`` passes; stdout also shows how the time
+grows with the queue, and baselines measured in the same run on the same state: FIFO, the pass without
 forward-simulated ETAs (``eta_scenarios=0``), and all mechanisms on (size-aware
 preemption, bounded waiting, fragmentation-aware placement). Each median is given in
 wall-clock time and in this process's CPU time (``cpu_*`` in the JSON): on a shared machine

@@ -77,6 +77,18 @@ def test_jobs_have_one_shape_number_exactly_when_they_have_one_shape() -> None:
         assert other.shape_id == j.shape_id
 
 
+def test_shape_numbers_stay_distinct_when_the_table_is_emptied(monkeypatch) -> None:
+    """The table of shape numbers is emptied when large (a free-text image per build would
+    grow it without end); numbers are never reused, so distinct shapes keep distinct ones."""
+    from apps.scheduling.policy import types
+
+    monkeypatch.setattr(types, "_SHAPE_IDS_KEPT", len(types._SHAPE_IDS) + 3)
+    jobs = [job(f"i{k}", image=f"build-{k}") for k in range(10)]
+    assert len(types._SHAPE_IDS) < 10  # emptied on the way
+    assert len({j.shape_id for j in jobs}) == 10
+    assert job("again", image="build-9").shape_id == jobs[9].shape_id  # numbered since the last emptying
+
+
 def test_a_pass_restores_the_garbage_collector_and_leaves_no_cycles() -> None:
     """plan() pauses the cyclic collector for the pass: it must put it back as it was, and
     the pass must make no reference cycles (they would wait for the next collection)."""

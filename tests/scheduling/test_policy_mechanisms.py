@@ -224,3 +224,21 @@ def test_a_shape_no_node_has_the_gpu_memory_for_does_not_steer_fragmentation_awa
     assert [where.get(f"q{k}") for k in range(4)] == ["small"] * 4
     assert where.get("two-big") == "big"
     assert "four-big" not in where
+
+
+def test_a_preemption_refusal_holds_only_for_jobs_of_the_same_attained_bin() -> None:
+    """Without runtime estimates, victims are judged by attained-service bins (Tiresias): a job
+    that has already had much service may not preempt a victim that a fresh job of the same
+    shape and work may — a refusal remembered for the first must not answer for the second."""
+    from apps.scheduling.policy.preemption import VictimFinder
+
+    cluster = [node("n1", gpus=2)]
+    victim = running("v", "n1", (0, 1), ran_s=10 * HOUR, left_s=30 * HOUR, preemptible=True, estimated=False)
+    finder = VictimFinder([victim], fair(size_preemption=True), NOW, set())
+    caps = capacities(cluster, [victim])
+    veteran = job("a", gpus=2, walltime_s=None, attained_s=35 * HOUR)  # 70 GPU-h: a bin above the victim's 20
+    newcomer = job("b", gpus=2, walltime_s=None)  # nothing attained yet
+    assert veteran.gpus * veteran.walltime == newcomer.gpus * newcomer.walltime  # the same work asked
+    assert finder.find(veteran, "medium", caps, set()) is None
+    assert not finder.refuses(newcomer, "medium")
+    assert finder.find(newcomer, "medium", caps, set()) == ("n1", [victim])

@@ -92,8 +92,8 @@ def fewest_victims(
 class VictimFinder:
     """Victim choice for one pass: candidates are computed once, refusals remembered.
 
-    A refusal for a job shape holds for every later job of that shape that is at least as
-    large and of a class no higher (fewer allocations qualify as its victims), until a
+    A refusal for a job shape holds for every later job of that shape, class and attained-
+    service bin that is at least as large (fewer allocations qualify as its victims), until a
     preemption changes what runs: so a long queue of similar blocked jobs costs one search.
     """
 
@@ -178,9 +178,17 @@ class VictimFinder:
                 out[c.alloc.job_id] = max(self.now, c.alloc.started_at + ran)
         return out
 
+    def _refusal_key(self, job: JobRequest, cls: str) -> tuple:
+        """All :meth:`eligible` reads of ``job`` but its work (``gpus × walltime``, compared):
+        the shape, class, whether it has an estimate, whether it starves, and its attained-
+        service bin (a victim without an estimate, or any victim of a job without one, is
+        compared by bins: two jobs of one shape and work may see different victims)."""
+        own_bin = attained_bin(job.gpus * job.attained_s, self.config.attained_bins_gpu_hours)
+        return (job.shape_id, cls, job.estimated, job.job_id in self.starving, own_bin)
+
     def refuses(self, job: JobRequest, cls: str) -> bool:
         """Whether :meth:`find` would refuse ``job`` at once (an earlier refusal holds for it)."""
-        refused = self._refused.get((job.shape_id, cls, job.estimated, job.job_id in self.starving))
+        refused = self._refused.get(self._refusal_key(job, cls))
         return refused is not None and job.gpus * job.walltime >= refused
 
     def find(
@@ -201,7 +209,7 @@ class VictimFinder:
            ("immune") victims, then the fewest victims, then the lowest victim class, then
            the most remaining work freed, then the name.
         """
-        key = (job.shape_id, cls, job.estimated, job.job_id in self.starving)
+        key = self._refusal_key(job, cls)
         need = job.gpus * job.walltime
         refused = self._refused.get(key)
         if refused is not None and need >= refused:

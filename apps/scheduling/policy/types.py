@@ -23,16 +23,22 @@ DAY_S = 86400.0
 # one-minute job made every ETA behind it a day late).
 DEFAULT_RUNTIME_S = 3600.0
 
-# Shape -> its number in this process (``JobRequest.shape_id``). Grows with the distinct
-# shapes ever seen (a few hundred in a busy installation: GPUs, models, memory, CPU, RAM,
-# image and features asked for), never pruned: a number must not be reused for another shape.
+# Shape -> its number in this process (``JobRequest.shape_id``): a few hundred distinct
+# shapes in a busy installation (GPUs, models, memory, CPU, RAM, image, features), but the
+# image is free text, so the table is emptied when it gets large. A number is never reused
+# for another shape (the counter only counts on); a shape numbered again after emptying has
+# two numbers, which costs the planner's memos a miss, never a wrong answer.
 _SHAPE_IDS: dict[tuple, int] = {}
+_SHAPE_IDS_KEPT = 50_000
 _next_shape_id = itertools.count()
 
 
 def shape_id(shape: tuple) -> int:
     sid = _SHAPE_IDS.get(shape)
-    if sid is None:  # setdefault: two threads meeting a new shape at once get one number
+    if sid is None:
+        if len(_SHAPE_IDS) >= _SHAPE_IDS_KEPT:
+            _SHAPE_IDS.clear()
+        # setdefault: two threads meeting a new shape at once get one number
         sid = _SHAPE_IDS.setdefault(shape, next(_next_shape_id))
     return sid
 
