@@ -8,8 +8,8 @@ per-user quotas switched on, and (since 3 December) the last day's arrivals as t
 inflow and a track record of 1,000 first ETAs against first starts, as a live scheduler
 hands the policy, so every branch of the pass does its work (the two add ~15–20 % at 10k).
 The JSON holds the median and p95 over ``--repeat`` passes; stdout also shows how the time
-grows with the queue, and baselines measured in the same run on the same state: FIFO, the pass without
-forward-simulated ETAs (``eta_scenarios=0``), and all mechanisms on (size-aware
+grows with the queue, and baselines measured in the same run on the same state: FIFO, the
+pass without forward-simulated ETAs (``eta_scenarios=0``), and all mechanisms on (size-aware
 preemption, bounded waiting, fragmentation-aware placement). Each median is given in
 wall-clock time and in this process's CPU time (``cpu_*`` in the JSON): on a shared machine
 the CPU time and the fair/FIFO ratio of one run are what compare across runs.

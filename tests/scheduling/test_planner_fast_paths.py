@@ -70,10 +70,8 @@ def test_jobs_have_one_shape_number_exactly_when_they_have_one_shape() -> None:
     for j in jobs:  # a copy, or a job unpickled (in this or another process), numbers its shape here
         assert copy.copy(j).shape_id == j.shape_id
         assert pickle.loads(pickle.dumps(j)).shape_id == j.shape_id
-        state = pickle.loads(pickle.dumps(j)).__dict__
-        state["shape_id"] = -7  # as another process may have numbered it
         other = copy.copy(j)
-        other.__setstate__(state)
+        other.__setstate__({**vars(j), "shape_id": -7})  # as another process may have numbered it
         assert other.shape_id == j.shape_id
 
 
@@ -268,7 +266,8 @@ def test_the_entry_loops_coarse_eta_is_eta_model_coarse() -> None:
         model = EtaModel(state, NOW, caps, busy, None, None, fairshare)
         model.spread = (0.6, 1.7)  # what a head would have refined it to
         # Priorities on the arrivals' own scale (arrival_priority's, ~1e4: a made-up 0-5 is
-        # below every arrival, so the stretch's bisect, its cap and the widening went untested): above all, below all, between, and ties.
+        # below every arrival, so the stretch's bisect, its cap and the widening went
+        # untested): above all, below all, between, and ties.
         known = sorted(-p for p in model.inflow_table()[0]) or [1.0]
         between = [(a + b) / 2 for a, b in zip(known, known[1:], strict=False)]
         choices = known + [known[0] - 1.0, known[-1] + 1.0] + between
