@@ -94,8 +94,12 @@ class LiveSystem:
             self.kill(name, signal.SIGKILL)
 
 
-def training_processes() -> dict[str, list[int]]:
-    """Live training children by job id (read from their command lines via the config path)."""
+def training_processes(jobs_dir: Path | None = None) -> dict[str, list[int]]:
+    """Live training children by job id (read from their command lines via the config path).
+
+    Only training under ``jobs_dir`` (default: this test's ``JOBS_DIR``) is counted: a worker
+    started with its own ``DATA_DIR`` trains under that folder's ``jobs/``, so pass it."""
+    jobs_dir = Path(jobs_dir or settings.JOBS_DIR)
     found: dict[str, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -112,7 +116,7 @@ def training_processes() -> dict[str, list[int]]:
         if not configs:
             continue
         config = Path(configs[-1])
-        if not str(config).startswith(str(settings.JOBS_DIR)):
+        if not config.is_relative_to(jobs_dir):
             continue  # another test run's (or `make run`'s) training
         job_id = config.parent.parent.name  # JOBS_DIR/<job id>/attempt-N/config-K.json
         found.setdefault(job_id, []).append(int(entry.name))

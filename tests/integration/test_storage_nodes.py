@@ -155,8 +155,12 @@ def test_a_job_killed_with_its_node_resumes_on_another_node_from_its_stored_chec
     stored = wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exclude(key="").first(), timeout=300,
                       what="a first checkpoint in the store")
     assert stored.key.startswith(f"jobs/{job_id}/checkpoints/")
+    # Node A trains under its own DATA_DIR: look for its training there (seen alive first, so
+    # the wait below for it to die is not vacuous; deleting the disk under a live training
+    # races its next checkpoint copy).
+    assert training_processes(node_a / "jobs").get(job_id), "node A's training was not found"
     live.kill("worker")  # the worker, its work-horse and (PDEATHSIG) the training: node A is gone
-    wait_for(lambda: not training_processes().get(job_id), 10, what="node A's training to die")
+    wait_for(lambda: not training_processes(node_a / "jobs").get(job_id), 10, what="node A's training to die")
     # What reached the store before node A died (on a slow machine a later epoch's row may be
     # recorded without its upload having finished: that one cannot be resumed from).
     in_store = set(Checkpoint.objects.filter(job_id=job_id).exclude(key="").values_list("epoch", flat=True))
