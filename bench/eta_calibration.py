@@ -33,7 +33,8 @@ from apps.scheduling.policy import PolicyConfig  # noqa: E402
 
 
 def replay(args) -> dict:
-    """One simulator run; per-job records [submit, model point, low, high (as given), first start, finished?]."""
+    """One simulator run; per-job records [submit, model point, low, high (as given), first start,
+    finished?, GPUs, GPU models constrained?, priority class] (the last three for conditioning studies)."""
     tasks, _ = sim.load_trace(args.trace)
     tasks = tasks[: args.max_tasks] if args.max_tasks else tasks
     nodes = sim.load_nodes(args.nodes)
@@ -64,14 +65,15 @@ def replay(args) -> dict:
     m.pop("_queue")
     records = [
         [j.task.submit, j.eta_model_at_submit if j.eta_model_at_submit is not None else j.eta_at_submit,
-         j.eta_low, j.eta_high, j.first_start, j.finish is not None]
+         j.eta_low, j.eta_high, j.first_start, j.finish is not None,
+         j.task.gpus, bool(j.request.gpu_models), j.request.priority_class]
         for j in jobs.values()
     ]
     return {"metrics": m, "records": records}
 
 
 def evaluate(data: dict, offset: float, level: float, min_records: int = 30) -> dict:
-    recs = [r for r in data["records"] if r[1] is not None]
+    recs = [r[:6] for r in data["records"] if r[1] is not None]
     done = sorted(
         (fs, max(0.0, eta - sub), fs - sub)
         for sub, eta, _, _, fs, _ in recs

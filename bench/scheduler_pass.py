@@ -5,8 +5,9 @@
 The cluster is ~95% busy with running jobs of mixed sizes (whole, multi-GPU and shared
 GPUs); the queue mixes sizes, classes, 200 users in 20 teams with usage history, and
 per-user quotas switched on, and (since 3 December) the last day's arrivals as the ETAs'
-inflow and a track record of 1,000 first ETAs against first starts, as a live scheduler
-hands the policy, so every branch of the pass does its work (the two add ~15–20 % at 10k).
+inflow and a full track record of first ETAs against first starts (``HISTORY_N``: 1,000,
+3,000 since 3 December, evening), as a live scheduler hands the policy, so every branch of
+the pass does its work (the two add ~15–20 % at 10k).
 The JSON holds the median and p95 over ``--repeat`` passes; stdout also shows how the time
 grows with the queue, and baselines measured in the same run on the same state: FIFO, the
 pass without forward-simulated ETAs (``eta_scenarios=0``), and all mechanisms on (size-aware
@@ -58,6 +59,7 @@ from apps.scheduling.policy import (  # noqa: E402
     gc_paused,
     plan,
 )
+from apps.scheduling.policy.eta_calibration import HISTORY_N  # noqa: E402
 
 NOW = 1_800_000_000.0
 
@@ -111,10 +113,10 @@ def make_state(queued: int, nodes: int, gpus_per_node: int, seed: int = 0, polic
     usage = {pair: rng.expovariate(1 / 200000) for pair in users}
     # What a live scheduler also hands the policy (inputs.cluster_state): the last day's
     # arrivals as the ETAs' inflow (newest 500, recent_arrivals' limit) and a full track
-    # record of first ETAs against first starts (1,000, HISTORY_N), so the calibration runs.
+    # record of first ETAs against first starts (HISTORY_N of them), so the calibration runs.
     arrived = sorted((j for j in jobs if j.submitted_at > NOW - 86400), key=lambda j: (j.submitted_at, j.job_id))
     record, draw = [], random.Random(seed + 1)  # its own draws: the rest of the state as before
-    for _ in range(1000):
+    for _ in range(HISTORY_N):
         wait = draw.expovariate(1 / 20000)
         record.append((wait * draw.uniform(0.3, 3.0), wait))
     return ClusterState(

@@ -15,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Count, F, Func, IntegerField, QuerySet, Sum
+from django.db.models import Count, F, FloatField, Func, IntegerField, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -124,19 +124,24 @@ def eta_history(now: datetime) -> tuple[tuple[float, float], ...]:
     (``predicted_model_start_at``, kept from its first queued pass; rows from before it
     existed have only ``predicted_start_at``, then uncalibrated) against its first start,
     both from its submit. Jobs that started in their first pass have no prediction and are
-    not in it, as in the simulator.
+    not in it, and neither is a job that waited longer than ``HISTORY_MAX_WAIT_S``, as in
+    the simulator.
+
+    The waits are computed by the database (:class:`SecondsBetween`): this runs every pass,
+    and converting three timestamps of each of ``HISTORY_N`` rows to datetimes in Python was
+    most of its cost (~30 ms of a SQLite pass at 1,000 rows).
     """
-    # created_at bounds the scan through its index (first_started_at has none); a job that
-    # waited longer than HISTORY_MAX_WAIT_S is left out, in the simulator too.
+    # created_at bounds the scan through its index (first_started_at has none).
     rows = (Job.objects.filter(created_at__gte=now - timedelta(seconds=HISTORY_S + HISTORY_MAX_WAIT_S),
                                first_started_at__gte=now - timedelta(seconds=HISTORY_S),
                                predicted_start_at__isnull=False)
-            .annotate(model_at=Coalesce("predicted_model_start_at", "predicted_start_at"))
-            .order_by("-first_started_at").values_list("created_at", "model_at", "first_started_at")
-            [:HISTORY_N])
-    return tuple((max(0.0, (predicted - created).total_seconds()), max(0.0, (started - created).total_seconds()))
-                 for created, predicted, started in reversed(rows)
-                 if (started - created).total_seconds() <= HISTORY_MAX_WAIT_S)
+            .annotate(predicted=SecondsBetween(Coalesce("predicted_model_start_at", "predicted_start_at"),
+                                               "created_at"),
+                      waited=SecondsBetween("first_started_at", "created_at"))
+            .filter(waited__lte=HISTORY_MAX_WAIT_S)
+            .order_by("-first_started_at").values_list("predicted", "waited")[:HISTORY_N])
+    return tuple((predicted if predicted > 0.0 else 0.0, waited if waited > 0.0 else 0.0)
+                 for predicted, waited in reversed(rows))
 
 
 def team_policies(config: PolicyConfig) -> dict[str, TeamPolicy]:
@@ -181,6 +186,25 @@ class EpochHour(Func):
     def as_postgresql(self, compiler, connection, **extra):
         template = "FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / 3600)::integer"
         return self.as_sql(compiler, connection, template=template, **extra)
+
+
+class SecondsBetween(Func):
+    """``end - start`` in seconds (a float), computed by the database: no timestamp of the row
+    is made a datetime in Python. SQLite reads a stored time to about a millisecond here."""
+
+    arity = 2
+    output_field = FloatField()
+
+    def __init__(self, end, start, **extra) -> None:
+        super().__init__(end, start, **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="((julianday(%(expressions)s)) * 86400.0)",
+                           arg_joiner=") - julianday(", **extra)
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::float8",
+                           arg_joiner=" - ", **extra)
 
 
 def usage_inputs(config: PolicyConfig, holding: list[Job], now: datetime):

@@ -231,8 +231,11 @@ def test_the_urgent_allowance_is_charged_by_the_class_a_job_ran_as(alice, demo_r
 
 def test_the_eta_track_record_is_each_started_jobs_first_eta_against_its_first_start(alice, demo_registered, node):
     """(predicted wait, actual wait) from the model's first point and first_started_at, oldest first:
-    only jobs that waited with an ETA and first started in the last 7 days; queued ones are not in it.
-    A row from before predicted_model_start_at existed counts with its predicted_start_at."""
+    only jobs that waited with an ETA, at most HISTORY_MAX_WAIT_S, and first started within HISTORY_S;
+    queued ones are not in it. A row from before predicted_model_start_at existed counts with its
+    predicted_start_at. The waits are computed by the database (to the second here)."""
+    from apps.scheduling.policy.eta_calibration import HISTORY_MAX_WAIT_S, HISTORY_S
+
     now = timezone.now()
 
     def job_at(created_ago_h, predicted_after_h, started_after_h, model_after_h=None):
@@ -247,7 +250,8 @@ def test_the_eta_track_record_is_each_started_jobs_first_eta_against_its_first_s
 
     job_at(5, 0.75, 1, model_after_h=0.5)  # waited 1 h; the model said 30 min (shown: 45 min, calibrated)
     job_at(3, 2, 1.5)  # waited 1.5 h, told 2 h (an older row: no model point): started after the first
-    job_at(10 * 24, 1, 2)  # started 9.9 days ago: out of the window
+    job_at(HISTORY_S / 3600 + 3, 1, 2)  # started an hour before the window: out of it
+    job_at(HISTORY_MAX_WAIT_S / 3600 + 2, 1, HISTORY_MAX_WAIT_S / 3600 + 1)  # started an hour ago after waiting too long
     job_at(2, None, 0)  # started in its first pass: never given an ETA
     job_at(1, 3, None)  # still waiting: its outcome is not known yet
     state, _ = cluster_state(now)

@@ -44,8 +44,8 @@ from .types import DAY_S
 # Bucket edges on the predicted wait (s): < 10 min, < 1 h, < 4 h, < 16 h, < 2.5 days, longer.
 EDGES_S = (600.0, 3600.0, 4 * 3600.0, 16 * 3600.0, 2.5 * DAY_S)
 OFFSET_S = 4 * 3600.0  # c in log((actual + c) / (predicted + c)); tuned on the tuning seeds (docs)
-HISTORY_N = 1000  # the newest this many started jobs ...
-HISTORY_S = 7 * DAY_S  # ... that started within this long
+HISTORY_N = 3000  # the newest this many started jobs ...
+HISTORY_S = 14 * DAY_S  # ... that started within this long (both chosen on the tuning seeds: docs)
 HISTORY_MAX_WAIT_S = 30 * DAY_S  # ... after waiting at most this long (bounds the live query)
 
 
