@@ -13,7 +13,10 @@ scheduler process) holding:
   itself with submitted jobs of 8, 4, 2 and 1 GPUs from 20 teams (each started as a worker
   would start it, ``attempt_start``) until it starts nothing more: the queue waits;
 - ``--history`` finished jobs of those teams over the last days, with their usage records
-  (runtime estimates and fair share have something to go on);
+  (runtime estimates and fair share have something to go on) and the first ETA each was
+  given (waits of 5 minutes against predictions of 0–10 minutes), so the pass reads the
+  ETAs' track record and calibrates as a live one does (until 3 December evening they had
+  none: the calibration and its query were skipped);
 - the queue: ``--queued`` jobs (one INSERT … SELECT, as tests/jobs/bulk.py does) of 1, 2, 4
   and 8 GPUs, classes low to urgent, 10 to 100 epochs, submitted over the last three days.
 
@@ -170,6 +173,9 @@ def history_insert(count: int, owners: list, template) -> None:
         "queued_at": _ago_sql(f"{ago} + {runtime} + 300"),
         "started_at": _ago_sql(f"{ago} + {runtime}"),
         "first_started_at": _ago_sql(f"{ago} + {runtime}"),
+        # the first ETA it was given: 0-10 minutes after its submit (it waited 5)
+        "predicted_start_at": _ago_sql(f"{ago} + {runtime} + 300 - ({i} % 11) * 60"),
+        "predicted_model_start_at": _ago_sql(f"{ago} + {runtime} + 300 - ({i} % 11) * 60"),
         "finished_at": _ago_sql(ago),
     }, values={"timeout_s": template.timeout_s, "raw_spec": template.raw_spec, "cpu_milli": template.cpu_milli,
                "memory_mb": template.memory_mb})
