@@ -298,3 +298,84 @@ def time_text(t: float) -> str:
     from apps.scheduling.policy.explain import fmt_time
 
     return fmt_time(t, t - 60)
+
+
+def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(alice, bob, demo_registered, node,
+                                                                                monkeypatch):
+    """queue_update decides most rows of a steady pass on floats (``_no_news``) before making
+    datetimes and dicts; with it switched off (the full comparison alone) every perturbation of a
+    stored row — each field, near each slack's edge, None against a value — writes the same rows
+    with the same values."""
+    import copy
+    import random
+    from dataclasses import replace
+
+    from apps.scheduling import loop, policy
+    from apps.scheduling.loop import ETA_SLACK_FRACTION, ETA_SLACK_S, PRIORITY_SLACK, queue_update
+
+    submit(bob, epochs=50, resources={"gpu": 2})
+    for k in range(6):
+        submit(alice if k % 2 else bob, epochs=5 + k, resources={"gpu": 2})
+    now = timezone.now()
+    plan_and_start(now)
+    state, jobs_by_id = cluster_state(now)
+    entries = policy.plan(state, now.timestamp()).queue
+    assert queue_update(entries, jobs_by_id, now) == 0
+    now_s = now.timestamp()
+    rng = random.Random(7)
+
+    def perturbed(entry, stored: dict):
+        field = rng.choice(["eta", "low", "high", "near", "priority", "factor", "position", "reason_clock", "reason",
+                            "none", "model", "nothing"])
+        if field == "near":  # a stored ETA 5 minutes away: the fixed ETA_SLACK_S applies
+            job = stored[entry.job_id] = copy.copy(stored[entry.job_id])
+            job.estimated_start_at = now + timedelta(seconds=300)
+            by = rng.choice([0.5, 0.99999, 1.0, 1.00001, 2])
+            return replace(entry, estimated_start=now_s + 300 + rng.choice([-1, 1]) * ETA_SLACK_S * by)
+        if field in ("eta", "low", "high"):  # around the slack of the stored time
+            name, stored_name = {"eta": ("estimated_start", "estimated_start_at"),
+                                 "low": ("estimated_start_low", "estimated_start_low_at"),
+                                 "high": ("estimated_start_high", "estimated_start_high_at")}[field]
+            old = getattr(jobs_by_id[entry.job_id], stored_name).timestamp()
+            slack = max(ETA_SLACK_S, ETA_SLACK_FRACTION * (old - now_s))
+            by = rng.choice([0.5, 0.99999, 1.0, 1.00001, 2])
+            return replace(entry, **{name: old + rng.choice([-1, 1]) * slack * by})
+        if field == "priority":
+            return replace(entry, priority=entry.priority + rng.choice([-1, 1]) * PRIORITY_SLACK * rng.choice([0.5, 1.0, 1.5]))
+        if field == "factor":
+            key = rng.choice(list(entry.factors))
+            return replace(entry, factors={**entry.factors, key: entry.factors[key] + rng.choice([0.0004, 0.001, 0.01])})
+        if field == "position":
+            return replace(entry, position=entry.position + 1)
+        if field == "reason_clock":
+            return replace(entry, reason=re.sub(r"\d{2}:\d{2} UTC", "23:59 UTC", entry.reason))
+        if field == "reason":
+            return replace(entry, reason=entry.reason + " (changed)")
+        if field == "none":
+            return replace(entry, estimated_start=None, estimated_start_low=None, estimated_start_high=None)
+        if field == "model":
+            return replace(entry, estimated_start_model=None if rng.random() < 0.5 else entry.estimated_start_model + 60)
+        return entry
+
+    def writes(queue, shortcut: bool, stored: dict) -> list:
+        got: list = []
+        with monkeypatch.context() as patch:
+            patch.setattr(loop, "job_queue_info_set", lambda updates: got.extend(updates) or len(updates))
+            if not shortcut:
+                patch.setattr(loop, "_no_news", lambda job, entry, now_s: False)
+            queue_update(queue, {key: copy.copy(job) for key, job in stored.items()}, now)
+        return sorted((str(pk), sorted(news.items())) for pk, news in got)
+
+    cases = written = 0
+    for _ in range(300):
+        stored = {key: copy.copy(job) for key, job in jobs_by_id.items()}
+        for name in ("predicted_start_at", "predicted_model_start_at"):  # each unset on some rows
+            if rng.random() < 0.2:
+                for job in stored.values():
+                    setattr(job, name, None)
+        queue = [perturbed(entry, stored) for entry in entries]
+        full = writes(queue, False, stored)
+        assert writes(queue, True, stored) == full
+        cases += 1
+        written += bool(full)
+    assert cases == 300 and 0 < written < 300  # both outcomes exercised
