@@ -5,6 +5,7 @@
         ... --scenarios 3 --save s1-3.json             # the same with 3 forward-ETA scenarios
         ... --scenarios 3 --eta-head 64 --save s1-3-64.json  # and the first 64 waiting jobs forward-simulated
     python bench/eta_calibration.py --records s1.json --offset 3600,14400 --level 0.8,0.88
+    python bench/eta_calibration.py --records s1.json --history 1000:7,3000:14   # track records: newest N within DAYS
 
 Calibration changes no start and the record holds the model's point (never a calibrated
 one), so one replay's records — submit, the model's first point ETA, first start — are
@@ -64,43 +65,58 @@ def replay(args) -> dict:
     m.pop("_waits")
     m.pop("_queue")
     records = [
-        [j.task.submit, j.eta_model_at_submit if j.eta_model_at_submit is not None else j.eta_at_submit,
-         j.eta_low, j.eta_high, j.first_start, j.finish is not None,
-         j.task.gpus, bool(j.request.gpu_models), j.request.priority_class]
+        [
+            j.task.submit,
+            j.eta_model_at_submit if j.eta_model_at_submit is not None else j.eta_at_submit,
+            j.eta_low,
+            j.eta_high,
+            j.first_start,
+            j.finish is not None,
+            j.task.gpus,
+            bool(j.request.gpu_models),
+            j.request.priority_class,
+        ]
         for j in jobs.values()
     ]
     return {"metrics": m, "records": records}
 
 
-def evaluate(data: dict, offset: float, level: float, min_records: int = 30) -> dict:
+def evaluate(
+    data: dict, offset: float, level: float, min_records: int = 30, history: tuple[int, float] | None = None
+) -> dict:
+    """The online calibration replayed; ``history``: the record's (newest N, within S seconds),
+    default the shipped ``HISTORY_N``, ``HISTORY_S``."""
+    history_n, history_s = history or (cal.HISTORY_N, cal.HISTORY_S)
     recs = [r[:6] for r in data["records"] if r[1] is not None]
     done = sorted(
         (fs, max(0.0, eta - sub), fs - sub)
         for sub, eta, _, _, fs, _ in recs
         if fs is not None and fs > sub and fs - sub <= cal.HISTORY_MAX_WAIT_S
     )
-    hist: deque = deque(maxlen=cal.HISTORY_N)
+    hist: deque = deque(maxlen=history_n)
     k = 0
-    old_offset = cal.OFFSET_S
-    cal.OFFSET_S = offset  # the module's score and mapping use it
+    old_offset, old_n = cal.OFFSET_S, cal.HISTORY_N
+    cal.OFFSET_S, cal.HISTORY_N = offset, history_n  # the module's score, mapping and record use them
     rows = []
     try:
         for sub, eta, given_low, given_high, fs, finished in sorted(recs, key=lambda r: r[0]):
             while k < len(done) and done[k][0] < sub:
                 hist.append(done[k])
                 k += 1
-            while hist and hist[0][0] < sub - cal.HISTORY_S:
+            while hist and hist[0][0] < sub - history_s:
                 hist.popleft()
             if fs is not None and fs == sub:  # started in its submit pass
                 rows.append((sub, fs, finished, sub, sub, sub, eta))
                 continue
-            got = cal.calibration_for([(p, a) for _, p, a in hist], level, min_records)
+            got = (
+                cal.Calibration([(p, a) for _, p, a in hist], level, min_records) if len(hist) >= min_records else None
+            )
             out = got.calibrate(sub, eta) if got is not None else None
             # Too little record: the forward simulation's range stands (as given in the run).
             point, low, high = out if out is not None else (eta, given_low, given_high)
             rows.append((sub, fs, finished, point, low, high, eta))
     finally:
-        cal.OFFSET_S = old_offset
+        cal.OFFSET_S, cal.HISTORY_N = old_offset, old_n
     started = [r for r in rows if r[1] is not None and r[2]]
     waited = [r for r in started if r[1] > r[0]]
     ranged = [r for r in started if r[4] is not None]
@@ -140,27 +156,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", help="read records saved by --save instead of replaying")
     parser.add_argument("--offset", default=str(cal.OFFSET_S), help="comma-separated offsets c (s)")
     parser.add_argument("--level", default=str(PolicyConfig().eta_coverage), help="comma-separated levels")
+    parser.add_argument(
+        "--history",
+        default=f"{cal.HISTORY_N}:{cal.HISTORY_S / 86400:g}",
+        help="comma-separated N:DAYS track records (the newest N starts within DAYS)",
+    )
     args = parser.parse_args(argv)
     if args.records:
         with open(args.records) as fh:
             data = json.load(fh)
+        print(f"records of the replay {data.get('replay', '(settings not recorded)')}")
     else:
         data = replay(args)
+        data["replay"] = {
+            k: getattr(args, k) for k in ("trace", "nodes", "load", "seed", "max_tasks", "scenarios", "eta_head")
+        }
         if args.save:
             with open(args.save, "w") as fh:
                 json.dump(data, fh)
     m = data["metrics"]
-    print(f"mean wait {m['mean_wait_s']:,.0f} s (p99 {m['p99_wait_s']:,.0f}, max {m['max_wait_s']:,.0f}), "
-          f"utilisation {m['utilization']:.4f}; as run: coverage {m['eta_coverage']:.3f} "
-          f"(waited {m['eta_coverage_waiting']:.3f}), width {m['eta_width_mean_s']:,.0f} s, MAE {m['eta_mae_s']:,.0f} s")
-    print("| offset c s | level | coverage | waited | early | late | width s | width / wait | MAE s | model MAE s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for offset in (float(x) for x in args.offset.split(",")):
-        for level in (float(x) for x in args.level.split(",")):
-            e = evaluate(data, offset, level)
-            print(f"| {offset:,.0f} | {level:.2f} | {e['coverage']:.3f} | {e['coverage_waiting']:.3f} | "
-                  f"{e['early']:.3f} | {e['late']:.3f} | {e['width_s']:,.0f} | {e['width_s'] / m['mean_wait_s']:.2f} | "
-                  f"{e['mae_s']:,.0f} | {e['mae_model_s']:,.0f} |")
+    print(
+        f"mean wait {m['mean_wait_s']:,.0f} s (p99 {m['p99_wait_s']:,.0f}, max {m['max_wait_s']:,.0f}), "
+        f"utilisation {m['utilization']:.4f}; as run: coverage {m['eta_coverage']:.3f} "
+        f"(waited {m['eta_coverage_waiting']:.3f}), width {m['eta_width_mean_s']:,.0f} s, MAE {m['eta_mae_s']:,.0f} s"
+    )
+    print(
+        "| record N / days | offset c s | level | coverage | waited | early | late | width s | width / wait | MAE s "
+        "| model MAE s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    histories = [(int(n), float(days)) for n, days in (h.split(":") for h in args.history.split(","))]
+    settings = [
+        (h, o, v)
+        for h in histories
+        for o in map(float, args.offset.split(","))
+        for v in map(float, args.level.split(","))
+    ]
+    for (n, days), offset, level in settings:
+        e = evaluate(data, offset, level, history=(n, days * 86400))
+        print(
+            f"| {n:,} / {days:g} | {offset:,.0f} | {level:.2f} | {e['coverage']:.3f} | {e['coverage_waiting']:.3f} | "
+            f"{e['early']:.3f} | {e['late']:.3f} | {e['width_s']:,.0f} | {e['width_s'] / m['mean_wait_s']:.2f} | "
+            f"{e['mae_s']:,.0f} | {e['mae_model_s']:,.0f} |"
+        )
     return 0
 
 
