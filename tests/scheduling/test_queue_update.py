@@ -304,7 +304,8 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
                                                                                 monkeypatch):
     """queue_update decides most rows of a steady pass on floats (``_no_news``) before making
     datetimes and dicts; with it switched off (the full comparison alone) every perturbation of a
-    stored row — each field, near each slack's edge, None against a value — writes the same rows
+    stored row — each field, near each slack's edge, None against a value either way, a reason's
+    clock times without an ETA, the model's point alone — writes the same rows
     with the same values."""
     import copy
     import random
@@ -325,8 +326,23 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
     rng = random.Random(7)
 
     def perturbed(entry, stored: dict):
+        if rng.random() < 0.5:  # most rows of a pass have no news: some passes then write nothing
+            return entry
         field = rng.choice(["eta", "low", "high", "near", "priority", "factor", "position", "reason_clock", "reason",
-                            "none", "model", "nothing"])
+                            "none", "model", "stored_none", "no_eta_clock", "model_only", "nothing"])
+        no_eta = {"estimated_start": None, "estimated_start_low": None, "estimated_start_high": None}
+        if field in ("stored_none", "no_eta_clock", "model_only"):  # a stored row without an ETA
+            job = stored[entry.job_id] = copy.copy(stored[entry.job_id])
+            job.estimated_start_at = job.estimated_start_low_at = job.estimated_start_high_at = None
+            if field == "stored_none":  # ... given one now
+                return entry
+            if field == "model_only":  # ... and without a first ETA: the model's point alone sets it
+                job.predicted_start_at = job.predicted_model_start_at = None
+                return replace(entry, **no_eta, estimated_start_model=now_s + 600)
+            # ... still without one, its reason's clock times moved: compared as they are
+            job.reason = entry.reason + " until 12:00 UTC"
+            return replace(entry, **no_eta, estimated_start_model=None,
+                           reason=entry.reason + rng.choice([" until 12:00 UTC", " until 13:00 UTC"]))
         if field == "near":  # a stored ETA 5 minutes away: the fixed ETA_SLACK_S applies
             job = stored[entry.job_id] = copy.copy(stored[entry.job_id])
             job.estimated_start_at = now + timedelta(seconds=300)
