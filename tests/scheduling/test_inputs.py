@@ -229,12 +229,17 @@ def test_the_urgent_allowance_is_charged_by_the_class_a_job_ran_as(alice, demo_r
     assert state.team_urgent_usage_24h["vision"] == pytest.approx(3600, rel=0.01)
 
 
-def test_the_eta_track_record_is_each_started_jobs_first_eta_against_its_first_start(alice, demo_registered, node):
+def test_the_eta_track_record_is_each_started_jobs_first_eta_against_its_first_start(alice, demo_registered, node,
+                                                                                     monkeypatch):
     """(predicted wait, actual wait) from the model's first point and first_started_at, oldest first:
     only jobs that waited with an ETA, at most HISTORY_MAX_WAIT_S, and first started within HISTORY_S;
     queued ones are not in it. A row from before predicted_model_start_at existed counts with its
-    predicted_start_at. The waits are computed by the database (to the second here)."""
+    predicted_start_at. The waits are computed by the database (to the second here); a wait too
+    long is left out before the newest HISTORY_N are taken (2 here: it started last), as in the simulator."""
+    from apps.scheduling import inputs
     from apps.scheduling.policy.eta_calibration import HISTORY_MAX_WAIT_S, HISTORY_S
+
+    monkeypatch.setattr(inputs, "HISTORY_N", 2)
 
     now = timezone.now()
 
