@@ -15,7 +15,7 @@ scheduler process) holding:
 - ``--history`` finished jobs of those teams over the last days, with their usage records
   (runtime estimates and fair share have something to go on) and the first ETA each was
   given (waits of 5 minutes against predictions of 0–10 minutes), so the pass reads the
-  ETAs' track record and calibrates as a live one does (until 3 December evening they had
+  ETAs' track record and calibrates as a live one does (until 3 December, 08:40 UTC, they had
   none: the calibration and its query were skipped);
 - the queue: ``--queued`` jobs (one INSERT … SELECT, as tests/jobs/bulk.py does) of 1, 2, 4
   and 8 GPUs, classes low to urgent, 10 to 100 epochs, submitted over the last three days.

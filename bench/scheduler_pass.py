@@ -6,7 +6,7 @@ The cluster is ~95% busy with running jobs of mixed sizes (whole, multi-GPU and 
 GPUs); the queue mixes sizes, classes, 200 users in 20 teams with usage history, and
 per-user quotas switched on, and (since 3 December) the last day's arrivals as the ETAs'
 inflow and a full track record of first ETAs against first starts (``HISTORY_N``: 1,000,
-3,000 since 3 December, evening), as a live scheduler hands the policy, so every branch of
+3,000 since 3 December, 08:30 UTC), as a live scheduler hands the policy, so every branch of
 the pass does its work (the two add ~15–20 % at 10k).
 The JSON holds the median and p95 over ``--repeat`` passes; stdout also shows how the time
 grows with the queue, and baselines measured in the same run on the same state: FIFO, the
