@@ -39,6 +39,23 @@ def job_writes(queries) -> list[tuple[int, tuple[str, ...]]]:
     return sorted(out)
 
 
+def queue_behind_a_long_job(alice, bob, waiting: int):
+    """A 50-epoch 2-GPU job running on the one node and ``waiting`` 2-GPU jobs queued behind it,
+    planned and written once: (now, the queued jobs by id, the plan's queue entries)."""
+    from apps.scheduling import policy
+    from apps.scheduling.loop import queue_update
+
+    submit(bob, epochs=50, resources={"gpu": 2})
+    for k in range(waiting):
+        submit(alice if k % 2 else bob, epochs=5 + k, resources={"gpu": 2})
+    now = timezone.now()
+    plan_and_start(now)
+    state, jobs_by_id = cluster_state(now)
+    entries = policy.plan(state, now.timestamp()).queue
+    assert len(entries) == waiting and queue_update(entries, jobs_by_id, now) == 0  # nothing changed
+    return now, jobs_by_id, entries
+
+
 def test_one_arrival_ahead_rewrites_every_position_in_one_statement(alice, bob, demo_registered, node):
     """node-a has 2 GPUs: one 2-GPU job runs, twelve wait. A high-priority arrival moves every
     waiting job back one place: all twelve rows are written, as one statement, not twelve."""
@@ -223,17 +240,9 @@ def test_a_row_whose_only_news_is_its_position_gets_only_its_position_and_reason
     and so is one whose reason names another clock time than its stored ETA's."""
     from dataclasses import replace
 
-    from apps.scheduling import policy
     from apps.scheduling.loop import CLOCK_IN_REASON, queue_update
 
-    submit(bob, epochs=50, resources={"gpu": 2})
-    for k in range(5):
-        submit(alice if k % 2 else bob, epochs=5 + k, resources={"gpu": 2})
-    now = timezone.now()
-    plan_and_start(now)
-    state, jobs_by_id = cluster_state(now)
-    entries = policy.plan(state, now.timestamp()).queue
-    assert len(entries) == 5 and queue_update(entries, jobs_by_id, now) == 0
+    now, jobs_by_id, entries = queue_behind_a_long_job(alice, bob, 5)
     assert all(CLOCK_IN_REASON.search(e.reason) for e in entries)  # "…; expected 14:20 UTC"
 
     def other_clock(match) -> str:
@@ -259,16 +268,9 @@ def test_an_eta_that_drifts_by_less_than_its_slack_is_not_rewritten_and_one_that
     rolling over a minute); a move beyond that is written, reason and all."""
     from dataclasses import replace
 
-    from apps.scheduling import policy
     from apps.scheduling.loop import ETA_SLACK_FRACTION, queue_update
 
-    submit(bob, epochs=50, resources={"gpu": 2})
-    waiting = [submit(alice if k % 2 else bob, epochs=5 + k, resources={"gpu": 2}) for k in range(6)]
-    now = timezone.now()
-    plan_and_start(now)
-    state, jobs_by_id = cluster_state(now)
-    entries = policy.plan(state, now.timestamp()).queue
-    assert queue_update(entries, jobs_by_id, now) == 0  # nothing changed
+    now, jobs_by_id, entries = queue_behind_a_long_job(alice, bob, 6)
     last = entries[-1]
     stored = Job.objects.get(pk=last.job_id)
     wait_s = last.estimated_start - now.timestamp()
@@ -291,7 +293,6 @@ def test_an_eta_that_drifts_by_less_than_its_slack_is_not_rewritten_and_one_that
     written = Job.objects.get(pk=last.job_id)
     assert written.estimated_start_at.timestamp() == pytest.approx(last.estimated_start + large, abs=1e-3)
     assert written.reason.endswith(time_text(last.estimated_start + large)) and written.reason != stored.reason
-    assert len(waiting) == 6
 
 
 def time_text(t: float) -> str:
@@ -311,17 +312,10 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
     import random
     from dataclasses import replace
 
-    from apps.scheduling import loop, policy
+    from apps.scheduling import loop
     from apps.scheduling.loop import ETA_SLACK_FRACTION, ETA_SLACK_S, PRIORITY_SLACK, queue_update
 
-    submit(bob, epochs=50, resources={"gpu": 2})
-    for k in range(6):
-        submit(alice if k % 2 else bob, epochs=5 + k, resources={"gpu": 2})
-    now = timezone.now()
-    plan_and_start(now)
-    state, jobs_by_id = cluster_state(now)
-    entries = policy.plan(state, now.timestamp()).queue
-    assert queue_update(entries, jobs_by_id, now) == 0
+    now, jobs_by_id, entries = queue_behind_a_long_job(alice, bob, 6)
     now_s = now.timestamp()
     rng = random.Random(7)
 
