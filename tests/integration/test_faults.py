@@ -120,6 +120,8 @@ def test_it_requeues_a_dead_nodes_job_and_another_worker_finishes_it(live, alice
     with InvariantWatch() as watch:
         wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
         epochs_before = job(job_id).epochs_done
+        # Seen alive first: otherwise the wait below for it to die passes however it goes.
+        assert training_processes().get(job_id), "the job's training was not found"
         killed_at = time.time()
         live.kill("worker")
         wait_for(lambda: not training_processes().get(job_id), 10, what="the orphaned training to die")
@@ -232,6 +234,8 @@ def test_it_falls_back_to_the_previous_checkpoint_when_the_newest_is_truncated(l
     live.start_worker()
     job_id = submit(api_client(alice), epochs=8, retries=RETRIES)
     wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).count() >= 2, 240, what="two checkpoints")
+    # Seen alive first, so the wait for it to die is not vacuous: the file is truncated next.
+    assert training_processes().get(job_id), "the job's training was not found"
     live.kill("worker")
     wait_for(lambda: not training_processes().get(job_id), 10, what="training to die with its worker")
     newest = Checkpoint.objects.filter(job_id=job_id).order_by("-epoch").first()
@@ -376,12 +380,16 @@ def test_it_times_out_a_job_and_stops_its_process_tree(live, alice):
     live.start_worker()
     job_id = submit(api_client(alice), epochs=300, name="too-long", timeout=12)
     wait_for(lambda: job(job_id).state == JobState.RUNNING, 60, what="the job to run")
+    # Its training seen alive (else the wait below for it to be gone proves nothing).
+    wait_for(lambda: training_processes().get(job_id), 30, interval=0.1, what="the training process")
     wait_for(lambda: finished(job_id), 12 + 30, what="the timeout")
     final = job(job_id)
     assert final.state == JobState.TIMED_OUT and "timeout" in final.error
     assert (final.finished_at - final.started_at).total_seconds() <= 12 + 10
     wait_for(lambda: not training_processes().get(job_id), 10, what="the process tree to be gone")
-    assert UsageRecord.objects.get(job_id=job_id).gpu_seconds >= 10
+    # The usage is charged after the timed_out state is committed (a separate write): wait for it.
+    usage = wait_for(lambda: UsageRecord.objects.filter(job_id=job_id).first(), 10, what="the usage record")
+    assert usage.gpu_seconds >= 10
 
 
 @pytest.mark.one_database
@@ -426,14 +434,16 @@ def assert_no_zygote_socket(worker_pid: int) -> None:
 
 def zygote_pids() -> list[int]:
     pids = []
+    # This test run's zygotes only: their config dir is our DATA_DIR's (gpu_worker.start_zygote).
+    # The whole word, not a substring: var/test is in var/test/gw0's path (another session's).
+    config_dir = str(settings.DATA_DIR / "ultralytics-config").encode()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 words = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            # This test run's zygotes only: their config dir is under our DATA_DIR.
-            if b"worker.zygote" in words and any(str(settings.DATA_DIR).encode() in w for w in words):
+            if b"worker.zygote" in words and config_dir in words:
                 pids.append(int(entry.name))
     return pids
 
