@@ -85,7 +85,9 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
+        # After the command's name, which may hold spaces: a child forked by the zygote is
+        # retitled "python -m worker.train_child …", so its comm is "(python -m worke)".
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
     return state != "Z"
