@@ -98,6 +98,8 @@ def test_cancel_in_the_portal_is_scancel(slurm, live, alice):
     job_id = submit(client, SEED_SPEC.replace("epochs=2", "epochs=100"))
     slurm_id = slurm_job_of(job_id)
     wait_for(lambda: Job.objects.get(pk=job_id).epochs_done >= 1, timeout=240, what="the first epoch")
+    # The relay seen alive first: otherwise the wait below for it to exit proves nothing.
+    wait_for(lambda: relay_environ(job_id), timeout=60, what="the relay process")
     assert client.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 202
     wait_for(lambda: Job.objects.get(pk=job_id).state == JobState.CANCELLED, timeout=60, what="the cancel")
     assert slurm.jobs()[slurm_id]["job_state"] == "CANCELLED"
