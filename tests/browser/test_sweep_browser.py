@@ -9,6 +9,7 @@ import pytest
 from apps.jobs.models import ACTIVE_STATES, Job, JobState
 from apps.sweeps.models import Trial
 from apps.sweeps.services import sweeps_advance
+from tests.integration.live import wait_for
 from tests.sweeps.conftest import finish, report, start, submit_sweep, train, trial_jobs
 
 from .conftest import screenshot, sign_in
@@ -110,6 +111,8 @@ def test_a_sweep_from_the_sweep_tab_fills_in_live_and_cancels_with_its_trials(li
     screenshot(page, "31-sweep-live")
     page.click("#cancel-button")
     page.wait_for_selector("#state[data-state='cancelled']")
-    assert {j.state for j in trial_jobs(parent)} == {JobState.CANCELLED}
+    # The pill can turn before the trials do: sweep_cancel commits the parent first, then cancels
+    # each trial, and the page's poll may land in between (it renders the parent's state).
+    wait_for(lambda: {j.state for j in trial_jobs(parent)} == {JobState.CANCELLED}, 10, what="the trials cancelled")
     assert Trial.objects.filter(sweep=parent).count() == 2
     assert page.errors == []
