@@ -527,16 +527,20 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
                 job_event(current, "export_failed", f"{failure.get('format')} export failed: {failure['error']}",
                           {"format": failure.get("format"), "verification": failure.get("verification") or {}})
         return "succeeded"
+    # Each final state below is one transaction with its usage and its event, as a success is:
+    # whoever sees the job ended sees it charged (a crash between the writes lost the charge).
     if outcome == "cancelled":
-        if job_transition(current.pk, to=JobState.CANCELLED, exit_code=exit_code, **mine):
-            usage_charge(current, ended_at=now)
-            job_event(current, "cancelled", "cancelled; the training process tree was stopped")
+        with transaction.atomic():
+            if job_transition(current.pk, to=JobState.CANCELLED, exit_code=exit_code, **mine):
+                usage_charge(current, ended_at=now)
+                job_event(current, "cancelled", "cancelled; the training process tree was stopped")
         return "cancelled"
     if outcome == "timed_out":
         message = f"exceeded its timeout of {current.timeout_s} s"
-        if job_transition(current.pk, to=JobState.TIMED_OUT, exit_code=exit_code, error=message, **mine):
-            usage_charge(current, ended_at=now)
-            job_event(current, "timed_out", message)
+        with transaction.atomic():
+            if job_transition(current.pk, to=JobState.TIMED_OUT, exit_code=exit_code, error=message, **mine):
+                usage_charge(current, ended_at=now)
+                job_event(current, "timed_out", message)
         return "timed_out"
     if outcome == "killed" and current.attempt <= current.retries_left + MAX_INFRA_REQUEUES:
         usage_charge(current, ended_at=now)
@@ -553,9 +557,10 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
                        reason=f"failed ({error.splitlines()[0]}); retrying, "
                               f"{current.retries_left - 1} retries left after this one"):
             return "retry"
-    if job_transition(current.pk, to=JobState.FAILED, exit_code=exit_code, error=error, **mine):
-        usage_charge(current, ended_at=now)
-        job_event(current, "failed", error.splitlines()[0] if error else "failed")
+    with transaction.atomic():
+        if job_transition(current.pk, to=JobState.FAILED, exit_code=exit_code, error=error, **mine):
+            usage_charge(current, ended_at=now)
+            job_event(current, "failed", error.splitlines()[0] if error else "failed")
     return "failed"
 
 

@@ -105,6 +105,32 @@ def test_cancel_and_timeout_are_final(running, outcome, state):
     assert job.state == state and job.finished_at and kinds(job)[-1] == outcome
 
 
+
+@pytest.mark.parametrize("outcome, retries_left", [("cancelled", 1), ("timed_out", 1), ("failed", 0)])
+def test_a_final_state_is_one_write_with_its_usage_and_event(running, outcome, retries_left, monkeypatch):
+    """Cancelled, timed out or failed for good: the state, the GPU time charged and the event are
+    one transaction, as a success is. A fault while charging (the process dies, the database
+    refuses) leaves the job as it was, for the reaper, never ended without its usage."""
+    import apps.jobs.services as services
+
+    Job.objects.filter(pk=running.pk).update(retries_left=retries_left)
+    running.refresh_from_db()
+
+    def broken(job, *, ended_at):
+        raise RuntimeError("the database went away")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(services, "usage_charge", broken)
+        with pytest.raises(RuntimeError):
+            attempt_finish(running, outcome=outcome, exit_code=1, error="training error: boom")
+    job = Job.objects.get(pk=running.pk)
+    assert job.state == JobState.RUNNING and not UsageRecord.objects.filter(job=job).exists()
+    assert outcome not in kinds(job)
+    assert attempt_finish(running, outcome=outcome, exit_code=1, error="training error: boom") == outcome
+    job = Job.objects.get(pk=running.pk)
+    assert job.state == outcome and UsageRecord.objects.filter(job=job, attempt=job.attempt).count() == 1
+    assert kinds(job)[-1] == outcome
+
 def test_a_killed_training_is_requeued_without_spending_a_retry(running):
     assert attempt_finish(running, outcome="killed", exit_code=-9, error="killed") == "requeued"
     job = Job.objects.get(pk=running.pk)
