@@ -297,16 +297,13 @@ def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
     return written
 
 
-# _no_news checks these three itself; a field added to QUEUE_INFO_FIELDS must be added there.
-assert EXACT_FIELDS == ("priority_factors", "predicted_start_at", "predicted_model_start_at"), EXACT_FIELDS
-
-
-def _no_news(job: Job, entry, now_s: float) -> bool:
+def _no_news(job: Job, entry: policy.QueueEntry, now_s: float) -> bool:
     """True only where queue_update's full comparison would find nothing to write, decided on
     floats (a steady pass at 10,000 queued made three datetimes and a dict per row to find
     that nothing changed: most of its queue write-back's time). False = not sure: the full
     comparison decides. An ETA within 10 µs of its slack's edge is left to it too
-    (the stored time is rounded to the microsecond there)."""
+    (the stored time is rounded to the microsecond there). It checks each of
+    ``QUEUE_INFO_FIELDS`` itself: a field added there must be added here (a test says so)."""
     if job.queue_position != entry.position:
         return False
     if not abs(job.priority_score - round(entry.priority, 3)) < PRIORITY_SLACK:

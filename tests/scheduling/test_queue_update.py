@@ -315,6 +315,11 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
     from apps.scheduling import loop
     from apps.scheduling.loop import ETA_SLACK_FRACTION, ETA_SLACK_S, PRIORITY_SLACK, queue_update
 
+    # _no_news compares these fields one by one: a new one must be added there (and below).
+    assert QUEUE_INFO_FIELDS == ("queue_position", "estimated_start_at", "estimated_start_low_at",
+                                 "estimated_start_high_at", "reason", "priority_score", "priority_factors",
+                                 "predicted_start_at", "predicted_model_start_at")
+
     now, jobs_by_id, entries = queue_behind_a_long_job(alice, bob, 6)
     now_s = now.timestamp()
     rng = random.Random(7)
