@@ -7,6 +7,7 @@ node change) and at least every ``SCHEDULER_TICK_S`` seconds.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from django.utils import timezone
 
 from apps.cluster.models import Node
 from apps.cluster.services import node_mark_lost
-from apps.jobs.models import HOLDING_STATES, QUEUE_INFO_FIELDS, Job, JobState
+from apps.jobs.models import HOLDING_STATES, Job, JobState
 from apps.jobs.services import (
     attempt_lost,
     attempt_preempt,
@@ -223,7 +224,6 @@ def _plan_and_start(now: datetime | None, token: int | None, rows: QueueRows | N
     return bool(started) or bool(plan.preemptions)
 
 
-ETA_FIELDS = ("estimated_start_at", "estimated_start_low_at", "estimated_start_high_at")
 # An ETA that moved less than this, or less than ETA_SLACK_FRACTION of the time still to wait
 # for it, is not news: an ETA two days out drifting by minutes is not worth rewriting (at
 # 10,000 queued nearly every stored ETA drifted past a fixed 30 s between passes: the
@@ -236,8 +236,6 @@ CLOCK_IN_REASON = re.compile(r"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2} UTC")
 # Priority points: the age factor alone adds weight_age / age_cap_s points per second
 # (~0.003 with the defaults), so a score compared exactly changes on every pass.
 PRIORITY_SLACK = 1.0
-EXACT_FIELDS = tuple(f for f in QUEUE_INFO_FIELDS
-                     if f not in (*ETA_FIELDS, "priority_score", "reason", "queue_position"))
 
 
 def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
@@ -252,22 +250,27 @@ def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
     A row whose only news is its position or its reason (which says how many jobs are ahead,
     and names the same clock time) gets those two alone: after an arrival at the head of
     10,000 jobs, about half the rows, and most of the write's CPU was converting the other
-    fields' values (timestamps, JSON). Any other news rewrites all its fields. The jobs in
-    ``jobs_by_id`` then hold what was written (a scheduler's QueueRows keeps them for its
-    next pass). Returns the rows written.
+    fields' values (timestamps, JSON). Any other news rewrites all its fields (:func:`_news`
+    decides which, on floats). The jobs in ``jobs_by_id`` then hold what was written (a
+    scheduler's QueueRows keeps them for its next pass). Returns the rows written.
     """
     now = now or timezone.now()
     now_s = now.timestamp()
+    now_us = (now - EPOCH) // ONE_US
     updates = []
     for entry in entries:
         job = jobs_by_id.get(entry.job_id)
         if job is None:
             continue
-        if _no_news(job, entry, now_s):
-            continue  # most rows of a steady pass: decided without making a datetime or a dict
+        news = _news(job, entry, now_s, now_us)
+        if news == NO_NEWS:
+            continue  # most rows of a steady pass
+        if news == POSITION_NEWS:
+            updates.append((job, {"queue_position": entry.position, "reason": entry.reason[:300]}))
+            continue
         eta, low, high = (None if t is None else datetime.fromtimestamp(t, tz=UTC)
                           for t in (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high))
-        new = {
+        updates.append((job, {
             "queue_position": entry.position,
             "estimated_start_at": eta,
             "estimated_start_low_at": low,
@@ -278,18 +281,7 @@ def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
             "predicted_start_at": job.predicted_start_at or eta,
             "predicted_model_start_at": job.predicted_model_start_at or (
                 eta if entry.estimated_start_model is None else datetime.fromtimestamp(entry.estimated_start_model, tz=UTC)),
-        }
-        if (all(getattr(job, f) == new[f] for f in EXACT_FIELDS)
-                and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK
-                and all(same_eta(getattr(job, f), new[f], now) for f in ETA_FIELDS)):
-            if job.queue_position == entry.position and same_reason(job.reason, new["reason"], eta):
-                continue
-            # Position and reason alone, unless the reason names another clock time than the
-            # stored ETA's: then the ETA goes with it (the row stays consistent).
-            if CLOCK_IN_REASON.findall(job.reason) == CLOCK_IN_REASON.findall(new["reason"]):
-                updates.append((job, {"queue_position": entry.position, "reason": new["reason"]}))
-                continue
-        updates.append((job, new))
+        }))
     written = job_queue_info_set([(job.pk, news) for job, news in updates])
     for job, news in updates:
         for name, value in news.items():
@@ -297,55 +289,79 @@ def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
     return written
 
 
-def _no_news(job: Job, entry: policy.QueueEntry, now_s: float) -> bool:
-    """True only where queue_update's full comparison would find nothing to write, decided on
-    floats (a steady pass at 10,000 queued made three datetimes and a dict per row to find
-    that nothing changed: most of its queue write-back's time). False = not sure: the full
-    comparison decides. An ETA within 10 µs of its slack's edge is left to it too
-    (the stored time is rounded to the microsecond there). It checks each of
-    ``QUEUE_INFO_FIELDS`` itself: a field added there must be added here (a test says so)."""
-    if job.queue_position != entry.position:
-        return False
+NO_NEWS, POSITION_NEWS, ALL_NEWS = "none", "position", "all"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ONE_US = timedelta(microseconds=1)
+
+
+def _news(job: Job, entry: policy.QueueEntry, now_s: float, now_us: int) -> str:
+    """What of ``entry`` is news against the stored ``job``: ``NO_NEWS``; ``POSITION_NEWS``
+    (its position or reason changed, the reason naming the same clock times: those two are
+    written); ``ALL_NEWS`` (anything else: every field is written).
+
+    Decided on the entry's floats without making a datetime or a dict (a steady pass at
+    10,000 queued made three datetimes and a dict per row to find that nothing changed:
+    most of its write-back's time), yet exactly as if the new ETAs were the datetimes
+    written (rounded to the microsecond): see :func:`_same_eta`. It checks each of
+    ``QUEUE_INFO_FIELDS`` itself: a field added there must be added here (a test says so).
+    """
     if not abs(job.priority_score - round(entry.priority, 3)) < PRIORITY_SLACK:
-        return False
+        return ALL_NEWS
     for old, new in ((job.estimated_start_at, entry.estimated_start),
                      (job.estimated_start_low_at, entry.estimated_start_low),
                      (job.estimated_start_high_at, entry.estimated_start_high)):
         if old is None or new is None:
             if old is not new:
-                return False
-            continue
-        old_s = old.timestamp()
-        slack = old_s - now_s
-        slack = ETA_SLACK_S if slack * ETA_SLACK_FRACTION < ETA_SLACK_S else slack * ETA_SLACK_FRACTION
-        if not abs(old_s - new) < slack - 1e-5:
-            return False
+                return ALL_NEWS
+        elif not _same_eta(old, new, now_s, now_us):
+            return ALL_NEWS
     # predicted_*: the first ETA, kept once set; unset, it would be set now unless there is none
     if job.predicted_start_at is None and entry.estimated_start is not None:
-        return False
+        return ALL_NEWS
     if job.predicted_model_start_at is None and (entry.estimated_start is not None
                                                  or entry.estimated_start_model is not None):
-        return False
+        return ALL_NEWS
+    if job.priority_factors != {k: round(v, 3) for k, v in entry.factors.items()}:
+        return ALL_NEWS
     reason = entry.reason[:300]
-    if job.reason != reason and (entry.estimated_start is None
-                                 or CLOCK_IN_REASON.sub("", job.reason) != CLOCK_IN_REASON.sub("", reason)):
-        return False
-    return job.priority_factors == {k: round(v, 3) for k, v in entry.factors.items()}
+    same_reason = job.reason == reason
+    if job.queue_position == entry.position and (same_reason or (
+            # clock times alone moved: they follow the ETA, which is not news (without an
+            # ETA, a quota's "until" is compared as it is)
+            entry.estimated_start is not None
+            and CLOCK_IN_REASON.sub("", job.reason) == CLOCK_IN_REASON.sub("", reason))):
+        return NO_NEWS
+    if same_reason or CLOCK_IN_REASON.findall(job.reason) == CLOCK_IN_REASON.findall(reason):
+        return POSITION_NEWS  # the position, or how many jobs are ahead, with the same clock times
+    # The reason names other clock times than the stored ETA's: the ETA goes with it (the
+    # row stays consistent).
+    return ALL_NEWS
 
 
-def same_eta(old: datetime | None, new: datetime | None, now: datetime) -> bool:
-    if old is None or new is None:
-        return old is new
-    slack = max(ETA_SLACK_S, ETA_SLACK_FRACTION * (old - now).total_seconds())
-    return abs((old - new).total_seconds()) < slack
+def _same_eta(old: datetime, new: float, now_s: float, now_us: int) -> bool:
+    """Whether the stored ETA ``old`` and the planned ``new`` (seconds) are the same ETA:
+    closer than ``ETA_SLACK_S`` or ``ETA_SLACK_FRACTION`` of ``old``'s distance from now.
 
-
-def same_reason(old: str, new: str, eta: datetime | None) -> bool:
-    """Equal, or equal but for clock times while there is an ETA (which they follow; a quota's
-    "until" without an ETA is compared as it is)."""
-    if old == new:
+    On floats; within 10 µs of the slack's edge, where float error and the microsecond
+    rounding of the datetime that would be stored could tip it, in integer microseconds
+    exactly as the datetimes compare: ``datetime.fromtimestamp`` rounds half to even
+    (CPython's ``_PyTime_ROUND_HALF_EVEN``) after splitting off the whole seconds, and
+    ``timedelta.total_seconds`` is the microseconds divided exactly.
+    """
+    old_s = old.timestamp()
+    slack = (old_s - now_s) * ETA_SLACK_FRACTION
+    if slack < ETA_SLACK_S:
+        slack = ETA_SLACK_S
+    moved = abs(old_s - new)
+    if moved < slack - 1e-5:
         return True
-    return eta is not None and CLOCK_IN_REASON.sub("", old) == CLOCK_IN_REASON.sub("", new)
+    if moved > slack + 1e-5:
+        return False
+    old_us = (old - EPOCH) // ONE_US
+    frac, whole = math.modf(new)
+    new_us = int(whole) * 1_000_000 + round(frac * 1e6)
+    slack = max(ETA_SLACK_S, ETA_SLACK_FRACTION * ((old_us - now_us) / 1_000_000))
+    return abs(old_us - new_us) / 1_000_000 < slack
 
 
 def tick(now: datetime | None = None, token: int | None = None, rows: QueueRows | None = None) -> bool:

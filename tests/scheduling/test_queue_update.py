@@ -301,13 +301,58 @@ def time_text(t: float) -> str:
     return fmt_time(t, t - 60)
 
 
-def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(alice, bob, demo_registered, node,
-                                                                                monkeypatch):
-    """queue_update decides most rows of a steady pass on floats (``_no_news``) before making
-    datetimes and dicts; with it switched off (the full comparison alone) every perturbation of a
-    stored row — each field, near each slack's edge, None against a value either way, a reason's
-    clock times without an ETA, the model's point alone — writes the same rows
-    with the same values."""
+def reference_writes(entries, jobs_by_id, now: datetime) -> list:
+    """What queue_update writes, decided the plain way (the comparison it made until 3 December,
+    kept here as the oracle): each entry's new values as the datetimes and dicts that would be
+    stored, compared field by field with the stored job."""
+    from apps.scheduling.loop import CLOCK_IN_REASON, ETA_SLACK_FRACTION, ETA_SLACK_S, PRIORITY_SLACK
+
+    def same_eta(old, new) -> bool:
+        if old is None or new is None:
+            return old is new
+        slack = max(ETA_SLACK_S, ETA_SLACK_FRACTION * (old - now).total_seconds())
+        return abs((old - new).total_seconds()) < slack
+
+    def same_reason(old: str, new: str, eta) -> bool:
+        return old == new or (eta is not None and CLOCK_IN_REASON.sub("", old) == CLOCK_IN_REASON.sub("", new))
+
+    eta_fields = ("estimated_start_at", "estimated_start_low_at", "estimated_start_high_at")
+    exact_fields = ("priority_factors", "predicted_start_at", "predicted_model_start_at")
+    updates = []
+    for entry in entries:
+        job = jobs_by_id[entry.job_id]
+        eta, low, high = (None if t is None else datetime.fromtimestamp(t, tz=UTC)
+                          for t in (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high))
+        new = {
+            "queue_position": entry.position,
+            "estimated_start_at": eta,
+            "estimated_start_low_at": low,
+            "estimated_start_high_at": high,
+            "reason": entry.reason[:300],
+            "priority_score": round(entry.priority, 3),
+            "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
+            "predicted_start_at": job.predicted_start_at or eta,
+            "predicted_model_start_at": job.predicted_model_start_at or (
+                eta if entry.estimated_start_model is None else datetime.fromtimestamp(entry.estimated_start_model, tz=UTC)),
+        }
+        if (all(getattr(job, f) == new[f] for f in exact_fields)
+                and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK
+                and all(same_eta(getattr(job, f), new[f]) for f in eta_fields)):
+            if job.queue_position == entry.position and same_reason(job.reason, new["reason"], eta):
+                continue
+            if CLOCK_IN_REASON.findall(job.reason) == CLOCK_IN_REASON.findall(new["reason"]):
+                updates.append((job.pk, {"queue_position": entry.position, "reason": new["reason"]}))
+                continue
+        updates.append((job.pk, new))
+    return sorted((str(pk), sorted(news.items())) for pk, news in updates)
+
+
+def test_queue_update_writes_what_the_plain_comparison_would(alice, bob, demo_registered, node, monkeypatch):
+    """queue_update decides each row on floats (``loop._news``), making datetimes and dicts only
+    for the rows it writes; against the plain comparison (:func:`reference_writes`) every
+    perturbation of a stored row — each field, near each slack's edge and on it to the
+    microsecond's rounding, None against a value either way, a reason's clock times without an
+    ETA, the model's point alone — writes the same rows with the same values."""
     import copy
     import random
     from dataclasses import replace
@@ -315,7 +360,7 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
     from apps.scheduling import loop
     from apps.scheduling.loop import ETA_SLACK_FRACTION, ETA_SLACK_S, PRIORITY_SLACK, queue_update
 
-    # _no_news compares these fields one by one: a new one must be added there (and below).
+    # _news compares these fields one by one: a new one must be added there (and above).
     assert QUEUE_INFO_FIELDS == ("queue_position", "estimated_start_at", "estimated_start_low_at",
                                  "estimated_start_high_at", "reason", "priority_score", "priority_factors",
                                  "predicted_start_at", "predicted_model_start_at")
@@ -327,8 +372,8 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
     def perturbed(entry, stored: dict):
         if rng.random() < 0.5:  # most rows of a pass have no news: some passes then write nothing
             return entry
-        field = rng.choice(["eta", "low", "high", "near", "priority", "factor", "position", "reason_clock", "reason",
-                            "none", "model", "stored_none", "no_eta_clock", "model_only", "nothing"])
+        field = rng.choice(["eta", "low", "high", "near", "edge", "priority", "factor", "position", "reason_clock",
+                            "reason", "none", "model", "stored_none", "no_eta_clock", "model_only", "nothing"])
         no_eta = {"estimated_start": None, "estimated_start_low": None, "estimated_start_high": None}
         if field in ("stored_none", "no_eta_clock", "model_only"):  # a stored row without an ETA
             job = stored[entry.job_id] = copy.copy(stored[entry.job_id])
@@ -347,6 +392,13 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
             job.estimated_start_at = now + timedelta(seconds=300)
             by = rng.choice([0.5, 0.99999, 1.0, 1.00001, 2])
             return replace(entry, estimated_start=now_s + 300 + rng.choice([-1, 1]) * ETA_SLACK_S * by)
+        if field == "edge":  # on the slack's edge to within the rounding of the microsecond stored
+            job = stored[entry.job_id] = copy.copy(stored[entry.job_id])
+            job.estimated_start_at = now + timedelta(seconds=rng.choice([300, 86_400 + 0.123457]))
+            old = job.estimated_start_at.timestamp()
+            slack = max(ETA_SLACK_S, ETA_SLACK_FRACTION * (old - now_s))
+            by = rng.choice([-1e-6, -0.5e-6, -0.4e-6, 0.0, 0.4e-6, 0.5e-6, 0.6e-6, 1e-6])
+            return replace(entry, estimated_start=old + rng.choice([-1, 1]) * (slack + by))
         if field in ("eta", "low", "high"):  # around the slack of the stored time
             name, stored_name = {"eta": ("estimated_start", "estimated_start_at"),
                                  "low": ("estimated_start_low", "estimated_start_low_at"),
@@ -372,12 +424,10 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
             return replace(entry, estimated_start_model=None if rng.random() < 0.5 else entry.estimated_start_model + 60)
         return entry
 
-    def writes(queue, shortcut: bool, stored: dict) -> list:
+    def writes(queue, stored: dict) -> list:
         got: list = []
         with monkeypatch.context() as patch:
             patch.setattr(loop, "job_queue_info_set", lambda updates: got.extend(updates) or len(updates))
-            if not shortcut:
-                patch.setattr(loop, "_no_news", lambda job, entry, now_s: False)
             queue_update(queue, {key: copy.copy(job) for key, job in stored.items()}, now)
         return sorted((str(pk), sorted(news.items())) for pk, news in got)
 
@@ -389,8 +439,8 @@ def test_the_no_news_shortcut_never_hides_news_the_full_comparison_would_write(a
                 for job in stored.values():
                     setattr(job, name, None)
         queue = [perturbed(entry, stored) for entry in entries]
-        full = writes(queue, False, stored)
-        assert writes(queue, True, stored) == full
+        expected = reference_writes(queue, stored, now)
+        assert writes(queue, stored) == expected
         cases += 1
-        written += bool(full)
+        written += bool(expected)
     assert cases == 300 and 0 < written < 300  # both outcomes exercised
