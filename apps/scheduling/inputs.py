@@ -104,17 +104,26 @@ def lean(jobs: QuerySet[Job], *also: str) -> QuerySet[Job]:
     return jobs.only(*REQUEST_FIELDS, *also).annotate(team_slug=F("team__slug"), username=F("user__username"))
 
 
-def recent_arrivals(now: datetime, model: RuntimeModel | None, limit: int = 500) -> tuple[JobRequest, ...]:
-    """Jobs submitted in the last day: the inflow the ETA ranges expect to continue."""
-    recent = list(lean(Job.objects.filter(created_at__gte=now - DAY)).order_by("-created_at")[:limit])
-    estimates = job_estimates(recent, [], now, model).runtime_s if recent else {}
-    return tuple(
-        JobRequest(job_id=str(j.pk), team=j.team_slug, user=j.username, submitted_at=j.created_at.timestamp(),
-                   gpus=j.gpus, priority_class=j.priority_class, gpu_models=tuple(j.spec.get("gpu_models") or ()),
-                   image=j.spec.get("image") or "",
-                   timeout_s=float(j.timeout_s), walltime_s=estimates.get(str(j.pk)))
-        for j in recent
-    )
+ARRIVALS_LIMIT = 500  # the newest this many of the last day's submits
+
+
+def recent_arrivals(now: datetime, model: RuntimeModel | None, rows: QueueRows | None = None) -> tuple[JobRequest, ...]:
+    """Jobs submitted in the last day, newest first (at most ``ARRIVALS_LIMIT``): the inflow
+    the ETA ranges expect to continue. ``rows``: a scheduler's QueueRows, whose kept
+    requests are reused (``QueueRows.arrivals``)."""
+    if rows is not None:
+        return rows.arrivals(now, model)
+    recent = list(lean(Job.objects.filter(created_at__gte=now - DAY)).order_by("-created_at")[:ARRIVALS_LIMIT])
+    images = dataset_images(recent)
+    by_mode: dict[str, float | None] = {}
+    return tuple(arrival_request(j, runtime_estimate(estimate_basis(j, images), model, by_mode)) for j in recent)
+
+
+def arrival_request(job: Job, walltime_s: float | None) -> JobRequest:
+    return JobRequest(job_id=str(job.pk), team=job.team_slug, user=job.username,
+                      submitted_at=job.created_at.timestamp(), gpus=job.gpus, priority_class=job.priority_class,
+                      gpu_models=tuple(job.spec.get("gpu_models") or ()), image=job.spec.get("image") or "",
+                      timeout_s=float(job.timeout_s), walltime_s=walltime_s)
 
 
 def eta_history(now: datetime) -> tuple[tuple[float, float], ...]:
@@ -307,6 +316,7 @@ class QueueRows:
     model is fitted again (a job succeeded), and everything is read afresh every
     ``QUEUE_ROWS_MAX_AGE_S``, after any failed pass and when the leader's token changes
     (``loop.plan_and_start``), so a row is never trusted across another scheduler's passes.
+    The recent arrivals (the ETAs' inflow) are kept the same way (:meth:`arrivals`).
 
     ``cluster_state`` without one reads everything, as a one-off pass must.
     """
@@ -319,6 +329,9 @@ class QueueRows:
         self.fitted: object = None  # estimates.fit_generation() the requests were estimated under
         self.read_at = -math.inf  # time.monotonic() of the last whole read
         self.token: int | None = None
+        self.arrival_rows: dict = {}  # pk -> (key, estimates.Basis, JobRequest) of recent_arrivals
+        self.arrivals_fitted: object = None
+        self.arrivals_read_at = -math.inf
 
     def read(self, model: RuntimeModel | None) -> tuple[dict[str, Job], tuple[JobRequest, ...]]:
         """The queued jobs by id and their requests, in the database's order."""
@@ -357,6 +370,38 @@ class QueueRows:
         self.rows, self.fitted = rows, fitted
         return ({request.job_id: job for _, job, _, request in rows.values()},
                 tuple(request for *_, request in rows.values()))
+
+    def arrivals(self, now: datetime, model: RuntimeModel | None) -> tuple[JobRequest, ...]:
+        """:func:`recent_arrivals`, reading only the rows that are new or changed since the
+        last pass (the key ``ROW_KEY_FIELDS``, as the queue's; their estimates made again when
+        the model is fitted again; everything read afresh every ``QUEUE_ROWS_MAX_AGE_S``).
+        Reading and estimating the 500 newest jobs every pass was ~a quarter of the live
+        pass's input building at 10,000 queued (48 of 178 ms of CPU, SQLite)."""
+        keys = list(Job.objects.filter(created_at__gte=now - DAY).order_by("-created_at")
+                    .values_list("pk", *ROW_KEY_FIELDS)[:ARRIVALS_LIMIT])
+        if time.monotonic() - self.arrivals_read_at > QUEUE_ROWS_MAX_AGE_S:
+            self.arrival_rows, self.arrivals_read_at = {}, time.monotonic()
+        kept = self.arrival_rows
+        new = [pk for pk, *key in keys if pk not in kept or kept[pk][0] != key]
+        loaded = {j.pk: j for j in lean(Job.objects.filter(pk__in=new))} if new else {}
+        images = dataset_images(loaded.values()) if loaded else {}
+        fitted = fit_generation()
+        again = fitted is not self.arrivals_fitted
+        by_mode: dict[str, float | None] = {}
+        rows = {}
+        for pk, *key in keys:
+            if pk in loaded:
+                basis = estimate_basis(loaded[pk], images)
+                request = arrival_request(loaded[pk], runtime_estimate(basis, model, by_mode))
+            elif pk in kept and kept[pk][0] == key:
+                _, basis, request = kept[pk]
+                if again:
+                    request = replace(request, walltime_s=runtime_estimate(basis, model, by_mode))
+            else:
+                continue  # deleted between the two reads
+            rows[pk] = (key, basis, request)
+        self.arrival_rows, self.arrivals_fitted = rows, fitted
+        return tuple(request for *_, request in rows.values())
 
     def _load(self, raws: set, *, whole: bool, conn) -> dict:
         """raw pk -> Job for those of ``raws`` still queued; when ``whole``, for every queued job."""
@@ -418,7 +463,7 @@ def cluster_state(now: datetime | None = None, rows: QueueRows | None = None) ->
     state = ClusterState(
         nodes=infos, running=tuple(running), queued=queued, config=config, usage=usage,
         user_usage_24h=usage_24h, user_usage_expiry=expiry, team_urgent_usage_24h=urgent,
-        teams=team_policies(config), inflow=recent_arrivals(now, model), runtime_sigma=estimates.sigma,
+        teams=team_policies(config), inflow=recent_arrivals(now, model, rows), runtime_sigma=estimates.sigma,
         eta_history=eta_history(now) if config.policy == "fair" and config.eta_coverage > 0 else (),
     )
     return state, jobs_by_id

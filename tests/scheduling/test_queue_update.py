@@ -107,11 +107,17 @@ def queued_rows_read(queries) -> list[str]:
             and '"jobs_job"."queue_position"' in q["sql"] and '"jobs_job"."state" = \'queued\'' in q["sql"]]
 
 
+def arrival_rows_read(queries) -> list[str]:
+    """The statements that read recent arrivals' rows (by pk; a whole read filters on the day)."""
+    return [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")
+            and 'AS "team_slug"' in q["sql"] and '"jobs_job"."state"' not in q["sql"]]
+
+
 def test_a_kept_queue_reads_only_new_and_changed_rows_and_equals_a_whole_read(alice, bob, demo_registered, node):
     """A scheduler keeps its queue between passes (QueueRows). After each kind of change
     another process makes to the queue, its next pass reads only the rows that changed, and
-    what it plans from — every request, and the planner's fields it compares with — is what
-    reading the whole queue gives."""
+    what it plans from — every request, the recent arrivals (the ETAs' inflow) and the
+    planner's fields it compares with — is what reading the whole queue gives."""
     rows = QueueRows()
     submit(bob, epochs=50, resources={"gpu": 2})  # runs: the rest wait behind it
     for k in range(6):
@@ -123,14 +129,16 @@ def test_a_kept_queue_reads_only_new_and_changed_rows_and_equals_a_whole_read(al
     def waiting() -> Job:
         return Job.objects.filter(state=JobState.QUEUED).order_by("created_at").last()
 
-    def check(change, reads: int):
+    def check(change, reads: int, arrivals: int | None = None):
         change()
         now = timezone.now()
         with CaptureQueriesContext(connection) as queries:
             kept, kept_jobs = cluster_state(now, rows)
         assert len(queued_rows_read(queries)) == reads, queued_rows_read(queries)
+        assert len(arrival_rows_read(queries)) == (reads if arrivals is None else arrivals), arrival_rows_read(queries)
         whole, whole_jobs = cluster_state(now)
         assert sorted(kept.queued, key=lambda r: r.job_id) == sorted(whole.queued, key=lambda r: r.job_id)
+        assert kept.inflow == whole.inflow and len(kept.inflow) == Job.objects.count()
         assert {pk: {f: getattr(j, f) for f in QUEUE_INFO_FIELDS} for pk, j in kept_jobs.items()} == {
             pk: {f: getattr(j, f) for f in QUEUE_INFO_FIELDS} for pk, j in whole_jobs.items()}
         plan_and_start(rows=rows)  # and writes the new positions back, which the kept rows hold
@@ -141,8 +149,9 @@ def test_a_kept_queue_reads_only_new_and_changed_rows_and_equals_a_whole_read(al
     check(lambda: Job.objects.filter(pk=waiting().pk).update(gpus=1), reads=1)  # a superuser's edits
     check(lambda: Job.objects.filter(pk=waiting().pk).update(timeout_s=600), reads=1)
     check(lambda: job_cancel(job=waiting(), by=alice), reads=0)
-    check(lambda: finish(submit(alice, epochs=7), runtime_s=900.0), reads=0)  # a new model: estimates made again
-    assert rows.rows, "the rows were kept"
+    # a new job that succeeded (an arrival, not queued) and a new model: estimates made again
+    check(lambda: finish(submit(alice, epochs=7), runtime_s=900.0), reads=0, arrivals=1)
+    assert rows.rows and rows.arrival_rows, "the rows were kept"
 
 
 def test_a_kept_queue_is_read_whole_again_by_a_new_leader_and_after_a_failed_pass(alice, demo_registered, node):
