@@ -363,7 +363,7 @@ class QueueRows:
             elif raw in kept and raw not in new:
                 _, job, basis, request = kept[raw]
                 if again:
-                    request = replace(request, walltime_s=runtime_estimate(basis, model, by_mode))
+                    request = request.with_walltime(runtime_estimate(basis, model, by_mode))
             else:
                 continue  # it left the queue between the two reads
             rows[raw] = (key, job, basis, request)
@@ -396,7 +396,7 @@ class QueueRows:
             elif pk in kept and kept[pk][0] == key:
                 _, basis, request = kept[pk]
                 if again:
-                    request = replace(request, walltime_s=runtime_estimate(basis, model, by_mode))
+                    request = request.with_walltime(runtime_estimate(basis, model, by_mode))
             else:
                 continue  # deleted between the two reads
             rows[pk] = (key, basis, request)

@@ -75,6 +75,22 @@ def test_jobs_have_one_shape_number_exactly_when_they_have_one_shape() -> None:
         assert other.shape_id == j.shape_id
 
 
+def test_a_request_with_another_walltime_is_what_replace_makes(monkeypatch) -> None:
+    """``JobRequest.with_walltime`` (a kept queue estimated again) is ``dataclasses.replace``
+    field for field, the derived ones included (which ``==`` does not compare): no estimate,
+    one past the timeout, one under a second; also after the shape table was emptied."""
+    from apps.scheduling.policy import types
+
+    base = [job("a", gpus=2.0, gpu_models=("A100",), walltime_s=HOUR), job("b", gpus=0.5, walltime_s=None),
+            dataclasses.replace(job("c", walltime_s=HOUR), timeout_s=600.0)]
+    for request in base:
+        for walltime_s in (None, 30.0, 0.2, 2 * HOUR, 100 * HOUR):
+            assert vars(request.with_walltime(walltime_s)) == vars(dataclasses.replace(request, walltime_s=walltime_s))
+    monkeypatch.setattr(types, "_SHAPE_IDS_KEPT", 0)  # every new shape empties the table
+    job("other", image="build-x")
+    assert vars(base[0].with_walltime(5.0)) == vars(dataclasses.replace(base[0], walltime_s=5.0))
+
+
 def test_shape_numbers_stay_distinct_when_the_table_is_emptied(monkeypatch) -> None:
     """The table of shape numbers is emptied when large (a free-text image per build would
     grow it without end); numbers are never reused, so distinct shapes keep distinct ones."""
