@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
+from django.utils import timezone
 
 from apps.cluster.models import Node
 from apps.jobs.models import TERMINAL_STATES, Checkpoint, Job, JobEvent, JobState, MetricPoint
@@ -357,13 +358,19 @@ def test_it_finishes_every_accepted_job_exactly_once_under_concurrent_submission
 @pytest.mark.one_database
 def test_it_changes_nothing_when_a_worker_pauses_within_the_grace_period(live, alice):
     """A brief blip (SIGSTOP/SIGCONT of the whole worker for less than the grace) is not a loss."""
-    live.start_scheduler()
+    # The pause is twice the suspicion (three missed heartbeats, 3 s here), so the node is
+    # really suspected; the grace is 30 s (the default; the live tests' 8 s left ~3 s after a
+    # 4 s pause), so a loaded machine has 24 s for the worker to wake and beat again.
+    pause_s, suspect_s = 6.0, 3 * float(live.env()["HEARTBEAT_S"])
+    live.start_scheduler(NODE_GRACE_S="30")
     worker = live.start_worker()
     job_id = submit(api_client(alice), epochs=4, retries=RETRIES)
     wait_for(lambda: job(job_id).epochs_done >= 1, 180, what="the first epoch")
     os.killpg(worker.pid, signal.SIGSTOP)
-    time.sleep(float(live.env()["NODE_GRACE_S"]) / 2)
+    time.sleep(pause_s)
+    silent_s = (timezone.now() - Node.objects.get(name="node-a").last_heartbeat).total_seconds()
     os.killpg(worker.pid, signal.SIGCONT)
+    assert silent_s > suspect_s, f"the paused worker still heartbeated ({silent_s:.1f} s silent): no blip was tested"
     wait_for(lambda: finished(job_id), 180, what="the job to finish")
     final = job(job_id)
     assert final.state == JobState.SUCCEEDED and final.attempt == 1
