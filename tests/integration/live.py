@@ -42,6 +42,26 @@ def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "con
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def wait_for_scheduler_passes(after: float, passes: int = 1, timeout: float = 60) -> None:
+    """Wait until ``passes`` whole scheduler passes began after ``after`` (``time.time()``) and ended.
+
+    Each pass records its end time (apps.monitoring.recorders, for /metrics). A pass that ended
+    after ``after`` may have begun before it; the next one began after that end: so ``passes + 1``
+    distinct ends later than ``after`` are needed (one leader's passes run one after another)."""
+    from apps.core.redis_client import redis_client
+    from apps.monitoring.recorders import last_pass_time
+
+    ends: set[float] = set()
+
+    def seen() -> bool:
+        end = last_pass_time(redis_client())
+        if end is not None and end > after:
+            ends.add(end)
+        return len(ends) > passes
+
+    wait_for(seen, timeout, interval=0.05, what=f"{passes} scheduler pass(es) after the moment in question")
+
+
 class LiveSystem:
     def __init__(self, log_dir: Path, redis_url: str) -> None:
         self.log_dir = log_dir

@@ -20,7 +20,7 @@ from apps.registry.models import ModelVersion
 from apps.sweeps.models import Trial
 from tests.conftest import api_client
 
-from .live import InvariantWatch, fast_trainer, wait_for
+from .live import InvariantWatch, fast_trainer, wait_for, wait_for_scheduler_passes
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -116,7 +116,8 @@ def test_cancelling_the_sweep_stops_its_running_trials_and_submits_no_more(live,
     trials = list(Job.objects.filter(parent=parent))
     assert len(trials) == 2 and {j.state for j in trials} == {JobState.CANCELLED}
     assert all(j.epochs_done < 60 for j in trials)
-    time.sleep(4)  # a few scheduler passes later: still no new trial
+    # Two whole scheduler passes (each runs the sweep step) with both trials ended: still no new trial.
+    wait_for_scheduler_passes(after=time.time(), passes=2)
     assert Job.objects.filter(parent=parent).count() == 2
 
 
