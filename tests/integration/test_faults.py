@@ -23,6 +23,7 @@ from apps.cluster.models import Node
 from apps.jobs.models import TERMINAL_STATES, Checkpoint, Job, JobEvent, JobState, MetricPoint
 from tests.conftest import SEED_SPEC, api_client
 from worker.executors.base import KILL_GRACE_S
+from worker.management.commands.gpu_worker import zygote_address
 
 from .live import InvariantWatch, fast_trainer, training_processes, wait_for
 
@@ -406,8 +407,10 @@ def test_it_recovers_when_the_training_zygote_dies(live, alice):
     """SIGKILL the zygote that forks training children: the attempt is requeued and finishes."""
     live.start_scheduler()
     worker = live.start_worker()
+    address = zygote_address("node-a", worker.pid)
     # Until the zygote has preloaded, children start a fresh interpreter instead.
     wait_for(lambda: "zygote ready" in live.log("worker"), 60, what="the zygote to preload")
+    assert zygote_listener(address) in zygote_pids(), f"no zygote listens on {address}"
     job_id = submit(api_client(alice), epochs=4, name="zygote-dies", retries=RETRIES)
     with InvariantWatch() as watch:
         wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
@@ -424,21 +427,41 @@ def test_it_recovers_when_the_training_zygote_dies(live, alice):
     assert_metrics_continuous(job_id, 4)
     assert_trained_once_per_attempt(job_id)
     assert not watch.violations, watch.violations
+    # The restarted zygote listens where the check below looks (else that check proves nothing).
+    wait_for(lambda: zygote_listener(address) in zygote_pids(), 90, what=f"the new zygote to listen on {address}")
+    assert bound(address), f"{address} is not in /proc/net/unix"
     live.kill("worker")  # SIGKILL, the whole group: nobody gets to clean up
-    assert_no_zygote_socket(worker.pid)
+    assert_no_zygote_socket(worker.pid, address)
 
 
-def assert_no_zygote_socket(worker_pid: int) -> None:
+def bound(address: str) -> list[str]:
+    """The lines of /proc/net/unix for the abstract socket ``address`` (``@name``)."""
+    return [line for line in Path("/proc/net/unix").read_text().splitlines() if line.endswith(f" {address}")]
+
+
+def zygote_listener(address: str) -> int | None:
+    """The pid of the process listening on ``address`` (``SO_PEERCRED``), None if none listens.
+    A zygote turns this caller away (not one of its worker's processes) and only logs it."""
+    import socket
+
+    from worker import zygote
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(5)
+        try:
+            conn.connect(zygote.sockaddr(address))
+        except ConnectionRefusedError:
+            return None
+        return zygote.peer(conn)[0]
+
+
+def assert_no_zygote_socket(worker_pid: int, address: str) -> None:
     """The stopped worker's zygote left no socket behind: no file (it used to be one in the temp
     dir, left by every stop and kill) and, once the zygote is gone, no bound abstract socket."""
     import tempfile
 
-    def bound() -> list[str]:
-        return [line for line in Path("/proc/net/unix").read_text().splitlines()
-                if "yoloportal-zygote-" in line and line.endswith(f"-{worker_pid}")]
-
     assert not list(Path(tempfile.gettempdir()).glob(f"yoloportal-zygote-*-{worker_pid}.sock"))
-    wait_for(lambda: not bound(), 10, what="the zygote's socket to go")
+    wait_for(lambda: not bound(address), 10, what="the zygote's socket to go")
 
 
 def zygote_pids() -> list[int]:
@@ -538,6 +561,8 @@ def test_a_cleanly_stopped_worker_takes_no_new_work_and_its_job_moves_at_once(li
     wait_for(lambda: running_on(moving, "node-a", 1), 120, what="the job to run on node-a")
     wait_for(lambda: Node.objects.filter(name="node-b").exists(), 60, what="node-b to register")
     wait_for(lambda: "zygote ready" in live.log("worker"), 60, what="node-a's zygote to listen")
+    address = zygote_address("node-a", worker.pid)
+    assert zygote_listener(address) in zygote_pids(), f"no zygote listens on {address}"
 
     worker.send_signal(signal.SIGTERM)  # the worker's own process only, as systemd or Kubernetes stop it
     states = ["active"]  # node-a's, while its busy slot takes its SIGKILL grace (~3 s) to exit
@@ -551,7 +576,7 @@ def test_a_cleanly_stopped_worker_takes_no_new_work_and_its_job_moves_at_once(li
     assert "marked lost" in live.log("worker")
     assert states[:2] == ["active", "stopping"], states  # no new placements from the signal on
     new = submit_tiny("rolling-new")
-    assert_no_zygote_socket(worker.pid)
+    assert_no_zygote_socket(worker.pid, address)
     with InvariantWatch() as watch:
         wait_for(lambda: job(moving).attempt == 2, 15, what="the stopped node's job to be requeued")
         requeued_at = time.time()
