@@ -32,14 +32,31 @@ def fast_trainer(epoch_s: float) -> dict[str, str]:
     return {"YOLOPORTAL_FAST_TRAINER": "1", "FAST_TRAINER_EPOCH_S": str(epoch_s), "TRAINER_PRELOAD": "false"}
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "condition"):
+def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "condition", detail=None):
+    """Poll ``predicate`` until it is true; fail after ``timeout`` naming ``what`` and, if given,
+    what ``detail()`` says then (what was still open)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f"; {detail()}" if detail else ""))
+
+
+def open_jobs(job_ids, limit: int = 5) -> str:
+    """How many of ``job_ids`` are still open, and the first few: state, attempt, node, dispatch
+    time, last events."""
+    from apps.jobs.models import TERMINAL_STATES, Job, JobEvent
+
+    still_open = Job.objects.filter(pk__in=job_ids).exclude(state__in=TERMINAL_STATES)
+    rows = []
+    for open_job in still_open[:limit]:
+        events = list(JobEvent.objects.filter(job_id=open_job.pk).order_by("-seq")
+                      .values_list("attempt", "kind", "message")[:4])
+        rows.append(f"{open_job.pk} {open_job.state} attempt {open_job.attempt} on {open_job.node_id} "
+                    f"dispatched {open_job.dispatched_at}: {events[::-1]}")
+    return f"{still_open.count()} of {len(job_ids)} open: " + " | ".join(rows)
 
 
 def wait_for_scheduler_passes(after: float, passes: int = 1, timeout: float = 60) -> None:

@@ -25,7 +25,7 @@ from tests.conftest import SEED_SPEC, api_client
 from worker.executors.base import KILL_GRACE_S
 from worker.management.commands.gpu_worker import zygote_address
 
-from .live import InvariantWatch, fast_trainer, training_processes, wait_for
+from .live import InvariantWatch, fast_trainer, open_jobs, training_processes, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
@@ -289,17 +289,6 @@ def wait_for_all(count, total: int, stall_s: float, what: str, stuck=lambda: "")
         elif time.monotonic() - last_change > stall_s:
             raise AssertionError(f"{what}: {done} of {total} after {time.monotonic() - started:.0f} s, "
                                  f"none for {stall_s:.0f} s; {stuck()}")
-
-
-def open_jobs(job_ids, limit: int = 5) -> str:
-    """The first open jobs among ``job_ids``: state, attempt, node, dispatch time, last events."""
-    rows = []
-    for open_job in Job.objects.filter(pk__in=job_ids).exclude(state__in=TERMINAL_STATES)[:limit]:
-        events = list(JobEvent.objects.filter(job_id=open_job.pk).order_by("-seq")
-                      .values_list("attempt", "kind", "message")[:4])
-        rows.append(f"{open_job.pk} {open_job.state} attempt {open_job.attempt} on {open_job.node_id} "
-                    f"dispatched {open_job.dispatched_at}: {events[::-1]}")
-    return "open: " + " | ".join(rows)
 
 
 # The jobs run two at a time (two simulated GPUs, a whole one each). Its wait is bounded by
