@@ -4,6 +4,7 @@ e.g. ``train.epochs``) are put back next to the form field that caused them."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django import forms
@@ -87,9 +88,15 @@ class JobForm(forms.Form):
         hours = data["timeout_hours"].strip()
         if hours:
             try:
-                document["timeout"] = max(1, round(float(hours) * 3600))
+                value = float(hours)
             except ValueError:
+                value = math.nan
+            if not math.isfinite(value):
                 self.add_error("timeout_hours", f"must be a number of hours, got {hours!r}")
+            elif value <= 0:  # (was rounded up to a 1 s timeout: the job was killed at once)
+                self.add_error("timeout_hours", f"must be more than 0 hours, got {hours}")
+            else:
+                document["timeout"] = max(1, round(value * 3600))
         if data["allow_duplicate"]:
             document["allow_duplicate"] = True
         return document

@@ -77,6 +77,20 @@ def test_the_form_shows_a_bad_value_next_to_its_field(alice, demo_registered):
     assert not Job.objects.exists()
 
 
+def test_a_timeout_of_no_hours_is_an_error_at_its_field_not_a_one_second_job(alice, demo_registered):
+    """A zero or negative timeout was rounded up to 1 s: the job started and was killed at once."""
+    client = signed_in(alice)
+    for hours, message in (("-1", "must be more than 0 hours, got -1"), ("0", "must be more than 0 hours, got 0"),
+                           ("inf", "must be a number of hours, got &#x27;inf&#x27;"),
+                           ("soon", "must be a number of hours, got &#x27;soon&#x27;")):
+        response = client.post("/jobs/new/", {**FORM, "f-timeout_hours": hours})
+        assert response.status_code == 200, hours
+        assert field_errors(response.content.decode()) == {"timeout_hours": message}, hours
+    assert not Job.objects.exists()
+    assert client.post("/jobs/new/", {**FORM, "f-timeout_hours": "0.5"}).status_code == 302
+    assert Job.objects.get().timeout_s == 1800
+
+
 def test_the_form_puts_database_errors_at_their_field_too(alice, demo_registered):
     response = signed_in(alice).post("/jobs/new/", {**FORM, "f-dataset": "nope", "f-model": "nope.yaml",
                                                     "f-task_name": ""})
