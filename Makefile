@@ -23,7 +23,7 @@ run: setup
 	$(PY) manage.py demo_setup
 	@echo
 	@echo "  yoloportal: http://$(HOST):$(PORT)/   (admin: http://$(HOST):$(PORT)/admin/)"
-	@echo "  API token:  $(PY) manage.py issue_token alice"
+	@echo "  API token:  $(if $(DATA_DIR),DATA_DIR=$(DATA_DIR) )$(PY) manage.py issue_token alice"
 	@echo "  Ctrl-C stops everything."
 	@echo
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH YP_PORT=$(PORT) YP_HOST=$(HOST) \

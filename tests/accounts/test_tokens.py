@@ -117,3 +117,20 @@ def test_login_is_throttled_per_username(bob, settings, client):
         assert client.post("/accounts/login/", {"username": "bob", "password": "pw-bob"}).status_code == 429
     finally:
         cache.clear()
+
+
+def test_issue_token_against_a_data_dir_without_a_database_says_so_without_a_traceback(tmp_path):
+    """A new user ran the banner's command without the DATA_DIR `make run` had: a traceback
+    ending in "no such table: auth_user". Now one line naming the folder and what to do."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | {"DATA_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "manage.py", "issue_token", "alice"], cwd=settings.BASE_DIR, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and not out.stdout
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert f"DATA_DIR is {tmp_path}" in out.stderr and "run `make run` first" in out.stderr, out.stderr

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from apps.accounts.services import token_create
 
@@ -15,7 +17,11 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=int, default=None, help="expire after this many days")
 
     def handle(self, *args, username: str, name: str, days: int | None, **options):
-        user = get_user_model().objects.filter(username=username).first()
+        try:
+            user = get_user_model().objects.filter(username=username).first()
+        except DatabaseError as exc:  # e.g. `make run` used another DATA_DIR: "no such table: auth_user"
+            raise CommandError(f"cannot read the users from the database ({exc}); DATA_DIR is {settings.DATA_DIR}: "
+                               "set DATA_DIR as `make run` had it, or run `make run` first") from exc
         if user is None:
             raise CommandError(f"no user named {username!r}")
         _, key = token_create(user=user, name=name, ttl_days=days)
