@@ -68,12 +68,12 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
         # Refuse before joining anything: another team's job looks exactly like a missing one.
         if await database_sync_to_async(job_get)(user=user, job_id=job_id) is None:
-            await self.close(code=4404)
+            await self.refuse(4404)
             return
         self.group = live.group_name(job_id)
         self.user_id, self.job_id = user.pk, job_id
@@ -99,6 +99,14 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                               "history_end": True,
                               "data": {"state": job.state, "kind": "snapshot", "attempt": job.attempt,
                                        "epochs_done": job.epochs_done}})
+
+    async def refuse(self, code: int) -> None:
+        """Close with ``code`` (4401 anonymous, 4404 no such job for this user). Accepted first:
+        a close before the accept is an HTTP 403 at the handshake, so a real client (a
+        browser, ``websockets``) never saw the code and could not tell "sign in" from "no
+        access" (Channels' test communicator reports it either way). Nothing is joined or sent."""
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code):
         if getattr(self, "counted", False):

@@ -139,3 +139,22 @@ def test_submit_watch_the_curves_live_and_cancel_a_second_job(live_portal, page,
         screenshot(page, name)
     assert "browser-run" in page.goto(f"{web.url}/models/").text()
     assert page.errors == []
+
+
+CLOSE_CODE = """(url) => new Promise((resolve) => {
+  const socket = new WebSocket(url);
+  socket.onclose = (event) => resolve(event.code);
+})"""
+
+
+def test_a_browser_is_told_why_its_socket_is_refused(live_portal, page, alice, carol, node):
+    """The refusal codes reach a real client (they did not: a close before the accept is an
+    HTTP 403 at the handshake, which a browser reports as 1006, so the job page could not tell
+    "sign in" from "no access"): 4401 signed out, 4404 another team's job."""
+    _, web = live_portal
+    job = submit(alice, task_name="vision-only")
+    socket_url = web.url.replace("http", "ws", 1) + f"/ws/jobs/{job.pk}/"
+    page.goto(f"{web.url}/accounts/login/")  # same origin, not signed in
+    assert page.evaluate(CLOSE_CODE, socket_url) == 4401
+    sign_in(page, web.url, "carol", "pw-carol")
+    assert page.evaluate(CLOSE_CODE, socket_url) == 4404

@@ -263,13 +263,15 @@ def test_an_outsider_cannot_open_another_teams_job_socket(alice, bob, carol, tea
         communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/",
                                              headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")])
         communicator.scope["user"] = user
-        connected, code = await communicator.connect(timeout=5)
+        connected, _ = await communicator.connect(timeout=5)
+        first = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
-        return connected, code
+        return connected, first
 
-    connected, code = asyncio.run(connect(carol))
-    assert not connected and code == 4404
-    assert asyncio.run(connect(bob))[0], "the owner connects: the refusal is about access"
+    connected, first = asyncio.run(connect(carol))
+    assert connected and first == {"type": "websocket.close", "code": 4404}  # accepted, then refused
+    connected, first = asyncio.run(connect(bob))
+    assert connected and first["type"] == "websocket.send", "the owner connects: the refusal is about access"
 
 
 # --- portal pages: every route classified; another team's job is a 404 for GET and POST --------
