@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import transaction
@@ -104,7 +104,10 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
     2. Its ``image``: some node must run it (``image``, naming the images there are).
     3. The per-job and per-team GPU limits (SchedulerConfig, TeamQuota), when the team is
        known (``team_known``): ``resources.gpu``.
-    4. Otherwise, whether any node could hold it when empty: ``resources``.
+    4. Otherwise, whether any node could hold it when empty: the one resource no node has
+       even alone (``resources.gpu``, ``resources.gpu_model``, ``resources.gpu_memory``,
+       ``resources.memory``, ``resources.cpu``, naming what the nodes have), else the
+       combination (``resources``).
     """
     inputs = admission_inputs()
     if not inputs.nodes:
@@ -119,6 +122,8 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
             return {"resources.gpu": limit}
     if fits_empty_cluster(inputs.nodes, request):
         return {}
+    if alone := short_alone(inputs.nodes, request):
+        return alone
     largest = inputs.largest_node_gpus
     return {"resources": (
         f"no node can ever run this: asks for {request.gpus:g} GPU(s)"
@@ -130,3 +135,34 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
         f"{f', a node with {chr(32).join(request.requires)}' if request.requires else ''}"
         f"; the largest node has {largest} GPU(s)"
     )}
+
+
+def short_alone(nodes: tuple[NodeInfo, ...], request: JobRequest) -> dict[str, str]:
+    """The first resource that no node has enough of even with nothing else asked (beside the
+    GPUs), as field → message naming what the nodes do have; empty when only the combination
+    does not fit. (One message naming the largest node's GPU count was given for all of them,
+    even when the RAM asked was the problem.)"""
+    gpus = request.gpus
+    alone = JobRequest(request.job_id, request.team, request.user, request.submitted_at, gpus=gpus)
+    n = int(gpus) if gpus >= 1 else 1
+    every_gpu = [g for node in nodes for g in node.gpus]
+    checks = (
+        ("resources.gpu", alone, lambda: (
+            f"asks for {gpus:g} GPUs on one node; the largest node has {max((len(x.gpus) for x in nodes), default=0)}")),
+        ("resources.gpu_model", replace(alone, gpu_models=request.gpu_models), lambda: (
+            f"no node has {n} GPU(s) of model {' or '.join(request.gpu_models)}; the models here: "
+            f"{', '.join(sorted({g.model for g in every_gpu})) or 'none'}")),
+        ("resources.gpu_memory", replace(alone, gpu_memory_mb=request.gpu_memory_mb), lambda: (
+            f"no node has {n} GPU(s) with {request.gpu_memory_mb} MiB of memory; the largest "
+            f"GPU has {max((g.memory_mb for g in every_gpu), default=0)} MiB")),
+        ("resources.memory", replace(alone, memory_mb=request.memory_mb), lambda: (
+            f"asks for {request.memory_mb} MiB of RAM; the largest node has "
+            f"{max((x.memory_mb for x in nodes), default=0)} MiB")),
+        ("resources.cpu", replace(alone, cpu_milli=request.cpu_milli), lambda: (
+            f"asks for {request.cpu_milli / 1000:g} CPUs; the largest node has "
+            f"{max((x.cpu_milli for x in nodes), default=0) / 1000:g}")),
+    )
+    for field, asked, message in checks:
+        if not fits_empty_cluster(nodes, asked):
+            return {field: message()}
+    return {}

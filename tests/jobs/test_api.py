@@ -148,3 +148,27 @@ def test_unauthenticated_requests_are_refused():
 def test_bad_query_parameters_name_the_parameter(query, bob, bobs_job):
     response = api_client(bob).get(f"/api/v1/jobs/{bobs_job.pk}/metrics/?{query}")
     assert response.status_code == 400 and "after" in response.json()
+
+
+@pytest.mark.parametrize("resources, field, message", [
+    ({"gpu": 4}, "resources.gpu", r"asks for 4 GPUs on one node; the largest node has 2$"),
+    ({"gpu": 1, "memory": "500Gi"}, "resources.memory", r"asks for 512000 MiB of RAM; the largest node has \d+ MiB$"),
+    ({"gpu": 1, "cpu": "64"}, "resources.cpu", r"asks for 64 CPUs; the largest node has \d+$"),
+    ({"gpu": 1, "gpu_model": "A100"}, "resources.gpu_model",
+     r"no node has 1 GPU\(s\) of model A100; the models here: .+$"),
+    ({"gpu": 1, "gpu_memory": "80Gi"}, "resources.gpu_memory",
+     r"no node has 1 GPU\(s\) with 81920 MiB of memory; the largest GPU has 16384 MiB$"),
+])
+def test_a_job_no_node_can_run_names_the_resource_and_what_the_nodes_have(resources, field, message, bob,
+                                                                          demo_registered, node):
+    """Each resource alone that no node has is named (it was one "resources" message naming
+    the largest node's GPU count, also when the RAM asked was the problem)."""
+    import re
+
+    response = api_client(bob).post("/api/v1/jobs/", {
+        "task_name": "too-big", "team": "vision", "resources": resources,
+        "command": "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz=64"}, format="json")
+    assert response.status_code == 400, response.json()
+    body = response.json()
+    assert list(body) == [field] and re.match(message, body[field][0]), body
+    assert not Job.objects.exists()
