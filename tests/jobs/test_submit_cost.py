@@ -72,7 +72,7 @@ def test_a_node_registered_in_this_process_is_seen_by_the_next_submit(bob, demo_
 
     settings.ADMISSION_CACHE_S = 60
     client = api_client(bob)
-    assert submit(client, "too-big", gpus=4).json()["resources"]  # the node has 2 GPUs
+    assert submit(client, "too-big", gpus=4).json()["resources.gpu"]  # the node has 2 GPUs
     register_this_host(name="node-b", gpus=simulated_gpus(4))
     assert submit(client, "fits-now", gpus=4).status_code == 201
 
