@@ -1,4 +1,5 @@
-"""Parsing untrusted YAML: a size cap first, then a safe loader without anchors, aliases or deep nesting."""
+"""Parsing untrusted YAML: a size cap first, then a safe loader without anchors, aliases, deep nesting
+or duplicate mapping keys."""
 
 from __future__ import annotations
 
@@ -13,8 +14,22 @@ class YamlError(FieldErrors):
     """The text is not acceptable YAML; ``errors`` holds one message under the caller's field name."""
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping names the same key twice; ``path`` is the key's dotted path (``resources.gpu``)."""
+
+    def __init__(self, path: str, first_line: int, second_line: int):
+        self.path = path
+        lines = f"line {first_line}" if first_line == second_line else f"lines {first_line} and {second_line}"
+        self.message = f"given twice in the YAML ({lines})"
+        super().__init__(f"{path}: {self.message}")
+
+
 class _StrictSafeLoader(yaml.SafeLoader):
-    """Safe loader that refuses anchors/aliases (billion laughs) and deep nesting."""
+    """Safe loader that refuses anchors/aliases (billion laughs), deep nesting and duplicate keys.
+
+    PyYAML keeps the last of two equal keys without a word, so ``task_name: a`` then
+    ``task_name: b`` would silently submit "b"; a spec is a request, so both are refused.
+    """
 
     max_depth = 20
 
@@ -39,6 +54,29 @@ class _StrictSafeLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_document(self, node):
+        self._refuse_duplicate_keys(node, "")
+        return super().construct_document(node)
+
+    def _refuse_duplicate_keys(self, node, path: str) -> None:
+        """Walk the composed tree before building it; keys compare as the values they construct
+        to (``1``/``01``, ``yes``/``true``), the way the dict would merge them."""
+        if isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self._refuse_duplicate_keys(item, f"{path}[{index}]")
+        elif isinstance(node, yaml.MappingNode):
+            first_lines: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    self._refuse_duplicate_keys(value_node, path)  # the constructor refuses these itself
+                    continue
+                key = self.construct_object(key_node)
+                key_path = f"{path}.{key}" if path else str(key)
+                line = key_node.start_mark.line + 1
+                if key in first_lines:
+                    raise DuplicateKey(key_path, first_lines[key], line)
+                first_lines[key] = line
+                self._refuse_duplicate_keys(value_node, key_path)
 
 def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
     """Parse untrusted YAML: size cap first, then the strict safe loader. Problems raise
@@ -48,6 +86,9 @@ def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
         raise YamlError({field: f"is {len(raw)} bytes; the limit is {max_bytes} bytes"})
     try:
         return yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
+    except DuplicateKey as exc:
+        # Named by the key's own path (the spec's field names), so the answer points at the field.
+        raise YamlError({exc.path: exc.message}) from None
     except UnicodeDecodeError:
         raise YamlError({field: "is not UTF-8 text"}) from None
     except (ValueError, OverflowError, RecursionError) as exc:

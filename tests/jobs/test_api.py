@@ -126,6 +126,15 @@ def test_mass_assignment_of_platform_fields_is_refused(field, value, bob, demo_r
     assert not Job.objects.exists()
 
 
+def test_a_yaml_spec_naming_a_key_twice_is_refused_not_last_wins(bob, demo_registered):
+    response = api_client(bob).post("/api/v1/jobs/", "task_name: a\n" + SEED_SPEC,
+                                    content_type="application/yaml")
+    assert response.status_code == 400
+    body = response.json()
+    assert list(body) == ["task_name"] and "given twice in the YAML (lines 1 and 2)" in str(body["task_name"])
+    assert not Job.objects.exists()
+
+
 def test_charging_a_team_the_caller_is_not_in_is_refused(carol, demo_registered):
     response = api_client(carol).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
     assert response.status_code == 400

@@ -172,6 +172,22 @@ def test_hostile_yaml_is_a_spec_error_not_a_crash(text):
     assert "spec" in caught.value.errors
 
 
+@pytest.mark.parametrize(("text", "path", "lines"), [
+    ("task_name: a\ntask_name: b\n", "task_name", "lines 1 and 2"),
+    ("resources:\n  gpu: 1\n  gpu: 2\n", "resources.gpu", "lines 2 and 3"),
+    ("args: [{x: 1, x: 2}]\n", "args[0].x", "line 1"),
+    ("1: a\n01: b\n", "1", "lines 1 and 2"),  # equal once built: the dict would have merged them
+])
+def test_a_key_given_twice_is_refused_under_its_path(text, path, lines):
+    with pytest.raises(YamlError) as caught:
+        load_yaml(text, max_bytes=64 * 1024)
+    assert caught.value.errors == {path: f"given twice in the YAML ({lines})"}
+
+
+def test_the_same_key_in_two_mappings_is_not_a_duplicate():
+    assert load_yaml("a: {b: 1}\nc: {b: 2}\n", max_bytes=1024) == {"a": {"b": 1}, "c": {"b": 2}}
+
+
 def test_yaml_over_the_size_cap_is_refused_before_parsing():
     with pytest.raises(YamlError, match="limit"):
         load_yaml("a: b\n" * 20000, max_bytes=64 * 1024)

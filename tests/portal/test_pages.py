@@ -132,6 +132,13 @@ def test_the_yaml_box_lists_every_problem_by_path(alice, demo_registered):
     assert 'data-path="priority"' in html
 
 
+def test_the_yaml_box_refuses_a_key_given_twice(alice, demo_registered):
+    spec = 'task_name: a\ntask_name: b\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz=64"\n'
+    html = signed_in(alice).post("/jobs/new/", {"mode": "yaml", "y-spec_text": spec}).content.decode()
+    assert re.search(r'data-path="task_name"><code>task_name</code> given twice in the YAML', html)
+    assert not Job.objects.exists()
+
+
 def test_an_uploaded_yaml_file_is_submitted(alice, demo_registered):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
