@@ -30,7 +30,7 @@ from apps.core.strict_yaml import YamlError, load_yaml
 from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
 from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, queue_list
-from .services import DuplicateJob, TooManyActiveJobs, job_cancel, job_requeue, job_submit
+from .services import DuplicateJob, IdempotencyKeyReused, TooManyActiveJobs, job_cancel, job_requeue, job_submit
 from .spec import SpecError, parse_spec
 
 
@@ -267,6 +267,8 @@ class JobListCreate(APIView):
             job, created = job_submit(user=request.user, spec=spec, raw_spec=raw, idempotency_key=key)
         except SpecError as exc:
             return field_errors(exc.errors)
+        except IdempotencyKeyReused as reused:  # named as the caller sent it: the header
+            return field_errors({"Idempotency-Key": reused.errors["idempotency_key"]}, status.HTTP_409_CONFLICT)
         except TooManyActiveJobs as cap:
             return Response({"detail": str(cap), "active_jobs": cap.count, "limit": cap.limit},
                             status=status.HTTP_429_TOO_MANY_REQUESTS)

@@ -10,6 +10,7 @@ reports whether this caller won; nobody moves a job from a state it is no longer
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import uuid
@@ -31,6 +32,7 @@ from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import team_rows
 from apps.accounts.services import audit_prepare, audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
+from apps.core.errors import FieldErrors
 from apps.core.hashing import file_sha256
 from apps.core.prepared import PreparedInsert, PreparedRead, value_preparer
 from apps.notifications.hooks import job_event_recorded
@@ -66,6 +68,34 @@ class DuplicateJob(Exception):
     def __init__(self, job: Job):
         self.job = job
         super().__init__(f"an identical job is already active: {job.id}")
+
+
+class IdempotencyKeyReused(FieldErrors):
+    """The caller's ``idempotency_key`` already made ``job`` from a different request; nothing was created."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        super().__init__({"idempotency_key": f"was already used for another request (job {job.id}); "
+                                             "send a new key for a new request, or the same request to get that job"})
+
+
+def job_is_same_request(job: Job, spec: JobSpec) -> bool:
+    """Whether ``spec`` asks for what ``job`` was submitted with: the same parsed spec, field for field.
+
+    Not ``spec_hash``: that is what would *run* (duplicate detection), and leaves out
+    task_name, priority, charge_to, timeout, retries, description…, any of which makes a new
+    request. Parsed, not raw text, so a retry re-encoded (YAML ↔ JSON, key order, comments)
+    is still the same request. Two things are left out: ``allow_duplicate`` (how to answer
+    a conflict, not what the job is) and a sweep's ``seed`` when the request left it to be
+    drawn (the stored one was drawn by the first submit).
+    """
+    asked = json.loads(json.dumps(spec.as_dict()))  # as the JSONField stores it (tuples → lists)
+    stored = {key: value for key, value in job.spec.items() if key not in ("resolved", "inputs")}
+    for document in (asked, stored):
+        document.pop("allow_duplicate", None)
+    if asked.get("sweep") and asked["sweep"].get("seed") is None and stored.get("sweep"):
+        asked["sweep"] = {**asked["sweep"], "seed": stored["sweep"].get("seed")}
+    return asked == stored
 
 
 class TooManyActiveJobs(Exception):
@@ -879,7 +909,10 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                parent: Job | None = None) -> tuple[Job, bool]:
     """Validate against the database and queue the job. Returns (job, created).
 
-    1. An ``idempotency_key`` already used by this user returns that job (created=False).
+    1. An ``idempotency_key`` already used by this user returns that job (created=False)
+       when this is the same request (:func:`job_is_same_request`), and refuses it
+       (IdempotencyKeyReused) when it is another: the caller must not take the old job
+       for the one it asked for now.
     2. Resolve team, dataset, model and capacity (SpecError on any problem).
     3. Refuse an identical active job of the same team (DuplicateJob) unless allowed.
     4. Insert the job, its first event and the audit entry; then refuse (rolling all of it
@@ -899,6 +932,8 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
         # only for a replay.
         if KEY_USED(user_id=user.pk, key=idempotency_key) and (
                 existing := Job.objects.filter(user=user, idempotency_key=idempotency_key).first()):
+            if not job_is_same_request(existing, spec):
+                raise IdempotencyKeyReused(existing)
             return existing, False
     resolved = spec_resolve(spec=spec, user=user)
     fingerprint = spec.fingerprint()
@@ -973,6 +1008,8 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
         # Two requests with the same Idempotency-Key raced; the other one won.
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
         if existing and idempotency_key:
+            if not job_is_same_request(existing, spec):
+                raise IdempotencyKeyReused(existing) from None
             return existing, False
         raise
     return job, True

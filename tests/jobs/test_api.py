@@ -135,6 +135,29 @@ def test_a_yaml_spec_naming_a_key_twice_is_refused_not_last_wins(bob, demo_regis
     assert not Job.objects.exists()
 
 
+def test_the_same_request_again_under_its_idempotency_key_returns_the_first_job(bob, demo_registered):
+    """Re-encoded as JSON it is still the same request: the stored job comes back, nothing new is made."""
+    import yaml
+
+    client = api_client(bob)
+    first = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k1")
+    again = client.post("/api/v1/jobs/", yaml.safe_load(SEED_SPEC), format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"] and Job.objects.count() == 1
+
+
+def test_an_idempotency_key_reused_for_another_request_is_a_conflict(bob, demo_registered):
+    """A new task_name (outside spec_hash) is another request: 409 naming the header and the job it made."""
+    client = api_client(bob)
+    first = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k1")
+    other = client.post("/api/v1/jobs/", SEED_SPEC.replace("task_name: yolo-v8s", "task_name: renamed"),
+                        content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k1")
+    assert other.status_code == 409
+    message = other.json()["Idempotency-Key"][0]
+    assert "already used for another request" in message and first.json()["id"] in message
+    assert list(Job.objects.values_list("task_name", flat=True)) == ["yolo-v8s-industrial-inspection"]
+
+
 def test_charging_a_team_the_caller_is_not_in_is_refused(carol, demo_registered):
     response = api_client(carol).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
     assert response.status_code == 400
