@@ -311,15 +311,21 @@ def parse_cpu_milli(value: Any) -> int:
     return int(math.ceil(milli))
 
 
+MAX_GPUS = 64
+
+
 def parse_gpus(value: Any) -> float:
-    number = _float(0, 64)(value)
-    if number >= 1:
-        if not number.is_integer():
-            raise ValueError(f"must be a whole number of GPUs, or one of {FRACTIONS} of one GPU; got {value!r}")
+    """A whole number of GPUs (1 to MAX_GPUS) or one of FRACTIONS of one GPU; every other value
+    (0, -1, 1.5, 0.3, "two") gets the same message, which lists what is allowed."""
+    try:
+        number = _float(0, MAX_GPUS)(value)
+    except ValueError:
+        number = None
+    if number is not None and ((number >= 1 and number.is_integer()) or number in FRACTIONS):
         return number
-    if number in FRACTIONS:
-        return number
-    raise ValueError(f"must be a whole number of GPUs, or one of {FRACTIONS} of one GPU; got {value!r}")
+    fractions = ", ".join(f"{f:g}" for f in FRACTIONS[:-1]) + f" or {FRACTIONS[-1]:g}"
+    raise ValueError(f"must be a whole number of GPUs from 1 to {MAX_GPUS}, or {fractions} of one GPU; "
+                     f"got {value!r}")
 
 
 # --- the spec -------------------------------------------------------------------------------
@@ -513,7 +519,9 @@ def parse_spec(document: Any) -> JobSpec:
             errors[str(key)] = f"is not a known field (known: {', '.join(sorted(TOP_LEVEL_KEYS))})"
 
     task_name = document.get("task_name")
-    if not isinstance(task_name, str) or not task_name.strip():
+    if task_name is not None and not isinstance(task_name, str):
+        errors["task_name"] = f"must be a string (a short name for the job), got {task_name!r}"
+    elif not task_name or not task_name.strip():
         errors["task_name"] = "is required (a short name for the job)"
     elif len(task_name) > 200 or not re.fullmatch(r"[\w .:+@()-]+", task_name):
         errors["task_name"] = "must be at most 200 letters, digits, spaces or . _ - : + @ ( )"

@@ -172,6 +172,28 @@ def test_hostile_yaml_is_a_spec_error_not_a_crash(text):
     assert "spec" in caught.value.errors
 
 
+@pytest.mark.parametrize("gpu", [0, -1, 65, 1.5, 0.3, "two", True])
+def test_every_refused_gpu_count_says_what_is_allowed(gpu):
+    """0 and -1 got different stories ("whole number … got 0", "between 0 and 64"), neither the whole truth."""
+    assert errors_of(seed(resources={"gpu": gpu}))["resources.gpu"] == (
+        f"must be a whole number of GPUs from 1 to 64, or 0.125, 0.25 or 0.5 of one GPU; got {gpu!r}")
+
+
+@pytest.mark.parametrize("gpu", [0.125, 0.25, 0.5, 1, 2, "4", 64])
+def test_the_gpu_counts_the_message_names_are_accepted(gpu):
+    assert parse_spec(seed(resources={"gpu": gpu})).gpus == float(gpu)
+
+
+@pytest.mark.parametrize(("task_name", "message"), [
+    (5, "must be a string (a short name for the job), got 5"),
+    (["a"], "must be a string (a short name for the job), got ['a']"),
+    (None, "is required (a short name for the job)"),
+    ("  ", "is required (a short name for the job)"),
+])
+def test_a_task_name_of_the_wrong_type_is_not_called_missing(task_name, message):
+    assert errors_of(seed(task_name=task_name))["task_name"] == message
+
+
 @pytest.mark.parametrize(("text", "path", "lines"), [
     ("task_name: a\ntask_name: b\n", "task_name", "lines 1 and 2"),
     ("resources:\n  gpu: 1\n  gpu: 2\n", "resources.gpu", "lines 2 and 3"),
