@@ -268,25 +268,30 @@ def queue_update(entries, jobs_by_id, now: datetime | None = None) -> int:
         if news == POSITION_NEWS:
             updates.append((job, {"queue_position": entry.position, "reason": entry.reason[:300]}))
             continue
-        eta, low, high = (None if t is None else datetime.fromtimestamp(t, tz=UTC)
-                          for t in (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high))
-        updates.append((job, {
-            "queue_position": entry.position,
-            "estimated_start_at": eta,
-            "estimated_start_low_at": low,
-            "estimated_start_high_at": high,
-            "reason": entry.reason[:300],
-            "priority_score": round(entry.priority, 3),
-            "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
-            "predicted_start_at": job.predicted_start_at or eta,
-            "predicted_model_start_at": job.predicted_model_start_at or (
-                eta if entry.estimated_start_model is None else datetime.fromtimestamp(entry.estimated_start_model, tz=UTC)),
-        }))
+        updates.append((job, queue_row(job, entry)))
     written = job_queue_info_set([(job.pk, news) for job, news in updates])
     for job, news in updates:
         for name, value in news.items():
             setattr(job, name, value)
     return written
+
+
+def queue_row(job: Job, entry: policy.QueueEntry) -> dict:
+    """Every planner field of ``job`` as ``entry`` sets it (the first ETAs kept once set)."""
+    eta, low, high = (None if t is None else datetime.fromtimestamp(t, tz=UTC)
+                      for t in (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high))
+    return {
+        "queue_position": entry.position,
+        "estimated_start_at": eta,
+        "estimated_start_low_at": low,
+        "estimated_start_high_at": high,
+        "reason": entry.reason[:300],
+        "priority_score": round(entry.priority, 3),
+        "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
+        "predicted_start_at": job.predicted_start_at or eta,
+        "predicted_model_start_at": job.predicted_model_start_at or (
+            eta if entry.estimated_start_model is None else datetime.fromtimestamp(entry.estimated_start_model, tz=UTC)),
+    }
 
 
 NO_NEWS, POSITION_NEWS, ALL_NEWS = "none", "position", "all"

@@ -314,7 +314,7 @@ def reference_writes(entries, jobs_by_id, now: datetime) -> list:
     """What queue_update writes, decided the plain way (the comparison it made until 3 December,
     kept here as the oracle): each entry's new values as the datetimes and dicts that would be
     stored, compared field by field with the stored job."""
-    from apps.scheduling.loop import CLOCK_IN_REASON, ETA_SLACK_FRACTION, ETA_SLACK_S, PRIORITY_SLACK
+    from apps.scheduling.loop import CLOCK_IN_REASON, ETA_SLACK_FRACTION, ETA_SLACK_S, PRIORITY_SLACK, queue_row
 
     def same_eta(old, new) -> bool:
         if old is None or new is None:
@@ -330,20 +330,8 @@ def reference_writes(entries, jobs_by_id, now: datetime) -> list:
     updates = []
     for entry in entries:
         job = jobs_by_id[entry.job_id]
-        eta, low, high = (None if t is None else datetime.fromtimestamp(t, tz=UTC)
-                          for t in (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high))
-        new = {
-            "queue_position": entry.position,
-            "estimated_start_at": eta,
-            "estimated_start_low_at": low,
-            "estimated_start_high_at": high,
-            "reason": entry.reason[:300],
-            "priority_score": round(entry.priority, 3),
-            "priority_factors": {k: round(v, 3) for k, v in entry.factors.items()},
-            "predicted_start_at": job.predicted_start_at or eta,
-            "predicted_model_start_at": job.predicted_model_start_at or (
-                eta if entry.estimated_start_model is None else datetime.fromtimestamp(entry.estimated_start_model, tz=UTC)),
-        }
+        new = queue_row(job, entry)  # the values written; the decision below is the plain one
+        eta = new["estimated_start_at"]
         if (all(getattr(job, f) == new[f] for f in exact_fields)
                 and abs(job.priority_score - new["priority_score"]) < PRIORITY_SLACK
                 and all(same_eta(getattr(job, f), new[f]) for f in eta_fields)):
