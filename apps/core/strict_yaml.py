@@ -78,6 +78,7 @@ class _StrictSafeLoader(yaml.SafeLoader):
                 first_lines[key] = line
                 self._refuse_duplicate_keys(value_node, key_path)
 
+
 def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
     """Parse untrusted YAML: size cap first, then the strict safe loader. Problems raise
     :class:`YamlError` naming ``field``."""

@@ -55,13 +55,30 @@ class XYAMLParser(YAMLParser):
     media_type = "application/x-yaml"
 
 
+class DuplicateJsonKey(ValueError):
+    pass
+
+
+def _one_of_each_key(pairs: list) -> dict:
+    """``json.loads``' object hook: a key given twice in one object is refused (json keeps the
+    last without a word; the strict YAML loader refuses it too)."""
+    document = {}
+    for key, value in pairs:
+        if key in document:
+            raise DuplicateJsonKey(f"names the key {key!r} twice in one object")
+        document[key] = value
+    return document
+
+
 class BoundedJSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         raw = stream.read(settings.SPEC_MAX_BYTES + 1)
         if len(raw) > settings.SPEC_MAX_BYTES:
             raise ParseError({"spec": f"is larger than the limit of {settings.SPEC_MAX_BYTES} bytes"})
         try:
-            return json.loads(raw.decode("utf-8"))
+            return json.loads(raw.decode("utf-8"), object_pairs_hook=_one_of_each_key)
+        except DuplicateJsonKey as exc:
+            raise ParseError({"spec": str(exc)}) from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise ParseError({"spec": f"is not valid JSON: {exc}"}) from None
         except RecursionError:

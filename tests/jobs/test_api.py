@@ -135,6 +135,15 @@ def test_a_yaml_spec_naming_a_key_twice_is_refused_not_last_wins(bob, demo_regis
     assert not Job.objects.exists()
 
 
+def test_a_json_spec_naming_a_key_twice_is_refused_not_last_wins(bob, demo_registered):
+    body = ('{"task_name": "a", "command": "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz=64", '
+            '"resources": {"gpu": 1, "gpu": 2}}')
+    response = api_client(bob).post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"spec": "names the key 'gpu' twice in one object"}
+    assert not Job.objects.exists()
+
+
 def test_the_same_request_again_under_its_idempotency_key_returns_the_first_job(bob, demo_registered):
     """Re-encoded as JSON it is still the same request: the stored job comes back, nothing new is made."""
     import yaml
