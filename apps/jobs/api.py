@@ -441,7 +441,8 @@ class JobWeights(APIView):
             raise NotFound("The weights file is gone.")
         version = getattr(job, "model_version", None)
         handle = verified_open(key, version.sha256 if version else "", "weights")
-        return FileResponse(handle, as_attachment=True, filename=f"{job.task_name}-{job.id}.pt")
+        return FileResponse(handle, as_attachment=True, filename=f"{job.task_name}-{job.id}.pt",
+                            content_type="application/octet-stream")  # not the name's guess (registry.api.BINARY)
 
 
 class QueueEntryOut(serializers.Serializer):

@@ -144,13 +144,19 @@ class ModelDetailView(APIView):
         return Response(ModelDetailOut(version).data)
 
 
+# Weights and exports as what they are to a browser: bytes. Guessed from the name, a ".pt"
+# file was served as "application/vnd.snesdev-page-table" (a new-user trial noticed).
+BINARY = "application/octet-stream"
+
+
 class ModelDownloadView(APIView):
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
                    parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)])
     def get(self, request, pk: int):
         version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
         handle = verified_open(version.weights_key, version.sha256, "weights")
-        return FileResponse(handle, as_attachment=True, filename=f"{version.name}-v{version.version}.pt")
+        return FileResponse(handle, as_attachment=True, filename=f"{version.name}-v{version.version}.pt",
+                            content_type=BINARY)
 
 
 class ExportDownloadView(APIView):
@@ -160,7 +166,7 @@ class ExportDownloadView(APIView):
         export = get_or_404(export_list(user=request.user), pk, "No export with that id in your teams.")
         handle = verified_open(export.key, export.sha256, f"{export.format} export")
         name = export.key.rsplit("/", 1)[-1]
-        return FileResponse(handle, as_attachment=True,
+        return FileResponse(handle, as_attachment=True, content_type=BINARY,
                             filename=f"{export.version.name}-v{export.version.version}-{name}")
 
 

@@ -128,6 +128,9 @@ def test_a_download_re_checks_the_stored_sha256(base, bob, stores):
     client = api_client(bob)
     response = client.get(f"/api/v1/models/{base.pk}/download/")
     assert response.status_code == 200 and b"".join(response.streaming_content) == b"weights"
+    assert response["Content-Type"] == "application/octet-stream"  # not a guess from ".pt"
+    weights = client.get(f"/api/v1/jobs/{base.job_id}/weights/")
+    assert weights.status_code == 200 and weights["Content-Type"] == "application/octet-stream"
     (stores.JOBS_DIR / str(base.job_id) / "train" / "weights" / "best.pt").write_bytes(b"tampered")
     response = client.get(f"/api/v1/models/{base.pk}/download/")
     assert response.status_code == 409 and "sha256" in response.json()["detail"]
@@ -144,7 +147,8 @@ def test_an_export_download_re_checks_its_sha256_too(base, bob, stores):
         "format": "onnx", "path": str(onnx), "verification": {"max_abs": 1e-5, "max_rel": 1e-7, "passed": True}})
     assert export.key.startswith(f"models/vision/pcb/v1/exports/{base.job_id}/")
     client = api_client(bob)
-    assert client.get(f"/api/v1/exports/{export.pk}/download/").status_code == 200
+    response = client.get(f"/api/v1/exports/{export.pk}/download/")
+    assert response.status_code == 200 and response["Content-Type"] == "application/octet-stream"
     (stores.MODELS_DIR / export.key.removeprefix("models/")).write_bytes(b"evil")
     assert client.get(f"/api/v1/exports/{export.pk}/download/").status_code == 409
 
