@@ -54,7 +54,7 @@ from .checkpoint_store import (
     checkpoint_on_node,
     uploads_checkpoints,
 )
-from .executors.base import AttemptSpec, EventReader, Executor, LogReader, oom_message, run_outcome
+from .executors.base import AttemptSpec, EventReader, Executor, LogReader, error_lines, oom_message, run_outcome
 from .executors.cgroups import Limits, Usage, human_bytes, limit_text
 from .executors.local import LocalExecutor, host_cgroups, set_parent_death_signal
 from .gpulock import GpuLocks, lock_dir
@@ -577,23 +577,18 @@ class AttemptRunner:
                 result.outcome = stop
         error = result.error or {}
         return attempt_finish(self.job, outcome=result.outcome, exit_code=result.exit_code,
-                              error=self.error_text(result), finished=result.finished,
+                              error=self.error_text(result, self.job.spec.get("mode") or "train"),
+                              finished=result.finished,
                               cuda_oom_batch=(error.get("batch") or result.batch)
                               if error.get("kind") == "oom" and error.get("cuda") else None)
 
     @staticmethod
-    def error_text(result: ChildResult) -> str:
+    def error_text(result: ChildResult, mode: str) -> str:
         parts = []
         if result.outcome == "out_of_memory" and result.usage is not None:
             parts.append(oom_message(result.usage))
         elif result.error:
-            kind = result.error.get("kind", "exception")
-            label = {"oom": "CUDA out of memory" if result.error.get("cuda", True) else "out of memory",
-                     "data": "dataset problem", "weights": "weights refused",
-                     "export": "export verification failed"}.get(kind, "training error")
-            parts.append(f"{label}: {result.error.get('message', '')}".strip())
-            if result.error.get("advice"):
-                parts.append(f"Advice: {result.error['advice']}")
+            parts.extend(error_lines(result.error, mode))
         elif result.exit_code is not None and result.exit_code < 0:
             parts.append(f"training process was killed by signal {-result.exit_code}")
         else:

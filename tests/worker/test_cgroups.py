@@ -73,6 +73,21 @@ def test_the_oom_message_units_read_like_the_request():
     assert cgroups.human_bytes(64 * 2**20) == "64.0 MiB" and cgroups.limit_text(1536 * 2**20) == "1.5 GiB"
 
 
+def test_a_childs_error_is_labelled_by_its_kind_and_else_by_what_the_job_was_doing():
+    """A local and a Slurm attempt share one label table (they had two, which disagreed on an
+    out-of-memory without the CUDA flag); an unclassified failure of an export was called a
+    "training error"."""
+    from worker.executors.base import error_lines
+
+    failed = {"kind": "exception", "message": "FP16 export needs a GPU", "advice": "Unexpected failure."}
+    assert error_lines(failed, "export") == ["export error: FP16 export needs a GPU", "Advice: Unexpected failure."]
+    assert error_lines(failed, "train")[0] == "training error: FP16 export needs a GPU"
+    assert error_lines(failed, "val")[0].startswith("validation error: ")
+    assert error_lines({"kind": "oom", "message": "m"}, "train") == ["out of memory: m"]
+    assert error_lines({"kind": "oom", "cuda": True, "message": "m"}, "train") == ["CUDA out of memory: m"]
+    assert error_lines({"kind": "data", "message": "m"}, "predict") == ["dataset problem: m"]
+
+
 # --- the real kernel ----------------------------------------------------------------------------
 
 

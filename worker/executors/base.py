@@ -103,6 +103,24 @@ def run_outcome(*, exit_code: int | None, finished: dict | None, resumed: bool, 
     return "failed"
 
 
+# What the job was doing, for an error the child could not classify ("training error" was
+# said of a failed export too; a new-user trial found it).
+MODE_NOUNS = {"train": "training", "val": "validation", "predict": "prediction", "export": "export"}
+
+
+def error_lines(error: dict, mode: str) -> list[str]:
+    """The child's classified error (``kind``, ``message``, ``advice``) as the job's error text,
+    for a local attempt and a Slurm one alike."""
+    kind = error.get("kind", "exception")
+    label = {"oom": "CUDA out of memory" if error.get("cuda") else "out of memory",
+             "data": "dataset problem", "weights": "weights refused",
+             "export": "export verification failed"}.get(kind, f"{MODE_NOUNS.get(mode, mode)} error")
+    lines = [f"{label}: {error.get('message', '')}".strip()]
+    if error.get("advice"):
+        lines.append(f"Advice: {error['advice']}")
+    return lines
+
+
 def oom_message(usage: Usage) -> str:
     """``out of memory: used 4.0 GiB of its 4 GiB limit — ask for more memory or a smaller …``"""
     used = usage.memory_peak_bytes or usage.memory_limit_bytes or 0

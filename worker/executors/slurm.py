@@ -64,7 +64,7 @@ from apps.quotas.models import UsageRecord
 from apps.quotas.services import usage_charge
 from apps.scheduling.kick import kick_scheduler
 
-from .base import oom_message
+from .base import error_lines, oom_message
 from .cgroups import Usage
 
 log = logging.getLogger("yoloportal.slurm")
@@ -559,13 +559,7 @@ def finish_from_report(job: Job, report: dict) -> str:
         outcome = "failed"  # every candidate was tried by the relay
     parts = []
     if error:
-        kind = error.get("kind", "exception")
-        label = {"oom": "CUDA out of memory" if error.get("cuda") else "out of memory",
-                 "data": "dataset problem", "weights": "weights refused",
-                 "export": "export verification failed"}.get(kind, "training error")
-        parts.append(f"{label}: {error.get('message', '')}".strip())
-        if error.get("advice"):
-            parts.append(f"Advice: {error['advice']}")
+        parts.extend(error_lines(error, job.spec.get("mode") or "train"))
     elif outcome == "killed":
         parts.append(f"training process was killed by signal {-(report.get('exit_code') or 0)}")
     elif outcome != "succeeded":
