@@ -241,8 +241,11 @@ def cmd_queue(args: argparse.Namespace) -> int:
     for state in ("running", "starting"):
         params = {"state": state, "limit": 500, **({"mine": "true"} if args.mine else {})}
         for j in api.get("jobs/", **params)["results"]:
+            where = (f"on {j['node']} (started {when(j['started_at'])})" if j["node"]
+                     else "sweep: its trials run as jobs of their own" if j.get("is_sweep")
+                     else f"started {when(j['started_at'])}")  # (was "on None" for a sweep)
             rows.append(["", j["id"][:8], j["task_name"], j["team"], j["user"], j["priority_class"],
-                         gpus_text(j["resources"]["gpu"]), j["state"], f"on {j['node']} (started {when(j['started_at'])})"])
+                         gpus_text(j["resources"]["gpu"]), j["state"], where])
     me = None
     for q in api.get_all("queue/"):
         if args.mine:

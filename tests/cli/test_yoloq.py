@@ -97,3 +97,15 @@ def test_logs_follow_prints_everything_and_stops_when_the_job_ends(logged_in, al
 def test_an_unknown_job_is_reported_plainly(logged_in, capsys):
     code, _, err = run(capsys, "status", "deadbeef")
     assert code == 1 and "no job of yours" in err
+
+
+def test_queue_shows_a_running_sweep_as_a_sweep_not_on_a_node(logged_in, tmp_path, capsys):
+    """A sweep's parent holds no GPU (its trials do): it was listed "on None"."""
+    from tests.sweeps.test_sweep_step import SWEEP_YAML
+
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(SWEEP_YAML)
+    assert run(capsys, "submit", str(spec))[0] == 0
+    Job.objects.filter(task_name="lr-sweep").update(state=JobState.RUNNING, started_at=timezone.now())
+    code, out, _ = run(capsys, "queue")
+    assert code == 0 and "sweep: its trials run as jobs of their own" in out and "None" not in out
