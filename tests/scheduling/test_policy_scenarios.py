@@ -67,6 +67,19 @@ def test_urgent_beyond_daily_allowance_is_demoted_with_a_reason() -> None:
     assert "urgent allowance used up" in result.queue[0].reason
 
 
+def test_an_urgent_job_that_still_waits_says_when_it_may_preempt() -> None:
+    """A new user saw an urgent job wait behind a low one with only "reserved" as the reason:
+    the victim had not run the minimum yet. Said only where preemption is on."""
+    cluster = [node("n1", gpus=1)]
+    busy = [running("r", "n1", (0,), ran_s=60.0, preemptible=True, cls="low")]
+    queue = [job("u", cls="urgent")]
+    result = plan(state(cluster, queue, busy), NOW)
+    assert not result.starts and not result.preemptions
+    assert "(urgent: preempts a lower-class job once it has run 10 min and has a checkpoint)" in result.queue[0].reason
+    off = plan(state(cluster, queue, busy, config=PolicyConfig(preemption=False)), NOW)
+    assert "urgent: preempts" not in off.queue[0].reason
+
+
 def test_backfill_starts_a_short_job_that_ends_before_the_reservation() -> None:
     """4 GPUs free now, all 8 at +2 h: a 1-h job backfills; a 3-h one would delay the 8-GPU job."""
     cluster = [node("n1", gpus=8)]

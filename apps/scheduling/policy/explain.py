@@ -263,9 +263,9 @@ class Explainer:
                 if eta is not None and calibration:  # the track record sets the point and the range
                     eta, low, high = calibration.calibrate(now, eta) or (eta, low, high)
                 cls = w.cls
-                if kind == "resources" and cls == job.priority_class:
+                if kind == "resources" and cls == job.priority_class and cls != "urgent":
                     # Most of a long queue: reason()'s first case without its dispatch (the
-                    # urgent note cannot apply, cls equals the class asked for).
+                    # urgent notes cannot apply: cls equals the class asked for, not urgent).
                     text = waiting_text(job, ahead, eta)
                 else:
                     text = reason(w, cls, ahead, eta)
@@ -369,4 +369,8 @@ class Explainer:
             raise ValueError(f"unknown waiting kind {kind!r}")
         if job.priority_class == "urgent" and cls != "urgent":
             text += " (team's urgent allowance used up: runs as high)"
+        elif cls == "urgent" and kind in ("resources", "reserved") and self.state.config.preemption:
+            # Why an urgent job still waits (a new user asked): victims must have run a while.
+            text += (f" (urgent: preempts a lower-class job once it has run "
+                     f"{self.state.config.preempt_min_runtime_s / 60:g} min and has a checkpoint)")
         return text
