@@ -147,7 +147,12 @@ async def refusal(communicator) -> dict:
     nothing sent."""
     connected, _ = await communicator.connect()
     assert connected
-    return await communicator.receive_output()
+    message = await communicator.receive_output()
+    # The client goes, as a real one does after a close: the consumer then ends. Left running,
+    # its channel-layer receive was cancelled when the test's loop closed, which hung once in
+    # CI for the whole 600 s (a close before the accept left it running just the same).
+    await communicator.disconnect()
+    return message
 
 
 def test_it_refuses_an_anonymous_socket(alice, demo_registered):
