@@ -111,12 +111,7 @@ def recent_arrivals(now: datetime, model: RuntimeModel | None, rows: QueueRows |
     """Jobs submitted in the last day, newest first (at most ``ARRIVALS_LIMIT``): the inflow
     the ETA ranges expect to continue. ``rows``: a scheduler's QueueRows, whose kept
     requests are reused (``QueueRows.arrivals``)."""
-    if rows is not None:
-        return rows.arrivals(now, model)
-    recent = list(lean(Job.objects.filter(created_at__gte=now - DAY)).order_by("-created_at")[:ARRIVALS_LIMIT])
-    images = dataset_images(recent)
-    by_mode: dict[str, float | None] = {}
-    return tuple(arrival_request(j, runtime_estimate(estimate_basis(j, images), model, by_mode)) for j in recent)
+    return (rows if rows is not None else QueueRows()).arrivals(now, model)
 
 
 def arrival_request(job: Job, walltime_s: float | None) -> JobRequest:
