@@ -6,7 +6,8 @@
     yoloq status ID [--json]          ~ scontrol show job (a sweep: its trials table too)
     yoloq logs [-f] ID                ~ tail -f slurm-ID.out
     yoloq cancel ID                   ~ scancel
-    yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name)
+    yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name
+                                      unless the newest already holds exactly these files)
     yoloq weights push FILE.pt --team T   upload pretrained weights (then model=FILE.pt in specs)
 
 Talks to the REST API (``/api/v1/``) with ``Authorization: Token …``. The server URL and
@@ -433,11 +434,11 @@ def zip_folder(folder: Path, into: Path) -> tuple[int, int]:
 def upload(api: Api, endpoint: str, path: Path, filename: str, fields: dict[str, str], quiet: bool) -> dict:
     body = UploadBody(fields, "file", path, filename, progress=not quiet and sys.stderr.isatty())
     response = api.request("POST", endpoint, data=body, headers={"Content-Type": body.content_type},
-                           ok=(201, 400, 413), timeout=(TIMEOUT_S, 3600))
+                           ok=(200, 201, 400, 413), timeout=(TIMEOUT_S, 3600))
     if body.progress:
         print(file=sys.stderr)
     answer = response.json()
-    if response.status_code != 201:
+    if response.status_code not in (200, 201):  # 200: already stored (a dataset's unchanged files)
         lines = [f"{p['path']}: {p['problem']}" for p in answer.get("problems") or []]
         for key, value in answer.items():
             if key not in ("problems", "problem_count", "offending_global"):
@@ -465,6 +466,10 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
         raise CliError(f"{source}: no such file or folder")
     if args.quiet:
         print(answer["reference"])
+        return 0
+    if answer.get("unchanged"):
+        print(f"Unchanged: {answer['team']}/{answer['reference']} already holds exactly these files "
+              f"(sha256 {answer['sha256'][:16]}…); no new version made")
         return 0
     stats = (answer.get("stats") or {}).get("splits") or {}
     splits = ", ".join(f"{k} {v['images']}" for k, v in stats.items())
@@ -527,7 +532,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cancel)
 
     dataset = commands.add_parser("dataset", help="datasets: push").add_subparsers(dest="verb", required=True)
-    p = dataset.add_parser("push", help="upload a dataset folder or .zip (a new version of its name)")
+    p = dataset.add_parser("push", help="upload a dataset folder or .zip (a new version of its name, unless unchanged)")
     p.add_argument("path", help="a folder with data.yaml, images/ and labels/, or a .zip of one")
     p.add_argument("--team", help="the team it belongs to (optional when you are in one team)")
     p.add_argument("--name", help="how specs name it (default: the folder's name)")

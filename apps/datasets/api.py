@@ -86,7 +86,9 @@ class DatasetListCreate(APIView):
         return paginator.get_paginated_response(DatasetOut(page, many=True).data)
 
     @extend_schema(request={"multipart/form-data": DatasetIn}, responses={
-        201: DatasetDetailOut, 413: ERROR, 429: ERROR, 503: ERROR, 400: OpenApiResponse(
+        201: DatasetDetailOut, 200: OpenApiResponse(
+            DatasetDetailOut, description="the newest version already holds exactly these files: it, with "
+                                          "\"unchanged\": true; no new version"), 413: ERROR, 429: ERROR, 503: ERROR, 400: OpenApiResponse(
             OpenApiTypes.OBJECT,
             description="field → problems; for a refused archive the body is an UploadReport: "
                         "{file: [summary], problems: [{path, problem}], problem_count}")})
@@ -97,7 +99,7 @@ class DatasetListCreate(APIView):
             return exc.response
         upload = values["file"]
         try:
-            dataset = dataset_upload(user=request.user, team=team, name=values["name"], upload=upload,
+            dataset, created = dataset_upload(user=request.user, team=team, name=values["name"], upload=upload,
                                      size=upload.size, description=values.get("description", ""),
                                      kind=values.get("kind") or Dataset.Kind.YOLO)
         except ArchiveRejected as exc:
@@ -106,6 +108,8 @@ class DatasetListCreate(APIView):
             return storage_refusal(exc, "the dataset was")
         finally:
             upload.close()
+        if not created:  # the newest version holds exactly these files: no new version
+            return Response({**DatasetDetailOut(dataset).data, "unchanged": True}, status=status.HTTP_200_OK)
         return Response(DatasetDetailOut(dataset).data, status=status.HTTP_201_CREATED)
 
 

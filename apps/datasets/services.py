@@ -99,18 +99,21 @@ def upload_limits() -> ArchiveLimits:
 
 
 def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, description: str = "",
-                   kind: str = Dataset.Kind.YOLO) -> Dataset:
-    """Check a zipped dataset, store it as the next version of ``name`` and register it.
+                   kind: str = Dataset.Kind.YOLO) -> tuple[Dataset, bool]:
+    """Check a zipped dataset, store it as the next version of ``name`` and register it:
+    ``(version, True)``; or ``(newest version, False)`` when that already holds exactly these
+    files (same kind, same manifest hash): pushing an unchanged folder again makes no version.
 
     1. Inspect the archive without extracting (ArchiveRejected with a per-file report).
     2. Charge its unpacked size to the team's storage quota (StorageQuotaExceeded).
     3. Extract into a hidden folder in the team's root, write the platform's data.yaml
        (relative folders, no ``path``) and check it as a submit would; count the splits,
        the class histogram and a few samples; hash the file manifest.
-    4. In one transaction: issue the version number, rename the folder to
+    4. Files identical to the newest version's: stop here, nothing kept, nothing charged.
+    5. In one transaction: issue the version number, rename the folder to
        ``<name>/v<N>``, create the row, move the charge to the version's key.
-    5. With an object store, copy the version's files into it (:func:`_dataset_store`).
-    On any failure the hidden folder and the charge go; no version number is spent (but in 5).
+    6. With an object store, copy the version's files into it (:func:`_dataset_store`).
+    On any failure the hidden folder and the charge go; no version number is spent (but in 6).
     """
     if not NAME.match(name):
         raise ArchiveRejected("has no usable name", [Problem("name", "use lowercase letters, digits, '-' and '_'")])
@@ -135,6 +138,13 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
         else:
             names, stats = [], images_stats(staging)
         sha256, stored_bytes, _ = manifest_sha256(staging)
+        newest = Dataset.objects.filter(team=team, name=name).order_by("-version").first()
+        if newest is not None and newest.kind == kind and newest.sha256 == sha256:
+            # Two identical pushes racing both make a version (each sees only committed rows):
+            # harmless, and rare enough not to take a lock for.
+            shutil.rmtree(staging, ignore_errors=True)
+            storage_release(key=charge)
+            return newest, False
         dataset = _dataset_commit(team=team, name=name, kind=kind, staging=staging, charge=charge, values={
             "sha256": sha256, "size_bytes": stored_bytes, "num_images": plan.num_images, "num_classes": len(names),
             "names": names, "stats": stats, "description": description, "uploaded_by": user})
@@ -147,7 +157,7 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
                  message=f"dataset {dataset.reference} uploaded: {plan.num_images} images, {len(names)} classes",
                  data={"name": name, "version": dataset.version, "images": plan.num_images,
                        "bytes": dataset.size_bytes, "sha256": dataset.sha256, "kind": kind})
-    return dataset
+    return dataset, True
 
 
 def _dataset_store(dataset: Dataset) -> None:

@@ -55,6 +55,16 @@ def test_a_folder_and_then_a_zip_become_two_versions(logged_in, tmp_path, capsys
     assert list(Dataset.objects.filter(name="pcb_defect").order_by("version").values_list("version", flat=True)) == [1, 2]
 
 
+def test_pushing_an_unchanged_folder_again_makes_no_version(logged_in, tmp_path, capsys):
+    folder = dataset_folder(tmp_path)
+    assert run(capsys, "dataset", "push", str(folder), "--team", "vision")[0] == 0
+    (folder / "labels" / "val.cache").write_bytes(b"a new cache file: left out, so not a change")
+    code, out, err = run(capsys, "dataset", "push", str(folder), "--team", "vision")
+    assert code == 0, err
+    assert "Unchanged: vision/pcb_defect:v1 already holds exactly these files" in out
+    assert list(Dataset.objects.filter(team__slug="vision", name="pcb_defect").values_list("version", flat=True)) == [1]
+
+
 def test_a_refused_dataset_prints_each_problem(logged_in, tmp_path, capsys):
     archive = tmp_path / "bad.zip"
     archive.write_bytes(make_zip(valid_files() | {"labels/train/0.txt": b"7 0.5 0.5 0.2 0.2\n"}))

@@ -54,6 +54,29 @@ def test_an_old_version_stays_usable_by_its_number(bob):
     assert response.status_code == 400 and "has no version 7 (it has v1, v2)" in response.json()["command.data"][0]
 
 
+def test_the_same_files_again_are_the_newest_version_not_a_new_one(bob, carol, storage):
+    first = post(bob, make_zip(valid_files()))
+    assert first.status_code == 201
+    charged = list(StorageCharge.objects.values_list("key", "bytes"))
+    again = post(bob, make_zip(valid_files()), description="a second try")
+    assert again.status_code == 200, again.content
+    body = again.json()
+    assert body["unchanged"] is True and (body["id"], body["version"]) == (first.json()["id"], 1)
+    assert Dataset.objects.count() == 1 and "unchanged" not in first.json()
+    assert list(StorageCharge.objects.values_list("key", "bytes")) == charged, "nothing more charged"
+    assert sorted(p.name for p in (storage / "vision").iterdir()) == ["pcb_defect"], "no staging left"
+    assert sorted(p.name for p in (storage / "vision" / "pcb_defect").iterdir()) == ["v1"]
+    changed = make_zip(valid_files() | {"labels/val/0.txt": b"1 0.5 0.5 0.1 0.1\n"})
+    assert post(bob, changed).json()["version"] == 2
+    # Only the newest version counts: v1's files again, after v2, are a new version.
+    back = post(bob, make_zip(valid_files()))
+    assert back.status_code == 201 and back.json()["version"] == 3
+    assert back.json()["sha256"] == first.json()["sha256"]
+    # Another team's identical files are its own first version.
+    other = post(carol, make_zip(valid_files()))
+    assert other.status_code == 201 and other.json()["team"] == "robotics" and other.json()["version"] == 1
+
+
 def test_the_api_shows_the_histogram_and_samples_with_their_boxes(bob):
     body = post(bob, make_zip(valid_files())).json()
     stats = body["stats"]

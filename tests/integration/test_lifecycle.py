@@ -83,15 +83,19 @@ def test_the_acceptance_story(live, portal, tmp_path, capsys):
     _, key = token_create(user=alice, name="cli")
     yoloq_run(capsys, "login", portal.url, "--token", key)
 
-    # 2. alice pushes her dataset as a folder, then again as a zip: two versions.
+    # 2. alice pushes her dataset as a folder (again unchanged: no new version), then with one
+    # more box as a zip: two versions.
     folder = user_dataset(tmp_path)
     out = yoloq_run(capsys, "dataset", "push", str(folder), "--team", "team-a")
     assert "Stored team-a/pcb_defect:v1: 12 images (train 8, val 4), 3 classes" in out
+    assert "Unchanged: team-a/pcb_defect:v1" in yoloq_run(capsys, "dataset", "push", str(folder), "--team", "team-a")
     archive = tmp_path / "pcb_defect.zip"
+    labels = sorted(folder.rglob("*.txt"))
     with zipfile.ZipFile(archive, "w") as z:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
-                z.write(path, path.relative_to(folder).as_posix())
+                extra = b"0 0.5 0.5 0.1 0.1\n" if path == labels[0] else b""
+                z.writestr(path.relative_to(folder).as_posix(), path.read_bytes() + extra)
     assert yoloq_run(capsys, "dataset", "push", str(archive), "--team", "team-a", "-q").strip() == "pcb_defect:v2"
 
     # 3. ... and her pretrained weights, saved here from a model built from its YAML.
