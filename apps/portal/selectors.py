@@ -6,12 +6,16 @@ from datetime import date, timedelta
 
 from django.db.models import Sum
 from django.db.models.functions import TruncDate
+from django.urls import reverse
 from django.utils import timezone
 
 from apps.accounts.selectors import team_list
+from apps.core.storage import StorageUnavailable
 from apps.jobs.models import HOLDING_STATES, Job
 from apps.quotas.models import UsageRecord
 from apps.quotas.selectors import running_gpu_seconds
+from apps.registry.api import prediction_results
+from apps.registry.selectors import evaluation_list, export_list, prediction_list
 
 METRIC_COLUMNS = [
     ("mAP50-95", ("metrics/mAP50-95(B)", "metrics/mAP50-95(M)", "metrics/mAP50-95(P)")),
@@ -20,6 +24,41 @@ METRIC_COLUMNS = [
     ("recall", ("metrics/recall(B)", "metrics/recall(M)", "metrics/recall(P)")),
     ("top1", ("metrics/accuracy_top1",)),
 ]
+
+
+# Annotated images a predict job's page shows (the gallery has them all).
+PREDICTION_PREVIEWS = 8
+
+
+def job_outcome(*, user, job) -> dict:
+    """What a val, predict or export job stored, for its page (a training's page has its curves).
+
+    val: its ``evaluation`` and the ``headline`` numbers; predict: its ``prediction_run`` and the
+    first few annotated images (``previews``; ``storage_down`` while the artifact store cannot be
+    reached); export: its ``exports``. Nothing until the job succeeded: the rows are written then.
+    """
+    mode = (job.spec or {}).get("mode") or "train"
+    outcome: dict = {"mode": mode}
+    if mode == "val":
+        evaluation = evaluation_list(user=user).filter(job=job).select_related("version").first()
+        outcome["evaluation"] = evaluation
+        outcome["headline"] = headline_metrics(evaluation.metrics or {}) if evaluation else {}
+    elif mode == "predict":
+        run = prediction_list(user=user).filter(job=job).first()
+        outcome["prediction_run"] = run
+        outcome["previews"], outcome["storage_down"] = [], False
+        if run is not None:
+            try:
+                results = prediction_results(run)[:PREDICTION_PREVIEWS]
+            except StorageUnavailable:
+                results, outcome["storage_down"] = [], True
+            outcome["previews"] = [{**item, "index": index, "url": reverse("api-job-prediction-image",
+                                                                           args=[job.pk, index])}
+                                   for index, item in enumerate(results)]
+    elif mode == "export":
+        outcome["exports"] = [{"export": export, "filename": export.key.rsplit("/", 1)[-1]}
+                              for export in export_list(user=user).filter(job=job).order_by("created_at")]
+    return outcome
 
 
 def usage_by_day(*, user, days: int = 14) -> dict:

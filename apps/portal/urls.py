@@ -10,6 +10,7 @@ urlpatterns = [
     path("jobs/", views.jobs, name="jobs"),
     path("jobs/new/", views.job_new, name="job-new"),
     path("jobs/<uuid:job_id>/", views.job_detail, name="job"),
+    path("jobs/<uuid:job_id>/outcome/", views.job_outcome_view, name="job-outcome"),
     path("jobs/<uuid:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
     path("jobs/<uuid:job_id>/resubmit/", views.job_resubmit, name="job-resubmit"),
     path("usage/", views.usage, name="usage"),

@@ -39,7 +39,7 @@ from apps.registry.selectors import model_list
 from apps.sweeps.selectors import sweep_view
 
 from .forms import SWEEP_METRICS, TRAIN_ARG_NAMES, JobForm, SweepForm, YamlSpecForm
-from .selectors import headline_metrics, usage_by_day
+from .selectors import headline_metrics, job_outcome, usage_by_day
 
 MODEL_SUGGESTIONS = ["yolov8n.yaml", "yolov8s.yaml", "yolov8m.yaml", "yolo11n.yaml", "yolo11s.yaml"]
 EXAMPLE_SPEC = """\
@@ -108,10 +108,11 @@ def job_detail(request, job_id):
     if job.is_sweep:
         return sweep_detail(request, job)
     model_version = getattr(job, "model_version", None) if job.state == JobState.SUCCEEDED else None
+    outcome = job_outcome(user=request.user, job=job)
     return render(request, "portal/job.html", {
+        **outcome,
         "job": job,
         "inputs": (job.spec or {}).get("inputs") or {},
-        "prediction_run": getattr(job, "prediction_run", None) if job.state == JobState.SUCCEEDED else None,
         "epochs": (job.spec.get("train_args") or {}).get("epochs"),
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         "model_version": model_version,
@@ -123,8 +124,18 @@ def job_detail(request, job_id):
             "terminal": [s.value for s in TERMINAL_STATES],
             "socket": f"/ws/jobs/{job.pk}/",
             "api": f"/api/v1/jobs/{job.pk}/",
+            # A val, predict or export job has no curves: its results section is refetched when it ends.
+            "outcome": reverse("job-outcome", args=[job.pk]) if outcome["mode"] != "train" else None,
         },
     })
+
+
+@login_required
+@never_cache
+def job_outcome_view(request, job_id):
+    """The results section of a val, predict or export job's page (the page fetches it when the job ends)."""
+    job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+    return render(request, "portal/_job_outcome.html", {**job_outcome(user=request.user, job=job), "job": job})
 
 
 def sweep_detail(request, job):

@@ -10,6 +10,10 @@
  *   3. reconnects with backoff and catches up over REST from the last seq it had;
  *   4. once the job is finished, reloads all metrics and events from the database, so
  *      the chart ends equal to the database whatever the socket dropped.
+ *
+ * A val, predict or export job's page has no curves and no epoch progress (only a training
+ * has them): its `#outcome` section is fetched again from `cfg.outcome` when the job ends,
+ * and a predict job's `progress` messages ({done, total}) fill its image count.
  */
 (function () {
   "use strict";
@@ -58,7 +62,7 @@
     });
   }
 
-  var charts = {
+  var charts = !document.getElementById("loss-chart") ? {} : {
     loss: { chart: makeChart("loss-chart", "loss"), match: function (k) { return /_loss$/.test(k); } },
     map: { chart: makeChart("map-chart", "score", { scales: { x: { title: { display: true, text: "epoch" } }, y: { min: 0, max: 1 } } }),
            match: function (k) { return k.indexOf("metrics/") === 0; } },
@@ -104,7 +108,7 @@
     if (!current || current.seq < seq) metrics.set(data.epoch, { seq: seq, values: data.values || {}, attempt: data.attempt });
     redraw();
     var progress = document.getElementById("batch-progress");
-    if (progress.dataset.epoch && Number(progress.dataset.epoch) <= data.epoch) progress.classList.add("hidden");
+    if (progress && progress.dataset.epoch && Number(progress.dataset.epoch) <= data.epoch) progress.classList.add("hidden");
   }
 
   function applyEvent(seq, data) {
@@ -279,20 +283,50 @@
     if (TERMINAL.has(state)) {
       var cancel = document.getElementById("cancel-form");
       if (cancel) cancel.classList.add("hidden");
-      document.getElementById("batch-progress").classList.add("hidden");
+      var batches = document.getElementById("batch-progress");
+      if (batches) batches.classList.add("hidden");
       setTimeout(finalSync, 500);
       setTimeout(refreshJob, 700);
+      if (cfg.outcome) setTimeout(refreshOutcome, 700);
     }
   }
 
+  // A val, predict or export job's results: written with its success, shown once it ends.
+  var outcomeLoaded = TERMINAL.has(cfg.state);  // rendered finished: the section already holds them
+  function refreshOutcome() {
+    var section = document.getElementById("outcome");
+    if (!section || outcomeLoaded) return;
+    fetch(cfg.outcome, { credentials: "same-origin" }).then(function (r) {
+      if (!r.ok) throw new Error(cfg.outcome + " → " + r.status);
+      return r.text();
+    }).then(function (html) {
+      section.innerHTML = html;
+      outcomeLoaded = true;
+      section.dataset.loaded = "true";
+    }).catch(function (err) { console.warn("results not loaded", err); setTimeout(refreshOutcome, 3000); });
+  }
+
   function setEpochsDone(done) {
-    document.getElementById("epochs-done").textContent = done;
+    var shown = document.getElementById("epochs-done");
+    if (!shown) return;  // no epochs: not a training
+    shown.textContent = done;
     if (cfg.epochs) document.getElementById("epochs-bar").style.width = Math.min(100, 100 * done / cfg.epochs) + "%";
+  }
+
+  function showPredictProgress(p) {
+    var box = document.getElementById("predict-progress");
+    if (!box) return;
+    box.classList.remove("hidden");
+    document.getElementById("predict-done").textContent = p.done;
+    document.getElementById("predict-total").textContent = p.total;
+    document.getElementById("predict-bar").style.width = (p.total ? 100 * p.done / p.total : 0) + "%";
   }
 
   function showProgress(p) {
     if (TERMINAL.has(jobState)) return;
+    if (p.done != null) { showPredictProgress(p); return; }
     var box = document.getElementById("batch-progress");
+    if (!box) return;
     box.classList.remove("hidden");
     box.dataset.epoch = p.epoch;
     document.getElementById("batch-epoch").textContent = p.epoch;

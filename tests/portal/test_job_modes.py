@@ -1,0 +1,154 @@
+"""The job page fits the job's mode: a training has its curves and epoch progress; a val, predict
+or export job has none and shows what it stored instead (an evaluation, annotated images, exported
+files). Outcomes are recorded the way the worker records them: ``attempt_finish`` with the child's
+``finished`` event."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from apps.jobs.models import Job, JobState, MetricPoint
+from apps.jobs.services import attempt_finish, job_submit, job_transition
+from apps.jobs.spec import parse_spec
+from apps.registry.models import Export, ModelVersion
+
+pytestmark = pytest.mark.django_db
+
+CURVES = ('id="loss-chart"', 'id="epochs-done"', "chart.umd.min.js", "curves appear after the first epoch")
+
+
+@pytest.fixture(autouse=True)
+def stores(settings, tmp_path):
+    settings.JOBS_DIR = tmp_path / "jobs"
+    settings.MODELS_DIR = tmp_path / "models"
+    settings.WEIGHTS_DIR = tmp_path / "weights"
+    return settings
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def submit(user, command: str, task_name: str = "pcb") -> Job:
+    document = {"task_name": task_name, "command": command, "user": "vision", "allow_duplicate": True,
+                "resources": {"gpu": 1}}
+    job, _ = job_submit(user=user, spec=parse_spec(document))
+    return job
+
+
+def succeed(job: Job, finished: dict) -> Job:
+    """The worker's report of a successful attempt (the real service path)."""
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    job.refresh_from_db()
+    assert attempt_finish(job, outcome="succeeded", exit_code=0, finished=finished) == "succeeded"
+    return Job.objects.get(pk=job.pk)
+
+
+@pytest.fixture
+def pcb(bob, demo_registered) -> ModelVersion:
+    """pcb:v1, trained for two epochs on the demo dataset."""
+    job = submit(bob, "yolo train data=demo model=yolov8n.yaml epochs=2")
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    weights = job.run_dir / "train" / "weights" / "best.pt"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"weights")
+    for epoch in (1, 2):
+        MetricPoint.objects.create(job=job, epoch=epoch, attempt=1, seq=epoch,
+                                   values={"metrics/mAP50-95(B)": 0.1 * epoch, "train/box_loss": 2.0 / epoch})
+    succeed(job, {"mode": "train", "weights": str(weights), "metrics": {"metrics/mAP50-95(B)": 0.2}, "exports": []})
+    return ModelVersion.objects.get(job=job)
+
+
+def page(user, job: Job) -> str:
+    response = signed_in(user).get(f"/jobs/{job.pk}/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def assert_no_training_layout(html: str) -> None:
+    for marker in CURVES:
+        assert marker not in html, marker
+    assert "of <b>?</b> done" not in html
+
+
+def test_a_training_keeps_its_curves_and_epoch_progress(bob, pcb):
+    html = page(bob, pcb.job)
+    for marker in CURVES:
+        assert marker in html, marker
+    assert 'id="outcome"' not in html and "</b> of <b>2</b> done" in html
+
+
+def test_a_val_job_shows_its_evaluation_instead_of_curves(bob, pcb):
+    job = succeed(submit(bob, f"yolo val model={pcb.reference} data=demo split=val", "val"), {
+        "mode": "val", "split": "val", "exports": [],
+        "metrics": {"metrics/precision(B)": 0.71, "metrics/recall(B)": 0.52, "metrics/mAP50(B)": 0.634,
+                    "metrics/mAP50-95(B)": 0.412, "fitness": 0.43},
+        "per_class": [{"class": 0, "name": "rectangle", "images": 4, "instances": 5, "precision": 0.8,
+                       "recall": 0.6, "map50": 0.7, "map50_95": 0.5},
+                      {"class": 1, "name": "circle", "images": 3, "instances": 3, "precision": 0.62,
+                       "recall": 0.44, "map50": 0.568, "map50_95": 0.324}],
+        "speed": {"inference": 5.1}})
+    html = page(bob, job)
+    assert_no_training_layout(html)
+    assert 'id="outcome" data-mode="val"' in html and "pcb:v1 on demo:v1 · val split" in html
+    for label, value in (("mAP50", "0.634"), ("mAP50-95", "0.412"), ("precision", "0.710"), ("recall", "0.520")):
+        assert f'data-metric="{label}">{label} <b>{value}</b>' in html
+    assert "<td>circle</td><td>3</td><td>3</td><td>0.620</td><td>0.440</td><td>0.568</td><td>0.324</td>" in html
+    assert 'id="log"' in html
+
+
+def test_a_predict_job_shows_its_annotated_images_and_result_files(bob, pcb):
+    job = submit(bob, f"yolo predict model={pcb.reference} source=demo split=val", "predict")
+    folder = job.run_dir / "predict"
+    folder.mkdir(parents=True)
+    results = []
+    for n in range(3):
+        (folder / f"{n:05d}.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+        results.append({"image": f"{n:05d}.jpg", "source": f"images/val/val_{n}.jpg", "size": [64, 64],
+                        "boxes": [{"class": 0, "name": "rectangle", "conf": 0.9, "xyxy": [1, 2, 30, 40]}] * n})
+    (folder / "predictions.json").write_text(json.dumps(results))
+    job = succeed(job, {"mode": "predict", "folder": str(folder), "images": 3, "boxes": 3, "exports": []})
+    html = page(bob, job)
+    assert_no_training_layout(html)
+    assert 'id="outcome" data-mode="predict"' in html and "3 images annotated, 3 boxes by" in html
+    for n in range(3):
+        assert f'<img src="/api/v1/jobs/{job.pk}/predictions/{n}/image/" alt="images/val/val_{n}.jpg"' in html
+    assert f'href="/jobs/{job.pk}/predictions/"' in html and f'href="/api/v1/jobs/{job.pk}/predictions/"' in html
+    assert 'id="log"' in html
+
+
+def test_an_export_job_shows_its_files_with_download_links(bob, pcb):
+    job = submit(bob, f"yolo export model={pcb.reference} format=onnx half=true", "export")
+    onnx = job.run_dir / "export" / "best.onnx"
+    onnx.parent.mkdir(parents=True)
+    onnx.write_bytes(b"onnx bytes")
+    job = succeed(job, {"mode": "export", "exports": [{
+        "format": "onnx", "path": str(onnx), "options": {"half": True},
+        "verification": {"runtime": "onnxruntime 1.32.0", "images": 4, "max_abs": 6.1e-05, "max_rel": 1.3e-07,
+                         "rtol": 0.01, "atol": 0.01, "passed": True}}]})
+    export = Export.objects.get(job=job)
+    html = page(bob, job)
+    assert_no_training_layout(html)
+    assert 'id="outcome" data-mode="export"' in html
+    link = f'href="/api/v1/exports/{export.pk}/download/" download>best.onnx</a>'
+    assert link in html and "<td>onnx</td><td>half=True </td>" in html
+    assert "onnxruntime 1.32.0 on 4 images" in html and "6.10e-05" in html
+    download = signed_in(bob).get(f"/api/v1/exports/{export.pk}/download/")
+    assert download.status_code == 200 and b"".join(download.streaming_content) == b"onnx bytes"
+
+
+def test_an_unfinished_or_failed_model_job_says_where_its_results_will_be(bob, carol, pcb):
+    job = submit(bob, f"yolo val model={pcb.reference} data=demo split=val", "val")
+    html = page(bob, job)
+    assert_no_training_layout(html)
+    assert "The evaluation's metrics will be here when the job has finished." in html
+    assert f'"outcome": "/jobs/{job.pk}/outcome/"' in html  # the page refetches the section when the job ends
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.FAILED)
+    fragment = signed_in(bob).get(f"/jobs/{job.pk}/outcome/")
+    assert fragment.status_code == 200 and "The job is failed: it stored no results" in fragment.content.decode()
+    assert signed_in(carol).get(f"/jobs/{job.pk}/outcome/").status_code == 404
