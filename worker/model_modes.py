@@ -125,13 +125,20 @@ def run_val(*, model_path: str, data: Path, split: str, device: str, args: dict[
 
 def run_predict(*, model_path: str, images: list[Path], source_root: Path, device: str, args: dict[str, Any],
                 output_dir: Path, events) -> dict[str, Any]:
-    """Annotate every image; write ``<output_dir>/<n>.jpg`` and ``predictions.json``. Returns ``finished`` fields."""
+    """Annotate every image; write ``<output_dir>/<n>.jpg`` and ``predictions.json``. Returns ``finished`` fields.
+
+    Each image gets a line on stdout (the job's stored log) like Ultralytics' own verbose one:
+    Ultralytics prints nothing with ``verbose=False``, which is needed because it counts each
+    one-image call as ``image 1/1``, and a predict job's log was otherwise empty.
+    """
     import cv2
     from ultralytics import YOLO
 
     model = YOLO(model_path)
     output_dir.mkdir(parents=True, exist_ok=True)
     events.emit("started", mode="predict", images=len(images))
+    where = "CPU" if device == "cpu" else f"GPU {device}"
+    print(f"predict: {len(images)} image{'s' * (len(images) != 1)} with {Path(model_path).name} on {where}", flush=True)
     names = _names(model)
     results_out: list[dict[str, Any]] = []
     total_boxes = 0
@@ -153,13 +160,18 @@ def run_predict(*, model_path: str, images: list[Path], source_root: Path, devic
             boxes = [{"class": int(c), "name": names.get(int(c), str(c)), "conf": round(float(p), 4), "xyxy": None}
                      for c, p in zip(probs.top5, probs.top5conf.tolist(), strict=True)]
         total_boxes += len(boxes)
-        results_out.append({"image": out_name, "source": image.relative_to(source_root).as_posix(),
+        source = image.relative_to(source_root).as_posix()
+        results_out.append({"image": out_name, "source": source,
                             "size": [int(result.orig_shape[1]), int(result.orig_shape[0])], "boxes": boxes})
+        print(f"image {index + 1}/{len(images)} {source}: {result.orig_shape[0]}x{result.orig_shape[1]} "
+              f"{result.verbose() or '(no detections), '}{(result.speed or {}).get('inference') or 0:.1f}ms", flush=True)
         now = time.monotonic()
         if now - last_progress >= 0.5 or index == len(images) - 1:
             last_progress = now
             events.emit("progress", done=index + 1, total=len(images))
     (output_dir / "predictions.json").write_text(json.dumps(results_out))
+    print(f"{len(results_out)} images annotated, {total_boxes} boxes: {output_dir.name}/NNNNN.jpg and "
+          f"{output_dir.name}/predictions.json", flush=True)
     return {"folder": str(output_dir), "images": len(results_out), "boxes": total_boxes}
 
 
