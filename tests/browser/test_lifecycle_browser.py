@@ -184,3 +184,55 @@ def test_the_prediction_gallery_shows_the_annotated_images(live_portal, page, al
     screenshot(page, "23-prediction-gallery")
     assert page.errors == []
     shutil.rmtree(settings.JOBS_DIR / str(job.pk), ignore_errors=True)
+
+
+def test_a_predict_job_page_counts_images_live_and_shows_them_when_it_ends(live_portal, page, alice, bob, node):
+    """No curves on a predict job's page: its progress and state still arrive over the socket, and its
+    results section is fetched when it ends."""
+    from django.conf import settings
+
+    from apps.jobs.services import attempt_event_record, job_transition
+
+    _, web = live_portal
+    version = in_thread(trained, bob, "pcb", 1, 0.1, b"w")
+
+    def running():
+        document = {"task_name": "predict", "command": f"yolo predict model={version.reference} source=demo",
+                    "user": "vision"}
+        job, _ = job_submit(user=bob, spec=parse_spec(document))
+        job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.RUNNING, node=node, gpu_indices=[0])
+        return Job.objects.get(pk=job.pk)
+
+    def succeeded(job):
+        folder = settings.JOBS_DIR / str(job.pk) / "predict"
+        folder.mkdir(parents=True)
+        results = []
+        for n, color in enumerate([(200, 30, 30), (30, 160, 30)]):
+            jpeg(folder / f"{n:05d}.jpg", color)
+            results.append({"image": f"{n:05d}.jpg", "source": f"images/val/val_{n:05d}.jpg", "size": [96, 64],
+                            "boxes": [{"class": n, "name": ["rectangle", "circle"][n], "conf": 0.8,
+                                       "xyxy": [20, 10, 60, 50]}]})
+        (folder / "predictions.json").write_text(json.dumps(results))
+        attempt_finish(job, outcome="succeeded", exit_code=0,
+                       finished={"mode": "predict", "folder": str(folder), "images": 2, "boxes": 2})
+
+    job = in_thread(running)
+    sign_in(page, web.url, "alice", "pw-alice")
+    page.goto(f"{web.url}/jobs/{job.pk}/")
+    page.wait_for_function("window.jobPage.live()")
+    assert page.locator("canvas").count() == 0 and page.locator("#epochs-done").count() == 0
+    assert "will be here when the job has finished" in page.inner_text("#outcome")
+
+    in_thread(attempt_event_record, job, {"type": "progress", "done": 1, "total": 2})
+    page.wait_for_selector("#predict-progress:not(.hidden)")
+    assert page.inner_text("#predict-progress").startswith("1 of 2 images annotated")
+
+    in_thread(succeeded, job)
+    page.wait_for_selector("#outcome[data-loaded=true]", timeout=10_000)
+    assert page.inner_text("#state") == "succeeded"
+    assert "2 images annotated, 2 boxes" in page.inner_text("#prediction-summary")
+    page.wait_for_function("Array.from(document.querySelectorAll('#prediction-previews img'))"
+                           ".map(i => i.naturalWidth).join() === '96,96'")
+    screenshot(page, "24-predict-job")
+    assert page.errors == []
+    shutil.rmtree(settings.JOBS_DIR / str(job.pk), ignore_errors=True)
