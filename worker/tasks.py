@@ -493,7 +493,7 @@ class AttemptRunner:
                 time.sleep(POLL_S)
             for event in execution.events():
                 self.on_event(event, result)
-            self.flush_logs(execution.log_reader)
+            self.flush_logs(execution.log_reader, final=True)
             if stop_by is not None:
                 execution.stop()  # DDP ranks of a child that stopped itself
             result.usage = execution.usage()
@@ -544,8 +544,9 @@ class AttemptRunner:
             if kind == "checkpoint" and self.uploader is not None:
                 self.uploader.offer(epoch=int(event["epoch"]), path=str(event["path"]), sha256=str(event["sha256"]))
 
-    def flush_logs(self, reader: LogReader) -> None:
-        text = reader.read()
+    def flush_logs(self, reader: LogReader, final: bool = False) -> None:
+        """Store the child's new output (``final``: it has exited, so all of it: LogReader.read)."""
+        text = reader.read(final=final)
         if not text:
             return
         self.log_tail.extend(line for line in text.splitlines() if line.strip())

@@ -14,6 +14,7 @@ This module has no Django: the Slurm relay, far from the database, imports it to
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import os
@@ -161,10 +162,23 @@ class EventReader:
 
 
 class LogReader:
-    """Reads new output; progress bars' carriage-return updates collapse to their last state."""
+    """Reads new output; progress bars' carriage-return updates collapse to their last state.
+
+    A line is handed on once its newline is there; ``read(final=True)``, once the child has
+    exited, hands on the rest too (a last line without a newline was lost before: a crash
+    message or a summary ``print(..., end="")``). Bytes are decoded incrementally, so a
+    character split across two reads is not mangled.
+    """
+
+    CHUNK = 1 << 20
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.partial = path, 0, ""
+        self.path, self.offset = path, 0
+        self._restart()
+
+    def _restart(self) -> None:
+        self.partial = ""
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
     def truncate(self) -> None:
         """Empty the file and read on from its start (the child appends: O_APPEND)."""
@@ -172,18 +186,30 @@ class LogReader:
             os.truncate(self.path, 0)
         except OSError:
             return
-        self.offset, self.partial = 0, ""
+        self.offset = 0
+        self._restart()
 
-    def read(self) -> str:
+    def read(self, final: bool = False) -> str:
+        """The complete lines written since the last read (up to ``CHUNK`` bytes of them);
+        ``final``: everything left, the unterminated last line included."""
+        parts = [self.partial]
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
-                data = f.read(1 << 20)
+                while True:
+                    data = f.read(self.CHUNK)
+                    self.offset += len(data)
+                    parts.append(self.decoder.decode(data))
+                    if not final or len(data) < self.CHUNK:
+                        break
         except FileNotFoundError:
-            return ""
-        self.offset += len(data)
-        text = self.partial + data.decode("utf-8", "replace")
-        *lines, self.partial = text.split("\n")
+            pass
+        if final:
+            parts.append(self.decoder.decode(b"", final=True))
+        *lines, self.partial = "".join(parts).split("\n")
+        if final:
+            lines.append(self.partial)
+            self._restart()
         return "".join(line.rsplit("\r", 1)[-1].rstrip() + "\n" for line in lines if line.rsplit("\r", 1)[-1].strip())
 
 

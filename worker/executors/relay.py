@@ -81,7 +81,7 @@ class Relay:
         self.pending_log = (text + self.pending_log)[-MAX_LOG_CHARS * 4:]
         return ""
 
-    def collect(self, events: EventReader) -> tuple[dict | None, dict | None, int | None]:
+    def collect(self, events: EventReader, final: bool = False) -> tuple[dict | None, dict | None, int | None]:
         finished = error = None
         batch = None
         for event in events.read():
@@ -93,7 +93,7 @@ class Relay:
             elif kind == "started" and event.get("batch"):
                 batch = int(event["batch"])
             self.pending_events.append(event)
-        text = self.log_reader.read()
+        text = self.log_reader.read(final=final)  # final: the child exited, its last line too
         if text:
             self.pending_log += text
             self.log_tail = (self.log_tail + [line for line in text.splitlines() if line.strip()])[-200:]
@@ -151,7 +151,7 @@ class Relay:
                     if answer:
                         self.stop_reason = answer
                 time.sleep(0.2)
-            got_finished, got_error, got_batch = self.collect(events)
+            got_finished, got_error, got_batch = self.collect(events, final=True)
             finished, error, batch = got_finished or finished, got_error or error, got_batch or batch
             if exit_code == EXIT_CHECKPOINT and resumed and index + 1 < len(runs) and not self.stop_reason:
                 self.pending_events.append({"type": "checkpoint_rejected", "epoch": run["epoch"],
