@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from pathlib import PurePosixPath
 from typing import IO
 
 from django.conf import settings
@@ -166,8 +167,9 @@ class ExportDownloadView(APIView):
         export = get_or_404(export_list(user=request.user), pk, "No export with that id in your teams.")
         handle = verified_open(export.key, export.sha256, f"{export.format} export")
         name = export.key.rsplit("/", 1)[-1]
-        return FileResponse(handle, as_attachment=True, content_type=BINARY,
-                            filename=f"{export.version.name}-v{export.version.version}-{name}")
+        of = (f"{export.version.name}-v{export.version.version}" if export.version
+              else PurePosixPath(export.model_lineage.get("name") or "weights").stem)  # weights that are no version
+        return FileResponse(handle, as_attachment=True, content_type=BINARY, filename=f"{of}-{name}")
 
 
 class StageIn(StrictInput):

@@ -91,9 +91,15 @@ class SharedWeights(models.Model):
 
 
 class Evaluation(models.Model):
-    """A ``val`` job's result: metrics and the per-class table of one version on one dataset split."""
+    """A ``val`` job's result: metrics and the per-class table of one version on one dataset split.
 
-    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="evaluations")
+    ``version`` is None for weights that are not a registered version (shared base weights, a
+    file in the team's weights folder): ``model_lineage`` names them, the job's team sees it.
+    """
+
+    version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="evaluations")
+    model_lineage = models.JSONField(default=dict, blank=True)  # the job's inputs.model: kind, name, sha256
     job = models.OneToOneField("jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="evaluation")
     dataset = models.ForeignKey("datasets.Dataset", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     dataset_lineage = models.JSONField(default=dict, blank=True)
@@ -115,9 +121,14 @@ class Export(models.Model):
     "passed"}``: the exported file was run on validation images and its raw output
     tensors compared with the PyTorch model's on the same inputs (see the training
     child's docstring). An export beyond tolerance fails and is not stored.
+
+    ``version`` is None for an export of weights that are not a registered version (shared base
+    weights, a team file): the file stays in the job's folder, ``model_lineage`` names the weights.
     """
 
-    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="exports")
+    version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="exports")
+    model_lineage = models.JSONField(default=dict, blank=True)  # the job's inputs.model: kind, name, sha256
     job = models.ForeignKey("jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="exports")
     format = models.CharField(max_length=20)
     options = models.JSONField(default=dict, blank=True)

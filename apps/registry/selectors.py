@@ -4,7 +4,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from apps.accounts.selectors import team_ids
 from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path, key_join, root_path
@@ -29,12 +29,17 @@ def model_get(*, user, pk) -> ModelVersion | None:
     return scoped_get(model_list(user=user), pk)
 
 
+def _of_teams(ids) -> Q:
+    """A version's result in the user's teams; one of weights that are no version: its job's team."""
+    return Q(version__team_id__in=ids) | Q(version__isnull=True, job__team_id__in=ids)
+
+
 def export_list(*, user) -> QuerySet[Export]:
-    return Export.objects.filter(version__team_id__in=team_ids(user=user)).select_related("version__team")
+    return Export.objects.filter(_of_teams(team_ids(user=user))).select_related("version__team", "job")
 
 
 def evaluation_list(*, user) -> QuerySet[Evaluation]:
-    return Evaluation.objects.filter(version__team_id__in=team_ids(user=user)).select_related("version__team", "job")
+    return Evaluation.objects.filter(_of_teams(team_ids(user=user))).select_related("version__team", "job")
 
 
 def prediction_list(*, user) -> QuerySet[PredictionRun]:

@@ -298,19 +298,24 @@ def model_version_delete(*, version: ModelVersion, by) -> None:
 # --- results of val, predict and export jobs -------------------------------------------------------------
 
 
-def evaluation_record(*, job, version: ModelVersion, finished: dict) -> Evaluation:
+def evaluation_record(*, job, version: ModelVersion | None, finished: dict) -> Evaluation:
+    """A val job's metrics; ``version`` None for weights that are no registered version (the
+    job's ``inputs.model`` names them)."""
     inputs = _job_inputs(job)
     data = inputs.get("data") or {}
     evaluation, _ = Evaluation.objects.update_or_create(job=job, defaults={
-        "version": version, "dataset": Dataset.objects.filter(pk=data.get("id")).first() if data.get("id") else None,
+        "version": version, "model_lineage": inputs.get("model") or {}, "dataset": Dataset.objects.filter(pk=data.get("id")).first() if data.get("id") else None,
         "dataset_lineage": data, "split": finished.get("split") or "val",
         "metrics": finished.get("metrics") or {}, "per_class": finished.get("per_class") or [],
         "speed": finished.get("speed") or {}})
     return evaluation
 
 
-def export_record(*, job, version: ModelVersion, exported: dict) -> Export:
+def export_record(*, job, version: ModelVersion | None, exported: dict) -> Export:
     """Move an exported file into the version's registry folder and record it with its verification.
+
+    Weights that are no registered version (``version`` None: shared base weights, a team file)
+    have no registry folder: their export keeps its file in the job's folder, as below.
 
     With an object store (GPU servers without the shared DATA_DIR) the export keeps the key of
     its file in the job's folder: the worker stored that folder before the success that calls
@@ -321,8 +326,9 @@ def export_record(*, job, version: ModelVersion, exported: dict) -> Export:
     from apps.core.storage import shared_filesystem
 
     source = Path(exported["path"])
-    if not shared_filesystem():
+    if version is None or not shared_filesystem():
         return Export.objects.create(version=version, job=job, format=exported["format"],
+                                     model_lineage=(_job_inputs(job).get("model") or {}) if version is None else {},
                                      options=exported.get("options") or {}, key=artifact_key(source),
                                      sha256=file_sha256(source), size=source.stat().st_size,
                                      verification=exported.get("verification") or {})
@@ -342,6 +348,11 @@ def prediction_record(*, job, version: ModelVersion | None, finished: dict) -> P
         "version": version, "source": inputs.get("source") or {}, "key": artifact_key(Path(finished["folder"])),
         "images": int(finished.get("images") or 0), "boxes": int(finished.get("boxes") or 0)})
     return run
+
+
+def _weights_name(inputs: dict) -> str:
+    model = inputs.get("model") or {}
+    return f"{model.get('name') or 'the weights'}{' (shared)' if model.get('kind') == 'shared' else ''}"
 
 
 def job_outputs_record(*, job, finished: dict) -> str:
@@ -364,14 +375,14 @@ def job_outputs_record(*, job, finished: dict) -> str:
         target = model_register(job=job, weights=weights, metrics=finished.get("metrics") or {},
                                 code=finished.get("code"))
         words.append(f"weights at {weights.name}, registered as {target}")
-    elif mode == "val" and target is not None:
+    elif mode == "val":
         evaluation = evaluation_record(job=job, version=target, finished=finished)
-        words.append(f"evaluation of {target} on {evaluation.split} stored")
+        words.append(f"evaluation of {target or _weights_name(inputs)} on {evaluation.split} stored")
     elif mode == "predict":
         run = prediction_record(job=job, version=target, finished=finished)
         words.append(f"{run.images} images annotated, {run.boxes} boxes")
     for exported in finished.get("exports") or []:
-        if target is not None and exported.get("path") and not exported.get("error"):
+        if exported.get("path") and not exported.get("error"):
             export = export_record(job=job, version=target, exported=exported)
             verification = export.verification
             words.append(f"{export.format} export verified (max abs diff {verification.get('max_abs', 0):.2e})")

@@ -152,3 +152,55 @@ def test_an_unfinished_or_failed_model_job_says_where_its_results_will_be(bob, c
     fragment = signed_in(bob).get(f"/jobs/{job.pk}/outcome/")
     assert fragment.status_code == 200 and "The job is failed: it stored no results" in fragment.content.decode()
     assert signed_in(carol).get(f"/jobs/{job.pk}/outcome/").status_code == 404
+
+
+@pytest.fixture
+def shared(stores, tmp_path):
+    """yolov8s.pt as shared base weights (an admin's ``manage.py weights add --shared``): no version."""
+    import io
+
+    from django.core.management import call_command
+
+    from tests.registry.conftest import build_checkpoint
+
+    call_command("weights", "add", str(build_checkpoint("yolov8n.yaml", tmp_path)), "--shared", "--name",
+                 "yolov8s.pt", stdout=io.StringIO())
+
+
+def test_a_val_of_shared_weights_keeps_its_evaluation_for_the_team(bob, carol, shared, demo_registered):
+    from apps.registry.models import Evaluation
+    from apps.registry.selectors import evaluation_list
+
+    job = succeed(submit(bob, "yolo val model=yolov8s.pt data=demo split=val", "baseline"), {
+        "mode": "val", "split": "val", "exports": [], "speed": {},
+        "metrics": {"metrics/mAP50(B)": 0.25, "metrics/mAP50-95(B)": 0.125},
+        "per_class": [{"class": 0, "name": "rectangle", "images": 4, "instances": 5, "precision": 0.5,
+                       "recall": 0.25, "map50": 0.25, "map50_95": 0.125}]})
+    evaluation = Evaluation.objects.get(job=job)  # was: nothing stored, the metrics lost
+    assert evaluation.version is None and evaluation.model_lineage["kind"] == "shared"
+    assert "evaluation of yolov8s.pt (shared) on val stored" in job.events.get(kind="succeeded").message
+    html = page(bob, job)
+    assert "yolov8s.pt (shared weights) on demo:v1 · val split" in html
+    assert 'data-metric="mAP50">mAP50 <b>0.250</b>' in html and "<td>rectangle</td>" in html
+    assert list(evaluation_list(user=bob)) == [evaluation] and not evaluation_list(user=carol).exists()
+    assert signed_in(carol).get(f"/jobs/{job.pk}/").status_code == 404
+
+
+def test_an_export_of_shared_weights_is_kept_with_its_job_and_downloads(bob, carol, shared, demo_registered):
+    job = submit(bob, "yolo export model=yolov8s.pt format=onnx data=demo", "export")
+    onnx = job.run_dir / "export" / "yolov8s.onnx"
+    onnx.parent.mkdir(parents=True)
+    onnx.write_bytes(b"onnx of the shared weights")
+    job = succeed(job, {"mode": "export", "exports": [{
+        "format": "onnx", "path": str(onnx), "options": {},
+        "verification": {"runtime": "onnxruntime", "images": 2, "max_abs": 1e-05, "max_rel": 1e-07,
+                         "rtol": 0.001, "atol": 0.001, "passed": True}}]})
+    export = Export.objects.get(job=job)  # was: no row, the file unreachable
+    assert export.version is None and export.model_lineage["name"] == "yolov8s.pt"
+    html = page(bob, job)
+    assert f'href="/api/v1/exports/{export.pk}/download/" download>yolov8s.onnx</a>' in html
+    assert "Of yolov8s.pt (shared weights): kept with this job." in html
+    download = signed_in(bob).get(f"/api/v1/exports/{export.pk}/download/")
+    assert download.status_code == 200 and b"".join(download.streaming_content) == b"onnx of the shared weights"
+    assert 'filename="yolov8s-yolov8s.onnx"' in download["Content-Disposition"]
+    assert signed_in(carol).get(f"/api/v1/exports/{export.pk}/download/").status_code == 404
