@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from .stats import label_task_problem
+
 
 class Dataset(models.Model):
     """One version of a team's dataset: (team, name, version), its files under ``key``.
@@ -48,6 +50,14 @@ class Dataset(models.Model):
     def reference(self) -> str:
         """How a spec names exactly this version."""
         return f"{self.name}:v{self.version}"
+
+    def task_problem(self, task: str) -> str:
+        """Why a ``task`` job (detect, segment, …) cannot train or validate on this version, as the
+        end of a sentence about it; '' when it can, or when its labels were never recorded."""
+        if self.kind != self.Kind.YOLO:
+            return ""
+        stats = self.stats or {}
+        return label_task_problem(stats.get("labels", ""), task, kpt_shape=bool(stats.get("kpt_shape")))
 
     def lineage(self) -> dict:
         """What a job or a model version records about the data it used."""

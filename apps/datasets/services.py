@@ -32,7 +32,8 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 __all__ = ["ArchiveRejected", "StorageQuotaExceeded", "dataset_delete", "dataset_register", "dataset_upload"]
 
 
-def _names_and_splits(yaml_path: Path) -> tuple[list[str], dict[str, str]]:
+def _names_and_splits(yaml_path: Path) -> tuple[list[str], dict[str, str], list[int] | None]:
+    """(class names, split → images folder relative to the YAML, ``kpt_shape`` of a pose dataset or None)."""
     document = load_yaml(yaml_path.read_bytes()[: DATA_YAML_MAX_BYTES + 1], max_bytes=DATA_YAML_MAX_BYTES)
     names = document.get("names") or {}
     if isinstance(names, dict):
@@ -45,7 +46,10 @@ def _names_and_splits(yaml_path: Path) -> tuple[list[str], dict[str, str]]:
             folder = (base / value).resolve()
             if folder.is_relative_to(yaml_path.parent.resolve()):
                 splits[key] = folder.relative_to(yaml_path.parent.resolve()).as_posix()
-    return [str(n) for n in names], splits
+    kpt_shape = document.get("kpt_shape")
+    valid = (isinstance(kpt_shape, list) and len(kpt_shape) == 2
+             and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in kpt_shape))
+    return [str(n) for n in names], splits, kpt_shape if valid else None
 
 
 def dataset_register(*, team, name: str, yaml_path: Path, description: str = "", by=None) -> Dataset:
@@ -63,10 +67,10 @@ def dataset_register(*, team, name: str, yaml_path: Path, description: str = "",
     folder = yaml_path.parent
     data_yaml_check(yaml_path, root=folder)
     try:
-        names, splits = _names_and_splits(yaml_path)
+        names, splits, kpt_shape = _names_and_splits(yaml_path)
     except YamlError as exc:
         raise ValueError(f"dataset YAML {exc.errors.get('spec', exc)}") from None
-    stats = dataset_stats(folder, names=names, splits=splits)
+    stats = dataset_stats(folder, names=names, splits=splits, kpt_shape=kpt_shape)
     sha256, size, _ = manifest_sha256(folder)
     from apps.core.storage import artifact_folder_upload
 
@@ -134,6 +138,8 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
             except ValueError as exc:
                 raise ArchiveRejected(str(exc), [Problem("data.yaml", str(exc))]) from None
             names = [plan.names[i] for i in sorted(plan.names)]
+            # No kpt_shape: the stored data.yaml (data_yaml_text) keeps none, so a pose job is refused
+            # on an upload with that reason rather than failing once it runs.
             stats = dataset_stats(staging, names=names, splits=plan.splits)
         else:
             names, stats = [], images_stats(staging)

@@ -6,8 +6,10 @@
   files have the same hash, whatever the zip looked like, and training on a dataset in
   place does not change it.
 - :func:`dataset_stats`: images, label files and instances per split, the class
-  histogram per split, and a few sample images with their boxes (normalised
-  ``[class, cx, cy, w, h]``; a polygon or keypoint label is reduced to its box).
+  histogram per split, a few sample images with their boxes (normalised
+  ``[class, cx, cy, w, h]``; a polygon or keypoint label is reduced to its box), and
+  what kind of labels the files hold (``labels``: :func:`label_format`), which decides
+  the tasks a job may train or validate on it (:func:`label_task_problem`).
 """
 
 from __future__ import annotations
@@ -70,9 +72,16 @@ def label_path(image: Path) -> Path:
     return Path(*parts).with_suffix(".txt")
 
 
-def label_boxes(text: str) -> list[list[float]]:
-    """Boxes ``[class, cx, cy, w, h]`` of a YOLO label file (boxes, polygons or keypoints)."""
-    boxes = []
+def label_lines(text: str, *, keypoint_values: int = 0) -> list[tuple[str, list[float]]]:
+    """Each line of a YOLO label file as (shape, box): shape ``boxes``, ``polygons`` or ``keypoints``,
+    box ``[class, cx, cy, w, h]``.
+
+    A line is ``class`` and then 4 values (a box), an even number of points' coordinates
+    (a polygon: segment or obb labels), or a box followed by keypoints: ``keypoint_values``
+    of them when data.yaml gives ``kpt_shape`` [k, d] (k·d), else an odd count (a visibility
+    flag per point) is the only reading left.
+    """
+    lines = []
     for line in text.splitlines():
         words = line.split()
         if len(words) < 5:
@@ -81,23 +90,73 @@ def label_boxes(text: str) -> list[list[float]]:
             cls, values = int(words[0]), [float(w) for w in words[1:]]
         except ValueError:
             continue
-        if len(values) > 4 and len(values) % 2 == 0:  # a polygon: x1 y1 x2 y2 …
+        keypoints = len(values) > 4 and (len(values) == 4 + keypoint_values if keypoint_values
+                                         else len(values) % 2 == 1)
+        if len(values) > 4 and not keypoints:  # a polygon: x1 y1 x2 y2 …
             xs, ys = values[0::2], values[1::2]
             x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-            boxes.append([cls, (x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0])
+            lines.append(("polygons", [cls, (x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0]))
         else:  # a box, or a box followed by keypoints
-            boxes.append([cls, *values[:4]])
-    return boxes
+            lines.append(("keypoints" if keypoints else "boxes", [cls, *values[:4]]))
+    return lines
+
+
+def label_boxes(text: str) -> list[list[float]]:
+    """Boxes ``[class, cx, cy, w, h]`` of a YOLO label file (boxes, polygons or keypoints)."""
+    return [box for _, box in label_lines(text)]
+
+
+LABEL_SHAPES = ("boxes", "polygons", "keypoints")
+# What each task reads from a label line, as Ultralytics trains and validates it: a detect job
+# takes the box of a polygon too; segment and obb need every object outlined (with boxes
+# beside polygons Ultralytics drops the polygons and the loss fails); pose needs keypoints
+# and ``kpt_shape``. Classify reads a folder per class, which a YOLO dataset never is.
+TASK_SHAPES = {"detect": {"boxes", "polygons"}, "segment": {"polygons"}, "obb": {"polygons"},
+               "pose": {"keypoints"}, "classify": set()}
+TASK_NEEDS = {"detect": "box or polygon labels", "segment": "a polygon outline for every object",
+              "obb": "a polygon (the four corners of a rotated box) for every object",
+              "pose": "keypoint labels and kpt_shape in its data.yaml",
+              "classify": "a classification dataset (a folder of images per class), not YOLO labels"}
+SHAPE_WORDS = {"boxes": "boxes (detection labels)", "polygons": "polygons (segmentation or obb labels)",
+               "keypoints": "keypoints (pose labels)"}
+
+
+def label_format(shapes: set[str]) -> str:
+    """The kind of labels a dataset holds: ``boxes``, ``polygons``, ``keypoints``, several joined
+    by ``+`` (``boxes+polygons``), or '' when no file holds a label."""
+    return "+".join(shape for shape in LABEL_SHAPES if shape in shapes)
+
+
+def label_task_problem(labels: str, task: str, *, kpt_shape: bool = False) -> str:
+    """Why a ``task`` job cannot use a YOLO dataset whose labels are ``labels`` (:func:`label_format`)
+    and whose data.yaml has ``kpt_shape`` or not; '' when it can, or when what the dataset holds
+    is not known (``labels`` '': a row stored before it was recorded, or no labels at all)."""
+    if task == "classify":
+        return f"is a YOLO dataset (data.yaml, images and labels); classify jobs need {TASK_NEEDS[task]}"
+    needed = TASK_SHAPES.get(task)
+    shapes = {shape for shape in labels.split("+") if shape}
+    if needed is None or not shapes:
+        return ""
+    held = " and ".join(SHAPE_WORDS.get(shape, shape) for shape in LABEL_SHAPES if shape in shapes)
+    if not shapes <= needed:
+        return f"holds {held}; {task} jobs need {TASK_NEEDS[task]}"
+    if task == "pose" and not kpt_shape:
+        return f"holds {held} but its data.yaml has no kpt_shape; pose jobs need {TASK_NEEDS[task]}"
+    return ""
 
 
 def _images(folder: Path) -> list[Path]:
     return [p for p in _files(folder) if p.suffix.lower() in IMAGE_SUFFIXES] if folder.is_dir() else []
 
 
-def dataset_stats(root: Path, *, names: list[str], splits: dict[str, str]) -> dict[str, Any]:
-    """Counts, histogram and samples of a YOLO dataset (``splits``: split → images folder, relative)."""
+def dataset_stats(root: Path, *, names: list[str], splits: dict[str, str],
+                  kpt_shape: list[int] | None = None) -> dict[str, Any]:
+    """Counts, histogram, samples and label kind of a YOLO dataset (``splits``: split → images
+    folder, relative; ``kpt_shape``: data.yaml's, for a pose dataset)."""
     stats: dict[str, Any] = {"splits": {}, "histogram": {}, "samples": []}
     sample_pool: list[tuple[str, Path]] = []
+    shapes: set[str] = set()
+    keypoint_values = kpt_shape[0] * kpt_shape[1] if kpt_shape else 0
     for split, relative in splits.items():
         images = _images(root / relative)
         histogram = [0] * len(names)
@@ -107,7 +166,9 @@ def dataset_stats(root: Path, *, names: list[str], splits: dict[str, str]) -> di
             if not label.is_file():
                 continue
             labelled += 1
-            for box in label_boxes(label.read_text(encoding="utf-8", errors="replace")):
+            for shape, box in label_lines(label.read_text(encoding="utf-8", errors="replace"),
+                                          keypoint_values=keypoint_values):
+                shapes.add(shape)
                 instances += 1
                 if 0 <= box[0] < len(names):
                     histogram[box[0]] += 1
@@ -116,6 +177,9 @@ def dataset_stats(root: Path, *, names: list[str], splits: dict[str, str]) -> di
         if split == "val" or not sample_pool:
             sample_pool = [(split, image) for image in images]
     stats["samples"] = [_sample(root, split, image) for split, image in _spread(sample_pool, SAMPLES)]
+    stats["labels"] = label_format(shapes)
+    if kpt_shape:
+        stats["kpt_shape"] = list(kpt_shape)
     return stats
 
 

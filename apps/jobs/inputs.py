@@ -9,7 +9,9 @@ the job keeps in its ``spec``:
   its hash, the parent weights or model version and its hash, the source of a predict
   job. Shown to the team (``Job.public_spec``); it holds no server path.
 
-Errors name the spec field (``command.data``, ``val.model``, …).
+Errors name the spec field (``command.data``, ``val.model``, …). Besides that each name
+resolves, what would only fail once the job runs is refused here: a task the dataset's
+labels cannot serve (a segment job on boxes; ``Dataset.task_problem``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from django.conf import settings
 from apps.cluster.models import Node
 from apps.datasets.models import Dataset
 from apps.datasets.selectors import DataRef, dataset_resolve
+from apps.datasets.stats import label_task_problem
 from apps.registry.models import ModelVersion
 
 from .spec import JobSpec
@@ -54,6 +57,7 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
         if data is not None:
             resolved["data_yaml"] = data.yaml_key
             inputs["data"] = data.lineage()
+            _task_check(spec, data, resolved, errors)
             if spec.mode == "val":
                 _split_check(spec, data, errors, "data")
     elif spec.mode == "predict":
@@ -76,6 +80,24 @@ def _data(spec: JobSpec, team, name: str, errors: dict[str, str],
     except ValueError as exc:
         errors[_field(spec, name)] = str(exc)
     return None
+
+
+def _task_check(spec: JobSpec, data: DataRef, resolved: dict[str, Any], errors: dict[str, str]) -> None:
+    """The task the job runs, as the worker decides it (the weights' own task, else the spec's for a
+    training; a val of weights whose task is unknown is left to Ultralytics), against what the
+    dataset's labels can serve."""
+    task = resolved.get("task") or (spec.task if spec.mode == "train" else "")
+    if not task:
+        return
+    dataset = data.dataset
+    # A path that is no registered version: its labels are unknown, but it is a data.yaml all the same.
+    problem = dataset.task_problem(task) if dataset is not None else label_task_problem("", task)
+    if not problem:
+        return
+    name = dataset.reference if dataset is not None else spec.train_args.get("data")
+    source = (f"{spec.train_args.get('model')} is a {task} model" if resolved.get("task")
+              else f"the command's task is {task}" if spec.command else f"the spec's task is {task}")
+    errors[_field(spec, "data")] = f"dataset {name} {problem} ({source})"
 
 
 def _split_check(spec: JobSpec, data: DataRef, errors: dict[str, str], name: str) -> None:

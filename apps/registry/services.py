@@ -53,6 +53,12 @@ def _lineage_links(inputs: dict) -> tuple[ModelVersion | None, Dataset | None]:
     return version, dataset
 
 
+def _trained_task(job) -> str:
+    """The task the job trained, as the worker ran it: the starting weights' own, else the spec's."""
+    spec = job.spec or {}
+    return (spec.get("resolved") or {}).get("task") or spec.get("task", "")
+
+
 def model_register(*, job, weights: Path, metrics: dict, code: dict | None = None, name: str = "",
                    lineage_extra: dict | None = None, key: str = "") -> ModelVersion:
     """Register a succeeded training job's weights as the next version of its task name (idempotent per job).
@@ -81,7 +87,7 @@ def model_register(*, job, weights: Path, metrics: dict, code: dict | None = Non
                 return ModelVersion.objects.create(
                     team=job.team, name=name, version=version, job=job, source=ModelVersion.Source.TRAINING,
                     filename=weights.name, weights_key=key or artifact_key(weights), sha256=file_sha256(weights),
-                    size=weights.stat().st_size, metrics=metrics, task=(job.spec or {}).get("task", ""),
+                    size=weights.stat().st_size, metrics=metrics, task=_trained_task(job),
                     parent=parent, dataset=dataset, lineage=lineage,
                 )
         except IntegrityError:

@@ -1,0 +1,138 @@
+"""Submits that used to be accepted and then failed (or worse, succeeded wrongly) once they ran are
+refused at submit with a 400 naming the field: a task the dataset's labels cannot serve."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.datasets.models import Dataset
+from apps.jobs.models import Job, JobState
+from apps.jobs.services import attempt_finish, job_submit
+from apps.jobs.spec import parse_spec
+from apps.registry.models import ModelVersion
+from tests.conftest import api_client
+from tests.datasets.archives import DATA_YAML, PNG, make_zip, upload
+
+pytestmark = pytest.mark.django_db
+
+POLYGON = b"0 0.1 0.1 0.5 0.1 0.5 0.5 0.1 0.5\n1 0.6 0.6 0.9 0.6 0.9 0.9\n"
+
+
+@pytest.fixture(autouse=True)
+def stores(settings, tmp_path):
+    settings.JOBS_DIR = tmp_path / "jobs"
+    settings.MODELS_DIR = tmp_path / "models"
+    return settings
+
+
+def dataset_post(user, name: str, label: bytes, data_yaml: str = DATA_YAML) -> dict:
+    files = {"data.yaml": data_yaml.encode()}
+    for split in ("train", "val"):
+        for n in range(2):
+            files[f"images/{split}/{n}.png"] = PNG
+            files[f"labels/{split}/{n}.txt"] = label
+    response = api_client(user).post("/api/v1/datasets/", {"file": upload(make_zip(files)), "name": name},
+                                     format="multipart")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def submit(user, command: str | None = None, **fields):
+    body = {"task_name": "t", "user": "vision", "allow_duplicate": True, **fields}
+    if command:
+        body["command"] = command
+    return api_client(user).post("/api/v1/jobs/", body, format="json")
+
+
+# --- the task against what the dataset's labels hold ---------------------------------------------
+
+
+def test_a_segment_training_on_a_dataset_of_boxes_is_refused_on_the_data_field(bob, demo_registered):
+    response = submit(bob, "yolo segment train data=demo model=yolov8n-seg.yaml epochs=1")
+    assert response.status_code == 400
+    message = response.json()["command.data"][0]
+    assert "holds boxes (detection labels)" in message and "segment jobs need a polygon outline" in message
+    assert "the command's task is segment" in message
+    assert not Job.objects.exists()
+
+
+def test_a_classify_training_on_a_yolo_dataset_is_refused(bob, demo_registered):
+    response = submit(bob, "yolo classify train data=demo model=yolov8n-cls.yaml epochs=1")
+    assert response.status_code == 400
+    assert "classify jobs need a classification dataset" in response.json()["command.data"][0]
+
+
+def test_the_structured_form_names_its_own_data_field(bob, demo_registered):
+    response = submit(bob, train={"data": "demo", "model": "yolov8n-obb.yaml", "epochs": 1}, task="obb")
+    assert response.status_code == 400
+    message = response.json()["train.data"][0]
+    assert "obb jobs need a polygon" in message and "the spec's task is obb" in message
+
+
+def test_polygons_serve_segment_obb_and_detect_jobs(bob):
+    assert dataset_post(bob, "parts", POLYGON)["stats"]["labels"] == "polygons"
+    for command in ("yolo segment train data=parts model=yolov8n-seg.yaml epochs=1",
+                    "yolo obb train data=parts model=yolov8n-obb.yaml epochs=1",
+                    "yolo train data=parts model=yolov8n.yaml epochs=1"):
+        assert submit(bob, command).status_code == 201, command
+
+
+def test_boxes_beside_polygons_serve_detect_only(bob):
+    dataset_post(bob, "mixed", POLYGON + b"1 0.5 0.5 0.2 0.2\n")
+    response = submit(bob, "yolo segment train data=mixed model=yolov8n-seg.yaml epochs=1")
+    assert response.status_code == 400
+    assert "holds boxes (detection labels) and polygons" in response.json()["command.data"][0]
+    assert submit(bob, "yolo detect train data=mixed model=yolov8n.yaml epochs=1").status_code == 201
+
+
+def test_keypoints_without_kpt_shape_are_named_for_a_pose_job(bob):
+    dataset_post(bob, "people", b"0 0.5 0.5 0.2 0.2 0.45 0.45 2\n")
+    response = submit(bob, "yolo pose train data=people model=yolov8n-pose.yaml epochs=1")
+    assert response.status_code == 400
+    assert "holds keypoints (pose labels) but its data.yaml has no kpt_shape" in response.json()["command.data"][0]
+
+
+def test_a_dataset_whose_labels_were_never_recorded_is_left_to_run(bob, demo_registered):
+    """Rows stored before the label kind was: not known, so not refused."""
+    demo = Dataset.objects.get(team__slug="vision", name="demo")
+    Dataset.objects.filter(pk=demo.pk).update(stats={k: v for k, v in demo.stats.items() if k != "labels"})
+    assert submit(bob, "yolo segment train data=demo model=yolov8n-seg.yaml epochs=1").status_code == 201
+
+
+# --- a val job and what the training recorded ------------------------------------------------------
+
+
+def finish_training(job) -> ModelVersion:
+    """What the worker reports when a training attempt succeeded (the real service path)."""
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    job.refresh_from_db()
+    weights = job.run_dir / "train" / "weights" / "best.pt"
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(b"weights")
+    finished = {"mode": "train", "weights": str(weights), "metrics": {}, "code": {}, "exports": []}
+    assert attempt_finish(job, outcome="succeeded", exit_code=0, finished=finished) == "succeeded"
+    return ModelVersion.objects.get(job=job)
+
+
+@pytest.fixture
+def shapes_v1(bob, demo_registered) -> ModelVersion:
+    """pcb:v1, trained on the demo dataset: rectangle, circle, triangle."""
+    spec = parse_spec({"task_name": "pcb", "command": "yolo train data=demo model=yolov8n.yaml epochs=1",
+                       "user": "vision"})
+    return finish_training(job_submit(user=bob, spec=spec)[0])
+
+
+def test_a_val_of_a_segment_model_on_boxes_is_refused(bob, shapes_v1):
+    ModelVersion.objects.filter(pk=shapes_v1.pk).update(task="segment")
+    response = submit(bob, "yolo val model=pcb:v1 data=demo")
+    assert response.status_code == 400
+    assert "pcb:v1 is a segment model" in response.json()["command.data"][0]
+
+
+def test_a_version_records_the_task_its_starting_weights_trained(bob, shapes_v1):
+    """The worker trains as the weights' task says, whatever the command's default: so does the registry."""
+    ModelVersion.objects.filter(pk=shapes_v1.pk).update(task="segment")
+    dataset_post(bob, "parts", POLYGON)
+    spec = parse_spec({"task_name": "pcb-seg", "command": "yolo train data=parts model=pcb:v1 epochs=1",
+                       "user": "vision"})
+    assert finish_training(job_submit(user=bob, spec=spec)[0]).task == "segment"
