@@ -11,7 +11,9 @@ the job keeps in its ``spec``:
 
 Errors name the spec field (``command.data``, ``val.model``, …). Besides that each name
 resolves, what would only fail once the job runs is refused here: a task the dataset's
-labels cannot serve (a segment job on boxes; ``Dataset.task_problem``).
+labels cannot serve (a segment job on boxes; ``Dataset.task_problem``), a ``val`` of a model
+on a dataset with other classes (its per-class table would carry the model's names over the
+dataset's).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
             _task_check(spec, data, resolved, errors)
             if spec.mode == "val":
                 _split_check(spec, data, errors, "data")
+                _classes_check(spec, data, model, errors)
     elif spec.mode == "predict":
         source = _data(spec, team, "source", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.IMAGES))
         if source is not None:
@@ -98,6 +101,31 @@ def _task_check(spec: JobSpec, data: DataRef, resolved: dict[str, Any], errors: 
     source = (f"{spec.train_args.get('model')} is a {task} model" if resolved.get("task")
               else f"the command's task is {task}" if spec.command else f"the spec's task is {task}")
     errors[_field(spec, "data")] = f"dataset {name} {problem} ({source})"
+
+
+def _classes_check(spec: JobSpec, data: DataRef, model: ModelRef | None, errors: dict[str, str]) -> None:
+    """A val job's dataset must have the model's classes, id for id: Ultralytics reports every class
+    under the model's name for that id. Left to run when the model's classes are not known, and
+    with ``single_cls`` (every class is one)."""
+    version = model.weights.version if model is not None and model.weights else None
+    if spec.train_args.get("single_cls") or version is None or data.dataset is None:
+        return
+    ours = version.class_names
+    theirs = [str(name) for name in data.dataset.names or []]
+    if ours is None or not theirs or ours == theirs:
+        return
+    first = next((i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None)
+    differs = (f"class {first} is {theirs[first]!r} in the dataset and {ours[first]!r} in the model"
+               if first is not None else "the first classes agree")
+    errors[_field(spec, "data")] = (
+        f"dataset {data.dataset.reference} has {len(theirs)} classes ({_names(theirs)}) and model "
+        f"{version.reference} {len(ours)} ({_names(ours)}): {differs}; the per-class results would carry the "
+        f"model's names. Evaluate on a dataset with the model's classes"
+        f"{f' (it was trained on {version.dataset.reference})' if version.dataset else ''}, or add single_cls=true")
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f", … {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _split_check(spec: JobSpec, data: DataRef, errors: dict[str, str], name: str) -> None:

@@ -60,6 +60,18 @@ class ModelVersion(models.Model):
         """How a spec names exactly this version (``model=pcb:v3``)."""
         return f"{self.name}:v{self.version}"
 
+    @property
+    def class_names(self) -> list[str] | None:
+        """The classes the weights predict, by id, where the registry knows them: a version trained
+        here has its dataset's (one ``item`` when trained with single_cls, as Ultralytics names it);
+        None for uploaded weights and when that dataset version is gone."""
+        if self.source != self.Source.TRAINING or self.dataset is None:
+            return None
+        train_args = ((self.lineage or {}).get("spec") or {}).get("train_args") or {}
+        if train_args.get("single_cls"):
+            return ["item"]
+        return [str(name) for name in self.dataset.names or []] or None
+
     def as_parent(self) -> dict:
         return {"kind": "version", "id": self.pk, "team": self.team.slug, "name": self.name,
                 "version": self.version, "sha256": self.sha256}

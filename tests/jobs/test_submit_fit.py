@@ -1,5 +1,6 @@
 """Submits that used to be accepted and then failed (or worse, succeeded wrongly) once they ran are
-refused at submit with a 400 naming the field: a task the dataset's labels cannot serve."""
+refused at submit with a 400 naming the field: a task the dataset's labels cannot serve, a val of a
+model on a dataset with other classes."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def test_a_dataset_whose_labels_were_never_recorded_is_left_to_run(bob, demo_reg
     assert submit(bob, "yolo segment train data=demo model=yolov8n-seg.yaml epochs=1").status_code == 201
 
 
-# --- a val job and what the training recorded ------------------------------------------------------
+# --- a val job's classes against the model's ------------------------------------------------------
 
 
 def finish_training(job) -> ModelVersion:
@@ -120,6 +121,30 @@ def shapes_v1(bob, demo_registered) -> ModelVersion:
     spec = parse_spec({"task_name": "pcb", "command": "yolo train data=demo model=yolov8n.yaml epochs=1",
                        "user": "vision"})
     return finish_training(job_submit(user=bob, spec=spec)[0])
+
+
+def test_a_val_on_a_dataset_with_other_classes_is_refused_naming_both(bob, shapes_v1):
+    dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")  # names: scratch, dent
+    response = submit(bob, "yolo val model=pcb:v1 data=scratches")
+    assert response.status_code == 400
+    message = response.json()["command.data"][0]
+    assert "dataset scratches:v1 has 2 classes (scratch, dent) and model pcb:v1 3 (rectangle, circle, triangle)" \
+        in message
+    assert "class 0 is 'scratch' in the dataset and 'rectangle' in the model" in message
+    assert "it was trained on demo:v" in message
+
+
+def test_a_val_on_the_models_own_classes_or_with_single_cls_runs(bob, shapes_v1):
+    dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")
+    assert submit(bob, "yolo val model=pcb:v1 data=demo").status_code == 201
+    assert submit(bob, "yolo val model=pcb:v1 data=scratches single_cls=true").status_code == 201
+
+
+def test_a_val_of_a_model_whose_classes_are_not_known_runs(bob, shapes_v1):
+    """Uploaded weights do not say their classes here: left to run."""
+    ModelVersion.objects.filter(pk=shapes_v1.pk).update(source=ModelVersion.Source.UPLOAD)
+    dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")
+    assert submit(bob, "yolo val model=pcb:v1 data=scratches").status_code == 201
 
 
 def test_a_val_of_a_segment_model_on_boxes_is_refused(bob, shapes_v1):
