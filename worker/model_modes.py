@@ -193,6 +193,9 @@ def run_export(*, model_path: str, options: dict[str, Any], device: str, data: P
     from ultralytics.engine.exporter import Exporter
 
     fmt = options["format"]
+    # One device exports: the first of the job's GPUs ("0" of "0,1"), or "cpu" on a simulated node.
+    # The whole list would reach torch.jit.load as map_location "cuda:0,1" when verifying.
+    device = device.split(",")[0]
     if fmt == "engine" and not engine_allowed:
         raise RuntimeError("format=engine (TensorRT) runs only on nodes that advertise TensorRT; this one does not")
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ Errors name the spec field (``command.data``, ``val.model``, …). Besides that 
 resolves, what would only fail once the job runs is refused here: a task the dataset's
 labels cannot serve (a segment job on boxes; ``Dataset.task_problem``), a ``val`` of a model
 on a dataset with other classes (its per-class table would carry the model's names over the
-dataset's).
+dataset's), an FP16 TorchScript export where no node has a real GPU.
 """
 
 from __future__ import annotations
@@ -163,6 +163,12 @@ def _export_inputs(spec: JobSpec, team, model: ModelRef | None, resolved: dict, 
             "tensorrt" in (features or []) for features in Node.objects.values_list("features", flat=True)):
         errors[_field(spec, "format")] = ("engine (TensorRT) is exported only on nodes that advertise TensorRT, and "
                                           "none of this cluster's nodes does: export onnx or torchscript here")
+    simulated = list(Node.objects.values_list("simulated", flat=True)) if "cuda" in spec.requires else []
+    if simulated and all(simulated):
+        errors[_field(spec, "half")] = (
+            "half precision (FP16) TorchScript is exported on a GPU, and every node of this cluster has simulated "
+            "GPUs only (it runs jobs on its CPUs): drop half=true, or export format=onnx half=true (converted to "
+            "FP16 on the CPU)")
     resolved["export"] = [{"format": args.get("format"), **{k: args[k] for k in (
         "half", "int8", "dynamic", "imgsz", "batch", "simplify", "opset") if k in args}}]
     if args.get("data"):

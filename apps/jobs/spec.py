@@ -504,6 +504,19 @@ def _export_after(value: Any, errors: dict[str, str]) -> list[str]:
     return chosen
 
 
+def export_requires(mode: str, args: dict[str, Any]) -> list[str]:
+    """The node features an export job needs: TensorRT for an engine; a real GPU ("cuda") for an FP16
+    TorchScript, which Ultralytics traces in half precision on the GPU only (on a CPU it refuses:
+    "use device=0"). An FP16 ONNX is converted on the CPU, so any node does."""
+    if mode != "export":
+        return []
+    if args.get("format") == "engine":
+        return ["tensorrt"]
+    if args.get("format") == "torchscript" and args.get("half"):
+        return ["cuda"]
+    return []
+
+
 def parse_spec(document: Any) -> JobSpec:
     """Validate a decoded document (dict from YAML or JSON). Raises :class:`SpecError`."""
     if not isinstance(document, dict):
@@ -564,8 +577,7 @@ def parse_spec(document: Any) -> JobSpec:
             export_after = _export_after(export_value, errors)
 
     spec = JobSpec(task_name=str(task_name or ""), task=task, train_args=train_args, mode=mode, export=export_after,
-                   command=command if isinstance(command, str) else "",
-                   requires=["tensorrt"] if mode == "export" and train_args.get("format") == "engine" else [])
+                   command=command if isinstance(command, str) else "", requires=export_requires(mode, train_args))
 
     resources = document.get("resources", {}) or {}
     if not isinstance(resources, dict):

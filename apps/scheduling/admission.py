@@ -104,7 +104,9 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
     2. Its ``image``: some node must run it (``image``, naming the images there are).
     3. The per-job and per-team GPU limits (SchedulerConfig, TeamQuota), when the team is
        known (``team_known``): ``resources.gpu``.
-    4. Otherwise, whether any node could hold it when empty: the one resource no node has
+    4. A node feature it needs that no node offers is left to the submit's check of the
+       argument that needs it (``apps.jobs.inputs``), which names that field.
+    5. Otherwise, whether any node could hold it when empty: the one resource no node has
        even alone (``resources.gpu``, ``resources.gpu_model``, ``resources.gpu_memory``,
        ``resources.memory``, ``resources.cpu``, naming what the nodes have), else the
        combination (``resources``).
@@ -120,6 +122,10 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
     if team_known:
         if limit := limit_error(request, inputs.config, inputs.teams):
             return {"resources.gpu": limit}
+    if request.requires and not any(set(request.requires) <= set(node.features) for node in inputs.nodes):
+        # No node offers what it needs (TensorRT, a real GPU): submit's own check says so under the
+        # field that asks for it (apps.jobs.inputs: format=engine, half=true), not again as a size.
+        return {}
     if fits_empty_cluster(inputs.nodes, request):
         return {}
     if alone := short_alone(inputs.nodes, request):

@@ -55,7 +55,9 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
     """Nodes and their GPUs as the policy sees them (a draining or lost node is not schedulable).
 
     A real GPU carries the free memory its node last measured (pynvml); a node lists the
-    images it runs (a node that registered none runs only jobs that name no image).
+    images it runs (a node that registered none runs only jobs that name no image). A node
+    whose GPUs are real offers the feature ``cuda`` besides those it advertises (what an FP16
+    TorchScript export needs: apps.jobs.spec.export_requires); a simulated one runs on its CPUs.
     """
     return tuple(
         NodeInfo(
@@ -67,7 +69,7 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
             memory_mb=n.memory_mb,
             schedulable=n.state == Node.State.ACTIVE,
             images=frozenset(n.images or ()),
-            features=tuple(n.features or ()),
+            features=tuple(n.features or ()) + (() if n.simulated else ("cuda",)),
             whole_gpus_only=n.executor == Node.Executor.SLURM,
         )
         for n in nodes

@@ -1,6 +1,6 @@
 """Submits that used to be accepted and then failed (or worse, succeeded wrongly) once they ran are
 refused at submit with a 400 naming the field: a task the dataset's labels cannot serve, a val of a
-model on a dataset with other classes."""
+model on a dataset with other classes, an FP16 TorchScript export where no node has a real GPU."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from apps.jobs.models import Job, JobState
 from apps.jobs.services import attempt_finish, job_submit
 from apps.jobs.spec import parse_spec
 from apps.registry.models import ModelVersion
+from apps.scheduling.inputs import cluster_nodes
 from tests.conftest import api_client
 from tests.datasets.archives import DATA_YAML, PNG, make_zip, upload
 
@@ -161,3 +162,29 @@ def test_a_version_records_the_task_its_starting_weights_trained(bob, shapes_v1)
     spec = parse_spec({"task_name": "pcb-seg", "command": "yolo train data=parts model=pcb:v1 epochs=1",
                        "user": "vision"})
     assert finish_training(job_submit(user=bob, spec=spec)[0]).task == "segment"
+
+
+# --- FP16 TorchScript needs a real GPU ----------------------------------------------------------------
+
+
+def test_an_fp16_torchscript_export_is_refused_when_every_node_is_simulated(bob, shapes_v1, node):
+    response = submit(bob, "yolo export model=pcb:v1 format=torchscript half=true")
+    assert response.status_code == 400
+    body = response.json()
+    assert "half precision (FP16) TorchScript is exported on a GPU" in body["command.half"][0]
+    assert "drop half=true" in body["command.half"][0]
+    assert set(body) == {"command.half"}, body
+    assert submit(bob, "yolo export model=pcb:v1 format=onnx half=true").status_code == 201
+    assert submit(bob, "yolo export model=pcb:v1 format=torchscript").status_code == 201
+
+
+def test_an_fp16_torchscript_export_waits_for_a_node_with_a_real_gpu(bob, shapes_v1, node):
+    type(node).objects.filter(pk=node.pk).update(simulated=False)
+    response = submit(bob, "yolo export model=pcb:v1 format=torchscript half=true")
+    assert response.status_code == 201, response.content
+    assert Job.objects.get(pk=response.json()["id"]).spec["requires"] == ["cuda"]
+    node.refresh_from_db()
+    assert "cuda" in cluster_nodes([node])[0].features
+    type(node).objects.filter(pk=node.pk).update(simulated=True)
+    node.refresh_from_db()
+    assert "cuda" not in cluster_nodes([node])[0].features

@@ -31,3 +31,4 @@ def test_an_engine_export_is_refused_at_submit_when_no_node_advertises_tensorrt(
     response = api_client(bob).post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 400
     assert "nodes that advertise TensorRT" in response.json()["command.format"][0]
+    assert "resources" not in response.json(), "said once, under the field that asks for it"
