@@ -78,6 +78,12 @@ def public_text(text: str, *, job=None, team=None) -> str:
     return "".join(parts)
 
 
+def ansi_strip(text: str) -> str:
+    """``text`` without terminal colour codes: Ultralytics colours its messages (``\x1b[31m…``),
+    which a stored error, an event or a page would show as litter."""
+    return _ANSI.sub("", text) if text and "\x1b" in text else text
+
+
 def public_value(value: Any, *, job=None, team=None) -> Any:
     """:func:`public_text` over every string in a JSON-like value."""
     if isinstance(value, str):

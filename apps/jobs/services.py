@@ -57,7 +57,7 @@ from .models import (
     LogChunk,
     MetricPoint,
 )
-from .paths import public_text, public_value
+from .paths import ansi_strip, public_text, public_value
 from .spec import JobSpec, SpecError
 from .weights import model_resolve
 
@@ -511,8 +511,8 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
        ``CUDA_OOM_RETRIES`` times (:func:`attempt_cuda_oom_retry`), not counted as a retry.
     5. out_of_memory: the final ``failed`` (the same limit would kill a retry again).
     6. failed (and killed past that budget): a retry if one is left (requeue and decrement in
-       one conditional update), else the final ``failed`` with ``error`` (made team-relative
-       by ``paths.public_text`` first).
+       one conditional update), else the final ``failed`` with ``error`` (terminal colour codes
+       stripped and made team-relative by ``paths.public_text`` first).
     """
     current = Job.objects.select_related("team", "user", "node").get(pk=job.pk)
     now = timezone.now()
@@ -554,7 +554,8 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
             usage_charge(current, ended_at=now)
             job_event(current, "succeeded", message, kept)
             for failure in (e for e in finished.get("exports") or [] if e.get("error")):
-                job_event(current, "export_failed", f"{failure.get('format')} export failed: {failure['error']}",
+                job_event(current, "export_failed",
+                          f"{failure.get('format')} export failed: {ansi_strip(str(failure['error']))}",
                           {"format": failure.get("format"), "verification": failure.get("verification") or {}})
         return "succeeded"
     # Each final state below is one transaction with its usage and its event, as a success is:
@@ -580,7 +581,7 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
         return "requeued"
     if outcome == "failed" and cuda_oom_batch and attempt_cuda_oom_retry(current, batch=cuda_oom_batch, now=now):
         return "requeued"
-    error = public_text(error, job=current)  # team-relative names only
+    error = public_text(ansi_strip(error), job=current)  # plain text, team-relative names only
     if current.retries_left > 0 and outcome != "out_of_memory":
         usage_charge(current, ended_at=now)
         if job_requeue(current, kind="retry", retry=True,

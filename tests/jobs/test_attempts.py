@@ -175,6 +175,22 @@ def test_a_retry_is_not_spent_below_zero(running):
     assert Job.objects.get(pk=running.pk).retries_left == 0
 
 
+def test_terminal_colour_codes_of_a_failure_are_not_stored(running):
+    """Ultralytics colours its messages; the error, the retry reason and the events keep the words only."""
+    ultralytics = ("\x1b[31m\x1b[1mERROR\x1b[0m ❌ segment dataset incorrectly formatted or not a segment dataset.\n"
+                   "\x1b[34m\x1b[1mtrain: \x1b[0mScanning labels... 4 images")
+    assert attempt_finish(running, outcome="failed", exit_code=1, error=f"training error: {ultralytics}") == "retry"
+    job = Job.objects.get(pk=running.pk)
+    job_claim(job, node=running.node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    second = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert attempt_finish(second, outcome="failed", exit_code=1, error=f"training error: {ultralytics}") == "failed"
+    job = Job.objects.get(pk=running.pk)
+    assert job.error == ("training error: ERROR ❌ segment dataset incorrectly formatted or not a segment dataset.\n"
+                         "train: Scanning labels... 4 images")
+    messages = list(JobEvent.objects.filter(job_id=job.pk, kind__in=["retry", "failed"]).values_list("message", flat=True))
+    assert len(messages) == 2 and not any("\x1b" in message for message in messages)
+
+
 def test_a_lost_attempt_is_requeued_as_a_new_attempt(running):
     now = timezone.now() + timedelta(seconds=5)
     attempt_lost(running, reason="node node-a stopped reporting for 9 s", now=now)
