@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.api import StrictInput, field_errors
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
+from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
 
 from .models import ApiToken, AuditEntry
@@ -50,7 +50,7 @@ class TokenListCreate(APIView):
 
     @extend_schema(responses=paginated(TokenOut), operation_id="tokens_list")
     def get(self, request):
-        paginator = LimitOffsetPagination()
+        paginator = ListPage()
         page = paginator.paginate_queryset(token_list(user=request.user), request, view=self)
         return paginator.get_paginated_response(TokenOut(page, many=True).data)
 
@@ -107,6 +107,6 @@ class AuditList(APIView):
         if action and action not in AuditEntry.Action.values:
             raise serializers.ValidationError({"action": [f"must be one of {', '.join(AuditEntry.Action.values)}"]})
         entries = audit_list(user=request.user, team=request.query_params.get("team") or None, action=action)
-        paginator = LimitOffsetPagination()
+        paginator = ListPage()
         page = paginator.paginate_queryset(entries, request, view=self)
         return paginator.get_paginated_response(AuditOut(page, many=True).data)

@@ -1,13 +1,60 @@
-"""Pages for list endpoints: ``?limit=&offset=`` (DRF's LimitOffsetPagination), bounded.
+"""Pages for list endpoints: ``?limit=&offset=`` (DRF's LimitOffsetPagination), bounded and strict.
 
-Without ``max_limit`` one request could ask for every row of a 100k-job table.
+Without ``max_limit`` one request could ask for every row of a 100k-job table. DRF reads
+a bad ``limit`` as the default, cuts one over the maximum down to it, reads a bad
+``offset`` as 0 and answers an offset past the end with an empty page; and ``?page=``
+(another pagination style's name) is simply ignored. A new-user trial took each of these
+for a page that worked, so here every one is a 400 naming the parameter and the problem.
 """
 
 from __future__ import annotations
 
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
+
+# Parameters of other pagination styles (DRF's page numbers and cursors, common habits).
+OTHER_STYLES = ("page", "page_size", "per_page", "cursor")
 
 
 class ListPage(LimitOffsetPagination):
     default_limit = 100
     max_limit = 1000
+
+    def paginate_queryset(self, queryset, request, view=None):
+        for name in OTHER_STYLES:
+            if name in request.query_params:
+                raise ValidationError({name: [
+                    f"is not a parameter of this list: it is paged with ?limit= (1 to {self.max_limit}, "
+                    f"default {self.default_limit}) and ?offset= (items to skip)"]})
+        page = super().paginate_queryset(queryset, request, view)
+        if self.offset > self.count:
+            raise ValidationError({"offset": [
+                f"is past the end of the list: it has {self.count} item{'' if self.count == 1 else 's'}, "
+                f"so offset may be at most {self.count}"]})
+        return page
+
+    def get_limit(self, request) -> int:
+        raw = request.query_params.get(self.limit_query_param, "")
+        if raw == "":
+            return self.default_limit
+        try:
+            limit = int(raw)
+        except ValueError:
+            limit = 0
+        if limit < 1:
+            raise ValidationError({"limit": [f"must be a positive integer, got {raw[:50]!r}"]})
+        if limit > self.max_limit:
+            raise ValidationError({"limit": [f"must be at most {self.max_limit}, got {limit}"]})
+        return limit
+
+    def get_offset(self, request) -> int:
+        raw = request.query_params.get(self.offset_query_param, "")
+        if raw == "":
+            return 0
+        try:
+            offset = int(raw)
+        except ValueError:
+            offset = -1
+        if offset < 0:
+            raise ValidationError({"offset": [f"must be 0 or a positive integer, got {raw[:50]!r}"]})
+        return offset

@@ -10,7 +10,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -19,6 +18,7 @@ from apps.accounts.throttles import UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
 from apps.core.api import StrictInput
 from apps.core.openapi import ERROR, paginated
+from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
 from apps.core.storage import shared_filesystem
 
@@ -79,7 +79,7 @@ class DatasetListCreate(APIView):
     @extend_schema(parameters=[OpenApiParameter("team", str), OpenApiParameter("name", str)],
                    responses=paginated(DatasetOut), operation_id="datasets_list")
     def get(self, request):
-        paginator = LimitOffsetPagination()
+        paginator = ListPage()
         datasets = dataset_list(user=request.user, team=request.query_params.get("team") or None,
                                 name=request.query_params.get("name") or None)
         page = paginator.paginate_queryset(datasets, request, view=self)

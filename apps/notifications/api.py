@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -12,6 +11,7 @@ from apps.accounts.selectors import team_list
 from apps.core.api import StrictInput, field_errors
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
+from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
 
 from .models import Channel, Delivery, Event, NotificationPreference
@@ -47,7 +47,7 @@ class ChannelIn(StrictInput):
 class ChannelListCreate(APIView):
     @extend_schema(responses=paginated(ChannelOut), operation_id="notification_channels_list")
     def get(self, request):
-        paginator = LimitOffsetPagination()
+        paginator = ListPage()
         page = paginator.paginate_queryset(channel_list(user=request.user), request, view=self)
         return paginator.get_paginated_response(ChannelOut(page, many=True).data)
 
@@ -123,6 +123,6 @@ class DeliveryOut(serializers.ModelSerializer):
 class DeliveryList(APIView):
     @extend_schema(responses=paginated(DeliveryOut), operation_id="notification_deliveries_list")
     def get(self, request):
-        paginator = LimitOffsetPagination()
+        paginator = ListPage()
         page = paginator.paginate_queryset(delivery_list(user=request.user), request, view=self)
         return paginator.get_paginated_response(DeliveryOut(page, many=True).data)
