@@ -55,9 +55,23 @@ def exception_handler(exc, context):
         return None
     if response.status_code == status.HTTP_404_NOT_FOUND and isinstance(response.data, dict):
         response.data.setdefault("detail", "Not found.")
+    if response.status_code == status.HTTP_400_BAD_REQUEST and isinstance(response.data, dict):
+        field_lists(response.data)
     if isinstance(exc, Throttled):
         throttle_name(response, exc, context.get("view"))
     return response
+
+
+def field_lists(errors: dict) -> None:
+    """One shape for a 400: field → list of messages, as serializers give it.
+
+    A ``ParseError({"spec": "…"})`` (the body parsers, query parameters) came back as a bare
+    string beside the serializers' lists; a new-user trial found clients had to handle both.
+    ``detail`` stays a string, as on every other status.
+    """
+    for key, value in errors.items():
+        if key != "detail" and isinstance(value, str):
+            errors[key] = [value]
 
 
 def throttle_name(response: Response, exc: Throttled, view) -> None:

@@ -140,7 +140,7 @@ def test_a_json_spec_naming_a_key_twice_is_refused_not_last_wins(bob, demo_regis
             '"resources": {"gpu": 1, "gpu": 2}}')
     response = api_client(bob).post("/api/v1/jobs/", body, content_type="application/json")
     assert response.status_code == 400
-    assert response.json() == {"spec": "names the key 'gpu' twice in one object"}
+    assert response.json() == {"spec": ["names the key 'gpu' twice in one object"]}
     assert not Job.objects.exists()
 
 
@@ -189,6 +189,25 @@ def test_unauthenticated_requests_are_refused():
 def test_bad_query_parameters_name_the_parameter(query, bob, bobs_job):
     response = api_client(bob).get(f"/api/v1/jobs/{bobs_job.pk}/metrics/?{query}")
     assert response.status_code == 400 and "after" in response.json()
+
+
+@pytest.mark.parametrize(("body", "content_type", "field", "words"), [
+    ("task_name: [unclosed\n", "application/yaml", "spec", "is not valid YAML"),
+    ("{\"task_name\": ", "application/json", "spec", "is not valid JSON"),
+    ('{"task_name": "a", "task_name": "b"}', "application/json", "spec", "twice"),
+    ("task_name: x\ncommand: 'yolo train epochs=ten'\n", "application/yaml", "command.epochs", "integer"),
+])
+def test_every_400_maps_each_field_to_a_list_of_messages(body, content_type, field, words, bob, demo_registered):
+    """A spec that does not parse answers in the shape a bad field does (it was a bare string; new-user trial)."""
+    response = api_client(bob).post("/api/v1/jobs/", body, content_type=content_type)
+    assert response.status_code == 400
+    errors = response.json()
+    assert isinstance(errors[field], list) and words in errors[field][0], errors
+
+
+def test_a_bad_query_parameter_is_a_list_of_messages_too(bob, bobs_job):
+    response = api_client(bob).get(f"/api/v1/jobs/{bobs_job.pk}/metrics/?after=x")
+    assert response.json() == {"after": ["must be an integer, got 'x'"]}
 
 
 @pytest.mark.parametrize("resources, field, message", [

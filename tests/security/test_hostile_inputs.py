@@ -109,7 +109,8 @@ def test_a_hostile_spec_is_a_fast_400_naming_the_problem(body, field, word, bob,
     assert response.status_code == 400, response.content[:300]
     errors = response.json()
     assert field in errors, errors
-    message = errors[field] if isinstance(errors[field], str) else " ".join(errors[field])
+    assert isinstance(errors[field], list), errors  # the one shape of a 400, also for a spec that does not parse
+    message = " ".join(errors[field])
     assert word in message, message
     assert elapsed < 2.0
     assert not Job.objects.exists()
