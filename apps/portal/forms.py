@@ -5,6 +5,7 @@ e.g. ``train.epochs``) are put back next to the form field that caused them."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from django import forms
@@ -44,6 +45,25 @@ def form_field_for(path: str) -> str | None:
     return None
 
 
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def typed(text: str) -> int | float | str:
+    """A number typed into a text box as the number (``"30"`` → 30, ``"1e-4"`` → 0.0001), else the text.
+
+    The form builds the spec a YAML or JSON author would write; kept as text, the stored spec
+    showed ``"epochs": "30"`` on the job page and in Edit & resubmit (a new-user trial). Text
+    that is not a number ("ten", "nan") stays text, so the parser names it at its field.
+    """
+    text = text.strip()
+    if not _NUMBER.fullmatch(text):
+        return text
+    number = float(text)
+    if not math.isfinite(number):
+        return text
+    return int(text) if re.fullmatch(r"[+-]?\d+", text) else number
+
+
 def text_input(placeholder: str = "", **attrs: Any) -> forms.TextInput:
     return forms.TextInput(attrs={"placeholder": placeholder, **attrs})
 
@@ -71,16 +91,16 @@ class JobForm(forms.Form):
         self.fields["team"].choices = [(slug, slug) for slug in teams]
 
     def spec_document(self) -> dict[str, Any]:
-        """The spec the fields describe (values as typed; the parser checks them)."""
+        """The spec the fields describe (numbers as numbers, the rest as typed; the parser checks them)."""
         data = self.cleaned_data
         train = {"data": data["dataset"].strip(), "model": data["model"].strip()}
         for name in ("epochs", "imgsz", "batch"):
             if data[name].strip():
-                train[name] = data[name].strip()
+                train[name] = typed(data[name])
         document: dict[str, Any] = {
             "task_name": data["task_name"].strip(),
             "train": train,
-            "resources": {"gpu": data["gpus"] or "1"},
+            "resources": {"gpu": typed(data["gpus"] or "1")},
             "priority": data["priority"] or "medium",
         }
         if data["team"]:
@@ -201,12 +221,12 @@ class SweepForm(JobForm):
                 self.add_error(f"p{row}_name", f"{name} is already in row {self.row_of[name]}")
                 continue
             self.row_of[name] = row
-            choices = [c.strip() for c in data[f"p{row}_choices"].split(",") if c.strip()]
+            choices = [typed(c) for c in data[f"p{row}_choices"].split(",") if c.strip()]
             if choices:
                 parameters[name] = choices
                 continue
-            value: dict[str, Any] = {"low": data[f"p{row}_low"].strip(), "high": data[f"p{row}_high"].strip()}
-            value = {k: v for k, v in value.items() if v}
+            value: dict[str, Any] = {"low": typed(data[f"p{row}_low"]), "high": typed(data[f"p{row}_high"])}
+            value = {k: v for k, v in value.items() if v != ""}
             if data[f"p{row}_log"]:
                 value["log"] = True
             if data[f"p{row}_step"].strip():
@@ -221,7 +241,7 @@ class SweepForm(JobForm):
                                  "metric": data["metric"].strip() or DEFAULT_METRIC}
         for key in ("trials", "parallel"):
             if data[key].strip():
-                sweep[key] = data[key].strip()
+                sweep[key] = typed(data[key])
         if data["prune"]:
             sweep["prune"] = data["prune"]
         document["sweep"] = sweep

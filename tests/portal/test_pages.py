@@ -156,6 +156,41 @@ def test_edit_and_resubmit_prefills_the_yaml_box(alice, demo_registered):
     assert "task_name: again" in html
 
 
+def test_a_form_job_keeps_its_numbers_as_numbers_for_edit_and_resubmit(alice, demo_registered):
+    """The spec the form stores, shown on the job page and in the YAML box, reads "epochs": 3, not "3"."""
+    import json
+
+    client = signed_in(alice)
+    client.post("/jobs/new/", {**FORM, "f-epochs": "30", "f-gpus": "0.5"})
+    job = Job.objects.get()
+    stored = json.loads(job.raw_spec)
+    assert stored["train"] == {"data": "demo", "model": "yolov8n.yaml", "epochs": 30, "imgsz": 128, "batch": 8}
+    assert stored["resources"] == {"gpu": 0.5}
+    html = client.get(f"/jobs/new/?from={job.pk}").content.decode()
+    assert "&quot;epochs&quot;: 30," in html and "&quot;30&quot;" not in html
+
+
+def test_a_sweep_form_job_keeps_its_numbers_as_numbers(alice, demo_registered):
+    import yaml
+
+    form = {f"s-{k.removeprefix('f-')}": v for k, v in FORM.items() if k.startswith("f-")}
+    response = signed_in(alice).post("/jobs/new/", {
+        **form, "mode": "sweep", "s-method": "tpe", "s-trials": "4", "s-parallel": "2", "s-optimizer": "SGD",
+        "s-metric": "metrics/mAP50-95(B)", "s-p1_name": "lr0", "s-p1_low": "1e-4", "s-p1_high": "0.1",
+        "s-p1_log": "on", "s-p2_name": "batch", "s-p2_choices": "8, 16", "s-p3_name": "optimizer",
+        "s-p3_choices": "SGD, AdamW"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    stored = yaml.safe_load(Job.objects.get(parent=None).raw_spec)
+    assert (stored["train"]["epochs"], stored["sweep"]["trials"], stored["sweep"]["parallel"]) == (3, 4, 2)
+    assert stored["sweep"]["parameters"] == {"lr0": {"low": 0.0001, "high": 0.1, "log": True},
+                                             "batch": [8, 16], "optimizer": ["SGD", "AdamW"]}
+
+
+def test_a_word_in_a_number_box_still_reaches_the_parser_as_typed(alice, demo_registered):
+    errors = field_errors(signed_in(alice).post("/jobs/new/", {**FORM, "f-epochs": "nan"}).content.decode())
+    assert "nan" in errors["epochs"]
+
+
 # --- jobs list and job page ---------------------------------------------------------------------
 
 
