@@ -159,15 +159,22 @@ def job_resolve(api: Api, ref: str) -> str:
 # --- output ----------------------------------------------------------------------------------
 
 
+def seconds_until(iso: str) -> float | None:
+    """Seconds from now to an ISO timestamp (negative: past; None if it does not parse)."""
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment - datetime.now(UTC)).total_seconds()
+
+
 def when(iso: str | None) -> str:
     """'in 5 min', '2 h ago' from an ISO timestamp."""
     if not iso:
         return "-"
-    try:
-        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    except ValueError:
+    seconds = seconds_until(iso)
+    if seconds is None:
         return iso
-    seconds = (moment - datetime.now(UTC)).total_seconds()
     size = abs(seconds)
     text = f"{size:.0f} s" if size < 90 else f"{size / 60:.0f} min" if size < 5400 else f"{size / 3600:.1f} h"
     return f"in {text}" if seconds > 0 else f"{text} ago"
@@ -230,10 +237,24 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def eta_range(entry: dict) -> str:
-    """`` (likely in 1.5 h to 3.0 h)`` from the scheduler's P10-P90 range, or nothing."""
-    low, high = entry.get("estimated_start_low_at"), entry.get("estimated_start_high_at")
-    return f" (likely {when(low)} to {when(high).removeprefix('in ')})" if low and high else ""
+def eta_text(entry: dict) -> str:
+    """``in 2.0 h (likely in 1.5 h to 3.0 h)``: the estimated start and the scheduler's P10-P90 range.
+
+    A waiting job's estimate can pass before the next planning pass moves it: a past moment
+    reads "any moment", and a range whose low end has passed "likely within 10 s" (it was
+    "likely 2 s ago to 10 s"; a new-user trial).
+    """
+    def passed(iso: str) -> bool:
+        return (seconds_until(iso) or 0) <= 0
+
+    point, low, high = (entry.get(f"estimated_start{part}_at") for part in ("", "_low", "_high"))
+    if not point:
+        return "-"
+    start = "any moment" if passed(point) else when(point)
+    if not (low and high) or passed(high):
+        return start
+    upper = when(high).removeprefix("in ")
+    return f"{start} (likely {'within ' if passed(low) else when(low) + ' to '}{upper})"
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
@@ -255,7 +276,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
                 continue
         rows.append([str(q["position"] or ""), q["id"][:8], q["task_name"], q["team"], q["user"],
                      q["priority_class"], gpus_text(q["resources"]["gpu"]), "queued",
-                     f"start {when(q['estimated_start_at'])}{eta_range(q)}; {q['reason']}"
+                     f"start {eta_text(q)}; {q['reason']}"
                      if q["estimated_start_at"] else q["reason"]])
     if not rows:
         print("Nothing running or queued.")
@@ -317,7 +338,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     ]
     if job["state"] == "queued":
         lines += [("position", str(job["queue_position"] or "-")),
-                  ("estimated start", when(job["estimated_start_at"]) + eta_range(job)), ("why it waits", job["reason"] or "-")]
+                  ("estimated start", eta_text(job)), ("why it waits", job["reason"] or "-")]
     if job["node"]:
         lines.append(("node", f"{job['node']} GPUs {job['gpus']}" + (" (simulated)" if job["simulated"] else "")))
     lines += [("epochs done", epochs), ("submitted", when(job["created_at"]))]

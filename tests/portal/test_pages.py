@@ -194,6 +194,29 @@ def test_a_word_in_a_number_box_still_reaches_the_parser_as_typed(alice, demo_re
 # --- jobs list and job page ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("path", ["/jobs/", "/dashboard/live/"])
+def test_an_estimated_start_that_has_passed_reads_any_moment(path, alice, demo_registered):
+    """Not "in 0 minutes (up to 0 minutes)" (new-user trial: an ETA range whose low end had passed)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    waiting = submit(alice, task_name="waiting")
+    Job.objects.filter(pk=waiting.pk).update(estimated_start_at=now - timedelta(seconds=3),
+                                             estimated_start_low_at=now - timedelta(seconds=10),
+                                             estimated_start_high_at=now + timedelta(minutes=10, seconds=30))
+    overdue = submit(alice, task_name="overdue")
+    Job.objects.filter(pk=overdue.pk).update(estimated_start_at=now - timedelta(minutes=5),
+                                             estimated_start_low_at=now - timedelta(minutes=9),
+                                             estimated_start_high_at=now - timedelta(minutes=1))
+    html = signed_in(alice).get(path).content.decode()
+    text = re.sub(r"<[^>]+>", "", html)
+    assert text.count("any moment") == 2
+    assert "(up to 10\xa0minutes)" in text and text.count("(up to") == 1
+    assert not re.search(r"(in|up to) 0\xa0minutes", text) and not re.search(r"^\s*0\xa0minutes\s*$", text, re.M)
+
+
 def test_the_jobs_list_filters_mine_team_and_state(alice, bob, carol, demo_registered):
     submit(alice, task_name="alices")
     bobs = submit(bob, task_name="bobs")

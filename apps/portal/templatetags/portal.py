@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import template
+from django.utils import timezone
 
 register = template.Library()
 
@@ -46,3 +47,10 @@ def metric(value) -> str:
 @register.filter
 def get(mapping, key):
     return mapping.get(key) if hasattr(mapping, "get") else None
+
+
+@register.filter
+def ahead(moment) -> bool:
+    """Whether a moment is still to come. An estimated start that has passed while the job waits
+    reads "any moment", not "in 0 minutes" (nor, in yoloq, "likely 2 s ago to 10 s"; a new-user trial)."""
+    return bool(moment) and moment > timezone.now()

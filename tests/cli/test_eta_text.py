@@ -1,0 +1,29 @@
+"""yoloq's estimated start reads sensibly once part of it has passed (it printed
+"likely 2 s ago to 10 s"; new-user trial). Plain functions: no server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cli.yoloq import eta_text
+
+
+def at(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+@pytest.mark.parametrize(("point", "low", "high", "text"), [
+    (7260, 5460, 10860, "in 2.0 h (likely in 1.5 h to 3.0 h)"),
+    (1860, -5, 7230, "in 31 min (likely within 2.0 h)"),
+    (-3, -10, 660, "any moment (likely within 11 min)"),
+    (-3, -60, -1, "any moment"),
+    (1860, None, None, "in 31 min"),
+    (None, None, None, "-"),
+])
+def test_the_estimated_start_reads_as_a_sentence(point, low, high, text):
+    entry = {"estimated_start_at": point and at(point), "estimated_start_low_at": low and at(low),
+             "estimated_start_high_at": high and at(high)}
+    assert eta_text(entry) == text
+    assert "ago" not in eta_text(entry)
