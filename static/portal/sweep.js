@@ -99,6 +99,13 @@
     return charts[key];
   }
 
+  // Every sweep metric is a score of 0 to 1 (mAP, precision, recall, fitness). Without a floor,
+  // trials that all scored 0 (a short demo run) drew the axis from -1 to 1 (a new-user trial);
+  // the top follows the data (0 to 1 when every value is 0).
+  function metricAxis() {
+    return { min: 0, title: { display: true, text: data.metric } };
+  }
+
   function renderScatters() {
     document.querySelectorAll("canvas.scatter").forEach(function (canvas) {
       var name = canvas.dataset.param;
@@ -121,7 +128,7 @@
           { label: "finished trials", data: done.map(function (r) { return point(r, r.value); }), backgroundColor: COLORS[0], pointRadius: 4 },
           { label: "pruned (best epoch)", data: pruned.map(function (r) { return point(r, Math.max.apply(null, r.curve.map(function (c) { return c.value; }))); }), backgroundColor: "#9ca3af", pointRadius: 4 },
         ] },
-        options: { scales: { x: xScale, y: { title: { display: true, text: data.metric } } } },
+        options: { scales: { x: xScale, y: metricAxis() } },
       });
       canvas.dataset.points = String(done.length + pruned.length);
     });
@@ -138,7 +145,7 @@
           backgroundColor: COLORS[0], pointRadius: 3 },
       ] },
       options: { scales: { x: { type: "linear", title: { display: true, text: "trial" }, ticks: { precision: 0 } },
-                           y: { title: { display: true, text: data.metric } } } },
+                           y: metricAxis() } },
     });
     canvas.dataset.points = String(data.best_so_far.length);
   }
@@ -155,7 +162,7 @@
     });
     chart(canvas, { type: "line", data: { datasets: lines },
       options: { scales: { x: { type: "linear", title: { display: true, text: "epoch" }, ticks: { precision: 0 } },
-                           y: { title: { display: true, text: data.metric } } } } });
+                           y: metricAxis() } } });
     canvas.dataset.lines = String(lines.length);
   }
 

@@ -76,6 +76,31 @@ def test_the_sweep_page_shows_the_trials_the_best_and_the_charts(live_portal, pa
     assert page.errors == []
 
 
+def zero_scored_sweep(user, node) -> Job:
+    """Two trials that both score 0 every epoch (a short demo run on CPU does)."""
+    parent = submit_sweep(user, epochs=2, method="grid", parallel=1,
+                          parameters={"lr0": [0.01, 0.001], "optimizer": ["SGD"]})
+    for _ in range(2):
+        sweeps_advance()
+        (job,) = trial_jobs(parent, *ACTIVE_STATES)
+        train(job, node, [0.0, 0.0])
+    sweeps_advance()
+    return Job.objects.get(pk=parent.pk)
+
+
+def test_the_metric_axes_run_from_0_to_1_when_every_trial_scored_0(live_portal, page, alice, node):
+    """The charts' metric axis ran from -1 to 1 (mAP is 0 to 1; new-user trial)."""
+    _, web = live_portal
+    parent = in_thread(zero_scored_sweep, alice, node)
+    sign_in(page, web.url, "alice", "pw-alice")
+    page.goto(f"{web.url}/jobs/{parent.pk}/")
+    page.wait_for_function("document.body.dataset.sweepRendered !== undefined")
+    for key in ("lr0", "best-so-far", "top-curves"):
+        bounds = page.evaluate(f"(s => [s.min, s.max])(window.sweepPage.charts['{key}'].scales.y)")
+        assert bounds == [0, 1], key
+    assert page.errors == []
+
+
 def test_a_sweep_from_the_sweep_tab_fills_in_live_and_cancels_with_its_trials(live_portal, page, alice, node):
     _, web = live_portal
     sign_in(page, web.url, "alice", "pw-alice")
