@@ -59,3 +59,20 @@ def test_the_delivery_log_shows_the_owners_tries(bob, carol):
                             last_error="webhook answered HTTP 500")
     assert "webhook answered HTTP 500" in signed_in(bob).get("/notifications/").content.decode()
     assert "HTTP 500" not in signed_in(carol).get("/notifications/").content.decode()
+
+
+def test_every_label_of_the_page_belongs_to_its_control(alice):
+    """A label names its control by `for` or by holding it; the team events are a fieldset with a legend
+    (its boxes sat one row off their words; new-user trial; drawn: tests/browser/test_notifications_browser.py)."""
+    import re
+
+    html = signed_in(alice).get("/notifications/").content.decode()
+    ids = set(re.findall(r'\bid="([^"]+)"', html))
+    labels = re.findall(r"<label([^>]*)>(.*?)</label>", html, re.S)
+    assert len(labels) >= 14
+    for attributes, inside in labels:
+        target = re.search(r'for="([^"]+)"', attributes)
+        assert (target and target.group(1) in ids) or "<input" in inside or "<select" in inside, (attributes, inside)
+    events = re.search(r'<fieldset class="field checks" id="channel-events"><legend>Team events</legend>(.*?)</fieldset>',
+                       html, re.S)
+    assert events and len(re.findall(r'<label class="inline"><input type="checkbox" name="events"', events.group(1))) == 6
