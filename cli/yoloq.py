@@ -332,7 +332,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("job", f"{job['id']}  {job['task_name']}"),
         ("state", job["state"] + (" (cancel requested)" if job.get("cancel_requested") and job["state"] not in TERMINAL else "")),
         ("team / user", f"{job['team']} / {job['user']}"),
-        ("class", f"{job['priority_class']} (priority {job['priority']:.3f})"),
+        ("class", f"{job['priority_class']} (priority {job['priority']:.0f})"),  # whole points: the score orders the queue
         ("resources", f"{gpus_text(job['resources']['gpu'])} GPU(s), timeout {job['timeout_s']} s"),
         ("attempt", str(job["attempt"])),
     ]

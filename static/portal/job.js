@@ -387,14 +387,26 @@
       if (name === "error") { el.classList.toggle("hidden", !value); el.textContent = value || ""; return; }
       if (/_at$/.test(name)) { el.textContent = value ? fmtTime(value) : "–"; return; }
       if (Array.isArray(value)) { el.textContent = value.length ? value.join(", ") : "–"; return; }
-      el.textContent = value == null || value === "" ? "–" : (typeof value === "number" && name === "priority" ? value.toFixed(3) : value);
+      // The score only orders the queue: whole points ("23,985", was "23985.333"; a new-user trial).
+      el.textContent = value == null || value === "" ? "–" : (typeof value === "number" && name === "priority" ? Math.round(value).toLocaleString("en-US") : value);
     });
+  }
+
+  var FACTOR_NAMES = { fairshare: "fair-share", age: "age", size: "size", "class": "class" };
+
+  // The tooltip of the priority score: what it is (from the page) and this job's factors now
+  // (the same text as the priority_help filter).
+  function setPriorityHelp(factors) {
+    var el = document.getElementById("priority");
+    var parts = Object.keys(factors || {}).map(function (k) { return (FACTOR_NAMES[k] || k) + " " + Number(factors[k]).toFixed(2); });
+    el.title = el.dataset.help + (parts.length ? " This job: " + parts.join(" · ") + "." : "");
   }
 
   function refreshJob() {
     return getJSON(cfg.api).then(function (job) {
       ["queue_position", "estimated_start_at", "estimated_start_low_at", "estimated_start_high_at", "reason", "node", "simulated", "gpus", "attempt", "priority",
        "started_at", "finished_at", "error"].forEach(function (k) { setField(k, job[k]); });
+      setPriorityHelp(job.priority_factors);
       if (job.state !== jobState) setState(job.state);
       if (job.model_version) {
         var link = document.getElementById("model-link");

@@ -158,3 +158,21 @@ def test_a_browser_is_told_why_its_socket_is_refused(live_portal, page, alice, c
     assert page.evaluate(CLOSE_CODE, socket_url) == 4401
     sign_in(page, web.url, "carol", "pw-carol")
     assert page.evaluate(CLOSE_CODE, socket_url) == 4404
+
+
+def test_a_waiting_jobs_priority_is_whole_points_with_what_it_means(live_portal, page, alice, node):
+    """The job page read "medium 23985.333" (a new-user trial): whole points, live, and a tooltip
+    saying what the score is and this job's factors."""
+    _, web = live_portal
+    job = submit(alice, task_name="waiting")
+    Job.objects.filter(pk=job.pk).update(priority_score=23985.333, priority_factors={"fairshare": 0.667, "age": 0.0})
+    sign_in(page, web.url, "alice", "pw-alice")
+    page.goto(f"{web.url}/jobs/{job.pk}/")
+    assert page.inner_text("[data-field=priority]") == "23,985"
+    Job.objects.filter(pk=job.pk).update(priority_score=31000.5, priority_factors={"fairshare": 1.0, "age": 0.012})
+    page.wait_for_function("document.querySelector('[data-field=priority]').textContent === '31,001'",
+                           timeout=15000)
+    title = page.get_attribute("#priority", "title")
+    assert "highest first" in title and title.endswith("This job: fair-share 1.00 · age 0.01.")
+    assert page.is_visible("#priority")
+    assert page.errors == []

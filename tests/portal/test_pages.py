@@ -194,6 +194,18 @@ def test_a_word_in_a_number_box_still_reaches_the_parser_as_typed(alice, demo_re
 # --- jobs list and job page ---------------------------------------------------------------------
 
 
+def test_a_waiting_jobs_priority_is_whole_points_with_a_tooltip_saying_what_it_is(alice, demo_registered):
+    """Not a bare "23985.333" (new-user trial): the score, rounded, and what it is made of."""
+    job = submit(alice, task_name="waiting")
+    Job.objects.filter(pk=job.pk).update(priority_score=23985.333, priority_factors={
+        "fairshare": 0.667, "age": 0.004, "size": 0.93, "class": 0.333})
+    html = signed_in(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert '<span data-field="priority">23,985</span>' in html and "23985.3" not in html
+    title = re.search(r'id="priority" data-help="[^"]*" title="([^"]*)"', html).group(1)
+    assert "highest first" in title
+    assert title.endswith("This job: fair-share 0.67 · age 0.00 · size 0.93 · class 0.33.")
+
+
 @pytest.mark.parametrize("path", ["/jobs/", "/dashboard/live/"])
 def test_an_estimated_start_that_has_passed_reads_any_moment(path, alice, demo_registered):
     """Not "in 0 minutes (up to 0 minutes)" (new-user trial: an ETA range whose low end had passed)."""

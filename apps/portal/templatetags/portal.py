@@ -54,3 +54,22 @@ def ahead(moment) -> bool:
     """Whether a moment is still to come. An estimated start that has passed while the job waits
     reads "any moment", not "in 0 minutes" (nor, in yoloq, "likely 2 s ago to 10 s"; a new-user trial)."""
     return bool(moment) and moment > timezone.now()
+
+
+# Priority factor → its name for people (docs/scheduling.md, "Priority").
+FACTOR_NAMES = {"fairshare": "fair-share", "age": "age", "size": "size", "class": "class"}
+
+
+@register.filter
+def priority_help(factors) -> str:
+    """What a waiting job's priority score is, for its tooltip, with the job's factors when given.
+
+    The page showed the bare score ("medium 23985.333", a new-user trial): a weighted sum only
+    the scheduler compares. ``static/portal/job.js`` rebuilds the same text as the factors change.
+    """
+    text = ("The scheduler starts waiting jobs in order of this score, highest first. It adds up weighted "
+            "factors from 0 to 1: fair-share (higher when your team and you have used less lately), age "
+            "(time waited), size (smaller jobs score higher) and class.")
+    if factors:
+        text += " This job: " + " · ".join(f"{FACTOR_NAMES.get(k, k)} {float(v):.2f}" for k, v in factors.items()) + "."
+    return text
