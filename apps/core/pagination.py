@@ -2,9 +2,9 @@
 
 Without ``max_limit`` one request could ask for every row of a 100k-job table. DRF reads
 a bad ``limit`` as the default, cuts one over the maximum down to it, reads a bad
-``offset`` as 0 and answers an offset past the end with an empty page; and ``?page=``
-(another pagination style's name) is simply ignored. A new-user trial took each of these
-for a page that worked, so here every one is a 400 naming the parameter and the problem.
+``offset`` as 0; and ``?page=`` (another pagination style's name) is simply ignored. A
+new-user trial took each of these for a page that worked, so here every one is a 400 naming
+the parameter and the problem. An offset past the end is an empty page, as in DRF.
 """
 
 from __future__ import annotations
@@ -26,12 +26,9 @@ class ListPage(LimitOffsetPagination):
                 raise ValidationError({name: [
                     f"is not a parameter of this list: it is paged with ?limit= (1 to {self.max_limit}, "
                     f"default {self.default_limit}) and ?offset= (items to skip)"]})
-        page = super().paginate_queryset(queryset, request, view)
-        if self.offset > self.count:
-            raise ValidationError({"offset": [
-                f"is past the end of the list: it has {self.count} item{'' if self.count == 1 else 's'}, "
-                f"so offset may be at most {self.count}"]})
-        return page
+        # An offset past the end stays an empty page (``count`` says how long the list is): a
+        # client paging through a list that shrinks meanwhile (queued jobs start) must not fail.
+        return super().paginate_queryset(queryset, request, view)
 
     def get_limit(self, request) -> int:
         raw = request.query_params.get(self.limit_query_param, "")
