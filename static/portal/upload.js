@@ -209,6 +209,17 @@
         if (next) window.location.assign(next.replace("{id}", answer.id));
         return;
       }
+      if (xhr.status === 200 && answer.unchanged) {
+        // The newest version already holds exactly these files: no version was made (API 200).
+        bar.value = 100;
+        status("unchanged: " + answer.reference + " already holds exactly these files; no new version made", "ok");
+        var link = document.createElement("a");
+        link.id = "upload-unchanged";
+        link.href = (form.dataset.next || "").replace("{id}", answer.id);
+        link.textContent = " open " + answer.reference;
+        label.appendChild(link);
+        return;
+      }
       status("refused (" + xhr.status + ")", "error");
       show(answer);
     });

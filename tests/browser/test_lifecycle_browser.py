@@ -84,10 +84,17 @@ def test_a_dropped_folder_is_zipped_in_the_browser_and_becomes_the_next_version(
         (folder / relative).write_bytes(data)
     (folder / "labels" / "train.cache").write_bytes(b"left out")
     sign_in(page, web.url, "alice", "pw-alice")
-    for expected in (1, 2):
+    for expected in (1, "unchanged", 2):
+        if expected == 2:  # one more box: new files
+            (folder / "labels" / "val" / "0.txt").write_bytes(b"1 0.5 0.5 0.1 0.1\n")
         page.goto(f"{web.url}/datasets/")
         page.set_input_files("#upload-folder", str(folder))
         page.click("#upload-button")
+        if expected == "unchanged":  # the same files again: no version, the page says so and stays
+            page.wait_for_selector("#upload-unchanged", timeout=30_000)
+            assert "unchanged: pcb_defect:v1 already holds exactly these files" in page.inner_text("#upload-status")
+            assert page.get_attribute("#upload-unchanged", "href") == f"/datasets/{Dataset.objects.get(name='pcb_defect', version=1).pk}/"
+            continue
         page.wait_for_url(DATASET_URL, timeout=30_000)
         assert last_upload(page)["status"] == 201
         assert f":v{expected}" in page.inner_text("h1")
