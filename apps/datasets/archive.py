@@ -15,9 +15,11 @@ Checked, in this order, and all reported together where possible:
 4. member types: images, ``.txt`` labels and one ``data.yaml``; anything else — notably
    Ultralytics ``*.cache`` files, which are unpickled on load — is refused;
 5. structure: ``data.yaml`` (strict safe YAML: no ``download:``, relative train/val
-   folders present in the archive), images under ``images/`` with labels beside them
-   under ``labels/``; every label line ``class x y w h`` (or a polygon/keypoints)
-   with a known class id and normalised coordinates.
+   folders present in the archive; a pose dataset's ``kpt_shape`` [k, d] and ``flip_idx``),
+   images under ``images/`` with labels beside them under ``labels/``; every label line
+   ``class x y w h`` (or a polygon/keypoints; with ``kpt_shape`` exactly the box and k·d
+   keypoint values, as Ultralytics reads a pose label) with a known class id and normalised
+   coordinates.
 
 :func:`archive_extract` writes into a fresh folder with ``O_EXCL | O_NOFOLLOW``,
 re-checks every target path, and stops a member that inflates past its declared size.
@@ -100,6 +102,8 @@ class ArchivePlan:
     num_labels: int
     uncompressed_bytes: int
     skipped: list[str] = field(default_factory=list)
+    kpt_shape: list[int] | None = None  # a pose dataset's [keypoints, values per keypoint]
+    flip_idx: list[int] | None = None  # which keypoint each one becomes when the image is mirrored
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -185,8 +189,42 @@ def _class_names(document: dict) -> dict[int, str] | str:
     return out
 
 
-def _label_problems(text: str, num_classes: int) -> str | None:
-    """The first problem in a YOLO label file, or None."""
+def kpt_shape_problem(value: Any) -> str:
+    """Why data.yaml's ``kpt_shape`` is not one Ultralytics trains a pose model on ('' when it is):
+    [k, d], k keypoints of d values each (2: x y; 3: x y visibility)."""
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in value)):
+        return f"must be [keypoints, values per keypoint] (two positive whole numbers, e.g. [17, 3]), got {value!r}"
+    if value[1] not in (2, 3):
+        return f"values per keypoint must be 2 (x y) or 3 (x y visibility), got {value[1]}"
+    if value[0] > 1000:
+        return f"{value[0]} keypoints is more than the 1000 accepted"
+    return ""
+
+
+def _keypoints(document: dict, yaml_name: str, problems: list[Problem]) -> tuple[list[int] | None, list[int] | None]:
+    """data.yaml's (``kpt_shape``, ``flip_idx``), each None when absent; problems named per key."""
+    kpt_shape, flip_idx = document.get("kpt_shape"), document.get("flip_idx")
+    if kpt_shape is not None and (bad := kpt_shape_problem(kpt_shape)):
+        problems.append(Problem(f"{yaml_name}: kpt_shape", bad))
+        return None, None
+    if flip_idx is None:
+        return kpt_shape, None
+    if kpt_shape is None:
+        problems.append(Problem(f"{yaml_name}: flip_idx", "is given without kpt_shape (it maps pose keypoints)"))
+        return None, None
+    count = kpt_shape[0]
+    if (not isinstance(flip_idx, list) or any(not isinstance(i, int) or isinstance(i, bool) for i in flip_idx)
+            or sorted(flip_idx) != list(range(count))):
+        problems.append(Problem(f"{yaml_name}: flip_idx", f"must list each keypoint 0…{count - 1} once, in the "
+                                                          f"order they take when the image is mirrored; got "
+                                                          f"{str(flip_idx)[:200]}"))
+        return kpt_shape, None
+    return kpt_shape, flip_idx
+
+
+def _label_problems(text: str, num_classes: int, kpt_shape: list[int] | None = None) -> str | None:
+    """The first problem in a YOLO label file, or None (``kpt_shape``: a pose dataset's, from data.yaml)."""
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split()
         if not words:
@@ -201,9 +239,19 @@ def _label_problems(text: str, num_classes: int) -> str | None:
             return f"line {number}: coordinates must be numbers"
         if len(values) < 4:
             return f"line {number}: expected 'class x_center y_center width height', got {len(words)} values"
-        # Boxes (4) and polygons (even counts) are all normalised; keypoints with a
-        # visibility flag (odd counts) have flags up to 2 after the box.
-        bounded = values if len(values) % 2 == 0 else values[:4]
+        if kpt_shape:
+            # Ultralytics reads every line of a pose dataset as the box and k·d keypoint values.
+            points, per_point = kpt_shape
+            if len(values) != 4 + points * per_point:
+                return (f"line {number}: data.yaml kpt_shape {kpt_shape} means 'class x_center y_center width height' "
+                        f"and {points}×{per_point} keypoint values ({4 + points * per_point} numbers after the "
+                        f"class), got {len(values)}")
+            # A visibility flag (0, 1, 2) follows each point's x y when d is 3.
+            bounded = values[:4] + [v for i, v in enumerate(values[4:]) if i % per_point < 2]
+        else:
+            # Boxes (4) and polygons (even counts) are all normalised; keypoints with a
+            # visibility flag (odd counts) have flags up to 2 after the box.
+            bounded = values if len(values) % 2 == 0 else values[:4]
         if any(not 0.0 <= v <= 1.0 for v in bounded) or any(v < 0 or v != v for v in values):
             return f"line {number}: coordinates must be normalised to 0…1"
     return None
@@ -347,6 +395,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     if isinstance(names, str):
         problems.append(Problem(f"{yaml_name}: names", names))
         names = {}
+    kpt_shape, flip_idx = _keypoints(document, yaml_name, problems)
 
     image_files = {rel for rel in by_relative if posixpath.splitext(rel)[1].lower() in IMAGE_SUFFIXES}
     label_files = {rel for rel in by_relative if rel.endswith(LABEL_SUFFIX)}
@@ -405,7 +454,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
             except ArchiveRejected as exc:
                 problems.append(Problem(rel, exc.summary))
                 continue
-            bad = _label_problems(text, len(names))
+            bad = _label_problems(text, len(names), kpt_shape)
             if bad:
                 problems.append(Problem(rel, bad))
         if len(problems) > MAX_REPORTED_PROBLEMS * 4:
@@ -421,6 +470,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     return ArchivePlan(
         members=members, directories=dirs, data_yaml=document, names=names, splits=splits,
         num_images=len(image_files), num_labels=len(label_files), uncompressed_bytes=declared, skipped=skipped,
+        kpt_shape=kpt_shape, flip_idx=flip_idx,
     )
 
 
@@ -473,7 +523,8 @@ def _safe_target(root: Path, relative: str) -> Path:
 
 
 def data_yaml_text(plan: ArchivePlan) -> str:
-    """The data.yaml the platform stores: relative split folders and the names, no extras.
+    """The data.yaml the platform stores: relative split folders, the names and a pose dataset's
+    ``kpt_shape`` and ``flip_idx`` (checked by :func:`archive_inspect`), no extras.
 
     No ``path``: Ultralytics then takes the YAML's own folder as the dataset root, so a
     stored version stays valid wherever the data store is mounted (rows hold keys only).
@@ -483,4 +534,8 @@ def data_yaml_text(plan: ArchivePlan) -> str:
         if key in plan.splits:
             document[key] = plan.splits[key]
     document["names"] = plan.names
+    if plan.kpt_shape:
+        document["kpt_shape"] = plan.kpt_shape
+        if plan.flip_idx is not None:
+            document["flip_idx"] = plan.flip_idx
     return yaml.safe_dump(document, sort_keys=False)

@@ -22,7 +22,15 @@ from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path, k
 from apps.core.strict_yaml import YamlError, load_yaml
 from apps.core.versions import version_next
 
-from .archive import ArchiveLimits, ArchiveRejected, Problem, archive_extract, archive_inspect, data_yaml_text
+from .archive import (
+    ArchiveLimits,
+    ArchiveRejected,
+    Problem,
+    archive_extract,
+    archive_inspect,
+    data_yaml_text,
+    kpt_shape_problem,
+)
 from .models import Dataset
 from .selectors import DATA_YAML_MAX_BYTES, data_yaml_check, team_dataset_root
 from .stats import dataset_stats, images_stats, manifest_sha256
@@ -47,9 +55,9 @@ def _names_and_splits(yaml_path: Path) -> tuple[list[str], dict[str, str], list[
             if folder.is_relative_to(yaml_path.parent.resolve()):
                 splits[key] = folder.relative_to(yaml_path.parent.resolve()).as_posix()
     kpt_shape = document.get("kpt_shape")
-    valid = (isinstance(kpt_shape, list) and len(kpt_shape) == 2
-             and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in kpt_shape))
-    return [str(n) for n in names], splits, kpt_shape if valid else None
+    if kpt_shape is not None and kpt_shape_problem(kpt_shape):
+        kpt_shape = None
+    return [str(n) for n in names], splits, kpt_shape
 
 
 def dataset_register(*, team, name: str, yaml_path: Path, description: str = "", by=None) -> Dataset:
@@ -138,9 +146,7 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
             except ValueError as exc:
                 raise ArchiveRejected(str(exc), [Problem("data.yaml", str(exc))]) from None
             names = [plan.names[i] for i in sorted(plan.names)]
-            # No kpt_shape: the stored data.yaml (data_yaml_text) keeps none, so a pose job is refused
-            # on an upload with that reason rather than failing once it runs.
-            stats = dataset_stats(staging, names=names, splits=plan.splits)
+            stats = dataset_stats(staging, names=names, splits=plan.splits, kpt_shape=plan.kpt_shape)
         else:
             names, stats = [], images_stats(staging)
         sha256, stored_bytes, _ = manifest_sha256(staging)

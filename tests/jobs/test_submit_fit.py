@@ -5,7 +5,9 @@ model on a dataset with other classes, an FP16 TorchScript export where no node 
 from __future__ import annotations
 
 import pytest
+import yaml
 
+from apps.core.artifacts import artifact_path
 from apps.datasets.models import Dataset
 from apps.jobs.models import Job, JobState
 from apps.jobs.services import attempt_finish, job_submit
@@ -92,6 +94,49 @@ def test_keypoints_without_kpt_shape_are_named_for_a_pose_job(bob):
     response = submit(bob, "yolo pose train data=people model=yolov8n-pose.yaml epochs=1")
     assert response.status_code == 400
     assert "holds keypoints (pose labels) but its data.yaml has no kpt_shape" in response.json()["command.data"][0]
+
+
+POSE_YAML = DATA_YAML + "kpt_shape: [2, 3]\nflip_idx: [1, 0]\n"
+POSE = b"0 0.5 0.5 0.2 0.2 0.45 0.45 2 0.55 0.45 1\n"  # a box, then 2 keypoints of x y visibility
+
+
+def test_an_uploaded_pose_dataset_keeps_its_kpt_shape_and_serves_a_pose_job(bob):
+    """Uploads rewrite data.yaml: kpt_shape and flip_idx stay in it, so Ultralytics can train pose on it."""
+    stats = dataset_post(bob, "people", POSE, data_yaml=POSE_YAML)["stats"]
+    assert (stats["labels"], stats["kpt_shape"]) == ("keypoints", [2, 3])
+    stored = yaml.safe_load(artifact_path(Dataset.objects.get(name="people").yaml_key).read_text())
+    assert (stored["kpt_shape"], stored["flip_idx"]) == ([2, 3], [1, 0])
+    response = submit(bob, "yolo pose train data=people model=yolov8n-pose.yaml epochs=1")
+    assert response.status_code == 201, response.content
+
+
+@pytest.mark.parametrize(("data_yaml", "where", "problem"), [
+    (DATA_YAML + "kpt_shape: [2, 4]\n", "data.yaml: kpt_shape", "must be 2 (x y) or 3 (x y visibility)"),
+    (DATA_YAML + "kpt_shape: 17\n", "data.yaml: kpt_shape", "two positive whole numbers"),
+    (DATA_YAML + "kpt_shape: [2, 3]\nflip_idx: [0, 0]\n", "data.yaml: flip_idx", "each keypoint 0…1 once"),
+])
+def test_a_bad_kpt_shape_or_flip_idx_is_refused_naming_data_yaml(bob, data_yaml, where, problem):
+    files = {"data.yaml": data_yaml.encode(), "images/train/0.png": PNG, "labels/train/0.txt": POSE,
+             "images/val/0.png": PNG, "labels/val/0.txt": POSE}
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(make_zip(files)), "name": "people"},
+                                    format="multipart")
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert problem in problems[where], problems
+    assert not Dataset.objects.exists()
+
+
+def test_pose_labels_must_hold_the_keypoints_kpt_shape_names(bob):
+    """Each line of a pose dataset is the box and k·d keypoint values: other counts are refused per file."""
+    files = {"data.yaml": (DATA_YAML + "kpt_shape: [3, 3]\n").encode(), "images/train/0.png": PNG,
+             "labels/train/0.txt": POSE, "images/val/0.png": PNG, "labels/val/0.txt": b"0 0.5 0.5 0.2 0.2\n"}
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(make_zip(files)), "name": "people"},
+                                    format="multipart")
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert "kpt_shape [3, 3] means 'class x_center y_center width height' and 3×3 keypoint values " \
+           "(13 numbers after the class), got 10" in problems["labels/train/0.txt"]
+    assert "got 4" in problems["labels/val/0.txt"]
 
 
 def test_a_dataset_whose_labels_were_never_recorded_is_left_to_run(bob, demo_registered):
