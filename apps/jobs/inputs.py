@@ -11,13 +11,15 @@ the job keeps in its ``spec``:
 
 Errors name the spec field (``command.data``, ``val.model``, …). Besides that each name
 resolves, what would only fail once the job runs is refused here: a task the dataset's
-labels cannot serve (a segment job on boxes; ``Dataset.task_problem``), a ``val`` of a model
+labels cannot serve (a segment job on boxes; ``Dataset.task_problem``), a task the model is not
+(``yolo segment train model=<detect weights>``: Ultralytics keeps the weights' task), a ``val`` of a model
 on a dataset with other classes (its per-class table would carry the model's names over the
 dataset's), an FP16 TorchScript export where no node has a real GPU.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
@@ -29,7 +31,7 @@ from apps.datasets.stats import label_task_problem
 from apps.registry.models import ModelVersion
 
 from .spec import JobSpec
-from .weights import ModelRef, model_resolve
+from .weights import ModelRef, model_resolve, model_yaml_known
 
 
 def _field(spec: JobSpec, name: str) -> str:
@@ -44,6 +46,7 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
     args = spec.train_args
 
     model: ModelRef | None = None
+    task_refused = False
     try:
         model = model_resolve(team=team, reference=args.get("model", ""), yaml_allowed=spec.mode == "train")
     except ValueError as exc:
@@ -51,15 +54,17 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
     if model is not None:
         resolved["model"] = model.as_resolved()
         inputs["model"] = model.as_input()
-        if model.weights and model.weights.task:
-            resolved["task"] = model.weights.task
+        if model.task:
+            resolved["task"] = model.task
+            task_refused = _model_task_refused(spec, model, errors)
 
     if spec.mode in ("train", "val"):
         data = _data(spec, team, "data", errors)
         if data is not None:
             resolved["data_yaml"] = data.yaml_key
             inputs["data"] = data.lineage()
-            _task_check(spec, data, resolved, errors)
+            if not task_refused:  # which task would run is what that error is about
+                _task_check(spec, data, resolved, errors)
             if spec.mode == "val":
                 _split_check(spec, data, errors, "data")
                 _classes_check(spec, data, model, errors)
@@ -85,10 +90,41 @@ def _data(spec: JobSpec, team, name: str, errors: dict[str, str],
     return None
 
 
+def _model_task_refused(spec: JobSpec, model: ModelRef, errors: dict[str, str]) -> bool:
+    """Whether the spec names a task that is not the model's own (the error on the model field then
+    says so): Ultralytics trains and runs weights as their own task whatever the command says
+    (``yolo segment train model=<detect weights>`` trains detect), and a model YAML built as another
+    task's model fails once it runs. A task left to the default is the model's (as ``yolo train
+    model=yolov8n-seg.yaml`` is segment in Ultralytics' own CLI)."""
+    if not spec.task_named or spec.task == model.task:
+        return False
+    reference = spec.train_args.get("model")
+    where = "the command's task" if spec.command else "the spec's task"
+    if model.weights:
+        verb = {"train": "train", "val": "validate", "predict": "predict with", "export": "export"}[spec.mode]
+        start = (f"Start from {spec.task} weights or a {spec.task} model YAML" if spec.mode == "train"
+                 else f"Give {spec.task} weights")
+        errors[_field(spec, "model")] = (
+            f"{reference} holds a {model.task} model, and {where} is {spec.task}: Ultralytics would ignore "
+            f"{spec.task} and {verb} it as {model.task}. {start}, or leave the task out to {verb} it as {model.task}")
+    else:
+        errors[_field(spec, "model")] = (
+            f"{reference} builds a {model.task} model, and {where} is {spec.task}: give a {spec.task} model YAML "
+            f"(e.g. {_yaml_for(reference, spec.task)}), or leave the task out to train {model.task}")
+    return True
+
+
+def _yaml_for(reference: str, task: str) -> str:
+    """``yolov8n.yaml`` as the model YAML of another task (``yolov8n-seg.yaml``)."""
+    suffix = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb", "classify": "-cls"}[task]
+    stem = re.sub(r"-(seg|pose|obb|cls)$", "", reference.rsplit(".", 1)[0])
+    return f"{stem}{suffix}.yaml" if model_yaml_known(f"{stem}{suffix}.yaml") else f"yolov8n{suffix}.yaml"
+
+
 def _task_check(spec: JobSpec, data: DataRef, resolved: dict[str, Any], errors: dict[str, str]) -> None:
-    """The task the job runs, as the worker decides it (the weights' own task, else the spec's for a
-    training; a val of weights whose task is unknown is left to Ultralytics), against what the
-    dataset's labels can serve."""
+    """The task the job runs, as the worker decides it (the model's own task — its weights' or its
+    YAML's —, else the spec's for a training; a val of weights whose task is unknown is left to
+    Ultralytics), against what the dataset's labels can serve."""
     task = resolved.get("task") or (spec.task if spec.mode == "train" else "")
     if not task:
         return
@@ -98,8 +134,10 @@ def _task_check(spec: JobSpec, data: DataRef, resolved: dict[str, Any], errors: 
     if not problem:
         return
     name = dataset.reference if dataset is not None else spec.train_args.get("data")
-    source = (f"{spec.train_args.get('model')} is a {task} model" if resolved.get("task")
-              else f"the command's task is {task}" if spec.command else f"the spec's task is {task}")
+    if spec.task_named or not resolved.get("task"):
+        source = f"the command's task is {task}" if spec.command else f"the spec's task is {task}"
+    else:
+        source = f"{spec.train_args.get('model')} is a {task} model"
     errors[_field(spec, "data")] = f"dataset {name} {problem} ({source})"
 
 

@@ -336,6 +336,9 @@ class JobSpec:
     task_name: str
     task: str
     train_args: dict[str, Any]
+    # Whether the spec names its task ('yolo segment train …', ``task: segment``) or ``task`` is the
+    # default detect: a named task must agree with the model's own (apps/jobs/inputs.py).
+    task_named: bool = False
     gpus: float = 1.0
     mode: str = "train"  # train | val | predict | export
     export: list[str] = field(default_factory=list)  # formats to export after a successful training
@@ -427,6 +430,15 @@ def command_parse(command: Any) -> tuple[str, str, dict[str, Any], dict[str, str
             continue
         args[key] = value
     return task, mode, args, errors
+
+
+def _command_names_task(command: Any) -> bool:
+    """Whether ``yolo TASK MODE …`` names its task (``yolo train …`` leaves it to the default)."""
+    try:
+        words = shlex.split(command) if isinstance(command, str) else []
+    except ValueError:
+        return False
+    return len(words) > 1 and words[1] in TASKS
 
 
 def parse_command(command: Any) -> tuple[str, dict[str, Any], dict[str, str]]:
@@ -543,6 +555,7 @@ def parse_spec(document: Any) -> JobSpec:
     export_value = document.get("export")
     structured_modes = [m for m in MODES if isinstance(document.get(m), dict)]
     task = "detect"
+    task_named = False
     mode = "train"
     train_args: dict[str, Any] = {}
     export_after: list[str] = []
@@ -560,9 +573,11 @@ def parse_spec(document: Any) -> JobSpec:
             task = _choice(*TASKS)(document.get("task", "detect"))
         except ValueError as exc:
             errors["task"] = str(exc)
+        task_named = "task" in document
         command = None
     elif command is not None:
         task, mode, raw_args, command_errors = command_parse(command)
+        task_named = _command_names_task(command)
         errors.update(command_errors)
         if "command" not in command_errors:
             train_args = _typed_args(raw_args, "command", errors, mode)
@@ -576,7 +591,8 @@ def parse_spec(document: Any) -> JobSpec:
         else:
             export_after = _export_after(export_value, errors)
 
-    spec = JobSpec(task_name=str(task_name or ""), task=task, train_args=train_args, mode=mode, export=export_after,
+    spec = JobSpec(task_name=str(task_name or ""), task=task, task_named=task_named, train_args=train_args, mode=mode,
+                   export=export_after,
                    command=command if isinstance(command, str) else "", requires=export_requires(mode, train_args))
 
     resources = document.get("resources", {}) or {}

@@ -13,23 +13,55 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import yaml
+
 from apps.registry.selectors import WeightsRef, version_resolve, version_weights, weights_resolve
 
 
 @lru_cache(maxsize=1)
-def model_yaml_names() -> frozenset[str]:
-    """Model YAML file names that ship with Ultralytics, found without importing it (torch is slow)."""
+def _model_yaml_files() -> dict[str, Path]:
+    """Model YAML files that ship with Ultralytics by file name, found without importing it (torch is slow)."""
     spec = importlib.util.find_spec("ultralytics")
     if spec is None or not spec.submodule_search_locations:
-        return frozenset()
+        return {}
     root = Path(list(spec.submodule_search_locations)[0]) / "cfg" / "models"
-    return frozenset(p.name for p in root.rglob("*.yaml"))
+    return {p.name: p for p in sorted(root.rglob("*.yaml"))}
+
+
+def model_yaml_names() -> frozenset[str]:
+    return frozenset(_model_yaml_files())
+
+
+def _model_yaml_file(name: str) -> Path | None:
+    # Ultralytics maps scaled names to one file: yolov8n.yaml -> yolov8.yaml with scale "n".
+    unified = re.sub(r"(\d+)([nslmx])(.+)?$", r"\1\3", name)
+    files = _model_yaml_files()
+    return files.get(name) or files.get(unified)
 
 
 def model_yaml_known(name: str) -> bool:
-    # Ultralytics maps scaled names to one file: yolov8n.yaml -> yolov8.yaml with scale "n".
-    unified = re.sub(r"(\d+)([nslmx])(.+)?$", r"\1\3", name)
-    return name in model_yaml_names() or unified in model_yaml_names()
+    return _model_yaml_file(name) is not None
+
+
+# The output module (the head's last layer) → the task, as Ultralytics' guess_model_task reads a model
+# YAML: Segment, YOLOESegment, Segment26 … are segment. Heads of tasks jobs do not run (semantic
+# segmentation, depth, RT-DETR's decoder) give no task.
+_HEAD_TASKS = (("semanticsegment", ""), ("depth", ""), ("classify", "classify"), ("detect", "detect"),
+               ("segment", "segment"), ("pose", "pose"), ("obb", "obb"))
+
+
+@lru_cache(maxsize=256)
+def model_yaml_task(name: str) -> str:
+    """The task a model YAML builds (``yolov8n-seg.yaml`` → segment), as Ultralytics decides it when no
+    task is given: from the module of the head's last layer; '' when not known."""
+    path = _model_yaml_file(name)
+    try:
+        head = yaml.safe_load(path.read_text())["head"][-1][-2].lower() if path else ""
+    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError):
+        return ""
+    if head in ("classify", "classifier", "cls", "fc"):
+        return "classify"
+    return next((task for word, task in _HEAD_TASKS if word in head), "")
 
 
 @dataclass(frozen=True)
@@ -42,6 +74,12 @@ class ModelRef:
     def as_input(self) -> dict:
         """What the job records (lineage: no server paths)."""
         return self.weights.parent if self.weights else {"kind": "yaml", "name": self.yaml}
+
+    @property
+    def task(self) -> str:
+        """The task the model itself defines, which Ultralytics trains and runs whatever the spec's: the
+        weights' (as the registry recorded it), or the one a model YAML builds; '' when not known."""
+        return self.weights.task if self.weights else model_yaml_task(self.yaml)
 
     def as_resolved(self) -> dict:
         """What the worker needs: the YAML name, or the weights' key and the sha256 to check them against."""

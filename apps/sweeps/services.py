@@ -223,7 +223,6 @@ def trial_document(parent: Job, number: int, params: dict[str, Any]) -> dict[str
         resources["gpu_model"] = spec["gpu_models"]
     document = {
         "task_name": f"{parent.task_name[:180]}-t{number}",
-        "task": spec.get("task", "detect"),
         "train": args,
         "resources": resources,
         "priority": parent.priority_class,
@@ -233,6 +232,10 @@ def trial_document(parent: Job, number: int, params: dict[str, Any]) -> dict[str
         "allow_duplicate": True,
         "description": f"trial {number} of sweep {parent.task_name}",
     }
+    if spec.get("task_named", True):
+        # A task the sweep left to the default stays the model's own; a sweep stored before
+        # task_named was recorded keeps the task it was stored with.
+        document["task"] = spec.get("task", "detect")
     if spec.get("image"):
         document["image"] = spec["image"]
     return document

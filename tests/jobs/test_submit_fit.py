@@ -14,6 +14,8 @@ from apps.jobs.services import attempt_finish, job_submit
 from apps.jobs.spec import parse_spec
 from apps.registry.models import ModelVersion
 from apps.scheduling.inputs import cluster_nodes
+from apps.sweeps.models import Trial
+from apps.sweeps.services import sweeps_advance
 from tests.conftest import api_client
 from tests.datasets.archives import DATA_YAML, PNG, make_zip, upload
 
@@ -207,6 +209,60 @@ def test_a_version_records_the_task_its_starting_weights_trained(bob, shapes_v1)
     spec = parse_spec({"task_name": "pcb-seg", "command": "yolo train data=parts model=pcb:v1 epochs=1",
                        "user": "vision"})
     assert finish_training(job_submit(user=bob, spec=spec)[0]).task == "segment"
+
+
+# --- a named task against the model's own -----------------------------------------------------------
+
+
+def test_a_named_task_other_than_the_starting_weights_is_refused_on_the_model_field(bob, shapes_v1):
+    """Ultralytics trains weights as their own task whatever the command says: refused, naming both."""
+    dataset_post(bob, "parts", POLYGON)
+    response = submit(bob, "yolo segment train data=parts model=pcb:v1 epochs=1")
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body) == {"command.model"}, body
+    assert "pcb:v1 holds a detect model, and the command's task is segment: Ultralytics would ignore segment " \
+           "and train it as detect" in body["command.model"][0]
+    response = submit(bob, train={"data": "parts", "model": "pcb:v1"}, task="pose")
+    assert "pcb:v1 holds a detect model, and the spec's task is pose" in response.json()["train.model"][0]
+    response = submit(bob, "yolo segment val data=parts model=pcb:v1")
+    assert "would ignore segment and validate it as detect" in response.json()["command.model"][0]
+
+
+def test_a_task_left_to_the_default_agreeing_or_of_unknown_weights_runs(bob, shapes_v1):
+    dataset_post(bob, "parts", POLYGON)
+    assert submit(bob, "yolo train data=parts model=pcb:v1 epochs=1").status_code == 201
+    assert submit(bob, "yolo detect train data=parts model=pcb:v1 epochs=1").status_code == 201
+    ModelVersion.objects.filter(pk=shapes_v1.pk).update(task="")
+    assert submit(bob, "yolo segment train data=parts model=pcb:v1 epochs=1").status_code == 201
+
+
+def test_a_model_yaml_is_the_task_it_builds(bob, demo_registered):
+    """yolov8n-seg.yaml builds a segment model (Ultralytics reads its head): the task it runs, unless
+    the command names another, which is refused."""
+    dataset_post(bob, "parts", POLYGON)
+    response = submit(bob, "yolo segment train data=parts model=yolov8n.yaml epochs=1")
+    assert response.status_code == 400
+    assert "yolov8n.yaml builds a detect model, and the command's task is segment: give a segment model YAML " \
+           "(e.g. yolov8n-seg.yaml)" in response.json()["command.model"][0]
+    response = submit(bob, "yolo train data=demo model=yolov8n-seg.yaml epochs=1")
+    assert response.status_code == 400
+    assert "(yolov8n-seg.yaml is a segment model)" in response.json()["command.data"][0]
+    response = submit(bob, "yolo train data=parts model=yolo11n-seg.yaml epochs=1")
+    assert response.status_code == 201, response.content
+    assert Job.objects.get(pk=response.json()["id"]).spec["resolved"]["task"] == "segment"
+
+
+def test_a_sweeps_trials_keep_a_task_the_sweep_left_to_its_model(bob, node):
+    """Trials are the sweep's spec submitted again: a task it left out stays left out, not a named detect."""
+    dataset_post(bob, "parts", POLYGON)
+    response = submit(bob, "yolo train data=parts model=yolov8n-seg.yaml epochs=1 imgsz=64 optimizer=SGD",
+                      sweep={"parameters": {"lr0": [0.01, 0.001]}, "method": "grid"})
+    assert response.status_code == 201, response.content
+    sweeps_advance()
+    assert not Trial.objects.exclude(note="").values_list("note", flat=True).first()
+    trials = Job.objects.filter(parent_id=response.json()["id"])
+    assert [trial.spec["resolved"]["task"] for trial in trials] == ["segment", "segment"]
 
 
 # --- FP16 TorchScript needs a real GPU ----------------------------------------------------------------
