@@ -34,6 +34,12 @@ restricted loader (``ultralytics.nn.tasks._SafeLoad``):
 Zip layout checks come first: one top folder, exactly one ``data.pkl`` in it, no other
 ``.pkl`` (``constants.pkl`` is a TorchScript archive), stored (uncompressed) members only,
 safe member names, declared sizes that add up to the file.
+
+What the scan reads besides: the model classes the pickle names (the task) and the model's
+class ``names``. The stand-in of an Ultralytics model class keeps the state the pickle hands it
+(what unpickling already built: plain dicts, lists, strings, numbers and other stand-ins), and
+the ``names`` of the checkpoint's model (``ema``, else ``model``, as Ultralytics loads it) are
+read from there when they are a plain {id: name} mapping or list of strings.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from .checkpoint_layers import LAYER_CLASSES
 
 MAX_PICKLE_BYTES = 64 * 1024**2  # data.pkl of YOLO11x with optimizer state is ~2 MB
 MAX_MEMBERS = 100_000
+MAX_CLASSES, MAX_CLASS_NAME = 10_000, 200  # as a dataset's data.yaml may have
 
 _STORAGES = ("Float", "Half", "BFloat16", "Double", "Long", "Int", "Short", "Char", "Byte", "Bool",
              "ComplexFloat", "ComplexDouble")
@@ -96,6 +103,7 @@ class CheckpointReport:
     archive: str = ""
     tensors: int = 0
     model_classes: list[str] = field(default_factory=list)
+    class_names: list[str] | None = None  # the model's ``names`` by class id; None when not plainly there
 
     @property
     def task(self) -> str:
@@ -110,7 +118,7 @@ class CheckpointReport:
 
     def as_dict(self) -> dict:
         return {"globals": len(self.globals), "tensors": self.tensors, "task": self.task,
-                "model_classes": sorted(set(self.model_classes))}
+                "model_classes": sorted(set(self.model_classes)), "class_names": self.class_names}
 
 
 def global_allowed(name: str) -> bool:
@@ -147,6 +155,33 @@ class _Inert:
         return _Inert()
 
 
+class _InertModel(_Inert):
+    """Stands for an Ultralytics model class: keeps the state the pickle gives it (already-built plain
+    data and stand-ins; nothing is called on it), so the scan can read the model's ``names``."""
+
+    __slots__ = ("state",)
+
+    def __setstate__(self, state) -> None:
+        self.state = state
+
+
+def _class_names(checkpoint) -> list[str] | None:
+    """The ``names`` of the checkpoint's model, by class id, when they are plain: {0: name, 1: …} with
+    ids 0…n-1, or a list; None otherwise."""
+    if not isinstance(checkpoint, dict):
+        return None
+    model = checkpoint.get("ema") or checkpoint.get("model")
+    state = getattr(model, "state", None) if isinstance(model, _InertModel) else None
+    names = state.get("names") if isinstance(state, dict) else None
+    if isinstance(names, dict) and set(names) == set(range(len(names))) \
+            and not any(isinstance(key, bool) for key in names):
+        names = [names[i] for i in range(len(names))]
+    if (not isinstance(names, list) or not 0 < len(names) <= MAX_CLASSES
+            or not all(isinstance(name, str) and len(name) <= MAX_CLASS_NAME for name in names)):
+        return None
+    return names
+
+
 def _inert_getattr(obj, name, *default):
     """``getattr`` in a checkpoint: only a plain attribute name, and the answer is a stand-in."""
     if not isinstance(name, str) or not _SAFE_ATTR.match(name):
@@ -174,7 +209,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if qualified == "builtins.getattr":
             return _inert_getattr
         if qualified not in self.stand_ins:
-            self.stand_ins[qualified] = type(name, (_Inert,), {"__slots__": ()})
+            base = _InertModel if module == "ultralytics.nn.tasks" else _Inert
+            self.stand_ins[qualified] = type(name, (base,), {"__slots__": ()})
         return self.stand_ins[qualified]
 
     def persistent_load(self, pid):
@@ -256,7 +292,7 @@ def scan_checkpoint(path: Path | str) -> CheckpointReport:
             raise
         raise CheckpointRefused(f"the checkpoint archive is damaged ({exc})") from None
     try:
-        _RestrictedUnpickler(data, report).load()
+        report.class_names = _class_names(_RestrictedUnpickler(data, report).load())
     except CheckpointRefused:
         raise
     except RecursionError:

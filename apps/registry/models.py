@@ -64,8 +64,13 @@ class ModelVersion(models.Model):
     def class_names(self) -> list[str] | None:
         """The classes the weights predict, by id, where the registry knows them: a version trained
         here has its dataset's (one ``item`` when trained with single_cls, as Ultralytics names it);
-        None for uploaded weights and when that dataset version is gone."""
-        if self.source != self.Source.TRAINING or self.dataset is None:
+        uploaded weights the model's ``names`` the upload's checkpoint scan read
+        (apps/registry/checkpoint_scan.py). None when that dataset version is gone, and for uploads
+        scanned before the names were read or whose names are not plain."""
+        if self.source == self.Source.UPLOAD:
+            names = (((self.lineage or {}).get("uploaded") or {}).get("scan") or {}).get("class_names")
+            return [str(name) for name in names] if isinstance(names, list) and names else None
+        if self.dataset is None:
             return None
         train_args = ((self.lineage or {}).get("spec") or {}).get("train_args") or {}
         if train_args.get("single_cls"):

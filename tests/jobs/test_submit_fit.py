@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apps.core.artifacts import artifact_path
+from apps.datasets.demo import CLASS_NAMES
 from apps.datasets.models import Dataset
 from apps.jobs.models import Job, JobState
 from apps.jobs.services import attempt_finish, job_submit
@@ -18,6 +20,7 @@ from apps.sweeps.models import Trial
 from apps.sweeps.services import sweeps_advance
 from tests.conftest import api_client
 from tests.datasets.archives import DATA_YAML, PNG, make_zip, upload
+from tests.registry.conftest import build_checkpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -193,6 +196,25 @@ def test_a_val_of_a_model_whose_classes_are_not_known_runs(bob, shapes_v1):
     ModelVersion.objects.filter(pk=shapes_v1.pk).update(source=ModelVersion.Source.UPLOAD)
     dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")
     assert submit(bob, "yolo val model=pcb:v1 data=scratches").status_code == 201
+
+
+@pytest.fixture(scope="module")
+def shapes_pt(tmp_path_factory):
+    """A real checkpoint, saved by Ultralytics, whose model names the demo dataset's classes."""
+    return build_checkpoint("yolov8n.yaml", tmp_path_factory.mktemp("weights"), names=dict(CLASS_NAMES))
+
+
+def test_a_val_of_uploaded_weights_is_checked_against_the_classes_their_model_names(bob, demo_registered,
+                                                                                     shapes_pt):
+    """The upload's checkpoint scan reads the model's names: a val of those weights is class-checked too."""
+    file = SimpleUploadedFile("shapes.pt", shapes_pt.read_bytes(), content_type="application/octet-stream")
+    assert api_client(bob).post("/api/v1/weights/", {"file": file}, format="multipart").status_code == 201
+    dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")
+    response = submit(bob, "yolo val model=shapes:v1 data=scratches")
+    assert response.status_code == 400
+    assert "dataset scratches:v1 has 2 classes (scratch, dent) and model shapes:v1 3 (rectangle, circle, triangle)" \
+        in response.json()["command.data"][0]
+    assert submit(bob, "yolo val model=shapes:v1 data=demo").status_code == 201
 
 
 def test_a_val_of_a_segment_model_on_boxes_is_refused(bob, shapes_v1):

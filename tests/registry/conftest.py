@@ -8,14 +8,19 @@ import pytest
 from tests.security.fast import _fast_password_hashing  # noqa: F401
 
 
-def build_checkpoint(model_yaml: str, folder: Path) -> Path:
-    """A real Ultralytics checkpoint, made here: the model built from its YAML and saved (nothing downloaded)."""
+def build_checkpoint(model_yaml: str, folder: Path, *, names: dict | None = None) -> Path:
+    """A real Ultralytics checkpoint, made here: the model built from its YAML and saved (nothing
+    downloaded); ``names``: the class names its model carries (as training sets them), else the
+    YAML's placeholders."""
     os.environ.setdefault("YOLO_OFFLINE", "1")
     from ultralytics import YOLO
 
     path = folder / model_yaml.replace(".yaml", ".pt")
     if not path.exists():
-        YOLO(model_yaml).save(str(path))
+        model = YOLO(model_yaml)
+        if names is not None:
+            model.model.names = names
+        model.save(str(path))
     return path
 
 

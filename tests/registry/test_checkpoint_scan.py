@@ -37,11 +37,22 @@ def test_a_locally_built_checkpoint_of_every_task_passes(model_yaml, task, built
     assert all(global_allowed(name) for name in report.globals)
 
 
+def test_the_scan_reads_the_models_class_names_by_id(tmp_path):
+    """What Ultralytics saved as the model's names, read from the scanned pickle (nothing loaded)."""
+    assert scan_checkpoint(build_checkpoint("yolov8n.yaml", tmp_path, names={0: "scratch", 1: "dent"})) \
+        .class_names == ["scratch", "dent"]
+
+
+@pytest.mark.parametrize("names", [{0: "scratch", 2: "dent"}, {0: ["not", "a", "name"]}, {"0": "scratch"}])
+def test_names_that_are_not_a_plain_mapping_from_ids_are_not_known(names, tmp_path):
+    assert scan_checkpoint(build_checkpoint("yolov8n.yaml", tmp_path, names=names)).class_names is None
+
+
 @pytest.mark.integration
 def test_a_trained_checkpoint_with_optimizer_state_passes(tmp_path):
     """last.pt as training writes it: EMA, optimizer state, train_args (IterableSimpleNamespace, torch.Size)."""
     report = scan_checkpoint(trained_checkpoint(tmp_path))
-    assert report.task == "detect"
+    assert report.task == "detect" and report.class_names == ["rectangle", "circle", "triangle"]
     assert "ultralytics.utils.IterableSimpleNamespace" in report.globals or "torch.Size" in report.globals
 
 
