@@ -118,6 +118,11 @@ def usage_report(*, user, start: datetime, end: datetime, group: str) -> list[Re
 DEFAULT_DAYS = 7
 
 
+# Usage is counted from the service's records: dates outside these years are typing errors (and
+# 0001-01-01 or 9999-12-31 leave Python's calendar once a day is added or taken).
+MIN_YEAR, MAX_YEAR = 1970, 9000
+
+
 def period_parse(raw_from: str | None, raw_to: str | None, *, now: datetime) -> tuple[datetime, datetime]:
     """``from``/``to`` as ISO dates (whole days, ``to`` inclusive) or datetimes; default the last 7 days."""
     from datetime import date, timedelta
@@ -139,11 +144,24 @@ def period_parse(raw_from: str | None, raw_to: str | None, *, now: datetime) -> 
             raise FieldErrors({name: f"{raw!r} is not an ISO date (2026-01-31) or date-time"})
         if moment is None:
             assert isinstance(day, date)
-            moment = datetime.combine(day + timedelta(days=1) if end else day, datetime.min.time())
-        return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+            moment = datetime.combine(day, datetime.min.time())
+        try:
+            # A date's end is the next midnight; both then in the server's time zone (either can
+            # leave the calendar: 9999-12-31 was a 500 on three pages, a manager's "up to forever").
+            if end and day is not None:
+                moment += timedelta(days=1)
+            return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+        except (OverflowError, ValueError):
+            raise FieldErrors({name: f"{raw!r} is out of range: give a date between {MIN_YEAR} and {MAX_YEAR}"}) from None
 
     end = parse("to", raw_to, True) if raw_to else now
-    start = parse("from", raw_from, False) if raw_from else end - timedelta(days=DEFAULT_DAYS)
+    start = parse("from", raw_from, False) if raw_from else None
+    for name, moment in (("to", end), ("from", start)):
+        if moment is not None and not MIN_YEAR <= moment.year <= MAX_YEAR:
+            raise FieldErrors({name: f"{moment.date().isoformat()} is out of range: give a date between "
+                                     f"{MIN_YEAR} and {MAX_YEAR}"})
+    if start is None:
+        start = end - timedelta(days=DEFAULT_DAYS)
     if start >= end:
         raise FieldErrors({"from": "must be before 'to'"})
     if end - start > timedelta(days=3660):

@@ -174,3 +174,24 @@ def test_the_cluster_history_rolls_samples_into_hours_and_days(node, teams, bob)
     page = Client()
     page.force_login(admin)
     assert "cluster-chart" in page.get("/usage/").content.decode()
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    ({"to": "9999-12-31"}, "to"),  # a manager's "up to forever": the day after left the calendar (a 500)
+    ({"from": "2026-12-01", "to": "9999-12-31"}, "to"),
+    ({"to": "0001-01-01"}, "to"),  # the default week before it left it too
+    ({"from": "0001-01-01", "to": "2026-01-05"}, "from"),
+    ({"to": "9999-12-31T23:59:59"}, "to"),
+])
+def test_dates_out_of_the_calendar_name_the_field_on_the_api_and_both_pages(params, field, history, alice):
+    response = api_client(alice).get("/api/v1/usage/", params)
+    assert response.status_code == 400, response.content
+    assert "out of range" in response.json()[field][0]
+    alice.is_staff = True
+    alice.save(update_fields=["is_staff"])
+    page = Client()
+    page.force_login(alice)
+    for url in ("/usage/", "/admin/quotas/usagereport/"):
+        response = page.get(url, params)
+        assert response.status_code == 200, url
+        assert "out of range" in response.content.decode() and "<td>vision</td>" in response.content.decode(), url
