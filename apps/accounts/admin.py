@@ -57,8 +57,9 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
     team_field = "pk"
-    # The fair-share weight decides everyone's priority: only admins change it.
-    superuser_only_fields = ("slug", "shares")
+    # The fair-share weight decides everyone's priority, the storage quota is a share of the
+    # pool's disk (like the GPU quotas, superuser-only): only admins change them.
+    superuser_only_fields = ("slug", "shares", "storage_quota_gb")
 
     @admin.display(description="members")
     def members(self, team: Team) -> int:

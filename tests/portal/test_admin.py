@@ -27,6 +27,18 @@ def test_a_manager_cannot_change_the_fair_share_weight(manager, teams):
     assert 'name="shares"' not in response.content.decode() and 'name="name"' in response.content.decode()
 
 
+def test_a_manager_cannot_raise_their_teams_storage_quota(manager, teams):
+    vision = teams["vision"]
+    client = admin_client(manager)
+    html = client.get(f"/admin/accounts/team/{vision.pk}/change/").content.decode()
+    assert 'name="storage_quota_gb"' not in html  # shown, not editable (a manager set 100000 GiB)
+    client.post(f"/admin/accounts/team/{vision.pk}/change/", {
+        "name": "Vision", "storage_quota_gb": "100000", "memberships-TOTAL_FORMS": "0",
+        "memberships-INITIAL_FORMS": "0"})
+    vision.refresh_from_db()
+    assert vision.storage_quota_gb is None
+
+
 def test_membership_lists_and_filters_are_scoped(manager, bob, carol):
     client = admin_client(manager)
     html = client.get("/admin/accounts/membership/").content.decode()
