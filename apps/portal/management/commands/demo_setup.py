@@ -1,10 +1,11 @@
-"""manage.py demo_setup: teams, users, a generated demo dataset. Safe to run twice."""
+"""manage.py demo_setup: teams, users, a generated demo dataset. Safe to run again: what exists stays."""
 
 from __future__ import annotations
 
 import os
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from apps.accounts.models import Membership
@@ -12,30 +13,47 @@ from apps.accounts.services import membership_set, team_ensure, user_ensure
 from apps.datasets.demo import generate_demo_dataset
 from apps.datasets.services import dataset_register
 
+DEMO_USERS = (  # username, superuser, (team, role) or None
+    ("admin", True, None),
+    ("alice", False, ("vision", Membership.Role.MANAGER)),
+    ("bob", False, ("vision", Membership.Role.MEMBER)),
+    ("carol", False, ("robotics", Membership.Role.MEMBER)),
+)
+
 
 class Command(BaseCommand):
-    help = "Create demo teams (vision, robotics), users (alice, bob, carol, admin) and the demo dataset."
+    help = ("Create the demo teams (vision, robotics), users (alice, bob, carol, admin) and dataset. "
+            "Users that exist are left as they are.")
 
     def handle(self, *args, **options):
         password = os.environ.get("DEMO_PASSWORD") or "yolo-demo"
-        vision = team_ensure(slug="vision", name="Vision")
-        robotics = team_ensure(slug="robotics", name="Robotics")
-        user_ensure(username="admin", password=password, superuser=True)
-        alice = user_ensure(username="alice", password=password)
-        bob = user_ensure(username="bob", password=password)
-        carol = user_ensure(username="carol", password=password)
-        membership_set(user=alice, team=vision, role=Membership.Role.MANAGER)
-        membership_set(user=bob, team=vision, role=Membership.Role.MEMBER)
-        membership_set(user=carol, team=robotics, role=Membership.Role.MEMBER)
-        # Managers use Django admin for their teams.
-        type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+        teams = {"vision": team_ensure(slug="vision", name="Vision"),
+                 "robotics": team_ensure(slug="robotics", name="Robotics")}
+        User = get_user_model()
+        created = []
+        for username, superuser, membership in DEMO_USERS:
+            # `make run` runs this on every start: a user that exists keeps the password, roles and
+            # teams given since (it reset them to the public demo password and roles each restart).
+            if User.objects.filter(username=username).exists():
+                continue
+            user = user_ensure(username=username, password=password, superuser=superuser)
+            created.append(username)
+            if membership is not None:
+                team, role = membership
+                membership_set(user=user, team=teams[team], role=role)
+                if role == Membership.Role.MANAGER:  # managers use Django admin for their teams
+                    User.objects.filter(pk=user.pk).update(is_staff=True)
 
         data_yaml = generate_demo_dataset(settings.DATASETS_DIR / "_shared" / "demo")
-        for team in (vision, robotics):
+        for team in teams.values():
             dataset_register(team=team, name="demo", yaml_path=data_yaml,
                              description="generated shapes (rectangle, circle, triangle)")
         self.stdout.write(self.style.SUCCESS("demo data ready"))
         self.stdout.write("  users: admin (superuser), alice (vision manager), bob (vision), carol (robotics)")
-        self.stdout.write(f"  password for all: {password}" + ("" if os.environ.get("DEMO_PASSWORD") else
-                                                               "  (set DEMO_PASSWORD to choose another)"))
+        if created:
+            self.stdout.write(f"  password of {', '.join(created)}: {password}" + (
+                "" if os.environ.get("DEMO_PASSWORD") else "  (set DEMO_PASSWORD to choose another)"))
+        if len(created) < len(DEMO_USERS):
+            kept = [u for u, *_ in DEMO_USERS if u not in created]
+            self.stdout.write(f"  {', '.join(kept)}: already there, password and teams left as they are")
         self.stdout.write(f"  dataset 'demo' registered for vision and robotics: {data_yaml}")
