@@ -80,6 +80,27 @@ def test_an_urgent_job_that_still_waits_says_when_it_may_preempt() -> None:
     assert "urgent: preempts" not in off.queue[0].reason
 
 
+@pytest.mark.parametrize("size_preemption", [False, True])
+def test_a_preempted_job_learns_another_teams_job_only_as_such(size_preemption) -> None:
+    """The victim's reason is its team's to read: the preemptor by id within the team, else only
+    as "a job of another team" (a manager trial saw another team's job id in it)."""
+    config = fair(size_preemption=size_preemption)
+    for team, words in (("safety", "preempted by an urgent job of another team;"),
+                        ("vision", "preempted by urgent job u;")):
+        cluster = [node("n1", gpus=1)]
+        busy = [running("r", "n1", (0,), ran_s=2 * HOUR, preemptible=True, cls="low", team="vision")]
+        result = plan(state(cluster, [job("u", cls="urgent", team=team)], busy, config=config), NOW)
+        (preemption,) = result.preemptions
+        assert preemption.reason.startswith(words), preemption.reason
+        assert ("job u" in preemption.reason) == (team == "vision")
+    # Size-aware preemption of a long job by a short one of another team says so too.
+    busy = [running("long", "n1", (0,), cls="low", ran_s=HOUR, left_s=20 * HOUR, preemptible=True)]
+    result = plan(state([node("n1", gpus=1)], [job("short", cls="low", walltime_s=600, team="safety")], busy,
+                        config=fair(size_preemption=True)), NOW)
+    (preemption,) = result.preemptions
+    assert preemption.reason.startswith("preempted by a job of another team, which needs far less GPU time")
+
+
 def test_backfill_starts_a_short_job_that_ends_before_the_reservation() -> None:
     """4 GPUs free now, all 8 at +2 h: a 1-h job backfills; a 3-h one would delay the 8-GPU job."""
     cluster = [node("n1", gpus=8)]

@@ -129,11 +129,11 @@ class FairPlanner:
         for victim in victims:
             self.quota.preempted_alloc(victim)
             if victim.job_id in self.over_quota_jobs:
-                why = f"its user is over the daily GPU-hour quota and job {job.job_id} needs the GPUs"
+                why = f"its user is over the daily GPU-hour quota and {preemptor(job, victim)} needs the GPUs"
             elif cls == "urgent" and victim.priority_class in URGENT_VICTIM_CLASSES:
-                why = f"preempted by urgent job {job.job_id}"
+                why = f"preempted by {preemptor(job, victim, urgent=True)}"
             else:
-                why = f"preempted by job {job.job_id}, which needs far less GPU time than this one has left"
+                why = f"preempted by {preemptor(job, victim)}, which needs far less GPU time than this one has left"
             self.preempted[victim.job_id] = Preemption(
                 victim.job_id, f"{why}; resumes from its checkpoint", job.job_id, config.preempt_grace_s
             )
@@ -199,7 +199,7 @@ class FairPlanner:
             self.quota.preempted_alloc(victim)
             self.preempted[victim.job_id] = Preemption(
                 victim.job_id,
-                f"preempted by urgent job {job.job_id}; resumes from its checkpoint",
+                f"preempted by {preemptor(job, victim, urgent=True)}; resumes from its checkpoint",
                 job.job_id,
                 self.config.preempt_grace_s,
             )
@@ -374,6 +374,15 @@ def waiting_shapes(queued: tuple[JobRequest, ...], nodes: tuple[NodeInfo, ...]) 
     if not total:
         return []
     return [(need, models, gmem, weight / total) for (need, models, gmem), weight in sorted(demand.items())]
+
+
+def preemptor(job: JobRequest, victim: Allocation, urgent: bool = False) -> str:
+    """The job that takes a victim's GPUs, as the victim's reason names it: by id within the
+    victim's team, else only as another team's (the reason is the victim team's to read; an id
+    of another team's job is not theirs to see)."""
+    if job.team == victim.team:
+        return f"{'urgent ' if urgent else ''}job {job.job_id}"
+    return f"{'an urgent' if urgent else 'a'} job of another team"
 
 
 def plan_fair(state: ClusterState, now: float) -> Plan:
