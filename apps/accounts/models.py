@@ -4,6 +4,7 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -14,7 +15,7 @@ class Team(models.Model):
     # Fair-share weight against sibling teams (Slurm "shares").
     shares = models.FloatField(default=1.0)
     # Uploaded datasets and weights together (StorageCharge); empty = settings.TEAM_STORAGE_QUOTA_GB.
-    storage_quota_gb = models.FloatField(null=True, blank=True,
+    storage_quota_gb = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)],
                                          help_text="uploaded datasets and weights; empty = the site default")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -217,6 +217,37 @@ def test_a_superuser_sets_a_quota_and_it_is_audited_with_before_and_after(superu
     assert entry.data["changes"] == {"max_gpus": {"from": 2.0, "to": 4.0}}
 
 
+@pytest.mark.parametrize(("values", "field", "words"), [
+    ({"max_gpus": "-1"}, "max_gpus", "greater than or equal to 0"),
+    ({"max_gpus_per_job": "0"}, "max_gpus_per_job", "greater than or equal to 0.01"),
+    ({"user_gpu_hours_per_day": "-5"}, "user_gpu_hours_per_day", "greater than or equal to 0"),
+    ({"urgent_gpu_hours_per_day": "-1"}, "urgent_gpu_hours_per_day", "greater than or equal to 0"),
+    ({"urgent_max_gpus": "-3"}, "urgent_max_gpus", "greater than or equal to 0"),
+    ({"max_gpus": "0.5", "urgent_max_gpus": "5"}, "urgent_max_gpus", "may not exceed max GPUs (0.5)"),
+    ({"max_gpus": "2", "max_gpus_per_job": "4"}, "max_gpus_per_job", "could never start"),
+])
+def test_a_quota_that_could_not_work_is_refused_at_its_field(values, field, words, superuser, teams):
+    """A manager trial saved -1, 0, -5 GPUs/hours without a word; the scheduler then showed a
+    quota of -5 GPU-hours and refused every job of the team."""
+    from apps.quotas.models import TeamQuota
+
+    client = admin_client(superuser)
+    url = "/admin/quotas/teamquota/add/"
+    response = client.post(url, form_data(client, url) | {"team": teams["robotics"].pk, **values})
+    assert response.status_code == 200 and not TeamQuota.objects.exists()
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == [field] and words in errors[field][0], errors
+
+
+def test_a_negative_storage_quota_is_refused(superuser, teams):
+    client = admin_client(superuser)
+    url = f"/admin/accounts/team/{teams['vision'].pk}/change/"
+    response = client.post(url, form_data(client, url) | {"storage_quota_gb": "-1"})
+    assert response.status_code == 200 and "storage_quota_gb" in response.context["adminform"].form.errors
+    teams["vision"].refresh_from_db()
+    assert teams["vision"].storage_quota_gb is None
+
+
 # --- finding 9: deletes are audited, versions are never reused, a deleted dataset is gone -------
 
 
