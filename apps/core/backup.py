@@ -78,10 +78,14 @@ def backup(target: Path) -> dict:
     if target.exists() and any(target.iterdir()):
         raise BackupError(f"{target} is not empty")
     target.mkdir(parents=True, exist_ok=True)
+    # Password and token hashes, the audit log, every team's data: the owner's alone (the database
+    # copy was 0644 in a 0755 folder beside a 0600 secret_key; manager trial).
+    target.chmod(0o700)
     vendor = connection.vendor
     started = time.time()
     if vendor == "sqlite":
         connection.ensure_connection()
+        os.close(os.open(target / "database.sqlite3", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         destination = sqlite3.connect(target / "database.sqlite3")
         with destination:
             connection.connection.backup(destination)
@@ -91,6 +95,7 @@ def backup(target: Path) -> dict:
                                  *_pg_args()], env=_pg_env(), capture_output=True, text=True)
         if result.returncode != 0:
             raise BackupError(f"pg_dump failed: {result.stderr.strip()}")
+        (target / "database.dump").chmod(0o600)
     else:
         raise BackupError(f"no backup for the {vendor} database engine")
     files = {}

@@ -107,6 +107,9 @@ def test_a_backup_restored_into_a_fresh_stack_has_every_job_metric_and_weights_f
     folder = tmp_path / "backup"
     manifest = json.loads(manage(live.env(), "backup", str(folder)))
     assert manifest["files"]["jobs"] >= 2
+    # Password and token hashes, every team's data: readable by the owner alone.
+    database = folder / ("database.sqlite3" if manifest["engine"] == "sqlite" else "database.dump")
+    assert (folder.stat().st_mode & 0o777, database.stat().st_mode & 0o777) == (0o700, 0o600)
 
     # ... and `manage.py restore DIR` on a fresh one: another DATA_DIR, another database.
     url, drop = fresh_database(tmp_path)
