@@ -98,7 +98,7 @@ def test_a_short_job_preempts_a_long_one_of_its_class_which_stops_at_an_epoch_en
              what="the over-quota reason")
     shown = api_client(carol).get(f"/api/v1/jobs/{over_id}/").json()
     assert shown["state"] == JobState.QUEUED
-    assert shown["reason"].startswith("over quota: runs when GPUs are idle, may be preempted (21.0 of 20 GPU-hours")
+    assert shown["reason"].startswith("over quota: runs when GPUs are idle, may be preempted (21 of 20 GPU-hours")
     api_client(carol).post(f"/api/v1/jobs/{over_id}/cancel/")  # the preemption below is the point
 
     short_spec = spec("quick-check", 1, "low") + "expected_duration: 5\n"

@@ -195,3 +195,11 @@ def test_dates_out_of_the_calendar_name_the_field_on_the_api_and_both_pages(para
         response = page.get(url, params)
         assert response.status_code == 200, url
         assert "out of range" in response.content.decode() and "<td>vision</td>" in response.content.decode(), url
+
+
+def test_a_small_quota_is_shown_with_its_digits(teams, bob):
+    TeamQuota.objects.create(team=teams["vision"], user_gpu_hours_per_day=0.02)
+    page = Client()
+    page.force_login(bob)
+    html = page.get("/usage/").content.decode()
+    assert "/ 0.02 h" in html and "0.02 h / 24 h" in html and "/ 0.0 h" not in html  # was "0.0 h" (manager trial)

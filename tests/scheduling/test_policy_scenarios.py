@@ -146,7 +146,11 @@ def test_user_quota_is_a_budget_of_gpu_hours_already_used() -> None:
     others = job("colleague", user="bob")
     over = plan(state(cluster, [three_days, others], config=config, user_usage_24h={"ann": 20 * HOUR}), NOW)
     assert started(over) == ["colleague"]
-    assert over.queue[0].reason.startswith("over quota: runs when GPUs are idle, may be preempted (20.0 of 20 ")
+    assert over.queue[0].reason.startswith("over quota: runs when GPUs are idle, may be preempted (20 of 20 ")
+    # A small quota's figures keep their digits: "0.0 of 0.02" was said of a user over it (manager trial).
+    small = plan(state(cluster, [three_days, others], config=fair(user_gpu_hours_per_day=0.02),
+                       user_usage_24h={"ann": 0.0317 * HOUR}), NOW)
+    assert "(0.032 of 0.02 GPU-hours used in 24 h" in small.queue[0].reason
 
 
 def test_over_quota_work_starts_on_idle_gpus_and_is_preempted_first() -> None:

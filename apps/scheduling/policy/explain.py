@@ -81,6 +81,14 @@ def fmt_time(t: float, now: float) -> str:
     return time.strftime(pattern, time.gmtime(t))
 
 
+def hours(seconds: float) -> str:
+    """GPU-hours for a reason, as precise as a small quota needs: "0.032 of 0.02" (one decimal
+    said "0.0 of 0.02" of a user over quota: manager trial), "12.5 of 20"."""
+    h = seconds / 3600
+    text = f"{h:.1f}" if h >= 10 else f"{h:.3f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 class Explainer:
     """ETAs, positions and reasons for one pass's waiting jobs.
 
@@ -346,17 +354,17 @@ class Explainer:
                 _, used, quota = w.note
                 text = (
                     f"may not be preempted, so its next 24 h must fit in the daily GPU-hour quota "
-                    f"({used / 3600:.1f} of {quota / 3600:g} used in 24 h)"
+                    f"({hours(used)} of {hours(quota)} used in 24 h)"
                 )
             else:
                 _, used, quota = w.note
-                text = f"over daily GPU-hour quota ({used / 3600:.1f} of {quota / 3600:g} used in 24 h)"
+                text = f"over daily GPU-hour quota ({hours(used)} of {hours(quota)} used in 24 h)"
             text += f" until {fmt(w.until)}" if w.until is not None else ""
         elif kind == "overquota":
             used, quota = w.note
             text = (
                 f"over quota: runs when GPUs are idle, may be preempted "
-                f"({used / 3600:.1f} of {quota / 3600:g} GPU-hours used in 24 h"
+                f"({hours(used)} of {hours(quota)} GPU-hours used in 24 h"
             )
             text += f"; within quota again {fmt(w.until)})" if w.until is not None else ")"
         elif kind == "reserved":
