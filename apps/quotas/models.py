@@ -9,7 +9,9 @@ from django.db import models
 class UsageRecord(models.Model):
     """GPU-seconds one attempt of a job consumed; written when the attempt ends."""
 
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="usage")
+    # The ledger outlives a deleted job (team, user and GPU-seconds stay; the charged totals and
+    # usage reports never go down: a superuser's delete rewrote them, manager trial).
+    job = models.ForeignKey("jobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage")
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="usage")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage")
     attempt = models.PositiveIntegerField()

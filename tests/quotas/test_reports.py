@@ -203,3 +203,18 @@ def test_a_small_quota_is_shown_with_its_digits(teams, bob):
     page.force_login(bob)
     html = page.get("/usage/").content.decode()
     assert "/ 0.02 h" in html and "0.02 h / 24 h" in html and "/ 0.0 h" not in html  # was "0.0 h" (manager trial)
+
+
+def test_a_deleted_job_leaves_its_gpu_hours_in_the_ledger(history, alice, superuser):
+    """A superuser's delete of a finished job took its usage with it: the team's GPU-hours and the
+    charged total went down (manager trial). The ledger keeps team, user and GPU-seconds."""
+    from tests.conftest import admin_client
+
+    before = report(alice, group="team")["rows"]
+    charged = UsageRecord.objects.aggregate(s=Sum("gpu_seconds"))["s"]
+    response = admin_client(superuser).post(f"/admin/jobs/job/{history[0].pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert UsageRecord.objects.aggregate(s=Sum("gpu_seconds"))["s"] == charged
+    assert UsageRecord.objects.filter(job=None, team__slug="vision", user__username="bob").count() == 1
+    after = report(alice, group="team")["rows"]
+    assert [r["gpu_hours"] for r in after] == [r["gpu_hours"] for r in before]
