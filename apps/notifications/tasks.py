@@ -44,25 +44,35 @@ def event_for(kind: str, wait_s: float | None, late_minutes: int) -> str | None:
     return kind if kind in Event.values else None
 
 
-def fan_out(job_id: str, kind: str, event_id: int) -> int:
-    """Create and queue the deliveries one job event causes. Returns how many were queued."""
+def fan_out(job_id: str, kind: str, event_id: int, *, quota: bool = True) -> int:
+    """Create and queue the deliveries one job event causes. Returns how many were queued.
+
+    Only channels that existed when the event happened hear it: :func:`catch_up` runs this
+    again minutes later, and a channel created since must not get the past (trial 14, F21).
+    ``quota=False`` (the catch-up) skips the quota check, which reads the usage of *now*.
+    """
+    from apps.jobs.models import JobEvent
+
     job = Job.objects.select_related("team", "user").filter(pk=job_id).first()
     if job is None:
         return 0
+    happened_at = JobEvent.objects.filter(pk=event_id).values_list("created_at", flat=True).first() \
+        or timezone.now()
+    channels = Channel.objects.filter(enabled=True, created_at__lte=happened_at)
     wait_s = (job.started_at - job.queued_at).total_seconds() if job.started_at and job.queued_at else None
     preference = preference_of(job.user)
     wanted: list[tuple[Channel, str]] = []
-    for channel in Channel.objects.filter(user=job.user, enabled=True):
+    for channel in channels.filter(user=job.user):
         event = event_for(kind, wait_s, preference.started_late_minutes)
         if event and preference.wants(event):
             wanted.append((channel, event))
-    for channel in Channel.objects.filter(team=job.team, enabled=True):
+    for channel in channels.filter(team=job.team):
         event = event_for(kind, wait_s, channel.started_late_minutes)
         if event and event in (channel.events or []):
             wanted.append((channel, event))
     queued = sum(queue_delivery(channel, event, job=job, cause=f"event:{event_id}",
                                 payload=job_payload(job, event, wait_s)) for channel, event in wanted)
-    if kind in FINAL_KINDS:
+    if quota and kind in FINAL_KINDS:
         queued += quota_check(job, preference)
     return queued
 
@@ -174,6 +184,9 @@ def catch_up(since, until) -> dict:
 
     The caller (the scheduler's chores) moves the window on from where it ended, lagging
     :data:`CATCH_UP_AFTER_S` behind the clock; after a restart it starts an hour back.
+    A channel hears only the events after its creation (see :func:`fan_out`), and the
+    quota check is left to the next final event's own fan-out (it reads today's usage, not
+    the event's), so what this creates is only what no fan-out had made.
     """
     from apps.core.redis_client import redis_client
     from apps.jobs.models import JobEvent
@@ -184,7 +197,7 @@ def catch_up(since, until) -> dict:
                                            created_at__lt=until).values_list("pk", flat=True))
     events = list(JobEvent.objects.filter(kind__in=NOTIFYING_KINDS, created_at__gte=since, created_at__lt=until)
                   .values_list("job_id", "kind", "id"))
-    fanned = sum(fan_out(str(job_id), kind, event_id) for job_id, kind, event_id in events)
+    fanned = sum(fan_out(str(job_id), kind, event_id, quota=False) for job_id, kind, event_id in events)
     for pk in untried:
         enqueue("apps.notifications.tasks.deliver", pk, retry=retry_policy(),
                 job_timeout=settings.NOTIFY_TIMEOUT_S * 3 + 30)

@@ -125,3 +125,30 @@ def test_the_chores_keep_the_window_while_redis_is_down_and_move_it_on_after(
     assert len(receiver.received) == 1
 
 
+
+
+def preempt(job, django_capture_on_commit_callbacks) -> None:
+    """A preemption recorded with Redis up: its own fan-out is queued, and run below."""
+    with django_capture_on_commit_callbacks(execute=True):
+        job_event(job, "preempted", "preempted for the test")
+    run_notifications()
+
+
+def test_a_channel_created_after_an_event_is_not_sent_it_by_the_catch_up(
+        running_job, alice, teams, receiver, django_capture_on_commit_callbacks, caplog):
+    """Trial 14, F21/F21b: a team channel made after a preemption got that preemption from the
+    next catch-up, which the scheduler logged as "Redis had lost them" with Redis up throughout."""
+    preempt(running_job, django_capture_on_commit_callbacks)
+    channel_create(by=alice, name="vis-hook", kind="webhook", target=receiver.url, team=teams["vision"],
+                   events=["preempted", "succeeded"])
+
+    chores = Chores()  # just restarted: its first window reaches an hour back
+    with caplog.at_level("INFO", logger="yoloportal.scheduler"):
+        chores.notifications(now=timezone.now() + timedelta(minutes=10))
+    run_notifications()
+    assert not Delivery.objects.exists() and receiver.received == []
+    assert not [r for r in caplog.records if "caught up" in r.getMessage()]
+
+    preempt(running_job, django_capture_on_commit_callbacks)  # after its creation: it hears this one
+    [post] = receiver.received
+    assert json.loads(post.body)["event"] == "preempted"

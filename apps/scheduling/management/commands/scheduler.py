@@ -117,8 +117,16 @@ class Chores:
         since = self.notified_until or until - timedelta(hours=1)
         done = catch_up(since, until)  # raises while Redis is down: the window stays for next time
         self.notified_until = until
-        if done["deliveries_created"] or done["deliveries_requeued"]:
-            log.warning("notifications caught up (Redis had lost them): %s", done)
+        # Say what was made up for, and the likely cause of each, without claiming more: a
+        # delivery never tried may only be waiting behind a busy notifications worker.
+        if done["deliveries_created"]:
+            log.warning("notifications caught up: %d deliveries no fan-out had made (its event was recorded "
+                        "while Redis was down, or the notifications worker is far behind): %s",
+                        done["deliveries_created"], done)
+        if done["deliveries_requeued"]:
+            log.warning("notifications caught up: %d deliveries not tried %ds after they were made queued again "
+                        "(Redis lost them, or the notifications worker is far behind): %s",
+                        done["deliveries_requeued"], CATCH_UP_AFTER_S, done)
 
 
 class Command(BaseCommand):
