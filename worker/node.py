@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -53,20 +54,37 @@ def detect_features(gpus: list[GpuReading]) -> list[str]:
 
 
 class Heartbeat(threading.Thread):
-    """Background thread in the worker's parent process. Its DB connection is its own."""
+    """Background thread in the worker's parent process. Its DB connection is its own.
 
-    def __init__(self, node: Node, interval_s: float, *, simulated: bool) -> None:
+    ``register`` (the worker's own registration, again) is called when a beat finds the
+    node's row gone, deleted in admin while this worker runs: the node is registered anew
+    and :attr:`node` becomes the new row, which the worker reads from here when it stops.
+    Before, the worker beat into nothing, unseen by the scheduler and the node-lost alert.
+    """
+
+    def __init__(self, node: Node, interval_s: float, *, simulated: bool,
+                 register: Callable[[], Node] | None = None) -> None:
         super().__init__(name="heartbeat", daemon=True)
-        self.node, self.interval_s, self.simulated = node, interval_s, simulated
+        self.node, self.interval_s, self.simulated, self.register = node, interval_s, simulated, register
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
             try:
                 close_old_connections()
-                node_heartbeat(self.node, gpus=None if self.simulated else nvml_gpus())
+                self.beat()
             except Exception as exc:  # noqa: BLE001 - keep beating through DB blips
                 log.warning("heartbeat failed: %s", exc)
+
+    def beat(self) -> None:
+        if node_heartbeat(self.node, gpus=None if self.simulated else nvml_gpus()):
+            return
+        if self.register is None:
+            log.warning("node %s: its row is gone (deleted in admin?); nothing to report to", self.node.name)
+            return
+        log.warning("node %s: its row was deleted while this worker runs (in admin?); registering it again",
+                    self.node.name)
+        self.node = self.register()
 
     def stop(self) -> None:
         self.stopped.set()

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -79,15 +81,53 @@ def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory
     return node
 
 
-def node_heartbeat(node: Node, *, gpus: Sequence[GpuFacts] | None = None) -> None:
-    """The node's worker is alive; ``gpus``, when given, refresh their memory use and utilization."""
-    Node.objects.filter(pk=node.pk).update(last_heartbeat=timezone.now())
+def node_heartbeat(node: Node, *, gpus: Sequence[GpuFacts] | None = None) -> bool:
+    """The node's worker is alive; ``gpus``, when given, refresh their memory use and utilization.
+
+    False if the node's row is gone (deleted in admin while its worker ran): the worker must
+    register it again (``worker.node.Heartbeat``), or it would beat into nothing, unseen by
+    the scheduler and by the node-lost alert.
+    """
+    if not Node.objects.filter(pk=node.pk).update(last_heartbeat=timezone.now()):
+        return False
     # A node marked lost during a long pause comes back; its old attempts were requeued
     # and are fenced off, so it is safe to take new work again.
     if Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=Node.State.ACTIVE):
         log.warning("node %s was marked lost; reporting again", node.name)
     for g in gpus or []:
         GPU.objects.filter(node=node, index=g.index).update(memory_used_mb=g.memory_used_mb, utilization=g.utilization)
+    return True
+
+
+def node_delete_refusal(node: Node, *, now: datetime | None = None) -> str | None:
+    """Why the node's row may not be deleted now, or None.
+
+    A node whose worker still reports, or that holds attempts, would lose them silently:
+    its worker's heartbeats hit no row, its jobs' GPUs vanish from the scheduler's view and
+    the node-lost alert has no node to fire for (trial 14, F28).
+    """
+    from apps.jobs.models import HOLDING_STATES
+
+    now = now or timezone.now()
+    holding = node.jobs.filter(state__in=HOLDING_STATES).count()
+    if holding:
+        return (f"node {node.name} holds {holding} starting or running job(s): drain it (admin action Drain), "
+                f"wait for them to end or cancel them, and stop its worker first")
+    if node.last_heartbeat is not None and node.state != Node.State.LOST:
+        silent_s = (now - node.last_heartbeat).total_seconds()
+        if silent_s <= settings.NODE_GRACE_S:
+            return (f"node {node.name} reported {silent_s:.0f} s ago (within NODE_GRACE_S={settings.NODE_GRACE_S:g} "
+                    f"s): its worker is alive; drain it and stop its worker first (a stopped worker's node is "
+                    f"lost at once)")
+    return None
+
+
+def node_delete(*, node: Node) -> None:
+    """Delete a node whose worker is gone and that holds nothing (decommissioning it)."""
+    refusal = node_delete_refusal(node)
+    if refusal:
+        raise ValidationError(refusal)
+    node.delete()
 
 
 def node_mark_lost(node: Node, *, silent_since: datetime) -> bool:

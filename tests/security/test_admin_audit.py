@@ -8,6 +8,7 @@ from django.contrib.admin.widgets import AdminSplitDateTime
 from django.test import Client
 
 from apps.accounts.models import AuditEntry, Membership
+from apps.cluster.models import Node
 from apps.jobs.models import Job, JobState
 from tests.conftest import SEED_SPEC, admin_client, api_client, make_user
 from tests.jobs.factories import make_job
@@ -134,7 +135,8 @@ def test_adds_deletes_inlines_and_actions_are_audited(superuser, teams, node):
     # action
     client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
     assert [e.data["action"] for e in entries("admin.action", target_type="node")] == ["drain"]
-    # delete
+    # delete (a live node is not deleted: its worker stops first, which marks it lost)
+    Node.objects.filter(pk=node.pk).update(state=Node.State.LOST)
     client.post(f"/admin/cluster/node/{node.pk}/delete/", {"post": "yes"})
     (deleted,) = entries("admin.delete", target_type="node")
     assert deleted.data["before"]["name"] == "node-a"

@@ -28,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from rq import Worker
 
+from apps.cluster.models import Node
 from apps.cluster.services import node_stopped, node_stopping
 from apps.jobs.spec import parse_memory_mb
 from apps.scheduling.dispatch import node_queue
@@ -80,10 +81,13 @@ class Command(BaseCommand):
             memory_mb = parse_memory_mb(memory) if memory is not None else None
         except ValueError as exc:
             raise CommandError(f"--memory {exc}") from None
-        node = register_this_host(name=name, gpus=gpus, cpus=cpus, memory_mb=memory_mb,
-                                  executor=settings.WORKER_EXECUTOR,
-                                  features=[f.strip() for f in features.split(",") if f.strip()]
-                                  if features is not None else None)
+        def register() -> Node:
+            return register_this_host(name=name, gpus=gpus, cpus=cpus, memory_mb=memory_mb,
+                                      executor=settings.WORKER_EXECUTOR,
+                                      features=[f.strip() for f in features.split(",") if f.strip()]
+                                      if features is not None else None)
+
+        node = register()
         if node.cpu_count > node.host_cpu_count or node.memory_mb > node.host_memory_mb:
             self.stdout.write(self.style.WARNING(
                 f"node {name} advertises {node.cpu_count} CPUs / {node.memory_mb} MiB; the machine has "
@@ -102,9 +106,12 @@ class Command(BaseCommand):
         connections.close_all()
         self.stopping, self.node, self.draining = False, node, None
         children = {self.spawn_slot(name, i): i for i in range(slots)}
+        # A node row deleted while this worker runs is registered again by the next beat; the
+        # stop handlers read the node from here (the row it registered last).
+        self.heartbeat = heartbeat = Heartbeat(node, settings.HEARTBEAT_S, simulated=node.simulated,
+                                               register=register)
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
-        heartbeat = Heartbeat(node, settings.HEARTBEAT_S, simulated=node.simulated)
         heartbeat.start()
         kick_scheduler()
         try:
@@ -136,7 +143,7 @@ class Command(BaseCommand):
             if zygote is not None:
                 zygote.terminate()
             if self.stopping:
-                self.leave(node, heartbeat)
+                self.leave(heartbeat.node, heartbeat)
 
     def leave(self, node, heartbeat: Heartbeat) -> None:
         """After a clean stop: say the node is gone and wake the scheduler.
@@ -194,9 +201,10 @@ class Command(BaseCommand):
         if first:
             signal.signal(signal.SIGALRM, lambda *_: self.stop(signal.SIGKILL, None))
             signal.alarm(STOP_GRACE_S)
-            if getattr(self, "node", None) is not None:
+            if getattr(self, "heartbeat", None) is not None:
                 # On a thread: a handler blocked on the database would hold up the SIGKILL round.
-                self.draining = threading.Thread(target=self.drain, args=(self.node,), name="drain", daemon=True)
+                self.draining = threading.Thread(target=self.drain, args=(self.heartbeat.node,), name="drain",
+                                                 daemon=True)
                 self.draining.start()
 
     def drain(self, node) -> None:
