@@ -68,6 +68,7 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
             cpu_milli=n.cpu_count * 1000,
             memory_mb=n.memory_mb,
             schedulable=n.state == Node.State.ACTIVE,
+            unschedulable_because="" if n.state == Node.State.ACTIVE else n.state,
             images=frozenset(n.images or ()),
             features=tuple(n.features or ()) + (() if n.simulated else ("cuda",)),
             whole_gpus_only=n.executor == Node.Executor.SLURM,
@@ -424,7 +425,8 @@ def cluster_state(now: datetime | None = None, rows: QueueRows | None = None) ->
     # worker that is in fact dead would be requeued again when the node is declared lost.
     responsive = {n.name for n in nodes if n.is_responsive(now)}
     infos = tuple(
-        info if info.name in responsive else replace(info, schedulable=False)
+        info if info.name in responsive
+        else replace(info, schedulable=False, unschedulable_because=info.unschedulable_because or "not reporting")
         for info in cluster_nodes(nodes)
     )
     holding = list(Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False)

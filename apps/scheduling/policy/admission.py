@@ -56,6 +56,9 @@ _ANSWERS_KEPT = 8
 class NeverStarts:
     """Why a job can never start here (limits, or no schedulable node), or None.
 
+    When only unschedulable nodes (draining, lost, not reporting) could hold it, the reason
+    names them instead: the job waits for one of them, not forever.
+
     The answer depends only on the job's shape and team, the schedulable nodes and the
     limits, so it is computed once per (shape, team) and kept across passes for as long as
     the nodes and limits stay the same (a small module-level memo; the pass stays a pure
@@ -65,7 +68,7 @@ class NeverStarts:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         cluster = (
-            tuple(n for n in state.nodes if n.schedulable),
+            tuple(state.nodes),  # the unschedulable ones too: a reason names those that could hold a job
             state.config.max_gpus_per_job,
             state.config.default_team,
             tuple(sorted(state.teams.items())),
@@ -101,6 +104,12 @@ class NeverStarts:
             distinct = {(n.gpus, n.cpu_milli, n.memory_mb, n.images, n.features, n.whole_gpus_only): n for n in empty}
             self._empty_nodes = [NodeCapacity.of(n, ()) for n in distinct.values()]
         if not any(c.fit(job) is not None for c in self._empty_nodes):
+            resting = [n for n in self.state.nodes
+                       if not n.schedulable and NodeCapacity.of(as_empty(n), ()).fit(job) is not None]
+            if resting:
+                # Not "never": Resume (or the worker's return) makes it placeable at once.
+                return (f"the nodes that could hold {gpus_text(job)} take no new work: "
+                        + ", ".join(f"{n.name} ({n.unschedulable_because or 'not schedulable'})" for n in resting))
             if job.image and not any(c.node.images is None or job.image in c.node.images for c in self._empty_nodes):
                 return f"no schedulable node has image {job.image}"
             return f"no schedulable node can ever fit {gpus_text(job)} with the CPU/RAM asked"

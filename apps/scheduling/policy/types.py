@@ -61,6 +61,9 @@ class NodeInfo:
     cpu_milli: int = 0  # 0 = not tracked
     memory_mb: int = 0  # 0 = not tracked
     schedulable: bool = True  # False while draining or lost
+    # Why it is not schedulable, in words ("draining", "lost", "not reporting"): a job that only
+    # such nodes could hold is told which, not that no node ever could (trial 14, F5).
+    unschedulable_because: str = ""
     # Images (environments) the node can run; None = any (nodes of the simulator and older
     # tests). A job with an ``image`` is placed only where it is listed (iso, issue 12).
     images: frozenset[str] | None = None
