@@ -1,12 +1,14 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpResponseRedirect
+from django.urls import reverse
 
 from apps.core.admin_scoping import SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
 
 from .models import ApiToken, AuditEntry, Membership, Team
-from .services import membership_remove, membership_set
+from .services import MANAGING_ROLES, last_manager_error, membership_remove, membership_set
 
 MANAGER_ROLES = [(Membership.Role.MEMBER, "member"), (Membership.Role.MANAGER, "manager")]
 
@@ -45,8 +47,44 @@ class RoleChoicesForManagers:
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
+class MembershipForm(forms.ModelForm):
+    """Refuses, on its role field, a change that would leave the team without a manager."""
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.instance.pk is not None and "role" in cleaned:
+            moved = bool({"user", "team"} & set(self.changed_data))  # the old team loses this member
+            refused = last_manager_error(membership=self.instance, role=None if moved else cleaned["role"])
+            if refused:
+                self.add_error("role", refused)
+        return cleaned
+
+
+class MembershipFormSet(forms.BaseInlineFormSet):
+    """The team page's members, saved together: one may be demoted while another is promoted,
+    but the team must keep an active manager (trial 14, F13)."""
+
+    def clean(self):
+        super().clean()
+        if self.instance.pk is None or any(self.errors):
+            return
+        deleted = [f for f in self.forms if self.can_delete and self._should_delete_form(f)]
+        kept = [f for f in self.forms if f not in deleted and f.cleaned_data]
+        if any(f.cleaned_data.get("role") in MANAGING_ROLES and getattr(f.cleaned_data.get("user"), "is_active", False)
+               for f in kept):
+            return
+        for form in [*kept, *deleted]:
+            refused = form.instance.pk and last_manager_error(
+                membership=form.instance, role=None if form in deleted else form.cleaned_data.get("role"))
+            if refused and form in deleted:
+                raise ValidationError(f"role: {refused}")
+            if refused:
+                form.add_error("role", refused)
+
+
 class MembershipInline(RoleChoicesForManagers, TeamScopedInline, admin.TabularInline):
     model = Membership
+    formset = MembershipFormSet  # checks the rows together (not MembershipForm: each row alone)
     extra = 0
     manager_can_add = manager_can_delete = True
 
@@ -69,7 +107,10 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
         if formset.model is not Membership:
             return super().save_formset(request, form, formset, change)
         # Through the service, so role changes are audited.
-        for membership in formset.save(commit=False):
+        # Managers made first, so a hand-over (one promoted, another demoted) never leaves the
+        # team without one in between (membership_set refuses that).
+        changed = sorted(formset.save(commit=False), key=lambda m: m.role not in MANAGING_ROLES)
+        for membership in changed:
             saved = membership_set(user=membership.user, team=form.instance, role=membership.role, by=request.user)
             membership.pk = saved.pk  # the form's row is the one saved (the admin audit reads it back)
         for membership in formset.deleted_objects:
@@ -82,6 +123,7 @@ class MembershipAdmin(RoleChoicesForManagers, TeamScopedAdmin, admin.ModelAdmin)
     list_filter = ["role", "team"]
     search_fields = ["user__username", "team__slug"]
     manager_can_add = manager_can_delete = True
+    form = MembershipForm
 
     def save_model(self, request, obj, form, change):
         if not self.manages(request, obj):
@@ -99,6 +141,38 @@ class MembershipAdmin(RoleChoicesForManagers, TeamScopedAdmin, admin.ModelAdmin)
     def delete_queryset(self, request, queryset):
         for membership in queryset:
             self.delete_model(request, membership)
+
+    # The last manager is not removed (trial 14, F13): refused with whom to make manager first,
+    # on the delete page and in the bulk action alike.
+    def delete_view(self, request, object_id, extra_context=None):
+        membership = self.get_object(request, object_id)
+        allowed = membership is not None and self.has_delete_permission(request, membership)  # else Django's 403
+        refused = allowed and last_manager_error(membership=membership)
+        if refused:
+            self.message_user(request, f"not removed: {refused}", messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:accounts_membership_change", args=[membership.pk]))
+        return super().delete_view(request, object_id, extra_context)
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        refusals = [refused for m in objs if (refused := last_manager_error(membership=m))]
+        return deleted, counts, perms_needed, [*protected, *refusals]
+
+    def response_change(self, request, obj):
+        # A manager who made themselves a member may no longer see this list: say so, and
+        # go to the portal instead of a bare 403.
+        request._managed_team_ids = None
+        if not self.manages(request, obj):
+            self.message_user(request, f"you are no longer a manager of {obj.team.slug}", messages.INFO)
+            return HttpResponseRedirect("/")
+        return super().response_change(request, obj)
+
+    def response_delete(self, request, obj_display, obj_id):
+        request._managed_team_ids = None  # as above, for one who removed themselves
+        if not self.manages(request):
+            self.message_user(request, f"{obj_display} removed; you manage no team any more", messages.INFO)
+            return HttpResponseRedirect("/")
+        return super().response_delete(request, obj_display, obj_id)
 
 
 @admin.register(ApiToken)

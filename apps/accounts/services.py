@@ -118,9 +118,40 @@ def team_ensure(*, slug: str, name: str | None = None) -> Team:
     return team
 
 
+MANAGING_ROLES = (Membership.Role.MANAGER, Membership.Role.ADMIN)
+
+
+def last_manager_error(*, membership: Membership, role: str | None = None) -> str | None:
+    """Why ``membership`` may not become ``role`` (None: be removed), or None.
+
+    A team keeps at least one active manager: without one nobody can set its channels,
+    members or datasets, and a manager who demoted themselves landed on a bare 403
+    (trial 14, F13). The message says whom to make manager first.
+    """
+    if membership.pk is None or role in MANAGING_ROLES:
+        return None
+    current = Membership.objects.filter(pk=membership.pk).select_related("user", "team").first()
+    if current is None or current.role not in MANAGING_ROLES or not current.user.is_active:
+        return None
+    team = current.team
+    others = Membership.objects.filter(team=team, user__is_active=True).exclude(pk=current.pk)
+    if others.filter(role__in=MANAGING_ROLES).exists():
+        return None
+    candidates = sorted(others.values_list("user__username", flat=True))
+    first = (f"make {' or '.join(candidates[:5])}{' (or another member)' if len(candidates) > 5 else ''} "
+             f"its manager first" if candidates else "add another manager first")
+    return f"{current.user.get_username()} is the last manager of {team.slug}; {first}"
+
+
 def membership_set(*, user, team: Team, role: str, by=None) -> Membership:
-    """Add ``user`` to ``team`` with ``role`` (or change the role); role changes are audited."""
-    previous = Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
+    """Add ``user`` to ``team`` with ``role`` (or change the role); role changes are audited.
+
+    Refused (:class:`FieldErrors` on ``role``) if it would leave the team without a manager.
+    """
+    existing = Membership.objects.filter(user=user, team=team).first()
+    if existing is not None and (refused := last_manager_error(membership=existing, role=role)):
+        raise FieldErrors({"role": refused})
+    previous = existing.role if existing is not None else None
     membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
     if previous != role:
         audit_record(actor=by, action=AuditEntry.Action.ROLE_CHANGE, team=team, target=membership,
@@ -130,7 +161,10 @@ def membership_set(*, user, team: Team, role: str, by=None) -> Membership:
 
 
 def membership_remove(*, membership: Membership, by=None) -> None:
-    """Take ``membership.user`` out of the team (audited)."""
+    """Take ``membership.user`` out of the team (audited); refused (:class:`FieldErrors` on
+    ``role``) for its last manager."""
+    if refused := last_manager_error(membership=membership):
+        raise FieldErrors({"role": refused})
     user, team, role = membership.user, membership.team, membership.role
     target_id = membership.pk
     membership.delete()

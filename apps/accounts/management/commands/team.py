@@ -28,6 +28,7 @@ from apps.accounts.services import (
     storage_used_bytes,
     team_ensure,
 )
+from apps.core.errors import FieldErrors
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,49}$")
 
@@ -82,7 +83,10 @@ class Command(BaseCommand):
         membership = Membership.objects.filter(team=team, user__username=username).first()
         if membership is None:
             raise CommandError(f"{username} is not a member of {slug}")
-        membership_remove(membership=membership)
+        try:
+            membership_remove(membership=membership)
+        except FieldErrors as exc:
+            raise CommandError(f"{username} not removed: {exc.errors['role']}") from None
         self.stdout.write(f"{username} removed from {slug}")
 
     def list(self, **_):
@@ -120,7 +124,10 @@ class Command(BaseCommand):
                     from None
             user.save()
             self.stdout.write(f"created user {username} (no password yet: manage.py changepassword {username})")
-        membership_set(user=user, team=team, role=role)
+        try:
+            membership_set(user=user, team=team, role=role)
+        except FieldErrors as exc:
+            raise CommandError(f"{username}'s role in {team.slug} is unchanged: {exc.errors['role']}") from None
         if role == Membership.Role.MANAGER and not user.is_staff:
             # Managers run their team from Django admin (scoped to their teams).
             User.objects.filter(pk=user.pk).update(is_staff=True)
