@@ -47,11 +47,24 @@ class NodeAdmin(SuperuserEditAdmin, admin.ModelAdmin):
 
     @admin.action(description="Drain: run what they have, start nothing new", permissions=["change"])
     def drain(self, request, queryset):
-        queryset.filter(state=Node.State.ACTIVE).update(state=Node.State.DRAINING)
+        self.report(request, queryset, Node.State.ACTIVE, Node.State.DRAINING,
+                    "draining: they run what they have and start nothing new")
 
     @admin.action(description="Resume: accept new jobs", permissions=["change"])
     def resume(self, request, queryset):
-        queryset.filter(state=Node.State.DRAINING).update(state=Node.State.ACTIVE)
+        self.report(request, queryset, Node.State.DRAINING, Node.State.ACTIVE, "active again: they accept new jobs")
+
+    def report(self, request, queryset, from_state: str, to_state: str, what: str) -> None:
+        """Move the selected nodes in ``from_state`` and say which moved and which did not (trial 14, F5:
+        both actions said nothing)."""
+        chosen = list(queryset.values_list("name", "state"))
+        movable = [name for name, state in chosen if state == from_state]
+        moved = queryset.filter(name__in=movable, state=from_state).update(state=to_state)
+        if moved:
+            self.message_user(request, f"{moved} node(s) {what} ({', '.join(movable)})", messages.SUCCESS)
+        skipped = [f"{name} ({state})" for name, state in chosen if state != from_state]
+        if skipped:
+            self.message_user(request, f"not changed, not {from_state}: {', '.join(skipped)}", messages.WARNING)
 
 
 @admin.register(GPU)

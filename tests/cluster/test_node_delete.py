@@ -65,3 +65,4 @@ def test_a_worker_whose_node_row_was_deleted_registers_it_again_and_says_so(db, 
     node = Node.objects.get(name="node-a")
     assert heartbeat.node.pk == node.pk and node.is_alive() and node.gpus.count() == 2
     assert "node node-a: its row was deleted while this worker runs (in admin?); registering it again" in caplog.text
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apps.accounts.models import Membership, Team
+from apps.cluster.models import Node
 from apps.jobs.models import Job
 from tests.conftest import admin_client
 
@@ -95,6 +96,19 @@ def test_a_superuser_sees_everything_and_drains_nodes(superuser, teams, node):
     client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
     node.refresh_from_db()
     assert node.state == "draining"
+
+
+def test_drain_and_resume_say_what_they_did(superuser, node):
+    """Trial 14, F5: both actions were silent."""
+    client = admin_client(superuser)
+    selected = {"_selected_action": [str(node.pk)]}
+    html = client.post("/admin/cluster/node/", {"action": "drain", **selected}, follow=True).content.decode()
+    assert "1 node(s) draining: they run what they have and start nothing new (node-a)" in html
+    html = client.post("/admin/cluster/node/", {"action": "drain", **selected}, follow=True).content.decode()
+    assert "Not changed, not active: node-a (draining)" in html
+    html = client.post("/admin/cluster/node/", {"action": "resume", **selected}, follow=True).content.decode()
+    assert "1 node(s) active again: they accept new jobs (node-a)" in html
+    assert Node.objects.get(pk=node.pk).state == "active"
 
 
 def test_the_rq_dashboard_is_for_superusers_only(manager, superuser):
