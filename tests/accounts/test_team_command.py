@@ -62,3 +62,15 @@ def test_creating_an_existing_team_adds_people_to_it():
     team("create", "team-a", "--manager", "alice")
     assert "already existed" in team("create", "team-a", "--member", "bob")
     assert Membership.objects.filter(team__slug="team-a").count() == 2
+
+
+def test_a_name_close_to_an_existing_user_is_refused_unless_created_on_purpose():
+    """A typo made a stray account (a staff one for --manager): manager trial."""
+    team("create", "team-a", "--manager", "alice")
+    with pytest.raises(CommandError, match=r"no user 'alcie'; did you mean alice\? \(--create makes a new user"):
+        team("add-member", "team-a", "alcie", "--manager")
+    with pytest.raises(CommandError, match="did you mean alice"):
+        team("create", "team-b", "--manager", "Alice")
+    assert not get_user_model().objects.filter(username__in=["alcie", "Alice"]).exists()
+    assert "created user alcie" in team("add-member", "team-a", "alcie", "--create")
+    assert "created user zoe" in team("add-member", "team-a", "zoe")  # not close to anyone: made as before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 
 import pytest
@@ -134,3 +135,26 @@ def test_issue_token_against_a_data_dir_without_a_database_says_so_without_a_tra
     assert out.returncode == 1 and not out.stdout
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
     assert f"DATA_DIR is {tmp_path}" in out.stderr and "run `make run` first" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--days", "0"], "--days 0: give 1 to 3650 days"),  # was a token that never expires
+    (["--days", "-3"], "--days -3: give 1 to 3650 days"),  # was one expired on arrival
+    (["--days", "99999"], "give 1 to 3650 days"),
+])
+def test_issue_token_refuses_an_expiry_that_makes_no_sense(args, words, alice):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match=words):
+        call_command("issue_token", "alice", *args, stdout=io.StringIO())
+    assert not ApiToken.objects.filter(user=alice).exists()
+
+
+def test_issue_token_refuses_a_deactivated_user(alice):
+    from django.core.management import CommandError, call_command
+
+    alice.is_active = False
+    alice.save(update_fields=["is_active"])
+    with pytest.raises(CommandError, match="alice is deactivated"):
+        call_command("issue_token", "alice", stdout=io.StringIO())
+    assert not ApiToken.objects.filter(user=alice).exists()

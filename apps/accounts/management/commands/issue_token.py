@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from apps.accounts.services import token_create
+from apps.accounts.services import TOKEN_MAX_DAYS, token_create
 
 
 class Command(BaseCommand):
@@ -24,5 +24,10 @@ class Command(BaseCommand):
                                "set DATA_DIR as `make run` had it, or run `make run` first") from exc
         if user is None:
             raise CommandError(f"no user named {username!r}")
+        if not user.is_active:  # its token would be refused at once (401): say so here
+            raise CommandError(f"{username} is deactivated: reactivate the account (admin, Users) first")
+        if days is not None and not 1 <= days <= TOKEN_MAX_DAYS:
+            # 0 made a token that never expires, -3 one expired on arrival (manager trial)
+            raise CommandError(f"--days {days}: give 1 to {TOKEN_MAX_DAYS} days, or leave it out for no expiry")
         _, key = token_create(user=user, name=name, ttl_days=days)
         self.stdout.write(key)

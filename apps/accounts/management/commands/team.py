@@ -6,13 +6,16 @@
     manage.py team list
 
 Users that do not exist yet are created without a usable password (set one with
-``manage.py changepassword NAME``, or let them sign in through SSO later). Role changes and
+``manage.py changepassword NAME``, or let them sign in through SSO later) — unless the name
+is close to an existing user's (``alcie`` beside ``alice``: a typo would make a stray account,
+a staff one for ``--manager``): then it is refused, naming the close ones, unless ``--create``. Role changes and
 removals go through the same services as admin, so they are in the audit log (actor:
 system).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from django.contrib.auth import get_user_model
@@ -45,10 +48,14 @@ class Command(BaseCommand):
                             help="a manager of the team (repeatable)")
         create.add_argument("--member", action="append", default=[], metavar="USER",
                             help="a member of the team (repeatable)")
+        create.add_argument("--create", action="store_true",
+                            help="create a user even when the name is close to an existing one")
         add = verbs.add_parser("add-member", help="add a user to a team (or change their role)")
         add.add_argument("slug")
         add.add_argument("username")
         add.add_argument("--manager", action="store_true", help="as a manager (default: member)")
+        add.add_argument("--create", action="store_true",
+                         help="create the user even when the name is close to an existing one")
         remove = verbs.add_parser("remove-member", help="take a user out of a team")
         remove.add_argument("slug")
         remove.add_argument("username")
@@ -59,7 +66,7 @@ class Command(BaseCommand):
 
     # --- verbs ---------------------------------------------------------------------------------
 
-    def create(self, *, slug: str, name: str | None, manager: list[str], member: list[str], **_):
+    def create(self, *, slug: str, name: str | None, manager: list[str], member: list[str], create: bool, **_):
         if not SLUG.match(slug):
             raise CommandError(f"team {slug!r}: use lowercase letters, digits and '-' (at most 50), e.g. team-a")
         overlap = set(manager) & set(member)
@@ -69,14 +76,14 @@ class Command(BaseCommand):
             existed = Team.objects.filter(slug=slug).exists()
             team = team_ensure(slug=slug, name=name or slug.replace("-", " ").title())
             for username in manager:
-                self.join(team, username, Membership.Role.MANAGER)
+                self.join(team, username, Membership.Role.MANAGER, create)
             for username in member:
-                self.join(team, username, Membership.Role.MEMBER)
+                self.join(team, username, Membership.Role.MEMBER, create)
         self.stdout.write(self.style.SUCCESS(f"team {slug} {'already existed' if existed else 'created'}"))
 
-    def add_member(self, *, slug: str, username: str, manager: bool, **_):
+    def add_member(self, *, slug: str, username: str, manager: bool, create: bool, **_):
         team = self.team(slug)
-        self.join(team, username, Membership.Role.MANAGER if manager else Membership.Role.MEMBER)
+        self.join(team, username, Membership.Role.MANAGER if manager else Membership.Role.MEMBER, create)
 
     def remove_member(self, *, slug: str, username: str, **_):
         team = self.team(slug)
@@ -111,10 +118,15 @@ class Command(BaseCommand):
             raise CommandError(f"no team {slug!r} (teams: {known})")
         return team
 
-    def join(self, team: Team, username: str, role: str) -> None:
+    def join(self, team: Team, username: str, role: str, create: bool = False) -> None:
         User = get_user_model()
         user = User.objects.filter(username=username).first()
         if user is None:
+            known = {name.lower(): name for name in User.objects.values_list("username", flat=True)}
+            close = [known[c] for c in difflib.get_close_matches(username.lower(), list(known), n=3, cutoff=0.75)]
+            if close and not create:
+                raise CommandError(f"no user {username!r}; did you mean {' or '.join(close)}? (--create makes a new "
+                                   f"user {username!r})")
             user = User(username=username)
             user.set_unusable_password()
             try:
