@@ -64,6 +64,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.core.health.HealthMiddleware",  # /healthz, /readyz: before the host check and HTTPS redirect
     "apps.monitoring.middleware.RequestIdMiddleware",
     "apps.core.middleware.QueryNulMiddleware",
     "django.middleware.security.SecurityMiddleware",

@@ -1,0 +1,64 @@
+"""``/healthz`` and ``/readyz`` for load balancers and orchestrators (Kubernetes probes).
+
+- ``GET /healthz``: the process answers (liveness); touches nothing else.
+- ``GET /readyz``: the database answers ``SELECT 1`` and Redis a ``PING`` (readiness: a web
+  process that lost either would answer every request with an error); 503 naming which is down.
+
+Answered by a middleware placed first, before the host check and the HTTPS redirect: a
+kubelet probes the pod's IP over plain HTTP, which ``ALLOWED_HOSTS`` and ``SECURE=true``
+would refuse (the probes were bare TCP checks for that reason, so a web pod whose database
+or Redis was gone stayed "ready": manager trial). They say "ok"/"down" and nothing else;
+the reason is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.http import JsonResponse
+
+log = logging.getLogger("yoloportal.health")
+
+PATHS = ("/healthz", "/readyz")
+
+
+def _database() -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            return cursor.fetchone() == (1,)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not ready"; the reason is logged
+        log.warning("readyz: database down: %s", exc)
+        return False
+
+
+def _redis() -> bool:
+    # A connection of its own, short timeouts: what a new request would meet, not a pooled one.
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return bool(client.ping())
+    except redis.RedisError as exc:
+        log.warning("readyz: redis down: %s", exc)
+        return False
+    finally:
+        client.close()
+
+
+class HealthMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path not in PATHS:
+            return self.get_response(request)
+        if request.method not in ("GET", "HEAD"):
+            return JsonResponse({"detail": "GET only"}, status=405)
+        if request.path == "/healthz":
+            return JsonResponse({"status": "ok"})
+        checks = {"database": _database(), "redis": _redis()}
+        ready = all(checks.values())
+        body = {"status": "ok" if ready else "down", **{k: "ok" if v else "down" for k, v in checks.items()}}
+        return JsonResponse(body, status=200 if ready else 503)
