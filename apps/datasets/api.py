@@ -17,6 +17,7 @@ from apps.accounts.selectors import is_manager_of
 from apps.accounts.throttles import UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
 from apps.core.api import StrictInput
+from apps.core.guards import InUse
 from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
@@ -119,12 +120,15 @@ class DatasetDetail(APIView):
         dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
         return Response(DatasetDetailOut(dataset).data)
 
-    @extend_schema(responses={204: None, 403: ERROR, 404: ERROR})
+    @extend_schema(responses={204: None, 403: ERROR, 404: ERROR, 409: ERROR})
     def delete(self, request, pk: int):
         dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
         if not is_manager_of(user=request.user, team=dataset.team):
             raise PermissionDenied("Only a manager of the team may delete a dataset version.")
-        dataset_delete(dataset=dataset, by=request.user)
+        try:
+            dataset_delete(dataset=dataset, by=request.user)
+        except InUse as exc:  # an active job still reads it
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

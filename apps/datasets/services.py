@@ -19,6 +19,7 @@ from apps.accounts.services import (
     storage_reserve,
 )
 from apps.core.artifacts import ArtifactKeyError, artifact_key, artifact_path, key_join
+from apps.core.guards import ensure_deletable
 from apps.core.strict_yaml import YamlError, load_yaml
 from apps.core.versions import version_next
 
@@ -224,8 +225,9 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     resolve them (issue 9, finding 9). A registered dataset outside the root (the shared
     demo) keeps its files. The folder is first renamed to a hidden name (path references
     refuse hidden components), then removed; an emptied ``<name>/`` folder goes too. Its
-    version number is never issued again.
+    version number is never issued again. Refused (``InUse``) while an active job reads it.
     """
+    ensure_deletable(dataset)
     root = team_dataset_root(dataset.team)
     folder = artifact_path(dataset.key).resolve() if dataset.key else None
     owned = folder is not None and folder != root and folder.is_relative_to(root) and folder.is_dir()

@@ -22,6 +22,7 @@ from django.utils import timezone
 from apps.accounts.models import AuditEntry
 from apps.accounts.services import audit_record, storage_adjust, storage_release, storage_reserve
 from apps.core.artifacts import artifact_key, artifact_path, key_join, key_part, root_path
+from apps.core.guards import ensure_deletable
 from apps.core.hashing import file_sha256
 from apps.core.versions import version_next
 from apps.datasets.models import Dataset
@@ -284,7 +285,9 @@ def _stage_write(version: ModelVersion, stage: str, by, now, reason: str = "") -
 
 def model_version_delete(*, version: ModelVersion, by) -> None:
     """Delete a registered version (audited). Its number is not issued again; a trained version's
-    weights stay with its job, an uploaded version's file and every export go (with their charge)."""
+    weights stay with its job, an uploaded version's file and every export go (with their charge).
+    Refused (``InUse``) while an active job starts from, evaluates or exports it."""
+    ensure_deletable(version)
     target_id, label = str(version.pk), str(version)
     data = {"name": version.name, "version": version.version, "sha256": version.sha256,
             "job": str(version.job_id) if version.job_id else None, "source": version.source}

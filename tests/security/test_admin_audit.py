@@ -269,6 +269,29 @@ def register(job_team, user, weights):
     return model_register(job=job, weights=weights, metrics={})
 
 
+def test_a_model_version_an_active_job_uses_is_not_deleted(manager, bob, teams, weights):
+    """A production version deleted while a fine-tune waited: the job then trained from it anyway
+    (manager trial). Refused on the confirmation page, in bulk and in the service alike."""
+    from apps.core.guards import InUse
+    from apps.registry.services import model_version_delete
+
+    version = register(teams["vision"], bob, weights)
+    waiting = make_job(team=teams["vision"], user=bob, task_name="ft-prod")
+    Job.objects.filter(pk=waiting.pk).update(spec={**waiting.spec, "inputs": {"model": version.as_parent()}})
+    page = admin_client(manager).post(f"/admin/registry/modelversion/{version.pk}/delete/", {"post": "yes"})
+    assert page.status_code == 200 and "model pcb:v1 is used by 1 active job of the team (ft-prod (queued))" \
+        in page.content.decode()
+    bulk = admin_client(manager).post("/admin/registry/modelversion/", {
+        "action": "delete_selected", "_selected_action": [str(version.pk)], "post": "yes"})
+    assert bulk.status_code == 200
+    with pytest.raises(InUse, match="cancel it or let it finish first"):
+        model_version_delete(version=version, by=manager)
+    assert type(version).objects.filter(pk=version.pk).exists() and not entries("model.delete")
+    Job.objects.filter(pk=waiting.pk).update(state=JobState.CANCELLED)
+    model_version_delete(version=version, by=manager)
+    assert not type(version).objects.filter(pk=version.pk).exists()
+
+
 def test_a_deleted_model_versions_number_is_never_issued_again(manager, bob, teams, weights):
     first, second = register(teams["vision"], bob, weights), register(teams["vision"], bob, weights)
     assert (first.version, second.version) == (1, 2)
@@ -306,7 +329,16 @@ def test_a_deleted_dataset_cannot_be_trained_on_and_the_delete_is_audited(manage
     folder = settings.DATASETS_DIR / "vision" / "pcb"
     assert folder.is_dir()
     spec = SEED_SPEC.replace("data=demo", "data=pcb")
-    assert api_client(bob).post("/api/v1/jobs/", spec, content_type="application/yaml").status_code == 201
+    job = api_client(bob).post("/api/v1/jobs/", spec, content_type="application/yaml")
+    assert job.status_code == 201
+    # While that job waits to train on it, the version stays (it failed later with "dataset YAML
+    # not found … check the dataset" as if its owner's data were wrong: manager trial).
+    refused = admin_client(manager).post(f"/admin/datasets/dataset/{uploaded.pk}/delete/", {"post": "yes"})
+    assert refused.status_code == 200 and folder.is_dir()
+    assert "dataset pcb:v1 is used by 1 active job of the team (" in refused.content.decode()
+    response = api_client(manager).delete(f"/api/v1/datasets/{uploaded.pk}/")
+    assert response.status_code == 409 and "cancel it or let it finish first" in response.json()["detail"]
+    assert api_client(bob).post(f"/api/v1/jobs/{job.json()['id']}/cancel/").status_code == 202
     response = admin_client(manager).post(f"/admin/datasets/dataset/{uploaded.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not folder.exists()
