@@ -12,6 +12,7 @@ from .selectors import cluster_overview, cluster_totals
 
 class ClusterTotalsOut(serializers.Serializer):
     gpus = serializers.IntegerField()
+    gpus_available = serializers.IntegerField(help_text="GPUs of active nodes that report")
     gpus_allocated = serializers.FloatField()
     allocation = serializers.FloatField()
     nodes = serializers.IntegerField()

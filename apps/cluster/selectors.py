@@ -61,9 +61,17 @@ def cluster_overview(*, user) -> list[dict]:
     return nodes
 
 
+def takes_work(node: dict) -> bool:
+    """An active node that reports: its idle GPUs are capacity (a lost or draining node's are not)."""
+    return node["alive"] and node["state"] == Node.State.ACTIVE
+
+
 def cluster_totals(nodes: list[dict]) -> dict:
+    """``gpus``: every GPU known; ``gpus_available``: those of nodes that take new work
+    (a lost node's GPU counted as idle capacity: manager trial)."""
     total = sum(len(n["gpus"]) for n in nodes)
     allocated = sum(min(1.0, g["allocated"]) for n in nodes for g in n["gpus"])
-    return {"gpus": total, "gpus_allocated": round(allocated, 3),
+    return {"gpus": total, "gpus_available": sum(len(n["gpus"]) for n in nodes if takes_work(n)),
+            "gpus_allocated": round(allocated, 3),
             "allocation": round(allocated / total, 3) if total else 0.0,
             "nodes": len(nodes), "nodes_alive": sum(1 for n in nodes if n["alive"])}

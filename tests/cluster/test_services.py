@@ -146,3 +146,27 @@ def test_a_worker_told_to_stop_marks_its_node_stopping_until_it_is_lost_or_regis
     assert register().state == Node.State.ACTIVE  # its worker restarted (or stop was undone)
     Node.objects.filter(pk=node.pk).update(state=Node.State.DRAINING)  # an admin's drain is theirs
     assert not node_stopping(node, hostname="host-a", worker_pid=1234)
+
+
+def test_a_lost_or_draining_nodes_gpus_are_not_shown_as_idle_capacity(alice):
+    """A cleanly stopped worker's node is lost; the dashboard still said its GPU was "idle" and
+    counted it (manager trial)."""
+    from django.test import Client
+
+    from tests.conftest import api_client
+
+    register(2)
+    node_register(name="node-b", gpus=simulated_gpus(1), cpu_count=8, memory_mb=32768, hostname="host-b",
+                  worker_pid=99)
+    page = Client()
+    page.force_login(alice)
+    totals = api_client(alice).get("/api/v1/cluster/").json()["totals"]
+    assert (totals["gpus"], totals["gpus_available"]) == (3, 3)
+    assert "gpu-unavailable" not in page.get("/dashboard/live/").content.decode()
+    node_mark_lost(Node.objects.get(name="node-b"), silent_since=timezone.now() + timedelta(seconds=1))
+    Node.objects.filter(name="node-a").update(state=Node.State.DRAINING)
+    totals = api_client(alice).get("/api/v1/cluster/").json()["totals"]
+    assert (totals["gpus"], totals["gpus_available"]) == (3, 0)
+    html = page.get("/dashboard/live/").content.decode()
+    assert html.count("not available (node draining)") == 2 and html.count("not available (node not reporting)") == 1
+    assert ">idle<" not in html and 'id="gpus-available">0 available' in html
