@@ -3,9 +3,8 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponseRedirect
-from django.urls import reverse
 
-from apps.core.admin_scoping import SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
+from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
 
 from .models import ApiToken, AuditEntry, Membership, Team
 from .services import MANAGING_ROLES, last_manager_error, membership_remove, membership_set
@@ -118,7 +117,7 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(RoleChoicesForManagers, TeamScopedAdmin, admin.ModelAdmin):
+class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["user", "team", "role"]
     list_filter = ["role", "team"]
     search_fields = ["user__username", "team__slug"]
@@ -143,20 +142,11 @@ class MembershipAdmin(RoleChoicesForManagers, TeamScopedAdmin, admin.ModelAdmin)
             self.delete_model(request, membership)
 
     # The last manager is not removed (trial 14, F13): refused with whom to make manager first,
-    # on the delete page and in the bulk action alike.
-    def delete_view(self, request, object_id, extra_context=None):
-        membership = self.get_object(request, object_id)
-        allowed = membership is not None and self.has_delete_permission(request, membership)  # else Django's 403
-        refused = allowed and last_manager_error(membership=membership)
-        if refused:
-            self.message_user(request, f"not removed: {refused}", messages.ERROR)
-            return HttpResponseRedirect(reverse("admin:accounts_membership_change", args=[membership.pk]))
-        return super().delete_view(request, object_id, extra_context)
+    # on the delete page and in the bulk action alike (GuardedDeleteAdmin).
+    refused_words = "not removed"
 
-    def get_deleted_objects(self, objs, request):
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        refusals = [refused for m in objs if (refused := last_manager_error(membership=m))]
-        return deleted, counts, perms_needed, [*protected, *refusals]
+    def delete_refusal(self, obj) -> str | None:
+        return last_manager_error(membership=obj) or None
 
     def response_change(self, request, obj):
         # A manager who made themselves a member may no longer see this list: say so, and

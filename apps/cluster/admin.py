@@ -1,8 +1,6 @@
 from django.contrib import admin, messages
-from django.http import HttpResponseRedirect
-from django.urls import reverse
 
-from apps.core.admin_scoping import SuperuserEditAdmin
+from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserEditAdmin
 
 from .models import GPU, Node
 from .services import node_delete, node_delete_refusal
@@ -16,7 +14,7 @@ class GPUInline(SuperuserEditAdmin, admin.TabularInline):
 
 # Nodes are shared by every team: managers may look, only admins drain or resume them.
 @admin.register(Node)
-class NodeAdmin(SuperuserEditAdmin, admin.ModelAdmin):
+class NodeAdmin(GuardedDeleteAdmin, SuperuserEditAdmin, admin.ModelAdmin):
     list_display = ["name", "state", "simulated", "cpu_count", "memory_mb", "last_heartbeat"]
     list_filter = ["state", "simulated"]
     inlines = [GPUInline]
@@ -24,19 +22,8 @@ class NodeAdmin(SuperuserEditAdmin, admin.ModelAdmin):
 
     # Deleting a live node, or one holding jobs, strands them (trial 14, F28): refused with the
     # reason, on its own delete page and in the bulk "delete selected" action alike.
-    def delete_view(self, request, object_id, extra_context=None):
-        node = self.get_object(request, object_id)
-        allowed = node is not None and self.has_delete_permission(request, node)  # else Django's own 403/404
-        refusal = node_delete_refusal(node) if allowed else None
-        if refusal:
-            self.message_user(request, f"not deleted: {refusal}", messages.ERROR)
-            return HttpResponseRedirect(reverse("admin:cluster_node_change", args=[node.pk]))
-        return super().delete_view(request, object_id, extra_context)
-
-    def get_deleted_objects(self, objs, request):
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        refusals = [refusal for node in objs if (refusal := node_delete_refusal(node))]
-        return deleted, counts, perms_needed, [*protected, *refusals]
+    def delete_refusal(self, obj) -> str | None:
+        return node_delete_refusal(obj)
 
     def delete_model(self, request, obj):
         node_delete(node=obj)

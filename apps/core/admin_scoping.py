@@ -245,3 +245,37 @@ def superuser_only_patterns(patterns: list) -> list:
         clone.callback = superuser_required(pattern.callback)
         wrapped.append(clone)
     return wrapped
+
+
+class GuardedDeleteAdmin:
+    """A delete that would strand something is refused with the reason :meth:`delete_refusal`
+    gives: on the object's own delete page (a message, back to its change page) and in the bulk
+    "delete selected" action (listed as protected on the confirmation, which Django then
+    refuses). By default the deletion guards of :mod:`apps.core.guards` (a dataset or model
+    version an active job uses); a node, a team's last manager override it."""
+
+    refused_words = "not deleted"
+
+    def delete_refusal(self, obj) -> str | None:
+        from apps.core.guards import deletion_refusal
+
+        return deletion_refusal(obj)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        from django.contrib import messages
+        from django.http import HttpResponseRedirect
+        from django.urls import reverse
+
+        obj = self.get_object(request, object_id)
+        allowed = obj is not None and self.has_delete_permission(request, obj)  # else Django's own 403/404
+        refusal = self.delete_refusal(obj) if allowed else None
+        if refusal:
+            self.message_user(request, f"{self.refused_words}: {refusal}", messages.ERROR)
+            meta = self.model._meta
+            return HttpResponseRedirect(reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk]))
+        return super().delete_view(request, object_id, extra_context)
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        refusals = [refusal for obj in objs if (refusal := self.delete_refusal(obj))]
+        return deleted, counts, perms_needed, [*protected, *refusals]

@@ -1,15 +1,14 @@
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 
-from apps.core.admin_scoping import TeamScopedAdmin
-from apps.core.guards import deletion_refusal
+from apps.core.admin_scoping import GuardedDeleteAdmin, TeamScopedAdmin
 
 from .models import Dataset
 from .services import dataset_delete
 
 
 @admin.register(Dataset)
-class DatasetAdmin(TeamScopedAdmin, admin.ModelAdmin):
+class DatasetAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["name", "version", "team", "kind", "num_images", "num_classes", "size_bytes", "created_at"]
     list_filter = ["team", "kind"]
     manager_can_delete = True
@@ -23,13 +22,6 @@ class DatasetAdmin(TeamScopedAdmin, admin.ModelAdmin):
         if not self.manages(request, obj):
             raise PermissionDenied("you do not manage that team")
         dataset_delete(dataset=obj, by=request.user)
-
-    def get_deleted_objects(self, objs, request):
-        # One an active job still needs is listed as protected: Django's confirmation page then
-        # says why and refuses the delete (apps.core.guards).
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        refusals = [reason for obj in objs if (reason := deletion_refusal(obj))]
-        return deleted, counts, perms_needed, [*protected, *refusals]
 
     def delete_queryset(self, request, queryset):
         for dataset in queryset:

@@ -1,15 +1,14 @@
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 
-from apps.core.admin_scoping import SuperuserOnlyAdmin, TeamScopedAdmin
-from apps.core.guards import deletion_refusal
+from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserOnlyAdmin, TeamScopedAdmin
 
 from .models import ModelVersion, SharedWeights
 from .services import model_version_delete
 
 
 @admin.register(ModelVersion)
-class ModelVersionAdmin(TeamScopedAdmin, admin.ModelAdmin):
+class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["name", "version", "team", "source", "stage", "task", "job", "size", "created_at"]
     list_filter = ["team", "source", "stage"]
     manager_can_change = False
@@ -22,13 +21,6 @@ class ModelVersionAdmin(TeamScopedAdmin, admin.ModelAdmin):
         if not self.manages(request, obj):
             raise PermissionDenied("you do not manage that team")
         model_version_delete(version=obj, by=request.user)
-
-    def get_deleted_objects(self, objs, request):
-        # One an active job still needs is listed as protected: Django's confirmation page then
-        # says why and refuses the delete (apps.core.guards).
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        refusals = [reason for obj in objs if (reason := deletion_refusal(obj))]
-        return deleted, counts, perms_needed, [*protected, *refusals]
 
     def delete_queryset(self, request, queryset):
         for version in queryset:

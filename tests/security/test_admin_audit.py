@@ -278,12 +278,13 @@ def test_a_model_version_an_active_job_uses_is_not_deleted(manager, bob, teams, 
     version = register(teams["vision"], bob, weights)
     waiting = make_job(team=teams["vision"], user=bob, task_name="ft-prod")
     Job.objects.filter(pk=waiting.pk).update(spec={**waiting.spec, "inputs": {"model": version.as_parent()}})
-    page = admin_client(manager).post(f"/admin/registry/modelversion/{version.pk}/delete/", {"post": "yes"})
-    assert page.status_code == 200 and "model pcb:v1 is used by 1 active job of the team (ft-prod (queued))" \
+    page = admin_client(manager).post(f"/admin/registry/modelversion/{version.pk}/delete/", {"post": "yes"},
+                                      follow=True)
+    assert "Not deleted: model pcb:v1 is used by 1 active job of the team (ft-prod (queued))" \
         in page.content.decode()
     bulk = admin_client(manager).post("/admin/registry/modelversion/", {
         "action": "delete_selected", "_selected_action": [str(version.pk)], "post": "yes"})
-    assert bulk.status_code == 200
+    assert bulk.status_code == 200 and "ft-prod (queued)" in bulk.content.decode()  # listed as protected
     with pytest.raises(InUse, match="cancel it or let it finish first"):
         model_version_delete(version=version, by=manager)
     assert type(version).objects.filter(pk=version.pk).exists() and not entries("model.delete")
@@ -333,9 +334,10 @@ def test_a_deleted_dataset_cannot_be_trained_on_and_the_delete_is_audited(manage
     assert job.status_code == 201
     # While that job waits to train on it, the version stays (it failed later with "dataset YAML
     # not found … check the dataset" as if its owner's data were wrong: manager trial).
-    refused = admin_client(manager).post(f"/admin/datasets/dataset/{uploaded.pk}/delete/", {"post": "yes"})
-    assert refused.status_code == 200 and folder.is_dir()
-    assert "dataset pcb:v1 is used by 1 active job of the team (" in refused.content.decode()
+    refused = admin_client(manager).post(f"/admin/datasets/dataset/{uploaded.pk}/delete/", {"post": "yes"},
+                                         follow=True)
+    assert refused.redirect_chain[-1][0].endswith(f"/admin/datasets/dataset/{uploaded.pk}/change/") and folder.is_dir()
+    assert "Not deleted: dataset pcb:v1 is used by 1 active job of the team (" in refused.content.decode()
     response = api_client(manager).delete(f"/api/v1/datasets/{uploaded.pk}/")
     assert response.status_code == 409 and "cancel it or let it finish first" in response.json()["detail"]
     assert api_client(bob).post(f"/api/v1/jobs/{job.json()['id']}/cancel/").status_code == 202
