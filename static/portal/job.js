@@ -398,7 +398,10 @@
   // (the same text as the priority_help filter).
   function setPriorityHelp(factors) {
     var el = document.getElementById("priority");
-    var parts = Object.keys(factors || {}).map(function (k) { return (FACTOR_NAMES[k] || k) + " " + Number(factors[k]).toFixed(2); });
+    // In the documented order, not the stored one (PostgreSQL's jsonb orders keys by length).
+    var keys = Object.keys(FACTOR_NAMES).filter(function (k) { return factors && k in factors; })
+      .concat(Object.keys(factors || {}).filter(function (k) { return !(k in FACTOR_NAMES); }));
+    var parts = keys.map(function (k) { return (FACTOR_NAMES[k] || k) + " " + Number(factors[k]).toFixed(2); });
     el.title = el.dataset.help + (parts.length ? " This job: " + parts.join(" · ") + "." : "");
   }
 

@@ -71,5 +71,7 @@ def priority_help(factors) -> str:
             "factors from 0 to 1: fair-share (higher when your team and you have used less lately), age "
             "(time waited), size (smaller jobs score higher) and class.")
     if factors:
-        text += " This job: " + " · ".join(f"{FACTOR_NAMES.get(k, k)} {float(v):.2f}" for k, v in factors.items()) + "."
+        # In the documented order, not the stored one (PostgreSQL's jsonb orders keys by length).
+        ordered = [k for k in FACTOR_NAMES if k in factors] + [k for k in factors if k not in FACTOR_NAMES]
+        text += " This job: " + " · ".join(f"{FACTOR_NAMES.get(k, k)} {float(factors[k]):.2f}" for k in ordered) + "."
     return text
