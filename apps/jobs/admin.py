@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from apps.core.admin_scoping import TeamScopedAdmin, TeamScopedInline
 from apps.scheduling.kick import kick_scheduler
 
-from .models import Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint
+from .models import HOLDING_STATES, TERMINAL_STATES, Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint
 from .services import job_cancel, job_class_set, job_requeue
 
 
@@ -53,23 +53,57 @@ class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
         return json.dumps(job.public_spec, indent=2)
 
+    # Each action says, job by job, what it did and what it left alone and why (trial 14, F1/F2:
+    # "Requeued 0 job(s)" on a queued job, "Queued jobs set to low" on a running one).
+    def report(self, request, done: list[Job], what: str, skipped: list[str]) -> None:
+        if done:
+            names = ", ".join(job.task_name for job in done)
+            self.message_user(request, f"{len(done)} job(s) {what}: {names}", messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"left alone: {'; '.join(skipped)}", messages.WARNING)
+
     @admin.action(description="Cancel selected jobs")
     def cancel(self, request, queryset):
-        done = sum(job_cancel(job=job, by=request.user) for job in queryset)
-        self.message_user(request, f"cancel requested for {done} job(s)")
+        done, skipped = [], []
+        for job in queryset:
+            if job.state in TERMINAL_STATES:
+                skipped.append(f"{job.task_name} is {job.state}: nothing to cancel")
+            elif job.cancel_requested_at is not None and job.state != JobState.QUEUED:
+                skipped.append(f"{job.task_name}: cancel already requested")
+            elif job_cancel(job=job, by=request.user):
+                done.append(job)
+            else:
+                skipped.append(f"{job.task_name} changed state meanwhile: not cancelled")
+        self.report(request, done, "cancelled or asked to stop", skipped)
 
     @admin.action(description="Requeue selected running jobs (resume from checkpoint)")
     def requeue(self, request, queryset):
-        done = sum(job_requeue(job, reason=f"requeued by {request.user.username}", kind="requeued",
-                               by=request.user)
-                   for job in queryset)
-        self.message_user(request, f"requeued {done} job(s)")
+        done, skipped = [], []
+        for job in queryset:
+            if job.state not in HOLDING_STATES:
+                skipped.append(f"{job.task_name} is {job.state}, not running: not requeued")
+            elif job.is_sweep:
+                skipped.append(f"{job.task_name} is a sweep (its trials run): not requeued")
+            elif job_requeue(job, reason=f"requeued by {request.user.username}", kind="requeued", by=request.user):
+                done.append(job)
+            else:
+                skipped.append(f"{job.task_name} changed state meanwhile: not requeued")
+        self.report(request, done, "requeued (they resume from their checkpoint)", skipped)
 
     def _set_class(self, request, queryset, cls):
-        for job in queryset.filter(state=JobState.QUEUED):
-            job_class_set(job, priority_class=cls, by=request.user)
-        kick_scheduler()
-        self.message_user(request, f"queued jobs set to {cls}", messages.SUCCESS)
+        done, skipped = [], []
+        for job in queryset:
+            if job.state != JobState.QUEUED:
+                skipped.append(f"{job.task_name} is {job.state}: class not changed (only queued jobs change class)")
+            elif job.priority_class == cls:
+                skipped.append(f"{job.task_name} is already {cls}")
+            elif job_class_set(job, priority_class=cls, by=request.user):
+                done.append(job)
+            else:
+                skipped.append(f"{job.task_name} left the queue meanwhile: class not changed")
+        if done:
+            kick_scheduler()
+        self.report(request, done, f"set to class {cls}", skipped)
 
     @admin.action(description="Set class: low")
     def make_low(self, request, queryset):

@@ -374,3 +374,31 @@ def test_membership_deletes_are_audited_on_both_admin_pages(manager, bob, teams,
     removed = entries("membership.remove")
     assert [(e.actor_name, e.data["user"]) for e in removed] == [("alice", "bob"), ("alice", "erin")]
     assert not Membership.objects.filter(user__in=[bob, erin]).exists()
+
+
+# --- trial 14, F1/F2: job actions say per job what they did, and a no-op is not audited --------
+
+def test_job_actions_name_each_job_they_left_alone_and_audit_only_what_changed(manager, bob, teams):
+    queued = make_job(team=teams["vision"], user=bob, task_name="bob-e3")
+    running = make_job(team=teams["vision"], user=bob, task_name="bob-rq", state=JobState.RUNNING)
+    client = admin_client(manager)
+
+    def act(action: str, *jobs: Job) -> str:
+        response = client.post("/admin/jobs/job/", {"action": action, "_selected_action": [str(j.pk) for j in jobs]},
+                               follow=True)
+        return " | ".join(str(m) for m in response.context["messages"])
+
+    said = act("requeue", queued)
+    assert said == "left alone: bob-e3 is queued, not running: not requeued"
+    said = act("make_low", running)
+    assert said == "left alone: bob-rq is running: class not changed (only queued jobs change class)"
+    said = act("make_medium", queued)
+    assert said == "left alone: bob-e3 is already medium"
+    assert Job.objects.get(pk=running.pk).priority_class == "medium"
+    assert not entries("admin.action")  # three no-ops, no entry
+
+    said = act("make_urgent", queued, running)
+    assert said == ("1 job(s) set to class urgent: bob-e3 | "
+                    "left alone: bob-rq is running: class not changed (only queued jobs change class)")
+    assert Job.objects.get(pk=queued.pk).priority_class == "urgent"
+    assert [(e.data["action"], e.target_id) for e in entries("admin.action")] == [("make_urgent", str(queued.pk))]
