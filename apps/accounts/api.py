@@ -14,7 +14,7 @@ from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
 
 from .models import ApiToken, AuditEntry
-from .selectors import audit_list, token_list
+from .selectors import audit_list, team_filter, token_list
 from .services import token_issue, token_revoke
 from .throttles import AuthThrottle
 
@@ -106,7 +106,11 @@ class AuditList(APIView):
         action = request.query_params.get("action") or None
         if action and action not in AuditEntry.Action.values:
             raise serializers.ValidationError({"action": [f"must be one of {', '.join(AuditEntry.Action.values)}"]})
-        entries = audit_list(user=request.user, team=request.query_params.get("team") or None, action=action)
+        try:
+            team = team_filter(user=request.user, slug=request.query_params.get("team") or None, managed=True)
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
+        entries = audit_list(user=request.user, team=team.slug if team else None, action=action)
         paginator = ListPage()
         page = paginator.paginate_queryset(entries, request, view=self)
         return paginator.get_paginated_response(AuditOut(page, many=True).data)

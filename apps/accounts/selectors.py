@@ -47,6 +47,25 @@ def team_for_upload(*, user, slug: str | None) -> Team:
     raise FieldErrors({"team": "is required: you are in several teams (or none)"})
 
 
+def team_filter(*, user, slug: str | None, managed: bool = False) -> Team | None:
+    """The team a ``?team=`` filter names, if the caller is in it (manages it, with ``managed``).
+
+    A name the caller may not read is refused, never an empty page: an empty page read like
+    "no data", and a filter that was ignored showed the caller's own team as if it were the
+    named one (trial 14, F32). One message for a team that does not exist and one of others,
+    so the answer does not tell which names exist. Raises FieldErrors naming ``team``."""
+    from apps.core.errors import FieldErrors
+
+    if not slug:
+        return None
+    teams = manager_team_list(user=user) if managed else team_list(user=user)
+    team = teams.filter(slug=slug).first()
+    if team is None:
+        role = "a manager" if managed else "a member"
+        raise FieldErrors({"team": f"you are not {role} of a team named {slug!r}"})
+    return team
+
+
 def team_ids(*, user) -> list[int]:
     return list(team_list(user=user).values_list("id", flat=True))
 

@@ -18,9 +18,10 @@ from rest_framework.relations import PKOnlyObject
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import is_manager_of
+from apps.accounts.selectors import is_manager_of, team_filter
 from apps.accounts.throttles import SubmitThrottle
 from apps.core.api import field_errors
+from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
@@ -238,6 +239,10 @@ class JobSpecDoc(serializers.Serializer):
         "log}, batch: [8, 16]}, trials, parallel, metric, prune: median|asha} (docs/sweeps.md)"))
 
 
+# ``?mine=``: anything else is refused, not read as false.
+TRUE, FALSE = {"1", "true", "yes"}, {"0", "false", "no"}
+
+
 class JobListCreate(APIView):
     parser_classes = [BoundedJSONParser, YAMLParser, TextYAMLParser, XYAMLParser]
 
@@ -257,8 +262,14 @@ class JobListCreate(APIView):
         state = request.query_params.get("state") or None
         if state and state not in JobState.values:
             return field_errors({"state": f"must be one of {', '.join(JobState.values)}"})
-        mine = request.query_params.get("mine", "").lower() in {"1", "true", "yes"}
-        jobs = job_list(user=request.user, state=state, team=request.query_params.get("team") or None, mine=mine)
+        raw_mine = request.query_params.get("mine", "").lower()
+        if raw_mine not in {"", *TRUE, *FALSE}:
+            return field_errors({"mine": f"must be true or false, got {raw_mine!r}"})
+        try:
+            team = team_filter(user=request.user, slug=request.query_params.get("team") or None)
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
+        jobs = job_list(user=request.user, state=state, team=team.slug if team else None, mine=raw_mine in TRUE)
         paginator = self.paginator_class()
         page = paginator.paginate_queryset(jobs.select_related("model_version"), request, view=self)
         return paginator.get_paginated_response(JobOut(page, many=True).data)

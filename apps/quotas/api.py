@@ -4,13 +4,14 @@ import csv
 import io
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import serializers
 from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from apps.accounts.selectors import team_filter
 from apps.core.api import field_errors
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR
@@ -47,18 +48,37 @@ class UsageOut(serializers.Serializer):
     teams = serializers.DictField(child=serializers.DictField())
 
 
+class UsageReportOut(serializers.Serializer):
+    from_ = serializers.DateTimeField()
+    to = serializers.DateTimeField()
+    group = serializers.ChoiceField(choices=GROUPS)
+    team = serializers.CharField(required=False, help_text="present when the report was asked for one team")
+    rows = serializers.ListField(child=serializers.DictField(), help_text=f"columns: {', '.join(COLUMNS)}")
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields
+
+
+# Without group/from/to/team (or format=csv) the summary; with them the report.
+USAGE_OUT = PolymorphicProxySerializer(component_name="UsageOrReport", serializers=[UsageOut, UsageReportOut],
+                                       resource_type_field_name=None)
+
+
 class UsageView(APIView):
     renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, UsageCsvRenderer]
 
-    @extend_schema(responses={200: UsageOut, 400: ERROR}, parameters=[
+    @extend_schema(responses={200: USAGE_OUT, 400: ERROR}, parameters=[
         OpenApiParameter("group", str, enum=list(GROUPS), description="report per team or per user"),
         OpenApiParameter("from", str, description="ISO date or date-time (default: 7 days before 'to')"),
         OpenApiParameter("to", str, description="ISO date (inclusive) or date-time (default: now)"),
+        OpenApiParameter("team", str, description="only what was charged to this team (one of yours)"),
         OpenApiParameter("format", str, enum=["json", "csv"]),
     ])
     def get(self, request):
         params = request.query_params
-        wants_report = any(name in params for name in ("group", "from", "to")) or params.get("format") == "csv"
+        wants_report = any(name in params for name in ("group", "from", "to", "team")) or params.get("format") == "csv"
         if not wants_report:
             return Response(usage_summary(user=request.user))
         group = params.get("group", "team")
@@ -68,8 +88,13 @@ class UsageView(APIView):
             start, end = period_parse(params.get("from"), params.get("to"), now=timezone.now())
         except FieldErrors as exc:
             return field_errors(exc.errors)
-        rows = [row.flat() for row in usage_report(user=request.user, start=start, end=end, group=group)]
-        data = {"from": start.isoformat(), "to": end.isoformat(), "group": group, "rows": rows}
+        try:
+            team = team_filter(user=request.user, slug=params.get("team") or None)
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
+        rows = [row.flat() for row in usage_report(user=request.user, start=start, end=end, group=group, team=team)]
+        data = {"from": start.isoformat(), "to": end.isoformat(), "group": group,
+                **({"team": team.slug} if team else {}), "rows": rows}
         response = Response(data)
         if params.get("format") == "csv":
             response["Content-Disposition"] = (

@@ -61,8 +61,10 @@ def p95(values: list[float]) -> float | None:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-def usage_report(*, user, start: datetime, end: datetime, group: str) -> list[ReportRow]:
-    """One row per team (or user) with any activity in [start, end), plus the caller's teams.
+def usage_report(*, user, start: datetime, end: datetime, group: str, team=None) -> list[ReportRow]:
+    """One row per team (or user) with any activity in [start, end), plus the caller's teams;
+    with ``team`` (one the caller may read, :func:`apps.accounts.selectors.team_filter`) only
+    what was charged to it.
 
     GPU-hours: ledger records whose attempt ended in the period. Jobs by outcome: jobs
     that finished in it. Wait: submit → first start of jobs first started in it. Failures
@@ -72,6 +74,8 @@ def usage_report(*, user, start: datetime, end: datetime, group: str) -> list[Re
         raise ValueError(group)
     key = "team__slug" if group == "team" else "user__username"
     scope = visible(user, group)
+    if team is not None:
+        scope &= Q(team_id=team.pk)
     rows: dict[str, ReportRow] = {}
 
     def row(name: str) -> ReportRow:
@@ -80,8 +84,8 @@ def usage_report(*, user, start: datetime, end: datetime, group: str) -> list[Re
     if group == "team":
         from apps.accounts.models import Team
 
-        for team in Team.objects.filter(id__in=team_ids(user=user)):
-            row(team.slug).quota_gpu_hours_per_user_day = user_quota_gpu_hours(user=None, team=team)
+        for shown in Team.objects.filter(id__in=[team.pk] if team is not None else team_ids(user=user)):
+            row(shown.slug).quota_gpu_hours_per_user_day = user_quota_gpu_hours(user=None, team=shown)
 
     ledger = (UsageRecord.objects.filter(scope, ended_at__gte=start, ended_at__lt=end).order_by()
               .values_list(key).annotate(s=Sum("gpu_seconds")))

@@ -54,7 +54,8 @@ def test_a_manager_reads_their_teams_entries_only(alice, carol, teams):
     audit_record(actor=alice, action="job.cancel", team=teams["vision"])
     body = api_client(alice).get("/api/v1/audit/").json()["results"]
     assert {e["team"] for e in body if e["team"]} == {"vision"}
-    assert api_client(alice).get("/api/v1/audit/?team=robotics").json()["results"] == []
+    refused = api_client(alice).get("/api/v1/audit/?team=robotics")
+    assert refused.status_code == 400 and refused.json() == {"team": ["you are not a manager of a team named 'robotics'"]}
 
 
 def test_a_member_sees_only_their_own_token_history(bob, alice, teams):

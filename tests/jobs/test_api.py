@@ -62,7 +62,8 @@ def test_lists_show_only_the_callers_teams(carol, bob, bobs_job, teams):
         ids = {j["id"] for j in api_client(carol).get(url).json()["results"]}
         assert str(bobs_job.pk) not in ids
     assert [j["id"] for j in api_client(carol).get("/api/v1/jobs/").json()["results"]] == [str(carols.pk)]
-    assert api_client(carol).get("/api/v1/jobs/?team=vision").json()["results"] == []
+    refused = api_client(carol).get("/api/v1/jobs/?team=vision")  # no rows of vision, and no hint it exists
+    assert refused.status_code == 400 and refused.json() == {"team": ["you are not a member of a team named 'vision'"]}
 
 
 def test_the_cluster_view_hides_other_teams_jobs(carol, bobs_job, node):
