@@ -78,3 +78,14 @@ def test_the_scheduler_process_logs_json_with_job_attempt_and_node(teams, bob, n
     [ended] = [e for e in lines if e.get("job_id") == str(job.pk)]
     assert (ended["attempt"], ended["node"], ended["component"]) == (1, "node-a", "scheduler")
     assert any(e.get("node") == "node-a" and "lost" in e["message"] for e in lines)
+
+
+@pytest.mark.django_db
+def test_an_admin_403_is_one_line_without_a_traceback(json_log, manager):
+    """Trial 14, F8: each 403 a manager met in admin wrote ~40 lines of traceback."""
+    from tests.conftest import admin_client
+
+    assert admin_client(manager).get("/admin/auth/user/").status_code == 403
+    [line] = [e for e in json_log() if e["logger"] == "django.request"]
+    assert line["message"] == "Forbidden (Permission denied): /admin/auth/user/"
+    assert "exception" not in line
