@@ -7,7 +7,56 @@ from .models import HOLDING_STATES, TERMINAL_STATES, Checkpoint, Job, JobEvent, 
 from .services import job_cancel, job_class_set, job_requeue
 
 
-class JobEventInline(TeamScopedInline, admin.TabularInline):
+class PublicPathsForManagers:
+    """Fields that hold absolute server paths (checkpoint files, errors, event and log text) are
+    shown to managers as :mod:`apps.jobs.paths` shows them to members: relative to the job or
+    the team (trial 14, F44: the Checkpoints page showed ``/srv/…/jobs/<id>/checkpoints/…``).
+
+    Each name in ``path_fields`` is replaced, for non-superusers, by ``public_<name>`` (a method
+    of the admin) wherever the admin would show it: the change page and the list."""
+
+    path_fields: tuple[str, ...] = ()
+
+    def _public(self, request, names) -> list:
+        if request.user.is_superuser:
+            return list(names)
+        return [f"public_{name}" if name in self.path_fields else name for name in names]
+
+    def get_exclude(self, request, obj=None):
+        excluded = list(super().get_exclude(request, obj) or [])
+        return excluded if request.user.is_superuser else [*excluded, *self.path_fields]
+
+    def get_fields(self, request, obj=None):
+        return self._public(request, super().get_fields(request, obj))
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = self._public(request, super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:  # shown even where the field itself was not read-only
+            fields += [f"public_{name}" for name in self.path_fields if f"public_{name}" not in fields]
+        return fields
+
+    def get_list_display(self, request):
+        return self._public(request, super().get_list_display(request))
+
+
+def _job_of(row) -> Job:
+    return row if isinstance(row, Job) else row.job
+
+
+def public_display(name: str):
+    """``public_<name>``: the field's value with server paths made relative to the row's job."""
+
+    @admin.display(description=name.replace("_", " "))
+    def show(self, row):
+        from .paths import public_value
+
+        return public_value(getattr(row, name), job=_job_of(row))
+
+    show.__name__ = f"public_{name}"
+    return show
+
+
+class JobEventInline(PublicPathsForManagers, TeamScopedInline, admin.TabularInline):
     model = JobEvent
     extra = 0
     can_delete = False
@@ -16,10 +65,12 @@ class JobEventInline(TeamScopedInline, admin.TabularInline):
     manager_can_change = False
     readonly_fields = ["seq", "attempt", "kind", "message", "created_at"]
     fields = readonly_fields
+    path_fields = ("message",)
+    public_message = public_display("message")
 
 
 @admin.register(Job)
-class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
+class JobAdmin(PublicPathsForManagers, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["task_name", "state", "team", "user", "priority_class", "gpus", "node", "attempt",
                     "queue_position", "estimated_start_at", "priority_score", "created_at"]
     list_filter = ["state", "priority_class", "team"]
@@ -35,6 +86,8 @@ class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
     # undercharge its usage (issue 9, finding 2). Superusers' edits are audited.
     manager_can_change = False
     actions = ["cancel", "requeue", "make_low", "make_medium", "make_high", "make_urgent"]
+    path_fields = ("error",)
+    public_error = public_display("error")
 
     def get_exclude(self, request, obj=None):
         # The stored spec and weights path hold absolute server paths: managers see the public spec.
@@ -123,11 +176,14 @@ class JobAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
 
 @admin.register(JobEvent)
-class JobEventAdmin(TeamScopedAdmin, admin.ModelAdmin):
+class JobEventAdmin(PublicPathsForManagers, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["job", "seq", "attempt", "kind", "message", "created_at"]
     list_filter = ["kind"]
     team_field = "job__team"
     manager_can_change = False
+    path_fields = ("message", "data")
+    public_message = public_display("message")
+    public_data = public_display("data")
 
 
 @admin.register(MetricPoint)
@@ -138,14 +194,18 @@ class MetricPointAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
 
 @admin.register(LogChunk)
-class LogChunkAdmin(TeamScopedAdmin, admin.ModelAdmin):
+class LogChunkAdmin(PublicPathsForManagers, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["job", "seq", "attempt", "created_at"]
     team_field = "job__team"
     manager_can_change = False
+    path_fields = ("text",)
+    public_text = public_display("text")
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(TeamScopedAdmin, admin.ModelAdmin):
+class CheckpointAdmin(PublicPathsForManagers, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["job", "attempt", "epoch", "size", "created_at"]
     team_field = "job__team"
     manager_can_change = False
+    path_fields = ("path",)
+    public_path = public_display("path")

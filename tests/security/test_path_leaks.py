@@ -130,3 +130,34 @@ def test_paths_inside_terminal_colour_codes_are_cut_too(bob, submitted):
 
     text = f"Logging results to \x1b[1m{submitted.run_dir}/train\x1b[0m\n"
     assert public_text(text, job=submitted) == "Logging results to \x1b[1mtrain\x1b[0m\n"
+
+
+def test_the_admin_pages_a_manager_opens_show_no_server_paths(manager, superuser, bob, teams):
+    """Trial 14, F44: the Checkpoints admin showed a manager /srv/…/jobs/<id>/checkpoints/epoch-0167.pt."""
+    from apps.jobs.models import Checkpoint, JobState, LogChunk
+    from tests.conftest import admin_client
+    from tests.jobs.factories import make_job
+
+    job = make_job(team=teams["vision"], user=bob, state=JobState.FAILED)
+    run_dir = settings.JOBS_DIR / str(job.pk)
+    Job.objects.filter(pk=job.pk).update(error=f"CUDA error in {run_dir}/train/weights/last.pt")
+    checkpoint = Checkpoint.objects.create(job=job, attempt=1, epoch=167, path=f"{run_dir}/checkpoints/epoch-0167.pt",
+                                           sha256="0" * 64, size=1)
+    event = JobEvent.objects.create(job=job, seq=1, attempt=1, kind="failed", message=f"see {run_dir}/train/out.log",
+                                    data={"file": f"{run_dir}/train/out.log"})
+    chunk = LogChunk.objects.create(job=job, seq=2, attempt=1, text=f"Saving {run_dir}/train/weights/best.pt\n")
+    pages = [f"/admin/jobs/checkpoint/{checkpoint.pk}/change/", "/admin/jobs/checkpoint/",
+             f"/admin/jobs/job/{job.pk}/change/", f"/admin/jobs/jobevent/{event.pk}/change/", "/admin/jobs/jobevent/",
+             f"/admin/jobs/logchunk/{chunk.pk}/change/", "/admin/jobs/logchunk/"]
+    seen = ""
+    for url in pages:
+        response = admin_client(manager).get(url)
+        assert response.status_code == 200, url
+        text = response.content.decode()
+        assert_no_server_paths(text)
+        seen += text
+    for relative in ("checkpoints/epoch-0167.pt", "train/weights/last.pt", "train/out.log", "train/weights/best.pt"):
+        assert relative in seen
+    # the operator still sees where the file is
+    text = admin_client(superuser).get(f"/admin/jobs/checkpoint/{checkpoint.pk}/change/").content.decode()
+    assert f"{run_dir}/checkpoints/epoch-0167.pt" in text
