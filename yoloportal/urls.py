@@ -12,6 +12,7 @@ from apps.jobs import api as jobs_api
 from apps.jobs import attempts_api
 from apps.monitoring.views import prometheus_metrics
 from apps.notifications import api as notifications_api
+from apps.portal.admin import RQ_SUPERUSERS_ONLY
 from apps.portal.views import sign_out
 from apps.quotas.api import UsageView
 from apps.registry import api as registry_api
@@ -56,7 +57,8 @@ api_v1 = [
 
 urlpatterns = [
     # The RQ dashboard shows every team's queue entries: superusers only (managers are staff).
-    path("admin/rq/", include((superuser_only_patterns(django_rq_urls.urlpatterns), "django_rq"))),
+    path("admin/rq/", include((superuser_only_patterns(django_rq_urls.urlpatterns, why=RQ_SUPERUSERS_ONLY),
+                               "django_rq"))),
     # The admin's sign-in page shares the portal's login throttle (429), before admin's own URLs.
     path("admin/login/", login_throttled(admin.site.login), name="admin-login"),
     path("admin/", admin.site.urls),

@@ -12,6 +12,8 @@ from django_rq.admin import QueueAdmin
 
 from apps.core.admin_scoping import superuser_required
 
+RQ_SUPERUSERS_ONLY = "superusers only: the RQ dashboard shows every team's queued work"
+
 
 class SuperuserQueueAdmin(QueueAdmin):
     def has_module_permission(self, request):
@@ -26,7 +28,7 @@ class SuperuserQueueAdmin(QueueAdmin):
     def get_urls(self):
         urls = super().get_urls()
         for pattern in urls:
-            pattern.callback = superuser_required(pattern.callback)
+            pattern.callback = superuser_required(pattern.callback, why=RQ_SUPERUSERS_ONLY)
         return urls
 
 

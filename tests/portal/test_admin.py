@@ -112,9 +112,15 @@ def test_drain_and_resume_say_what_they_did(superuser, node):
 
 
 def test_the_rq_dashboard_is_for_superusers_only(manager, superuser):
+    """A signed-in manager gets a 403 that says why, not the sign-in page again (trial 14, F9)."""
+    from django.test import Client
+
     for path in ("/admin/rq/", "/admin/django_rq/dashboard/"):
-        assert admin_client(manager).get(path).status_code == 302, path
+        response = admin_client(manager).get(path)
+        assert response.status_code == 403, path
+        assert "superusers only: the RQ dashboard shows every team&#x27;s queued work" in response.content.decode()
         assert admin_client(superuser).get(path).status_code == 200, path
+        assert Client().get(path).status_code == 302, path  # not signed in: the sign-in page
 
 
 def test_api_tokens_are_not_shown_to_managers(manager):
