@@ -155,6 +155,7 @@ class AuditEntry(models.Model):
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        verbose_name_plural = "audit entries"
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["team", "-created_at"])]
 

@@ -107,6 +107,7 @@ class GPU(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name, verbose_name_plural = "GPU", "GPUs"
         ordering = ["node__name", "index"]
         constraints = [models.UniqueConstraint(fields=["node", "index"], name="one_gpu_per_index")]
 
@@ -122,7 +123,8 @@ class ForeignAllocation(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="foreign_allocations")
     external_id = models.CharField(max_length=100)
     description = models.CharField(max_length=200, blank=True)
-    gpu_indices = models.JSONField(default=list, blank=True)  # logical GPUs it counts as holding here
+    gpu_indices = models.JSONField(verbose_name="GPU indices",
+                                   default=list, blank=True)  # logical GPUs it counts as holding here
     cpu_milli = models.PositiveIntegerField(default=0)
     memory_mb = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)

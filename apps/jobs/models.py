@@ -51,8 +51,8 @@ class Job(models.Model):
     runtime_signature = models.CharField(max_length=64, blank=True, db_index=True)
     idempotency_key = models.CharField(max_length=200, blank=True, default="")
 
-    gpus = models.FloatField(default=1.0, help_text="GPUs requested; < 1 is a share of one GPU")
-    gpu_memory_mb = models.PositiveIntegerField(default=0)
+    gpus = models.FloatField(verbose_name="GPUs", default=1.0, help_text="GPUs requested; < 1 is a share of one GPU")
+    gpu_memory_mb = models.PositiveIntegerField(verbose_name="GPU memory (MB)", default=0)
     cpu_milli = models.PositiveIntegerField(default=0)
     memory_mb = models.PositiveIntegerField(default=0)
     timeout_s = models.PositiveIntegerField()
@@ -63,8 +63,8 @@ class Job(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     attempt_id = models.UUIDField(default=uuid.uuid4)
     node = models.ForeignKey("cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
-    gpu_indices = models.JSONField(default=list, blank=True)
-    gpu_share = models.FloatField(default=1.0)
+    gpu_indices = models.JSONField(verbose_name="GPU indices", default=list, blank=True)
+    gpu_share = models.FloatField(verbose_name="GPU share", default=1.0)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -251,13 +251,14 @@ class GpuSlot(models.Model):
     """
 
     node = models.ForeignKey("cluster.Node", on_delete=models.CASCADE, related_name="gpu_slots")
-    gpu_index = models.PositiveSmallIntegerField()
+    gpu_index = models.PositiveSmallIntegerField(verbose_name="GPU index", )
     slot = models.PositiveSmallIntegerField()
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpu_slots")
     attempt_id = models.UUIDField()
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "GPU slot"
         ordering = ["node", "gpu_index", "slot"]
         constraints = [
             models.UniqueConstraint(fields=["node", "gpu_index", "slot"], name="one_attempt_per_gpu_slot"),

@@ -31,15 +31,19 @@ class TeamQuota(models.Model):
     team = models.OneToOneField("accounts.Team", on_delete=models.CASCADE, related_name="quota")
     # Validated (a superuser saved -1, 0 and -5 without a word; the scheduler then showed a
     # quota of -5 GPU-hours and refused every job: manager trial). 0 GPUs blocks the team on purpose.
-    max_gpus = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)],
+    max_gpus = models.FloatField(verbose_name="max GPUs", null=True, blank=True, validators=[MinValueValidator(0)],
                                  help_text="GPUs the team may hold at once; empty = no limit; 0 = none")
-    max_gpus_per_job = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.01)],
+    max_gpus_per_job = models.FloatField(verbose_name="max GPUs per job",
+                                         null=True, blank=True, validators=[MinValueValidator(0.01)],
                                          help_text="GPUs one job may ask for; empty = no limit")
-    user_gpu_hours_per_day = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)],
+    user_gpu_hours_per_day = models.FloatField(verbose_name="user GPU-hours per day",
+                                               null=True, blank=True, validators=[MinValueValidator(0)],
                                                help_text="per member, rolling 24 h; empty = the global default")
-    urgent_gpu_hours_per_day = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)],
+    urgent_gpu_hours_per_day = models.FloatField(verbose_name="urgent GPU-hours per day",
+                                                 null=True, blank=True, validators=[MinValueValidator(0)],
                                                  help_text="urgent allowance; beyond it urgent jobs run as high")
-    urgent_max_gpus = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)],
+    urgent_max_gpus = models.FloatField(verbose_name="urgent max GPUs",
+                                        null=True, blank=True, validators=[MinValueValidator(0)],
                                         help_text="GPUs the team may hold as urgent at once (at most max GPUs)")
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -25,11 +25,13 @@ class SchedulerConfig(models.Model):
         default=PolicyConfig.half_life_s / 3600, validators=[MinValueValidator(0.01)],
         help_text="usage decay half-life; must be > 0 (0 would silently switch fair-share off)")
     age_cap_hours = models.FloatField(default=PolicyConfig.age_cap_s / 3600, validators=[MinValueValidator(0.01)])
-    size_cap_gpu_hours = models.FloatField(default=PolicyConfig.size_cap_gpu_hours,
+    size_cap_gpu_hours = models.FloatField(verbose_name="size cap GPU-hours", default=PolicyConfig.size_cap_gpu_hours,
                                            validators=[MinValueValidator(0.01)])
-    user_gpu_hours_per_day = models.FloatField(null=True, blank=True, default=PolicyConfig.user_gpu_hours_per_day,
+    user_gpu_hours_per_day = models.FloatField(verbose_name="user GPU-hours per day",
+                                               null=True, blank=True, default=PolicyConfig.user_gpu_hours_per_day,
                                                help_text="per user, rolling 24 h; empty = no limit")
-    max_gpus_per_job = models.FloatField(null=True, blank=True, help_text="empty = no limit")
+    max_gpus_per_job = models.FloatField(verbose_name="max GPUs per job",
+                                         null=True, blank=True, help_text="empty = no limit")
     preemption = models.BooleanField(default=PolicyConfig.preemption)
     preempt_min_runtime_s = models.FloatField(default=PolicyConfig.preempt_min_runtime_s,
                                               validators=[MinValueValidator(0)])
@@ -51,8 +53,10 @@ class SchedulerConfig(models.Model):
         null=True, blank=True, default=None, validators=[MinValueValidator(0)],
         help_text="with size preemption: a starving job may preempt a job already preempted the most times "
                   "allowed once it has run this long in its attempt; empty = never (docs/scheduling.md)")
-    default_urgent_gpu_hours_per_day = models.FloatField(default=TeamPolicy.urgent_gpu_hours_per_day)
-    default_urgent_max_gpus = models.FloatField(default=TeamPolicy.urgent_max_gpus)
+    default_urgent_gpu_hours_per_day = models.FloatField(verbose_name="default urgent GPU-hours per day",
+                                                         default=TeamPolicy.urgent_gpu_hours_per_day)
+    default_urgent_max_gpus = models.FloatField(verbose_name="default urgent max GPUs",
+                                                default=TeamPolicy.urgent_max_gpus)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

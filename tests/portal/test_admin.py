@@ -131,3 +131,16 @@ def test_the_admin_index_lists_only_what_a_manager_may_use(manager):
     html = admin_client(manager).get("/admin/").content.decode()
     assert "Teams" in html and "Jobs" in html and "Api tokens" not in html and "Django-RQ" not in html
     assert Team.objects.count() == 2
+
+
+def test_admin_labels_are_spelled_as_people_write_them(superuser):
+    """Trial 14, F3: the index said "Audit entrys" and "Gpus", the job list and quota form "Gpus"/"Max gpus"."""
+    client = admin_client(superuser)
+    pages = {url: client.get(url).content.decode()
+             for url in ("/admin/", "/admin/jobs/job/", "/admin/quotas/teamquota/add/", "/admin/cluster/gpu/")}
+    text = "\n".join(pages.values())
+    for wrong in ("Audit entrys", "Gpus", "Gpu slot", "Max gpus", "gpu hours"):
+        assert wrong not in text, wrong
+    assert "Audit entries" in pages["/admin/"] and ">GPUs<" in pages["/admin/"]
+    assert "GPUs" in pages["/admin/jobs/job/"]
+    assert "Max GPUs per job" in pages["/admin/quotas/teamquota/add/"]
