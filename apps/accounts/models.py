@@ -135,6 +135,9 @@ class AuditEntry(models.Model):
         WEIGHTS_UPLOAD = "weights.upload"
         WEIGHTS_SHARED_ADD = "weights.shared_add"
         SCHEDULER_CONFIG = "scheduler.config"
+        # A channel (a webhook or an address) that hears a team's or a user's job events.
+        CHANNEL_CREATE = "channel.create"
+        CHANNEL_DELETE = "channel.delete"
         # Every change made through Django admin (apps.accounts.admin_audit), with before/after.
         ADMIN_ADD = "admin.add"
         ADMIN_CHANGE = "admin.change"

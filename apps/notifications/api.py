@@ -16,7 +16,7 @@ from apps.core.selectors import get_or_404
 
 from .models import Channel, Delivery, Event, NotificationPreference
 from .selectors import channel_list, delivery_list
-from .services import PREFERENCE_FIELDS, channel_create, channel_may_change, preference_update
+from .services import PREFERENCE_FIELDS, channel_create, channel_delete, channel_may_change, preference_update
 
 
 class ChannelOut(serializers.ModelSerializer):
@@ -28,10 +28,17 @@ class ChannelOut(serializers.ModelSerializer):
 
 
 class ChannelCreatedOut(ChannelOut):
-    secret = serializers.CharField(help_text="webhook signing secret; shown only in this response")
+    secret = serializers.CharField(help_text="webhook signing secret (webhook channels only); shown only in this "
+                                             "response")
 
     class Meta(ChannelOut.Meta):
         fields = [*ChannelOut.Meta.fields, "secret"]
+
+    def to_representation(self, channel: Channel) -> dict:
+        data = super().to_representation(channel)
+        if channel.kind != Channel.Kind.WEBHOOK:
+            data.pop("secret")  # signs webhooks only (an email channel's 201 carried one: manager trial)
+        return data
 
 
 class ChannelIn(StrictInput):
@@ -75,7 +82,7 @@ class ChannelDetail(APIView):
         if not channel_may_change(channel=channel, by=request.user):
             return Response({"detail": "only the channel's owner or the team's managers may delete it"},
                             status=status.HTTP_403_FORBIDDEN)
-        channel.delete()
+        channel_delete(channel=channel, by=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -6,8 +6,9 @@ import apprise
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
 
-from apps.accounts.models import Team
+from apps.accounts.models import AuditEntry, Team
 from apps.accounts.selectors import is_manager_of
+from apps.accounts.services import audit_record
 from apps.core.errors import FieldErrors
 
 from .models import Channel, Event, NotificationPreference
@@ -55,9 +56,32 @@ def channel_create(*, by, name: str, kind: str, target: str, team: Team | None =
         errors["events"] = "a team channel needs at least one event"
     if errors:
         raise FieldErrors(errors)
-    return Channel.objects.create(user=None if team else by, team=team, name=name, kind=kind, target=target,
-                                  events=list(events or []), started_late_minutes=started_late_minutes,
-                                  created_by=by)
+    channel = Channel.objects.create(user=None if team else by, team=team, name=name, kind=kind, target=target,
+                                     events=list(events or []), started_late_minutes=started_late_minutes,
+                                     created_by=by)
+    _channel_audit(channel, by, AuditEntry.Action.CHANNEL_CREATE, "created", channel.pk)
+    return channel
+
+
+def channel_delete(*, channel: Channel, by) -> None:
+    """Delete a channel (audited; the caller checked :func:`channel_may_change`)."""
+    target_id = channel.pk
+    channel.delete()
+    _channel_audit(channel, by, AuditEntry.Action.CHANNEL_DELETE, "deleted", target_id)
+
+
+def _channel_audit(channel: Channel, by, action: str, done: str, target_id) -> None:
+    # A team channel receives every team job's name, user, state and errors where it points:
+    # its managers see who set one up and where it went (it was not audited: manager trial).
+    # The target's host only: a webhook URL may carry its own secret (Slack's do).
+    from .senders import target_hosts
+
+    whose = f"team {channel.team.slug}" if channel.team_id else f"{by.get_username()}'s"
+    hosts = ([channel.target] if channel.kind == Channel.Kind.EMAIL
+             else sorted({host for host in target_hosts(channel.kind, channel.target) if host}))
+    audit_record(actor=by, action=action, team=channel.team_id, target=channel, target_id=str(target_id),
+                 message=f"{whose} {channel.kind} channel {channel.name!r} to {', '.join(hosts)} {done}",
+                 data={"name": channel.name, "kind": channel.kind, "hosts": hosts, "events": channel.events})
 
 
 def channel_may_change(*, channel: Channel, by) -> bool:

@@ -217,6 +217,30 @@ def test_only_a_teams_manager_may_set_its_channels(teams, alice, bob, receiver):
     assert api_client(bob).get("/api/v1/notifications/channels/").json()["results"] == []
 
 
+def test_a_team_channel_is_audited_where_it_points_and_only_a_webhook_gets_a_secret(teams, alice, receiver):
+    """A team webhook hears every team job's name, user, state and errors: creating or deleting
+    one was not audited, and an email channel's 201 carried a webhook secret (manager trial)."""
+    from apps.accounts.models import AuditEntry
+
+    client = api_client(alice)
+    hook = client.post("/api/v1/notifications/channels/", {
+        "name": "vision ops", "kind": "webhook", "target": receiver.url + "?token=s3cret", "team": "vision",
+        "events": ["failed"]}, format="json")
+    assert hook.status_code == 201 and hook.json()["secret"].startswith("whsec_")
+    mail = client.post("/api/v1/notifications/channels/", {
+        "name": "mine", "kind": "email", "target": "alice@example.com"}, format="json")
+    assert mail.status_code == 201 and "secret" not in mail.json()
+    assert client.delete(f"/api/v1/notifications/channels/{hook.json()['id']}/").status_code == 204
+    created, personal, deleted = AuditEntry.objects.filter(action__startswith="channel.").order_by("pk")
+    assert (created.action, created.team.slug, created.actor_name) == ("channel.create", "vision", "alice")
+    assert created.message == "team vision webhook channel 'vision ops' to 127.0.0.1 created"
+    assert created.data["hosts"] == ["127.0.0.1"] and "s3cret" not in str(created.data) + created.message
+    assert (personal.team, personal.data["hosts"]) == (None, ["alice@example.com"])
+    assert (deleted.action, deleted.target_id) == ("channel.delete", str(hook.json()["id"]))
+    audit = client.get("/api/v1/audit/", {"team": "vision"}).json()["results"]
+    assert {"channel.create", "channel.delete"} <= {e["action"] for e in audit}  # the team's managers see them
+
+
 def test_channel_input_errors_name_the_field(bob):
     client = api_client(bob)
     bad = client.post("/api/v1/notifications/channels/", {"name": "m", "kind": "email", "target": "not-an-address"},
