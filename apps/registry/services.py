@@ -213,6 +213,8 @@ def shared_weights_add(*, source: Path, filename: str | None = None, by=None, re
     current = SharedWeights.objects.filter(filename=filename).first()
     if (current or final.exists()) and not replace and (current is None or current.sha256 != sha256):
         raise WeightsRefused(f"shared weights {filename} already exist with other content: use --replace")
+    if current is not None and current.sha256 == sha256 and final.exists():
+        return current  # the same bytes again: nothing to store, nothing to audit
     from apps.core.storage import artifact_upload, shared_filesystem
 
     if not shared_filesystem():
@@ -226,8 +228,11 @@ def shared_weights_add(*, source: Path, filename: str | None = None, by=None, re
     row, _ = SharedWeights.objects.update_or_create(filename=filename, defaults={
         "key": key, "sha256": sha256, "size": final.stat().st_size, "task": scan["task"], "scan": scan,
         "added_by": by if getattr(by, "is_authenticated", False) else None})
+    # A replacement says so, with the bytes it replaced (it read "added", the old sha256 gone).
+    replaced = {"replaced_sha256": current.sha256} if current is not None else {}
     audit_record(actor=by, action=AuditEntry.Action.WEIGHTS_SHARED_ADD, target=row,
-                 message=f"shared weights {filename} added", data={"file": filename, "sha256": sha256})
+                 message=f"shared weights {filename} {'replaced' if replaced else 'added'}",
+                 data={"file": filename, "sha256": sha256, **replaced})
     return row
 
 

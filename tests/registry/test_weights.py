@@ -161,6 +161,30 @@ def test_the_weights_command_refuses_a_hostile_file_and_other_content_under_a_sh
     assert "base.pt" in out.getvalue()
 
 
+def test_the_weights_command_says_what_it_did_to_shared_weights(yolov8n_pt, tmp_path):
+    """A bad --name blamed the source file; --replace said "added" and audited only the new
+    sha256; the same bytes again wrote another "added" entry (manager trial)."""
+    from apps.accounts.models import AuditEntry
+
+    from .conftest import build_checkpoint
+
+    with pytest.raises(CommandError, match=r"--name '\.\./x\.pt': must be a plain file name"):
+        call_command("weights", "add", str(yolov8n_pt), "--shared", "--name", "../x.pt")
+
+    def add(path, *extra) -> str:
+        out = io.StringIO()
+        call_command("weights", "add", str(path), "--shared", "--name", "base.pt", *extra, stdout=out)
+        return out.getvalue()
+
+    assert "shared weights base.pt added" in add(yolov8n_pt)
+    assert "already there with the same bytes: unchanged" in add(yolov8n_pt)
+    first = SharedWeights.objects.get(filename="base.pt").sha256
+    assert f"replaced (was sha256 {first[:12]}" in add(build_checkpoint("yolo11n.yaml", tmp_path), "--replace")
+    entries = list(AuditEntry.objects.filter(action="weights.shared_add").order_by("pk"))
+    assert [e.message for e in entries] == ["shared weights base.pt added", "shared weights base.pt replaced"]
+    assert entries[1].data["replaced_sha256"] == first
+
+
 def test_the_weights_command_stores_team_weights(yolov8n_pt, teams, alice):
     call_command("weights", "add", str(yolov8n_pt), "--team", "vision", "--user", "alice", stdout=io.StringIO())
     version = ModelVersion.objects.get()

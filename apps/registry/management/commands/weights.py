@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from apps.accounts.models import Team
 from apps.accounts.services import StorageQuotaExceeded
 from apps.core.storage import StorageUnavailable
+from apps.registry.checkpoint_scan import member_name_ok
 from apps.registry.models import ModelVersion, SharedWeights
 from apps.registry.services import WeightsRefused, shared_weights_add, weights_upload
 
@@ -48,11 +49,16 @@ class Command(BaseCommand):
         if not source.is_file():
             raise CommandError(f"{file}: no such file")
         filename = name or source.name
+        if name is not None and not member_name_ok(name):  # the refusal named the source file
+            raise CommandError(f"--name {name!r}: must be a plain file name ending in .pt, like yolov8s.pt")
         try:
             if shared:
+                before = SharedWeights.objects.filter(filename=filename).values_list("sha256", flat=True).first()
                 row = shared_weights_add(source=source, filename=filename, replace=replace)
+                done = ("already there with the same bytes: unchanged" if before == row.sha256 else
+                        f"replaced (was sha256 {before[:12]}…)" if before else "added")
                 self.stdout.write(self.style.SUCCESS(
-                    f"shared weights {row.filename} added ({row.task or 'task unknown'}, sha256 {row.sha256[:12]}…)"))
+                    f"shared weights {row.filename} {done} ({row.task or 'task unknown'}, sha256 {row.sha256[:12]}…)"))
                 return
             owner = Team.objects.filter(slug=team).first()
             if owner is None:
