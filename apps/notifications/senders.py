@@ -64,6 +64,11 @@ def send(delivery: Delivery) -> int | None:
     if not notifier.add(url):
         raise DeliveryError("the channel's target is not a URL apprise can send to")
     if not notifier.notify(title=title, body=text_body(delivery.payload)):
+        if channel.kind == Channel.Kind.EMAIL:
+            # Said where it went: a manager reads this, not the worker's log (manager trial).
+            raise DeliveryError(f"the mail server {settings.NOTIFY_SMTP_HOST}:{settings.NOTIFY_SMTP_PORT} "
+                                f"(NOTIFY_SMTP_HOST, NOTIFY_SMTP_PORT) did not take the mail: ask the "
+                                f"operator whether mail is set up")
         raise DeliveryError(f"{channel.kind} delivery failed (apprise reported failure; see the worker log)")
     return None
 

@@ -106,6 +106,20 @@ def test_an_email_reaches_a_real_smtp_server(running_job, bob, smtp, django_capt
     assert Delivery.objects.get().state == "sent"
 
 
+def test_an_email_the_mail_server_refuses_says_which_server(
+        running_job, bob, settings, django_capture_on_commit_callbacks):
+    """It said "see the worker log", which a manager cannot read (manager trial)."""
+    from tests.portal.liveweb import free_port
+
+    settings.NOTIFY_SMTP_HOST, settings.NOTIFY_SMTP_PORT = "127.0.0.1", free_port()  # nothing listens
+    channel_create(by=bob, name="mail", kind="email", target="bob@example.org")
+    finish(running_job, "failed", django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get()
+    assert f"the mail server 127.0.0.1:{settings.NOTIFY_SMTP_PORT} (NOTIFY_SMTP_HOST, NOTIFY_SMTP_PORT) did not " \
+           "take the mail" in delivery.last_error
+    assert "worker log" not in delivery.last_error
+
+
 def test_preferences_decide_which_events_reach_personal_channels(
         running_job, bob, receiver, django_capture_on_commit_callbacks):
     channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
