@@ -15,7 +15,8 @@ from yoloportal.asgi import application
 
 from .helpers import submit
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Each socket test takes seconds: a hang should fail in two minutes, not in the suite-wide ten.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
 def socket_for(user, job_id) -> WebsocketCommunicator:
@@ -201,6 +202,11 @@ def test_the_full_stack_refuses_a_foreign_origin(alice, demo_registered):
     async def run():
         communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=headers)
         connected, _ = await communicator.connect()
+        # The refusing consumer still waits for websocket.disconnect (a real server sends it
+        # after the close). Left running, it is cancelled at the event loop's shutdown beside
+        # channels-redis's own receive tasks, which once hung that shutdown for the whole
+        # 600 s test timeout on PostgreSQL CI.
+        await communicator.disconnect()
         return connected
 
     assert not async_to_sync(run)()
