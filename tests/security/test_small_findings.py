@@ -93,14 +93,19 @@ def watch_until_closed(user, job, act, timeout: float = 10.0) -> tuple[int | Non
         await database_sync_to_async(act)()
         started = time.monotonic()
         deadline = started + timeout
-        while time.monotonic() < deadline:
-            if await communicator.receive_nothing(timeout=0.1, interval=0.02):
-                continue  # (receive_output would cancel the app on a timeout)
-            message = await communicator.receive_output(timeout=1)
-            if message["type"] == "websocket.close":
-                return message.get("code"), time.monotonic() - started
-        await communicator.disconnect()
-        return None, time.monotonic() - started
+        try:
+            while time.monotonic() < deadline:
+                if await communicator.receive_nothing(timeout=0.1, interval=0.02):
+                    continue  # (receive_output would cancel the app on a timeout)
+                message = await communicator.receive_output(timeout=1)
+                if message["type"] == "websocket.close":
+                    return message.get("code"), time.monotonic() - started
+            return None, time.monotonic() - started
+        finally:
+            # The client goes after a close, as a real one does: a consumer left running is
+            # cancelled at the loop's shutdown beside channels-redis's receive, which can hang
+            # it (tests/portal/test_consumers.py: refusal).
+            await communicator.disconnect()
 
     return async_to_sync(run)()
 
