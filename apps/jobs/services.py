@@ -88,9 +88,15 @@ def job_is_same_request(job: Job, spec: JobSpec) -> bool:
     is still the same request. Two things are left out: ``allow_duplicate`` (how to answer
     a conflict, not what the job is) and a sweep's ``seed`` when the request left it to be
     drawn (the stored one was drawn by the first submit).
+
+    Only the fields both sides have are compared: a job stored before a field was added to
+    JobSpec (``task_named``, ``requires``: derived from the same request text) is still the
+    same request when a client retries it, unchanged, after an upgrade. The old server could
+    not have stored a field it did not know, so nothing the request asked is left unchecked.
     """
     asked = json.loads(json.dumps(spec.as_dict()))  # as the JSONField stores it (tuples → lists)
     stored = {key: value for key, value in job.spec.items() if key not in ("resolved", "inputs")}
+    asked = {key: value for key, value in asked.items() if key in stored}
     for document in (asked, stored):
         document.pop("allow_duplicate", None)
     if asked.get("sweep") and asked["sweep"].get("seed") is None and stored.get("sweep"):
