@@ -22,6 +22,12 @@ MAX_ACTIVE_TOKENS_PER_USER = 50
 AUDIT_INSERT = PreparedInsert(AuditEntry, save_guards_updates_only=True)
 
 
+def operator_named(command: str) -> str:
+    """The audit actor of an operator's ``manage.py`` command: who has the server's shell, not
+    the user the command acts for (``issue_token alice`` is not alice making a token)."""
+    return f"operator (manage.py {command})"
+
+
 def audit_record(**entry: Any) -> AuditEntry:
     """Append one audit entry (the arguments are :func:`audit_prepare`'s)."""
     return audit_prepare(**entry).run()
@@ -41,7 +47,9 @@ def audit_prepare(
     appended by ``.run()`` (its values converted already: a submit prepares it before its
     transaction; apps/core/prepared.py).
 
-    ``actor`` may be None for the system (scheduler, reaper); ``target`` any model
+    ``actor`` may be None for the system (scheduler, reaper), or a text naming who acted
+    outside the site (:func:`operator_named`: an operator at the server's shell, acting for a
+    user, is not that user); ``target`` any model
     instance (its class name and primary key are kept, not a foreign key, so the entry
     outlives it); ``target_id`` names the key a just-deleted target had.
     """
@@ -49,7 +57,7 @@ def audit_prepare(
     team_id = team.pk if isinstance(team, Team) else team
     return AUDIT_INSERT.prepare(
         actor=actor_obj,
-        actor_name=actor_obj.get_username() if actor_obj else "system",
+        actor_name=actor_obj.get_username() if actor_obj else actor[:150] if isinstance(actor, str) else "system",
         team_id=team_id,
         action=str(action),
         target_type=type(target).__name__.lower() if target is not None else "",

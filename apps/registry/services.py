@@ -130,7 +130,7 @@ def weights_check(path: Path) -> dict:
         raise WeightsRefused(f"weights refused: {exc}", offending=exc.offending) from None
 
 
-def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int) -> ModelVersion:
+def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int, by=None) -> ModelVersion:
     """Store uploaded weights as the next version of ``<stem>`` in the team's registry.
 
     1. A plain ``name.pt`` and at most WEIGHTS_UPLOAD_MAX_BYTES (WeightsRefused naming the field).
@@ -139,7 +139,8 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int) -
     3. Charged to the team's storage quota (StorageQuotaExceeded).
     4. In one transaction: the version number, the file moved to
        ``models/<team>/<stem>/v<N>/<file>``, the row; with an object store the file is then
-       copied into it (:func:`_weights_store`); then audited.
+       copied into it (:func:`_weights_store`); then audited, as done by ``by`` (the
+       operator's command) or else ``user``.
     ``model=<file>`` in a spec then resolves to the newest such upload of the team.
     """
     if not member_name_ok(filename):
@@ -173,7 +174,7 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int) -
         storage_release(key=charge)
         raise
     _weights_store(version)
-    audit_record(actor=user, action=AuditEntry.Action.WEIGHTS_UPLOAD, team=team, target=version,
+    audit_record(actor=by or user, action=AuditEntry.Action.WEIGHTS_UPLOAD, team=team, target=version,
                  message=f"weights {filename} uploaded as {version}", data={
                      "name": name, "version": number, "file": filename, "sha256": sha256, "bytes": received})
     return version

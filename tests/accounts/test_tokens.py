@@ -150,6 +150,18 @@ def test_issue_token_refuses_an_expiry_that_makes_no_sense(args, words, alice):
     assert not ApiToken.objects.filter(user=alice).exists()
 
 
+def test_issue_token_is_audited_as_the_operator_not_as_the_user(alice):
+    """The operator at the shell made alice a token: the log said alice made it (manager trial F29)."""
+    from django.core.management import call_command
+
+    from apps.accounts.models import AuditEntry
+
+    call_command("issue_token", "alice", stdout=io.StringIO())
+    entry = AuditEntry.objects.get(action="token.create")
+    assert (entry.actor, entry.actor_name) == (None, "operator (manage.py issue_token)")
+    assert entry.data["user"] == "alice"
+
+
 def test_issue_token_refuses_a_deactivated_user(alice):
     from django.core.management import CommandError, call_command
 

@@ -189,3 +189,10 @@ def test_the_weights_command_stores_team_weights(yolov8n_pt, teams, alice):
     call_command("weights", "add", str(yolov8n_pt), "--team", "vision", "--user", "alice", stdout=io.StringIO())
     version = ModelVersion.objects.get()
     assert (version.team.slug, version.uploaded_by, version.source) == ("vision", alice, "upload")
+    # The operator did it for alice: the audit log must not show alice uploading (manager trial F29).
+    from apps.accounts.models import AuditEntry
+
+    entry = AuditEntry.objects.get(action="weights.upload")
+    assert (entry.actor, entry.actor_name) == (None, "operator (manage.py weights add)")
+    call_command("weights", "add", str(yolov8n_pt), "--shared", "--name", "base.pt", stdout=io.StringIO())
+    assert AuditEntry.objects.get(action="weights.shared_add").actor_name == "operator (manage.py weights add)"

@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from apps.accounts.services import TOKEN_MAX_DAYS, token_create
+from apps.accounts.services import TOKEN_MAX_DAYS, operator_named, token_create
 
 
 class Command(BaseCommand):
@@ -29,5 +29,5 @@ class Command(BaseCommand):
         if days is not None and not 1 <= days <= TOKEN_MAX_DAYS:
             # 0 made a token that never expires, -3 one expired on arrival (manager trial)
             raise CommandError(f"--days {days}: give 1 to {TOKEN_MAX_DAYS} days, or leave it out for no expiry")
-        _, key = token_create(user=user, name=name, ttl_days=days)
+        _, key = token_create(user=user, name=name, ttl_days=days, by=operator_named("issue_token"))
         self.stdout.write(key)

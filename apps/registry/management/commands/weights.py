@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.models import Team
-from apps.accounts.services import StorageQuotaExceeded
+from apps.accounts.services import StorageQuotaExceeded, operator_named
 from apps.core.storage import StorageUnavailable
 from apps.registry.checkpoint_scan import member_name_ok
 from apps.registry.models import ModelVersion, SharedWeights
@@ -54,7 +54,8 @@ class Command(BaseCommand):
         try:
             if shared:
                 before = SharedWeights.objects.filter(filename=filename).values_list("sha256", flat=True).first()
-                row = shared_weights_add(source=source, filename=filename, replace=replace)
+                row = shared_weights_add(source=source, filename=filename, replace=replace,
+                                         by=operator_named("weights add"))
                 done = ("already there with the same bytes: unchanged" if before == row.sha256 else
                         f"replaced (was sha256 {before[:12]}…)" if before else "added")
                 self.stdout.write(self.style.SUCCESS(
@@ -68,7 +69,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no user {user!r}")
             with source.open("rb") as handle:
                 version = weights_upload(user=uploader, team=owner, upload=handle, filename=filename,
-                                         size=source.stat().st_size)
+                                         size=source.stat().st_size, by=operator_named("weights add"))
             self.stdout.write(self.style.SUCCESS(f"{filename} stored for {owner.slug} as {version}"))
         except WeightsRefused as exc:
             raise CommandError(f"{file}: {exc}") from None
