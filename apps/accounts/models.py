@@ -17,6 +17,17 @@ class Team(models.Model):
     # Uploaded datasets and weights together (StorageCharge); empty = settings.TEAM_STORAGE_QUOTA_GB.
     storage_quota_gb = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)],
                                          help_text="uploaded datasets and weights; empty = the site default")
+
+    class UrgentBy(models.TextChoices):
+        MEMBERS = "members", "every member"
+        MANAGERS = "managers", "managers only"
+
+    # The team's urgent allowance (TeamQuota) is spent by whoever submits urgent first: the
+    # team's managers decide who may (manager trial F41). A superuser always may.
+    urgent_by = models.CharField(
+        "who may submit urgent jobs", max_length=10, choices=UrgentBy.choices, default=UrgentBy.MEMBERS,
+        help_text="the team's urgent allowance is spent by whoever submits urgent jobs first; "
+                  "with 'managers only' a member's urgent submit is refused (they may use high)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

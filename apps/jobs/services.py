@@ -28,9 +28,9 @@ from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.accounts.models import AuditEntry, Team
+from apps.accounts.models import AuditEntry, Membership, Team
 from apps.accounts.selectors import team_rows
-from apps.accounts.services import audit_prepare, audit_record
+from apps.accounts.services import MANAGING_ROLES, audit_prepare, audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.errors import FieldErrors
 from apps.core.hashing import file_sha256
@@ -786,6 +786,8 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
         errors.update(train_args_limit_errors(spec))
     if spec.sweep and team is not None:
         errors.update(sweep_errors(spec, team))
+    if spec.priority == "urgent" and team is not None:
+        errors.update(urgent_errors(team, user))
 
     timeout = spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S
     if timeout > settings.MAX_JOB_TIMEOUT_S:
@@ -799,6 +801,18 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
     if errors:
         raise SpecError(errors)
     return ResolvedSpec(spec=spec, team=team, resolved=resolved, inputs=inputs)
+
+
+def urgent_errors(team: Team, user) -> dict[str, str]:
+    """An urgent submit where the team lets only its managers submit urgent jobs (Team.urgent_by)."""
+    if team.urgent_by != Team.UrgentBy.MANAGERS or user.is_superuser:
+        return {}
+    managers = Membership.objects.filter(team=team, role__in=MANAGING_ROLES, user__is_active=True)
+    if managers.filter(user=user).exists():
+        return {}
+    names = ", ".join(sorted(managers.values_list("user__username", flat=True))) or "none at present"
+    return {"priority": f"team {team.slug} lets only its managers submit urgent jobs (its managers: {names}): "
+                        "submit it as high, or ask a manager to raise its class once it is queued"}
 
 
 def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
@@ -990,7 +1004,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                                      message=f"submitted by {user.username} for team {resolved.team.slug}"
                                              f"{'; ' + what if what else ''}")
     audit_row = audit_prepare(actor=user, action=AuditEntry.Action.JOB_SUBMIT, team=job.team_id, target=job,
-                              message=job.task_name)
+                              message=job.task_name, data={"priority": spec.priority})
     try:
         with transaction.atomic():
             job_row.run()

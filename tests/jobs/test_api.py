@@ -249,3 +249,26 @@ def test_a_job_no_node_can_run_names_the_resource_and_what_the_nodes_have(resour
     body = response.json()
     assert list(body) == [field] and re.match(message, body[field][0]), body
     assert not Job.objects.exists()
+
+
+def test_a_team_that_keeps_urgent_for_its_managers_refuses_a_members_urgent_submit(alice, bob, demo_registered):
+    """The urgent allowance was spent by whichever member submitted urgent first; a team may
+    keep urgent for its managers (manager trial F41). The submit's audit entry names the class."""
+    from apps.accounts.models import AuditEntry, Team
+
+    urgent = SEED_SPEC.replace("priority: medium", "priority: urgent")
+    assert api_client(bob).post("/api/v1/jobs/", urgent, content_type="application/yaml").status_code == 201
+    Job.objects.all().delete()
+    Team.objects.filter(slug="vision").update(urgent_by=Team.UrgentBy.MANAGERS)
+
+    refused = api_client(bob).post("/api/v1/jobs/", urgent, content_type="application/yaml")
+    assert refused.status_code == 400
+    assert list(refused.json()) == ["priority"]
+    assert "team vision lets only its managers submit urgent jobs (its managers: alice)" in refused.json()["priority"][0]
+    assert not Job.objects.exists()
+    high = SEED_SPEC.replace("priority: medium", "priority: high")
+    assert api_client(bob).post("/api/v1/jobs/", high, content_type="application/yaml").status_code == 201
+    made = api_client(alice).post("/api/v1/jobs/", urgent.replace("user: vision", "user: vision\nallow_duplicate: true"),
+                                  content_type="application/yaml")
+    assert made.status_code == 201, made.content
+    assert AuditEntry.objects.get(action="job.submit", target_id=made.json()["id"]).data == {"priority": "urgent"}

@@ -117,7 +117,7 @@ def test_every_registered_admin_is_audited():
 def test_adds_deletes_inlines_and_actions_are_audited(superuser, teams, node):
     client = admin_client(superuser)
     # add
-    client.post("/admin/accounts/team/add/", {"slug": "lab", "name": "Lab", "shares": "1",
+    client.post("/admin/accounts/team/add/", {"slug": "lab", "name": "Lab", "shares": "1", "urgent_by": "members",
                                               "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
     (added,) = entries("admin.add")
     assert added.data["changes"]["slug"] == {"from": None, "to": "lab"}
