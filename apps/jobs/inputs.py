@@ -143,23 +143,27 @@ def _task_check(spec: JobSpec, data: DataRef, resolved: dict[str, Any], errors: 
 
 def _classes_check(spec: JobSpec, data: DataRef, model: ModelRef | None, errors: dict[str, str]) -> None:
     """A val job's dataset must have the model's classes, id for id: Ultralytics reports every class
-    under the model's name for that id. Left to run when the model's classes are not known, and
-    with ``single_cls`` (every class is one)."""
-    version = model.weights.version if model is not None and model.weights else None
-    if spec.train_args.get("single_cls") or version is None or data.dataset is None:
+    under the model's name for that id. Left to run when the model's classes are not known (a
+    team's own weights file, a checkpoint whose names the scan could not read), and with
+    ``single_cls`` (every class is one)."""
+    weights = model.weights if model is not None else None
+    if spec.train_args.get("single_cls") or weights is None or data.dataset is None:
         return
-    ours = version.class_names
+    version = weights.version
+    ours = version.class_names if version is not None else weights.class_names
     theirs = [str(name) for name in data.dataset.names or []]
     if ours is None or not theirs or ours == theirs:
         return
     first = next((i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None)
     differs = (f"class {first} is {theirs[first]!r} in the dataset and {ours[first]!r} in the model"
                if first is not None else "the first classes agree")
+    named = version.reference if version is not None else f"weights {spec.train_args.get('model')}"
+    trained_on = version.dataset if version is not None else None
     errors[_field(spec, "data")] = (
         f"dataset {data.dataset.reference} has {len(theirs)} classes ({_names(theirs)}) and model "
-        f"{version.reference} {len(ours)} ({_names(ours)}): {differs}; the per-class results would carry the "
+        f"{named} {len(ours)} ({_names(ours)}): {differs}; the per-class results would carry the "
         f"model's names. Evaluate on a dataset with the model's classes"
-        f"{f' (it was trained on {version.dataset.reference})' if version.dataset else ''}, or add single_cls=true")
+        f"{f' (it was trained on {trained_on.reference})' if trained_on else ''}, or add single_cls=true")
 
 
 def _names(names: list[str], shown: int = 5) -> str:

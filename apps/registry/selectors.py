@@ -58,6 +58,9 @@ class WeightsRef:
     parent: dict  # {"kind": "version" | "shared" | "team-file", …, "sha256"}
     version: ModelVersion | None = None
     task: str = ""
+    # The model's class names by id when known without loading it: a version's, or what the
+    # checkpoint scan read from shared weights (SharedWeights.scan); None when not known.
+    class_names: list[str] | None = None
 
 
 _VERSION_REF = re.compile(r"^([\w.-]+):(?:v(\d+)|latest|(staging|production))$")
@@ -118,14 +121,18 @@ def weights_resolve(*, team, reference: str) -> WeightsRef:
         # there); this machine's own weights/ folder is not what the GPU servers read.
         row = SharedWeights.objects.filter(filename=reference).first()
         if row is not None:
-            return WeightsRef(key=row.key, sha256=row.sha256, task=row.task,
+            return WeightsRef(key=row.key, sha256=row.sha256, task=row.task, class_names=row.scan.get("class_names"),
                               parent={"kind": "shared", "name": reference, "sha256": row.sha256})
     shared_root = root_path("weights")
     path = (shared_root / reference).resolve()
     if path.parent == shared_root and path.is_file():
         row = SharedWeights.objects.filter(filename=reference).first()
         sha256 = row.sha256 if row is not None and row.size == path.stat().st_size else file_sha256(path)
+        # The row's scan describes these bytes only while the hashes agree (a file replaced
+        # by hand beside the command is not what was scanned).
+        scanned = row is not None and row.sha256 == sha256
         return WeightsRef(key=artifact_key(path), sha256=sha256, task=row.task if row else "",
+                          class_names=row.scan.get("class_names") if scanned else None,
                           parent={"kind": "shared", "name": reference, "sha256": sha256})
     raise ValueError(
         f"weights {reference!r} are neither your team's nor shared; nothing is downloaded here — upload them "

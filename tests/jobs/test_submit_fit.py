@@ -217,6 +217,25 @@ def test_a_val_of_uploaded_weights_is_checked_against_the_classes_their_model_na
     assert submit(bob, "yolo val model=shapes:v1 data=demo").status_code == 201
 
 
+def test_a_val_of_shared_weights_is_checked_against_the_classes_their_scan_read(bob, demo_registered, shapes_pt,
+                                                                              settings, tmp_path):
+    """Shared base weights were never class-checked (only registered versions were): the scan at
+    ``weights add --shared`` reads their names too. A file replaced by hand beside the command
+    is not what was scanned: left to run."""
+    from apps.registry.services import shared_weights_add
+
+    settings.WEIGHTS_DIR = tmp_path / "weights"
+    shared_weights_add(source=shapes_pt, filename="shapes-base.pt")
+    dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")
+    response = submit(bob, "yolo val model=shapes-base.pt data=scratches")
+    assert response.status_code == 400
+    assert ("dataset scratches:v1 has 2 classes (scratch, dent) and model weights shapes-base.pt 3 "
+            "(rectangle, circle, triangle)") in response.json()["command.data"][0]
+    assert submit(bob, "yolo val model=shapes-base.pt data=demo").status_code == 201
+    (settings.WEIGHTS_DIR / "shapes-base.pt").write_bytes(shapes_pt.read_bytes() + b"\0")
+    assert submit(bob, "yolo val model=shapes-base.pt data=scratches").status_code == 201
+
+
 def test_a_val_of_a_segment_model_on_boxes_is_refused(bob, shapes_v1):
     ModelVersion.objects.filter(pk=shapes_v1.pk).update(task="segment")
     response = submit(bob, "yolo val model=pcb:v1 data=demo")
