@@ -96,6 +96,7 @@ def test_a_superuser_edit_of_a_running_job_is_audited_with_before_and_after(supe
     (entry,) = entries("admin.change", target_id=str(job.pk))
     assert entry.actor_name == "root" and entry.team_id == teams["vision"].pk
     assert entry.data["changes"] == {"gpus": {"from": 2.0, "to": 1.0}, "retries_left": {"from": 0, "to": 3}}
+    assert entry.message == f"job {job} by root"
 
 
 def test_a_save_that_changes_nothing_records_nothing(superuser, bob, teams):
@@ -217,6 +218,8 @@ def test_a_superuser_sets_a_quota_and_it_is_audited_with_before_and_after(superu
     assert client.post(url, form_data(client, url) | {"max_gpus": "4"}).status_code == 302
     (entry,) = entries("quota.change")
     assert entry.data["changes"] == {"max_gpus": {"from": 2.0, "to": 4.0}}
+    # Said once: it read "quota.change team quota quota of vision by root" (manager trial F26).
+    assert entry.message == "quota of vision by root"
 
 
 @pytest.mark.parametrize(("values", "field", "words"), [
