@@ -67,6 +67,12 @@ class SchedulerConfig(models.Model):
         return f"scheduler configuration ({self.policy})"
 
     def clean(self) -> None:
+        # A zero or negative duration is its own field's error, in the form's words (Django runs
+        # clean() after a field failed too): PolicyConfig's says "half_life_s must be > 0" on a
+        # field labelled "Half life hours" (manager trial F26).
+        if any(value is None or value <= 0
+               for value in (self.half_life_hours, self.age_cap_hours, self.size_cap_gpu_hours)):
+            return
         try:
             self.to_policy()
         except ValueError as exc:

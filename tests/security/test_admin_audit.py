@@ -405,3 +405,17 @@ def test_job_actions_name_each_job_they_left_alone_and_audit_only_what_changed(m
                     "left alone: bob-rq is running: class not changed (only queued jobs change class)")
     assert Job.objects.get(pk=queued.pk).priority_class == "urgent"
     assert [(e.data["action"], e.target_id) for e in entries("admin.action")] == [("make_urgent", str(queued.pk))]
+
+
+def test_a_zero_half_life_is_refused_at_its_field_in_the_forms_words(superuser):
+    """It said "half_life_s must be > 0" above the form, on a field labelled Half life hours (F26)."""
+    from apps.scheduling.models import SchedulerConfig
+
+    config = SchedulerConfig.current()
+    client = admin_client(superuser)
+    url = f"/admin/scheduling/schedulerconfig/{config.pk}/change/"
+    response = client.post(url, form_data(client, url) | {"half_life_hours": "0"})
+    assert response.status_code == 200
+    form = response.context["adminform"].form
+    assert list(form.errors) == ["half_life_hours"], form.errors
+    assert "half_life_s" not in response.content.decode()
