@@ -35,6 +35,9 @@ from .services import audit_record
 
 # Never copy these into an entry: a password hash is a secret even when hashed.
 SECRET_FIELDS = {"password", "key_hash"}
+# Counters every event moves (a job's message number, its stored log size): what an action did
+# to them is bookkeeping, not what it did (manager trial F26: a cancel listed its ``seq``).
+BOOKKEEPING_FIELDS = {"seq", "log_bytes"}
 
 
 def plain(value: Any) -> Any:
@@ -186,6 +189,7 @@ class AuditedModelAdmin:
             for obj, before in rows:
                 after = stored(obj)
                 changes = diff(before, snapshot(after)) if after is not None else {}
+                changes = {name: change for name, change in changes.items() if name not in BOOKKEEPING_FIELDS}
                 if changes:  # an action that left a row alone is no change (trial 14, F1: `changes: {}`)
                     self.audit(request, AuditEntry.Action.ADMIN_ACTION, obj, action=name, changes=changes)
             return result
