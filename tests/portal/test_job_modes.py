@@ -156,15 +156,17 @@ def test_an_unfinished_or_failed_model_job_says_where_its_results_will_be(bob, c
 
 @pytest.fixture
 def shared(stores, tmp_path):
-    """yolov8s.pt as shared base weights (an admin's ``manage.py weights add --shared``): no version."""
+    """yolov8s.pt as shared base weights (an admin's ``manage.py weights add --shared``): no version.
+    Its model names the demo dataset's classes: a val on other classes is refused at submit."""
     import io
 
     from django.core.management import call_command
 
+    from apps.datasets.demo import CLASS_NAMES
     from tests.registry.conftest import build_checkpoint
 
-    call_command("weights", "add", str(build_checkpoint("yolov8n.yaml", tmp_path)), "--shared", "--name",
-                 "yolov8s.pt", stdout=io.StringIO())
+    weights = build_checkpoint("yolov8n.yaml", tmp_path, names=dict(CLASS_NAMES))
+    call_command("weights", "add", str(weights), "--shared", "--name", "yolov8s.pt", stdout=io.StringIO())
 
 
 def test_a_val_of_shared_weights_keeps_its_evaluation_for_the_team(bob, carol, shared, demo_registered):
