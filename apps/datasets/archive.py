@@ -104,6 +104,7 @@ class ArchivePlan:
     skipped: list[str] = field(default_factory=list)
     kpt_shape: list[int] | None = None  # a pose dataset's [keypoints, values per keypoint]
     flip_idx: list[int] | None = None  # which keypoint each one becomes when the image is mirrored
+    kpt_names: dict[int, list[str]] | None = None  # each class's keypoint names (Ultralytics keeps them in the model)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -221,6 +222,35 @@ def _keypoints(document: dict, yaml_name: str, problems: list[Problem]) -> tuple
                                                           f"{str(flip_idx)[:200]}"))
         return kpt_shape, None
     return kpt_shape, flip_idx
+
+
+def _keypoint_names(document: dict, yaml_name: str, names: dict[int, str], kpt_shape: list[int] | None,
+                    problems: list[Problem]) -> dict[int, list[str]] | None:
+    """data.yaml's ``kpt_names``: for classes of ``names``, the name of each of the ``kpt_shape[0]``
+    keypoints (Ultralytics stores them in the trained model and its exports). None when absent."""
+    value = document.get("kpt_names")
+    if value is None:
+        return None
+    where = f"{yaml_name}: kpt_names"
+    if kpt_shape is None:
+        problems.append(Problem(where, "is given without kpt_shape (it names pose keypoints)"))
+        return None
+    count = kpt_shape[0]
+    shape = f"must map class ids to lists of {count} keypoint names, e.g. {{0: [nose, left_eye, …]}}"
+    if not isinstance(value, dict) or not value:
+        problems.append(Problem(where, f"{shape}; got {str(value)[:200]}"))
+        return None
+    kept: dict[int, list[str]] = {}
+    for key, listed in value.items():
+        if not isinstance(key, int) or isinstance(key, bool) or key not in names:
+            problems.append(Problem(where, f"{key!r} is no class id of names ({', '.join(map(str, names)) or 'none'})"))
+            return None
+        if (not isinstance(listed, list) or len(listed) != count
+                or not all(isinstance(name, str) and 0 < len(name) <= 100 for name in listed)):
+            problems.append(Problem(where, f"class {key}: {shape}; got {str(listed)[:200]}"))
+            return None
+        kept[key] = listed
+    return kept
 
 
 def _label_problems(text: str, num_classes: int, kpt_shape: list[int] | None = None) -> str | None:
@@ -396,6 +426,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         problems.append(Problem(f"{yaml_name}: names", names))
         names = {}
     kpt_shape, flip_idx = _keypoints(document, yaml_name, problems)
+    kpt_names = _keypoint_names(document, yaml_name, names, kpt_shape, problems)
 
     image_files = {rel for rel in by_relative if posixpath.splitext(rel)[1].lower() in IMAGE_SUFFIXES}
     label_files = {rel for rel in by_relative if rel.endswith(LABEL_SUFFIX)}
@@ -470,7 +501,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     return ArchivePlan(
         members=members, directories=dirs, data_yaml=document, names=names, splits=splits,
         num_images=len(image_files), num_labels=len(label_files), uncompressed_bytes=declared, skipped=skipped,
-        kpt_shape=kpt_shape, flip_idx=flip_idx,
+        kpt_shape=kpt_shape, flip_idx=flip_idx, kpt_names=kpt_names,
     )
 
 
@@ -524,7 +555,7 @@ def _safe_target(root: Path, relative: str) -> Path:
 
 def data_yaml_text(plan: ArchivePlan) -> str:
     """The data.yaml the platform stores: relative split folders, the names and a pose dataset's
-    ``kpt_shape`` and ``flip_idx`` (checked by :func:`archive_inspect`), no extras.
+    ``kpt_shape``, ``flip_idx`` and ``kpt_names`` (checked by :func:`archive_inspect`), no extras.
 
     No ``path``: Ultralytics then takes the YAML's own folder as the dataset root, so a
     stored version stays valid wherever the data store is mounted (rows hold keys only).
@@ -538,4 +569,6 @@ def data_yaml_text(plan: ArchivePlan) -> str:
         document["kpt_shape"] = plan.kpt_shape
         if plan.flip_idx is not None:
             document["flip_idx"] = plan.flip_idx
+        if plan.kpt_names is not None:
+            document["kpt_names"] = plan.kpt_names
     return yaml.safe_dump(document, sort_keys=False)

@@ -101,16 +101,17 @@ def test_keypoints_without_kpt_shape_are_named_for_a_pose_job(bob):
     assert "holds keypoints (pose labels) but its data.yaml has no kpt_shape" in response.json()["command.data"][0]
 
 
-POSE_YAML = DATA_YAML + "kpt_shape: [2, 3]\nflip_idx: [1, 0]\n"
+POSE_YAML = DATA_YAML + "kpt_shape: [2, 3]\nflip_idx: [1, 0]\nkpt_names: {0: [left, right]}\n"
 POSE = b"0 0.5 0.5 0.2 0.2 0.45 0.45 2 0.55 0.45 1\n"  # a box, then 2 keypoints of x y visibility
 
 
 def test_an_uploaded_pose_dataset_keeps_its_kpt_shape_and_serves_a_pose_job(bob):
-    """Uploads rewrite data.yaml: kpt_shape and flip_idx stay in it, so Ultralytics can train pose on it."""
+    """Uploads rewrite data.yaml: kpt_shape and flip_idx stay in it, so Ultralytics can train pose on it,
+    and kpt_names, which the trained model and its exports carry (it was dropped)."""
     stats = dataset_post(bob, "people", POSE, data_yaml=POSE_YAML)["stats"]
     assert (stats["labels"], stats["kpt_shape"]) == ("keypoints", [2, 3])
     stored = yaml.safe_load(artifact_path(Dataset.objects.get(name="people").yaml_key).read_text())
-    assert (stored["kpt_shape"], stored["flip_idx"]) == ([2, 3], [1, 0])
+    assert (stored["kpt_shape"], stored["flip_idx"], stored["kpt_names"]) == ([2, 3], [1, 0], {0: ["left", "right"]})
     response = submit(bob, "yolo pose train data=people model=yolov8n-pose.yaml epochs=1")
     assert response.status_code == 201, response.content
 
@@ -119,6 +120,9 @@ def test_an_uploaded_pose_dataset_keeps_its_kpt_shape_and_serves_a_pose_job(bob)
     (DATA_YAML + "kpt_shape: [2, 4]\n", "data.yaml: kpt_shape", "must be 2 (x y) or 3 (x y visibility)"),
     (DATA_YAML + "kpt_shape: 17\n", "data.yaml: kpt_shape", "two positive whole numbers"),
     (DATA_YAML + "kpt_shape: [2, 3]\nflip_idx: [0, 0]\n", "data.yaml: flip_idx", "each keypoint 0…1 once"),
+    (DATA_YAML + "kpt_shape: [2, 3]\nkpt_names: {0: [nose]}\n", "data.yaml: kpt_names", "lists of 2 keypoint names"),
+    (DATA_YAML + "kpt_shape: [2, 3]\nkpt_names: {7: [a, b]}\n", "data.yaml: kpt_names", "7 is no class id of names"),
+    (DATA_YAML + "kpt_names: {0: [a, b]}\n", "data.yaml: kpt_names", "without kpt_shape"),
 ])
 def test_a_bad_kpt_shape_or_flip_idx_is_refused_naming_data_yaml(bob, data_yaml, where, problem):
     files = {"data.yaml": data_yaml.encode(), "images/train/0.png": PNG, "labels/train/0.txt": POSE,
