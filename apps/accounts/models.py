@@ -134,6 +134,7 @@ class AuditEntry(models.Model):
         JOB_SUBMIT = "job.submit"
         JOB_CANCEL = "job.cancel"
         JOB_REQUEUE = "job.requeue"
+        JOB_CLASS = "job.class"
         QUOTA_CHANGE = "quota.change"
         ROLE_CHANGE = "role.change"
         MEMBERSHIP_REMOVE = "membership.remove"

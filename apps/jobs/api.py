@@ -18,7 +18,7 @@ from rest_framework.relations import PKOnlyObject
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import is_manager_of, team_filter
+from apps.accounts.selectors import team_filter
 from apps.accounts.throttles import SubmitThrottle
 from apps.core.api import field_errors
 from apps.core.errors import FieldErrors
@@ -30,7 +30,7 @@ from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
-from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, queue_list
+from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, job_may_requeue, queue_list
 from .services import DuplicateJob, IdempotencyKeyReused, TooManyActiveJobs, job_cancel, job_requeue, job_submit
 from .spec import SpecError, parse_spec
 
@@ -338,7 +338,7 @@ class JobRequeue(APIView):
     @extend_schema(request=None, responses={202: JobOut, 403: ERROR, 404: ERROR, 409: ERROR})
     def post(self, request, job_id):
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
-        if not is_manager_of(user=request.user, team=job.team):
+        if not job_may_requeue(user=request.user, job=job):
             return Response({"detail": "only a manager of the job's team may requeue it"},
                             status=status.HTTP_403_FORBIDDEN)
         if job.is_sweep:

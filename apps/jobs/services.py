@@ -340,10 +340,14 @@ def job_queue_info_set(updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
 
 
 def job_class_set(job: Job, *, priority_class: str, by) -> bool:
-    """A manager moves a queued job to another priority class."""
+    """A manager moves a queued job to another priority class (audited as ``job.class``, with the class before)."""
+    before = job.priority_class
     changed = Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(priority_class=priority_class) == 1
     if changed:
-        job_event(job, "class_changed", f"priority class set to {priority_class} by {by.username}")
+        message = f"priority class set to {priority_class} by {by.username}"
+        job_event(job, "class_changed", message)
+        audit_record(actor=by, action=AuditEntry.Action.JOB_CLASS, team=job.team_id, target=job,
+                     message=f"{before} → {priority_class}", data={"from": before, "to": priority_class})
     return changed
 
 

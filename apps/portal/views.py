@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from apps.accounts.selectors import team_list, token_list
+from apps.accounts.selectors import managed_team_ids, team_list, token_list
 from apps.accounts.services import TOKEN_MAX_DAYS, token_issue, token_revoke
 from apps.accounts.throttles import AuthThrottle, SubmitThrottle, throttle_wait
 from apps.cluster.selectors import cluster_overview, cluster_totals
@@ -28,14 +28,23 @@ from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
-from apps.jobs.models import ACTIVE_STATES, TERMINAL_STATES, JobState
-from apps.jobs.selectors import JOB_NOT_VISIBLE, active_jobs_of, job_list, job_may_cancel, queue_depth_by_class
-from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_submit
+from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, TERMINAL_STATES, JobState, PriorityClass
+from apps.jobs.selectors import (
+    JOB_NOT_VISIBLE,
+    active_jobs_of,
+    job_list,
+    job_may_cancel,
+    job_may_requeue,
+    queue_depth_by_class,
+    team_active_jobs,
+)
+from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_class_set, job_requeue, job_submit
 from apps.jobs.spec import SpecError, parse_spec
 from apps.monitoring.services import cluster_history
 from apps.quotas.reports import GROUPS, report_for_page
 from apps.quotas.selectors import usage_summary
 from apps.registry.selectors import model_list
+from apps.scheduling.kick import kick_scheduler
 from apps.sweeps.selectors import sweep_view
 
 from .forms import SWEEP_METRICS, TRAIN_ARG_NAMES, JobForm, SweepForm, YamlSpecForm
@@ -57,11 +66,16 @@ JOBS_PER_PAGE = 50
 
 def dashboard_context(user) -> dict:
     nodes = cluster_overview(user=user)
+    manages = bool(managed_team_ids(user=user))
     return {
         "nodes": nodes,
         "totals": cluster_totals(nodes),
         "queue_depth": queue_depth_by_class(),
         "my_jobs": list(active_jobs_of(user=user).order_by("queue_position", "-created_at")[:50]),
+        # A manager watches the team's work too, not only their own (trial 14, F14).
+        "manages": manages,
+        "team_jobs": list(team_active_jobs(user=user).order_by("queue_position", "-created_at")[:50])
+        if manages else [],
     }
 
 
@@ -82,7 +96,11 @@ def dashboard_live(request):
 
 @login_required
 def jobs(request):
-    scope = request.GET.get("scope", "mine")
+    # A manager's list opens on the teams' jobs, a member's on their own (trial 14, F14).
+    default_scope = "team" if managed_team_ids(user=request.user) else "mine"
+    scope = request.GET.get("scope") or default_scope
+    if scope not in ("mine", "team"):
+        scope = default_scope
     state = request.GET.get("state", "")
     team = request.GET.get("team", "")
     queryset = job_list(user=request.user, mine=scope == "mine", team=team or None)
@@ -96,7 +114,7 @@ def jobs(request):
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "portal/jobs.html", {
-        "page": page, "scope": scope, "state": state, "team": team, "query": query.urlencode(),
+        "page": page, "scope": scope, "default_scope": default_scope, "state": state, "team": team, "query": query.urlencode(),
         "teams": [t.slug for t in team_list(user=request.user)],
         "states": ["active", "finished", *JobState.values],
     })
@@ -115,6 +133,7 @@ def job_detail(request, job_id):
         "inputs": (job.spec or {}).get("inputs") or {},
         "epochs": (job.spec.get("train_args") or {}).get("epochs"),
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
+        **manager_actions(request.user, job),
         "model_version": model_version,
         "trial": getattr(job, "trial", None) if job.parent_id else None,
         "page_config": {
@@ -170,6 +189,58 @@ def job_cancel_view(request, job_id):
         job.refresh_from_db(fields=["state"])
         messages.success(request, "Cancelled." if job.state == JobState.CANCELLED
                          else "Cancel requested; the worker is stopping the training process.")
+    return redirect("job", job_id=job.pk)
+
+
+def manager_actions(user, job) -> dict:
+    """The job page's manager buttons: requeue a starting/running job, change a queued job's class
+    (what the API's requeue and the admin's actions offer, to the same people)."""
+    manager = job_may_requeue(user=user, job=job)
+    return {
+        "can_requeue": manager and job.state in HOLDING_STATES and not job.is_sweep,
+        "can_change_class": manager and job.state == JobState.QUEUED and not job.is_sweep,
+        "classes": PriorityClass.values,
+    }
+
+
+@login_required
+@require_POST
+def job_requeue_view(request, job_id):
+    """The API's requeue (``JobRequeue``), its rules and messages, from the job page."""
+    job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+    if not job_may_requeue(user=request.user, job=job):
+        messages.error(request, "Only a manager of the job's team may requeue it.")
+    elif job.is_sweep:
+        messages.error(request, "state: a sweep runs no attempt of its own; requeue one of its trials.")
+    elif job.state not in HOLDING_STATES:
+        messages.error(request, f"state: the job is {job.state}; only starting or running jobs can be requeued.")
+    elif job_requeue(job, reason=f"requeued by {request.user.username}", kind="requeued", by=request.user):
+        messages.success(request, "Requeued: it resumes from its last checkpoint when it starts again.")
+    else:
+        messages.error(request, "state: the job changed state meanwhile; try again.")
+    return redirect("job", job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_class_view(request, job_id):
+    """Move a queued job to another priority class (the admin's "Set class" actions, same people)."""
+    job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+    wanted = request.POST.get("priority_class", "")
+    if not job_may_requeue(user=request.user, job=job):
+        messages.error(request, "Only a manager of the job's team may change its class.")
+    elif wanted not in PriorityClass.values:
+        messages.error(request, f"priority_class: must be one of {', '.join(PriorityClass.values)}, got {wanted!r}.")
+    elif job.is_sweep or job.state != JobState.QUEUED:
+        messages.error(request, f"state: the job is {'a sweep' if job.is_sweep else job.state}; "
+                                "only a queued job changes class.")
+    elif job.priority_class == wanted:
+        messages.info(request, f"The job is already {wanted}; nothing changed.")
+    elif job_class_set(job, priority_class=wanted, by=request.user):
+        kick_scheduler()
+        messages.success(request, f"Class changed from {job.priority_class} to {wanted}.")
+    else:
+        messages.error(request, "state: the job left the queue meanwhile; class not changed.")
     return redirect("job", job_id=job.pk)
 
 
