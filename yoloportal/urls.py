@@ -16,6 +16,7 @@ from apps.portal.admin import RQ_SUPERUSERS_ONLY
 from apps.portal.views import sign_out
 from apps.quotas.api import UsageView
 from apps.registry import api as registry_api
+from apps.scheduling import api as scheduling_api
 from apps.sweeps import api as sweeps_api
 
 api_v1 = [
@@ -32,6 +33,8 @@ api_v1 = [
     path("attempts/<uuid:attempt_id>/report/", attempts_api.AttemptReport.as_view(), name="api-attempt-report"),
     path("cluster/", ClusterView.as_view(), name="api-cluster"),
     path("usage/", UsageView.as_view(), name="api-usage"),
+    path("teams/", scheduling_api.TeamList.as_view(), name="api-teams"),
+    path("teams/<int:pk>/", scheduling_api.TeamDetail.as_view(), name="api-team"),
     path("models/", registry_api.ModelListView.as_view(), name="api-models"),
     path("models/<int:pk>/", registry_api.ModelDetailView.as_view(), name="api-model"),
     path("models/<int:pk>/download/", registry_api.ModelDownloadView.as_view(), name="api-model-download"),

@@ -45,6 +45,7 @@ from apps.quotas.reports import GROUPS, report_for_page
 from apps.quotas.selectors import usage_summary
 from apps.registry.selectors import model_list
 from apps.scheduling.kick import kick_scheduler
+from apps.scheduling.standing import TEAM_NOT_VISIBLE, standing_teams, team_standings
 from apps.sweeps.selectors import sweep_view
 
 from .forms import SWEEP_METRICS, TRAIN_ARG_NAMES, JobForm, SweepForm, YamlSpecForm
@@ -365,6 +366,17 @@ def usage(request):
         chart["cluster"] = cluster_history(days=30)
     return render(request, "portal/usage.html", {"summary": summary, "chart": chart, "report": report,
                                                  "errors": errors, "groups": GROUPS})
+
+
+@login_required
+def teams(request, pk: int | None = None):
+    """The limits in force for the caller's teams (or one of them) and each team's fair-share standing."""
+    if pk is None:
+        shown = list(standing_teams(user=request.user))
+    else:
+        shown = [get_or_404(standing_teams(user=request.user), pk, TEAM_NOT_VISIBLE)]
+    return render(request, "portal/teams.html", {"standings": team_standings(user=request.user, teams=shown),
+                                                 "one": pk is not None})
 
 
 @login_required

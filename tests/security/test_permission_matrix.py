@@ -34,6 +34,8 @@ ROUTES = {
     "api-queue": "collection",
     "api-cluster": "collection",
     "api-usage": "collection",
+    "api-teams": "collection",
+    "api-team": "object",
     "api-models": "collection",
     "api-model": "object",
     "api-model-download": "object",
@@ -140,7 +142,8 @@ def url_for(name: str, route: str, world) -> str:
     ids = {"api-model": world["model"].pk, "api-model-download": world["model"].pk,
            "api-model-stage": world["model"].pk, "api-export-download": world["export"].pk,
            "api-dataset": world["dataset"].pk, "api-dataset-sample": world["dataset"].pk,
-           "api-token": world["token"].pk, "api-notification-channel": world["channel"].pk}
+           "api-token": world["token"].pk, "api-notification-channel": world["channel"].pk,
+           "api-team": world["job"].team_id}
     url = "/" + route
     url = re.sub(r"<uuid:\w+>", str(world["sweep" if name == "api-job-sweep" else "job"].pk), url)
     url = re.sub(r"<int:index>", "0", url)
@@ -284,6 +287,7 @@ PORTAL_ROUTES = {
     "token-revoke": "token",
     "datasets": "page", "weights": "page", "models-compare": "page",
     "dataset": "dataset", "model": "model", "model-stage": "model",
+    "teams": "page", "team": "team",
 }
 
 
@@ -338,6 +342,13 @@ def test_an_outsider_gets_404_on_every_portal_model_and_dataset_page(name, route
     assert response.status_code in ((404,) if method == "post" or name != "model-stage" else (404, 405))
     world["model"].refresh_from_db()
     assert world["model"].stage == "none"
+
+
+@pytest.mark.parametrize(("name", "route"), [(n, r) for n, r in portal_routes() if PORTAL_ROUTES.get(n) == "team"])
+def test_an_outsider_gets_404_on_another_teams_portal_page(name, route, world, carol, bob):
+    url = "/" + re.sub(r"<int:\w+>", str(world["job"].team_id), route)
+    assert session_client(carol).get(url).status_code == 404
+    assert session_client(bob).get(url).status_code == 200  # the refusal is about access
 
 
 def test_an_outsider_cannot_compare_another_teams_models(world, carol):

@@ -37,26 +37,15 @@ def fair_tree(
         members.setdefault(team, set()).add(user)
     if not members:
         return {}
-    team_usage = {t: sum(usage.get((t, u), 0.0) for u in users) for t, users in members.items()}
-    total_usage = sum(team_usage.values())
-    total_shares = sum(max(teams.get(t, default_team).shares, 1e-12) for t in members)
-
-    def level(share: float, used: float) -> float:
-        return math.inf if used <= 0 else share / used
-
-    team_level = {
-        t: level(
-            max(teams.get(t, default_team).shares, 1e-12) / total_shares,
-            team_usage[t] / total_usage if total_usage > 0 else 0.0,
-        )
-        for t in members
-    }
+    standing = team_levels(members, usage, teams, default_team)
+    team_usage = {t: row.usage for t, row in standing.items()}
+    team_level = {t: row.level for t, row in standing.items()}
     ordered: list[tuple[tuple[float, float], tuple[str, str]]] = []
     for team in sorted(members, key=lambda t: (-team_level[t], t)):
         users = members[team]
         tu = team_usage[team]
         for user in sorted(users):
-            u_level = level(1.0 / len(users), usage.get((team, user), 0.0) / tu if tu > 0 else 0.0)
+            u_level = _level(1.0 / len(users), usage.get((team, user), 0.0) / tu if tu > 0 else 0.0)
             ordered.append(((team_level[team], u_level), (team, user)))
     # Stable sort by team level then user level, both descending; names break no ties in rank.
     ordered.sort(key=lambda item: (-item[0][0], -item[0][1]))
@@ -70,6 +59,46 @@ def fair_tree(
             previous = levels
         factors[pair] = (n - rank) / n
     return factors
+
+
+class TeamLevel(NamedTuple):
+    """One team's standing in :func:`fair_tree`'s first step."""
+
+    shares: float  # the team's shares (as the tree counts them: at least 1e-12)
+    total_shares: float  # the shares of every team in the tree (those with queued jobs or usage)
+    usage: float  # decayed GPU-seconds of the team's users in the tree
+    total_usage: float  # the same summed over every team in the tree
+    level: float  # share fraction / usage fraction; inf without usage (under-served before anyone)
+
+
+def _level(share: float, used: float) -> float:
+    return math.inf if used <= 0 else share / used
+
+
+def team_levels(
+    members: Mapping[str, Iterable[str]],
+    usage: Mapping[tuple[str, str], float],
+    teams: Mapping[str, TeamPolicy],
+    default_team: TeamPolicy,
+) -> dict[str, TeamLevel]:
+    """Step 1 of :func:`fair_tree` for every team in ``members`` (team -> its users in the tree):
+    the team's share of the shares over its share of the decayed usage. A team page shows these."""
+    team_usage = {t: sum(usage.get((t, u), 0.0) for u in users) for t, users in members.items()}
+    total_usage = sum(team_usage.values())
+    total_shares = sum(max(teams.get(t, default_team).shares, 1e-12) for t in members)
+    return {
+        t: TeamLevel(
+            shares=max(teams.get(t, default_team).shares, 1e-12),
+            total_shares=total_shares,
+            usage=team_usage[t],
+            total_usage=total_usage,
+            level=_level(
+                max(teams.get(t, default_team).shares, 1e-12) / total_shares,
+                team_usage[t] / total_usage if total_usage > 0 else 0.0,
+            ),
+        )
+        for t in members
+    }
 
 
 def age_factor(job: JobRequest, now: float, config: PolicyConfig) -> float:

@@ -1,0 +1,49 @@
+"""``teams/``: the limits in force for each of the caller's teams and its fair-share standing."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.openapi import ERROR
+from apps.core.selectors import get_or_404
+
+from .standing import TEAM_NOT_VISIBLE, standing_teams, team_standings
+
+
+class LimitOut(serializers.Serializer):
+    value = serializers.FloatField(allow_null=True, help_text="null: no limit")
+    source = serializers.ChoiceField(choices=["team", "site default"])
+
+
+class TeamStandingOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    team = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.CharField(allow_null=True)
+    window = serializers.CharField()
+    limits = serializers.DictField(child=LimitOut(), help_text=(
+        "max_gpus (with in_use), max_gpus_per_job, user_gpu_hours_per_day (with my_used_24h), "
+        "urgent_gpu_hours_per_day (with used_24h), urgent_max_gpus (with in_use)"))
+    fair_share = serializers.DictField(help_text=(
+        "shares, total_shares, share_fraction, decayed_gpu_hours, total_decayed_gpu_hours, usage_fraction, "
+        "level (share over usage fraction; null = no usage), standing, half_life_hours, members, my_factor"))
+
+
+class TeamList(APIView):
+    """Every team of the caller with its limits in force and fair-share standing."""
+
+    @extend_schema(responses={200: TeamStandingOut(many=True)})
+    def get(self, request):
+        return Response(team_standings(user=request.user, teams=list(standing_teams(user=request.user))))
+
+
+class TeamDetail(APIView):
+    """One of the caller's teams; another team's id is a 404, as one that does not exist."""
+
+    @extend_schema(responses={200: TeamStandingOut, 404: ERROR})
+    def get(self, request, pk: int):
+        team = get_or_404(standing_teams(user=request.user), pk, TEAM_NOT_VISIBLE)
+        return Response(team_standings(user=request.user, teams=[team])[0])
