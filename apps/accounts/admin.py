@@ -7,7 +7,13 @@ from django.http import HttpResponseRedirect
 from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
 
 from .models import ApiToken, AuditEntry, Membership, Team
-from .services import MANAGING_ROLES, last_manager_error, membership_remove, membership_set
+from .services import (
+    MANAGING_ROLES,
+    last_manager_error,
+    membership_remove,
+    membership_remove_preview,
+    membership_set,
+)
 
 MANAGER_ROLES = [(Membership.Role.MEMBER, "member"), (Membership.Role.MANAGER, "manager")]
 
@@ -113,7 +119,8 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
             saved = membership_set(user=membership.user, team=form.instance, role=membership.role, by=request.user)
             membership.pk = saved.pk  # the form's row is the one saved (the admin audit reads it back)
         for membership in formset.deleted_objects:
-            membership_remove(membership=membership, by=request.user)
+            for said in membership_remove(membership=membership, by=request.user):
+                self.message_user(request, said, messages.WARNING)
 
 
 @admin.register(Membership)
@@ -135,11 +142,21 @@ class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmi
     def delete_model(self, request, obj):
         if not self.manages(request, obj):
             raise PermissionDenied("you do not manage that team")
-        membership_remove(membership=obj, by=request.user)
+        for said in membership_remove(membership=obj, by=request.user):
+            self.message_user(request, said, messages.WARNING)
 
     def delete_queryset(self, request, queryset):
         for membership in queryset:
             self.delete_model(request, membership)
+
+    def get_deleted_objects(self, objs, request):
+        # The confirmation (one row's delete page, or "delete selected") says what else the
+        # removal does: the member's queued jobs in the team are cancelled (trial 14, F40).
+        if "post" not in request.POST:
+            for membership in objs:
+                for said in membership_remove_preview(membership=membership):
+                    self.message_user(request, said, messages.WARNING)
+        return super().get_deleted_objects(objs, request)
 
     # The last manager is not removed (trial 14, F13): refused with whom to make manager first,
     # on the delete page and in the bulk action alike (GuardedDeleteAdmin).

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from apps.core.departures import departure_apply, departure_preview
 from apps.core.errors import FieldErrors
 from apps.core.prepared import PendingRow, PreparedInsert
 
@@ -168,20 +169,35 @@ def membership_set(*, user, team: Team, role: str, by=None) -> Membership:
     return membership
 
 
-def membership_remove(*, membership: Membership, by=None) -> None:
+def membership_remove(*, membership: Membership, by=None) -> list[str]:
     """Take ``membership.user`` out of the team (audited); refused (:class:`FieldErrors` on
-    ``role``) for its last manager."""
+    ``role``) for its last manager.
+
+    What the member leaves behind is dealt with in the same transaction (:mod:`apps.core.departures`:
+    their queued jobs in the team are cancelled, naming who removed them); returns what was
+    done, a sentence each, for the person who removed them."""
     if refused := last_manager_error(membership=membership):
         raise FieldErrors({"role": refused})
     user, team, role = membership.user, membership.team, membership.role
     target_id = membership.pk
-    membership.delete()
-    # Their open job sockets of this team close now (they re-check every few seconds anyway).
-    transaction.on_commit(lambda: access_changed(user.pk))
-    audit_record(actor=by, action=AuditEntry.Action.MEMBERSHIP_REMOVE, team=team, target=membership,
-                 target_id=str(target_id),
-                 message=f"{user.get_username()} removed from {team.slug} (was {role})",
-                 data={"user": user.get_username(), "from": role, "to": None})
+    with transaction.atomic():
+        membership.delete()
+        done = departure_apply(user=user, team=team, by=by)
+        # Their open job sockets of this team close now (they re-check every few seconds anyway).
+        transaction.on_commit(lambda: access_changed(user.pk))
+        said = "; ".join(d.message for d in done)
+        audit_record(actor=by, action=AuditEntry.Action.MEMBERSHIP_REMOVE, team=team, target=membership,
+                     target_id=str(target_id),
+                     message=(f"{user.get_username()} removed from {team.slug} (was {role})"
+                              + (f": {said}" if said else ""))[:500],
+                     data={"user": user.get_username(), "from": role, "to": None,
+                           **{k: v for d in done for k, v in d.data.items()}})
+    return [d.message for d in done]
+
+
+def membership_remove_preview(*, membership: Membership) -> list[str]:
+    """What removing ``membership`` would do besides (its member's active jobs in the team), for a confirmation."""
+    return departure_preview(user=membership.user, team=membership.team)
 
 
 def user_ensure(*, username: str, password: str, superuser: bool = False):

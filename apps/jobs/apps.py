@@ -7,6 +7,8 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         # Datasets and model versions that active jobs still need may not be deleted.
-        from .guards import register
+        from . import departures, guards
 
-        register()
+        guards.register()
+        # A member taken out of a team leaves no queued job behind (apps/jobs/departures.py).
+        departures.register()

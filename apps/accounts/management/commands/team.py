@@ -91,10 +91,12 @@ class Command(BaseCommand):
         if membership is None:
             raise CommandError(f"{username} is not a member of {slug}")
         try:
-            membership_remove(membership=membership)
+            done = membership_remove(membership=membership)
         except FieldErrors as exc:
             raise CommandError(f"{username} not removed: {exc.errors['role']}") from None
         self.stdout.write(f"{username} removed from {slug}")
+        for said in done:
+            self.stdout.write(said)
 
     def list(self, **_):
         teams = Team.objects.prefetch_related("memberships__user").order_by("slug")

@@ -1,0 +1,76 @@
+"""A member taken out of a team leaves no job behind that would still be run for it (trial 14, F40).
+
+Chosen:
+- their **queued** jobs in that team are cancelled at once, in the removal's transaction, each
+  with the reason "its owner <user> was removed from <team>" and, through ``job_cancel``, an
+  audited ``job.cancel`` by whoever removed them (an operator's ``manage.py team`` has no user:
+  the reason says so). Nothing waits to run charged to a team its owner left, which its owner
+  could no longer see or cancel.
+- their **sweeps** in that team are cancelled too (a sweep keeps queuing trials as its owner).
+- their **running** (or starting) jobs are left to finish: work in progress the team may want
+  (checkpoints, a model version), which the team's managers still see and may cancel from the
+  job page. The removal says how many, and names them.
+"""
+
+from __future__ import annotations
+
+from apps.core.departures import Departure, on_departure
+
+from .models import HOLDING_STATES, Job, JobState
+
+SHOWN = 3
+
+
+def _jobs(*, user, team):
+    return Job.objects.filter(user=user, team=team, parent__isnull=True)
+
+
+def _counted(count: int, what: str) -> str:
+    return f"{count} {what} job{'s' if count != 1 else ''}"
+
+
+def _names(jobs) -> str:
+    names = [job.task_name for job in jobs[: SHOWN + 1]]
+    return ", ".join(names[:SHOWN]) + (" …" if len(names) > SHOWN else "")
+
+
+def departure_preview(*, user, team) -> str | None:
+    jobs = _jobs(user=user, team=team)
+    waiting = jobs.filter(state=JobState.QUEUED).count() + jobs.filter(is_sweep=True, state__in=HOLDING_STATES).count()
+    running = list(jobs.filter(state__in=HOLDING_STATES, is_sweep=False).order_by("created_at"))
+    if not waiting and not running:
+        return None
+    parts = []
+    if waiting:
+        parts.append(f"{_counted(waiting, 'queued')} (sweeps included) will be cancelled")
+    if running:
+        parts.append(f"{_counted(len(running), 'running')} ({_names(running)}) will be left to finish; "
+                     f"a manager may cancel {'them' if len(running) != 1 else 'it'} from the job page")
+    return f"{user.get_username()} has active jobs in {team.slug}: " + "; ".join(parts) + "."
+
+
+def departure_apply(*, user, team, by) -> Departure | None:
+    from .services import job_cancel
+
+    jobs = _jobs(user=user, team=team)
+    who = "" if by is not None else " by an operator (manage.py team)"
+    reason = f"its owner {user.get_username()} was removed from {team.slug}{who}"
+    waiting = list(jobs.filter(state=JobState.QUEUED).order_by("created_at"))
+    waiting += list(jobs.filter(is_sweep=True, state__in=HOLDING_STATES).order_by("created_at"))
+    cancelled = [job for job in waiting if job_cancel(job=job, by=by, reason=reason)]
+    running = list(jobs.filter(state__in=HOLDING_STATES, is_sweep=False).order_by("created_at"))
+    if not cancelled and not running:
+        return None
+    parts = []
+    if cancelled:
+        parts.append(f"{_counted(len(cancelled), 'queued')} cancelled ({_names(cancelled)})")
+    if running:
+        parts.append(f"{_counted(len(running), 'running')} left to finish ({_names(running)}); "
+                     f"a manager may cancel {'them' if len(running) != 1 else 'it'} from the job page")
+    return Departure(message=f"{user.get_username()}'s jobs in {team.slug}: " + "; ".join(parts),
+                     data={"cancelled_jobs": [str(job.pk) for job in cancelled],
+                           "running_jobs": [str(job.pk) for job in running]})
+
+
+def register() -> None:
+    on_departure(preview=departure_preview, apply=departure_apply)

@@ -1,0 +1,109 @@
+"""A member taken out of a team while their jobs wait there (trial 14, F40): the removal says how
+many, cancels their queued jobs in that team naming who removed them, and leaves running ones."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from apps.accounts.models import AuditEntry, Membership
+from apps.jobs.models import Job, JobState
+from tests.conftest import admin_client, make_user
+from tests.jobs.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def bobs_jobs(bob, teams):
+    make_user("bob", teams["robotics"])  # bob is in robotics too: his job there stays
+    return {
+        "queued": make_job(team=teams["vision"], user=bob, task_name="bob-orphan"),
+        "running": make_job(team=teams["vision"], user=bob, task_name="bob-long", state=JobState.RUNNING),
+        "finished": make_job(team=teams["vision"], user=bob, task_name="bob-done", state=JobState.SUCCEEDED),
+        "elsewhere": make_job(team=teams["robotics"], user=bob, task_name="bob-robotics"),
+    }
+
+
+def states(jobs: dict) -> dict:
+    return {name: Job.objects.get(pk=job.pk).state for name, job in jobs.items()}
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+def test_the_delete_confirmation_says_how_many_active_jobs_the_member_has(manager, bob, teams, bobs_jobs):
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    response = admin_client(manager).get(f"/admin/accounts/membership/{membership.pk}/delete/")
+    said = " ".join(messages_of(response))
+    assert "bob has active jobs in vision: 1 queued job (sweeps included) will be cancelled" in said
+    assert "1 running job (bob-long) will be left to finish" in said
+    assert states(bobs_jobs)["queued"] == JobState.QUEUED  # asking changes nothing
+
+
+def test_the_bulk_delete_confirmation_says_it_too(manager, bob, teams, bobs_jobs):
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    response = admin_client(manager).post("/admin/accounts/membership/", {
+        "action": "delete_selected", "_selected_action": [str(membership.pk)]})
+    assert any("1 queued job (sweeps included) will be cancelled" in m for m in messages_of(response))
+    assert Membership.objects.filter(pk=membership.pk).exists()
+
+
+def test_removing_a_member_cancels_their_queued_jobs_in_that_team_only(manager, bob, teams, bobs_jobs):
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    response = admin_client(manager).post(f"/admin/accounts/membership/{membership.pk}/delete/", {"post": "yes"},
+                                          follow=True)
+    assert states(bobs_jobs) == {"queued": JobState.CANCELLED, "running": JobState.RUNNING,
+                                 "finished": JobState.SUCCEEDED, "elsewhere": JobState.QUEUED}
+    assert any("bob's jobs in vision: 1 queued job cancelled (bob-orphan); 1 running job left to finish (bob-long)"
+               in m for m in messages_of(response))
+    event = bobs_jobs["queued"].events.get(kind="cancelled")
+    assert event.message == "cancelled by alice while queued: its owner bob was removed from vision"
+
+
+def test_the_removal_and_each_cancel_are_audited(manager, bob, teams, bobs_jobs):
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    admin_client(manager).post(f"/admin/accounts/membership/{membership.pk}/delete/", {"post": "yes"})
+    removal = AuditEntry.objects.get(action="membership.remove")
+    assert removal.actor_name == "alice" and "1 queued job cancelled" in removal.message
+    assert removal.data["cancelled_jobs"] == [str(bobs_jobs["queued"].pk)]
+    assert removal.data["running_jobs"] == [str(bobs_jobs["running"].pk)]
+    cancel = AuditEntry.objects.get(action="job.cancel")
+    assert cancel.actor_name == "alice" and cancel.target_id == str(bobs_jobs["queued"].pk)
+
+
+def test_deleting_the_member_on_the_team_page_cancels_too(manager, bob, teams, bobs_jobs):
+    from tests.security.test_admin_audit import form_data
+
+    client = admin_client(manager)
+    url = f"/admin/accounts/team/{teams['vision'].pk}/change/"
+    data = form_data(client, url)
+    index = next(i for i in range(int(data["memberships-TOTAL_FORMS"]))
+                 if data.get(f"memberships-{i}-id") == str(Membership.objects.get(user=bob, team=teams["vision"]).pk))
+    data[f"memberships-{index}-DELETE"] = "on"
+    response = client.post(url, data, follow=True)
+    assert states(bobs_jobs)["queued"] == JobState.CANCELLED
+    assert any("1 queued job cancelled" in m for m in messages_of(response))
+
+
+def test_the_team_command_says_what_it_cancelled_and_who_did_it(bob, alice, teams, bobs_jobs):
+    out = StringIO()
+    call_command("team", "remove-member", "vision", "bob", stdout=out)
+    assert out.getvalue().splitlines() == [
+        "bob removed from vision",
+        "bob's jobs in vision: 1 queued job cancelled (bob-orphan); 1 running job left to finish (bob-long); "
+        "a manager may cancel it from the job page"]
+    assert states(bobs_jobs)["queued"] == JobState.CANCELLED
+    event = bobs_jobs["queued"].events.get(kind="cancelled")
+    assert event.message == ("cancelled while queued: its owner bob was removed from vision "
+                             "by an operator (manage.py team)")
+
+
+def test_a_member_without_active_jobs_is_removed_without_a_word_more(bob, alice, teams):
+    make_job(team=teams["vision"], user=bob, state=JobState.SUCCEEDED)
+    out = StringIO()
+    call_command("team", "remove-member", "vision", "bob", stdout=out)
+    assert out.getvalue() == "bob removed from vision\n"
