@@ -238,6 +238,9 @@ class Explainer:
         ranges_get = ranges.get
         reserved_get = reserved_node.get
         ahead = 0
+        # How many of those ahead are each team's: a job's reason says how many of the jobs
+        # ahead are another team's, which its own team cannot see in its queue (trial 14, F34).
+        ahead_of_team: dict[str, int] = {}
         position = 0
         for w, eta in zip(waiting, pooled, strict=True):
             job = w.job
@@ -274,9 +277,9 @@ class Explainer:
                 if kind == "resources" and cls == job.priority_class and cls != "urgent":
                     # Most of a long queue: reason()'s first case without its dispatch (the
                     # urgent notes cannot apply: cls equals the class asked for, not urgent).
-                    text = waiting_text(job, ahead, eta)
+                    text = waiting_text(job, ahead, eta, ahead - ahead_of_team.get(job.team, 0))
                 else:
-                    text = reason(w, cls, ahead, eta)
+                    text = reason(w, cls, ahead, eta, ahead - ahead_of_team.get(job.team, 0))
                 entry_dict = {
                     "job_id": job_id,
                     "position": position,
@@ -296,6 +299,8 @@ class Explainer:
                 append(entry)
             if kind == "resources" or kind == "reserved":
                 ahead += 1
+                team = job.team
+                ahead_of_team[team] = ahead_of_team.get(team, 0) + 1
         return tuple(entries), wake_at
 
     def fmt(self, t: float) -> str:
@@ -321,29 +326,35 @@ class Explainer:
             text = self._gpus_text[key] = gpus_text(job)
         return text
 
-    def waiting_text(self, job: JobRequest, ahead: int, eta: float | None) -> str:
-        """The reason of a job waiting for resources (most of a long queue: caches inlined)."""
+    def waiting_text(self, job: JobRequest, ahead: int, eta: float | None, others: int = 0) -> str:
+        """The reason of a job waiting for resources (most of a long queue: caches inlined).
+
+        ``others``: how many of the ``ahead`` are other teams' jobs, which the job's own team
+        does not see in its queue: counted, never named ("behind 2 higher-priority jobs (1 of
+        another team)"). It changes only when ``ahead`` does, so the write-back stays a
+        position-and-reason write."""
         what = self._gpus_text.get((job.gpus, job.gpu_models))
         if what is None:
             what = self.gpus_text(job)
+        theirs = "" if not others else " (1 of another team)" if others == 1 else f" ({others} of other teams)"
         if eta is None:
             if ahead:
-                return f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}; waiting for {what}"
+                return f"behind {ahead} higher-priority job{'s' if ahead != 1 else ''}{theirs}; waiting for {what}"
             return f"waiting for {what}"
         when = self._fmt_cache.get(int(eta // 60))
         if when is None:
             when = self.fmt(eta)
         if ahead > 1:  # most of a long queue: one string built, not three joined
-            return f"behind {ahead} higher-priority jobs; waiting for {what}; expected {when}"
+            return f"behind {ahead} higher-priority jobs{theirs}; waiting for {what}; expected {when}"
         if ahead:
-            return f"behind 1 higher-priority job; waiting for {what}; expected {when}"
+            return f"behind 1 higher-priority job{theirs}; waiting for {what}; expected {when}"
         return f"waiting for {what}; expected {when}"
 
-    def reason(self, w: Waiting, cls: str, ahead: int, eta: float | None) -> str:
+    def reason(self, w: Waiting, cls: str, ahead: int, eta: float | None, others: int = 0) -> str:
         job, fmt = w.job, self.fmt
         kind = w.kind
         if kind == "resources":
-            text = self.waiting_text(job, ahead, eta)
+            text = self.waiting_text(job, ahead, eta, others)
         elif kind == "never":
             return w.note
         elif kind == "quota":
