@@ -42,7 +42,7 @@ def test_every_page_renders_without_script_errors_and_signs_out(live_portal, pag
     page.goto(f"{web.url}/accounts/login/")
     screenshot(page, "01-sign-in")
     sign_in(page, web.url, "alice", "pw-alice")
-    for path, name in [("/", "02-dashboard-idle"), ("/jobs/", "03-jobs-empty"), ("/usage/", "04-usage"),
+    for path, name in [("/", "02-dashboard-idle"), ("/jobs/", "03-jobs-empty"), ("/usage/", "04-usage"), ("/teams/", "04b-teams"),
                        ("/models/", "05-models-empty"), ("/tokens/", "06-tokens")]:
         page.goto(web.url + path)
         page.wait_for_load_state("networkidle")
@@ -175,4 +175,21 @@ def test_a_waiting_jobs_priority_is_whole_points_with_what_it_means(live_portal,
     title = page.get_attribute("#priority", "title")
     assert "highest first" in title and title.endswith("This job: fair-share 1.00 · age 0.01.")
     assert page.is_visible("#priority")
+    assert page.errors == []
+
+
+def test_a_manager_changes_a_teammates_queued_job_class_from_its_page(live_portal, page, alice, bob, node):
+    """Trial 14, F14: the job page's Change class, in a real browser (its live script stays quiet)."""
+    _, web = live_portal
+    job = submit(bob, task_name="bobs-waiting")
+    sign_in(page, web.url, "alice", "pw-alice")
+    page.goto(f"{web.url}/")
+    assert "bobs-waiting" in page.inner_text("#team-jobs")
+    page.click("#team-jobs a:has-text('bobs-waiting')")
+    page.wait_for_url(f"{web.url}/jobs/{job.pk}/")
+    page.select_option("#class-select", "high")
+    page.click("#class-button")
+    page.wait_for_url(f"{web.url}/jobs/{job.pk}/")
+    assert "Class changed from medium to high." in page.inner_text(".messages")
+    assert Job.objects.get(pk=job.pk).priority_class == "high"
     assert page.errors == []
