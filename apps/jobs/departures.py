@@ -36,13 +36,16 @@ def _names(jobs) -> str:
 
 def departure_preview(*, user, team) -> str | None:
     jobs = _jobs(user=user, team=team)
-    waiting = jobs.filter(state=JobState.QUEUED).count() + jobs.filter(is_sweep=True, state__in=HOLDING_STATES).count()
+    queued = jobs.filter(state=JobState.QUEUED, is_sweep=False).count()
+    sweeps = jobs.filter(is_sweep=True, state__in=(JobState.QUEUED, *HOLDING_STATES)).count()
     running = list(jobs.filter(state__in=HOLDING_STATES, is_sweep=False).order_by("created_at"))
-    if not waiting and not running:
+    if not queued and not sweeps and not running:
         return None
     parts = []
-    if waiting:
-        parts.append(f"{_counted(waiting, 'queued')} (sweeps included) will be cancelled")
+    if queued or sweeps:
+        what = " and ".join(([_counted(queued, "queued")] if queued else [])
+                            + ([f"{sweeps} sweep{'s' if sweeps != 1 else ''}"] if sweeps else []))
+        parts.append(f"{what} will be cancelled")
     if running:
         parts.append(f"{_counted(len(running), 'running')} ({_names(running)}) will be left to finish; "
                      f"a manager may cancel {'them' if len(running) != 1 else 'it'} from the job page")
@@ -62,8 +65,12 @@ def departure_apply(*, user, team, by) -> Departure | None:
     if not cancelled and not running:
         return None
     parts = []
-    if cancelled:
-        parts.append(f"{_counted(len(cancelled), 'queued')} cancelled ({_names(cancelled)})")
+    queued = [job for job in cancelled if not job.is_sweep]
+    sweeps = [job for job in cancelled if job.is_sweep]
+    if queued:
+        parts.append(f"{_counted(len(queued), 'queued')} cancelled ({_names(queued)})")
+    if sweeps:
+        parts.append(f"{len(sweeps)} sweep{'s' if len(sweeps) != 1 else ''} cancelled ({_names(sweeps)})")
     if running:
         parts.append(f"{_counted(len(running), 'running')} left to finish ({_names(running)}); "
                      f"a manager may cancel {'them' if len(running) != 1 else 'it'} from the job page")

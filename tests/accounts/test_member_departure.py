@@ -39,7 +39,7 @@ def test_the_delete_confirmation_says_how_many_active_jobs_the_member_has(manage
     membership = Membership.objects.get(user=bob, team=teams["vision"])
     response = admin_client(manager).get(f"/admin/accounts/membership/{membership.pk}/delete/")
     said = " ".join(messages_of(response))
-    assert "bob has active jobs in vision: 1 queued job (sweeps included) will be cancelled" in said
+    assert "bob has active jobs in vision: 1 queued job will be cancelled" in said
     assert "1 running job (bob-long) will be left to finish" in said
     assert states(bobs_jobs)["queued"] == JobState.QUEUED  # asking changes nothing
 
@@ -48,7 +48,7 @@ def test_the_bulk_delete_confirmation_says_it_too(manager, bob, teams, bobs_jobs
     membership = Membership.objects.get(user=bob, team=teams["vision"])
     response = admin_client(manager).post("/admin/accounts/membership/", {
         "action": "delete_selected", "_selected_action": [str(membership.pk)]})
-    assert any("1 queued job (sweeps included) will be cancelled" in m for m in messages_of(response))
+    assert any("1 queued job will be cancelled" in m for m in messages_of(response))
     assert Membership.objects.filter(pk=membership.pk).exists()
 
 
@@ -104,3 +104,16 @@ def test_the_team_command_says_what_it_cancelled_and_who_did_it(bob, alice, team
     event = bobs_jobs["queued"].events.get(kind="cancelled")
     assert event.message == ("cancelled while queued: its owner bob was removed from vision "
                              "by an operator (manage.py team)")
+
+
+def test_a_removed_members_sweep_stops_queuing_trials_for_the_team(manager, bob, teams):
+    sweep = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING, is_sweep=True, gpus=0, task_name="sw")
+    trial = make_job(team=teams["vision"], user=bob, task_name="sw-trial-1", parent=sweep)
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    client = admin_client(manager)
+    said = " ".join(messages_of(client.get(f"/admin/accounts/membership/{membership.pk}/delete/")))
+    assert "bob has active jobs in vision: 1 sweep will be cancelled." in said
+    response = client.post(f"/admin/accounts/membership/{membership.pk}/delete/", {"post": "yes"}, follow=True)
+    assert "bob's jobs in vision: 1 sweep cancelled (sw)" in messages_of(response)
+    assert Job.objects.get(pk=sweep.pk).state == JobState.CANCELLED
+    assert Job.objects.get(pk=trial.pk).state == JobState.CANCELLED
