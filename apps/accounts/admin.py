@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponseRedirect
 
@@ -13,6 +14,7 @@ from .services import (
     membership_remove,
     membership_remove_preview,
     membership_set,
+    user_deactivated,
 )
 
 MANAGER_ROLES = [(Membership.Role.MEMBER, "member"), (Membership.Role.MANAGER, "manager")]
@@ -206,3 +208,21 @@ class AuditEntryAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class DeactivatingUserAdmin(UserAdmin):
+    """Django's user admin; deactivating an account also deals with what it leaves behind
+    (:func:`apps.accounts.services.user_deactivated`): its queued jobs would still run, charged
+    to its teams, and a team could be left with no active manager (manager trial F40)."""
+
+    def save_model(self, request, obj, form, change):
+        was_active = change and type(obj)._base_manager.filter(pk=obj.pk, is_active=True).exists()
+        super().save_model(request, obj, form, change)
+        if was_active and not obj.is_active:
+            for said in user_deactivated(user=obj, by=request.user):
+                self.message_user(request, said, messages.WARNING)
+
+
+if admin.site.is_registered(get_user_model()):
+    admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), DeactivatingUserAdmin)

@@ -195,6 +195,24 @@ def membership_remove(*, membership: Membership, by=None) -> list[str]:
     return [d.message for d in done]
 
 
+def user_deactivated(*, user, by=None) -> list[str]:
+    """What a deactivated account leaves behind, dealt with as a removal's is (:mod:`apps.core.departures`):
+    in each of its teams its queued jobs and sweeps are cancelled (running ones left to finish),
+    and a team it leaves without an active manager is named. Call it once the account is
+    inactive: locking someone out is never refused for what they leave behind. Returns a
+    sentence per thing done, for the person who deactivated them."""
+    said: list[str] = []
+    why = f"its owner {user.get_username()} was deactivated"
+    for membership in Membership.objects.filter(user=user).select_related("team").order_by("team__slug"):
+        team = membership.team
+        said += [done.message for done in departure_apply(user=user, team=team, by=by, why=why)]
+        if membership.role in MANAGING_ROLES and not Membership.objects.filter(
+                team=team, role__in=MANAGING_ROLES, user__is_active=True).exists():
+            said.append(f"{team.slug} has no active manager now ({user.get_username()} was its last): make one "
+                        "of its members manager (admin, Teams), or nobody can manage its members and channels")
+    return said
+
+
 def membership_remove_preview(*, membership: Membership) -> list[str]:
     """What removing ``membership`` would do besides (its member's active jobs in the team), for a confirmation."""
     return departure_preview(user=membership.user, team=membership.team)

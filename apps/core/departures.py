@@ -30,7 +30,7 @@ _APPLIES: list[Callable[..., Departure | None]] = []
 
 def on_departure(*, preview: Callable[..., str | None], apply: Callable[..., Departure | None]) -> None:
     """Register ``preview(user=, team=)`` → what removing ``user`` from ``team`` will do (None: nothing),
-    and ``apply(user=, team=, by=)`` → what it did."""
+    and ``apply(user=, team=, by=, why=)`` → what it did."""
     _PREVIEWS.append(preview)
     _APPLIES.append(apply)
 
@@ -39,5 +39,6 @@ def departure_preview(*, user, team) -> list[str]:
     return [text for check in _PREVIEWS if (text := check(user=user, team=team))]
 
 
-def departure_apply(*, user, team, by) -> list[Departure]:
-    return [done for apply in _APPLIES if (done := apply(user=user, team=team, by=by))]
+def departure_apply(*, user, team, by, why: str = "") -> list[Departure]:
+    """``why``: the reason the jobs left behind are given (default: the member was removed from ``team``)."""
+    return [done for apply in _APPLIES if (done := apply(user=user, team=team, by=by, why=why))]

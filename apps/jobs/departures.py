@@ -52,12 +52,12 @@ def departure_preview(*, user, team) -> str | None:
     return f"{user.get_username()} has active jobs in {team.slug}: " + "; ".join(parts) + "."
 
 
-def departure_apply(*, user, team, by) -> Departure | None:
+def departure_apply(*, user, team, by, why: str = "") -> Departure | None:
     from .services import job_cancel
 
     jobs = _jobs(user=user, team=team)
     who = "" if by is not None else " by an operator (manage.py team)"
-    reason = f"its owner {user.get_username()} was removed from {team.slug}{who}"
+    reason = why or f"its owner {user.get_username()} was removed from {team.slug}{who}"
     waiting = list(jobs.filter(state=JobState.QUEUED).order_by("created_at"))
     waiting += list(jobs.filter(is_sweep=True, state__in=HOLDING_STATES).order_by("created_at"))
     cancelled = [job for job in waiting if job_cancel(job=job, by=by, reason=reason)]

@@ -117,3 +117,35 @@ def test_a_removed_members_sweep_stops_queuing_trials_for_the_team(manager, bob,
     assert "bob's jobs in vision: 1 sweep cancelled (sw)" in messages_of(response)
     assert Job.objects.get(pk=sweep.pk).state == JobState.CANCELLED
     assert Job.objects.get(pk=trial.pk).state == JobState.CANCELLED
+
+
+def test_deactivating_an_account_cancels_its_queued_jobs_and_names_a_team_left_without_a_manager(
+        superuser, alice, bob, teams, bobs_jobs):
+    """A deactivated account's queued jobs still ran, charged to its teams, and nothing told anyone
+    (manager trial, with F40); its last-manager role left the team unmanaged without a word."""
+    from tests.security.test_admin_audit import form_data
+
+    client = admin_client(superuser)
+    alices_job = make_job(team=teams["vision"], user=alice, task_name="alice-q")
+    url = f"/admin/auth/user/{bob.pk}/change/"
+    data = form_data(client, url)
+    data.pop("is_active")  # the unticked box
+    response = client.post(url, data, follow=True)
+    said = messages_of(response)
+    assert states(bobs_jobs) == {"queued": "cancelled", "running": "running", "finished": "succeeded",
+                                 "elsewhere": "cancelled"}
+    assert any("bob's jobs in vision: 1 queued job cancelled (bob-orphan)" in m for m in said), said
+    assert any("bob's jobs in robotics: 1 queued job cancelled (bob-robotics)" in m for m in said), said
+    event = Job.objects.get(pk=bobs_jobs["queued"].pk).events.get(kind="cancelled")
+    assert "its owner bob was deactivated" in event.message
+    assert AuditEntry.objects.filter(action="job.cancel", actor=superuser).count() == 2
+    assert not [m for m in said if "no active manager" in m]
+
+    url = f"/admin/auth/user/{alice.pk}/change/"
+    data = form_data(client, url)
+    data.pop("is_active")
+    said = messages_of(client.post(url, data, follow=True))
+    assert any("vision has no active manager now (alice was its last)" in m for m in said), said
+    assert Job.objects.get(pk=alices_job.pk).state == JobState.CANCELLED
+    alice.refresh_from_db()
+    assert not alice.is_active, "locking someone out is never refused"
