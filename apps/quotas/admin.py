@@ -28,6 +28,31 @@ class TeamQuotaAdmin(TeamScopedAdmin, admin.ModelAdmin):
     manager_can_add = False
     manager_can_change = False
     audit_add_action = audit_change_action = "quota.change"
+    readonly_fields = ["in_force"]
+
+    @admin.display(description="in force now")
+    def in_force(self, quota: TeamQuota) -> str:
+        """Each limit the scheduler applies, and whether this row or the site default (the
+        scheduler configuration) sets it: an empty field read only "-" (manager trial F36)."""
+        from apps.scheduling.models import SchedulerConfig
+
+        config = SchedulerConfig.current().to_policy()
+        default = config.default_team
+        site = {"max_gpus": default.max_gpus,
+                "max_gpus_per_job": default.max_gpus_per_job if default.max_gpus_per_job is not None
+                else config.max_gpus_per_job,
+                "user_gpu_hours_per_day": default.user_gpu_hours_per_day if default.user_gpu_hours_per_day is not None
+                else config.user_gpu_hours_per_day,
+                "urgent_gpu_hours_per_day": default.urgent_gpu_hours_per_day,
+                "urgent_max_gpus": default.urgent_max_gpus}
+        shown = []
+        for name, fallback in site.items():
+            own = getattr(quota, name) if quota.pk else None
+            value = own if own is not None else fallback
+            text = "no limit" if value is None else f"{value:g}"
+            shown.append(f"{TeamQuota._meta.get_field(name).verbose_name}: {text} "
+                         f"({'this team' if own is not None else 'site default'})")
+        return " · ".join(shown) + ". Use against them: the portal's Teams page."
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

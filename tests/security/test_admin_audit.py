@@ -195,6 +195,9 @@ def test_a_manager_cannot_raise_their_teams_quota(manager, teams):
     client = admin_client(manager)
     html = client.get(f"/admin/quotas/teamquota/{quota.pk}/change/").content.decode()
     assert "urgent_gpu_hours_per_day" in html or "Urgent gpu hours per day" in html  # they may read it
+    # ...and what is in force, with where it comes from: an empty field read "-" (manager trial F36).
+    assert "max GPUs: 2 (this team)" in html and "urgent GPU-hours per day: 1 (this team)" in html
+    assert "user GPU-hours per day: 20 (site default)" in html and "max GPUs per job: no limit (site default)" in html
     for field in QUOTA_FIELDS:
         assert f'name="{field}"' not in html, field
     body = {"team": teams["vision"].pk, "max_gpus": "64", "urgent_gpu_hours_per_day": "1000"}
