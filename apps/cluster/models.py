@@ -30,6 +30,9 @@ class Node(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
+    # Why an operator drained it (admin's Drain asks): queued jobs' reasons and the cluster view
+    # show it beside "draining"; Resume clears it (trial 14, F6).
+    drain_reason = models.CharField(max_length=200, blank=True)
     simulated = models.BooleanField(default=False, help_text="GPUs are simulated; training runs on CPU.")
     # What the node advertises to the scheduler (``gpu_worker --cpus/--memory`` may set more than the
     # machine has: an explicit overcommit); host_* is the machine itself, which enforced limits

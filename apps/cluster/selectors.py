@@ -46,6 +46,7 @@ def cluster_overview(*, user) -> list[dict]:
         nodes.append({
             "name": node.name,
             "state": node.state,
+            "drain_reason": node.drain_reason,  # why an operator drained it ("" when not said)
             "alive": node.is_alive(now),
             "simulated": node.simulated,
             "cpu_count": node.cpu_count,

@@ -170,6 +170,30 @@ def node_stopped(node: Node, *, hostname: str, worker_pid: int) -> bool:
     return marked
 
 
+def node_drain(*, node: Node, reason: str) -> bool:
+    """An operator drains an active node: it runs what it has and starts nothing new; ``reason``
+    (required: trial 14, F6) is shown wherever the draining is explained (queued jobs' reasons,
+    the cluster view). A draining node given another reason keeps draining with the new one.
+    True if this call changed the node."""
+    reason = reason.strip()
+    if not reason:
+        raise ValidationError({"reason": "say why the node is drained (shown to users waiting for it)"})
+    changed = Node.objects.filter(pk=node.pk, state__in=[Node.State.ACTIVE, Node.State.DRAINING]).exclude(
+        state=Node.State.DRAINING, drain_reason=reason).update(state=Node.State.DRAINING, drain_reason=reason)
+    if changed:
+        log.warning("node %s is draining: %s", node.name, reason)
+    return bool(changed)
+
+
+def node_resume(*, node: Node) -> bool:
+    """A draining node takes new work again; its drain reason goes. True if this call resumed it."""
+    changed = Node.objects.filter(pk=node.pk, state=Node.State.DRAINING).update(state=Node.State.ACTIVE,
+                                                                                drain_reason="")
+    if changed:
+        log.warning("node %s is active again", node.name)
+    return bool(changed)
+
+
 def node_state_set(node: Node, *, schedulable: bool, reason: str = "") -> bool:
     """An outside manager (Slurm) says whether the node takes work: active ↔ draining.
 

@@ -351,7 +351,7 @@ def job_class_set(job: Job, *, priority_class: str, by) -> bool:
     return changed
 
 
-def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.0) -> bool:
+def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.0, by=None) -> bool:
     """Take a running attempt's GPUs for another job: charge what it used, requeue it (not a retry).
 
     The victim's worker notices at its next check-in that the attempt is no longer current
@@ -360,8 +360,26 @@ def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.
     process tree at once. The checkpoint carries the work over.
     """
     usage_charge(job, ended_at=now)
-    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted",
+    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted", by=by,
                        data={"attempt": job.attempt, "attempt_id": str(job.attempt_id), "grace_s": grace_s})
+
+
+def job_evacuate(job: Job, *, node_name: str, reason: str, by, now: datetime | None = None) -> bool:
+    """Take a starting/running job off a node an operator drains ("drain and requeue", trial 14, F6).
+
+    The preemption path: its GPU time so far is charged, it stops at its next epoch end (killed
+    after the scheduler configuration's ``preempt_grace_s``) and comes back queued to resume from
+    its checkpoint, not counted as a retry; audited as a requeue by ``by``. True if this call did
+    (False: it was no longer on its attempt, or a cancel is already stopping it).
+    """
+    from apps.scheduling.models import SchedulerConfig
+
+    if job.is_sweep or job.cancel_requested_at is not None:
+        return False
+    grace_s = SchedulerConfig.current().preempt_grace_s
+    return attempt_preempt(job, reason=f"node {node_name} is drained by {by.get_username()} ({reason}); "
+                                       f"resumes from its checkpoint",
+                           now=now or timezone.now(), grace_s=grace_s, by=by)
 
 
 def attempt_stop_grace(job: Job) -> float:

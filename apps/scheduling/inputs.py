@@ -68,7 +68,8 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
             cpu_milli=n.cpu_count * 1000,
             memory_mb=n.memory_mb,
             schedulable=n.state == Node.State.ACTIVE,
-            unschedulable_because="" if n.state == Node.State.ACTIVE else n.state,
+            unschedulable_because=("" if n.state == Node.State.ACTIVE
+                                   else f"{n.state}: {n.drain_reason}" if n.drain_reason else n.state),
             images=frozenset(n.images or ()),
             features=tuple(n.features or ()) + (() if n.simulated else ("cuda",)),
             whole_gpus_only=n.executor == Node.Executor.SLURM,

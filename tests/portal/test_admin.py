@@ -84,7 +84,7 @@ def test_a_manager_may_look_at_nodes_but_not_drain_them(manager, node):
     client = admin_client(manager)
     html = client.get("/admin/cluster/node/").content.decode()
     assert "node-a" in html and 'value="drain"' not in html
-    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
+    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)], "apply": "yes", "reason": "maintenance"})
     node.refresh_from_db()
     assert node.state == "active"
 
@@ -93,7 +93,7 @@ def test_a_superuser_sees_everything_and_drains_nodes(superuser, teams, node):
     client = admin_client(superuser)
     html = client.get("/admin/accounts/team/").content.decode()
     assert "vision" in html and "robotics" in html
-    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
+    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)], "apply": "yes", "reason": "maintenance"})
     node.refresh_from_db()
     assert node.state == "draining"
 
@@ -102,10 +102,10 @@ def test_drain_and_resume_say_what_they_did(superuser, node):
     """Trial 14, F5: both actions were silent."""
     client = admin_client(superuser)
     selected = {"_selected_action": [str(node.pk)]}
-    html = client.post("/admin/cluster/node/", {"action": "drain", **selected}, follow=True).content.decode()
-    assert "1 node(s) draining: they run what they have and start nothing new (node-a)" in html
-    html = client.post("/admin/cluster/node/", {"action": "drain", **selected}, follow=True).content.decode()
-    assert "Not changed, not active: node-a (draining)" in html
+    html = client.post("/admin/cluster/node/", {"action": "drain", "apply": "yes", "reason": "maintenance", **selected}, follow=True).content.decode()
+    assert "1 node(s) draining: they run what they have and start nothing new (node-a; reason: maintenance)" in html
+    html = client.post("/admin/cluster/node/", {"action": "drain", "apply": "yes", "reason": "maintenance", **selected}, follow=True).content.decode()
+    assert "Not changed: node-a (already draining: maintenance)" in html
     html = client.post("/admin/cluster/node/", {"action": "resume", **selected}, follow=True).content.decode()
     assert "1 node(s) active again: they accept new jobs (node-a)" in html
     assert Node.objects.get(pk=node.pk).state == "active"

@@ -32,11 +32,11 @@ def queue_reason(user, job) -> str:
 
 def test_a_job_waiting_for_the_only_fitting_node_while_it_drains_is_told_so(superuser, bob, demo_registered, node):
     admin = admin_client(superuser)
-    admin.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
+    admin.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)], "apply": "yes", "reason": "maintenance"})
     job = submit(bob)
     plan_and_start()
     reason = queue_reason(bob, job)
-    assert "the nodes that could hold 1 GPU on one node take no new work: node-a (draining)" in reason
+    assert "the nodes that could hold 1 GPU on one node take no new work: node-a (draining: maintenance)" in reason
     assert "ever" not in reason and "CPU/RAM" not in reason
 
     admin.post("/admin/cluster/node/", {"action": "resume", "_selected_action": [str(node.pk)]})

@@ -137,7 +137,7 @@ def test_adds_deletes_inlines_and_actions_are_audited(superuser, teams, node):
     inline = [e for e in entries("admin.add") if e.target_type == "membership"]
     assert inline and inline[0].team_id == teams["vision"].pk
     # action
-    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]})
+    client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)], "apply": "yes", "reason": "maintenance"})
     assert [e.data["action"] for e in entries("admin.action", target_type="node")] == ["drain"]
     # delete (a live node is not deleted: its worker stops first, which marks it lost)
     Node.objects.filter(pk=node.pk).update(state=Node.State.LOST)
