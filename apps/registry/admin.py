@@ -1,10 +1,10 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
 from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserOnlyAdmin, TeamScopedAdmin
 
-from .models import ModelVersion, SharedWeights
-from .services import model_version_delete
+from .models import ModelVersion, SharedWeights, Stage
+from .services import StageRefused, model_stage_set, model_version_delete
 
 
 @admin.register(ModelVersion)
@@ -13,8 +13,45 @@ class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     list_filter = ["team", "source", "stage"]
     manager_can_change = False
     manager_can_delete = True
-    # Stages change through the portal or the API (managers, audited), never by editing the row.
+    # Stages change through the actions below, the portal or the API (managers, audited: the same
+    # service and moves everywhere), never by editing the row.
     readonly_fields = ["stage", "stage_changed_at"]
+    actions = ["to_staging", "to_production", "to_archived"]
+
+    def has_stage_permission(self, request, obj=None) -> bool:
+        return self.manages(request, obj)  # managers of the version's team (the queryset is theirs)
+
+    def stage_move(self, request, queryset, stage: str) -> None:
+        """Each selected version through ``model_stage_set``; say what moved and what was refused and why
+        (trial 14, F16: admin offered only delete)."""
+        moved, refused = [], []
+        for version in queryset.select_related("team"):
+            if not self.manages(request, version):
+                continue
+            try:
+                changed = model_stage_set(version=version, stage=stage, by=request.user)
+            except StageRefused as exc:
+                refused.append(str(exc))
+                continue
+            if not changed:
+                refused.append(f"{version} is already {stage}")
+            moved += [f"{v} → {v.stage}" for v in changed]
+        if moved:
+            self.message_user(request, f"moved: {'; '.join(moved)}", messages.SUCCESS)
+        if refused:
+            self.message_user(request, f"not changed: {'; '.join(refused)}", messages.WARNING)
+
+    @admin.action(description="Promote to staging", permissions=["stage"])
+    def to_staging(self, request, queryset):
+        self.stage_move(request, queryset, Stage.STAGING)
+
+    @admin.action(description="Promote to production (archives the version that held it)", permissions=["stage"])
+    def to_production(self, request, queryset):
+        self.stage_move(request, queryset, Stage.PRODUCTION)
+
+    @admin.action(description="Archive", permissions=["stage"])
+    def to_archived(self, request, queryset):
+        self.stage_move(request, queryset, Stage.ARCHIVED)
 
     def delete_model(self, request, obj):
         # Through the service: audited, and the version number is never issued again.

@@ -176,8 +176,19 @@ class StageIn(StrictInput):
     stage = serializers.ChoiceField(choices=Stage.choices)
 
 
+class StageOut(ModelDetailOut):
+    also_changed = ModelOut(many=True, read_only=True,
+                            help_text="other versions this move changed (the previous production one, archived)")
+
+    class Meta(ModelDetailOut.Meta):
+        fields = [*ModelDetailOut.Meta.fields, "also_changed"]
+
+
 class ModelStageView(APIView):
-    @extend_schema(request=StageIn, responses={200: ModelOut(many=True), 400: ERROR, 403: ERROR, 404: ERROR})
+    """Move a version to another stage (managers); answers the version as ``GET models/{id}/`` does,
+    with ``also_changed`` (it was a list of every changed version: manager trial F16)."""
+
+    @extend_schema(request=StageIn, responses={200: StageOut, 400: ERROR, 403: ERROR, 404: ERROR})
     def post(self, request, pk: int):
         version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
         if not is_manager_of(user=request.user, team=version.team):
@@ -188,7 +199,9 @@ class ModelStageView(APIView):
             changed = model_stage_set(version=version, stage=data.validated_data["stage"], by=request.user)
         except StageRefused as exc:
             return field_errors({"stage": str(exc)})
-        return Response(ModelOut(changed, many=True).data)
+        version = model_list(user=request.user).prefetch_related("exports", "evaluations").get(pk=version.pk)
+        version.also_changed = [v for v in changed if v.pk != version.pk]
+        return Response(StageOut(version).data)
 
 
 class WeightsIn(StrictInput):

@@ -205,3 +205,43 @@ def test_the_prediction_gallery_shows_each_annotated_image_with_its_boxes(bob, b
     assert image.status_code == 200 and image["Content-Type"] == "image/jpeg"
     body = api_client(bob).get(f"/api/v1/jobs/{job.pk}/predictions/").json()
     assert body["boxes"] == 3 and body["results"][2]["url"].endswith("/predictions/2/image/")
+
+
+def test_the_stage_endpoint_answers_the_version_with_what_else_it_changed(bob, alice, base):
+    """Trial 14, F16: the 200 was a list of every version changed."""
+    second = finish_training(train(bob, "yolo train data=demo model=yolov8n.yaml epochs=2"), b"2")
+    client = api_client(alice)
+    for stage in ("staging", "production"):
+        client.post(f"/api/v1/models/{base.pk}/stage/", {"stage": stage}, format="json")
+    client.post(f"/api/v1/models/{second.pk}/stage/", {"stage": "staging"}, format="json")
+    body = client.post(f"/api/v1/models/{second.pk}/stage/", {"stage": "production"}, format="json").json()
+    assert isinstance(body, dict)
+    assert (body["id"], body["stage"], body["reference"]) == (second.pk, "production", second.reference)
+    assert body["stage_changed_at"] and "lineage" in body  # the same object as GET models/{id}/
+    assert [(v["id"], v["stage"]) for v in body["also_changed"]] == [(base.pk, "archived")]
+
+
+def test_a_manager_moves_stages_in_admin_through_the_same_rules_and_audit(bob, alice, base):
+    """Trial 14, F16: admin offered only delete for model versions."""
+    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+    client = page(alice)
+    assert 'value="to_staging"' not in page(bob).get("/admin/registry/modelversion/").content.decode()
+    listing = client.get("/admin/registry/modelversion/").content.decode()
+    assert 'value="to_production"' in listing and 'value="to_archived"' in listing
+    selected = {"_selected_action": [str(base.pk)]}
+    html = client.post("/admin/registry/modelversion/", {"action": "to_production", **selected},
+                       follow=True).content.decode()
+    assert "can move to archived, staging" in html  # none → production is refused as in the API
+    base.refresh_from_db()
+    assert base.stage == "none"
+    html = client.post("/admin/registry/modelversion/", {"action": "to_staging", **selected},
+                       follow=True).content.decode()
+    assert f"Moved: {base} → staging" in html
+    client.post("/admin/registry/modelversion/", {"action": "to_production", **selected})
+    client.post("/admin/registry/modelversion/", {"action": "to_archived", **selected})
+    base.refresh_from_db()
+    assert base.stage == "archived"
+    moves = [(e.data["from"], e.data["to"], e.actor_id) for e in AuditEntry.objects.filter(action="model.promote")
+             .order_by("created_at", "id")]
+    assert moves == [("none", "staging", alice.pk), ("staging", "production", alice.pk),
+                     ("production", "archived", alice.pk)]
