@@ -329,6 +329,9 @@ NOTIFY_TIMEOUT_S = env_float("NOTIFY_TIMEOUT_S", 10.0, minimum=0.5)
 # while it was down queued nothing): apps.notifications.tasks.catch_up.
 NOTIFY_CATCH_UP_S = env_float("NOTIFY_CATCH_UP_S", 60.0, minimum=1.0)
 NOTIFY_SMTP_HOST = env_str("NOTIFY_SMTP_HOST", "127.0.0.1")
+# Whether an operator named a mail server: without it mail goes to 127.0.0.1 (a local MTA, if
+# one runs), and a new email channel's answer says so (manager trial F20).
+NOTIFY_SMTP_CONFIGURED = bool(env_str("NOTIFY_SMTP_HOST").strip())
 NOTIFY_SMTP_PORT = env_int("NOTIFY_SMTP_PORT", 25, minimum=1, maximum=65535)
 NOTIFY_SMTP_USER = env_str("NOTIFY_SMTP_USER")
 NOTIFY_SMTP_PASSWORD = env_str("NOTIFY_SMTP_PASSWORD")

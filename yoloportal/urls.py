@@ -53,6 +53,8 @@ api_v1 = [
     path("notifications/channels/", notifications_api.ChannelListCreate.as_view(), name="api-notification-channels"),
     path("notifications/channels/<int:channel_id>/", notifications_api.ChannelDetail.as_view(),
          name="api-notification-channel"),
+    path("notifications/channels/<int:channel_id>/test/", notifications_api.ChannelTest.as_view(),
+         name="api-notification-channel-test"),
     path("notifications/preferences/", notifications_api.PreferenceView.as_view(), name="api-notification-preferences"),
     path("notifications/deliveries/", notifications_api.DeliveryList.as_view(), name="api-notification-deliveries"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -150,6 +150,8 @@ class AuditEntry(models.Model):
         # A channel (a webhook or an address) that hears a team's or a user's job events.
         CHANNEL_CREATE = "channel.create"
         CHANNEL_DELETE = "channel.delete"
+        CHANNEL_CHANGE = "channel.change"
+        CHANNEL_TEST = "channel.test"
         # Every change made through Django admin (apps.accounts.admin_audit), with before/after.
         ADMIN_ADD = "admin.add"
         ADMIN_CHANGE = "admin.change"

@@ -16,7 +16,16 @@ from apps.core.selectors import get_or_404
 
 from .models import Channel, Delivery, Event, NotificationPreference
 from .selectors import channel_list, delivery_list
-from .services import PREFERENCE_FIELDS, channel_create, channel_delete, channel_may_change, preference_update
+from .services import (
+    PREFERENCE_FIELDS,
+    channel_create,
+    channel_delete,
+    channel_may_change,
+    channel_test,
+    channel_update,
+    mail_not_configured,
+    preference_update,
+)
 
 
 class ChannelOut(serializers.ModelSerializer):
@@ -27,18 +36,52 @@ class ChannelOut(serializers.ModelSerializer):
         fields = ["id", "name", "kind", "target", "team", "events", "started_late_minutes", "enabled", "created_at"]
 
 
-class ChannelCreatedOut(ChannelOut):
+class ChannelWarnedOut(ChannelOut):
+    warning = serializers.SerializerMethodField(
+        help_text="only when something will keep it from delivering, e.g. mail not configured on this server")
+
+    class Meta(ChannelOut.Meta):
+        fields = [*ChannelOut.Meta.fields, "warning"]
+
+    def get_warning(self, channel: Channel) -> str | None:
+        return mail_not_configured(channel)
+
+    def to_representation(self, channel: Channel) -> dict:
+        data = super().to_representation(channel)
+        if data.get("warning") is None:
+            data.pop("warning", None)
+        return data
+
+
+class ChannelCreatedOut(ChannelWarnedOut):
     secret = serializers.CharField(help_text="webhook signing secret (webhook channels only); shown only in this "
                                              "response")
 
-    class Meta(ChannelOut.Meta):
-        fields = [*ChannelOut.Meta.fields, "secret"]
+    class Meta(ChannelWarnedOut.Meta):
+        fields = [*ChannelWarnedOut.Meta.fields, "secret"]
 
     def to_representation(self, channel: Channel) -> dict:
         data = super().to_representation(channel)
         if channel.kind != Channel.Kind.WEBHOOK:
             data.pop("secret")  # signs webhooks only (an email channel's 201 carried one: manager trial)
         return data
+
+
+class ChannelPatchIn(StrictInput):
+    forbidden = {key: "a channel keeps its kind, target, team and secret: delete it and create another"
+                 for key in ("kind", "target", "team", "secret")}
+    name = serializers.CharField(max_length=100, required=False)
+    enabled = serializers.BooleanField(required=False)
+    events = serializers.ListField(child=serializers.ChoiceField(choices=Event.values), required=False)
+    started_late_minutes = serializers.IntegerField(min_value=1, max_value=100000, required=False)
+
+
+class ChannelTestOut(serializers.Serializer):
+    delivered = serializers.BooleanField()
+    state = serializers.CharField(help_text="sent | failed, as in the delivery log")
+    error = serializers.CharField(help_text="why it was not delivered ('' when it was)")
+    response_status = serializers.IntegerField(allow_null=True, help_text="a webhook's HTTP status")
+    delivery = serializers.IntegerField(help_text="its id in the delivery log")
 
 
 class ChannelIn(StrictInput):
@@ -75,15 +118,49 @@ class ChannelListCreate(APIView):
         return Response(ChannelCreatedOut(channel).data, status=status.HTTP_201_CREATED)
 
 
+def changeable_channel(request, channel_id: int, doing: str) -> Channel | Response:
+    channel = get_or_404(channel_list(user=request.user), channel_id, "No such channel.")
+    if not channel_may_change(channel=channel, by=request.user):
+        return Response({"detail": f"only the channel's owner or the team's managers may {doing} it"},
+                        status=status.HTTP_403_FORBIDDEN)
+    return channel
+
+
 class ChannelDetail(APIView):
-    @extend_schema(responses={204: None, 404: ERROR})
+    @extend_schema(request=ChannelPatchIn, responses={200: ChannelWarnedOut, 400: ERROR, 403: ERROR, 404: ERROR})
+    def patch(self, request, channel_id: int):
+        channel = changeable_channel(request, channel_id, "change")
+        if isinstance(channel, Response):
+            return channel
+        data = ChannelPatchIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            channel = channel_update(channel=channel, by=request.user, **data.validated_data)
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
+        return Response(ChannelWarnedOut(channel).data)
+
+    @extend_schema(responses={204: None, 403: ERROR, 404: ERROR})
     def delete(self, request, channel_id: int):
-        channel = get_or_404(channel_list(user=request.user), channel_id, "No such channel.")
-        if not channel_may_change(channel=channel, by=request.user):
-            return Response({"detail": "only the channel's owner or the team's managers may delete it"},
-                            status=status.HTTP_403_FORBIDDEN)
+        channel = changeable_channel(request, channel_id, "delete")
+        if isinstance(channel, Response):
+            return channel
         channel_delete(channel=channel, by=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ChannelTest(APIView):
+    """Send a test message to the channel now and answer what happened (it is in the delivery log too)."""
+
+    @extend_schema(request=None, responses={200: ChannelTestOut, 403: ERROR, 404: ERROR})
+    def post(self, request, channel_id: int):
+        channel = changeable_channel(request, channel_id, "test")
+        if isinstance(channel, Response):
+            return channel
+        delivery = channel_test(channel=channel, by=request.user)
+        return Response({"delivered": delivery.state == Delivery.State.SENT, "state": delivery.state,
+                         "error": delivery.last_error, "response_status": delivery.response_status,
+                         "delivery": delivery.pk})
 
 
 class PreferenceOut(serializers.ModelSerializer):

@@ -17,6 +17,9 @@ class Event(models.TextChoices):
     QUOTA_NEARLY_USED = "quota_nearly_used", "quota nearly used"
 
 
+TEST_EVENT = "test"
+
+
 def new_secret() -> str:
     return "whsec_" + secrets.token_urlsafe(32)
 
@@ -87,7 +90,8 @@ class Delivery(models.Model):
         FAILED = "failed"  # gave up after the last retry
 
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="deliveries")
-    event = models.CharField(max_length=20, choices=Event.choices)
+    # Besides the events a channel may hear: "test", a message its owner asked for (channel_test).
+    event = models.CharField(max_length=20, choices=[*Event.choices, (TEST_EVENT, "test message")])
     job = models.ForeignKey("jobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # What caused it (a JobEvent id, or "quota:<user>:<day>"): the same cause never sends twice.
     cause = models.CharField(max_length=100)

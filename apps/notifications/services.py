@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+
 import apprise
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
 
@@ -11,7 +14,7 @@ from apps.accounts.selectors import is_manager_of
 from apps.accounts.services import audit_record
 from apps.core.errors import FieldErrors
 
-from .models import Channel, Event, NotificationPreference
+from .models import TEST_EVENT, Channel, Delivery, Event, NotificationPreference
 
 PREFERENCE_FIELDS = ("on_succeeded", "on_failed", "on_timed_out", "on_preempted", "on_started_late",
                      "started_late_minutes", "on_quota_nearly_used", "quota_percent")
@@ -49,11 +52,8 @@ def channel_create(*, by, name: str, kind: str, target: str, team: Team | None =
         errors["kind" if problem.startswith("kind") else "target"] = problem
     if team is not None and not is_manager_of(user=by, team=team):
         errors["team"] = f"only managers of {team.slug} may set its channels"
-    unknown = sorted(set(events or []) - set(Event.values))
-    if unknown:
-        errors["events"] = f"unknown event(s) {', '.join(unknown)}; choose from {', '.join(Event.values)}"
-    elif team is not None and not events:
-        errors["events"] = "a team channel needs at least one event"
+    if problem := events_error(team, events):
+        errors["events"] = problem
     if errors:
         raise FieldErrors(errors)
     channel = Channel.objects.create(user=None if team else by, team=team, name=name, kind=kind, target=target,
@@ -63,6 +63,82 @@ def channel_create(*, by, name: str, kind: str, target: str, team: Team | None =
     return channel
 
 
+def mail_not_configured(channel: Channel) -> str | None:
+    """For an email channel on a server where no operator named a mail server: what that means."""
+    if channel.kind != Channel.Kind.EMAIL or settings.NOTIFY_SMTP_CONFIGURED:
+        return None
+    return (f"mail is not configured on this server (NOTIFY_SMTP_HOST is unset): mail goes to "
+            f"{settings.NOTIFY_SMTP_HOST}:{settings.NOTIFY_SMTP_PORT}, where it arrives only if a mail server "
+            f"runs there; send a test message to see, and ask the operator to set NOTIFY_SMTP_HOST")
+
+
+def events_error(team: Team | None, events: list[str] | None) -> str | None:
+    unknown = sorted(set(events or []) - set(Event.values))
+    if unknown:
+        return f"unknown event(s) {', '.join(unknown)}; choose from {', '.join(Event.values)}"
+    if team is not None and not events:
+        return "a team channel needs at least one event"
+    return None
+
+
+CHANGEABLE = ("name", "enabled", "events", "started_late_minutes")
+
+
+def channel_update(*, channel: Channel, by, **fields) -> Channel:
+    """Rename, enable or disable a channel, or change a team channel's events (the caller checked
+    :func:`channel_may_change`); audited with what changed. Its kind, target and secret stay: a
+    new target is a new channel (manager trial F20: edit was delete and create again)."""
+    unknown = sorted(set(fields) - set(CHANGEABLE))
+    if unknown:
+        raise FieldErrors({key: "cannot be changed: delete the channel and create another" for key in unknown})
+    if "name" in fields and not str(fields["name"]).strip():
+        raise FieldErrors({"name": "must not be blank"})
+    if "events" in fields and (problem := events_error(channel.team, fields["events"])):
+        raise FieldErrors({"events": problem})
+    changes = {key: {"from": getattr(channel, key), "to": value} for key, value in fields.items()
+               if getattr(channel, key) != value}
+    if not changes:
+        return channel
+    Channel.objects.filter(pk=channel.pk).update(**{key: change["to"] for key, change in changes.items()})
+    channel.refresh_from_db()
+    what = ", ".join(f"{key} {change['from']!r} → {change['to']!r}" for key, change in changes.items())
+    _channel_audit(channel, by, AuditEntry.Action.CHANNEL_CHANGE, f"changed ({what})", channel.pk,
+                   changes=changes)
+    return channel
+
+
+def channel_test(*, channel: Channel, by) -> Delivery:
+    """Send one test message to the channel now, through the sender every delivery uses, and record
+    it in the delivery log (event ``test``): sent, or failed with the error. Not retried: the
+    caller is waiting for the answer (manager trial F20: a channel could not be tried)."""
+    from django.utils import timezone
+
+    from .senders import send
+
+    whose = f"team {channel.team.slug}'s" if channel.team_id else "your"
+    payload = {"event": TEST_EVENT,
+               "message": f"test message from yoloportal to {whose} channel {channel.name!r}, "
+                          f"sent by {by.get_username()}"}
+    if settings.PORTAL_URL:
+        payload["url"] = settings.PORTAL_URL.rstrip("/") + "/notifications/"
+    delivery = Delivery.objects.create(channel=channel, event=TEST_EVENT, job=None, cause=f"test:{uuid.uuid4()}",
+                                       payload=payload, attempts=1)
+    try:
+        status = send(delivery)
+    except Exception as exc:  # noqa: BLE001 - whatever the sender raised is the answer, as a delivery records it
+        error = str(exc)
+        if (warning := mail_not_configured(channel)) is not None:
+            error = f"{error} ({warning.split(':')[0]})"
+        Delivery.objects.filter(pk=delivery.pk).update(state=Delivery.State.FAILED, last_error=error[:2000],
+                                                       response_status=getattr(exc, "status", None))
+    else:
+        Delivery.objects.filter(pk=delivery.pk).update(state=Delivery.State.SENT, sent_at=timezone.now(),
+                                                       response_status=status)
+    delivery.refresh_from_db()
+    _channel_audit(channel, by, AuditEntry.Action.CHANNEL_TEST, f"tested: {delivery.state}", channel.pk)
+    return delivery
+
+
 def channel_delete(*, channel: Channel, by) -> None:
     """Delete a channel (audited; the caller checked :func:`channel_may_change`)."""
     target_id = channel.pk
@@ -70,7 +146,7 @@ def channel_delete(*, channel: Channel, by) -> None:
     _channel_audit(channel, by, AuditEntry.Action.CHANNEL_DELETE, "deleted", target_id)
 
 
-def _channel_audit(channel: Channel, by, action: str, done: str, target_id) -> None:
+def _channel_audit(channel: Channel, by, action: str, done: str, target_id, **extra) -> None:
     # A team channel receives every team job's name, user, state and errors where it points:
     # its managers see who set one up and where it went (it was not audited: manager trial).
     # The target's host only: a webhook URL may carry its own secret (Slack's do).
@@ -81,7 +157,8 @@ def _channel_audit(channel: Channel, by, action: str, done: str, target_id) -> N
              else sorted({host for host in target_hosts(channel.kind, channel.target) if host}))
     audit_record(actor=by, action=action, team=channel.team_id, target=channel, target_id=str(target_id),
                  message=f"{whose} {channel.kind} channel {channel.name!r} to {', '.join(hosts)} {done}",
-                 data={"name": channel.name, "kind": channel.kind, "hosts": hosts, "events": channel.events})
+                 data={"name": channel.name, "kind": channel.kind, "hosts": hosts, "events": channel.events,
+                       **extra})
 
 
 def channel_may_change(*, channel: Channel, by) -> bool:

@@ -13,7 +13,16 @@ from apps.core.selectors import get_or_404
 
 from .models import Channel, Event, NotificationPreference
 from .selectors import channel_list, delivery_list
-from .services import PREFERENCE_FIELDS, channel_create, channel_may_change, preference_update
+from .services import (
+    PREFERENCE_FIELDS,
+    channel_create,
+    channel_delete,
+    channel_may_change,
+    channel_test,
+    channel_update,
+    mail_not_configured,
+    preference_update,
+)
 
 BOOLEAN_PREFERENCES = [f for f in PREFERENCE_FIELDS if f.startswith("on_")]
 
@@ -43,6 +52,8 @@ def notifications(request):
                                          team=team, events=request.POST.getlist("events"))
                 secret = channel.secret if channel.kind == Channel.Kind.WEBHOOK else None
                 messages.success(request, f"Channel {channel.name} added.")
+                if warning := mail_not_configured(channel):
+                    messages.warning(request, warning)
             except FieldErrors as exc:
                 errors = exc.errors
     preference = NotificationPreference.objects.filter(user=request.user).first() or \
@@ -55,11 +66,39 @@ def notifications(request):
     })
 
 
+def changeable(request, pk: int) -> Channel | None:
+    channel = get_or_404(channel_list(user=request.user), pk, "No such channel.")
+    if not channel_may_change(channel=channel, by=request.user):
+        messages.error(request, f"Only the owner of {channel.name} or its team's managers may change it.")
+        return None
+    return channel
+
+
 @login_required
 @require_POST
 def channel_delete_view(request, pk: int):
-    channel = get_or_404(channel_list(user=request.user), pk, "No such channel.")
-    if channel_may_change(channel=channel, by=request.user):
-        channel.delete()
+    if channel := changeable(request, pk):
+        channel_delete(channel=channel, by=request.user)  # audited, as through the API
         messages.success(request, f"Channel {channel.name} removed.")
+    return redirect("notifications")
+
+
+@login_required
+@require_POST
+def channel_enable_view(request, pk: int):
+    if channel := changeable(request, pk):
+        channel = channel_update(channel=channel, by=request.user, enabled=not channel.enabled)
+        messages.success(request, f"Channel {channel.name} {'enabled' if channel.enabled else 'disabled'}.")
+    return redirect("notifications")
+
+
+@login_required
+@require_POST
+def channel_test_view(request, pk: int):
+    if channel := changeable(request, pk):
+        delivery = channel_test(channel=channel, by=request.user)
+        if delivery.state == delivery.State.SENT:
+            messages.success(request, f"Test message delivered to {channel.name}.")
+        else:
+            messages.error(request, f"Test message to {channel.name} failed: {delivery.last_error}")
     return redirect("notifications")

@@ -31,4 +31,8 @@ urlpatterns = [
     path("notifications/", notification_views.notifications, name="notifications"),
     path("notifications/channels/<int:pk>/delete/", notification_views.channel_delete_view,
          name="notification-channel-delete"),
+    path("notifications/channels/<int:pk>/enable/", notification_views.channel_enable_view,
+         name="notification-channel-enable"),
+    path("notifications/channels/<int:pk>/test/", notification_views.channel_test_view,
+         name="notification-channel-test"),
 ]

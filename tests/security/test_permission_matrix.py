@@ -52,6 +52,7 @@ ROUTES = {
     "api-audit": "collection",
     "api-notification-channels": "collection",
     "api-notification-channel": "object",
+    "api-notification-channel-test": "object",
     "api-notification-preferences": "collection",
     "api-notification-deliveries": "collection",
     "api-schema": "public",
@@ -143,7 +144,8 @@ def url_for(name: str, route: str, world) -> str:
            "api-model-stage": world["model"].pk, "api-export-download": world["export"].pk,
            "api-dataset": world["dataset"].pk, "api-dataset-sample": world["dataset"].pk,
            "api-token": world["token"].pk, "api-notification-channel": world["channel"].pk,
-           "api-team": world["job"].team_id}
+           "api-team": world["job"].team_id,
+           "api-notification-channel-test": world["channel"].pk}
     url = "/" + route
     url = re.sub(r"<uuid:\w+>", str(world["sweep" if name == "api-job-sweep" else "job"].pk), url)
     url = re.sub(r"<int:index>", "0", url)

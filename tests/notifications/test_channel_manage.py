@@ -1,0 +1,104 @@
+"""A channel can be renamed, disabled and enabled, and tried with a test message that answers what
+happened; an email channel on a server without a mail server says so (manager trial F20)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from apps.accounts.models import AuditEntry
+from apps.notifications.models import Channel, Delivery
+from apps.notifications.signing import verify
+from tests.conftest import api_client
+from tests.portal.liveweb import free_port
+
+pytestmark = pytest.mark.django_db
+
+
+def team_hook(alice, url: str) -> dict:
+    response = api_client(alice).post("/api/v1/notifications/channels/", {
+        "name": "vision ops", "kind": "webhook", "target": url, "team": "vision", "events": ["failed"]}, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def test_a_manager_disables_enables_and_renames_a_team_channel(alice, bob, receiver):
+    channel = team_hook(alice, receiver.url)
+    url = f"/api/v1/notifications/channels/{channel['id']}/"
+    response = api_client(alice).patch(url, {"enabled": False, "name": "vision on-call"}, format="json")
+    assert response.status_code == 200, response.content
+    assert (response.json()["enabled"], response.json()["name"]) == (False, "vision on-call")
+    assert "secret" not in response.json()
+    stored = Channel.objects.get(pk=channel["id"])
+    assert (stored.enabled, stored.name) == (False, "vision on-call")
+    (entry,) = AuditEntry.objects.filter(action="channel.change")
+    assert entry.actor == alice and entry.data["changes"]["enabled"] == {"from": True, "to": False}
+    assert api_client(alice).patch(url, {"enabled": True}, format="json").json()["enabled"] is True
+
+    assert api_client(bob).patch(url, {"enabled": False}, format="json").status_code == 404  # members never see it
+    refused = api_client(alice).patch(url, {"target": "https://elsewhere.example.org/"}, format="json")
+    assert refused.status_code == 400 and "delete it and create another" in refused.json()["target"][0]
+    refused = api_client(alice).patch(url, {"events": []}, format="json")
+    assert refused.status_code == 400 and "at least one event" in refused.json()["events"][0]
+
+
+def test_send_test_delivers_through_the_real_path_and_says_so(alice, receiver):
+    channel = team_hook(alice, receiver.url)
+    response = api_client(alice).post(f"/api/v1/notifications/channels/{channel['id']}/test/")
+    assert response.status_code == 200, response.content
+    answer = response.json()
+    assert (answer["delivered"], answer["state"], answer["error"], answer["response_status"]) == (
+        True, "sent", "", 200)
+    [post] = receiver.received
+    assert post.headers["x-yoloportal-event"] == "test"
+    assert verify(channel["secret"], timestamp=post.headers["x-yoloportal-timestamp"], body=post.body,
+                  signature=post.headers["x-yoloportal-signature"])
+    assert "test message from yoloportal to team vision's channel 'vision ops'" in json.loads(post.body)["message"]
+    delivery = Delivery.objects.get(pk=answer["delivery"])
+    assert (delivery.event, delivery.state) == ("test", "sent")
+    assert AuditEntry.objects.filter(action="channel.test", actor=alice).exists()
+
+
+def test_a_failed_test_answers_the_error(alice, bob, settings):
+    channel = team_hook(alice, f"http://127.0.0.1:{free_port()}/hook")  # nothing listens
+    answer = api_client(alice).post(f"/api/v1/notifications/channels/{channel['id']}/test/").json()
+    assert (answer["delivered"], answer["state"]) == (False, "failed")
+    assert answer["error"].startswith("webhook unreachable")
+
+    settings.NOTIFY_SMTP_CONFIGURED = False
+    settings.NOTIFY_SMTP_HOST, settings.NOTIFY_SMTP_PORT = "127.0.0.1", free_port()
+    mail = api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "mail", "kind": "email", "target": "bob@example.org"}, format="json").json()
+    answer = api_client(bob).post(f"/api/v1/notifications/channels/{mail['id']}/test/").json()
+    assert answer["delivered"] is False
+    assert "did not take the mail" in answer["error"] and "NOTIFY_SMTP_HOST is unset" in answer["error"]
+
+
+def test_an_email_channel_says_when_mail_is_not_configured_and_has_no_secret(bob, settings):
+    settings.NOTIFY_SMTP_CONFIGURED = False
+    response = api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "mail", "kind": "email", "target": "bob@example.org"}, format="json")
+    assert response.status_code == 201
+    body = response.json()
+    assert "secret" not in body
+    assert body["warning"].startswith("mail is not configured on this server (NOTIFY_SMTP_HOST is unset)")
+
+    settings.NOTIFY_SMTP_CONFIGURED = True
+    body = api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "mail 2", "kind": "email", "target": "bob@example.org"}, format="json").json()
+    assert "warning" not in body
+
+
+def test_the_notifications_page_sends_a_test_and_toggles_a_channel(bob, receiver):
+    page = Client()
+    page.force_login(bob)
+    channel = Channel.objects.get(pk=api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "hook", "kind": "webhook", "target": receiver.url}, format="json").json()["id"])
+    html = page.post(f"/notifications/channels/{channel.pk}/test/", follow=True).content.decode()
+    assert "Test message delivered to hook." in html and len(receiver.received) == 1
+    html = page.post(f"/notifications/channels/{channel.pk}/enable/", follow=True).content.decode()
+    assert "Channel hook disabled." in html and "(disabled)" in html
+    page.post(f"/notifications/channels/{channel.pk}/delete/")
+    assert AuditEntry.objects.filter(action="channel.delete", actor=bob).exists()  # the page's delete is audited
