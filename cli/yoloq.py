@@ -2,10 +2,13 @@
 
     yoloq login URL [--token KEY]     sbatch's cousins need a server and a token first
     yoloq submit job.yaml             ~ sbatch
-    yoloq queue [--mine]              ~ squeue
+    yoloq queue [--mine] [--team T] [--user U] [--state S]
+                                      ~ squeue (--state succeeded|failed|…: ended jobs, like sacct)
     yoloq status ID [--json]          ~ scontrol show job (a sweep: its trials table too)
     yoloq logs [-f] ID                ~ tail -f slurm-ID.out
     yoloq cancel ID                   ~ scancel
+    yoloq requeue ID                  ~ scontrol requeue (team managers): a running job goes back to
+                                      the queue and resumes from its checkpoint
     yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name
                                       unless the newest already holds exactly these files)
     yoloq weights push FILE.pt --team T   upload pretrained weights (then model=FILE.pt in specs)
@@ -35,6 +38,7 @@ from typing import Any
 import requests
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
+ACTIVE = ("running", "starting", "queued")
 TIMEOUT_S = 30
 
 
@@ -258,28 +262,34 @@ def eta_text(entry: dict) -> str:
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
+    """Running, starting and queued jobs (or only ``--state``'s), filtered on the server: a team or
+    user name the caller may not read is its 400, printed as 'team: …' / 'user: …'."""
     api = api_from_config()
+    filters = {key: value for key, value in (("team", args.team), ("user", args.user)) if value}
+    if args.mine:
+        filters["mine"] = "true"
+    states = [args.state] if args.state else list(ACTIVE)
     rows = []
-    for state in ("running", "starting"):
-        params = {"state": state, "limit": 500, **({"mine": "true"} if args.mine else {})}
-        for j in api.get("jobs/", **params)["results"]:
-            where = (f"on {j['node']} (started {when(j['started_at'])})" if j["node"]
-                     else "sweep: its trials run as jobs of their own" if j.get("is_sweep")
-                     else f"started {when(j['started_at'])}")  # (was "on None" for a sweep)
+    for state in (s for s in states if s != "queued"):
+        listing = api.get("jobs/", state=state, limit=500, **filters)
+        for j in listing["results"]:
+            if state in TERMINAL:
+                where = f"ended {when(j['finished_at'])}" + (f": {j['error'].splitlines()[0]}" if j["error"] else "")
+            else:
+                where = (f"on {j['node']} (started {when(j['started_at'])})" if j["node"]
+                         else "sweep: its trials run as jobs of their own" if j.get("is_sweep")
+                         else f"started {when(j['started_at'])}")  # (was "on None" for a sweep)
             rows.append(["", j["id"][:8], j["task_name"], j["team"], j["user"], j["priority_class"],
                          gpus_text(j["resources"]["gpu"]), j["state"], where])
-    me = None
-    for q in api.get_all("queue/"):
-        if args.mine:
-            me = me or api.get("usage/")["user"]
-            if q["user"] != me:
-                continue
+        if state in TERMINAL and listing["count"] > len(listing["results"]):
+            print(f"(the newest {len(listing['results'])} of {listing['count']} {state} jobs)", file=sys.stderr)
+    for q in api.get_all("queue/", **filters) if "queued" in states else []:
         rows.append([str(q["position"] or ""), q["id"][:8], q["task_name"], q["team"], q["user"],
                      q["priority_class"], gpus_text(q["resources"]["gpu"]), "queued",
                      f"start {eta_text(q)}; {q['reason']}"
                      if q["estimated_start_at"] else q["reason"]])
     if not rows:
-        print("Nothing running or queued.")
+        print(f"No {args.state} jobs." if args.state else "Nothing running or queued.")
         return 0
     print(table(rows, ["POS", "ID", "TASK", "TEAM", "USER", "CLASS", "GPUS", "STATE", "WHERE / WHY"]))
     return 0
@@ -386,6 +396,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         print(f"Cancelled {job_id} ({job['task_name']}).")
     else:
         print(f"Cancel requested for {job_id} ({job['task_name']}); its worker is stopping it.")
+    return 0
+
+
+def cmd_requeue(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    job = api.request("POST", f"jobs/{job_id}/requeue/", ok=(202,)).json()
+    print(f"Requeued {job_id} ({job['task_name']}): it resumes from its checkpoint as attempt {job['attempt']}.")
     return 0
 
 
@@ -535,6 +553,10 @@ def parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("queue", help="running and queued jobs of your teams, like squeue")
     p.add_argument("--mine", action="store_true", help="only my jobs")
+    p.add_argument("--team", help="only this team's jobs")
+    p.add_argument("--user", help="only this user's jobs (a member of your teams)")
+    p.add_argument("--state", choices=["queued", "starting", "running", *sorted(TERMINAL)],
+                   help="only jobs in this state; an ended state lists the newest 500, like sacct")
     p.set_defaults(func=cmd_queue)
 
     p = commands.add_parser("status", help="one job in detail")
@@ -551,6 +573,11 @@ def parser() -> argparse.ArgumentParser:
     p = commands.add_parser("cancel", help="cancel a job, like scancel")
     p.add_argument("id")
     p.set_defaults(func=cmd_cancel)
+
+    p = commands.add_parser("requeue", help="team managers: put a running job back in the queue "
+                                            "(it resumes from its checkpoint)")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_requeue)
 
     dataset = commands.add_parser("dataset", help="datasets: push").add_subparsers(dest="verb", required=True)
     p = dataset.add_parser("push", help="upload a dataset folder or .zip (a new version of its name, unless unchanged)")

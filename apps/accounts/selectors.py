@@ -66,6 +66,22 @@ def team_filter(*, user, slug: str | None, managed: bool = False) -> Team | None
     return team
 
 
+def member_filter(*, user, username: str | None):
+    """The user a ``?user=`` filter names, if they are in one of the caller's teams; else a
+    FieldErrors naming ``user`` (one message whether the name exists or not, as team_filter)."""
+    from django.contrib.auth import get_user_model
+
+    from apps.core.errors import FieldErrors
+
+    if not username:
+        return None
+    member = get_user_model().objects.filter(username=username,
+                                             memberships__team__in=team_list(user=user)).first()
+    if member is None:
+        raise FieldErrors({"user": f"no member of your teams is named {username!r}"})
+    return member
+
+
 def team_ids(*, user) -> list[int]:
     return list(team_list(user=user).values_list("id", flat=True))
 

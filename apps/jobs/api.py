@@ -18,7 +18,7 @@ from rest_framework.relations import PKOnlyObject
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import team_filter
+from apps.accounts.selectors import member_filter, team_filter
 from apps.accounts.throttles import SubmitThrottle
 from apps.core.api import field_errors
 from apps.core.errors import FieldErrors
@@ -243,6 +243,24 @@ class JobSpecDoc(serializers.Serializer):
 TRUE, FALSE = {"1", "true", "yes"}, {"0", "false", "no"}
 
 
+def list_filters(request) -> dict:
+    """``?team=``, ``?user=`` and ``?mine=`` of a job list, checked: a bad value raises FieldErrors
+    naming the parameter (never an empty page that reads as "no jobs")."""
+    raw_mine = request.query_params.get("mine", "").lower()
+    if raw_mine not in {"", *TRUE, *FALSE}:
+        raise FieldErrors({"mine": f"must be true or false, got {raw_mine!r}"})
+    team = team_filter(user=request.user, slug=request.query_params.get("team") or None)
+    owner = member_filter(user=request.user, username=request.query_params.get("user") or None)
+    return {"team": team.slug if team else None, "mine": raw_mine in TRUE, "owner": owner}
+
+
+LIST_FILTERS = [
+    OpenApiParameter("team", str, description="a team you are in"),
+    OpenApiParameter("user", str, description="a member of your teams (user name)"),
+    OpenApiParameter("mine", bool),
+]
+
+
 class JobListCreate(APIView):
     parser_classes = [BoundedJSONParser, YAMLParser, TextYAMLParser, XYAMLParser]
 
@@ -252,8 +270,7 @@ class JobListCreate(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("state", str, enum=[s.value for s in JobState]),
-            OpenApiParameter("team", str),
-            OpenApiParameter("mine", bool),
+            *LIST_FILTERS,
         ],
         responses={200: paginated(JobOut), 400: ERROR},
         operation_id="jobs_list",
@@ -262,14 +279,11 @@ class JobListCreate(APIView):
         state = request.query_params.get("state") or None
         if state and state not in JobState.values:
             return field_errors({"state": f"must be one of {', '.join(JobState.values)}"})
-        raw_mine = request.query_params.get("mine", "").lower()
-        if raw_mine not in {"", *TRUE, *FALSE}:
-            return field_errors({"mine": f"must be true or false, got {raw_mine!r}"})
         try:
-            team = team_filter(user=request.user, slug=request.query_params.get("team") or None)
+            filters = list_filters(request)
         except FieldErrors as exc:
             return field_errors(exc.errors)
-        jobs = job_list(user=request.user, state=state, team=team.slug if team else None, mine=raw_mine in TRUE)
+        jobs = job_list(user=request.user, state=state, **filters)
         paginator = self.paginator_class()
         page = paginator.paginate_queryset(jobs.select_related("model_version"), request, view=self)
         return paginator.get_paginated_response(JobOut(page, many=True).data)
@@ -477,11 +491,15 @@ class QueueEntryOut(serializers.Serializer):
 class QueueList(APIView):
     """Queued jobs of the caller's teams in scheduler order, a page at a time (``limit`` ≤ 1000)."""
 
-    @extend_schema(parameters=[OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+    @extend_schema(parameters=[*LIST_FILTERS, OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
                    responses={200: paginated(QueueEntryOut), 400: ERROR})
     def get(self, request):
+        try:
+            filters = list_filters(request)
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
         paginator = ListPage()
-        jobs = paginator.paginate_queryset(queue_list(user=request.user), request, view=self)
+        jobs = paginator.paginate_queryset(queue_list(user=request.user, **filters), request, view=self)
         return paginator.get_paginated_response([
             {"position": j.queue_position, "id": str(j.pk), "task_name": j.task_name, "team": j.team.slug,
              "user": j.user.username, "priority_class": j.priority_class, "priority": j.priority_score,

@@ -12,7 +12,8 @@ from .models import ACTIVE_STATES, Job, JobState
 JOB_NOT_VISIBLE = "No job with that id in your teams."
 
 
-def job_list(*, user, state: str | None = None, team: str | None = None, mine: bool = False) -> QuerySet[Job]:
+def job_list(*, user, state: str | None = None, team: str | None = None, mine: bool = False,
+             owner=None) -> QuerySet[Job]:
     ids = team_ids(user=user)
     # One team (the usual case) as an equality: SQLite reads "team_id IN (?)" as several
     # index ranges and sorts them, where "team_id = ?" pages straight out of the index.
@@ -24,6 +25,8 @@ def job_list(*, user, state: str | None = None, team: str | None = None, mine: b
         jobs = jobs.filter(team__slug=team)
     if mine:
         jobs = jobs.filter(user=user)
+    if owner is not None:
+        jobs = jobs.filter(user=owner)
     return jobs
 
 
@@ -37,10 +40,10 @@ def job_may_cancel(*, user, job: Job) -> bool:
     return job.user_id == user.pk or is_manager_of(user=user, team=job.team)
 
 
-def queue_list(*, user) -> QuerySet[Job]:
+def queue_list(*, user, team: str | None = None, mine: bool = False, owner=None) -> QuerySet[Job]:
     """Queued jobs of the caller's teams in the order the scheduler will consider them."""
     return (
-        job_list(user=user, state=JobState.QUEUED)
+        job_list(user=user, state=JobState.QUEUED, team=team, mine=mine, owner=owner)
         .order_by("queue_position", "created_at")
     )
 

@@ -1,0 +1,67 @@
+"""yoloq for a manager against a live server: requeue, and queue filtered by team, user and state
+(manager trial F23)."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from apps.accounts.services import token_create
+from apps.jobs.models import Job, JobState
+from cli import yoloq
+from tests.jobs.factories import make_job
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    path = tmp_path / "home" / "yoloq" / "config.json"
+    monkeypatch.setenv("YOLOQ_CONFIG", str(path))
+    monkeypatch.delenv("YOLOQ_URL", raising=False)
+    monkeypatch.delenv("YOLOQ_TOKEN", raising=False)
+    return path
+
+
+def login(web, user, capsys) -> None:
+    _, key = token_create(user=user, name="cli")
+    assert yoloq.main(["login", web.url, "--token", key]) == 0
+    capsys.readouterr()
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = yoloq.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_manager_requeues_a_running_job_and_a_member_is_told_why_not(web, config, alice, bob, teams, capsys):
+    job = make_job(team=teams["vision"], user=bob, task_name="bob-long", state=JobState.RUNNING,
+                   started_at=timezone.now())
+    login(web, bob, capsys)
+    code, _, err = run(capsys, "requeue", str(job.pk)[:8])
+    assert code == 1 and "only a manager of the job's team may requeue it" in err
+    login(web, alice, capsys)
+    code, out, _ = run(capsys, "requeue", str(job.pk)[:8])
+    assert code == 0 and f"Requeued {job.pk} (bob-long): it resumes from its checkpoint as attempt 2." in out
+    assert Job.objects.get(pk=job.pk).state == JobState.QUEUED
+    code, _, err = run(capsys, "requeue", str(job.pk)[:8])
+    assert code == 1 and "state: job is queued; only starting or running jobs can be requeued" in err
+
+
+def test_queue_filters_by_team_user_and_state(web, config, alice, bob, carol, teams, capsys):
+    make_job(team=teams["vision"], user=bob, task_name="bob-waits", queue_position=1)
+    make_job(team=teams["vision"], user=alice, task_name="alice-waits", queue_position=2)
+    make_job(team=teams["vision"], user=bob, task_name="bob-done", state=JobState.SUCCEEDED,
+             finished_at=timezone.now())
+    login(web, alice, capsys)
+    code, out, _ = run(capsys, "queue", "--user", "bob")
+    assert code == 0 and "bob-waits" in out and "alice-waits" not in out and "bob-done" not in out
+    code, out, _ = run(capsys, "queue", "--team", "vision", "--state", "succeeded")
+    assert code == 0 and "bob-done" in out and "ended" in out and "bob-waits" not in out
+    code, out, _ = run(capsys, "queue", "--state", "running")
+    assert code == 0 and "No running jobs." in out
+    code, _, err = run(capsys, "queue", "--user", "carol")
+    assert code == 1 and "user: no member of your teams is named 'carol'" in err
+    code, _, err = run(capsys, "queue", "--team", "robotics")
+    assert code == 1 and "team: you are not a member of a team named 'robotics'" in err
