@@ -353,11 +353,12 @@ def usage(request):
     summary = usage_summary(user=request.user)
     page = report_for_page(request.GET, user=request.user, now=timezone.now())
     group, start, end, rows, errors = page.group, page.start, page.end, page.rows, page.errors
-    report = {"group": group, "rows": rows, "from": start, "to": end,
+    report = {"group": group, "rows": rows, "from": start, "to": end, "team": page.team,
+              "teams": [t.slug for t in team_list(user=request.user)],
               "from_value": request.GET.get("from") or timezone.localdate(start).isoformat(),
               "to_value": request.GET.get("to") or timezone.localdate(end).isoformat(),
               "csv_query": urlencode({"from": start.isoformat(), "to": end.isoformat(), "group": group,
-                                      "format": "csv"})}
+                                      **({"team": page.team} if page.team else {}), "format": "csv"})}
     chart = {**usage_by_day(user=request.user), "quota": summary["me"].get("quota_gpu_hours_24h"),
              "report": {"labels": [r["key"] for r in rows], "gpu_hours": [r["gpu_hours"] for r in rows],
                         "wait_p95_min": [round((r["wait_p95_s"] or 0) / 60, 1) for r in rows],

@@ -97,5 +97,5 @@ class UsageReportAdmin(admin.ModelAdmin):
         context = {**self.admin_site.each_context(request), "title": "Usage report", "opts": self.model._meta,
                    "rows": rows, "columns": COLUMNS[1:], "group": group, "groups": GROUPS, "errors": errors,
                    "start": start, "end": end, "from_value": timezone.localdate(start).isoformat(),
-                   "to_value": timezone.localdate(end).isoformat()}
+                   "to_value": timezone.localdate(end).isoformat(), "team": page.team}
         return TemplateResponse(request, "admin/quotas/usage_report.html", context)

@@ -182,13 +182,25 @@ class PageReport:
     end: datetime
     rows: list[dict]
     errors: dict[str, str]
+    team: str = ""  # the one team asked for (``?team=``), "" for all the caller's
 
 
 def report_for_page(params, *, user, now: datetime) -> PageReport:
     """The report for ``params`` (a QueryDict): an unknown group shows teams, a bad period the
-    default one with the error beside it (the API answers both with a 400 instead)."""
+    default one with the error beside it (the API answers both with a 400 instead).
+
+    ``?team=`` keeps it to one of the caller's teams, as the API does; a team the caller is not
+    in is a 404 saying so, as the pages answer for anything of another team (it was ignored: the
+    page showed the caller's own teams under a robotics URL, trial 14 F32)."""
+    from django.http import Http404
+
+    from apps.accounts.selectors import team_filter
     from apps.core.errors import FieldErrors
 
+    try:
+        team = team_filter(user=user, slug=params.get("team") or None)
+    except FieldErrors as exc:
+        raise Http404(f"team: {exc.errors['team']}") from None
     group = params.get("group") if params.get("group") in GROUPS else "team"
     errors: dict[str, str] = {}
     try:
@@ -196,5 +208,5 @@ def report_for_page(params, *, user, now: datetime) -> PageReport:
     except FieldErrors as exc:
         errors = exc.errors
         start, end = period_parse(None, None, now=now)
-    rows = [row.flat() for row in usage_report(user=user, start=start, end=end, group=group)]
-    return PageReport(group=group, start=start, end=end, rows=rows, errors=errors)
+    rows = [row.flat() for row in usage_report(user=user, start=start, end=end, group=group, team=team)]
+    return PageReport(group=group, start=start, end=end, rows=rows, errors=errors, team=team.slug if team else "")
