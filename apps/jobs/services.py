@@ -204,6 +204,11 @@ def job_requeue(
         )
         if moved:  # the old attempt's slots go with it, started or not
             GpuSlot.objects.filter(job_id=job.pk, attempt_id=job.attempt_id).delete()
+            if by is not None:
+                # A person's requeue ends the attempt here, and its fenced worker charges nothing:
+                # the GPU time it held was never in the ledger (once per attempt: a preemption
+                # that charged it already is not charged twice).
+                usage_charge(job, ended_at=timezone.now())
     if moved:
         job.refresh_from_db()
         started = job.attempt != before

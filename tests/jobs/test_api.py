@@ -272,3 +272,18 @@ def test_a_team_that_keeps_urgent_for_its_managers_refuses_a_members_urgent_subm
                                   content_type="application/yaml")
     assert made.status_code == 201, made.content
     assert AuditEntry.objects.get(action="job.submit", target_id=made.json()["id"]).data == {"priority": "urgent"}
+
+
+def test_a_managers_requeue_charges_the_gpu_time_the_ended_attempt_held(alice, teams, bob):
+    """The fenced worker charges nothing: the attempt's GPU time was missing from the ledger."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.quotas.models import UsageRecord
+
+    job = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING, gpus=2,
+                   started_at=timezone.now() - timedelta(hours=1))
+    assert api_client(alice).post(f"/api/v1/jobs/{job.pk}/requeue/").status_code == 202
+    record = UsageRecord.objects.get(job=job, attempt=1)
+    assert abs(record.gpu_seconds - 2 * 3600) < 60 and record.user == bob
