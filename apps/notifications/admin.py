@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from apps.core.admin_scoping import SuperuserOnlyAdmin, SuperuserRecordsAdmin
 
 from .models import Channel, Delivery, NotificationPreference
+from .services import channel_test
 
 
 @admin.register(Channel)
@@ -15,6 +16,16 @@ class ChannelAdmin(SuperuserOnlyAdmin, admin.ModelAdmin):
     list_display = ("name", "kind", "team", "user", "enabled", "created_at")
     list_filter = ("kind", "enabled", "team")
     exclude = ("secret",)
+    actions = ["send_test"]
+
+    @admin.action(description="Send a test message (through the real sender; says what happened)")
+    def send_test(self, request, queryset):
+        for channel in queryset.select_related("team"):
+            delivery = channel_test(channel=channel, by=request.user)
+            if delivery.state == Delivery.State.SENT:
+                self.message_user(request, f"test message delivered to {channel}", messages.SUCCESS)
+            else:
+                self.message_user(request, f"test message to {channel} failed: {delivery.last_error}", messages.ERROR)
 
 
 @admin.register(Delivery)

@@ -102,3 +102,13 @@ def test_the_notifications_page_sends_a_test_and_toggles_a_channel(bob, receiver
     assert "Channel hook disabled." in html and "(disabled)" in html
     page.post(f"/notifications/channels/{channel.pk}/delete/")
     assert AuditEntry.objects.filter(action="channel.delete", actor=bob).exists()  # the page's delete is audited
+
+
+def test_admin_sends_a_test_message_to_the_selected_channels(superuser, bob, receiver):
+    from tests.conftest import admin_client
+
+    channel = Channel.objects.get(pk=api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "hook", "kind": "webhook", "target": receiver.url}, format="json").json()["id"])
+    html = admin_client(superuser).post("/admin/notifications/channel/", {
+        "action": "send_test", "_selected_action": [str(channel.pk)]}, follow=True).content.decode()
+    assert "Test message delivered to hook (webhook, user bob)" in html and len(receiver.received) == 1
