@@ -145,7 +145,9 @@ def job_event(job: Job, kind: str, message: str = "", data: dict | None = None) 
 def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None, **fields: Any) -> bool:
     """Move a job to ``to`` if it is in one of ``expected`` (and on ``attempt_id``). True if we won.
 
-    A final state frees the attempt's GPU slots in the same transaction.
+    A final state frees the attempt's GPU slots in the same transaction, and forgets the queue's
+    answers (position, ETAs, the reason it waited): a job cancelled in the queue still read "Why
+    it waits: …; expected 18:09" on its page and in the API (manager trial 15, F22).
     """
     query = Job.objects.filter(pk=job_id, state__in=list(expected))
     if attempt_id is not None:
@@ -158,6 +160,7 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
     fields.setdefault("estimated_start_at", None)
     fields.setdefault("estimated_start_low_at", None)
     fields.setdefault("estimated_start_high_at", None)
+    fields.setdefault("reason", "")
     with transaction.atomic():
         moved = query.update(state=to, **fields) == 1
         if moved:

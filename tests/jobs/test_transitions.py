@@ -79,6 +79,22 @@ def test_cancel_ends_a_queued_job_at_once(alice, teams):
     assert state_of(job) == JobState.CANCELLED
 
 
+def test_a_job_that_left_the_queue_no_longer_says_why_it_waits(alice, teams):
+    """A cancelled queued job read "Why it waits: …; expected 18:09 UTC" on its page and in the
+    API (manager trial 15, F22): an ended job forgets the queue's answers."""
+    from django.test import Client
+
+    job = make_job(team=teams["vision"], user=alice, reason="waiting for 1 GPU on one node; expected 18:09 UTC",
+                   queue_position=3)
+    assert job_cancel(job=job, by=alice)
+    job.refresh_from_db()
+    assert (job.reason, job.queue_position) == ("", None)
+    client = Client()
+    client.force_login(alice)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert '<dt class="queued-only hidden">Why it waits</dt>' in html
+
+
 def test_cancel_of_a_running_job_only_asks_its_worker(alice, teams):
     job = make_job(team=teams["vision"], user=alice, state=JobState.RUNNING)
     assert job_cancel(job=job, by=alice)
