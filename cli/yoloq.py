@@ -9,6 +9,8 @@
     yoloq cancel ID                   ~ scancel
     yoloq requeue ID                  ~ scontrol requeue (team managers): a running job goes back to
                                       the queue and resumes from its checkpoint
+    yoloq class ID low|medium|high|urgent   ~ scontrol update job=ID qos=… (team managers): a queued
+                                      job's priority class
     yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name
                                       unless the newest already holds exactly these files)
     yoloq weights push FILE.pt --team T   upload pretrained weights (then model=FILE.pt in specs)
@@ -407,6 +409,18 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_class(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    before = api.get(f"jobs/{job_id}/")["priority_class"]
+    job = api.request("POST", f"jobs/{job_id}/class/", json={"priority": args.priority}).json()
+    if job["priority_class"] == before:
+        print(f"{job_id} ({job['task_name']}) is already {before}; nothing changed.")
+    else:
+        print(f"{job_id} ({job['task_name']}): class {before} → {job['priority_class']}.")
+    return 0
+
+
 # --- uploads: datasets and weights ------------------------------------------------------------
 
 # Never part of a dataset upload: hidden files, OS clutter and Ultralytics' label caches (the
@@ -578,6 +592,11 @@ def parser() -> argparse.ArgumentParser:
                                             "(it resumes from its checkpoint)")
     p.add_argument("id")
     p.set_defaults(func=cmd_requeue)
+
+    p = commands.add_parser("class", help="team managers: change a queued job's priority class")
+    p.add_argument("id")
+    p.add_argument("priority", help="low, medium, high or urgent")
+    p.set_defaults(func=cmd_class)
 
     dataset = commands.add_parser("dataset", help="datasets: push").add_subparsers(dest="verb", required=True)
     p = dataset.add_parser("push", help="upload a dataset folder or .zip (a new version of its name, unless unchanged)")

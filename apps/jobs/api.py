@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.selectors import member_filter, team_filter
 from apps.accounts.throttles import SubmitThrottle
-from apps.core.api import field_errors
+from apps.core.api import StrictInput, field_errors
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
@@ -31,7 +31,16 @@ from apps.core.strict_yaml import YamlError, load_yaml
 from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
 from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, job_may_requeue, queue_list
-from .services import DuplicateJob, IdempotencyKeyReused, TooManyActiveJobs, job_cancel, job_requeue, job_submit
+from .services import (
+    DuplicateJob,
+    IdempotencyKeyReused,
+    JobClassRefused,
+    TooManyActiveJobs,
+    job_cancel,
+    job_class_change,
+    job_requeue,
+    job_submit,
+)
 from .spec import SpecError, parse_spec
 
 
@@ -365,6 +374,28 @@ class JobRequeue(APIView):
             return field_errors({"state": "job changed state meanwhile; try again"}, status.HTTP_409_CONFLICT)
         job.refresh_from_db()
         return Response(JobOut(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class JobClassIn(StrictInput):
+    priority = serializers.CharField(help_text="low | medium | high | urgent")
+
+
+class JobClass(APIView):
+    """Managers: move a queued job to another priority class (the admin's "Set class", the job page's)."""
+
+    @extend_schema(request=JobClassIn, responses={200: JobOut, 400: ERROR, 403: ERROR, 404: ERROR})
+    def post(self, request, job_id):
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+        data = JobClassIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            job_class_change(job, priority_class=data.validated_data["priority"], by=request.user)
+        except JobClassRefused as refused:
+            if refused.field is None:
+                return Response({"detail": refused.message}, status=status.HTTP_403_FORBIDDEN)
+            return field_errors({"priority": refused.message})  # the state is the input's problem here
+        job.refresh_from_db()
+        return Response(JobOut(job).data)
 
 
 class MetricOut(serializers.ModelSerializer):

@@ -56,8 +56,10 @@ from .models import (
     JobState,
     LogChunk,
     MetricPoint,
+    PriorityClass,
 )
 from .paths import ansi_strip, public_text, public_value
+from .selectors import job_may_requeue
 from .spec import JobSpec, SpecError
 from .weights import model_resolve
 
@@ -345,6 +347,37 @@ def job_queue_info_set(updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
                                        [[*row_params, queued] for row_params in chunk])
                 written += max(cursor.rowcount, 0)
     return written
+
+
+class JobClassRefused(Exception):
+    """Why a job's class was not changed. ``field`` is ``"priority_class"`` (a class that does not
+    exist), ``"state"`` (the job is not queued) or None (the caller may not: a 403)."""
+
+    def __init__(self, field: str | None, message: str):
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def job_class_change(job: Job, *, priority_class: str, by) -> bool:
+    """A manager moves a queued job to another class: the rules of the API, the job page and the CLI.
+
+    True if the class changed (the scheduler is kicked to replan), False if the job already has
+    it; raises :class:`JobClassRefused` saying why not. (Admin's bulk actions report per row.)
+    """
+    if not job_may_requeue(user=by, job=job):
+        raise JobClassRefused(None, "only a manager of the job's team may change its class")
+    if priority_class not in PriorityClass.values:
+        raise JobClassRefused("priority_class", f"must be one of {', '.join(PriorityClass.values)}, "
+                                                f"got {str(priority_class)[:50]!r}")
+    if job.is_sweep or job.state != JobState.QUEUED:
+        raise JobClassRefused("state", f"the job is {'a sweep' if job.is_sweep else job.state}; "
+                                       "only a queued job changes class")
+    if job.priority_class == priority_class:
+        return False
+    if not job_class_set(job, priority_class=priority_class, by=by):
+        raise JobClassRefused("state", "the job left the queue meanwhile; class not changed")
+    kick_scheduler()
+    return True
 
 
 def job_class_set(job: Job, *, priority_class: str, by) -> bool:

@@ -38,13 +38,20 @@ from apps.jobs.selectors import (
     queue_depth_by_class,
     team_active_jobs,
 )
-from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_class_set, job_requeue, job_submit
+from apps.jobs.services import (
+    DuplicateJob,
+    JobClassRefused,
+    TooManyActiveJobs,
+    job_cancel,
+    job_class_change,
+    job_requeue,
+    job_submit,
+)
 from apps.jobs.spec import SpecError, parse_spec
 from apps.monitoring.services import cluster_history
 from apps.quotas.reports import GROUPS, report_for_page
 from apps.quotas.selectors import usage_summary
 from apps.registry.selectors import model_list
-from apps.scheduling.kick import kick_scheduler
 from apps.scheduling.standing import TEAM_NOT_VISIBLE, standing_teams, team_standings
 from apps.sweeps.selectors import sweep_view
 
@@ -228,20 +235,17 @@ def job_class_view(request, job_id):
     """Move a queued job to another priority class (the admin's "Set class" actions, same people)."""
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
     wanted = request.POST.get("priority_class", "")
-    if not job_may_requeue(user=request.user, job=job):
-        messages.error(request, "Only a manager of the job's team may change its class.")
-    elif wanted not in PriorityClass.values:
-        messages.error(request, f"priority_class: must be one of {', '.join(PriorityClass.values)}, got {wanted!r}.")
-    elif job.is_sweep or job.state != JobState.QUEUED:
-        messages.error(request, f"state: the job is {'a sweep' if job.is_sweep else job.state}; "
-                                "only a queued job changes class.")
-    elif job.priority_class == wanted:
-        messages.info(request, f"The job is already {wanted}; nothing changed.")
-    elif job_class_set(job, priority_class=wanted, by=request.user):
-        kick_scheduler()
-        messages.success(request, f"Class changed from {job.priority_class} to {wanted}.")
+    before = job.priority_class
+    try:
+        changed = job_class_change(job, priority_class=wanted, by=request.user)
+    except JobClassRefused as refused:
+        messages.error(request, f"{refused.field}: {refused.message}." if refused.field
+                       else f"{refused.message[0].upper()}{refused.message[1:]}.")
     else:
-        messages.error(request, "state: the job left the queue meanwhile; class not changed.")
+        if changed:
+            messages.success(request, f"Class changed from {before} to {wanted}.")
+        else:
+            messages.info(request, f"The job is already {wanted}; nothing changed.")
     return redirect("job", job_id=job.pk)
 
 

@@ -49,6 +49,21 @@ def test_a_manager_requeues_a_running_job_and_a_member_is_told_why_not(web, conf
     assert code == 1 and "state: job is queued; only starting or running jobs can be requeued" in err
 
 
+def test_a_manager_changes_a_queued_jobs_class_and_a_member_is_told_why_not(web, config, alice, bob, teams, capsys):
+    job = make_job(team=teams["vision"], user=bob, task_name="bob-waits")
+    login(web, bob, capsys)
+    code, _, err = run(capsys, "class", str(job.pk)[:8], "high")
+    assert code == 1 and "only a manager of the job's team may change its class" in err
+    login(web, alice, capsys)
+    code, _, err = run(capsys, "class", str(job.pk)[:8], "critical")
+    assert code == 1 and "priority: must be one of low, medium, high, urgent, got 'critical'" in err
+    code, out, _ = run(capsys, "class", str(job.pk)[:8], "high")
+    assert code == 0 and f"{job.pk} (bob-waits): class medium → high." in out
+    assert Job.objects.get(pk=job.pk).priority_class == "high"
+    code, out, _ = run(capsys, "class", str(job.pk)[:8], "high")
+    assert code == 0 and "is already high; nothing changed." in out
+
+
 def test_queue_filters_by_team_user_and_state(web, config, alice, bob, carol, teams, capsys):
     make_job(team=teams["vision"], user=bob, task_name="bob-waits", queue_position=1)
     make_job(team=teams["vision"], user=alice, task_name="alice-waits", queue_position=2)

@@ -19,6 +19,7 @@ JOB_ENDPOINTS = [
     ("get", "/api/v1/jobs/{id}/weights/"),
     ("post", "/api/v1/jobs/{id}/cancel/"),
     ("post", "/api/v1/jobs/{id}/requeue/"),
+    ("post", "/api/v1/jobs/{id}/class/"),
 ]
 
 
@@ -102,6 +103,41 @@ def test_requeue_of_a_queued_job_names_the_state(alice, teams, bob):
     job = make_job(team=teams["vision"], user=bob)
     response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/requeue/")
     assert response.status_code == 409 and "state" in response.json()
+
+
+def test_a_manager_changes_a_queued_jobs_class(alice, bob, teams):
+    from apps.accounts.models import AuditEntry
+
+    job = make_job(team=teams["vision"], user=bob)
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/class/", {"priority": "high"}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["priority_class"] == "high" == Job.objects.get(pk=job.pk).priority_class
+    assert AuditEntry.objects.get(action="job.class", target_id=str(job.pk)).data == {"from": "medium", "to": "high"}
+
+
+def test_a_member_may_not_change_the_class_of_their_own_job(bob, teams):
+    job = make_job(team=teams["vision"], user=bob)
+    response = api_client(bob).post(f"/api/v1/jobs/{job.pk}/class/", {"priority": "urgent"}, format="json")
+    assert response.status_code == 403
+    assert response.json() == {"detail": "only a manager of the job's team may change its class"}
+    assert Job.objects.get(pk=job.pk).priority_class == "medium"
+
+
+@pytest.mark.parametrize("body", [{"priority": "critical"}, {"priority": ""}, {}, {"priority_class": "high"}])
+def test_a_class_change_names_a_bad_body(body, alice, bob, teams):
+    job = make_job(team=teams["vision"], user=bob)
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/class/", body, format="json")
+    assert response.status_code == 400 and set(response.json()) <= {"priority", "priority_class"}
+    assert response.json(), response.content
+    if body == {"priority": "critical"}:
+        assert response.json() == {"priority": ["must be one of low, medium, high, urgent, got 'critical'"]}
+    assert Job.objects.get(pk=job.pk).priority_class == "medium"
+
+
+def test_a_class_change_of_a_running_job_says_its_state(alice, bobs_job):
+    response = api_client(alice).post(f"/api/v1/jobs/{bobs_job.pk}/class/", {"priority": "high"}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"priority": ["the job is running; only a queued job changes class"]}
 
 
 def test_an_admin_acts_on_every_team(bobs_job, teams):

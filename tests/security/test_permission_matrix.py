@@ -26,6 +26,7 @@ ROUTES = {
     "api-job": "object",
     "api-job-cancel": "object",
     "api-job-requeue": "object",
+    "api-job-class": "object",
     "api-job-metrics": "object",
     "api-job-logs": "object",
     "api-job-events": "object",
@@ -59,9 +60,9 @@ ROUTES = {
     "api-attempt-report": "attempt",
 }
 # (URL name, method) a team member may not use even on their own team's objects.
-MANAGER_ONLY = {("api-job-requeue", "post"), ("api-model-stage", "post"), ("api-dataset", "delete")}
+MANAGER_ONLY = {("api-job-requeue", "post"), ("api-job-class", "post"), ("api-model-stage", "post"), ("api-dataset", "delete")}
 # What a manager's request carries where the endpoint needs a body.
-BODIES = {"api-model-stage": {"stage": "staging"}}
+BODIES = {"api-model-stage": {"stage": "staging"}, "api-job-class": {"priority": "high"}}
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
@@ -135,8 +136,9 @@ def world(alice, bob, carol, teams, settings, tmp_path):
     sweep.spec = {**sweep.spec, "sweep": {"method": "grid", "parameters": {"lr0": {"type": "categorical",
                   "choices": [0.01]}}, "trials": 1, "parallel": 1, "metric": "fitness", "prune": None, "seed": 1}}
     sweep.save(update_fields=["spec"])
+    queued = make_job(team=teams["vision"], user=bob, task_name="waiting")  # a class changes only while queued
     return {"job": job, "model": model, "dataset": dataset, "token": token, "channel": channel, "export": export,
-            "sweep": sweep}
+            "sweep": sweep, "queued": queued}
 
 
 def url_for(name: str, route: str, world) -> str:
@@ -147,7 +149,8 @@ def url_for(name: str, route: str, world) -> str:
            "api-team": world["job"].team_id,
            "api-notification-channel-test": world["channel"].pk}
     url = "/" + route
-    url = re.sub(r"<uuid:\w+>", str(world["sweep" if name == "api-job-sweep" else "job"].pk), url)
+    job = {"api-job-sweep": "sweep", "api-job-class": "queued"}.get(name, "job")
+    url = re.sub(r"<uuid:\w+>", str(world[job].pk), url)
     url = re.sub(r"<int:index>", "0", url)
     return re.sub(r"<int:\w+>", str(ids.get(name, 0)), url)
 
