@@ -364,7 +364,7 @@ def usage(request):
               "csv_query": urlencode({"from": start.isoformat(), "to": end.isoformat(), "group": group,
                                       **({"team": page.team} if page.team else {}), "format": "csv"})}
     chart = {**usage_by_day(user=request.user), "quota": summary["me"].get("quota_gpu_hours_24h"),
-             "report": {"labels": [r["key"] for r in rows], "gpu_hours": [r["gpu_hours"] for r in rows],
+             "report": {"labels": [f"{r['key']} ({r['team']})" if group == "user" else r["key"] for r in rows], "gpu_hours": [r["gpu_hours"] for r in rows],
                         "wait_p95_min": [round((r["wait_p95_s"] or 0) / 60, 1) for r in rows],
                         "failures": [r["failures"] for r in rows], "preemptions": [r["preemptions"] for r in rows]}}
     if request.user.is_superuser:

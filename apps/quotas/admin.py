@@ -90,12 +90,12 @@ class UsageReportAdmin(admin.ModelAdmin):
         from django.template.response import TemplateResponse
         from django.utils import timezone
 
-        from .reports import COLUMNS, GROUPS, report_for_page
+        from .reports import GROUPS, columns, report_for_page
 
         page = report_for_page(request.GET, user=request.user, now=timezone.now())
         group, start, end, rows, errors = page.group, page.start, page.end, page.rows, page.errors
         context = {**self.admin_site.each_context(request), "title": "Usage report", "opts": self.model._meta,
-                   "rows": rows, "columns": COLUMNS[1:], "group": group, "groups": GROUPS, "errors": errors,
+                   "rows": rows, "columns": columns(group)[1:], "group": group, "groups": GROUPS, "errors": errors,
                    "start": start, "end": end, "from_value": timezone.localdate(start).isoformat(),
                    "to_value": timezone.localdate(end).isoformat(), "team": page.team}
         return TemplateResponse(request, "admin/quotas/usage_report.html", context)

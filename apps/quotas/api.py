@@ -16,12 +16,12 @@ from apps.core.api import field_errors
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR
 
-from .reports import COLUMNS, GROUPS, period_parse, usage_report
+from .reports import GROUPS, columns, period_parse, usage_report
 from .selectors import usage_summary
 
 
 class UsageCsvRenderer(BaseRenderer):
-    """``?format=csv``: the report's rows, one per team or user, columns as in reports.COLUMNS."""
+    """``?format=csv``: the report's rows, one per team or per (team, user), columns as in reports.columns()."""
 
     media_type = "text/csv"
     format = "csv"
@@ -30,10 +30,11 @@ class UsageCsvRenderer(BaseRenderer):
     def render(self, data, accepted_media_type=None, renderer_context=None):
         out = io.StringIO()
         if isinstance(data, dict) and "rows" in data:
-            writer = csv.DictWriter(out, fieldnames=[data["group"], *COLUMNS[1:]], lineterminator="\n")
+            rest = columns(data["group"])[1:]
+            writer = csv.DictWriter(out, fieldnames=[data["group"], *rest], lineterminator="\n")
             writer.writeheader()
             for row in data["rows"]:
-                writer.writerow({data["group"]: row["key"], **{c: row[c] for c in COLUMNS[1:]}})
+                writer.writerow({data["group"]: row["key"], **{c: row[c] for c in rest}})
         else:  # an error body or the summary: still CSV, key,value
             writer = csv.writer(out, lineterminator="\n")
             for key, value in (data or {}).items():
@@ -53,7 +54,9 @@ class UsageReportOut(serializers.Serializer):
     to = serializers.DateTimeField()
     group = serializers.ChoiceField(choices=GROUPS)
     team = serializers.CharField(required=False, help_text="present when the report was asked for one team")
-    rows = serializers.ListField(child=serializers.DictField(), help_text=f"columns: {', '.join(COLUMNS)}")
+    rows = serializers.ListField(child=serializers.DictField(), help_text=(
+        f"columns per team: {', '.join(columns('team'))}; per user (one row per team and user, the usage charged "
+        f"to that team): {', '.join(columns('user'))}"))
 
     def get_fields(self):
         fields = super().get_fields()

@@ -1,5 +1,9 @@
 """Usage reports: per team or per user over a period, from the ledger and the job rows.
 
+A user's row is one per (team, user): what a user in two teams used is charged to each team
+apart and limited by each team's quota, so their rows say which team (``team``) and the
+quota in force there (manager trial 14, F12: one row per user, its quota always null).
+
 Scope: a team's totals are visible to its members (as the usage page always showed);
 per-user rows to the user themselves, and to the managers of the teams the usage was
 charged to (only that team's part); superusers see everything.
@@ -21,13 +25,20 @@ from .selectors import user_quota_gpu_hours
 
 GROUPS = ("team", "user")
 FAILURE_KINDS = ("failed", "retry")  # attempts that failed, retried or not
+# The columns of a team's row; a user's row has ``team`` after its key (:func:`columns`).
 COLUMNS = ("key", "gpu_hours", "jobs_succeeded", "jobs_failed", "jobs_timed_out", "jobs_cancelled",
            "jobs_started", "wait_mean_s", "wait_p95_s", "failures", "preemptions", "quota_gpu_hours_per_user_day")
+
+
+def columns(group: str) -> tuple[str, ...]:
+    """A row's columns for ``group``, its key (the team's slug or the user's name) first."""
+    return COLUMNS if group == "team" else (COLUMNS[0], "team", *COLUMNS[1:])
 
 
 @dataclass
 class ReportRow:
     key: str
+    team: str | None = None  # a user's row: the team its usage was charged to
     gpu_hours: float = 0.0
     jobs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TERMINAL_STATES, 0))
     jobs_started: int = 0
@@ -41,7 +52,7 @@ class ReportRow:
         row = asdict(self)
         for state, n in row.pop("jobs").items():
             row[f"jobs_{state}"] = n
-        return {column: row[column] for column in COLUMNS}
+        return {column: row[column] for column in columns("team" if self.team is None else "user")}
 
 
 def visible(user, group: str) -> Q:
@@ -62,8 +73,8 @@ def p95(values: list[float]) -> float | None:
 
 
 def usage_report(*, user, start: datetime, end: datetime, group: str, team=None) -> list[ReportRow]:
-    """One row per team (or user) with any activity in [start, end), plus the caller's teams;
-    with ``team`` (one the caller may read, :func:`apps.accounts.selectors.team_filter`) only
+    """One row per team (or per team and user) with any activity in [start, end), plus the
+    caller's teams; each with the per-member quota in force for its team. With ``team`` (one the caller may read, :func:`apps.accounts.selectors.team_filter`) only
     what was charged to it.
 
     GPU-hours: ledger records whose attempt ended in the period. Jobs by outcome: jobs
@@ -72,37 +83,40 @@ def usage_report(*, user, start: datetime, end: datetime, group: str, team=None)
     """
     if group not in GROUPS:
         raise ValueError(group)
-    key = "team__slug" if group == "team" else "user__username"
+    from apps.accounts.models import Team
+
+    # A row's identity: the team's slug, or (team slug, user name).
+    keys = ("team__slug",) if group == "team" else ("team__slug", "user__username")
     scope = visible(user, group)
     if team is not None:
         scope &= Q(team_id=team.pk)
-    rows: dict[str, ReportRow] = {}
+    rows: dict[tuple[str, ...], ReportRow] = {}
 
-    def row(name: str) -> ReportRow:
-        return rows.setdefault(name, ReportRow(key=name))
+    def row(*names: str) -> ReportRow:
+        if group == "team":
+            return rows.setdefault(names, ReportRow(key=names[0]))
+        return rows.setdefault(names, ReportRow(key=names[1], team=names[0]))
 
     if group == "team":
-        from apps.accounts.models import Team
-
         for shown in Team.objects.filter(id__in=[team.pk] if team is not None else team_ids(user=user)):
-            row(shown.slug).quota_gpu_hours_per_user_day = user_quota_gpu_hours(user=None, team=shown)
+            row(shown.slug)
 
     ledger = (UsageRecord.objects.filter(scope, ended_at__gte=start, ended_at__lt=end).order_by()
-              .values_list(key).annotate(s=Sum("gpu_seconds")))
-    for name, seconds in ledger:
-        row(name).gpu_hours = round((seconds or 0.0) / 3600, 4)
+              .values_list(*keys).annotate(s=Sum("gpu_seconds")))
+    for *names, seconds in ledger:
+        row(*names).gpu_hours = round((seconds or 0.0) / 3600, 4)
 
     finished = (Job.objects.filter(scope, state__in=TERMINAL_STATES, finished_at__gte=start, finished_at__lt=end)
-                .order_by().values_list(key, "state").annotate(n=Count("id")))
-    for name, state, n in finished:
-        row(name).jobs[state] = n
+                .order_by().values_list(*keys, "state").annotate(n=Count("id")))
+    for *names, state, n in finished:
+        row(*names).jobs[state] = n
 
-    waits: dict[str, list[float]] = {}
-    for name, created, started in (Job.objects.filter(scope, first_started_at__gte=start, first_started_at__lt=end)
-                                   .values_list(key, "created_at", "first_started_at")):
-        waits.setdefault(name, []).append(max(0.0, (started - created).total_seconds()))
-    for name, values in waits.items():
-        r = row(name)
+    waits: dict[tuple[str, ...], list[float]] = {}
+    for *names, created, started in (Job.objects.filter(scope, first_started_at__gte=start, first_started_at__lt=end)
+                                     .values_list(*keys, "created_at", "first_started_at")):
+        waits.setdefault(tuple(names), []).append(max(0.0, (started - created).total_seconds()))
+    for names, values in waits.items():
+        r = row(*names)
         r.jobs_started = len(values)
         r.wait_mean_s = round(sum(values) / len(values), 1)
         r.wait_p95_s = round(p95(values), 1)
@@ -110,13 +124,19 @@ def usage_report(*, user, start: datetime, end: datetime, group: str, team=None)
     event_scope = Q(job__in=Job.objects.filter(scope).values("pk"))
     events = (JobEvent.objects.filter(event_scope, created_at__gte=start, created_at__lt=end,
                                       kind__in=(*FAILURE_KINDS, "preempted"))
-              .order_by().values_list(f"job__{key}", "kind").annotate(n=Count("id")))
-    for name, kind, n in events:
+              .order_by().values_list(*(f"job__{key}" for key in keys), "kind").annotate(n=Count("id")))
+    for *names, kind, n in events:
         if kind == "preempted":
-            row(name).preemptions += n
+            row(*names).preemptions += n
         else:
-            row(name).failures += n
-    return sorted(rows.values(), key=lambda r: (-r.gpu_hours, r.key))
+            row(*names).failures += n
+
+    # The per-member quota in force for each row's team (the same for every member of a team).
+    quotas = {shown.slug: user_quota_gpu_hours(user=None, team=shown)
+              for shown in Team.objects.filter(slug__in={names[0] for names in rows})}
+    for names, r in rows.items():
+        r.quota_gpu_hours_per_user_day = quotas.get(names[0])
+    return sorted(rows.values(), key=lambda r: (-r.gpu_hours, r.key, r.team or ""))
 
 
 DEFAULT_DAYS = 7

@@ -218,3 +218,47 @@ def test_a_deleted_job_leaves_its_gpu_hours_in_the_ledger(history, alice, superu
     assert UsageRecord.objects.filter(job=None, team__slug="vision", user__username="bob").count() == 1
     after = report(alice, group="team")["rows"]
     assert [r["gpu_hours"] for r in after] == [r["gpu_hours"] for r in before]
+
+
+def test_a_user_in_two_teams_has_a_row_per_team_with_that_teams_quota(history, teams, carol):
+    """Per-user rows are per (team, user): which team was charged, and the quota in force there (trial 14, F12)."""
+    SchedulerConfig.current()
+    SchedulerConfig.objects.update(user_gpu_hours_per_day=12)
+    TeamQuota.objects.create(team=teams["vision"], user_gpu_hours_per_day=0.02)
+    make_user("carol", teams["vision"])
+    end = timezone.now() - timedelta(hours=1)
+    job = make_job(team=teams["vision"], user=carol, state="succeeded", finished_at=end, first_started_at=end)
+    UsageRecord.objects.create(job=job, team=teams["vision"], user=carol, attempt=1, priority_class="medium",
+                               gpu_seconds=3600, started_at=end - timedelta(hours=1), ended_at=end)
+    body = report(carol, group="user")
+    rows = {(r["team"], r["key"]): r for r in body["rows"]}
+    assert set(rows) == {("robotics", "carol"), ("vision", "carol")}
+    assert rows[("robotics", "carol")]["gpu_hours"] == pytest.approx(6.0, abs=1e-3)
+    assert rows[("vision", "carol")]["gpu_hours"] == pytest.approx(1.0, abs=1e-3)
+    assert rows[("vision", "carol")]["quota_gpu_hours_per_user_day"] == 0.02
+    assert rows[("robotics", "carol")]["quota_gpu_hours_per_user_day"] == 12
+    assert list(body["rows"][0])[:2] == ["key", "team"]
+    assert {r["key"] for r in report(carol, group="team")["rows"]} == {"robotics", "vision"}  # teams: unchanged
+    assert "team" not in report(carol, group="team")["rows"][0]
+
+
+def test_the_csv_per_user_has_the_team_and_its_quota(history, teams, alice):
+    TeamQuota.objects.create(team=teams["vision"], user_gpu_hours_per_day=5)
+    response = api_client(alice).get("/api/v1/usage/", {"group": "user", "format": "csv"})
+    assert response.status_code == 200
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert list(rows[0])[:3] == ["user", "team", "gpu_hours"]
+    assert {(r["user"], r["team"], r["quota_gpu_hours_per_user_day"]) for r in rows} == {
+        ("alice", "vision", "5.0"), ("bob", "vision", "5.0")}
+
+
+def test_both_report_pages_show_the_team_and_quota_of_a_users_row(history, teams, alice):
+    TeamQuota.objects.create(team=teams["vision"], user_gpu_hours_per_day=5)
+    alice.is_staff = True
+    alice.save(update_fields=["is_staff"])
+    page = Client()
+    page.force_login(alice)
+    html = page.get("/usage/", {"group": "user"}).content.decode()
+    assert "<th>Team</th>" in html and "<td>bob</td><td>vision</td>" in html and "5 h / 24 h" in html
+    html = page.get("/admin/quotas/usagereport/", {"group": "user"}).content.decode()
+    assert "<th>team</th>" in html and "<td>bob</td><td>vision</td>" in html and "<td>5.0</td>" in html
