@@ -5,6 +5,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api import query_strict
+from apps.core.openapi import ERROR
 from apps.jobs.selectors import queue_depth_by_class
 
 from .selectors import cluster_overview, cluster_totals
@@ -27,7 +29,8 @@ class ClusterOut(serializers.Serializer):
 
 
 class ClusterView(APIView):
-    @extend_schema(responses=ClusterOut)
+    @extend_schema(responses={200: ClusterOut, 400: ERROR})
     def get(self, request):
+        query_strict(request, takes=(), what="the cluster view")
         nodes = cluster_overview(user=request.user)
         return Response({"totals": cluster_totals(nodes), "queue_depth": queue_depth_by_class(), "nodes": nodes})

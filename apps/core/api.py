@@ -6,6 +6,8 @@ strict input serializer and the JSON 404.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ErrorDetail, Throttled, ValidationError
 from rest_framework.response import Response
@@ -106,6 +108,41 @@ class StrictInput(serializers.Serializer):
                                                     else reason, code="unknown_field")]
                 raise ValidationError(errors)
         return super().to_internal_value(data)
+
+
+# Taken by every GET: DRF's renderer override (``?format=json``).
+EVERY_GET = ("format",)
+
+
+def query_strict(request, *, takes: Sequence[str], what: str, paged: bool = False) -> None:
+    """Refuse the query parameters a GET does not take, each named in one 400, rather than ignore them.
+
+    An ignored parameter answers as if it had filtered: ``audit/?since=`` was the whole log,
+    ``models/?stages=production`` every version (trial 14, F32). ``takes`` are the view's own
+    parameters; ``?format=`` is every view's, ``?limit=``/``?offset=`` every ``paged`` list's,
+    and another pagination style's (``?page=``) is named with how the list is paged. Raises
+    DRF's ValidationError (a 400 with field lists, as the serializers give).
+    """
+    from .pagination import OTHER_STYLES, ListPage
+
+    known = (*takes, *(("limit", "offset") if paged else ()))
+    unknown = sorted(set(request.query_params) - set(known) - set(EVERY_GET))
+    if not unknown:
+        return
+    listed = f"it takes {', '.join(known)}" if known else "it takes no parameters"
+    raise ValidationError({name[:50]: [ErrorDetail(ListPage.other_style() if name in OTHER_STYLES and paged
+                                                   else f"is not a parameter of {what} ({listed})",
+                                                   code="unknown_parameter")]
+                           for name in unknown})
+
+
+def query_choice(request, name: str, choices: Sequence[str]) -> str | None:
+    """``?name=`` if one of ``choices``, None if absent or empty; else a 400 naming it and the choices."""
+    raw = request.query_params.get(name) or None
+    if raw is not None and raw not in choices:
+        raise ValidationError({name: [ErrorDetail(f"must be one of {', '.join(choices)}, got {raw[:50]!r}",
+                                                  code="invalid_choice")]})
+    return raw
 
 
 def not_found(request, exception=None):

@@ -20,12 +20,16 @@ class ListPage(LimitOffsetPagination):
     default_limit = 100
     max_limit = 1000
 
+    @classmethod
+    def other_style(cls) -> str:
+        """What a list says of another pagination style's parameter (``?page=``)."""
+        return (f"is not a parameter of this list: it is paged with ?limit= (1 to {cls.max_limit}, "
+                f"default {cls.default_limit}) and ?offset= (items to skip)")
+
     def paginate_queryset(self, queryset, request, view=None):
         for name in OTHER_STYLES:
             if name in request.query_params:
-                raise ValidationError({name: [
-                    f"is not a parameter of this list: it is paged with ?limit= (1 to {self.max_limit}, "
-                    f"default {self.default_limit}) and ?offset= (items to skip)"]})
+                raise ValidationError({name: [self.other_style()]})
         # An offset past the end stays an empty page (``count`` says how long the list is): a
         # client paging through a list that shrinks meanwhile (queued jobs start) must not fail.
         return super().paginate_queryset(queryset, request, view)

@@ -13,10 +13,11 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import is_manager_of
+from apps.accounts.selectors import is_manager_of, team_filter
 from apps.accounts.throttles import UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
-from apps.core.api import StrictInput
+from apps.core.api import StrictInput, field_errors, query_strict
+from apps.core.errors import FieldErrors
 from apps.core.guards import InUse
 from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
@@ -77,11 +78,17 @@ class DatasetListCreate(APIView):
     def get_throttles(self):
         return [UploadThrottle()] if self.request.method == "POST" else super().get_throttles()
 
-    @extend_schema(parameters=[OpenApiParameter("team", str), OpenApiParameter("name", str)],
-                   responses=paginated(DatasetOut), operation_id="datasets_list")
+    @extend_schema(parameters=[OpenApiParameter("team", str, description="a team you are in"),
+                               OpenApiParameter("name", str)],
+                   responses={200: paginated(DatasetOut), 400: ERROR}, operation_id="datasets_list")
     def get(self, request):
+        query_strict(request, takes=("team", "name"), what="the dataset list", paged=True)
+        try:
+            team = team_filter(user=request.user, slug=request.query_params.get("team") or None)
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
         paginator = ListPage()
-        datasets = dataset_list(user=request.user, team=request.query_params.get("team") or None,
+        datasets = dataset_list(user=request.user, team=team.slug if team else None,
                                 name=request.query_params.get("name") or None)
         page = paginator.paginate_queryset(datasets, request, view=self)
         return paginator.get_paginated_response(DatasetOut(page, many=True).data)

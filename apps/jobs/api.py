@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.selectors import member_filter, team_filter
 from apps.accounts.throttles import SubmitThrottle
-from apps.core.api import StrictInput, field_errors
+from apps.core.api import StrictInput, field_errors, query_strict
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
@@ -263,6 +263,7 @@ def list_filters(request) -> dict:
     return {"team": team.slug if team else None, "mine": raw_mine in TRUE, "owner": owner}
 
 
+FILTER_NAMES = ("team", "user", "mine")
 LIST_FILTERS = [
     OpenApiParameter("team", str, description="a team you are in"),
     OpenApiParameter("user", str, description="a member of your teams (user name)"),
@@ -285,6 +286,7 @@ class JobListCreate(APIView):
         operation_id="jobs_list",
     )
     def get(self, request):
+        query_strict(request, takes=("state", *FILTER_NAMES), what="the job list", paged=True)
         state = request.query_params.get("state") or None
         if state and state not in JobState.values:
             return field_errors({"state": f"must be one of {', '.join(JobState.values)}"})
@@ -426,10 +428,12 @@ class EventOut(serializers.ModelSerializer):
 class _SeqList(APIView):
     model = None
     out = None
+    what = ""  # what the list holds, for its errors
     limit = 1000
 
     def get(self, request, job_id):
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+        query_strict(request, takes=("after",), what=f"the job's {self.what}")
         after = query_int(request, "after")
         rows = self.model.objects.filter(job=job, seq__gt=after).order_by("seq")[: self.limit]
         return Response({"job": str(job.pk), "state": job.state, "seq": job.seq,
@@ -445,13 +449,13 @@ def seq_page(name: str, out) -> serializers.Serializer:
 @extend_schema(parameters=[OpenApiParameter("after", int)],
                responses={200: seq_page("JobMetricsPage", MetricOut), 400: ERROR, 404: ERROR})
 class JobMetrics(_SeqList):
-    model, out = MetricPoint, MetricOut
+    model, out, what = MetricPoint, MetricOut, "metrics"
 
 
 @extend_schema(parameters=[OpenApiParameter("after", int)],
                responses={200: seq_page("JobLogsPage", LogOut), 400: ERROR, 404: ERROR, 503: ERROR})
 class JobLogs(_SeqList):
-    model, out = LogChunk, LogOut
+    model, out, what = LogChunk, LogOut, "logs"
     limit = 500
 
     def get(self, request, job_id):
@@ -459,6 +463,7 @@ class JobLogs(_SeqList):
         from .log_archive import log_chunks
 
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+        query_strict(request, takes=("after",), what="the job's logs")
         try:
             rows = log_chunks(job, after=query_int(request, "after"), limit=self.limit)
         except StorageUnavailable:
@@ -471,7 +476,7 @@ class JobLogs(_SeqList):
 @extend_schema(parameters=[OpenApiParameter("after", int)],
                responses={200: seq_page("JobEventsPage", EventOut), 400: ERROR, 404: ERROR})
 class JobEvents(_SeqList):
-    model, out = JobEvent, EventOut
+    model, out, what = JobEvent, EventOut, "events"
 
 
 class JobWeights(APIView):
@@ -525,6 +530,7 @@ class QueueList(APIView):
     @extend_schema(parameters=[*LIST_FILTERS, OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
                    responses={200: paginated(QueueEntryOut), 400: ERROR})
     def get(self, request):
+        query_strict(request, takes=FILTER_NAMES, what="the queue", paged=True)
         try:
             filters = list_filters(request)
         except FieldErrors as exc:

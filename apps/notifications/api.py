@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.selectors import team_list
-from apps.core.api import StrictInput, field_errors
+from apps.core.api import StrictInput, field_errors, query_strict
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
@@ -95,8 +95,9 @@ class ChannelIn(StrictInput):
 
 
 class ChannelListCreate(APIView):
-    @extend_schema(responses=paginated(ChannelOut), operation_id="notification_channels_list")
+    @extend_schema(responses={200: paginated(ChannelOut), 400: ERROR}, operation_id="notification_channels_list")
     def get(self, request):
+        query_strict(request, takes=(), what="the channel list", paged=True)
         paginator = ListPage()
         page = paginator.paginate_queryset(channel_list(user=request.user), request, view=self)
         return paginator.get_paginated_response(ChannelOut(page, many=True).data)
@@ -205,8 +206,9 @@ class DeliveryOut(serializers.ModelSerializer):
 
 
 class DeliveryList(APIView):
-    @extend_schema(responses=paginated(DeliveryOut), operation_id="notification_deliveries_list")
+    @extend_schema(responses={200: paginated(DeliveryOut), 400: ERROR}, operation_id="notification_deliveries_list")
     def get(self, request):
+        query_strict(request, takes=(), what="the delivery list", paged=True)
         paginator = ListPage()
         page = paginator.paginate_queryset(delivery_list(user=request.user), request, view=self)
         return paginator.get_paginated_response(DeliveryOut(page, many=True).data)

@@ -12,7 +12,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from apps.accounts.selectors import team_filter
-from apps.core.api import field_errors
+from apps.core.api import field_errors, query_strict
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR
 
@@ -80,6 +80,7 @@ class UsageView(APIView):
         OpenApiParameter("format", str, enum=["json", "csv"]),
     ])
     def get(self, request):
+        query_strict(request, takes=("group", "from", "to", "team"), what="usage")
         params = request.query_params
         wants_report = any(name in params for name in ("group", "from", "to", "team")) or params.get("format") == "csv"
         if not wants_report:

@@ -18,11 +18,12 @@ from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.selectors import is_manager_of
+from apps.accounts.selectors import is_manager_of, team_filter
 from apps.accounts.throttles import UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
-from apps.core.api import StorageDown, StrictInput, field_errors
+from apps.core.api import StorageDown, StrictInput, field_errors, query_choice, query_strict
 from apps.core.artifacts import ArtifactKeyError, artifact_path
+from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR
 from apps.core.selectors import get_or_404
 from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_local, artifact_read, shared_filesystem
@@ -127,13 +128,21 @@ class ModelDetailOut(ModelOut):
 
 
 class ModelListView(APIView):
-    @extend_schema(operation_id="models_list", responses=ModelOut(many=True), parameters=[
-        OpenApiParameter("team", str), OpenApiParameter("name", str), OpenApiParameter("stage", str)])
+    @extend_schema(operation_id="models_list", responses={200: ModelOut(many=True), 400: ERROR}, parameters=[
+        OpenApiParameter("team", str, description="a team you are in"), OpenApiParameter("name", str),
+        OpenApiParameter("stage", str, enum=Stage.values)])
     def get(self, request):
-        versions = model_list(user=request.user, team=request.query_params.get("team") or None,
+        # A stage or team it cannot filter by is a 400 naming it: ?stage=bogus was an empty list.
+        query_strict(request, takes=("team", "name", "stage"), what="the model list")
+        stage = query_choice(request, "stage", Stage.values)
+        try:
+            team = team_filter(user=request.user, slug=request.query_params.get("team") or None)
+        except FieldErrors as exc:
+            return field_errors(exc.errors)
+        versions = model_list(user=request.user, team=team.slug if team else None,
                               name=request.query_params.get("name") or None)
-        if request.query_params.get("stage"):
-            versions = versions.filter(stage=request.query_params["stage"])
+        if stage:
+            versions = versions.filter(stage=stage)
         return Response(ModelOut(versions[:500], many=True).data)
 
 

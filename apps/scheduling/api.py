@@ -7,6 +7,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api import query_strict
 from apps.core.openapi import ERROR
 from apps.core.selectors import get_or_404
 
@@ -35,8 +36,9 @@ class TeamStandingOut(serializers.Serializer):
 class TeamList(APIView):
     """Every team of the caller with its limits in force and fair-share standing."""
 
-    @extend_schema(responses={200: TeamStandingOut(many=True)})
+    @extend_schema(responses={200: TeamStandingOut(many=True), 400: ERROR})
     def get(self, request):
+        query_strict(request, takes=(), what="the team list")
         return Response(team_standings(user=request.user, teams=list(standing_teams(user=request.user))))
 
 

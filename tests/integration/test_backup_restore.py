@@ -71,8 +71,8 @@ def everything(get_json, job_ids) -> dict:
         out[job_id] = {
             "job": {k: job[k] for k in ("task_name", "state", "team", "user", "epochs_done", "spec")},
             "metrics": [(m["epoch"], m["values"]) for m in get_json(f"/api/v1/jobs/{job_id}/metrics/")["results"]],
-            "logs": "".join(c["text"] for c in get_json(f"/api/v1/jobs/{job_id}/logs/?limit=1000")["results"]),
-            "events": [(e["kind"], e["message"]) for e in get_json(f"/api/v1/jobs/{job_id}/events/?limit=1000")["results"]],
+            "logs": "".join(c["text"] for c in get_json(f"/api/v1/jobs/{job_id}/logs/")["results"]),
+            "events": [(e["kind"], e["message"]) for e in get_json(f"/api/v1/jobs/{job_id}/events/")["results"]],
         }
     return out
 

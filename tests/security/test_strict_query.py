@@ -1,0 +1,83 @@
+"""Every list names a query parameter it does not take, or a value it cannot filter by, in a 400
+(``models/?stage=bogus`` was an empty 200, read as "no such models"; trial 14, F32, as audit/)."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.jobs.models import JobState
+from apps.registry.models import ModelVersion
+from tests.conftest import api_client
+from tests.jobs.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+# audit/ had this first (tests/security/test_audit_and_usage_params.py); these are the rest.
+PAGED = ["/api/v1/jobs/", "/api/v1/queue/", "/api/v1/datasets/", "/api/v1/tokens/",
+         "/api/v1/notifications/channels/", "/api/v1/notifications/deliveries/"]
+UNPAGED = ["/api/v1/models/", "/api/v1/usage/", "/api/v1/teams/", "/api/v1/cluster/",
+           "/api/v1/jobs/{job}/metrics/", "/api/v1/jobs/{job}/logs/", "/api/v1/jobs/{job}/events/"]
+
+
+@pytest.fixture
+def job(alice, teams):
+    return make_job(team=teams["vision"], user=alice, state=JobState.RUNNING)
+
+
+@pytest.mark.parametrize("url", PAGED + UNPAGED)
+def test_a_parameter_a_list_does_not_take_is_named(url, alice, job):
+    response = api_client(alice).get(url.format(job=job.pk), {"stages": "production"})
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["stages"]
+    assert response.json()["stages"][0].startswith("is not a parameter of ")
+
+
+@pytest.mark.parametrize("url", PAGED + UNPAGED)
+def test_format_is_taken_everywhere_beside_an_unknown_parameter(url, alice, job):
+    """DRF's ``?format=`` is every view's: only the unknown one is named."""
+    response = api_client(alice).get(url.format(job=job.pk), {"format": "json", "stages": "production"})
+    assert response.status_code == 400 and list(response.json()) == ["stages"]
+
+
+@pytest.mark.parametrize("url", PAGED)
+def test_a_paged_list_takes_limit_and_offset_and_says_how_it_is_paged_for_page(url, alice):
+    client = api_client(alice)
+    response = client.get(url, {"limit": 5, "offset": 0, "stages": "production"})
+    assert response.status_code == 400 and list(response.json()) == ["stages"]
+    response = client.get(url, {"page": 2, "stages": "production"})
+    assert response.status_code == 400
+    assert response.json()["page"] == ["is not a parameter of this list: it is paged with ?limit= (1 to 1000, "
+                                       "default 100) and ?offset= (items to skip)"]
+    assert response.json()["stages"][0].startswith("is not a parameter of ")
+
+
+def test_the_model_list_names_a_stage_it_does_not_know(alice, teams):
+    ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1, stage="production")
+    ModelVersion.objects.create(team=teams["vision"], name="pcb", version=2)
+    client = api_client(alice)
+    response = client.get("/api/v1/models/", {"stage": "bogus"})
+    assert response.status_code == 400
+    assert response.json() == {"stage": ["must be one of none, staging, production, archived, got 'bogus'"]}
+    assert [v["version"] for v in client.get("/api/v1/models/", {"stage": "production"}).json()] == [1]
+
+
+def test_the_model_list_is_not_paged_and_says_what_it_takes(alice):
+    response = api_client(alice).get("/api/v1/models/", {"limit": 10})
+    assert response.status_code == 400
+    assert response.json() == {"limit": ["is not a parameter of the model list (it takes team, name, stage)"]}
+
+
+@pytest.mark.parametrize("url", ["/api/v1/models/", "/api/v1/datasets/"])
+def test_models_and_datasets_name_a_team_the_caller_is_not_in(url, alice):
+    response = api_client(alice).get(url, {"team": "robotics"})
+    assert response.status_code == 400
+    assert response.json() == {"team": ["you are not a member of a team named 'robotics'"]}
+    assert api_client(alice).get(url, {"team": "vision"}).status_code == 200
+
+
+def test_every_unknown_parameter_is_named_at_once(alice):
+    response = api_client(alice).get("/api/v1/jobs/", {"status": "running", "sort": "created_at"})
+    assert response.status_code == 400
+    assert response.json() == {
+        "sort": ["is not a parameter of the job list (it takes state, team, user, mine, limit, offset)"],
+        "status": ["is not a parameter of the job list (it takes state, team, user, mine, limit, offset)"]}
