@@ -12,8 +12,10 @@ from django.utils import timezone
 class Team(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=100)
-    # Fair-share weight against sibling teams (Slurm "shares").
-    shares = models.FloatField(default=1.0)
+    # Fair-share weight against sibling teams (Slurm "shares"). Above 0: the scheduler took 0 or
+    # -2 for 1 without a word while admin showed what was typed (manager trial 15, F28).
+    shares = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)],
+                               help_text="fair-share weight against the other teams (e.g. 2 = twice a team of 1's share)")
     # Uploaded datasets and weights together (StorageCharge); empty = settings.TEAM_STORAGE_QUOTA_GB.
     storage_quota_gb = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0)],
                                          help_text="uploaded datasets and weights; empty = the site default")

@@ -250,6 +250,17 @@ def test_a_quota_that_could_not_work_is_refused_at_its_field(values, field, word
     assert list(errors) == [field] and words in errors[field][0], errors
 
 
+@pytest.mark.parametrize("shares", ["0", "-2"])
+def test_team_shares_of_zero_or_below_are_refused_at_their_field(superuser, teams, shares):
+    """Saved without a word, then taken as 1 by the scheduler while admin showed 0 (manager trial 15, F28)."""
+    client = admin_client(superuser)
+    url = f"/admin/accounts/team/{teams['vision'].pk}/change/"
+    response = client.post(url, form_data(client, url) | {"shares": shares})
+    assert response.status_code == 200 and "shares" in response.context["adminform"].form.errors
+    teams["vision"].refresh_from_db()
+    assert teams["vision"].shares == 1.0
+
+
 def test_a_negative_storage_quota_is_refused(superuser, teams):
     client = admin_client(superuser)
     url = f"/admin/accounts/team/{teams['vision'].pk}/change/"
