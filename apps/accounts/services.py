@@ -29,6 +29,11 @@ def operator_named(command: str) -> str:
     return f"operator (manage.py {command})"
 
 
+def actor_name(by) -> str:
+    """Who acted, as a job's events name them: a user's name, or an operator's label (:func:`operator_named`)."""
+    return by if isinstance(by, str) else by.get_username()
+
+
 def audit_record(**entry: Any) -> AuditEntry:
     """Append one audit entry (the arguments are :func:`audit_prepare`'s)."""
     return audit_prepare(**entry).run()

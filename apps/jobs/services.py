@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from apps.accounts.models import AuditEntry, Membership, Team
 from apps.accounts.selectors import team_rows
-from apps.accounts.services import MANAGING_ROLES, audit_prepare, audit_record
+from apps.accounts.services import MANAGING_ROLES, actor_name, audit_prepare, audit_record
 from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.errors import FieldErrors
 from apps.core.hashing import file_sha256
@@ -1103,14 +1103,14 @@ def job_cancel(*, job: Job, by, reason: str = "") -> bool:
     """Cancel: a queued job at once; a starting/running one is stopped by its worker.
 
     A running job whose worker is gone is cancelled by the scheduler's reaper instead of
-    being requeued, so a cancel always ends in ``cancelled``. ``by`` is the user who asked,
-    or None for the platform (a sweep pruning a trial); ``reason`` then says why, in the
+    being requeued, so a cancel always ends in ``cancelled``. ``by`` is the user who asked, an
+    operator's label (``operator_named``: audited as that operator), or None for the platform (a sweep pruning a trial); ``reason`` then says why, in the
     job's events. A sweep parent is cancelled at once, with its queued and running trials.
     """
     if job.is_sweep:
         return sweep_cancel(job, by=by)
     now = timezone.now()
-    who = f" by {by.username}" if by is not None else ""
+    who = f" by {actor_name(by)}" if by is not None else ""
     why = f": {reason}" if reason else ""
     if job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.CANCELLED, cancel_requested_at=now):
         job_event(job, "cancelled", f"cancelled{who} while queued{why}")
@@ -1140,7 +1140,7 @@ def sweep_cancel(parent: Job, *, by) -> bool:
     now = timezone.now()
     if not job_transition(parent.pk, expected=ACTIVE_STATES, to=JobState.CANCELLED, cancel_requested_at=now):
         return False
-    who = f"by {by.username}" if by is not None else "by the platform"
+    who = f"by {actor_name(by)}" if by is not None else "by the platform"
     trials = list(Job.objects.filter(parent=parent, state__in=ACTIVE_STATES).select_related("team"))
     job_event(parent, "cancelled", f"cancelled {who}; cancelling its {len(trials)} queued or running trial(s)")
     if by is not None:

@@ -102,8 +102,12 @@ def test_the_team_command_says_what_it_cancelled_and_who_did_it(bob, alice, team
         "a manager may cancel it from the job page"]
     assert states(bobs_jobs)["queued"] == JobState.CANCELLED
     event = bobs_jobs["queued"].events.get(kind="cancelled")
-    assert event.message == ("cancelled while queued: its owner bob was removed from vision "
-                             "by an operator (manage.py team)")
+    assert event.message == ("cancelled by operator (manage.py team remove-member) while queued: "
+                             "its owner bob was removed from vision")
+    # In the audit log as the operator, like an admin removal's, not as "system" (manager trial 15, F1).
+    operator = "operator (manage.py team remove-member)"
+    assert [e.actor_name for e in AuditEntry.objects.filter(action="job.cancel")] == [operator]
+    assert {e.actor_name for e in AuditEntry.objects.filter(action="membership.remove")} == {operator}
 
 
 def test_a_removed_members_sweep_stops_queuing_trials_for_the_team(manager, bob, teams):

@@ -10,7 +10,7 @@ Users that do not exist yet are created without a usable password (set one with
 is close to an existing user's (``alcie`` beside ``alice``: a typo would make a stray account,
 a staff one for ``--manager``): then it is refused, naming the close ones, unless ``--create``. Role changes and
 removals go through the same services as admin, so they are in the audit log (actor:
-system).
+"operator (manage.py team …)"), with the queued jobs a removal cancels.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from apps.accounts.models import Membership, Team
 from apps.accounts.services import (
     membership_remove,
     membership_set,
+    operator_named,
     storage_limit_bytes,
     storage_used_bytes,
     team_ensure,
@@ -91,7 +92,7 @@ class Command(BaseCommand):
         if membership is None:
             raise CommandError(f"{username} is not a member of {slug}")
         try:
-            done = membership_remove(membership=membership)
+            done = membership_remove(membership=membership, by=operator_named("team remove-member"))
         except FieldErrors as exc:
             raise CommandError(f"{username} not removed: {exc.errors['role']}") from None
         self.stdout.write(f"{username} removed from {slug}")
@@ -139,7 +140,7 @@ class Command(BaseCommand):
             user.save()
             self.stdout.write(f"created user {username} (no password yet: manage.py changepassword {username})")
         try:
-            membership_set(user=user, team=team, role=role)
+            membership_set(user=user, team=team, role=role, by=operator_named("team"))
         except FieldErrors as exc:
             raise CommandError(f"{username}'s role in {team.slug} is unchanged: {exc.errors['role']}") from None
         if role == Membership.Role.MANAGER and not user.is_staff:
