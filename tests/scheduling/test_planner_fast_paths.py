@@ -299,3 +299,52 @@ def test_the_entry_loops_coarse_eta_is_eta_model_coarse() -> None:
             got = (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high)
             assert got == want, (inflow != (), w.job.job_id)
         assert any(e.estimated_start > NOW for e in entries)
+
+
+def _explain_setup(seed: int, history: tuple = ()):
+    """A small busy cluster, 80 waiting jobs of mixed sizes and their Waiting records."""
+    from apps.scheduling.policy.explain import Explainer, Waiting
+
+    rng = random.Random(seed)
+    cluster = (node("n1", gpus=8), node("n2", gpus=4))
+    busy = (running("r1", "n1", (0, 1, 2, 3, 4, 5, 6, 7), left_s=2 * HOUR), running("r2", "n2", (0, 1), left_s=HOUR))
+    queued = tuple(
+        job(f"q{k:03d}", user=f"u{k % 7}", gpus=rng.choice((0.25, 0.5, 1, 2, 4, 8)), age_s=rng.uniform(0, 9 * HOUR),
+            walltime_s=rng.uniform(60, 6 * HOUR))
+        for k in range(80)
+    )
+    state = ClusterState(nodes=cluster, running=busy, queued=queued, eta_history=history,
+                         config=PolicyConfig(policy="fair", eta_scenarios=0))
+    caps = capacities(cluster, busy)
+    waiting = [Waiting(j, "resources", "", None, "medium", Ranked(1.0 - k / 100, j, "medium", (0.1, 0.2, 0.3, 0.4)))
+               for k, j in enumerate(queued)]
+    return state, caps, busy, waiting, Explainer(state, NOW, caps, (), ())
+
+
+def test_the_entry_loops_calibration_is_calibrate() -> None:
+    """With a track record, explain() calibrates every ETA inline: Calibration.calibrate's
+    point and range for every entry, its model point kept, in every bucket of predicted wait
+    (and without a model, on the pooled sweep's point alone)."""
+    from bisect import bisect_right
+
+    from apps.scheduling.policy.eta import EtaModel
+    from apps.scheduling.policy.eta_calibration import EDGES_S, calibration_for
+
+    rng = random.Random(9)
+    history = tuple((rng.expovariate(1 / 20000), rng.expovariate(1 / 20000) * rng.uniform(0.3, 3.0))
+                    for _ in range(400))
+    state, caps, busy, waiting, explainer = _explain_setup(3, history)
+    calibration = calibration_for(history, state.config.eta_coverage, state.config.eta_calibration_min)
+    assert calibration is not None
+    model = EtaModel(state, NOW, caps, busy, None, None, {})
+    for eta_model in (model, None):
+        entries, _ = explainer.explain(waiting, {}, eta_model)
+        buckets = set()
+        for entry in entries:
+            point = entry.estimated_start_model
+            assert point is not None
+            got = (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high)
+            assert got == calibration.calibrate(NOW, point), entry.job_id
+            buckets.add(bisect_right(EDGES_S, max(0.0, point - NOW)))
+        assert len(buckets) >= 4, buckets
+

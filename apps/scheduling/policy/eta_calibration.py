@@ -68,16 +68,26 @@ class Calibration:
     def __init__(self, history: Sequence[tuple[float, float]], coverage: float, min_records: int) -> None:
         by_bucket: list[list[float]] = [[] for _ in range(len(EDGES_S) + 1)]
         pooled: list[float] = []
+        log, bucket_of, offset = math.log, bisect.bisect_right, OFFSET_S
         for predicted, actual in history[-HISTORY_N:]:
-            s = score(predicted, actual)
-            by_bucket[bisect.bisect_right(EDGES_S, predicted)].append(s)
+            # score() inlined: the record is read every pass
+            s = log(((actual if actual > 0.0 else 0.0) + offset) / ((predicted if predicted > 0.0 else 0.0) + offset))
+            by_bucket[bucket_of(EDGES_S, predicted)].append(s)
             pooled.append(s)
-        fallback = self._interval(pooled, coverage) if len(pooled) >= max(1, min_records) else None
+        enough = max(1, min_records)
+        # All records together, for the buckets with too few of their own (only then: the
+        # record is read every pass, and a full one fills every bucket)
+        fallback = None
+        if len(pooled) >= enough and any(len(b) < enough for b in by_bucket):
+            fallback = self._interval(pooled, coverage)
         self.intervals: list[tuple[float, float, float] | None] = [
-            self._interval(b, coverage) if len(b) >= max(1, min_records) else fallback for b in by_bucket
+            self._interval(b, coverage) if len(b) >= enough else fallback for b in by_bucket
         ]
-        # e**score of each, once: calibrate() runs for every waiting job every pass
-        self._factors = [None if got is None else tuple(math.exp(s) for s in got) for got in self.intervals]
+        # e**score of each, once: calibrate() runs for every waiting job every pass (the queue
+        # entry loop, Explainer.explain, does its arithmetic inline on these)
+        self.factors: list[tuple[float, float, float] | None] = [
+            None if got is None else tuple(math.exp(s) for s in got) for got in self.intervals
+        ]
 
     @staticmethod
     def _interval(scores: list[float], coverage: float) -> tuple[float, float, float]:
@@ -97,7 +107,7 @@ class Calibration:
         predicted = point - now  # max(0.0, …) here and below, without the calls
         if not predicted > 0.0:
             predicted = 0.0
-        got = self._factors[bisect.bisect_right(EDGES_S, predicted)]
+        got = self.factors[bisect.bisect_right(EDGES_S, predicted)]
         if got is None:
             return None
         offset = OFFSET_S

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import heapq
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
 from .admission import gpus_text
 from .eta import EtaModel
-from .eta_calibration import Calibration, calibration_for
+from .eta_calibration import EDGES_S, OFFSET_S, Calibration, calibration_for
 from .placement import EPS, NodeCapacity
 from .types import DAY_S, Allocation, ClusterState, JobRequest, QueueEntry
 
@@ -32,6 +32,9 @@ class Waiting:
         self.cls = cls  # the class it would run as
         self.row = row  # the job's priority.Ranked row (priority first, factors last)
 
+
+# "HH:MM UTC" of each minute of a day: a long queue's ETAs fall in thousands of minutes per pass
+_CLOCK = tuple(f"{m // 60:02d}:{m % 60:02d} UTC" for m in range(1440))
 
 _new = object.__new__
 _set = object.__setattr__
@@ -115,6 +118,7 @@ class Explainer:
         self._fmt_cache: dict[int, str] = {}
         self._dates: dict[int, str] = {}  # UTC day number -> "YYYY-MM-DD "
         self._gpus_text: dict[tuple, str] = {}  # (GPUs, models) -> gpus_text
+        self._shape_texts: dict[int, str] = {}  # shape id -> gpus_text (an int key: no tuple built)
 
     def gpu_slots(self) -> list[float]:
         """When each schedulable GPU is next free, for the pooled ETA sweep."""
@@ -220,10 +224,13 @@ class Explainer:
             if any(wanted for *_, wanted in head):
                 ranges = eta_model.head(head)
         calibration: Calibration | None | bool = False  # built on first use (False = not yet)
+        cal_factors: list = []  # Calibration.factors, for calibrate() inlined below
         entries: list[QueueEntry] = []
         append = entries.append
         reason = self.reason
         waiting_text = self.waiting_text
+        shape_texts = self._shape_texts
+        fmt_cache_get = self._fmt_cache.get
         new_entry, set_dict = _new, _set
         # EtaModel.coarse inlined (the same arithmetic, in the same order): one call per job
         # below the head, most of a long queue. After head(), which refines the spread.
@@ -233,8 +240,14 @@ class Explainer:
             widen = eta_model.config.eta_range_widen
             stretch = bool(eta_model.total_gpus and eta_model.inflow_rate > 0)
             total_gpus = eta_model.total_gpus
-            if stretch:  # EtaModel.inflow_rate_above inlined
+            if stretch:  # EtaModel.inflow_rate_above inlined: 1 - load for each place among the arrivals
                 inflow_neg_prios, inflow_work = eta_model.inflow_table()
+                unloaded = []
+                for k in range(len(inflow_neg_prios) + 1):
+                    load = (inflow_work[k - 1] if k > 0 else 0.0) / total_gpus
+                    if load > 0.9:  # min(0.9, …) without the call
+                        load = 0.9
+                    unloaded.append(1.0 - load)
         ranges_get = ranges.get
         reserved_get = reserved_node.get
         ahead = 0
@@ -248,43 +261,67 @@ class Explainer:
             position += 1
             if only is None or job.job_id in only:
                 job_id = job.job_id
-                row = w.row
-                prio = row[0]
-                f = row[3]
+                prio, _, _, (f_share, f_age, f_size, f_class) = w.row
                 low = high = None
-                if eta is not None and coarse:
-                    got = ranges_get(job_id)
+                if eta is not None:
+                    got = ranges_get(job_id) if coarse else None
                     if got is not None:
                         eta, low, high = got
-                    else:
+                    elif coarse:
                         wait = eta - now  # max(0.0, eta - now) and min(0.9, …) below, without the calls
                         if wait < 0.0:
                             wait = 0.0
                         if wait > 0 and stretch:  # no inflow: load 0, no stretch
-                            k = bisect_left(inflow_neg_prios, -prio)
-                            load = (inflow_work[k - 1] if k > 0 else 0.0) / total_gpus
-                            if load > 0.9:
-                                load = 0.9
-                            wait /= 1.0 - load
-                        eta, low, high = now + wait, now + wait * lo_f / widen, now + wait * hi_f * widen
-                if eta is not None and calibration is False:
-                    config = self.state.config
-                    calibration = calibration_for(self.state.eta_history, config.eta_coverage, config.eta_calibration_min)
-                model = eta
-                if eta is not None and calibration:  # the track record sets the point and the range
-                    eta, low, high = calibration.calibrate(now, eta) or (eta, low, high)
+                            wait /= unloaded[bisect_left(inflow_neg_prios, -prio)]
+                        eta = now + wait
+                    if calibration is False:
+                        config = self.state.config
+                        calibration = calibration_for(
+                            self.state.eta_history, config.eta_coverage, config.eta_calibration_min
+                        )
+                        cal_factors = calibration.factors if calibration else []
+                    model = eta
+                    # The track record sets the point and the range (Calibration.calibrate
+                    # inlined, the same arithmetic); where it has nothing to say, the range
+                    # is the head's or the coarse one (computed only then: it was thrown
+                    # away for nearly every job).
+                    factors = None
+                    if cal_factors:
+                        predicted = eta - now
+                        if not predicted > 0.0:
+                            predicted = 0.0
+                        factors = cal_factors[bisect_right(EDGES_S, predicted)]
+                    if factors is not None:
+                        base = predicted + OFFSET_S
+                        f_mid, f_lo, f_hi = factors
+                        mid, lo, hi = base * f_mid - OFFSET_S, base * f_lo - OFFSET_S, base * f_hi - OFFSET_S
+                        eta = now + (mid if mid > 0.0 else 0.0)
+                        low = now + (lo if lo > 0.0 else 0.0)
+                        high = now + (hi if hi > 0.0 else 0.0)
+                    elif got is None and coarse:
+                        low, high = now + wait * lo_f / widen, now + wait * hi_f * widen
+                else:
+                    model = None
                 cls = w.cls
                 if kind == "resources" and cls == job.priority_class and cls != "urgent":
                     # Most of a long queue: reason()'s first case without its dispatch (the
-                    # urgent notes cannot apply: cls equals the class asked for, not urgent).
-                    text = waiting_text(job, ahead, eta, ahead - ahead_of_team.get(job.team, 0))
+                    # urgent notes cannot apply: cls equals the class asked for, not urgent),
+                    # and waiting_text()'s common case with its lookups inline.
+                    others = ahead - ahead_of_team.get(job.team, 0)
+                    what = shape_texts.get(job.shape_id)
+                    when = fmt_cache_get(int(eta // 60)) if eta is not None else None
+                    if what is not None and when is not None and others > 1:  # then ahead > 1 too
+                        text = (f"behind {ahead} higher-priority jobs ({others} of other teams); "
+                                f"waiting for {what}; expected {when}")
+                    else:
+                        text = waiting_text(job, ahead, eta, others)
                 else:
                     text = reason(w, cls, ahead, eta, ahead - ahead_of_team.get(job.team, 0))
                 entry_dict = {
                     "job_id": job_id,
                     "position": position,
                     "priority": prio,
-                    "factors": {"fairshare": f[0], "age": f[1], "size": f[2], "class": f[3]},
+                    "factors": {"fairshare": f_share, "age": f_age, "size": f_size, "class": f_class},
                     "estimated_start": eta,
                     "reason": text,
                     "reserved_node": reserved_get(job_id),
@@ -310,7 +347,7 @@ class Explainer:
         text = self._fmt_cache.get(minute)
         if text is None:
             day, m = divmod(minute, 1440)
-            text = f"{m // 60:02d}:{m % 60:02d} UTC"
+            text = _CLOCK[m]
             if t - self.now >= DAY_S:
                 date = self._dates.get(day)
                 if date is None:
@@ -333,9 +370,9 @@ class Explainer:
         does not see in its queue: counted, never named ("behind 2 higher-priority jobs (1 of
         another team)"). It changes only when ``ahead`` does, so the write-back stays a
         position-and-reason write."""
-        what = self._gpus_text.get((job.gpus, job.gpu_models))
+        what = self._shape_texts.get(job.shape_id)
         if what is None:
-            what = self.gpus_text(job)
+            what = self._shape_texts[job.shape_id] = self.gpus_text(job)
         theirs = "" if not others else " (1 of another team)" if others == 1 else f" ({others} of other teams)"
         if eta is None:
             if ahead:
