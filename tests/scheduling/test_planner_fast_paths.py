@@ -348,3 +348,39 @@ def test_the_entry_loops_calibration_is_calibrate() -> None:
             buckets.add(bisect_right(EDGES_S, max(0.0, point - NOW)))
         assert len(buckets) >= 4, buckets
 
+
+def test_a_forward_scenarios_allocation_is_an_allocation_with_every_field() -> None:
+    from apps.scheduling.policy import Allocation
+    from apps.scheduling.policy.eta import _alloc_of
+
+    j = job("j1", gpus=2, team="vision", user="ann")
+    fast = _alloc_of(j, "n1", (0, 1), 1.0, NOW, NOW + HOUR)
+    plain = Allocation(j.job_id, j.team, j.user, "n1", (0, 1), 1.0, j.gpu_memory_mb, j.cpu_milli, j.memory_mb, "",
+                       NOW, NOW + HOUR)
+    assert type(fast) is Allocation
+    assert fast == plain and vars(fast) == vars(plain)
+    assert [f.name for f in dataclasses.fields(Allocation)] == list(vars(fast))
+
+
+def test_arrival_priorities_are_the_plain_formula() -> None:
+    """The ETAs weigh each recent arrival with arrival_priorities() (size factor inline): the
+    plain sum of weighted fair-share, size and class factors, urgent counted as high, a size
+    past the cap counted as 0."""
+    from apps.scheduling.policy.priority import CLASS_FACTOR, arrival_priorities, size_factor
+
+    rng = random.Random(11)
+    config = PolicyConfig(policy="fair")
+    jobs = [
+        job(f"a{k}", user=f"u{k % 5}", gpus=rng.choice((0.25, 1, 2, 8, 64)),
+            cls=rng.choice(("low", "medium", "high", "urgent")), walltime_s=rng.choice((60.0, 3600.0, 30 * 86400.0)))
+        for k in range(200)
+    ]
+    fairshare = {("vision", f"u{k}"): rng.random() for k in range(4)}  # u4 has none: 1.0
+    plain = [
+        config.weight_fairshare * fairshare.get((j.team, j.user), 1.0)
+        + config.weight_size * size_factor(j, config)
+        + config.weight_class * CLASS_FACTOR["high" if j.priority_class == "urgent" else j.priority_class]
+        for j in jobs
+    ]
+    assert arrival_priorities(jobs, fairshare, config) == plain
+    assert any(size_factor(j, config) == 0.0 for j in jobs)

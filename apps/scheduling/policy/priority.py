@@ -138,14 +138,26 @@ def fairshare_factors(state: ClusterState) -> dict[tuple[str, str], float]:
 
 def arrival_priority(job: JobRequest, fairshare: Mapping[tuple[str, str], float], config: PolicyConfig) -> float:
     """The priority ``job`` would have on arrival (age 0; class as asked, urgent counted as high)."""
-    cls = job.priority_class if job.priority_class in CLASS_FACTOR else "medium"
-    if cls == "urgent":
-        cls = "high"
-    return (
-        config.weight_fairshare * fairshare.get((job.team, job.user), 1.0)
-        + config.weight_size * size_factor(job, config)
-        + config.weight_class * CLASS_FACTOR[cls]
-    )
+    return arrival_priorities((job,), fairshare, config)[0]
+
+
+def arrival_priorities(
+    jobs: Iterable[JobRequest], fairshare: Mapping[tuple[str, str], float], config: PolicyConfig
+) -> list[float]:
+    """:func:`arrival_priority` of each job: the ETAs weigh every recent arrival each pass
+    (:func:`size_factor`'s arithmetic inline, the size cap's logarithm taken once)."""
+    wf, ws, wc = config.weight_fairshare, config.weight_size, config.weight_class
+    log1p, size_log = math.log1p, math.log1p(config.size_cap_gpu_hours)
+    out = []
+    for job in jobs:
+        cls = job.priority_class if job.priority_class in CLASS_FACTOR else "medium"
+        if cls == "urgent":
+            cls = "high"
+        f_size = 1.0 - log1p(job.gpus * job.walltime / 3600.0) / size_log
+        if not f_size > 0.0:  # max(0.0, …)
+            f_size = 0.0
+        out.append(wf * fairshare.get((job.team, job.user), 1.0) + ws * f_size + wc * CLASS_FACTOR[cls])
+    return out
 
 
 def rank_queue(
