@@ -230,10 +230,12 @@ class FairPlanner:
         never_reason = self.never.reason
         never_known = self.never.known  # (shape id, team) -> answer, for the common case
         reservations = self.reservations
-        # team -> (its policy, whether any quota applies, the users of that team that no
-        # quota can hold in this pass: see below)
-        team_info: dict[str, tuple[TeamPolicy, bool, dict[str, bool] | None]] = {}
+        # team -> (its policy, whether any quota applies, the users of that team whom the
+        # daily quota cannot hold in this pass, its GPU cap: see below; the never-starts
+        # answers by shape id, a pass-local view of ``never_known``: an int key, no tuple)
+        team_info: dict[str, tuple[TeamPolicy, bool, dict[str, bool] | None, float | None, dict]] = {}
         usage_24h = self.state.user_usage_24h
+        team_gpus = quota.team_gpus  # GPUs each team holds, as this pass starts jobs
         deferred: list[Ranked] = []
         starving_reserved = 0
         unknown = NeverStarts.UNKNOWN
@@ -244,16 +246,20 @@ class FairPlanner:
             if info is None:
                 tp = quota.team_policy(team)
                 user_quota = quota.user_quota_s(tp)
-                # Without a team GPU cap, QuotaLedger.block holds a preemptible job only when
-                # its user's past 24 h usage (fixed for the pass) reaches the daily quota: that
-                # answer, per user, is kept here, and block() is asked only when it may hold.
-                free_users = {} if tp.max_gpus is None and user_quota is not None else None
-                info = team_info[team] = (tp, quota.limited(tp), free_users)
-            tp, limited, free_users = info
+                # QuotaLedger.block holds a preemptible job only when its team's GPUs leave
+                # no room for it under the team's cap, or its user's past 24 h usage (fixed
+                # for the pass) reaches the daily quota: that answer is kept per user here,
+                # the cap checked inline, and block() asked only when one of them may hold.
+                free_users = {} if user_quota is not None else None
+                info = team_info[team] = (tp, quota.limited(tp), free_users, tp.max_gpus, {})
+            tp, limited, free_users, cap, never_for = info
             shape = job.shape_id
-            never = never_known.get((shape, team), unknown)
+            never = never_for.get(shape, unknown)
             if never is unknown:
-                never = never_reason(job)
+                never = never_known.get((shape, team), unknown)
+                if never is unknown:
+                    never = never_reason(job)
+                never_for[shape] = never
             if never is not None:
                 add_waiting(Waiting(job, "never", never, None, cls, row))
                 continue
@@ -262,7 +268,10 @@ class FairPlanner:
                     free = free_users.get(job.user)
                     if free is None:
                         free = free_users[job.user] = usage_24h.get(job.user, 0.0) + EPS < quota.user_quota_s(tp)
-                    blocked = None if free else quota.block(job, tp)
+                    if free and (cap is None or team_gpus.get(team, 0.0) + job.gpus <= cap + EPS):
+                        blocked = None
+                    else:
+                        blocked = quota.block(job, tp)
                 else:
                     blocked = quota.block(job, tp)
                 if blocked is not None:
