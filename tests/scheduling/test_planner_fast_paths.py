@@ -321,6 +321,26 @@ def _explain_setup(seed: int, history: tuple = ()):
     return state, caps, busy, waiting, Explainer(state, NOW, caps, (), ())
 
 
+def test_the_entry_loops_common_reason_is_waiting_text() -> None:
+    """explain() builds the common reason inline ("behind N higher-priority jobs (M of other
+    teams); waiting for …; expected …"): waiting_text()'s text for every entry of a queue
+    of four teams."""
+    from apps.scheduling.policy.explain import Explainer, Waiting
+
+    state, caps, busy, waiting, _ = _explain_setup(4)
+    teams = ("vision", "robotics", "nlp", "audio")
+    waiting = [Waiting(dataclasses.replace(w.job, team=teams[k % 7 % 4]), w.kind, w.note, w.until, w.cls, w.row)
+               for k, w in enumerate(waiting)]
+    explainer = Explainer(state, NOW, caps, (), ())
+    entries, _ = explainer.explain(waiting, {}, None)
+    inline = 0
+    for k, (w, entry) in enumerate(zip(waiting, entries, strict=True)):
+        others = sum(v.job.team != w.job.team for v in waiting[:k])
+        assert entry.reason == explainer.waiting_text(w.job, k, entry.estimated_start, others), entry.job_id
+        inline += others > 1
+    assert inline > 50
+
+
 def test_the_entry_loops_calibration_is_calibrate() -> None:
     """With a track record, explain() calibrates every ETA inline: Calibration.calibrate's
     point and range for every entry, its model point kept, in every bucket of predicted wait
