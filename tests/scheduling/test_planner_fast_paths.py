@@ -258,6 +258,18 @@ def test_a_reasons_time_is_fmt_times_whatever_the_minute_and_day() -> None:
             assert Explainer(state, now, {}, (), ()).fmt(t) == fmt_time(t, now), (t, now)
 
 
+def test_a_time_on_another_day_says_its_date_even_within_24_hours() -> None:
+    """At 18:16, "within quota again 18:10 UTC" meant tomorrow and read as the past (manager trial 15, F11)."""
+    from apps.scheduling.policy.explain import Explainer, fmt_time
+
+    now = 1796321760.0  # 2026-12-03 18:16 UTC
+    state = ClusterState(nodes=(), running=(), queued=())
+    assert fmt_time(now + 3600, now) == "19:16 UTC"
+    assert fmt_time(now + 86_400 - 360, now) == "2026-12-04 18:10 UTC"
+    assert fmt_time(now + 6 * 3600, now) == "2026-12-04 00:16 UTC"
+    assert Explainer(state, now, {}, (), ()).fmt(now + 86_400 - 360) == "2026-12-04 18:10 UTC"
+
+
 def test_the_entry_loops_coarse_eta_is_eta_model_coarse() -> None:
     """Below the head, explain() computes EtaModel.coarse inline (one call per waiting job
     of a long queue): the same point and range, with and without inflow to stretch by."""

@@ -79,8 +79,10 @@ def _entry(
 
 
 def fmt_time(t: float, now: float) -> str:
-    """``14:20 UTC`` within a day of ``now``, else ``2026-12-01 14:20 UTC``."""
-    pattern = "%H:%M UTC" if t - now < DAY_S else "%Y-%m-%d %H:%M UTC"
+    """``14:20 UTC`` on ``now``'s UTC day, else ``2026-12-01 14:20 UTC``: a time on another day
+    says its date (at 18:16, "within quota again 18:10 UTC" read as the past: it meant tomorrow;
+    manager trial 15, F11)."""
+    pattern = "%H:%M UTC" if t // DAY_S == now // DAY_S else "%Y-%m-%d %H:%M UTC"
     return time.strftime(pattern, time.gmtime(t))
 
 
@@ -348,7 +350,7 @@ class Explainer:
         if text is None:
             day, m = divmod(minute, 1440)
             text = _CLOCK[m]
-            if t - self.now >= DAY_S:
+            if day != self.now // DAY_S:
                 date = self._dates.get(day)
                 if date is None:
                     date = self._dates[day] = time.strftime("%Y-%m-%d ", time.gmtime(day * 86400))
