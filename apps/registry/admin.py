@@ -25,9 +25,20 @@ class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
         """Each selected version through ``model_stage_set``; say what moved and what was refused and why
         (trial 14, F16: admin offered only delete)."""
         moved, refused = [], []
-        for version in queryset.select_related("team"):
-            if not self.manages(request, version):
-                continue
+        versions = [v for v in queryset.select_related("team") if self.manages(request, v)]
+        if stage == Stage.PRODUCTION:
+            # One version of a model holds production: two selected made the second archive the
+            # first, and the message said otherwise (manager trial 15, F19). Such a group moves not.
+            models: dict[tuple, list] = {}
+            for version in versions:
+                models.setdefault((version.team_id, version.name), []).append(version)
+            for group in models.values():
+                if len(group) > 1:
+                    refused.append(f"{len(group)} versions of {group[0].name} selected "
+                                   f"({', '.join(f'v{n}' for n in sorted(v.version for v in group))}): one version holds production, "
+                                   "select one")
+            versions = [v for v in versions if len(models[(v.team_id, v.name)]) == 1]
+        for version in versions:
             try:
                 changed = model_stage_set(version=version, stage=stage, by=request.user)
             except StageRefused as exc:

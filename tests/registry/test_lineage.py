@@ -245,3 +245,19 @@ def test_a_manager_moves_stages_in_admin_through_the_same_rules_and_audit(bob, a
              .order_by("created_at", "id")]
     assert moves == [("none", "staging", alice.pk), ("staging", "production", alice.pk),
                      ("production", "archived", alice.pk)]
+
+
+def test_admin_promotes_one_version_of_a_model_to_production_at_a_time(bob, alice, base):
+    """Two selected: the second archived the first and the message said the opposite (manager trial 15, F19)."""
+    second = finish_training(train(bob, "yolo train data=demo model=yolov8n.yaml epochs=2"), b"2")
+    client = api_client(alice)
+    for version, stage in ((base, "staging"), (base, "production"), (second, "staging")):
+        client.post(f"/api/v1/models/{version.pk}/stage/", {"stage": stage}, format="json")
+    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+    html = page(alice).post("/admin/registry/modelversion/", {
+        "action": "to_production", "_selected_action": [str(base.pk), str(second.pk)]}, follow=True).content.decode()
+    assert f"2 versions of {base.name} selected (v{base.version}, v{second.version}): one version holds " \
+           "production, select one" in html
+    base.refresh_from_db()
+    second.refresh_from_db()
+    assert (base.stage, second.stage) == ("production", "staging")
