@@ -91,7 +91,8 @@ class ChannelIn(StrictInput):
     target = serializers.CharField(max_length=1000)
     team = serializers.SlugField(required=False, help_text="a team you manage: a team channel")
     events = serializers.ListField(child=serializers.ChoiceField(choices=Event.values), required=False)
-    started_late_minutes = serializers.IntegerField(min_value=1, max_value=100000, default=30)
+    started_late_minutes = serializers.IntegerField(min_value=1, max_value=100000, required=False,
+                                                    help_text="team channels only; 30 when left out")
 
 
 class ChannelListCreate(APIView):

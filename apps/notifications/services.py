@@ -44,10 +44,31 @@ def target_error(kind: str, target: str) -> str | None:
     return None
 
 
+# A personal channel hears what its owner's preferences choose: events and lateness set on it were
+# stored and never read (manager trial 15, F13).
+TEAM_CHANNEL_ONLY = {
+    "events": "a personal channel sends what your notification preferences choose (notifications/preferences/); "
+              "events are for team channels",
+    "started_late_minutes": "a personal channel uses your preferences' lateness (notifications/preferences/); "
+                            "this field is for team channels",
+}
+
+
+def personal_errors(given: list[str]) -> dict[str, str]:
+    """The team-channel-only fields given for a personal channel, each named."""
+    return {name: TEAM_CHANNEL_ONLY[name] for name in given if name in TEAM_CHANNEL_ONLY}
+
+
 def channel_create(*, by, name: str, kind: str, target: str, team: Team | None = None,
-                   events: list[str] | None = None, started_late_minutes: int = 30) -> Channel:
-    """A personal channel for ``by``, or (with ``team``) a team channel, which only its managers may set."""
+                   events: list[str] | None = None, started_late_minutes: int | None = None) -> Channel:
+    """A personal channel for ``by``, or (with ``team``) a team channel, which only its managers may
+    set (``events`` and ``started_late_minutes``: team channels only; a late start is 30 minutes
+    unless given)."""
     errors: dict[str, str] = {}
+    if team is None:
+        errors.update(personal_errors([name for name, value in (("events", events),
+                                                                ("started_late_minutes", started_late_minutes))
+                                       if value]))
     if (problem := target_error(kind, target)) is not None:
         errors["kind" if problem.startswith("kind") else "target"] = problem
     if team is not None and not is_manager_of(user=by, team=team):
@@ -57,7 +78,8 @@ def channel_create(*, by, name: str, kind: str, target: str, team: Team | None =
     if errors:
         raise FieldErrors(errors)
     channel = Channel.objects.create(user=None if team else by, team=team, name=name, kind=kind, target=target,
-                                     events=list(events or []), started_late_minutes=started_late_minutes,
+                                     events=list(events or []),
+                                     started_late_minutes=30 if started_late_minutes is None else started_late_minutes,
                                      created_by=by)
     _channel_audit(channel, by, AuditEntry.Action.CHANNEL_CREATE, "created", channel.pk)
     return channel
@@ -93,6 +115,8 @@ def channel_update(*, channel: Channel, by, **fields) -> Channel:
         raise FieldErrors({key: "cannot be changed: delete the channel and create another" for key in unknown})
     if "name" in fields and not str(fields["name"]).strip():
         raise FieldErrors({"name": "must not be blank"})
+    if channel.team_id is None and (errors := personal_errors(list(fields))):
+        raise FieldErrors(errors)
     if "events" in fields and (problem := events_error(channel.team, fields["events"])):
         raise FieldErrors({"events": problem})
     changes = {key: {"from": getattr(channel, key), "to": value} for key, value in fields.items()

@@ -86,9 +86,17 @@ def channel_delete_view(request, pk: int):
 @login_required
 @require_POST
 def channel_enable_view(request, pk: int):
-    if channel := changeable(request, pk):
-        channel = channel_update(channel=channel, by=request.user, enabled=not channel.enabled)
-        messages.success(request, f"Channel {channel.name} {'enabled' if channel.enabled else 'disabled'}.")
+    # The state the button asked for, not a toggle: a stale page or a double click did the
+    # opposite of the button's label (manager trial 15, F14).
+    wanted = {"1": True, "0": False}.get(request.POST.get("enabled", ""))
+    if wanted is None:
+        messages.error(request, "enabled: must be 1 (enable) or 0 (disable).")
+    elif channel := changeable(request, pk):
+        before = channel.enabled
+        channel = channel_update(channel=channel, by=request.user, enabled=wanted)
+        state = "enabled" if channel.enabled else "disabled"
+        messages.success(request, f"Channel {channel.name} {state}." if before != wanted
+                         else f"Channel {channel.name} was already {state}; nothing changed.")
     return redirect("notifications")
 
 

@@ -98,8 +98,14 @@ def test_the_notifications_page_sends_a_test_and_toggles_a_channel(bob, receiver
         "name": "hook", "kind": "webhook", "target": receiver.url}, format="json").json()["id"])
     html = page.post(f"/notifications/channels/{channel.pk}/test/", follow=True).content.decode()
     assert "Test message delivered to hook." in html and len(receiver.received) == 1
-    html = page.post(f"/notifications/channels/{channel.pk}/enable/", follow=True).content.decode()
+    assert 'name="enabled" value="0"' in page.get("/notifications/").content.decode()  # the Disable button
+    html = page.post(f"/notifications/channels/{channel.pk}/enable/", {"enabled": "0"}, follow=True).content.decode()
     assert "Channel hook disabled." in html and "(disabled)" in html
+    # A second post of the same button (a stale page, a double click) disabled it then enabled it
+    # again: it was a toggle (manager trial 15, F14).
+    html = page.post(f"/notifications/channels/{channel.pk}/enable/", {"enabled": "0"}, follow=True).content.decode()
+    assert "Channel hook was already disabled; nothing changed." in html
+    assert not Channel.objects.get(pk=channel.pk).enabled
     page.post(f"/notifications/channels/{channel.pk}/delete/")
     assert AuditEntry.objects.filter(action="channel.delete", actor=bob).exists()  # the page's delete is audited
 
@@ -112,3 +118,22 @@ def test_admin_sends_a_test_message_to_the_selected_channels(superuser, bob, rec
     html = admin_client(superuser).post("/admin/notifications/channel/", {
         "action": "send_test", "_selected_action": [str(channel.pk)]}, follow=True).content.decode()
     assert "Test message delivered to hook (webhook, user bob)" in html and len(receiver.received) == 1
+
+
+def test_a_personal_channel_refuses_the_team_channels_fields_it_would_never_read(bob, teams):
+    """A personal channel sends what its owner's preferences choose: events and started_late_minutes
+    set on it were stored with a 200 and never read (manager trial 15, F13)."""
+    client = api_client(bob)
+    refused = client.post("/api/v1/notifications/channels/", {
+        "name": "me", "kind": "email", "target": "bob@example.com", "events": ["failed"],
+        "started_late_minutes": 5}, format="json")
+    assert refused.status_code == 400
+    assert set(refused.json()) == {"events", "started_late_minutes"}
+    assert "notification preferences" in refused.json()["events"][0]
+    made = client.post("/api/v1/notifications/channels/", {
+        "name": "me", "kind": "email", "target": "bob@example.com"}, format="json")
+    assert made.status_code == 201, made.content
+    patch = client.patch(f"/api/v1/notifications/channels/{made.json()['id']}/", {"events": ["failed"]}, format="json")
+    assert patch.status_code == 400 and list(patch.json()) == ["events"]
+    assert client.patch(f"/api/v1/notifications/channels/{made.json()['id']}/", {"name": "mine"},
+                        format="json").status_code == 200
