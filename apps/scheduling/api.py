@@ -25,6 +25,10 @@ class TeamStandingOut(serializers.Serializer):
     name = serializers.CharField()
     role = serializers.CharField(allow_null=True)
     window = serializers.CharField()
+    urgent_by = serializers.ChoiceField(choices=["members", "managers"],
+                                       help_text="who may submit urgent jobs: every member, or the managers only")
+    policy = serializers.ChoiceField(choices=["fair", "fifo"],
+                                     help_text="the scheduler's policy now: under fifo fair share orders nothing")
     limits = serializers.DictField(child=LimitOut(), help_text=(
         "max_gpus (with in_use), max_gpus_per_job, user_gpu_hours_per_day (with my_used_24h), "
         "urgent_gpu_hours_per_day (with used_24h), urgent_max_gpus (with in_use)"))

@@ -81,6 +81,10 @@ def _standing(*, user, team, now, config, policy, override, holding, usage, user
     return {
         "id": team.pk, "team": team.slug, "name": team.name, "role": role_in(user=user, team=team),
         "window": "rolling 24 h", "limits": limits,
+        # Who may spend the urgent allowance (Team.urgent_by: "members" or "managers"), and
+        # whether the queue is ranked by fair share at all (policy "fifo": it is not).
+        "urgent_by": team.urgent_by,
+        "policy": config.policy,
         "fair_share": _fair_share(user=user, team=team, config=config, usage=usage, pairs=pairs, factors=factors,
                                   policies=policies),
     }

@@ -37,6 +37,8 @@ def test_each_limit_is_shown_with_its_value_and_where_it_comes_from(bob, teams):
     assert limits["user_gpu_hours_per_day"] == {"value": 20.0, "source": "site default", "my_used_24h": 0.0}
     assert limits["max_gpus_per_job"] == {"value": None, "source": "site default"}
     assert body["team"] == "vision" and body["role"] == "member"
+    # Who may spend the urgent allowance, and whether fair share orders the queue at all (trial 15, F4, F29).
+    assert (body["urgent_by"], body["policy"]) == ("members", "fair")
 
 
 def test_the_urgent_allowance_and_the_teams_gpus_show_what_is_used(bob, alice, teams, node):
@@ -95,5 +97,16 @@ def test_the_teams_page_shows_limits_sources_and_standing(bob, teams):
     assert 'data-limit="max_gpus"><td>GPUs the team may hold at once</td><td>4</td><td class="source">team' in section
     assert 'data-limit="urgent_max_gpus"' in section and "site default" in section
     assert "Fair share" in section and "1 of 1" in section
+    assert "Who may submit urgent jobs</td><td>every member" in section and 'data-field="fifo"' not in section
     assert client.get(f"/teams/{teams['vision'].pk}/").status_code == 200
     assert client.get(f"/teams/{teams['robotics'].pk}/").status_code == 404
+    from apps.accounts.models import Team
+    from apps.scheduling.models import SchedulerConfig
+
+    Team.objects.filter(slug="vision").update(urgent_by="managers")
+    config = SchedulerConfig.current()
+    config.policy = "fifo"
+    config.save()
+    section = client.get("/teams/").content.decode().split('data-team="vision"', 1)[1]
+    assert "Who may submit urgent jobs</td><td>the team's managers only" in section
+    assert "fair share does not order the queue" in section
