@@ -223,7 +223,11 @@ def job_requeue_view(request, job_id):
     elif job.state not in HOLDING_STATES:
         messages.error(request, f"state: the job is {job.state}; only starting or running jobs can be requeued.")
     elif job_requeue(job, reason=f"requeued by {request.user.username}", kind="requeued", by=request.user):
-        messages.success(request, "Requeued: it resumes from its last checkpoint when it starts again.")
+        # It said "resumes from its last checkpoint" of a job that had none (manager trial 15, F20).
+        last = job.checkpoints.order_by("-epoch").values_list("epoch", flat=True).first()
+        messages.success(request, "Requeued: it resumes from its checkpoint of epoch "
+                                  f"{last} when it starts again." if last is not None else
+                                  "Requeued: it has no checkpoint yet, so it starts over when it starts again.")
     else:
         messages.error(request, "state: the job changed state meanwhile; try again.")
     return redirect("job", job_id=job.pk)

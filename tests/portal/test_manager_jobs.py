@@ -60,8 +60,15 @@ def test_a_manager_requeues_a_running_job_from_its_page_and_it_is_audited(alice,
     response = signed_in(alice).post(f"/jobs/{job.pk}/requeue/", follow=True)
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
-    assert any("Requeued" in m for m in messages_of(response))
+    # No checkpoint yet: it starts over, and says so (it said "resumes from its last checkpoint").
+    assert "Requeued: it has no checkpoint yet, so it starts over when it starts again." in messages_of(response)
     assert AuditEntry.objects.filter(action="job.requeue", actor=alice, target_id=str(job.pk)).exists()
+    from apps.jobs.models import Checkpoint
+
+    job = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING)
+    Checkpoint.objects.create(job=job, attempt=1, epoch=4, path="x", sha256="0" * 64, size=1)
+    response = signed_in(alice).post(f"/jobs/{job.pk}/requeue/", follow=True)
+    assert "Requeued: it resumes from its checkpoint of epoch 4 when it starts again." in messages_of(response)
 
 
 def test_the_owner_cannot_requeue_from_the_page_as_in_the_api(bob, alice, teams):
