@@ -76,6 +76,12 @@ class MembershipFormSet(forms.BaseInlineFormSet):
         if self.instance.pk is None or any(self.errors):
             return
         deleted = [f for f in self.forms if self.can_delete and self._should_delete_form(f)]
+        # A member with active jobs is removed where the removal asks first (what it cancels):
+        # ticking "Delete?" here cancelled three queued jobs with no question (manager trial 15, F2).
+        for form in deleted:
+            if form.instance.pk and (said := membership_remove_preview(membership=form.instance)):
+                raise ValidationError(f"{' '.join(said)} Remove {form.instance.user.get_username()} from "
+                                      "Memberships, which asks first, or cancel those jobs before.")
         kept = [f for f in self.forms if f not in deleted and f.cleaned_data]
         if any(f.cleaned_data.get("role") in MANAGING_ROLES and getattr(f.cleaned_data.get("user"), "is_active", False)
                for f in kept):
