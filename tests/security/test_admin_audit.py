@@ -110,6 +110,18 @@ def test_a_save_that_changes_nothing_records_nothing(superuser, bob, teams):
     assert not entries("admin.change")
 
 
+def test_saving_a_user_unchanged_records_nothing(superuser, bob):
+    """Their last_login and date_joined lost their microseconds to the form: recorded as changes (trial 15, F6)."""
+    from django.utils import timezone
+
+    type(bob).objects.filter(pk=bob.pk).update(last_login=timezone.now())
+    client = admin_client(superuser)
+    url = f"/admin/auth/user/{bob.pk}/change/"
+    response = client.post(url, form_data(client, url))
+    assert response.status_code == 302, response.context["adminform"].form.errors if response.context else ""
+    assert not entries("admin.change", target_id=str(bob.pk))
+
+
 def test_every_registered_admin_is_audited():
     from apps.accounts.admin_audit import AuditedModelAdmin
 
