@@ -117,7 +117,10 @@ class AuditedModelAdmin:
         data = {"model": obj._meta.label, **data}
         audit_record(actor=request.user, action=entry_action, team=self.audit_team(obj), target=obj,
                      target_id=target_id, data=data,
-                     message=f"{described(obj)} by {request.user.get_username()}")
+                     # An action's entry names it: a node's History read the same row for a drain
+                     # and a resume (manager trial 15, F8).
+                     message=f"{data['action'] + ': ' if 'action' in data else ''}{described(obj)} "
+                             f"by {request.user.get_username()}")
 
     # --- the main form ---------------------------------------------------------------------
 

@@ -85,6 +85,7 @@ def test_a_manager_still_cancels_and_requeues_with_the_admin_actions_and_both_ar
     # What the action did, not the event counter every event moves (manager trial F26).
     assert not [e for e in actions if "seq" in e.data["changes"]]
     assert "state" in next(e for e in actions if e.data["action"] == "cancel").data["changes"]
+    assert next(e for e in actions if e.data["action"] == "cancel").message == f"cancel: job {queued} by alice"
 
 
 def test_a_superuser_edit_of_a_running_job_is_audited_with_before_and_after(superuser, bob, teams):
