@@ -264,7 +264,8 @@ def model_stage_set(*, version: ModelVersion, stage: str, by) -> list[ModelVersi
         return []
     if stage not in STAGE_MOVES[Stage(version.stage)]:
         allowed = ", ".join(sorted(STAGE_MOVES[Stage(version.stage)]))
-        raise StageRefused(f"{version.reference} is in {version.stage}; it can move to {allowed}")
+        where = "in no stage yet" if version.stage == "none" else f"in {version.stage}"  # "is in none" (trial 15, F9)
+        raise StageRefused(f"{version.reference} is {where}; it can move to {allowed}")
     changed = []
     now = timezone.now()
     with transaction.atomic():

@@ -119,6 +119,7 @@ def test_a_member_may_not_promote_and_a_skipped_stage_is_named(base, bob, alice)
                                 format="json").status_code == 403
     response = api_client(alice).post(f"/api/v1/models/{base.pk}/stage/", {"stage": "production"}, format="json")
     assert response.status_code == 400 and "can move to archived, staging" in response.json()["stage"][0]
+    assert "is in no stage yet;" in response.json()["stage"][0]
     assert page(bob).post(f"/models/{base.pk}/stage/", {"stage": "staging"}).status_code == 302
     base.refresh_from_db()
     assert base.stage == "none"
