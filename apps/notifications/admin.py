@@ -1,11 +1,46 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 
 from apps.core.admin_scoping import SuperuserOnlyAdmin, SuperuserRecordsAdmin
 
 from .models import Channel, Delivery, NotificationPreference
-from .services import channel_test
+from .services import TEAM_CHANNEL_ONLY, channel_test, events_error, personal_errors, target_error
+
+
+class ChannelAdminForm(forms.ModelForm):
+    """The checks the API makes, each naming its field: the form saved ``not-an-email`` as an email
+    target, and a channel with both a user and a team answered the database constraint's name
+    (manager trial 15, F16)."""
+
+    class Meta:
+        model = Channel
+        exclude = ("secret",)
+
+    def clean(self):
+        data = super().clean()
+        user, team = data.get("user"), data.get("team")
+        if user is not None and team is not None:
+            self.add_error("team", "a channel is either a user's or a team's, not both: "
+                                   "clear user (a team channel) or team (a personal channel)")
+        elif user is None and team is None and not {"user", "team"} & set(self.errors):
+            self.add_error("user", "a channel is either a user's or a team's: choose a user or a team")
+        if "kind" in data and "target" in data and (problem := target_error(data["kind"], data["target"])):
+            self.add_error("kind" if problem.startswith("kind") else "target", problem)
+        if user is not None and team is None:
+            # A personal channel hears what its owner's preferences choose (TEAM_CHANNEL_ONLY);
+            # lateness only when changed here, since the column always holds a value.
+            given = [name for name in TEAM_CHANNEL_ONLY
+                     if name in data and name in self.changed_data and data[name]]
+            for name, problem in personal_errors(given).items():
+                self.add_error(name, problem)
+        elif team is not None and "events" in data:
+            if not isinstance(data["events"], list):
+                self.add_error("events", f"must be a list of events, e.g. [\"failed\"], got {data['events']!r}")
+            elif problem := events_error(team, data["events"]):
+                self.add_error("events", problem)
+        return data
 
 
 @admin.register(Channel)
@@ -15,7 +50,7 @@ class ChannelAdmin(SuperuserOnlyAdmin, admin.ModelAdmin):
 
     list_display = ("name", "kind", "team", "user", "enabled", "created_at")
     list_filter = ("kind", "enabled", "team")
-    exclude = ("secret",)
+    form = ChannelAdminForm
     actions = ["send_test"]
 
     @admin.action(description="Send a test message (through the real sender; says what happened)")

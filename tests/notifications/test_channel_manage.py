@@ -3,6 +3,7 @@ happened; an email channel on a server without a mail server says so (manager tr
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -137,3 +138,33 @@ def test_a_personal_channel_refuses_the_team_channels_fields_it_would_never_read
     assert patch.status_code == 400 and list(patch.json()) == ["events"]
     assert client.patch(f"/api/v1/notifications/channels/{made.json()['id']}/", {"name": "mine"},
                         format="json").status_code == 200
+
+
+def channel_form(**fields) -> dict:
+    return {"name": "ops", "kind": "email", "target": "ops@example.com", "user": "", "team": "",
+            "events": "[]", "started_late_minutes": "30", "enabled": "on", **fields}
+
+
+def test_the_admin_channel_form_makes_the_apis_checks_naming_each_field(superuser, bob, teams):
+    """The superuser's Channel form saved an email target `not-an-email` and, given both a user and a
+    team, showed the database constraint's name (manager trial 15, F16)."""
+    from tests.conftest import admin_client
+
+    client = admin_client(superuser)
+    admin_channel_form = functools.partial(channel_form, created_by=superuser.pk)
+    bad_email = client.post("/admin/notifications/channel/add/", admin_channel_form(user=bob.pk, target="not-an-email"))
+    assert bad_email.status_code == 200
+    assert bad_email.context["adminform"].form.errors == {"target": ["must be an email address"]}
+    both = client.post("/admin/notifications/channel/add/", admin_channel_form(
+        user=bob.pk, team=teams["vision"].pk, events='["failed"]'))
+    errors = both.context["adminform"].form.errors
+    assert list(errors) == ["team"] and "either a user's or a team's" in errors["team"][0]
+    assert "channel_is_personal_or_team" not in both.content.decode()
+    personal_events = client.post("/admin/notifications/channel/add/", admin_channel_form(
+        user=bob.pk, events='["failed"]', started_late_minutes="5"))
+    assert set(personal_events.context["adminform"].form.errors) == {"events", "started_late_minutes"}
+    team_without_events = client.post("/admin/notifications/channel/add/", admin_channel_form(team=teams["vision"].pk))
+    assert "at least one event" in team_without_events.context["adminform"].form.errors["events"][0]
+    assert not Channel.objects.exists()
+    saved = client.post("/admin/notifications/channel/add/", admin_channel_form(user=bob.pk))
+    assert saved.status_code == 302 and Channel.objects.get().target == "ops@example.com"
