@@ -96,12 +96,13 @@ class ChannelIn(StrictInput):
 
 
 class ChannelListCreate(APIView):
-    @extend_schema(responses={200: paginated(ChannelOut), 400: ERROR}, operation_id="notification_channels_list")
+    @extend_schema(responses={200: paginated(ChannelWarnedOut), 400: ERROR},
+                   operation_id="notification_channels_list")
     def get(self, request):
         query_strict(request, takes=(), what="the channel list", paged=True)
         paginator = ListPage()
         page = paginator.paginate_queryset(channel_list(user=request.user), request, view=self)
-        return paginator.get_paginated_response(ChannelOut(page, many=True).data)
+        return paginator.get_paginated_response(ChannelWarnedOut(page, many=True).data)
 
     @extend_schema(request=ChannelIn, responses={201: ChannelCreatedOut, 400: ERROR})
     def post(self, request):

@@ -65,6 +65,9 @@ def channel_create(*, by, name: str, kind: str, target: str, team: Team | None =
     set (``events`` and ``started_late_minutes``: team channels only; a late start is 30 minutes
     unless given)."""
     errors: dict[str, str] = {}
+    if not name.strip():
+        # The portal named it "channel" and said "Channel channel added." (manager trial 15, F15).
+        errors["name"] = "must not be blank: name the channel (e.g. my phone, team chat)"
     if team is None:
         errors.update(personal_errors([name for name, value in (("events", events),
                                                                 ("started_late_minutes", started_late_minutes))
@@ -152,7 +155,8 @@ def channel_test(*, channel: Channel, by) -> Delivery:
     except Exception as exc:  # noqa: BLE001 - whatever the sender raised is the answer, as a delivery records it
         error = str(exc)
         if (warning := mail_not_configured(channel)) is not None:
-            error = f"{error} ({warning.split(':')[0]})"
+            # Not in parentheses: the sender's error already ends in some (manager trial 15, F15).
+            error = f"{error}; {warning.split(' (')[0]}: NOTIFY_SMTP_HOST is unset"
         Delivery.objects.filter(pk=delivery.pk).update(state=Delivery.State.FAILED, last_error=error[:2000],
                                                        response_status=getattr(exc, "status", None))
     else:

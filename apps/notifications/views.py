@@ -47,7 +47,7 @@ def notifications(request):
             errors = {"team": "you do not manage that team"}
         else:
             try:
-                channel = channel_create(by=request.user, name=request.POST.get("name", "")[:100] or "channel",
+                channel = channel_create(by=request.user, name=request.POST.get("name", "")[:100],
                                          kind=request.POST.get("kind", ""), target=request.POST.get("target", ""),
                                          team=team, events=request.POST.getlist("events"))
                 secret = channel.secret if channel.kind == Channel.Kind.WEBHOOK else None
@@ -58,8 +58,11 @@ def notifications(request):
                 errors = exc.errors
     preference = NotificationPreference.objects.filter(user=request.user).first() or \
         NotificationPreference(user=request.user)
+    channels = list(channel_list(user=request.user))
+    for channel in channels:  # beside each email channel while the server has no mail (manager trial 15, F15)
+        channel.warning = mail_not_configured(channel)
     return render(request, "portal/notifications.html", {
-        "preference": preference, "channels": channel_list(user=request.user), "errors": errors,
+        "preference": preference, "channels": channels, "errors": errors,
         "deliveries": delivery_list(user=request.user)[:50], "managed_teams": manager_team_list(user=request.user),
         "kinds": Channel.Kind.choices, "events": Event.choices, "new_secret": secret,
         "flags": [(f, getattr(preference, f), f.removeprefix("on_").replace("_", " ")) for f in BOOLEAN_PREFERENCES],

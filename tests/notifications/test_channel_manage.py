@@ -75,6 +75,7 @@ def test_a_failed_test_answers_the_error(alice, bob, settings):
     answer = api_client(bob).post(f"/api/v1/notifications/channels/{mail['id']}/test/").json()
     assert answer["delivered"] is False
     assert "did not take the mail" in answer["error"] and "NOTIFY_SMTP_HOST is unset" in answer["error"]
+    assert "))" not in answer["error"]  # it nested parentheses (manager trial 15, F15)
 
 
 def test_an_email_channel_says_when_mail_is_not_configured_and_has_no_secret(bob, settings):
@@ -168,3 +169,28 @@ def test_the_admin_channel_form_makes_the_apis_checks_naming_each_field(superuse
     assert not Channel.objects.exists()
     saved = client.post("/admin/notifications/channel/add/", admin_channel_form(user=bob.pk))
     assert saved.status_code == 302 and Channel.objects.get().target == "ops@example.com"
+
+
+def test_the_portal_refuses_a_blank_channel_name_naming_the_field(bob):
+    """An empty name was stored as "channel": "Channel channel added." (manager trial 15, F15)."""
+    page = Client()
+    page.force_login(bob)
+    html = page.post("/notifications/", {"action": "channel", "name": " ", "kind": "email",
+                                         "target": "bob@example.org"}).content.decode()
+    assert "name: must not be blank" in html and "Channel channel added" not in html
+    assert not Channel.objects.exists()
+
+
+def test_the_portal_marks_email_channels_while_mail_is_not_configured(bob, settings):
+    """The channel list said nothing of a server without mail (manager trial 15, F15)."""
+    settings.NOTIFY_SMTP_CONFIGURED = False
+    client = api_client(bob)
+    client.post("/api/v1/notifications/channels/", {"name": "mail", "kind": "email", "target": "bob@example.org"},
+                format="json")
+    assert client.get("/api/v1/notifications/channels/").json()["results"][0]["warning"].startswith(
+        "mail is not configured on this server")
+    page = Client()
+    page.force_login(bob)
+    assert 'class="warn mail-warning"' in page.get("/notifications/").content.decode()
+    settings.NOTIFY_SMTP_CONFIGURED = True
+    assert 'class="warn mail-warning"' not in page.get("/notifications/").content.decode()
