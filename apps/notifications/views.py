@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from apps.accounts.selectors import manager_team_list
+from apps.core.buttons import button_only
 from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
 
@@ -78,7 +78,7 @@ def changeable(request, pk: int) -> Channel | None:
 
 
 @login_required
-@require_POST
+@button_only("notifications")
 def channel_delete_view(request, pk: int):
     if channel := changeable(request, pk):
         channel_delete(channel=channel, by=request.user)  # audited, as through the API
@@ -87,7 +87,7 @@ def channel_delete_view(request, pk: int):
 
 
 @login_required
-@require_POST
+@button_only("notifications")
 def channel_enable_view(request, pk: int):
     # The state the button asked for, not a toggle: a stale page or a double click did the
     # opposite of the button's label (manager trial 15, F14).
@@ -104,7 +104,7 @@ def channel_enable_view(request, pk: int):
 
 
 @login_required
-@require_POST
+@button_only("notifications")
 def channel_test_view(request, pk: int):
     if channel := changeable(request, pk):
         delivery = channel_test(channel=channel, by=request.user)

@@ -15,10 +15,10 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from apps.accounts.selectors import is_manager_of, team_list
 from apps.accounts.services import storage_limit_bytes, storage_used_bytes
+from apps.core.buttons import button_only
 from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.datasets.selectors import dataset_list
@@ -119,7 +119,7 @@ def model_detail(request, pk: int):
 
 
 @login_required
-@require_POST
+@button_only("model", kwarg="pk")
 def model_stage(request, pk: int):
     version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
     if not is_manager_of(user=request.user, team=version.team):

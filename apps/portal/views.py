@@ -18,12 +18,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
 
 from apps.accounts.selectors import managed_team_ids, team_list, token_list
 from apps.accounts.services import TOKEN_MAX_DAYS, token_issue, token_revoke
 from apps.accounts.throttles import AuthThrottle, SubmitThrottle, throttle_wait
 from apps.cluster.selectors import cluster_overview, cluster_totals
+from apps.core.buttons import button_only
 from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
 from apps.core.strict_yaml import load_yaml
@@ -186,7 +186,7 @@ def param_text(value) -> str:
 
 
 @login_required
-@require_POST
+@button_only("job", kwarg="job_id")
 def job_cancel_view(request, job_id):
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
     if not job_may_cancel(user=request.user, job=job):
@@ -212,7 +212,7 @@ def manager_actions(user, job) -> dict:
 
 
 @login_required
-@require_POST
+@button_only("job", kwarg="job_id")
 def job_requeue_view(request, job_id):
     """The API's requeue (``JobRequeue``), its rules and messages, from the job page."""
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
@@ -234,7 +234,7 @@ def job_requeue_view(request, job_id):
 
 
 @login_required
-@require_POST
+@button_only("job", kwarg="job_id")
 def job_class_view(request, job_id):
     """Move a queued job to another priority class (the admin's "Set class" actions, same people)."""
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
@@ -263,7 +263,7 @@ def submit_refusal(request) -> str:
 
 
 @login_required
-@require_POST
+@button_only("job", kwarg="job_id")
 def job_resubmit(request, job_id):
     """Submit the same spec again as a new job (the duplicate check, throttle and cap still apply)."""
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
@@ -432,7 +432,7 @@ def tokens(request):
 
 
 @login_required
-@require_POST
+@button_only("tokens")
 def token_revoke_view(request, pk: int):
     token = get_or_404(token_list(user=request.user), pk, "No such token.")
     token_revoke(token=token)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 from django.test import Client
@@ -10,6 +11,7 @@ from django.test import Client
 from apps.accounts.models import ApiToken
 from apps.jobs.models import Job, JobState
 from apps.jobs.services import job_transition, metrics_record
+from tests.conftest import api_client
 
 from .helpers import submit
 
@@ -351,3 +353,20 @@ def test_the_live_metrics_reach_the_page_config(alice, demo_registered):
     metrics_record(job, epoch=1, values={"train/box_loss": 1.0})
     response = signed_in(alice).get(f"/jobs/{job.pk}/")
     assert response.context["page_config"]["api"] == f"/api/v1/jobs/{job.pk}/"
+
+
+def test_opening_a_buttons_address_says_to_press_the_button(bob):
+    """A GET on a POST-only portal address answered a blank 405 page (manager trial 15, F18)."""
+    page = Client()
+    page.force_login(bob)
+    job_id = uuid.uuid4()
+    for address, back in ((f"/jobs/{job_id}/requeue/", f'href="/jobs/{job_id}/"'),
+                          (f"/jobs/{job_id}/class/", f'href="/jobs/{job_id}/"'),
+                          ("/notifications/channels/1/test/", 'href="/notifications/"'),
+                          ("/notifications/channels/1/enable/", 'href="/notifications/"')):
+        response = page.get(address)
+        assert response.status_code == 405 and response["Allow"] == "POST", address
+        html = response.content.decode()
+        assert "press the button" in html and back in html and "<nav" in html, address
+    api = api_client(bob).get("/api/v1/notifications/channels/1/test/")
+    assert api.status_code == 405 and "detail" in api.json()  # the API's JSON 405 stays
