@@ -551,6 +551,10 @@ def cmd_weights_push(args: argparse.Namespace) -> int:
 # --- entry point -----------------------------------------------------------------------------
 
 
+# Every job-id argument says so: `yoloq requeue -h` said nothing of its id (manager trial 15, F10).
+JOB_ID_HELP = "the job's id, or any unique prefix of it as `yoloq queue` prints"
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="yoloq", description="Submit and follow YOLO training jobs on yoloportal.")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -574,27 +578,27 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_queue)
 
     p = commands.add_parser("status", help="one job in detail")
-    p.add_argument("id")
+    p.add_argument("id", help=JOB_ID_HELP)
     p.add_argument("--json", action="store_true", help="the API's job object")
     p.set_defaults(func=cmd_status)
 
     p = commands.add_parser("logs", help="a job's log")
-    p.add_argument("id")
+    p.add_argument("id", help=JOB_ID_HELP)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_logs)
 
     p = commands.add_parser("cancel", help="cancel a job, like scancel")
-    p.add_argument("id")
+    p.add_argument("id", help=JOB_ID_HELP)
     p.set_defaults(func=cmd_cancel)
 
     p = commands.add_parser("requeue", help="team managers: put a running job back in the queue "
                                             "(it resumes from its checkpoint)")
-    p.add_argument("id")
+    p.add_argument("id", help=JOB_ID_HELP)
     p.set_defaults(func=cmd_requeue)
 
     p = commands.add_parser("class", help="team managers: change a queued job's priority class")
-    p.add_argument("id")
+    p.add_argument("id", help=JOB_ID_HELP)
     p.add_argument("priority", help="low, medium, high or urgent")
     p.set_defaults(func=cmd_class)
 

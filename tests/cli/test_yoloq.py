@@ -109,3 +109,21 @@ def test_queue_shows_a_running_sweep_as_a_sweep_not_on_a_node(logged_in, tmp_pat
     Job.objects.filter(task_name="lr-sweep").update(state=JobState.RUNNING, started_at=timezone.now())
     code, out, _ = run(capsys, "queue")
     assert code == 0 and "sweep: its trials run as jobs of their own" in out and "None" not in out
+
+
+def test_every_positional_argument_has_help(capsys):
+    """`yoloq requeue -h` listed its id with no word on it (manager trial 15, F10)."""
+    import argparse
+
+    def positionals(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from positionals(sub, (*path, name))
+            elif not action.option_strings:
+                yield " ".join((*path, action.dest)), action.help
+
+    assert [where for where, text in positionals(yoloq.parser()) if not text] == []
+    with pytest.raises(SystemExit):
+        yoloq.main(["requeue", "-h"])
+    assert "unique prefix" in capsys.readouterr().out
