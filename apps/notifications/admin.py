@@ -6,7 +6,14 @@ from django.contrib import admin, messages
 from apps.core.admin_scoping import SuperuserOnlyAdmin, SuperuserRecordsAdmin
 
 from .models import Channel, Delivery, NotificationPreference
-from .services import TEAM_CHANNEL_ONLY, channel_test, events_error, personal_errors, target_error
+from .services import (
+    TEAM_CHANNEL_ONLY,
+    channel_disabled_note,
+    channel_test,
+    events_error,
+    personal_errors,
+    target_error,
+)
 
 
 class ChannelAdminForm(forms.ModelForm):
@@ -61,6 +68,8 @@ class ChannelAdmin(SuperuserOnlyAdmin, admin.ModelAdmin):
                 self.message_user(request, f"test message delivered to {channel}", messages.SUCCESS)
             else:
                 self.message_user(request, f"test message to {channel} failed: {delivery.last_error}", messages.ERROR)
+            if note := channel_disabled_note(channel):
+                self.message_user(request, f"{channel}: {note}", messages.WARNING)
 
 
 @admin.register(Delivery)

@@ -20,6 +20,7 @@ from .services import (
     PREFERENCE_FIELDS,
     channel_create,
     channel_delete,
+    channel_disabled_note,
     channel_may_change,
     channel_test,
     channel_update,
@@ -82,6 +83,7 @@ class ChannelTestOut(serializers.Serializer):
     error = serializers.CharField(help_text="why it was not delivered ('' when it was)")
     response_status = serializers.IntegerField(allow_null=True, help_text="a webhook's HTTP status")
     delivery = serializers.IntegerField(help_text="its id in the delivery log")
+    warning = serializers.CharField(required=False, help_text="only when the channel is disabled")
 
 
 class ChannelIn(StrictInput):
@@ -161,9 +163,11 @@ class ChannelTest(APIView):
         if isinstance(channel, Response):
             return channel
         delivery = channel_test(channel=channel, by=request.user)
-        return Response({"delivered": delivery.state == Delivery.State.SENT, "state": delivery.state,
-                         "error": delivery.last_error, "response_status": delivery.response_status,
-                         "delivery": delivery.pk})
+        answer = {"delivered": delivery.state == Delivery.State.SENT, "state": delivery.state,
+                  "error": delivery.last_error, "response_status": delivery.response_status, "delivery": delivery.pk}
+        if note := channel_disabled_note(channel):
+            answer["warning"] = note
+        return Response(answer)
 
 
 class PreferenceOut(serializers.ModelSerializer):

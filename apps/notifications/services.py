@@ -97,6 +97,14 @@ def mail_not_configured(channel: Channel) -> str | None:
             f"runs there; send a test message to see, and ask the operator to set NOTIFY_SMTP_HOST")
 
 
+def channel_disabled_note(channel: Channel) -> str | None:
+    """Beside a test's answer: a disabled channel took the test but hears no job's events (the
+    answer said nothing of it: manager trial 15, F15)."""
+    if channel.enabled:
+        return None
+    return "the channel is disabled: the test was sent, but job events are not sent to it until it is enabled"
+
+
 def events_error(team: Team | None, events: list[str] | None) -> str | None:
     unknown = sorted(set(events or []) - set(Event.values))
     if unknown:

@@ -17,6 +17,7 @@ from .services import (
     PREFERENCE_FIELDS,
     channel_create,
     channel_delete,
+    channel_disabled_note,
     channel_may_change,
     channel_test,
     channel_update,
@@ -112,4 +113,6 @@ def channel_test_view(request, pk: int):
             messages.success(request, f"Test message delivered to {channel.name}.")
         else:
             messages.error(request, f"Test message to {channel.name} failed: {delivery.last_error}")
+        if note := channel_disabled_note(channel):
+            messages.warning(request, f"{channel.name}: {note}.")
     return redirect("notifications")

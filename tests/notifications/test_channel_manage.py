@@ -194,3 +194,18 @@ def test_the_portal_marks_email_channels_while_mail_is_not_configured(bob, setti
     assert 'class="warn mail-warning"' in page.get("/notifications/").content.decode()
     settings.NOTIFY_SMTP_CONFIGURED = True
     assert 'class="warn mail-warning"' not in page.get("/notifications/").content.decode()
+
+
+def test_a_test_of_a_disabled_channel_says_the_channel_is_disabled(bob, receiver):
+    """The test of a disabled channel was sent without a word that it hears no events (manager trial 15, F15)."""
+    client = api_client(bob)
+    made = client.post("/api/v1/notifications/channels/", {"name": "hook", "kind": "webhook",
+                                                            "target": receiver.url}, format="json").json()
+    assert "warning" not in client.post(f"/api/v1/notifications/channels/{made['id']}/test/").json()
+    client.patch(f"/api/v1/notifications/channels/{made['id']}/", {"enabled": False}, format="json")
+    answer = client.post(f"/api/v1/notifications/channels/{made['id']}/test/").json()
+    assert answer["delivered"] is True and answer["warning"].startswith("the channel is disabled")
+    page = Client()
+    page.force_login(bob)
+    html = page.post(f"/notifications/channels/{made['id']}/test/", follow=True).content.decode()
+    assert "hook: the channel is disabled" in html
