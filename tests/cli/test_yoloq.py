@@ -19,15 +19,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def config(tmp_path, monkeypatch):
-    path = tmp_path / "home" / "yoloq" / "config.json"
-    monkeypatch.setenv("YOLOQ_CONFIG", str(path))
-    monkeypatch.delenv("YOLOQ_URL", raising=False)
-    monkeypatch.delenv("YOLOQ_TOKEN", raising=False)
-    return path
-
-
-@pytest.fixture
 def logged_in(web, alice, config):
     _, key = token_create(user=alice, name="cli")
     assert yoloq.main(["login", web.url, "--token", key]) == 0

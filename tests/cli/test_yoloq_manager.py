@@ -14,15 +14,6 @@ from tests.jobs.factories import make_job
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def config(tmp_path, monkeypatch):
-    path = tmp_path / "home" / "yoloq" / "config.json"
-    monkeypatch.setenv("YOLOQ_CONFIG", str(path))
-    monkeypatch.delenv("YOLOQ_URL", raising=False)
-    monkeypatch.delenv("YOLOQ_TOKEN", raising=False)
-    return path
-
-
 def login(web, user, capsys) -> None:
     _, key = token_create(user=user, name="cli")
     assert yoloq.main(["login", web.url, "--token", key]) == 0

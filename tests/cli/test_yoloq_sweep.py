@@ -6,7 +6,7 @@ import pytest
 
 from apps.jobs.models import Job
 from apps.sweeps.services import sweeps_advance
-from tests.cli.test_yoloq import config, logged_in, run  # noqa: F401 - fixtures
+from tests.cli.test_yoloq import logged_in, run  # noqa: F401 - fixtures
 from tests.conftest import api_client
 from tests.sweeps.conftest import train, trial_jobs
 from tests.sweeps.test_sweep_step import SWEEP_YAML
