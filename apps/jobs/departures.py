@@ -3,8 +3,8 @@
 Chosen:
 - their **queued** jobs in that team are cancelled at once, in the removal's transaction, each
   with the reason "its owner <user> was removed from <team>" and, through ``job_cancel``, an
-  audited ``job.cancel`` by whoever removed them (an operator's ``manage.py team`` has no user:
-  the reason says so). Nothing waits to run charged to a team its owner left, which its owner
+  audited ``job.cancel`` by whoever removed them (``manage.py team``: the operator's label,
+  accounts.services.operator_named). Nothing waits to run charged to a team its owner left, which its owner
   could no longer see or cancel.
 - their **sweeps** in that team are cancelled too (a sweep keeps queuing trials as its owner).
 - their **running** (or starting) jobs are left to finish: work in progress the team may want
@@ -56,8 +56,8 @@ def departure_apply(*, user, team, by, why: str = "") -> Departure | None:
     from .services import job_cancel
 
     jobs = _jobs(user=user, team=team)
-    who = "" if by is not None else " by an operator (manage.py team)"
-    reason = why or f"its owner {user.get_username()} was removed from {team.slug}{who}"
+    # Who removed them is job_cancel's to say ("cancelled by alice" / "by operator (manage.py …)").
+    reason = why or f"its owner {user.get_username()} was removed from {team.slug}"
     waiting = list(jobs.filter(state=JobState.QUEUED).order_by("created_at"))
     waiting += list(jobs.filter(is_sweep=True, state__in=HOLDING_STATES).order_by("created_at"))
     cancelled = [job for job in waiting if job_cancel(job=job, by=by, reason=reason)]
