@@ -34,24 +34,18 @@ class TeamQuotaAdmin(TeamScopedAdmin, admin.ModelAdmin):
     def in_force(self, quota: TeamQuota) -> str:
         """Each limit the scheduler applies, and whether this row or the site default (the
         scheduler configuration) sets it: an empty field read only "-" (manager trial F36)."""
+        from apps.scheduling.inputs import team_policies
         from apps.scheduling.models import SchedulerConfig
+        from apps.scheduling.standing import TEAM_OVERRIDE, limits_in_force
 
         config = SchedulerConfig.current().to_policy()
-        default = config.default_team
-        site = {"max_gpus": default.max_gpus,
-                "max_gpus_per_job": default.max_gpus_per_job if default.max_gpus_per_job is not None
-                else config.max_gpus_per_job,
-                "user_gpu_hours_per_day": default.user_gpu_hours_per_day if default.user_gpu_hours_per_day is not None
-                else config.user_gpu_hours_per_day,
-                "urgent_gpu_hours_per_day": default.urgent_gpu_hours_per_day,
-                "urgent_max_gpus": default.urgent_max_gpus}
-        shown = []
-        for name, fallback in site.items():
-            own = getattr(quota, name) if quota.pk else None
-            value = own if own is not None else fallback
-            text = "no limit" if value is None else f"{value:g}"
-            shown.append(f"{TeamQuota._meta.get_field(name).verbose_name}: {text} "
-                         f"({'this team' if own is not None else 'site default'})")
+        # The Teams page's own figures; a row not saved yet has the site defaults only.
+        policy = team_policies(config)[quota.team.slug] if quota.pk else config.default_team
+        limits = limits_in_force(config=config, policy=policy, override=quota if quota.pk else None)
+        shown = [f"{TeamQuota._meta.get_field(name).verbose_name}: "
+                 f"{'no limit' if limit['value'] is None else format(limit['value'], 'g')} "
+                 f"({'this team' if limit['source'] == TEAM_OVERRIDE else 'site default'})"
+                 for name, limit in limits.items()]
         return " · ".join(shown) + ". Use against them: the portal's Teams page."
 
     def save_model(self, request, obj, form, change):

@@ -57,27 +57,36 @@ def team_standings(*, user, teams: list[Team], now: datetime | None = None) -> l
             for team in teams]
 
 
-def _standing(*, user, team, now, config, policy, override, holding, usage, user_24h, urgent_24h, pairs,
-              factors, policies) -> dict:
-    def limit(field: str, value, **used) -> dict:
+def limits_in_force(*, config, policy, override: TeamQuota | None) -> dict[str, dict]:
+    """Each limit the scheduler applies to a team (``policy``: its ``team_policies`` entry) with
+    its source: the team's own quota row (``override``) or the site default. The Teams page and
+    the team quota's admin page both show these."""
+    def limit(field: str, value) -> dict:
         set_here = override is not None and getattr(override, field) is not None
-        return {"value": value, "source": TEAM_OVERRIDE if set_here else SITE_DEFAULT, **used}
+        return {"value": value, "source": TEAM_OVERRIDE if set_here else SITE_DEFAULT}
 
-    mine = [j for j in holding if j.team_id == team.pk]
-    held = sum(j.gpus for j in mine)
-    held_urgent = sum(j.gpus for j in mine if (j.run_class or j.priority_class) == "urgent")
     per_job = policy.max_gpus_per_job if policy.max_gpus_per_job is not None else config.max_gpus_per_job
     per_member = (policy.user_gpu_hours_per_day if policy.user_gpu_hours_per_day is not None
                   else config.user_gpu_hours_per_day)
-    limits = {
-        "max_gpus": limit("max_gpus", policy.max_gpus, in_use=held),
+    return {
+        "max_gpus": limit("max_gpus", policy.max_gpus),
         "max_gpus_per_job": limit("max_gpus_per_job", per_job),
-        "user_gpu_hours_per_day": limit("user_gpu_hours_per_day", per_member,
-                                        my_used_24h=_hours(user_24h.get(user.username, 0.0))),
-        "urgent_gpu_hours_per_day": limit("urgent_gpu_hours_per_day", policy.urgent_gpu_hours_per_day,
-                                          used_24h=_hours(urgent_24h.get(team.slug, 0.0))),
-        "urgent_max_gpus": limit("urgent_max_gpus", policy.urgent_max_gpus, in_use=held_urgent),
+        "user_gpu_hours_per_day": limit("user_gpu_hours_per_day", per_member),
+        "urgent_gpu_hours_per_day": limit("urgent_gpu_hours_per_day", policy.urgent_gpu_hours_per_day),
+        "urgent_max_gpus": limit("urgent_max_gpus", policy.urgent_max_gpus),
     }
+
+
+def _standing(*, user, team, now, config, policy, override, holding, usage, user_24h, urgent_24h, pairs,
+              factors, policies) -> dict:
+    mine = [j for j in holding if j.team_id == team.pk]
+    held = sum(j.gpus for j in mine)
+    held_urgent = sum(j.gpus for j in mine if (j.run_class or j.priority_class) == "urgent")
+    limits = limits_in_force(config=config, policy=policy, override=override)
+    limits["max_gpus"]["in_use"] = held
+    limits["user_gpu_hours_per_day"]["my_used_24h"] = _hours(user_24h.get(user.username, 0.0))
+    limits["urgent_gpu_hours_per_day"]["used_24h"] = _hours(urgent_24h.get(team.slug, 0.0))
+    limits["urgent_max_gpus"]["in_use"] = held_urgent
     return {
         "id": team.pk, "team": team.slug, "name": team.name, "role": role_in(user=user, team=team),
         "window": "rolling 24 h", "limits": limits,
