@@ -160,11 +160,20 @@ class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmi
     def get_deleted_objects(self, objs, request):
         # The confirmation (one row's delete page, or "delete selected") says what else the
         # removal does: the member's queued jobs in the team are cancelled (trial 14, F40).
-        if "post" not in request.POST:
+        # Only while asking: the delete itself says what it did (manager trial 15, F3).
+        if self.delete_is_asking(request):
             for membership in objs:
                 for said in membership_remove_preview(membership=membership):
                     self.message_user(request, said, messages.WARNING)
         return super().get_deleted_objects(objs, request)
+
+    @staticmethod
+    def delete_is_asking(request) -> bool:
+        """True for the confirmation, False for the delete: Django's delete page deletes on any
+        POST (its form's ``post=yes`` is not needed), "delete selected" on a POST with ``post``."""
+        if "_selected_action" in request.POST:
+            return not request.POST.get("post")
+        return not request.POST
 
     # The last manager is not removed (trial 14, F13): refused with whom to make manager first,
     # on the delete page and in the bulk action alike (GuardedDeleteAdmin).
@@ -185,7 +194,7 @@ class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmi
     def response_delete(self, request, obj_display, obj_id):
         request._managed_team_ids = None  # as above, for one who removed themselves
         if not self.manages(request):
-            self.message_user(request, f"{obj_display} removed; you manage no team any more", messages.INFO)
+            self.message_user(request, f"removed {obj_display}; you manage no team any more", messages.INFO)
             return HttpResponseRedirect("/")
         return super().response_delete(request, obj_display, obj_id)
 

@@ -213,7 +213,7 @@ def user_deactivated(*, user, by=None) -> list[str]:
         said += [done.message for done in departure_apply(user=user, team=team, by=by, why=why)]
         if membership.role in MANAGING_ROLES and not Membership.objects.filter(
                 team=team, role__in=MANAGING_ROLES, user__is_active=True).exists():
-            said.append(f"{team.slug} has no active manager now ({user.get_username()} was its last): make one "
+            said.append(f"No active manager left in {team.slug} ({user.get_username()} was its last): make one "
                         "of its members manager (admin, Teams), or nobody can manage its members and channels")
     return said
 

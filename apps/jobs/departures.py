@@ -49,7 +49,8 @@ def departure_preview(*, user, team) -> str | None:
     if running:
         parts.append(f"{_counted(len(running), 'running')} ({_names(running)}) will be left to finish; "
                      f"a manager may cancel {'them' if len(running) != 1 else 'it'} from the job page")
-    return f"{user.get_username()} has active jobs in {team.slug}: " + "; ".join(parts) + "."
+    # Not "bob has …": admin messages capitalise their first letter, and usernames are case-sensitive.
+    return f"Active jobs of {user.get_username()} in {team.slug}: " + "; ".join(parts) + "."
 
 
 def departure_apply(*, user, team, by, why: str = "") -> Departure | None:
@@ -74,7 +75,7 @@ def departure_apply(*, user, team, by, why: str = "") -> Departure | None:
     if running:
         parts.append(f"{_counted(len(running), 'running')} left to finish ({_names(running)}); "
                      f"a manager may cancel {'them' if len(running) != 1 else 'it'} from the job page")
-    return Departure(message=f"{user.get_username()}'s jobs in {team.slug}: " + "; ".join(parts),
+    return Departure(message=f"Jobs of {user.get_username()} in {team.slug}: " + "; ".join(parts),
                      data={"cancelled_jobs": [str(job.pk) for job in cancelled],
                            "running_jobs": [str(job.pk) for job in running]})
 

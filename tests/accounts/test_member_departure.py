@@ -39,7 +39,7 @@ def test_the_delete_confirmation_says_how_many_active_jobs_the_member_has(manage
     membership = Membership.objects.get(user=bob, team=teams["vision"])
     response = admin_client(manager).get(f"/admin/accounts/membership/{membership.pk}/delete/")
     said = " ".join(messages_of(response))
-    assert "bob has active jobs in vision: 1 queued job will be cancelled" in said
+    assert "Active jobs of bob in vision: 1 queued job will be cancelled" in said
     assert "1 running job (bob-long) will be left to finish" in said
     assert states(bobs_jobs)["queued"] == JobState.QUEUED  # asking changes nothing
 
@@ -58,10 +58,35 @@ def test_removing_a_member_cancels_their_queued_jobs_in_that_team_only(manager, 
                                           follow=True)
     assert states(bobs_jobs) == {"queued": JobState.CANCELLED, "running": JobState.RUNNING,
                                  "finished": JobState.SUCCEEDED, "elsewhere": JobState.QUEUED}
-    assert any("bob's jobs in vision: 1 queued job cancelled (bob-orphan); 1 running job left to finish (bob-long)"
+    assert any("Jobs of bob in vision: 1 queued job cancelled (bob-orphan); 1 running job left to finish (bob-long)"
                in m for m in messages_of(response))
     event = bobs_jobs["queued"].events.get(kind="cancelled")
     assert event.message == "cancelled by alice while queued: its owner bob was removed from vision"
+
+
+def shown_messages(response) -> list[str]:
+    """The messages as the admin page renders them (it capitalises each one's first letter)."""
+    import re
+    from html import unescape
+
+    return [unescape(m) for m in re.findall(r'<li class="[a-z]+">(.*?)</li>', response.content.decode())]
+
+
+def test_the_delete_says_what_it_did_not_what_it_will_do_and_keeps_the_username_as_it_is(
+        manager, bob, teams, bobs_jobs):
+    """After the delete the list showed the confirmation's "Bob has active jobs …: 1 queued job will
+    be cancelled." beside what was done, and capitalised the case-sensitive username (manager trial 15, F3).
+    Django's delete page deletes on any POST (a script's, with its CSRF token only, too)."""
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    client = admin_client(manager)
+    asked = shown_messages(client.get(f"/admin/accounts/membership/{membership.pk}/delete/"))
+    assert any(m.startswith("Active jobs of bob in vision: 1 queued job will be cancelled") for m in asked), asked
+    response = client.post(f"/admin/accounts/membership/{membership.pk}/delete/",
+                           {"csrfmiddlewaretoken": "token"}, follow=True)
+    shown = shown_messages(response)
+    assert states(bobs_jobs)["queued"] == JobState.CANCELLED
+    assert not [m for m in shown if "will be" in m], shown
+    assert shown[0].startswith("Jobs of bob in vision: 1 queued job cancelled (bob-orphan)"), shown
 
 
 def test_the_removal_and_each_cancel_are_audited(manager, bob, teams, bobs_jobs):
@@ -94,7 +119,7 @@ def test_the_team_page_sends_a_member_with_active_jobs_to_the_removal_that_asks_
         return client.post(url, data, follow=True)
 
     html = tick(bob).content.decode()
-    assert "bob has active jobs in vision: 1 queued job will be cancelled" in html
+    assert "Active jobs of bob in vision: 1 queued job will be cancelled" in html
     assert "Remove bob from Memberships, which asks first" in html
     assert Membership.objects.filter(user=bob, team=teams["vision"]).exists()
     assert states(bobs_jobs)["queued"] == JobState.QUEUED
@@ -111,7 +136,7 @@ def test_the_team_command_says_what_it_cancelled_and_who_did_it(bob, alice, team
     assert out.getvalue().splitlines() == [
         "erin removed from vision",
         "bob removed from vision",
-        "bob's jobs in vision: 1 queued job cancelled (bob-orphan); 1 running job left to finish (bob-long); "
+        "Jobs of bob in vision: 1 queued job cancelled (bob-orphan); 1 running job left to finish (bob-long); "
         "a manager may cancel it from the job page"]
     assert states(bobs_jobs)["queued"] == JobState.CANCELLED
     event = bobs_jobs["queued"].events.get(kind="cancelled")
@@ -129,9 +154,9 @@ def test_a_removed_members_sweep_stops_queuing_trials_for_the_team(manager, bob,
     membership = Membership.objects.get(user=bob, team=teams["vision"])
     client = admin_client(manager)
     said = " ".join(messages_of(client.get(f"/admin/accounts/membership/{membership.pk}/delete/")))
-    assert "bob has active jobs in vision: 1 sweep will be cancelled." in said
+    assert "Active jobs of bob in vision: 1 sweep will be cancelled." in said
     response = client.post(f"/admin/accounts/membership/{membership.pk}/delete/", {"post": "yes"}, follow=True)
-    assert "bob's jobs in vision: 1 sweep cancelled (sw)" in messages_of(response)
+    assert "Jobs of bob in vision: 1 sweep cancelled (sw)" in messages_of(response)
     assert Job.objects.get(pk=sweep.pk).state == JobState.CANCELLED
     assert Job.objects.get(pk=trial.pk).state == JobState.CANCELLED
 
@@ -151,8 +176,8 @@ def test_deactivating_an_account_cancels_its_queued_jobs_and_names_a_team_left_w
     said = messages_of(response)
     assert states(bobs_jobs) == {"queued": "cancelled", "running": "running", "finished": "succeeded",
                                  "elsewhere": "cancelled"}
-    assert any("bob's jobs in vision: 1 queued job cancelled (bob-orphan)" in m for m in said), said
-    assert any("bob's jobs in robotics: 1 queued job cancelled (bob-robotics)" in m for m in said), said
+    assert any("Jobs of bob in vision: 1 queued job cancelled (bob-orphan)" in m for m in said), said
+    assert any("Jobs of bob in robotics: 1 queued job cancelled (bob-robotics)" in m for m in said), said
     event = Job.objects.get(pk=bobs_jobs["queued"].pk).events.get(kind="cancelled")
     assert "its owner bob was deactivated" in event.message
     assert AuditEntry.objects.filter(action="job.cancel", actor=superuser).count() == 2
@@ -162,7 +187,7 @@ def test_deactivating_an_account_cancels_its_queued_jobs_and_names_a_team_left_w
     data = form_data(client, url)
     data.pop("is_active")
     said = messages_of(client.post(url, data, follow=True))
-    assert any("vision has no active manager now (alice was its last)" in m for m in said), said
+    assert any("No active manager left in vision (alice was its last)" in m for m in said), said
     assert Job.objects.get(pk=alices_job.pk).state == JobState.CANCELLED
     alice.refresh_from_db()
     assert not alice.is_active, "locking someone out is never refused"
