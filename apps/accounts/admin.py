@@ -1,5 +1,8 @@
+import json
+
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -230,12 +233,30 @@ class DeactivatingUserAdmin(UserAdmin):
     (:func:`apps.accounts.services.user_deactivated`): its queued jobs would still run, charged
     to its teams, and a team could be left with no active manager (manager trial F40)."""
 
+    # The account's history, not settings: the form sent them back without their microseconds,
+    # so every save "changed" both (manager trial 15, F6).
+    readonly_fields = ("last_login", "date_joined")
+
     def save_model(self, request, obj, form, change):
         was_active = change and type(obj)._base_manager.filter(pk=obj.pk, is_active=True).exists()
         super().save_model(request, obj, form, change)
         if was_active and not obj.is_active:
             for said in user_deactivated(user=obj, by=request.user):
                 self.message_user(request, said, messages.WARNING)
+
+    def construct_change_message(self, request, form, formsets, add=False):
+        # History said "Changed Active." for a deactivation and a reactivation alike (manager
+        # trial 15, F6): say which. A LogEntry shows a plain-text message as it is.
+        message = super().construct_change_message(request, form, formsets, add)
+        if add or "is_active" not in form.changed_data:
+            return message
+        label = str(form.fields["is_active"].label)
+        for part in message:
+            if "changed" in part:
+                part["changed"]["fields"] = [f for f in part["changed"]["fields"] if f != label]
+        rest = [p for p in message if p.get("changed", {}).get("fields", True)]
+        said = "Reactivated." if form.instance.is_active else "Deactivated."
+        return f"{said} {LogEntry(change_message=json.dumps(rest)).get_change_message()}" if rest else said
 
 
 if admin.site.is_registered(get_user_model()):

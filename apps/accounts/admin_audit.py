@@ -81,6 +81,31 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, A
             if before.get(name) != value}
 
 
+def shown(value: Any, *, limit: int = 60) -> str:
+    """A recorded value as an audit message quotes it."""
+    if value is None:
+        return "none"
+    text = value if isinstance(value, str) else json.dumps(value, default=str) if isinstance(value, (list, dict)) \
+        else str(value)
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return repr(text) if isinstance(value, str) else text
+
+
+def changes_in_words(changes: dict[str, dict[str, Any]]) -> str:
+    """What changed, for the History page's "What" column: "deactivated" / "reactivated" for an
+    account's active flag, else ``field old → new``. A deactivation and a reactivation read the
+    same row, "admin.change user carol by admin" (manager trial 15, F6); a drain and a resume
+    did not say why (F8)."""
+    words = []
+    for name, change in changes.items():
+        before, after = change.get("from"), change.get("to")
+        if name == "is_active" and isinstance(after, bool) and before is not None:
+            words.append("reactivated" if after else "deactivated")
+        else:
+            words.append(f"{name} {shown(before)} → {shown(after)}")
+    return "; ".join(words)
+
+
 def stored(obj: Model) -> Model | None:
     """The row as the database has it now (None for a new one)."""
     if obj.pk is None:
@@ -115,12 +140,14 @@ class AuditedModelAdmin:
 
     def audit(self, request, entry_action: str, obj: Model, *, target_id: str | None = None, **data: Any) -> None:
         data = {"model": obj._meta.label, **data}
+        # An action's entry names it, and a change's says what changed (the drain's reason, a
+        # deactivation): a node's History read the same row for a drain and a resume (manager
+        # trial 15, F8), a user's for a deactivation and a reactivation (F6).
+        said = changes_in_words(data["changes"]) if data.get("changes") else ""
         audit_record(actor=request.user, action=entry_action, team=self.audit_team(obj), target=obj,
                      target_id=target_id, data=data,
-                     # An action's entry names it: a node's History read the same row for a drain
-                     # and a resume (manager trial 15, F8).
                      message=f"{data['action'] + ': ' if 'action' in data else ''}{described(obj)} "
-                             f"by {request.user.get_username()}")
+                             f"by {request.user.get_username()}" + (f": {said}" if said else ""))
 
     # --- the main form ---------------------------------------------------------------------
 

@@ -74,3 +74,11 @@ def test_a_name_close_to_an_existing_user_is_refused_unless_created_on_purpose()
     assert not get_user_model().objects.filter(username__in=["alcie", "Alice"]).exists()
     assert "created user alcie" in team("add-member", "team-a", "alcie", "--create")
     assert "created user zoe" in team("add-member", "team-a", "zoe")  # not close to anyone: made as before
+
+
+def test_list_marks_deactivated_members():
+    """A deactivated account was listed as a plain member (manager trial 15, F6)."""
+    team("create", "team-a", "--manager", "alice", "--member", "carol")
+    get_user_model().objects.filter(username="carol").update(is_active=False)
+    out = team("list")
+    assert "alice (manager)" in out and "carol (member, inactive)" in out

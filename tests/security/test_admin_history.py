@@ -38,3 +38,47 @@ def test_a_managers_history_page_hides_entries_of_teams_they_do_not_manage(manag
     html = admin_client(manager).get(f"/admin/accounts/team/{vision.pk}/history/").content.decode()
     assert "renamed vision" in html and "site-wide note" not in html
     assert "site-wide note" in admin_client(superuser).get(f"/admin/accounts/team/{vision.pk}/history/").content.decode()
+
+
+def history_rows(client, url: str) -> list[str]:
+    """The "What" column of the History page's audit table, and the admin's own change messages."""
+    import re
+    from html import unescape
+
+    html = client.get(url).content.decode()
+    return [unescape(re.sub(r"<[^>]+>", "", cell)).strip() for cell in re.findall(r"<td>(.*?)</td>", html, re.S)]
+
+
+def test_a_users_history_says_which_save_deactivated_and_which_reactivated(superuser, carol):
+    """Both read "admin.change user carol by root" / "Changed Active." (manager trial 15, F6)."""
+    from django.contrib.admin.models import LogEntry
+
+    from apps.accounts.models import AuditEntry
+    from tests.security.test_admin_audit import form_data
+
+    client = admin_client(superuser)
+    url = f"/admin/auth/user/{carol.pk}/change/"
+    data = form_data(client, url)
+    data.pop("is_active")
+    assert client.post(url, data).status_code == 302
+    assert client.post(url, form_data(client, url) | {"is_active": "on"}).status_code == 302
+
+    entries = list(AuditEntry.objects.filter(action="admin.change", target_type="user").order_by("pk"))
+    assert [e.message for e in entries] == ["user carol by root: deactivated", "user carol by root: reactivated"]
+    assert [list(e.data["changes"]) for e in entries] == [["is_active"], ["is_active"]]
+    assert [e.get_change_message() for e in LogEntry.objects.order_by("pk")] == ["Deactivated.", "Reactivated."]
+    rows = history_rows(client, f"/admin/auth/user/{carol.pk}/history/")
+    assert "user carol by root: deactivated" in rows and "Reactivated." in rows
+
+
+def test_a_nodes_history_names_each_action_and_the_drain_reason(superuser, node):
+    """Drain and resume read the same row, "admin.action node local by admin" (manager trial 15, F8)."""
+    client = admin_client(superuser)
+    changelist = "/admin/cluster/node/"
+    client.post(changelist, {"action": "drain", "_selected_action": [str(node.pk)], "apply": "yes",
+                             "reason": "GPU firmware update"})
+    client.post(changelist, {"action": "resume", "_selected_action": [str(node.pk)]})
+    rows = history_rows(client, f"/admin/cluster/node/{node.pk}/history/")
+    assert "drain: node node-a by root: state 'active' → 'draining'; drain_reason '' → 'GPU firmware update'" in rows
+    assert "resume: node node-a by root: state 'draining' → 'active'; drain_reason 'GPU firmware update' → ''" in rows
+

@@ -107,7 +107,9 @@ class Command(BaseCommand):
         for team in teams:
             people = sorted(team.memberships.all(), key=lambda m: (m.role != Membership.Role.MANAGER,
                                                                      m.user.username))
-            members = ", ".join(f"{m.user.username} ({m.role})" for m in people) or "no members"
+            # A deactivated account stays a member (its jobs and history), but is nobody's to count on.
+            members = ", ".join(f"{m.user.username} ({m.role}{'' if m.user.is_active else ', inactive'})"
+                                for m in people) or "no members"
             used, limit = storage_used_bytes(team), storage_limit_bytes(team)
             self.stdout.write(f"{team.slug:<20} {team.name:<24} {members}  [storage {used / 1024**3:.2f}"
                               f"/{limit / 1024**3:.0f} GiB]")
