@@ -21,7 +21,8 @@ def test_a_jobs_history_shows_what_admin_actions_did_to_it_and_links_the_audit_l
     audit_record(actor=carol, action="job.cancel", team=teams["robotics"], target=other, message="carol's own")
 
     html = client.get(f"/admin/jobs/job/{job.pk}/history/").content.decode()
-    assert "Audit log" in html and "job.cancel" in html and "admin.action" in html
+    # Each action's own entry (job.class, job.cancel); no second "admin.action" saying it again.
+    assert "Audit log" in html and "job.class" in html and "job.cancel" in html and "admin.action" not in html
     assert "carol" not in html
     link = f"/admin/accounts/auditentry/?target_type=job&amp;target_id={job.pk}"
     assert link in html
@@ -82,3 +83,16 @@ def test_a_nodes_history_names_each_action_and_the_drain_reason(superuser, node)
     assert "drain: node node-a by root: state 'active' → 'draining'; drain_reason '' → 'GPU firmware update'" in rows
     assert "resume: node node-a by root: state 'draining' → 'active'; drain_reason 'GPU firmware update' → ''" in rows
 
+
+def test_an_admin_stage_action_is_audited_once_by_the_stage_move_itself(manager, teams):
+    """Each stage action wrote "admin.action model version …" beside "model.promote …", which said
+    it already (manager trial 15, F8): the service's entry is the one kept."""
+    from apps.accounts.models import AuditEntry
+    from apps.registry.models import ModelVersion
+
+    version = ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1)
+    client = admin_client(manager)
+    client.post("/admin/registry/modelversion/", {"action": "to_staging", "_selected_action": [str(version.pk)]})
+    assert ModelVersion.objects.get(pk=version.pk).stage == "staging"
+    entries = AuditEntry.objects.filter(target_type="modelversion", target_id=str(version.pk))
+    assert [(e.action, e.message) for e in entries] == [("model.promote", "vision/pcb:v1: none → staging")]
