@@ -1,9 +1,10 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from apps.core.admin_scoping import TeamScopedAdmin
 from apps.scheduling.kick import kick_scheduler
 
 from .models import TeamQuota, UsageRecord, UsageReport
+from .selectors import team_quota_warnings
 
 
 @admin.register(UsageRecord)
@@ -51,6 +52,8 @@ class TeamQuotaAdmin(TeamScopedAdmin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         kick_scheduler()
+        for said in team_quota_warnings(quota=obj):
+            self.message_user(request, said, messages.WARNING)
 
 
 @admin.register(UsageReport)

@@ -61,3 +61,35 @@ def usage_summary(*, user) -> dict:
                                  Job.objects.filter(team=team, state__in=HOLDING_STATES))
         teams[team.slug]["my_quota_gpu_hours_24h"] = user_quota_gpu_hours(user=user, team=team)
     return {"user": user.username, "me": mine, "teams": teams}
+
+
+def team_quota_warnings(*, quota: TeamQuota) -> list[str]:
+    """What a saved quota makes impossible, a sentence each, for the superuser who saved it.
+
+    Warnings, not refusals: a max of 0 (or 0.5) is a legitimate way to stop a team's new starts
+    (or keep it to shared GPUs) for a while, and the urgent max in force may be the site default,
+    which changes apart from this row. But it was saved without a word while every queued 1-GPU
+    job of the team could no longer start (manager trial 15, F12).
+    """
+    from apps.jobs.models import JobState
+    from apps.scheduling.inputs import team_policies
+    from apps.scheduling.models import SchedulerConfig
+
+    most = quota.max_gpus
+    if most is None:
+        return []
+    slug, said = quota.team.slug, []
+    config = SchedulerConfig.current().to_policy()
+    urgent = team_policies(config)[slug].urgent_max_gpus
+    if quota.urgent_max_gpus is None and urgent is not None and urgent > most:
+        said.append(f"max GPUs {most:g} is below the urgent max GPUs in force, {urgent:g} (site default): "
+                    f"{slug} holds at most {most:g} GPU{'s' if most != 1 else ''} at once, urgent jobs included, "
+                    f"so urgent jobs get {most:g}, not {urgent:g}; set this team's urgent max GPUs to say so")
+    waiting = Job.objects.filter(team=quota.team, state=JobState.QUEUED, is_sweep=False, gpus__gt=most).count()
+    if most < 1 or waiting:
+        said.append(f"max GPUs {most:g}: a job of {slug} that needs more than {most:g} GPU"
+                    f"{'s' if most != 1 else ''}{' (any 1-GPU job)' if most < 1 else ''} can never start; "
+                    + (f"{waiting} of its queued jobs need{'s' if waiting == 1 else ''} more and wait"
+                       f"{'s' if waiting == 1 else ''} until max GPUs is raised" if waiting
+                       else "none of its queued jobs does at present"))
+    return said
