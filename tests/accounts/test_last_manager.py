@@ -71,6 +71,21 @@ def test_a_manager_who_steps_down_lands_on_the_portal_with_a_message_not_a_403(m
     assert role_of(manager, teams["vision"]) == "member"
 
 
+def test_a_manager_who_hands_the_team_over_on_its_page_lands_on_the_admin_index_not_a_403(manager, bob, teams):
+    """One save made bob manager and alice member; her browser followed Django's redirect to the
+    Teams list she may no longer open, a bare 403 (manager trial 15, F25)."""
+    url = f"/admin/accounts/team/{teams['vision'].pk}/change/"
+    client = admin_client(manager)
+    data = form_data(client, url)
+    rows = {data[f"memberships-{i}-id"]: i for i in range(int(data["memberships-TOTAL_FORMS"]))}
+    response = client.post(url, data | {f"memberships-{rows[str(Membership.objects.get(user=manager).pk)]}-role": "member",
+                                        f"memberships-{rows[str(Membership.objects.get(user=bob).pk)]}-role": "manager"},
+                           follow=True)
+    assert (role_of(manager, teams["vision"]), role_of(bob, teams["vision"])) == ("member", "manager")
+    assert response.status_code == 200 and response.redirect_chain[-1][0] == "/admin/"
+    assert [str(m) for m in response.context["messages"]] == ["saved; you no longer manage vision"]
+
+
 def test_manage_py_team_refuses_to_remove_or_demote_the_last_manager(alice, bob, teams):
     make_user("dave", teams["robotics"], "manager")
     with pytest.raises(CommandError, match="dave not removed: dave is the last manager of robotics; "
