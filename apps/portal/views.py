@@ -82,6 +82,8 @@ def dashboard_context(user) -> dict:
         "my_jobs": list(active_jobs_of(user=user).order_by("queue_position", "-created_at")[:50]),
         # A manager watches the team's work too, not only their own (trial 14, F14).
         "manages": manages,
+        # A superuser sees every team's, whether they manage one or none (manager trial 15, F27).
+        "every_team": user.is_superuser,
         "team_jobs": list(team_active_jobs(user=user).order_by("queue_position", "-created_at")[:50])
         if manages else [],
     }

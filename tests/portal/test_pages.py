@@ -69,6 +69,17 @@ def test_the_dashboard_hides_what_another_team_runs(alice, carol, node, demo_reg
     assert "robotics-secret" not in html and "busy (another team)" in html
 
 
+def test_a_superusers_dashboard_calls_the_team_jobs_what_they_are(superuser, alice, carol, node, demo_registered):
+    """A superuser who manages no team read "My teams' jobs (… of the teams you manage)" above every
+    team's jobs (manager trial 15, F27); a manager still reads their teams'."""
+    submit(carol, task_name="robotics-q", team="robotics")
+    html = signed_in(superuser).get("/").content.decode()
+    assert "All teams' jobs" in html and "robotics-q" in html
+    assert "My teams' jobs" not in html and "of the teams you manage" not in html
+    manager_html = signed_in(alice).get("/dashboard/live/").content.decode()
+    assert "My teams' jobs" in manager_html and "All teams' jobs" not in manager_html
+
+
 # --- submit ---------------------------------------------------------------------------------------
 
 
