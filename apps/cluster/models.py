@@ -37,13 +37,13 @@ class Node(models.Model):
     # What the node advertises to the scheduler (``gpu_worker --cpus/--memory`` may set more than the
     # machine has: an explicit overcommit); host_* is the machine itself, which enforced limits
     # (issue 12) never exceed.
-    cpu_count = models.PositiveIntegerField(default=0)
-    memory_mb = models.PositiveIntegerField(default=0)
-    host_cpu_count = models.PositiveIntegerField(default=0)
-    host_memory_mb = models.PositiveIntegerField(default=0)
+    cpu_count = models.PositiveIntegerField(verbose_name="CPU count", default=0)
+    memory_mb = models.PositiveIntegerField(verbose_name="memory (MiB)", default=0)
+    host_cpu_count = models.PositiveIntegerField(verbose_name="host CPU count", default=0)
+    host_memory_mb = models.PositiveIntegerField(verbose_name="host memory (MiB)", default=0)
     features = models.JSONField(default=list, blank=True, help_text='what it offers beyond GPUs, e.g. ["tensorrt"]')
     hostname = models.CharField(max_length=255, blank=True)
-    worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    worker_pid = models.PositiveIntegerField(verbose_name="worker PID", null=True, blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     executor = models.CharField(max_length=10, choices=Executor.choices, default=Executor.LOCAL)
@@ -101,10 +101,10 @@ class Node(models.Model):
 class GPU(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
-    uuid = models.CharField(max_length=100, blank=True)
+    uuid = models.CharField(verbose_name="UUID", max_length=100, blank=True)
     model = models.CharField(max_length=100, blank=True)
-    memory_mb = models.PositiveIntegerField(default=0)
-    memory_used_mb = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(verbose_name="memory (MiB)", default=0)
+    memory_used_mb = models.PositiveIntegerField(verbose_name="memory used (MiB)", default=0)
     utilization = models.PositiveSmallIntegerField(default=0, help_text="percent")
     simulated = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
@@ -128,8 +128,8 @@ class ForeignAllocation(models.Model):
     description = models.CharField(max_length=200, blank=True)
     gpu_indices = models.JSONField(verbose_name="GPU indices",
                                    default=list, blank=True)  # logical GPUs it counts as holding here
-    cpu_milli = models.PositiveIntegerField(default=0)
-    memory_mb = models.PositiveIntegerField(default=0)
+    cpu_milli = models.PositiveIntegerField(verbose_name="CPU (millicores)", default=0)
+    memory_mb = models.PositiveIntegerField(verbose_name="memory (MiB)", default=0)
     started_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True, help_text="its time limit, when it has one")
     seen_at = models.DateTimeField(auto_now=True)

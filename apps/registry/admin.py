@@ -2,6 +2,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
 from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserOnlyAdmin, TeamScopedAdmin
+from apps.core.values import bytes_in_words
 
 from .models import ModelVersion, SharedWeights, Stage
 from .services import StageRefused, model_stage_set, model_version_delete
@@ -9,14 +10,19 @@ from .services import StageRefused, model_stage_set, model_version_delete
 
 @admin.register(ModelVersion)
 class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
-    list_display = ["name", "version", "team", "source", "stage", "task", "job", "size", "created_at"]
+    list_display = ["name", "version", "team", "source", "stage", "task", "job", "size_shown", "created_at"]
     list_filter = ["team", "source", "stage"]
     manager_can_change = False
     manager_can_delete = True
     # Stages change through the actions below, the portal or the API (managers, audited: the same
     # service and moves everywhere), never by editing the row.
-    readonly_fields = ["stage", "stage_changed_at"]
+    readonly_fields = ["stage", "stage_changed_at", "size_shown"]
+    exclude = ["size"]  # the stored file's, shown in words (size_shown)
     actions = ["to_staging", "to_production", "to_archived"]
+
+    @admin.display(description="size", ordering="size")
+    def size_shown(self, version: ModelVersion) -> str:
+        return bytes_in_words(version.size)
 
     def has_stage_permission(self, request, obj=None) -> bool:
         return self.manages(request, obj)  # managers of the version's team (the queryset is theirs)
@@ -79,5 +85,10 @@ class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
 class SharedWeightsAdmin(SuperuserOnlyAdmin, admin.ModelAdmin):
     """Added with ``manage.py weights add FILE --shared`` (checked first); read-only here."""
 
-    list_display = ["filename", "task", "size", "sha256", "created_at"]
-    readonly_fields = ["filename", "key", "sha256", "size", "task", "scan", "added_by", "created_at"]
+    list_display = ["filename", "task", "size_shown", "sha256", "created_at"]
+    readonly_fields = ["filename", "key", "sha256", "size_shown", "task", "scan", "added_by", "created_at"]
+    exclude = ["size"]
+
+    @admin.display(description="size", ordering="size")
+    def size_shown(self, weights: SharedWeights) -> str:
+        return bytes_in_words(weights.size)

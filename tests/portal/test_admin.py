@@ -144,3 +144,23 @@ def test_admin_labels_are_spelled_as_people_write_them(superuser):
     assert "Audit entries" in pages["/admin/"] and ">GPUs<" in pages["/admin/"]
     assert "GPUs" in pages["/admin/jobs/job/"]
     assert "Max GPUs per job" in pages["/admin/quotas/teamquota/add/"]
+
+
+def test_node_labels_and_a_model_versions_size_read_as_people_write_them(superuser, manager, teams, node):
+    """Manager trial 15, F27: "Cpu count", "Memory mb", "Host cpu count", "Worker pid", and a model
+    version's "Size: 6190186"."""
+    from apps.registry.models import ModelVersion
+
+    client = admin_client(superuser)
+    page = client.get(f"/admin/cluster/node/{node.pk}/change/").content.decode()
+    for wrong in ("Cpu count", "Memory mb", "Host cpu count", "Worker pid", "Host memory mb"):
+        assert wrong not in page, wrong
+    for right in ("CPU count", "Memory (MiB)", "Host CPU count", "Worker PID", "Host memory (MiB)"):
+        assert right in page, right
+    assert "CPU count" in client.get("/admin/cluster/node/").content.decode()
+
+    version = ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1, size=6190186)
+    for viewer in (superuser, manager):
+        shown = admin_client(viewer).get(f"/admin/registry/modelversion/{version.pk}/change/").content.decode()
+        assert "5.9 MiB (6,190,186 bytes)" in shown and ">6190186<" not in shown
+    assert "5.9 MiB (6,190,186 bytes)" in client.get("/admin/registry/modelversion/").content.decode()
