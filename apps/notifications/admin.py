@@ -60,6 +60,15 @@ class ChannelAdmin(SuperuserOnlyAdmin, admin.ModelAdmin):
     form = ChannelAdminForm
     actions = ["send_test"]
 
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        # The secret comes from the model's default and the form never shows it: a webhook made
+        # here could not be verified by its receiver. Shown once, as the portal and the API do.
+        if obj.kind == Channel.Kind.WEBHOOK and (not change or "kind" in form.changed_data):
+            self.message_user(request, f"webhook signing secret of {obj.name}, shown once: {obj.secret} (the "
+                                       "receiver checks X-Yoloportal-Signature: sha256=HMAC(secret, timestamp + "
+                                       "\".\" + raw body); docs/notifications.md)", messages.WARNING)
+
     @admin.action(description="Send a test message (through the real sender; says what happened)")
     def send_test(self, request, queryset):
         for channel in queryset.select_related("team"):

@@ -171,6 +171,31 @@ def test_the_admin_channel_form_makes_the_apis_checks_naming_each_field(superuse
     assert saved.status_code == 302 and Channel.objects.get().target == "ops@example.com"
 
 
+def test_a_webhook_made_in_admin_shows_its_signing_secret_once(superuser, teams, settings):
+    """Admin gave a webhook channel a secret (the model's default) and never showed it: its receiver
+    could not verify a single message. Shown once, as the API's 201 and the portal do."""
+    from tests.conftest import admin_client
+
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True
+    client = admin_client(superuser)
+    response = client.post("/admin/notifications/channel/add/", channel_form(
+        name="vis-hook", kind="webhook", target="http://127.0.0.1:9/hook", team=teams["vision"].pk,
+        events='["failed"]', created_by=superuser.pk), follow=True)
+    channel = Channel.objects.get()
+    said = " | ".join(str(m) for m in response.context["messages"])
+    assert channel.secret.startswith("whsec_")
+    assert f"webhook signing secret of vis-hook, shown once: {channel.secret}" in said
+    again = client.get(f"/admin/notifications/channel/{channel.pk}/change/").content.decode()
+    assert channel.secret not in again
+    edited = client.post(f"/admin/notifications/channel/{channel.pk}/change/", channel_form(
+        name="vis-hook-2", kind="webhook", target="http://127.0.0.1:9/hook", team=teams["vision"].pk,
+        events='["failed"]', created_by=superuser.pk), follow=True)
+    assert channel.secret not in edited.content.decode()
+    from apps.accounts.models import AuditEntry
+
+    assert not [e for e in AuditEntry.objects.all() if channel.secret in f"{e.message} {e.data}"]
+
+
 def test_the_portal_refuses_a_blank_channel_name_naming_the_field(bob):
     """An empty name was stored as "channel": "Channel channel added." (manager trial 15, F15)."""
     page = Client()
