@@ -19,7 +19,6 @@ def bool_parse(value: Any) -> bool:
     raise ValueError(f"must be true or false, got {value!r}")
 
 
-
 def bytes_in_words(size: int | None) -> str:
     """A file size as people read it, with the exact count: "5.9 MiB (6,190,186 bytes)" (binary
     units, as the portal shows GPU memory; admin showed a bare "6190186", manager trial 15, F27)."""
