@@ -27,7 +27,7 @@ run: setup
 	@echo "  Ctrl-C stops everything."
 	@echo
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH YP_PORT=$(PORT) YP_HOST=$(HOST) \
-	  $(VENV)/bin/honcho start -f Procfile $(if $(REDIS_URL),web scheduler worker,)
+	  $(VENV)/bin/honcho start -f Procfile $(if $(REDIS_URL),web scheduler worker notify,)
 
 # Two pytest-xdist workers (TEST_WORKERS), whole files to a worker (--dist loadfile: module
 # fixtures and the Slurm cluster stay in one process); each worker has its own DATA_DIR

@@ -109,3 +109,35 @@ def test_compose_has_the_stack_and_passes_only_settings_that_exist():
                 assert (DEPLOY / source).exists(), f"{name} mounts {source}, which is not in deploy/"
             else:
                 assert source in compose["volumes"], f"{name} uses the undeclared volume {source}"
+
+
+def procfile_commands() -> dict[str, str]:
+    """The long-running manage.py commands `make run` starts (Procfile), by process name: the
+    installation's parts. ``redis`` is the embedded server, which deployments replace."""
+    commands = {}
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        name, _, command = line.partition(":")
+        found = re.search(r"manage\.py (\w+)", command.split("&&")[-1])
+        if found and name != "redis":
+            commands[name] = found.group(1)
+        elif "uvicorn" in command:
+            commands[name] = "uvicorn"
+    return commands
+
+
+def test_every_part_make_run_starts_is_in_each_deployment():
+    """A part `make run` starts and a deployment leaves out does not run there: notifications were
+    queued and never sent from compose, systemd and Kubernetes alike (docs16 audit)."""
+    parts = procfile_commands()
+    assert {"web", "scheduler", "worker", "notify"} <= set(parts), parts
+    wanted = {command for command in parts.values() if command != "uvicorn"}  # web: the image's own command
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    in_compose = {word for service in compose.values() for word in service.get("command", []) if isinstance(word, str)}
+    units = " ".join(path.read_text() for path in (DEPLOY / "systemd").glob("*.service"))
+    in_units = set(re.findall(r"manage\.py (\w+)", units))
+    in_kubernetes = {word for doc in rendered_kustomization() if doc["kind"] in ("Deployment", "DaemonSet")
+                     for container in doc["spec"]["template"]["spec"]["containers"]
+                     for word in container.get("command", [])}
+    for where, found in (("deploy/compose.yaml", in_compose), ("deploy/systemd", in_units),
+                         ("deploy/kubernetes", in_kubernetes)):
+        assert wanted <= found, f"{where} never runs manage.py {sorted(wanted - found)}"
