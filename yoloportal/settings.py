@@ -60,7 +60,7 @@ INSTALLED_APPS = [
     "apps.monitoring",
     "apps.notifications",
     "apps.sweeps",
-    "worker",  # its management command: gpu_worker
+    "worker",  # its management commands: gpu_worker, slurm_agent
 ]
 
 MIDDLEWARE = [

@@ -1,4 +1,4 @@
-"""Playwright driving Debian's Chromium against a real daphne server on the test database.
+"""Playwright driving Debian's Chromium against a real uvicorn server on the test database.
 
 Screenshots go to test-artifacts/browser/ (gitignored).
 """
