@@ -3,7 +3,8 @@
     yoloq login URL [--token KEY]     sbatch's cousins need a server and a token first
     yoloq submit job.yaml             ~ sbatch
     yoloq queue [--mine] [--team T] [--user U] [--state S]
-                                      ~ squeue (--state succeeded|failed|…: ended jobs, like sacct)
+                                      ~ squeue (--state succeeded|failed|…|finished: ended jobs,
+                                      like sacct; --state active: running and queued, the default)
     yoloq status ID [--json]          ~ scontrol show job (a sweep: its trials table too)
     yoloq logs [-f] ID                ~ tail -f slurm-ID.out
     yoloq cancel ID                   ~ scancel
@@ -41,6 +42,8 @@ import requests
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 ACTIVE = ("running", "starting", "queued")
+# The server's groups of states (jobs/?state=active|finished, as the portal's job list has them).
+ENDED = (*sorted(TERMINAL), "finished")
 TIMEOUT_S = 30
 
 
@@ -270,12 +273,12 @@ def cmd_queue(args: argparse.Namespace) -> int:
     filters = {key: value for key, value in (("team", args.team), ("user", args.user)) if value}
     if args.mine:
         filters["mine"] = "true"
-    states = [args.state] if args.state else list(ACTIVE)
+    states = list(ACTIVE) if args.state in (None, "active") else [args.state]
     rows = []
     for state in (s for s in states if s != "queued"):
         listing = api.get("jobs/", state=state, limit=500, **filters)
         for j in listing["results"]:
-            if state in TERMINAL:
+            if state in ENDED:
                 where = f"ended {when(j['finished_at'])}" + (f": {j['error'].splitlines()[0]}" if j["error"] else "")
             else:
                 where = (f"on {j['node']} (started {when(j['started_at'])})" if j["node"]
@@ -283,7 +286,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
                          else f"started {when(j['started_at'])}")  # (was "on None" for a sweep)
             rows.append(["", j["id"][:8], j["task_name"], j["team"], j["user"], j["priority_class"],
                          gpus_text(j["resources"]["gpu"]), j["state"], where])
-        if state in TERMINAL and listing["count"] > len(listing["results"]):
+        if state in ENDED and listing["count"] > len(listing["results"]):
             print(f"(the newest {len(listing['results'])} of {listing['count']} {state} jobs)", file=sys.stderr)
     for q in api.get_all("queue/", **filters) if "queued" in states else []:
         rows.append([str(q["position"] or ""), q["id"][:8], q["task_name"], q["team"], q["user"],
@@ -291,7 +294,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
                      f"start {eta_text(q)}; {q['reason']}"
                      if q["estimated_start_at"] else q["reason"]])
     if not rows:
-        print(f"No {args.state} jobs." if args.state else "Nothing running or queued.")
+        print(f"No {args.state} jobs." if args.state not in (None, "active") else "Nothing running or queued.")
         return 0
     print(table(rows, ["POS", "ID", "TASK", "TEAM", "USER", "CLASS", "GPUS", "STATE", "WHERE / WHY"]))
     return 0
@@ -573,8 +576,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mine", action="store_true", help="only my jobs")
     p.add_argument("--team", help="only this team's jobs")
     p.add_argument("--user", help="only this user's jobs (a member of your teams)")
-    p.add_argument("--state", choices=["queued", "starting", "running", *sorted(TERMINAL)],
-                   help="only jobs in this state; an ended state lists the newest 500, like sacct")
+    p.add_argument("--state", choices=["active", "queued", "starting", "running", "finished", *sorted(TERMINAL)],
+                   help="only jobs in this state; active: running, starting and queued (the default); "
+                        "finished: every ended state; an ended state lists the newest 500, like sacct")
     p.set_defaults(func=cmd_queue)
 
     p = commands.add_parser("status", help="one job in detail")

@@ -28,7 +28,7 @@ from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import YamlError, load_yaml
 
-from .models import Job, JobEvent, JobState, LogChunk, MetricPoint
+from .models import STATE_FILTERS, Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
 from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, job_may_requeue, queue_list
 from .services import (
@@ -279,7 +279,8 @@ class JobListCreate(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("state", str, enum=[s.value for s in JobState]),
+            OpenApiParameter("state", str, enum=list(STATE_FILTERS),
+                             description="a job state, or active (queued, starting, running) or finished (any ended state)"),
             *LIST_FILTERS,
         ],
         responses={200: paginated(JobOut), 400: ERROR},
@@ -288,8 +289,8 @@ class JobListCreate(APIView):
     def get(self, request):
         query_strict(request, takes=("state", *FILTER_NAMES), what="the job list", paged=True)
         state = request.query_params.get("state") or None
-        if state and state not in JobState.values:
-            return field_errors({"state": f"must be one of {', '.join(JobState.values)}"})
+        if state and state not in STATE_FILTERS:
+            return field_errors({"state": f"must be one of {', '.join(STATE_FILTERS)}, got {state[:50]!r}"})
         try:
             filters = list_filters(request)
         except FieldErrors as exc:

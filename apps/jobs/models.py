@@ -19,6 +19,10 @@ class JobState(models.TextChoices):
 ACTIVE_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING)
 HOLDING_STATES = (JobState.STARTING, JobState.RUNNING)  # states that hold GPUs
 TERMINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
+# The job lists' state filters beside the states themselves: the portal's /jobs/, the API's
+# jobs/?state= and yoloq queue --state all take these.
+STATE_GROUPS = {"active": ACTIVE_STATES, "finished": TERMINAL_STATES}
+STATE_FILTERS = (*STATE_GROUPS, *JobState.values)
 
 # What the planner stores on a waiting job (``services.job_queue_info_set``).
 QUEUE_INFO_FIELDS = ("queue_position", "estimated_start_at", "estimated_start_low_at", "estimated_start_high_at",

@@ -7,19 +7,22 @@ from django.db.models import QuerySet
 from apps.accounts.selectors import is_manager_of, managed_team_ids, team_ids
 from apps.core.selectors import scoped_get
 
-from .models import ACTIVE_STATES, Job, JobState
+from .models import ACTIVE_STATES, STATE_GROUPS, Job, JobState
 
 JOB_NOT_VISIBLE = "No job with that id in your teams."
 
 
 def job_list(*, user, state: str | None = None, team: str | None = None, mine: bool = False,
              owner=None) -> QuerySet[Job]:
+    """The caller's teams' jobs; ``state`` is a JobState or a group of them (STATE_GROUPS: active, finished)."""
     ids = team_ids(user=user)
     # One team (the usual case) as an equality: SQLite reads "team_id IN (?)" as several
     # index ranges and sorts them, where "team_id = ?" pages straight out of the index.
     visible = {"team_id": ids[0]} if len(ids) == 1 else {"team_id__in": ids}
     jobs = Job.objects.filter(**visible).select_related("team", "user", "node")
-    if state:
+    if state in STATE_GROUPS:
+        jobs = jobs.filter(state__in=STATE_GROUPS[state])
+    elif state:
         jobs = jobs.filter(state=state)
     if team:
         jobs = jobs.filter(team__slug=team)

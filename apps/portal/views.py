@@ -28,7 +28,7 @@ from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
-from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, TERMINAL_STATES, JobState, PriorityClass
+from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, STATE_FILTERS, TERMINAL_STATES, JobState, PriorityClass
 from apps.jobs.selectors import (
     JOB_NOT_VISIBLE,
     active_jobs_of,
@@ -113,20 +113,15 @@ def jobs(request):
         scope = default_scope
     state = request.GET.get("state", "")
     team = request.GET.get("team", "")
-    queryset = job_list(user=request.user, mine=scope == "mine", team=team or None)
-    if state == "active":
-        queryset = queryset.filter(state__in=ACTIVE_STATES)
-    elif state == "finished":
-        queryset = queryset.filter(state__in=TERMINAL_STATES)
-    elif state in JobState.values:
-        queryset = queryset.filter(state=state)
+    queryset = job_list(user=request.user, mine=scope == "mine", team=team or None,
+                        state=state if state in STATE_FILTERS else None)
     page = Paginator(queryset.order_by("-created_at"), JOBS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "portal/jobs.html", {
         "page": page, "scope": scope, "default_scope": default_scope, "state": state, "team": team, "query": query.urlencode(),
         "teams": [t.slug for t in team_list(user=request.user)],
-        "states": ["active", "finished", *JobState.values],
+        "states": STATE_FILTERS,
     })
 
 

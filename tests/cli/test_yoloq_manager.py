@@ -71,3 +71,18 @@ def test_queue_filters_by_team_user_and_state(web, config, alice, bob, carol, te
     assert code == 1 and "user: no member of your teams is named 'carol'" in err
     code, _, err = run(capsys, "queue", "--team", "robotics")
     assert code == 1 and "team: you are not a member of a team named 'robotics'" in err
+
+
+def test_queue_takes_the_portals_active_and_finished(web, config, alice, bob, teams, capsys):
+    """--state finished lists every ended job, --state active what runs and waits (manager trial 15, F10)."""
+    make_job(team=teams["vision"], user=bob, task_name="bob-waits", queue_position=1)
+    make_job(team=teams["vision"], user=bob, task_name="bob-done", state=JobState.SUCCEEDED, finished_at=timezone.now())
+    make_job(team=teams["vision"], user=bob, task_name="bob-broke", state=JobState.FAILED, finished_at=timezone.now())
+    login(web, alice, capsys)
+    code, out, _ = run(capsys, "queue", "--state", "finished")
+    assert code == 0 and "bob-done" in out and "bob-broke" in out and "ended" in out and "bob-waits" not in out
+    code, out, _ = run(capsys, "queue", "--state", "active")
+    assert code == 0 and "bob-waits" in out and "bob-done" not in out
+    with pytest.raises(SystemExit):
+        yoloq.main(["queue", "-h"])
+    assert "finished: every ended state" in capsys.readouterr().out

@@ -46,3 +46,20 @@ def test_a_user_outside_the_callers_teams_is_a_400_naming_the_parameter(url, job
     assert response.status_code == 400 and "team" in response.json()
     response = client.get("/api/v1/queue/", {"mine": "maybe"})
     assert response.status_code == 400 and "mine" in response.json()
+
+
+def test_jobs_take_the_portals_active_and_finished_state_groups(teams, alice, bob):
+    """jobs/?state=active and ?state=finished filter as the portal's /jobs/ does (manager trial 15, F10)."""
+    for state in JobState.values:
+        make_job(team=teams["vision"], user=bob, task_name=f"bob-{state}", state=state)
+    client = api_client(alice)
+    active = ["bob-queued", "bob-starting", "bob-running"]
+    assert sorted(names(client.get("/api/v1/jobs/", {"state": "active"}))) == sorted(active)
+    finished = [f"bob-{state}" for state in ("succeeded", "failed", "cancelled", "timed_out")]
+    assert sorted(names(client.get("/api/v1/jobs/", {"state": "finished"}))) == sorted(finished)
+    response = client.get("/api/v1/jobs/", {"state": "ended"})
+    assert response.status_code == 400
+    assert "active, finished, queued" in response.json()["state"][0]
+    schema = client.get("/api/v1/schema/", {"format": "json"}).json()
+    parameters = schema["paths"]["/api/v1/jobs/"]["get"]["parameters"]
+    assert {"active", "finished"} <= set(next(p for p in parameters if p["name"] == "state")["schema"]["enum"])

@@ -254,6 +254,12 @@ def test_the_jobs_list_filters_mine_team_and_state(alice, bob, carol, demo_regis
     assert "alices" in team and "bobs" in team and "carols" not in team
     cancelled = client.get("/jobs/?scope=team&state=cancelled").content.decode()
     assert "bobs" in cancelled and "alices" not in cancelled
+    finished = client.get("/jobs/?scope=team&state=finished").content.decode()
+    assert "bobs" in finished and "alices" not in finished
+    active = client.get("/jobs/?scope=team&state=active").content.decode()
+    assert "alices" in active and "bobs" not in active
+    unknown = client.get("/jobs/?scope=team&state=bogus").content.decode()
+    assert "alices" in unknown and "bobs" in unknown
 
 
 def test_the_jobs_list_shows_position_estimate_and_reason(alice, demo_registered):
