@@ -262,3 +262,18 @@ def test_both_report_pages_show_the_team_and_quota_of_a_users_row(history, teams
     assert "<th>Team</th>" in html and "<td>bob</td><td>vision</td>" in html and "5 h / 24 h" in html
     html = page.get("/admin/quotas/usagereport/", {"group": "user"}).content.decode()
     assert "<th>team</th>" in html and "<td>bob</td><td>vision</td>" in html and "<td>5.0</td>" in html
+
+
+def test_a_small_use_reads_the_same_on_the_usage_and_teams_pages(teams, bob):
+    """Bob's 0.003 GPU-h read "0.00 / 0.02 h" on the usage page and "0.003 h" on the Teams page (manager trial 15, F21)."""
+    TeamQuota.objects.create(team=teams["vision"], user_gpu_hours_per_day=0.02)
+    end = timezone.now() - timedelta(minutes=5)
+    job = make_job(team=teams["vision"], user=bob, state="succeeded", finished_at=end)
+    UsageRecord.objects.create(job=job, team=teams["vision"], user=bob, attempt=1, priority_class="medium",
+                               gpu_seconds=0.003 * 3600, started_at=end - timedelta(seconds=11), ended_at=end)
+    page = Client()
+    page.force_login(bob)
+    usage = page.get("/usage/").content.decode()
+    assert "0.003<small> / 0.02 h" in usage and "0.017<small> h" in usage  # used, quota and what is left
+    assert "0.00<" not in usage
+    assert "you: 0.003 h" in page.get("/teams/").content.decode()

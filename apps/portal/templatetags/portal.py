@@ -36,6 +36,20 @@ def seconds(value) -> str:
 
 
 @register.filter
+def gpu_hours(value) -> str:
+    """GPU-hours as every page shows them: up to three decimals, trailing zeros dropped, and a
+    use too small for those as '< 0.001', never 0. The usage page read "0.00 / 0.02 h" while the
+    Teams page said "you: 0.003 h" of the same use (manager trial 15, F21)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    if 0 < value < 0.0005:
+        return "< 0.001"
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+@register.filter
 def metric(value) -> str:
     """A metric to three decimals; empty when missing."""
     try:
