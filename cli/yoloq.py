@@ -11,7 +11,7 @@
     yoloq requeue ID                  ~ scontrol requeue (team managers): a running job goes back to
                                       the queue and resumes from its checkpoint
     yoloq class ID low|medium|high|urgent   ~ scontrol update job=ID qos=… (team managers): a queued
-                                      job's priority class
+                                      job's priority class, or a sweep's (its queued and later trials)
     yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name
                                       unless the newest already holds exactly these files)
     yoloq weights push FILE.pt --team T   upload pretrained weights (then model=FILE.pt in specs)
@@ -601,7 +601,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("id", help=JOB_ID_HELP)
     p.set_defaults(func=cmd_requeue)
 
-    p = commands.add_parser("class", help="team managers: change a queued job's priority class")
+    p = commands.add_parser("class", help="team managers: change a queued job's priority class, or a sweep's "
+                                                "(its queued trials' and later ones')")
     p.add_argument("id", help=JOB_ID_HELP)
     p.add_argument("priority", help="low, medium, high or urgent")
     p.set_defaults(func=cmd_class)

@@ -3,7 +3,17 @@ from django.contrib import admin, messages
 from apps.core.admin_scoping import TeamScopedAdmin, TeamScopedInline
 from apps.scheduling.kick import kick_scheduler
 
-from .models import HOLDING_STATES, TERMINAL_STATES, Checkpoint, Job, JobEvent, JobState, LogChunk, MetricPoint
+from .models import (
+    ACTIVE_STATES,
+    HOLDING_STATES,
+    TERMINAL_STATES,
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobState,
+    LogChunk,
+    MetricPoint,
+)
 from .services import job_cancel, job_class_set, job_requeue
 
 
@@ -146,8 +156,9 @@ class JobAdmin(PublicPathsForManagers, TeamScopedAdmin, admin.ModelAdmin):
     def _set_class(self, request, queryset, cls):
         done, skipped = [], []
         for job in queryset:
-            if job.state != JobState.QUEUED:
-                skipped.append(f"{job.task_name} is {job.state}: class not changed (only queued jobs change class)")
+            if job.state not in (ACTIVE_STATES if job.is_sweep else (JobState.QUEUED,)):
+                skipped.append(f"{job.task_name} is {job.state}: class not changed (only queued jobs and active "
+                               "sweeps change class)")
             elif job.priority_class == cls:
                 skipped.append(f"{job.task_name} is already {cls}")
             elif job_class_set(job, priority_class=cls, by=request.user):

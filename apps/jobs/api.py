@@ -384,7 +384,8 @@ class JobClassIn(StrictInput):
 
 
 class JobClass(APIView):
-    """Managers: move a queued job to another priority class (the admin's "Set class", the job page's)."""
+    """Managers: move a queued job to another priority class (the admin's "Set class", the job page's);
+    a sweep's class is its queued trials' and the later ones'."""
 
     @extend_schema(request=JobClassIn, responses={200: JobOut, 400: ERROR, 403: ERROR, 404: ERROR})
     def post(self, request, job_id):

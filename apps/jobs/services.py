@@ -359,7 +359,8 @@ class JobClassRefused(Exception):
 
 
 def job_class_change(job: Job, *, priority_class: str, by) -> bool:
-    """A manager moves a queued job to another class: the rules of the API, the job page and the CLI.
+    """A manager moves a queued job, or an active sweep, to another class: the rules of the API,
+    the job page and the CLI. A sweep's class is its queued trials' and its later trials'.
 
     True if the class changed (the scheduler is kicked to replan), False if the job already has
     it; raises :class:`JobClassRefused` saying why not. (Admin's bulk actions report per row.)
@@ -369,26 +370,42 @@ def job_class_change(job: Job, *, priority_class: str, by) -> bool:
     if priority_class not in PriorityClass.values:
         raise JobClassRefused("priority_class", f"must be one of {', '.join(PriorityClass.values)}, "
                                                 f"got {str(priority_class)[:50]!r}")
-    if job.is_sweep or job.state != JobState.QUEUED:
-        raise JobClassRefused("state", f"the job is {'a sweep' if job.is_sweep else job.state}; "
-                                       "only a queued job changes class")
+    if job.is_sweep and job.state not in ACTIVE_STATES:
+        raise JobClassRefused("state", f"the sweep is {job.state}; it submits no more trials")
+    if not job.is_sweep and job.state != JobState.QUEUED:
+        raise JobClassRefused("state", f"the job is {job.state}; only a queued job changes class")
     if job.priority_class == priority_class:
         return False
     if not job_class_set(job, priority_class=priority_class, by=by):
-        raise JobClassRefused("state", "the job left the queue meanwhile; class not changed")
+        raise JobClassRefused("state", "the sweep ended meanwhile; class not changed" if job.is_sweep
+                              else "the job left the queue meanwhile; class not changed")
     kick_scheduler()
     return True
 
 
 def job_class_set(job: Job, *, priority_class: str, by) -> bool:
-    """A manager moves a queued job to another priority class (audited as ``job.class``, with the class before)."""
+    """A manager moves a queued job, or an active sweep, to another priority class (audited as
+    ``job.class``, with the class before). A sweep's queued trials move with it (each with its
+    event; the sweep's audit entry lists them) and its later trials are submitted in it
+    (apps.sweeps.services.trial_document reads the sweep's class; manager trial 15, F23)."""
     before = job.priority_class
-    changed = Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(priority_class=priority_class) == 1
+    movable = (JobState.QUEUED,) if not job.is_sweep else ACTIVE_STATES
+    changed = Job.objects.filter(pk=job.pk, state__in=movable).update(priority_class=priority_class) == 1
+    trials = []
+    if changed and job.is_sweep:
+        queued = Job.objects.filter(parent_id=job.pk, state=JobState.QUEUED).exclude(priority_class=priority_class)
+        trials = [trial for trial in queued.order_by("created_at")
+                  if Job.objects.filter(pk=trial.pk, state=JobState.QUEUED).update(priority_class=priority_class)]
     if changed:
         message = f"priority class set to {priority_class} by {by.username}"
-        job_event(job, "class_changed", message)
+        job_event(job, "class_changed", message + (f" (and of its {len(trials)} queued trials)" if trials else ""))
+        for trial in trials:
+            job_event(trial, "class_changed", f"{message} with its sweep {job.task_name}")
+        data: dict[str, Any] = {"from": before, "to": priority_class}
+        if job.is_sweep:
+            data["trials"] = [str(t.pk) for t in trials]
         audit_record(actor=by, action=AuditEntry.Action.JOB_CLASS, team=job.team_id, target=job,
-                     message=f"{before} → {priority_class}", data={"from": before, "to": priority_class})
+                     message=f"{before} → {priority_class}", data=data)
     return changed
 
 
@@ -826,7 +843,7 @@ class ResolvedSpec:
     inputs: dict  # what the job used (dataset and weights versions with their hashes)
 
 
-def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
+def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
     """Check what needs the database; raise SpecError naming the field."""
     errors: dict[str, str] = {}
     teams = team_rows(user=user)
@@ -849,7 +866,8 @@ def spec_resolve(*, spec: JobSpec, user) -> ResolvedSpec:
         errors.update(train_args_limit_errors(spec))
     if spec.sweep and team is not None:
         errors.update(sweep_errors(spec, team))
-    if spec.priority == "urgent" and team is not None:
+    if spec.priority == "urgent" and team is not None and not trial:
+        # A trial takes its sweep's class: checked at the sweep's submit, or a manager's (F23).
         errors.update(urgent_errors(team, user))
 
     timeout = spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S
@@ -1019,7 +1037,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
             if not job_is_same_request(existing, spec):
                 raise IdempotencyKeyReused(existing)
             return existing, False
-    resolved = spec_resolve(spec=spec, user=user)
+    resolved = spec_resolve(spec=spec, user=user, trial=parent is not None)
     fingerprint = spec.fingerprint()
     if not spec.allow_duplicate:
         twin = Job.objects.filter(team=resolved.team, spec_hash=fingerprint, state__in=ACTIVE_STATES).first()

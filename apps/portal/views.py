@@ -169,7 +169,7 @@ def sweep_detail(request, job):
     for row in sweep["rows"]:
         row["param_cells"] = [(name, param_text(row["params"].get(name))) for name in names]
     return render(request, "portal/sweep.html", {
-        "job": job, "sweep": sweep,
+        "job": job, "sweep": sweep, **manager_actions(request.user, job),
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         "page_config": {"api": f"/api/v1/jobs/{job.pk}/sweep/", "terminal": [s.value for s in TERMINAL_STATES],
                         "interval_ms": 3000},
@@ -198,12 +198,13 @@ def job_cancel_view(request, job_id):
 
 
 def manager_actions(user, job) -> dict:
-    """The job page's manager buttons: requeue a starting/running job, change a queued job's class
-    (what the API's requeue and the admin's actions offer, to the same people)."""
+    """The job page's manager buttons: requeue a starting/running job, change a queued job's or an
+    active sweep's class (what the API's requeue and the admin's actions offer, to the same people)."""
     manager = job_may_requeue(user=user, job=job)
     return {
         "can_requeue": manager and job.state in HOLDING_STATES and not job.is_sweep,
-        "can_change_class": manager and job.state == JobState.QUEUED and not job.is_sweep,
+        # A sweep's class is its queued and later trials' (manager trial 15, F23).
+        "can_change_class": manager and (job.state in ACTIVE_STATES if job.is_sweep else job.state == JobState.QUEUED),
         "classes": PriorityClass.values,
     }
 
@@ -233,7 +234,7 @@ def job_requeue_view(request, job_id):
 @login_required
 @button_only("job", kwarg="job_id")
 def job_class_view(request, job_id):
-    """Move a queued job to another priority class (the admin's "Set class" actions, same people)."""
+    """Move a queued job or an active sweep to another priority class (the admin's "Set class" actions, same people)."""
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
     wanted = request.POST.get("priority_class", "")
     before = job.priority_class
