@@ -4,7 +4,9 @@
    channels where their preferences want it, the job's team channels subscribed to it.
    Nothing reaches a channel of another user or team.
 2. :func:`deliver` sends one Delivery; a failure is recorded and raised, and RQ retries
-   it with backoff (``NOTIFY_RETRY_INTERVALS``) until the last try marks it failed.
+   it with backoff (``NOTIFY_RETRY_INTERVALS``) until the last try marks it failed. A try
+   to be retried is one WARNING line; only the last one's error reaches RQ's log with its
+   traceback (:class:`QuietRetries`).
 3. :func:`catch_up` (not a task: the leading scheduler runs it every ``NOTIFY_CATCH_UP_S``)
    redoes what Redis lost: a job event committed while Redis was down queued no fan-out
    (hooks.enqueue logs and drops it), and a Delivery whose ``deliver`` could not be queued
@@ -139,6 +141,23 @@ def queue_delivery(channel: Channel, event: str, *, job: Job | None, cause: str,
     return 1
 
 
+class DeliveryRetried(Exception):
+    """A failed try that RQ will retry: :func:`deliver` logged it as one WARNING line, so the
+    notify worker does not log it again as an error with its traceback (:class:`QuietRetries`)."""
+
+
+class QuietRetries:
+    """Mixed into the notify worker's RQ worker class: a retried delivery failure is one WARNING
+    line (channel, attempt k of n, the error) from :func:`deliver`, not also RQ's ERROR with a
+    traceback (manager trial 15, F24: ~25 lines per retry). The final failure raises the error
+    itself, which RQ logs as before."""
+
+    def handle_exception(self, job, *exc_info):
+        if isinstance(exc_info[1], DeliveryRetried):
+            return
+        super().handle_exception(job, *exc_info)
+
+
 def delivery_claim(delivery: Delivery) -> bool:
     """Count a try of a pending delivery as ours, if no other run counted one since we read it.
 
@@ -161,13 +180,18 @@ def deliver(delivery_id: int) -> str:
     try:
         status = send(delivery)
     except Exception as exc:
-        last = delivery.attempts > len(settings.NOTIFY_RETRY_INTERVALS)
+        intervals = list(settings.NOTIFY_RETRY_INTERVALS)
+        last = delivery.attempts > len(intervals)
         Delivery.objects.filter(pk=delivery.pk).update(
             last_error=str(exc)[:2000], response_status=getattr(exc, "status", None),
             state=Delivery.State.FAILED if last else Delivery.State.PENDING)
-        log.warning("delivery %s to %s failed (try %d%s): %s", delivery.pk, delivery.channel, delivery.attempts,
-                    ", giving up" if last else "", exc)
-        raise
+        tries = f"attempt {delivery.attempts} of {len(intervals) + 1}"
+        if last:
+            log.warning("delivery %s to %s failed (%s, giving up): %s", delivery.pk, delivery.channel, tries, exc)
+            raise
+        log.warning("delivery %s to %s failed (%s, next in %s s): %s", delivery.pk, delivery.channel, tries,
+                    intervals[delivery.attempts - 1], exc)
+        raise DeliveryRetried(str(exc)) from exc
     Delivery.objects.filter(pk=delivery.pk).update(state=Delivery.State.SENT, sent_at=timezone.now(),
                                                    response_status=status, last_error="")
     return Delivery.State.SENT

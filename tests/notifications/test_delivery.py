@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 
 import pytest
@@ -94,6 +95,20 @@ def test_an_endpoint_that_never_answers_ends_failed_with_its_error_logged(
     assert len(receiver.received) == 4  # the first try and three retries
     assert (delivery.state, delivery.attempts, delivery.response_status) == ("failed", 4, 500)
     assert "HTTP 500" in delivery.last_error
+
+
+def test_a_retried_failure_is_one_warning_and_only_the_last_try_logs_an_error(
+        running_job, bob, receiver, caplog, django_capture_on_commit_callbacks):
+    """Each retried try logged a WARNING and RQ's ERROR with a ~25-line traceback (manager trial 15, F24)."""
+    receiver.statuses = [500] * 10
+    channel_create(by=bob, name="down", kind="webhook", target=receiver.url)
+    with caplog.at_level(logging.INFO):
+        finish(running_job, "failed", django_capture_on_commit_callbacks)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "apps.notifications.tasks"]
+    assert len(warnings) == 4 and all("HTTP 500" in w and "\n" not in w for w in warnings)
+    assert "attempt 1 of 4, next in 0 s" in warnings[0] and "attempt 4 of 4, giving up" in warnings[3]
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "HTTP 500" in errors[0].getMessage()  # the last try's, with its traceback
 
 
 def test_an_email_reaches_a_real_smtp_server(running_job, bob, smtp, django_capture_on_commit_callbacks):

@@ -9,7 +9,12 @@ from django.core.management.base import BaseCommand
 from rq import Queue, Worker
 
 from apps.notifications.hooks import QUEUE
+from apps.notifications.tasks import QuietRetries
 from yoloportal.logs import bind
+
+
+class NotifyWorker(QuietRetries, Worker):
+    """RQ's worker, but a delivery try that will be retried is logged once, as a warning."""
 
 
 class Command(BaseCommand):
@@ -21,5 +26,5 @@ class Command(BaseCommand):
     def handle(self, *args, burst: bool = False, **options):
         bind(component="notify")
         connection = redis.Redis.from_url(settings.REDIS_URL)
-        worker = Worker([Queue(QUEUE, connection=connection)], connection=connection)
+        worker = NotifyWorker([Queue(QUEUE, connection=connection)], connection=connection)
         worker.work(with_scheduler=True, burst=burst, logging_level=settings.LOGGING["root"]["level"])
