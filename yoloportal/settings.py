@@ -189,6 +189,8 @@ SPECTACULAR_SETTINGS = {
                             "DatasetKindEnum": "apps.datasets.models.Dataset.Kind",
                             "ModelSourceEnum": "apps.registry.models.ModelVersion.Source",
                             "ModelStageEnum": "apps.registry.models.Stage"},
+    # Every paged list's ?limit= and ?offset= in the schema (apps.core.openapi.page_parameters).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "apps.core.openapi.page_parameters"],
 }
 
 # --- Scheduler and workers ----------------------------------------------------------------

@@ -8,7 +8,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.api import query_strict
-from apps.core.openapi import ERROR
+from apps.core.openapi import ERROR, paginated
+from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
 
 from .standing import TEAM_NOT_VISIBLE, standing_teams, team_standings
@@ -38,12 +39,15 @@ class TeamStandingOut(serializers.Serializer):
 
 
 class TeamList(APIView):
-    """Every team of the caller with its limits in force and fair-share standing."""
+    """Every team of the caller with its limits in force and fair-share standing, a page at a
+    time like every other list (it was a bare list that ignored ?limit=; manager trial 15, F26)."""
 
-    @extend_schema(responses={200: TeamStandingOut(many=True), 400: ERROR})
+    @extend_schema(responses={200: paginated(TeamStandingOut), 400: ERROR}, operation_id="teams_list")
     def get(self, request):
-        query_strict(request, takes=(), what="the team list")
-        return Response(team_standings(user=request.user, teams=list(standing_teams(user=request.user))))
+        query_strict(request, takes=(), what="the team list", paged=True)
+        paginator = ListPage()
+        page = paginator.paginate_queryset(standing_teams(user=request.user), request, view=self)
+        return paginator.get_paginated_response(team_standings(user=request.user, teams=list(page)))
 
 
 class TeamDetail(APIView):

@@ -85,7 +85,7 @@ def test_another_teams_id_is_the_same_404_as_one_that_does_not_exist(carol, team
     missing = client.get("/api/v1/teams/999999/")
     assert other.status_code == missing.status_code == 404
     assert other.json() == missing.json() == {"detail": "No team with that id in your teams."}
-    assert [t["team"] for t in client.get("/api/v1/teams/").json()] == ["robotics"]
+    assert [t["team"] for t in client.get("/api/v1/teams/").json()["results"]] == ["robotics"]
 
 
 def test_the_teams_page_shows_limits_sources_and_standing(bob, teams):

@@ -13,9 +13,9 @@ from tests.jobs.factories import make_job
 pytestmark = pytest.mark.django_db
 
 # audit/ had this first (tests/security/test_audit_and_usage_params.py); these are the rest.
-PAGED = ["/api/v1/jobs/", "/api/v1/queue/", "/api/v1/datasets/", "/api/v1/tokens/",
+PAGED = ["/api/v1/jobs/", "/api/v1/queue/", "/api/v1/datasets/", "/api/v1/tokens/", "/api/v1/teams/",
          "/api/v1/notifications/channels/", "/api/v1/notifications/deliveries/"]
-UNPAGED = ["/api/v1/models/", "/api/v1/usage/", "/api/v1/teams/", "/api/v1/cluster/",
+UNPAGED = ["/api/v1/models/", "/api/v1/usage/", "/api/v1/cluster/",
            "/api/v1/jobs/{job}/metrics/", "/api/v1/jobs/{job}/logs/", "/api/v1/jobs/{job}/events/"]
 
 
@@ -49,6 +49,28 @@ def test_a_paged_list_takes_limit_and_offset_and_says_how_it_is_paged_for_page(u
     assert response.json()["page"] == ["is not a parameter of this list: it is paged with ?limit= (1 to 1000, "
                                        "default 100) and ?offset= (items to skip)"]
     assert response.json()["stages"][0].startswith("is not a parameter of ")
+
+
+def test_the_team_list_comes_a_page_at_a_time(alice, carol, teams):
+    """teams/ was a bare list that answered ?limit=0 with a 200 (manager trial 15, F26)."""
+    from apps.accounts.models import Membership
+
+    Membership.objects.create(user=alice, team=teams["robotics"], role="member")
+    client = api_client(alice)
+    page = client.get("/api/v1/teams/", {"limit": 1}).json()
+    assert page["count"] == 2 and [t["team"] for t in page["results"]] == ["robotics"] and page["next"]
+    assert [t["team"] for t in client.get("/api/v1/teams/", {"offset": 1}).json()["results"]] == ["vision"]
+    response = client.get("/api/v1/teams/", {"limit": 0})
+    assert response.status_code == 400 and response.json() == {"limit": ["must be a positive integer, got '0'"]}
+
+
+def test_the_schema_gives_every_paged_list_limit_and_offset(alice):
+    """The schema listed only action, after and team for audit/ (manager trial 15, F26)."""
+    paths = api_client(alice).get("/api/v1/schema/", {"format": "json"}).json()["paths"]
+    for url in [*PAGED, "/api/v1/audit/"]:
+        names = {p["name"] for p in paths[url]["get"]["parameters"] if p["in"] == "query"}
+        assert {"limit", "offset"} <= names, url
+    assert "limit" not in {p["name"] for p in paths["/api/v1/models/"]["get"].get("parameters", [])}
 
 
 def test_the_model_list_names_a_stage_it_does_not_know(alice, teams):
