@@ -99,8 +99,8 @@ TOKEN_MAX_DAYS = 3650
 def token_issue(*, user, name: str, expires_in_days: int | None = None) -> tuple[ApiToken, str]:
     """The one way people create tokens (API and portal): the name rule, an expiry (default
     ``API_TOKEN_DEFAULT_DAYS``, at most 3650 days) and the cap on active tokens.
-    Raises FieldErrors naming ``name`` or ``expires_in_days``. (``manage.py issue_token`` may
-    still make a non-expiring token for automation, through :func:`token_create`.)"""
+    Raises FieldErrors naming ``name`` or ``expires_in_days``. (``manage.py issue_token
+    --no-expiry`` may still make a non-expiring token for automation, through :func:`token_create`.)"""
     errors = {}
     if not isinstance(name, str) or not TOKEN_NAME.fullmatch(name):  # fullmatch: no trailing newline
         errors["name"] = "must be 1-100 letters, digits, spaces or . _ - : @ +"

@@ -162,6 +162,28 @@ def test_issue_token_is_audited_as_the_operator_not_as_the_user(alice):
     assert entry.data["user"] == "alice"
 
 
+def test_issue_token_gives_the_default_expiry_unless_told_no_expiry(alice, settings):
+    """A manage.py token never expired unless given --days, though API_TOKEN_DEFAULT_DAYS is the
+    expiry of new tokens (manager trial 15, F26); the audit entry said expires_at ''."""
+    from datetime import timedelta
+
+    from django.core.management import CommandError, call_command
+    from django.utils import timezone
+
+    from apps.accounts.models import AuditEntry
+
+    settings.API_TOKEN_DEFAULT_DAYS = 30
+    call_command("issue_token", "alice", "--name", "default", stdout=io.StringIO())
+    token = ApiToken.objects.get(user=alice, name="default")
+    assert abs(token.expires_at - (timezone.now() + timedelta(days=30))) < timedelta(minutes=1)
+    entry = AuditEntry.objects.get(action="token.create", target_id=str(token.pk))
+    assert entry.data["expires_at"] == str(token.expires_at)
+    call_command("issue_token", "alice", "--name", "robot", "--no-expiry", stdout=io.StringIO())
+    assert ApiToken.objects.get(user=alice, name="robot").expires_at is None
+    with pytest.raises(CommandError, match="not allowed with"):
+        call_command("issue_token", "alice", "--days", "5", "--no-expiry", stdout=io.StringIO())
+
+
 def test_issue_token_refuses_a_deactivated_user(alice):
     from django.core.management import CommandError, call_command
 

@@ -14,9 +14,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("username")
         parser.add_argument("--name", default="cli")
-        parser.add_argument("--days", type=int, default=None, help="expire after this many days")
+        expiry = parser.add_mutually_exclusive_group()
+        expiry.add_argument("--days", type=int, default=None,
+                            help=f"expire after this many days (default API_TOKEN_DEFAULT_DAYS, now "
+                                 f"{settings.API_TOKEN_DEFAULT_DAYS})")
+        expiry.add_argument("--no-expiry", action="store_true",
+                            help="a token that never expires, for automation (revoke it when it is done with)")
 
-    def handle(self, *args, username: str, name: str, days: int | None, **options):
+    def handle(self, *args, username: str, name: str, days: int | None, no_expiry: bool = False, **options):
         try:
             user = get_user_model().objects.filter(username=username).first()
         except DatabaseError as exc:  # e.g. `make run` used another DATA_DIR: "no such table: auth_user"
@@ -28,6 +33,10 @@ class Command(BaseCommand):
             raise CommandError(f"{username} is deactivated: reactivate the account (admin, Users) first")
         if days is not None and not 1 <= days <= TOKEN_MAX_DAYS:
             # 0 made a token that never expires, -3 one expired on arrival (manager trial)
-            raise CommandError(f"--days {days}: give 1 to {TOKEN_MAX_DAYS} days, or leave it out for no expiry")
+            raise CommandError(f"--days {days}: give 1 to {TOKEN_MAX_DAYS} days, or --no-expiry for a token "
+                               "that never expires")
+        if days is None and not no_expiry:
+            # The expiry of every new token, as the README says (it made a non-expiring one; manager trial 15, F26).
+            days = settings.API_TOKEN_DEFAULT_DAYS
         _, key = token_create(user=user, name=name, ttl_days=days, by=operator_named("issue_token"))
         self.stdout.write(key)
