@@ -71,6 +71,7 @@ class TokenListCreate(APIView):
 class TokenDetail(APIView):
     @extend_schema(responses={200: TokenOut, 404: ERROR})
     def get(self, request, token_id: int):
+        query_strict(request, takes=(), what="a token")
         return Response(TokenOut(get_or_404(token_list(user=request.user), token_id, "No token with that id among yours.")).data)
 
     @extend_schema(request=None, responses={200: TokenOut, 404: ERROR}, description="Revoke the token (idempotent).")

@@ -124,6 +124,7 @@ class DatasetListCreate(APIView):
 class DatasetDetail(APIView):
     @extend_schema(responses={200: DatasetDetailOut, 404: ERROR})
     def get(self, request, pk: int):
+        query_strict(request, takes=(), what="a dataset")
         dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
         return Response(DatasetDetailOut(dataset).data)
 
@@ -170,6 +171,7 @@ class DatasetSample(APIView):
                    parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH),
                                OpenApiParameter("index", int, OpenApiParameter.PATH)])
     def get(self, request, pk: int, index: int):
+        query_strict(request, takes=(), what="a dataset's sample image")
         dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
         if not shared_filesystem():  # read from the object store: this web machine may not have the files
             return _stored_sample(dataset, index)

@@ -341,6 +341,7 @@ class JobListCreate(APIView):
 class JobDetail(APIView):
     @extend_schema(responses={200: JobOut, 404: ERROR})
     def get(self, request, job_id):
+        query_strict(request, takes=(), what="a job")
         return Response(JobOut(get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)).data)
 
 
@@ -434,8 +435,8 @@ class _SeqList(APIView):
     limit = 1000
 
     def get(self, request, job_id):
-        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         query_strict(request, takes=("after",), what=f"the job's {self.what}")
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         after = query_int(request, "after")
         rows = self.model.objects.filter(job=job, seq__gt=after).order_by("seq")[: self.limit]
         return Response({"job": str(job.pk), "state": job.state, "seq": job.seq,
@@ -464,8 +465,8 @@ class JobLogs(_SeqList):
         # Hot logs from the database, cold ones from their archive (apps/jobs/log_archive.py).
         from .log_archive import log_chunks
 
-        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         query_strict(request, takes=("after",), what="the job's logs")
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         try:
             rows = log_chunks(job, after=query_int(request, "after"), limit=self.limit)
         except StorageUnavailable:
@@ -486,6 +487,7 @@ class JobWeights(APIView):
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR})
     def get(self, request, job_id):
+        query_strict(request, takes=(), what="a job's weights")
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         if not job.weights_path:
             raise NotFound("This job has no weights yet.")

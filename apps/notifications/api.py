@@ -190,6 +190,7 @@ class PreferenceIn(StrictInput):
 class PreferenceView(APIView):
     @extend_schema(responses=PreferenceOut, operation_id="notification_preferences_get")
     def get(self, request):
+        query_strict(request, takes=(), what="your notification preferences")
         preference = NotificationPreference.objects.filter(user=request.user).first() or \
             NotificationPreference(user=request.user)
         return Response(PreferenceOut(preference).data)

@@ -149,6 +149,7 @@ class ModelListView(APIView):
 class ModelDetailView(APIView):
     @extend_schema(responses={200: ModelDetailOut, 404: ERROR})
     def get(self, request, pk: int):
+        query_strict(request, takes=(), what="a model version")
         version = get_or_404(model_list(user=request.user).prefetch_related("exports", "evaluations"), pk,
                              MODEL_NOT_VISIBLE)
         return Response(ModelDetailOut(version).data)
@@ -163,6 +164,7 @@ class ModelDownloadView(APIView):
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
                    parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)])
     def get(self, request, pk: int):
+        query_strict(request, takes=(), what="a model version's download")
         version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
         handle = verified_open(version.weights_key, version.sha256, "weights")
         return FileResponse(handle, as_attachment=True, filename=f"{version.name}-v{version.version}.pt",
@@ -173,6 +175,7 @@ class ExportDownloadView(APIView):
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
                    parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)])
     def get(self, request, pk: int):
+        query_strict(request, takes=(), what="an export's download")
         export = get_or_404(export_list(user=request.user), pk, "No export with that id in your teams.")
         handle = verified_open(export.key, export.sha256, f"{export.format} export")
         name = export.key.rsplit("/", 1)[-1]
@@ -251,6 +254,7 @@ class PredictionsView(APIView):
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: ERROR, 503: ERROR})
     def get(self, request, job_id):
+        query_strict(request, takes=(), what="a predict job's results")
         run = prediction_run_or_404(request.user, job_id)
         results = _stored(prediction_results, run)
         for index, item in enumerate(results):
@@ -262,6 +266,7 @@ class PredictionsView(APIView):
 class PredictionImageView(APIView):
     @extend_schema(responses={(200, "image/jpeg"): OpenApiTypes.BINARY, 404: ERROR, 503: ERROR})
     def get(self, request, job_id, index: int):
+        query_strict(request, takes=(), what="an annotated image")
         run = prediction_run_or_404(request.user, job_id)
         results = _stored(prediction_results, run)
         if not 0 <= index < len(results):

@@ -55,5 +55,6 @@ class TeamDetail(APIView):
 
     @extend_schema(responses={200: TeamStandingOut, 404: ERROR})
     def get(self, request, pk: int):
+        query_strict(request, takes=(), what="a team")
         team = get_or_404(standing_teams(user=request.user), pk, TEAM_NOT_VISIBLE)
         return Response(team_standings(user=request.user, teams=[team])[0])

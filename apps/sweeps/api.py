@@ -9,6 +9,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.api import query_strict
 from apps.core.openapi import ERROR
 from apps.core.selectors import get_or_404
 from apps.jobs.selectors import JOB_NOT_VISIBLE, job_list
@@ -53,6 +54,7 @@ class SweepOut(serializers.Serializer):
 class SweepDetail(APIView):
     @extend_schema(responses={200: SweepOut, 404: ERROR})
     def get(self, request, job_id):
+        query_strict(request, takes=(), what="a sweep")
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         if not job.is_sweep:
             raise NotFound("This job is not a sweep.")

@@ -73,6 +73,32 @@ def test_the_schema_gives_every_paged_list_limit_and_offset(alice):
     assert "limit" not in {p["name"] for p in paths["/api/v1/models/"]["get"].get("parameters", [])}
 
 
+def test_every_get_in_the_schema_names_a_parameter_it_does_not_take(alice):
+    """Detail endpoints (jobs/{id}/?foo=1) answered as if nothing were wrong while the lists named
+    it: now every GET does, before it looks the object up (so an unknown id still shows it)."""
+    import re
+    import uuid
+
+    client = api_client(alice)
+    paths = client.get("/api/v1/schema/", {"format": "json"}).json()["paths"]
+    ids = {"job_id": str(uuid.uuid4()), "index": "0"}
+    urls = [re.sub(r"\{(\w+)\}", lambda m: ids.get(m.group(1), "999999"), path)
+            for path, operations in paths.items() if "get" in operations and path != "/api/v1/schema/"]
+    assert len(urls) >= 25
+    for url in urls:
+        response = client.get(url, {"foo": "1"})
+        assert response.status_code == 400, (url, response.status_code)
+        assert response.json()["foo"][0].startswith("is not a parameter of "), url
+
+
+def test_a_job_names_an_unknown_parameter_and_still_takes_format(alice, job):
+    client = api_client(alice)
+    response = client.get(f"/api/v1/jobs/{job.pk}/", {"foo": "1"})
+    assert response.status_code == 400
+    assert response.json() == {"foo": ["is not a parameter of a job (it takes no parameters)"]}
+    assert client.get(f"/api/v1/jobs/{job.pk}/", {"format": "json"}).status_code == 200
+
+
 def test_the_model_list_names_a_stage_it_does_not_know(alice, teams):
     ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1, stage="production")
     ModelVersion.objects.create(team=teams["vision"], name="pcb", version=2)
