@@ -176,6 +176,7 @@ REST_FRAMEWORK = {
         "upload": env_str("THROTTLE_UPLOAD", "20/hour"),
         "auth": env_str("THROTTLE_AUTH", "20/min"),
         "login": env_str("THROTTLE_LOGIN", "10/min"),
+        "channel_test": env_str("THROTTLE_CHANNEL_TEST", "10/min"),
     },
 }
 SPECTACULAR_SETTINGS = {

@@ -1,4 +1,5 @@
-"""Rate limits for the endpoints worth guessing at or flooding: submit, uploads and authentication.
+"""Rate limits for the endpoints worth guessing at or flooding: submit, uploads, authentication
+and notification test messages.
 
 Rates come from ``settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` (env-driven). Counts
 live in Django's default cache, which is Redis (``CACHES`` at ``REDIS_URL``): every web
@@ -120,6 +121,13 @@ class UploadThrottle(SubmitThrottle):
     """Dataset uploads per user (each may be gigabytes)."""
 
     scope = "upload"
+
+
+class ChannelTestThrottle(SubmitThrottle):
+    """Test messages per user (API ``channels/{id}/test/`` and the portal's Test button, one counter):
+    each one is a mail or an HTTP request sent now, to an address the caller typed."""
+
+    scope = "channel_test"
 
 
 class AuthThrottle(SharedCacheThrottle):

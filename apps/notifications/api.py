@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.selectors import team_list
+from apps.accounts.throttles import ChannelTestThrottle
 from apps.core.api import StrictInput, field_errors, query_strict
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
@@ -155,9 +156,12 @@ class ChannelDetail(APIView):
 
 
 class ChannelTest(APIView):
-    """Send a test message to the channel now and answer what happened (it is in the delivery log too)."""
+    """Send a test message to the channel now and answer what happened (it is in the delivery log too).
+    At most THROTTLE_CHANNEL_TEST (10/min) per user: each is a mail or a request sent at once."""
 
-    @extend_schema(request=None, responses={200: ChannelTestOut, 403: ERROR, 404: ERROR})
+    throttle_classes = [ChannelTestThrottle]
+
+    @extend_schema(request=None, responses={200: ChannelTestOut, 403: ERROR, 404: ERROR, 429: ERROR})
     def post(self, request, channel_id: int):
         channel = changeable_channel(request, channel_id, "test")
         if isinstance(channel, Response):

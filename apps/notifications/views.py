@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 
 from apps.accounts.selectors import manager_team_list
+from apps.accounts.throttles import ChannelTestThrottle, throttle_wait
 from apps.core.buttons import button_only
 from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
@@ -107,7 +110,11 @@ def channel_enable_view(request, pk: int):
 @login_required
 @button_only("notifications")
 def channel_test_view(request, pk: int):
-    if channel := changeable(request, pk):
+    wait = throttle_wait(ChannelTestThrottle(), request)
+    if wait is not None:
+        messages.error(request, f"Too many test messages (the limit is {ChannelTestThrottle().get_rate()} per user, "
+                                f"as in the API): try again in {math.ceil(wait)} s.")
+    elif channel := changeable(request, pk):
         delivery = channel_test(channel=channel, by=request.user)
         if delivery.state == delivery.State.SENT:
             messages.success(request, f"Test message delivered to {channel.name}.")

@@ -234,3 +234,24 @@ def test_a_test_of_a_disabled_channel_says_the_channel_is_disabled(bob, receiver
     page.force_login(bob)
     html = page.post(f"/notifications/channels/{made['id']}/test/", follow=True).content.decode()
     assert "hook: the channel is disabled" in html
+
+
+def test_test_messages_are_rate_limited_per_user_with_the_time_to_wait(bob, receiver, monkeypatch):
+    """The test send (API and the portal's Test button) was not limited: each is a request sent at once."""
+    from apps.accounts.throttles import ChannelTestThrottle
+
+    monkeypatch.setattr(ChannelTestThrottle, "THROTTLE_RATES", {"channel_test": "2/min"})
+    client = api_client(bob)
+    made = client.post("/api/v1/notifications/channels/", {"name": "hook", "kind": "webhook", "target": receiver.url},
+                       format="json").json()
+    url = f"/api/v1/notifications/channels/{made['id']}/test/"
+    assert [client.post(url).status_code for _ in range(2)] == [200, 200]
+    response = client.post(url)
+    assert response.status_code == 429 and 1 <= int(response["Retry-After"]) <= 60
+    assert response.json()["detail"].startswith("Request was throttled: the channel_test limit is 2/min. "
+                                                "Expected available in ")
+    page = Client()
+    page.force_login(bob)
+    html = page.post(f"/notifications/channels/{made['id']}/test/", follow=True).content.decode()
+    assert "Too many test messages (the limit is 2/min per user, as in the API): try again in " in html
+    assert len(receiver.received) == 2
