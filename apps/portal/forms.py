@@ -86,9 +86,26 @@ class JobForm(forms.Form):
                                     widget=text_input(inputmode="decimal"))
     allow_duplicate = forms.BooleanField(required=False, label="Run even if an identical job is active")
 
-    def __init__(self, *args: Any, teams: list[str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, teams: list[str], urgent_teams: list[str] | None = None, **kwargs: Any) -> None:
+        """``urgent_teams``: the teams whose urgent class the user may use (None: all of ``teams``)."""
         super().__init__(*args, **kwargs)
         self.fields["team"].choices = [(slug, slug) for slug in teams]
+        if urgent_teams is not None and set(urgent_teams) != set(teams):
+            self.offer_urgent_in(teams=teams, urgent_teams=urgent_teams)
+
+    def offer_urgent_in(self, *, teams: list[str], urgent_teams: list[str]) -> None:
+        """Offer urgent only to who may submit it (Team.urgent_by): the form offered it to every
+        member and the submit then refused it. Only the list shown changes: a forged urgent still
+        reaches the submit, whose refusal names the team's managers."""
+        priority = self.fields["priority"]
+        if not urgent_teams:
+            priority.widget.choices = [(p, p) for p in PRIORITIES if p != "urgent"]
+            priority.help_text = "urgent: your teams let only their managers submit urgent jobs"
+        else:
+            others = [slug for slug in teams if slug not in urgent_teams]
+            priority.help_text = (f"urgent: for jobs of {', '.join(urgent_teams)} only ({', '.join(others)} "
+                                  f"{'lets only its' if len(others) == 1 else 'let only their'} managers submit "
+                                  "urgent jobs)")
 
     def spec_document(self) -> dict[str, Any]:
         """The spec the fields describe (numbers as numbers, the rest as typed; the parser checks them)."""

@@ -46,6 +46,7 @@ from apps.jobs.services import (
     job_class_change,
     job_requeue,
     job_submit,
+    urgent_errors,
 )
 from apps.jobs.spec import SpecError, parse_spec
 from apps.monitoring.services import cluster_history
@@ -288,13 +289,20 @@ def job_resubmit(request, job_id):
     return redirect("job", job_id=new_job.pk)
 
 
+def form_teams(user) -> dict[str, list[str]]:
+    """The submit forms' teams, and those whose urgent class the user may use (Team.urgent_by, the
+    rule submit applies: apps.jobs.services.urgent_errors)."""
+    teams = list(team_list(user=user))
+    return {"teams": [t.slug for t in teams], "urgent_teams": [t.slug for t in teams if not urgent_errors(t, user)]}
+
+
 @login_required
 def job_new(request):
     """Submit through the common-fields form or the full YAML spec; errors stay at their field."""
-    teams = [t.slug for t in team_list(user=request.user)]
-    job_form = JobForm(teams=teams, prefix="f")
+    teams = form_teams(request.user)
+    job_form = JobForm(**teams, prefix="f")
     yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": EXAMPLE_SPEC})
-    sweep_form = SweepForm(teams=teams, prefix="s")
+    sweep_form = SweepForm(**teams, prefix="s")
     mode = "sweep" if request.GET.get("mode") == "sweep" else "form"
     duplicate_of = None
     if request.method == "GET" and request.GET.get("from"):
@@ -309,9 +317,9 @@ def job_new(request):
         if mode == "yaml":
             form = yaml_form = YamlSpecForm(request.POST, request.FILES, prefix="y")
         elif mode == "sweep":
-            form = sweep_form = SweepForm(request.POST, teams=teams, prefix="s")
+            form = sweep_form = SweepForm(request.POST, **teams, prefix="s")
         else:
-            form = job_form = JobForm(request.POST, teams=teams, prefix="f")
+            form = job_form = JobForm(request.POST, **teams, prefix="f")
         refused = submit_refusal(request)
         if refused:
             status = 429
@@ -338,11 +346,11 @@ def job_new(request):
 
 def submit_page(request, *, job_form=None, yaml_form=None, sweep_form=None, mode: str = "form", duplicate_of=None,
                 refused: str = "", status: int = 200):
-    teams = [t.slug for t in team_list(user=request.user)]
+    teams = form_teams(request.user)
     return render(request, "portal/submit.html", {
-        "job_form": job_form or JobForm(teams=teams, prefix="f"),
+        "job_form": job_form or JobForm(**teams, prefix="f"),
         "yaml_form": yaml_form or YamlSpecForm(prefix="y", initial={"spec_text": EXAMPLE_SPEC}),
-        "sweep_form": sweep_form or SweepForm(teams=teams, prefix="s"),
+        "sweep_form": sweep_form or SweepForm(**teams, prefix="s"),
         "train_args": TRAIN_ARG_NAMES, "sweep_metrics": SWEEP_METRICS,
         "mode": mode, "duplicate_of": duplicate_of, "refused": refused,
         "datasets": dataset_list(user=request.user).values_list("name", flat=True).distinct(),

@@ -242,6 +242,29 @@ def test_an_estimated_start_that_has_passed_reads_any_moment(path, alice, demo_r
     assert not re.search(r"(in|up to) 0\xa0minutes", text) and not re.search(r"^\s*0\xa0minutes\s*$", text, re.M)
 
 
+def priority_options(html: str, prefix: str = "f") -> list[str]:
+    select = re.search(rf'<select name="{prefix}-priority".*?</select>', html, re.S).group(0)
+    return re.findall(r'<option value="(\w+)"', select)
+
+
+def test_the_submit_form_offers_urgent_only_to_who_may_submit_it(alice, bob, carol, teams, demo_registered):
+    """A member of a team that keeps urgent for its managers was offered urgent, then refused (manager trial 15, F4)."""
+    from apps.accounts.models import Membership, Team
+
+    Team.objects.filter(slug="vision").update(urgent_by=Team.UrgentBy.MANAGERS)
+    page = signed_in(bob).get("/jobs/new/").content.decode()
+    assert priority_options(page) == priority_options(page, "s") == ["low", "medium", "high"]
+    assert "your teams let only their managers submit urgent jobs" in page
+    assert "urgent" in priority_options(signed_in(alice).get("/jobs/new/").content.decode())
+    Membership.objects.create(user=carol, team=teams["vision"], role="member")  # robotics lets every member
+    page = signed_in(carol).get("/jobs/new/").content.decode()
+    assert "urgent" in priority_options(page)
+    assert "urgent: for jobs of robotics only (vision lets only its managers submit urgent jobs)" in page
+    forged = signed_in(bob).post("/jobs/new/", {**FORM, "f-priority": "urgent"}).content.decode()
+    assert "team vision lets only its managers submit urgent jobs" in forged  # the submit still refuses it
+    assert not Job.objects.exists()
+
+
 def test_the_jobs_list_filters_mine_team_and_state(alice, bob, carol, demo_registered):
     submit(alice, task_name="alices")
     bobs = submit(bob, task_name="bobs")
