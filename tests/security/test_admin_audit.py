@@ -419,7 +419,7 @@ def test_job_actions_name_each_job_they_left_alone_and_audit_only_what_changed(m
     said = act("requeue", queued)
     assert said == "left alone: bob-e3 is queued, not running: not requeued"
     said = act("make_low", running)
-    assert said == "left alone: bob-rq is running: class not changed (only queued jobs change class)"
+    assert said == "left alone: bob-rq is running: class not changed (only queued jobs and active sweeps change class)"
     said = act("make_medium", queued)
     assert said == "left alone: bob-e3 is already medium"
     assert Job.objects.get(pk=running.pk).priority_class == "medium"
@@ -427,7 +427,7 @@ def test_job_actions_name_each_job_they_left_alone_and_audit_only_what_changed(m
 
     said = act("make_urgent", queued, running)
     assert said == ("1 job(s) set to class urgent: bob-e3 | "
-                    "left alone: bob-rq is running: class not changed (only queued jobs change class)")
+                    "left alone: bob-rq is running: class not changed (only queued jobs and active sweeps change class)")
     assert Job.objects.get(pk=queued.pk).priority_class == "urgent"
     assert [e.target_id for e in entries("job.class")] == [str(queued.pk)]
     assert not entries("admin.action")  # the job.class entry is the record (manager trial 15, F8)
