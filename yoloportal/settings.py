@@ -115,6 +115,8 @@ AUTH_PASSWORD_VALIDATORS = [
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = False
+# One 24-hour clock with its zone on pages and in admin (yoloportal/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["yoloportal.formats"]
 USE_TZ = True
 
 STATIC_URL = "static/"

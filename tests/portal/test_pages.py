@@ -410,3 +410,25 @@ def test_opening_a_buttons_address_says_to_press_the_button(bob):
         assert "press the button" in html and back in html and "<nav" in html, address
     api = api_client(bob).get("/api/v1/notifications/channels/1/test/")
     assert api.status_code == 405 and "detail" in api.json()  # the API's JSON 405 stays
+
+
+def test_times_read_on_one_clock_with_their_zone_and_never_0_minutes(alice, demo_registered):
+    """Trial 16, G14: "in 0 minutes (up to 1 minute)", "Submitted 0 minutes ago", and a job page's
+    "Dec. 3, 2026, 9:43 p.m." beside its reason's "expected 21:43 UTC"."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    job = submit(alice, task_name="soon")
+    start = now + timedelta(seconds=40)
+    Job.objects.filter(pk=job.pk).update(estimated_start_at=start, estimated_start_low_at=now + timedelta(seconds=20),
+                                         estimated_start_high_at=now + timedelta(minutes=5, seconds=30))
+    client = signed_in(alice)
+    listing = re.sub(r"<[^>]+>", "", client.get("/jobs/").content.decode())
+    assert "in under a minute" in listing and "(up to 5\xa0minutes)" in listing
+    assert "just now" in listing
+    assert not re.search(r"\b0\xa0minutes", listing)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f"{start:%Y-%m-%d %H:%M} UTC" in page  # the estimated start, as the reasons write times
+    assert not re.search(r"\d(a|p)\.m\.", page)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import template
 from django.utils import timezone
+from django.utils.timesince import timesince, timeuntil
 
 register = template.Library()
 
@@ -68,6 +69,27 @@ def ahead(moment) -> bool:
     """Whether a moment is still to come. An estimated start that has passed while the job waits
     reads "any moment", not "in 0 minutes" (nor, in yoloq, "likely 2 s ago to 10 s"; a new-user trial)."""
     return bool(moment) and moment > timezone.now()
+
+
+@register.filter
+def ago(moment) -> str:
+    """'5 minutes ago', 'just now' under a minute: Django's ``timesince`` says '0 minutes' (trial 16, G14)."""
+    if not moment:
+        return ""
+    if (timezone.now() - moment).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(moment)} ago"
+
+
+@register.filter
+def until(moment) -> str:
+    """How long until a moment still to come: '5 minutes', 'under a minute' (``timeuntil`` says
+    '0 minutes' for the last minute; trial 16, G14). Callers check :func:`ahead` first."""
+    if not moment:
+        return ""
+    if (moment - timezone.now()).total_seconds() < 60:
+        return "under a minute"
+    return timeuntil(moment)
 
 
 # Priority factor → its name for people (docs/scheduling.md, "Priority").
