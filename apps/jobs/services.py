@@ -31,6 +31,7 @@ from django.utils import timezone
 from apps.accounts.models import AuditEntry, Membership, Team
 from apps.accounts.selectors import team_rows
 from apps.accounts.services import MANAGING_ROLES, actor_name, audit_prepare, audit_record
+from apps.cluster.models import Node
 from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.errors import FieldErrors
 from apps.core.hashing import file_sha256
@@ -661,9 +662,15 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
         return "timed_out"
     if outcome == "killed" and current.attempt <= current.retries_left + MAX_INFRA_REQUEUES:
         usage_charge(current, ended_at=now)
+        # A worker stopped on purpose (Ctrl-C, systemctl stop, a deploy) marks its node stopping
+        # first and then stops its trainings: "killed by signal 9" read like an out-of-memory kill
+        # to the user (trial 16, G7).
+        node = current.node
+        why = (f"its worker on node {node.name} was stopped (the node is shutting down)"
+               if node is not None and node.state == Node.State.STOPPING
+               else f"training process was killed by signal {-exit_code}")
         job_requeue(current, kind="requeued",
-                    reason=f"training process was killed by signal {-exit_code}; "
-                           f"requeued to resume from its last checkpoint (not counted as a retry)")
+                    reason=f"{why}; requeued to resume from its last checkpoint (not counted as a retry)")
         return "requeued"
     if outcome == "failed" and cuda_oom_batch and attempt_cuda_oom_retry(current, batch=cuda_oom_batch, now=now):
         return "requeued"

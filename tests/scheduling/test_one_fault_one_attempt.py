@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from apps.cluster.models import Node
-from apps.cluster.services import node_register
+from apps.cluster.services import node_register, node_stopping
 from apps.jobs.models import GpuSlot, Job, JobEvent, JobState
 from apps.jobs.services import attempt_finish, attempt_start, job_claim, job_requeue
 from apps.scheduling.loop import tick
@@ -125,6 +125,17 @@ def test_a_training_death_reported_before_the_node_died_costs_one_attempt(runnin
     assert second is not None and second.attempt == 2
     # The delivery still waiting in node-a's queue is fenced off if node-a comes back.
     assert attempt_start(job_id=job.pk, attempt_id=placed.attempt_id, node_name="node-a") is None
+
+
+def test_a_training_stopped_with_its_worker_says_so_not_killed_by_signal_9(running):
+    """Ctrl-C / systemctl stop: the worker marks its node stopping, then its trainings die (SIGKILL
+    after the grace). The requeue said "training process was killed by signal 9", which a user
+    reads as an out-of-memory kill (trial 16, G7); a kill on a node not stopping still says that."""
+    assert node_stopping(Node.objects.get(name="node-a"), hostname="host-node-a", worker_pid=1234)
+    assert attempt_finish(running, outcome="killed", exit_code=-9, error="killed by signal 9") == "requeued"
+    said = JobEvent.objects.filter(job_id=running.pk, kind="requeued").values_list("message", flat=True).get()
+    assert said.startswith("its worker on node node-a was stopped (the node is shutting down); requeued to resume")
+    assert "signal" not in said
 
 
 def test_a_suspected_node_gets_no_new_work_until_it_reports_again(alice, teams):
