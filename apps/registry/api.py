@@ -259,7 +259,10 @@ class PredictionsView(APIView):
         results = _stored(prediction_results, run)
         for index, item in enumerate(results):
             item["url"] = f"/api/v1/jobs/{job_id}/predictions/{index}/image/"
-        return Response({"job": str(job_id), "version": run.version_id, "source": run.source, "images": run.images,
+        # The model it ran, as every other answer names a version: ``"version": 3`` was its
+        # database id, which a user read as "v3" (trial 16, G3). None for weights of no version.
+        model = {"id": run.version.pk, "reference": run.version.reference} if run.version else None
+        return Response({"job": str(job_id), "model": model, "source": run.source, "images": run.images,
                          "boxes": run.boxes, "results": results})
 
 

@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from apps.core.storage import artifact_save_bytes
 from apps.jobs.models import JobState
-from apps.registry.models import PredictionRun
+from apps.registry.models import ModelVersion, PredictionRun
 from tests.conftest import api_client
 from tests.jobs.factories import make_job
 from tests.s3 import s3_storages, stop_moto
@@ -30,7 +30,8 @@ def stored_run(bob, teams, moto, settings, tmp_path):
         artifact_save_bytes(f"{key}/predictions.json", json.dumps(
             [{"image": "00000.jpg", "source": "a.jpg", "boxes": [{"class": 0, "name": "scratch", "conf": 0.9,
                                                                   "xyxy": [1, 2, 3, 4]}]}]).encode())
-    return PredictionRun.objects.create(job=job, key=key, images=1, boxes=1)
+    version = ModelVersion.objects.create(team=teams["vision"], name="pcb", version=2, weights_key="x/best.pt", size=1)
+    return PredictionRun.objects.create(job=job, key=key, images=1, boxes=1, version=version)
 
 
 def test_the_gallery_is_served_from_the_store(bob, moto, stored_run):
@@ -38,6 +39,8 @@ def test_the_gallery_is_served_from_the_store(bob, moto, stored_run):
     with override_settings(STORAGES=s3_storages(moto)):
         body = client.get(f"/api/v1/jobs/{stored_run.job_id}/predictions/").json()
         assert [b["name"] for b in body["results"][0]["boxes"]] == ["scratch"]
+        # The model by its reference, not its database id under "version" (trial 16, G3).
+        assert body["model"] == {"id": stored_run.version.pk, "reference": "pcb:v2"} and "version" not in body
         image = client.get(body["results"][0]["url"])
         assert image.status_code == 200 and b"".join(image.streaming_content) == JPEG
         assert client.get(f"/api/v1/jobs/{stored_run.job_id}/predictions/1/image/").status_code == 404
