@@ -40,8 +40,9 @@ from .services import (
     job_class_change,
     job_requeue,
     job_submit,
+    spec_parse,
 )
-from .spec import SpecError, parse_spec
+from .spec import SpecError
 
 
 class YAMLParser(parsers.BaseParser):
@@ -317,7 +318,7 @@ class JobListCreate(APIView):
         if len(key) > 200:
             return field_errors({"Idempotency-Key": "must be at most 200 characters"})
         try:
-            spec = parse_spec(document)
+            spec = spec_parse(document, user=request.user)
             job, created = job_submit(user=request.user, spec=spec, raw_spec=raw, idempotency_key=key)
         except SpecError as exc:
             return field_errors(exc.errors)

@@ -61,7 +61,7 @@ from .models import (
 )
 from .paths import ansi_strip, public_text, public_value
 from .selectors import job_may_requeue
-from .spec import JobSpec, SpecError
+from .spec import JobSpec, SpecError, parse_spec
 from .weights import model_resolve
 
 log = logging.getLogger(__name__)
@@ -850,19 +850,40 @@ class ResolvedSpec:
     inputs: dict  # what the job used (dataset and weights versions with their hashes)
 
 
-def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
-    """Check what needs the database; raise SpecError naming the field."""
-    errors: dict[str, str] = {}
+def spec_team(spec: JobSpec, user) -> tuple[Team | None, dict[str, str]]:
+    """The team the job is charged to (the spec's ``team``, else the user's first), or the error."""
     teams = team_rows(user=user)
-    team = None
     if spec.charge_to and spec.charge_to != user.username:
         team = next((t for t in teams if t.slug == spec.charge_to), None)
         if team is None:
-            errors["user"] = f"you are not a member of a team named {spec.charge_to!r}"
-    elif teams:
-        team = teams[0]
-    else:
-        errors["user"] = "you belong to no team; ask a manager to add you to one"
+            return None, {"user": f"you are not a member of a team named {spec.charge_to!r}"}
+        return team, {}
+    if teams:
+        return teams[0], {}
+    return None, {"user": "you belong to no team; ask a manager to add you to one"}
+
+
+def spec_parse(document: Any, *, user) -> JobSpec:
+    """:func:`parse_spec` for a user's submit: when it refuses the document, the dataset and model
+    the spec names are checked too wherever they could be read, so every independent problem
+    comes in one answer — a bad ``epochs`` hid an unknown dataset until it was fixed (trial 16,
+    G9). Raises SpecError; a spec it returns still goes through :func:`spec_resolve`."""
+    try:
+        return parse_spec(document)
+    except SpecError as exc:
+        spec = exc.partial
+        # Only a command (or structured mode) that parsed has arguments worth resolving.
+        if spec is not None and not {"command", "train", "val", "predict", "export"} & exc.errors.keys():
+            team, team_errors = spec_team(spec, user)
+            found = inputs_resolve(spec=spec, team=team)[2] if team is not None else team_errors
+            for path, message in found.items():
+                exc.errors.setdefault(path, message)
+        raise
+
+
+def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
+    """Check what needs the database; raise SpecError naming the field."""
+    team, errors = spec_team(spec, user)
 
     resolved: dict = {}
     inputs: dict = {}

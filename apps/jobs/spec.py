@@ -84,7 +84,14 @@ RESERVED_ARGS = {
 
 
 class SpecError(FieldErrors):
-    """Validation failed; ``errors`` maps field paths to messages."""
+    """Validation failed; ``errors`` maps field paths to messages. ``partial``: what
+    :func:`parse_spec` could read of the spec despite them (None when it refused the document as
+    a whole), so the caller can check its references in the same answer
+    (``apps.jobs.services.spec_parse``)."""
+
+    def __init__(self, errors: dict[str, str], *, partial: JobSpec | None = None):
+        super().__init__(errors)
+        self.partial = partial
 
 
 # --- typed value parsers --------------------------------------------------------------------
@@ -676,5 +683,5 @@ def parse_spec(document: Any) -> JobSpec:
             spec.sweep = sweep_parse(document["sweep"], args=TRAIN_ARGS, reserved=RESERVED_ARGS, errors=errors,
                                      base=train_args)
     if errors:
-        raise SpecError(errors)
+        raise SpecError(errors, partial=spec)
     return spec

@@ -46,9 +46,11 @@ from apps.jobs.services import (
     job_class_change,
     job_requeue,
     job_submit,
+    spec_parse,
+    spec_resolve,
     urgent_errors,
 )
-from apps.jobs.spec import SpecError, parse_spec
+from apps.jobs.spec import SpecError
 from apps.monitoring.services import cluster_history
 from apps.quotas.reports import GROUPS, report_for_page
 from apps.quotas.selectors import usage_summary
@@ -274,7 +276,7 @@ def job_resubmit(request, job_id):
         document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
         if not isinstance(document, dict):
             raise SpecError({"spec": "the original spec text is missing; use Edit & resubmit"})
-        new_job, _ = job_submit(user=request.user, spec=parse_spec(document), raw_spec=job.raw_spec,
+        new_job, _ = job_submit(user=request.user, spec=spec_parse(document, user=request.user), raw_spec=job.raw_spec,
                                 idempotency_key=request.POST.get("idempotency_key", "")[:200])
     except FieldErrors as exc:  # the stored text's YAML (YamlError) or the spec itself (SpecError)
         messages.error(request, "Could not resubmit: " + "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
@@ -325,12 +327,16 @@ def job_new(request):
             status = 429
         elif form.is_valid():
             try:
-                document = form.spec_document()
-                if not form.errors:
+                document = form.spec_document()  # may refuse a field of its own (timeout hours)
+                spec = spec_parse(document, user=request.user)
+                if form.errors:
+                    # Not submitted, but its other problems come in the same answer (trial 16, G9).
+                    spec_resolve(spec=spec, user=request.user)
+                else:
                     raw = (form.cleaned_data["spec_text"] if mode == "yaml"
                            else yaml.safe_dump(document, sort_keys=False) if mode == "sweep"
                            else json.dumps(document, indent=2))
-                    job, _ = job_submit(user=request.user, spec=parse_spec(document), raw_spec=raw,
+                    job, _ = job_submit(user=request.user, spec=spec, raw_spec=raw,
                                         idempotency_key=request.POST.get("idempotency_key", "")[:200])
                     messages.success(request, f"Submitted {job.task_name}.")
                     return redirect("job", job_id=job.pk)

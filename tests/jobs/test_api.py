@@ -323,3 +323,16 @@ def test_a_managers_requeue_charges_the_gpu_time_the_ended_attempt_held(alice, t
     assert api_client(alice).post(f"/api/v1/jobs/{job.pk}/requeue/").status_code == 202
     record = UsageRecord.objects.get(job=job, attempt=1)
     assert abs(record.gpu_seconds - 2 * 3600) < 60 and record.user == bob
+
+
+def test_a_submit_names_every_problem_in_one_answer(bob, demo_registered):
+    """Trial 16, G9: the API answered in two rounds — the spec's own fields, then (once fixed) the
+    dataset and model it names."""
+    response = api_client(bob).post("/api/v1/jobs/", {
+        "task_name": "", "timeout": "abc",
+        "command": "yolo train data=nonexist model=nope.pt epochs=ten imgsz=-5"}, format="json")
+    assert response.status_code == 400
+    assert set(response.json()) == {"task_name", "timeout", "command.epochs", "command.imgsz", "command.data",
+                                    "command.model"}, response.json()
+    assert "unknown dataset" in response.json()["command.data"][0]
+    assert not Job.objects.exists()

@@ -105,13 +105,24 @@ def test_a_timeout_of_no_hours_is_an_error_at_its_field_not_a_one_second_job(ali
 
 
 def test_the_form_puts_database_errors_at_their_field_too(alice, demo_registered):
-    response = signed_in(alice).post("/jobs/new/", {**FORM, "f-dataset": "nope", "f-model": "nope.yaml",
-                                                    "f-task_name": ""})
-    errors = field_errors(response.content.decode())
-    assert set(errors) == {"task_name"}  # the parser stops before the database checks
     response = signed_in(alice).post("/jobs/new/", {**FORM, "f-dataset": "nope", "f-model": "nope.yaml"})
     errors = field_errors(response.content.decode())
     assert "unknown dataset" in errors["dataset"] and "unknown model YAML" in errors["model"]
+
+
+def test_the_form_shows_every_problem_in_one_answer(alice, demo_registered):
+    """Trial 16, G9: six problems took three submits (the timeout first, then the spec's fields,
+    then the dataset and the model, each round hiding the next)."""
+    response = signed_in(alice).post("/jobs/new/", {**FORM, "f-task_name": "", "f-dataset": "nonexist",
+                                                    "f-model": "nope.pt", "f-epochs": "ten", "f-imgsz": "-5",
+                                                    "f-timeout_hours": "abc"})
+    errors = field_errors(response.content.decode())
+    assert set(errors) == {"task_name", "dataset", "model", "epochs", "imgsz", "timeout_hours"}, errors
+    assert "unknown dataset" in errors["dataset"] and "nope.pt" in errors["model"]
+    # A form whose only problem is its timeout still says what the database would refuse.
+    response = signed_in(alice).post("/jobs/new/", {**FORM, "f-dataset": "nonexist", "f-timeout_hours": "abc"})
+    assert set(field_errors(response.content.decode())) == {"dataset", "timeout_hours"}
+    assert not Job.objects.exists()
 
 
 def test_the_form_submits_and_goes_to_the_job_page(alice, demo_registered):
