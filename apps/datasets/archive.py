@@ -428,8 +428,15 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     kpt_shape, flip_idx = _keypoints(document, yaml_name, problems)
     kpt_names = _keypoint_names(document, yaml_name, names, kpt_shape, problems)
 
+    # Top-level .txt files (Roboflow's README.roboflow.txt, README.dataset.txt) are documentation,
+    # not labels: labels live in a 'labels' folder. Left out of the stored version.
+    documents = {rel for rel in by_relative if "/" not in rel and rel.lower().endswith(LABEL_SUFFIX)}
+    for name, rel in list(members.items()):
+        if rel in documents:
+            del members[name]
+            skipped.append(name)
     image_files = {rel for rel in by_relative if posixpath.splitext(rel)[1].lower() in IMAGE_SUFFIXES}
-    label_files = {rel for rel in by_relative if rel.endswith(LABEL_SUFFIX)}
+    label_files = {rel for rel in by_relative if rel.endswith(LABEL_SUFFIX) and rel not in documents}
     all_dirs = set(dirs) | {posixpath.dirname(rel) for rel in by_relative}
     for rel in list(all_dirs):
         while rel:
@@ -445,10 +452,11 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         if not isinstance(value, str):
             problems.append(Problem(f"{yaml_name}: {key}", "must be one folder (e.g. images/train), not a list"))
             continue
-        bad = _name_problem(value, limits)
-        folder = _normalize(value) if not bad else ""
-        if bad or folder.startswith(".."):
-            problems.append(Problem(f"{yaml_name}: {key}", bad or "must stay inside the dataset"))
+        folder, bad = _split_folder(key, value, limits, all_dirs)
+        if folder is None and not bad:  # Roboflow's test line without a test folder: no test split
+            continue
+        if bad:
+            problems.append(Problem(f"{yaml_name}: {key}", bad))
             continue
         if folder in by_relative:
             problems.append(Problem(f"{yaml_name}: {key}",
@@ -503,6 +511,33 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         num_images=len(image_files), num_labels=len(label_files), uncompressed_bytes=declared, skipped=skipped,
         kpt_shape=kpt_shape, flip_idx=flip_idx, kpt_names=kpt_names,
     )
+
+
+def _split_folder(key: str, value: str, limits: ArchiveLimits, all_dirs: set[str]) -> tuple[str | None, str]:
+    """data.yaml's ``train``/``val``/``test`` value → (the folder relative to the archive's top, '')
+    or (None, why not); (None, '') for a Roboflow ``test`` line whose folder the export left out.
+
+    Ultralytics resolves a split against the YAML's folder and, when that does not exist and the
+    value starts with ``../``, tries it without the ``../``: Roboflow writes ``train: ../train/images``
+    for a zip whose ``train/images`` sits beside data.yaml. The same here, so that form means
+    ``train/images`` when that folder is in the archive; any other ``..`` is refused.
+    """
+    if value.startswith("../"):
+        inside = _normalize(value[3:])
+        if _name_problem(value[3:], limits) is None and not inside.startswith(".."):
+            if inside in all_dirs:
+                return inside, ""
+            if key == "test" and inside == "test/images":
+                return None, ""  # Roboflow writes 'test: ../test/images' even without a test split
+            return None, (f"folder {inside!r} is not in the archive (Ultralytics reads {value!r} as {inside!r} "
+                          "beside data.yaml)")
+    if ".." in [part for part in value.split("/") if part]:
+        return None, (f"{value!r} points outside the archive ('..'); name a folder inside it, relative to "
+                      "data.yaml (e.g. images/train)")
+    bad = _name_problem(value, limits)
+    if bad:
+        return None, bad
+    return _normalize(value), ""
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:

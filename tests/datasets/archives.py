@@ -61,3 +61,44 @@ def zip_bomb(size: int = 64 * 1024**2) -> bytes:
 
 def upload(content: bytes, name: str = "dataset.zip") -> SimpleUploadedFile:
     return SimpleUploadedFile(name, content, content_type="application/zip")
+
+
+def jpeg(size: tuple[int, int] = (32, 24), color: tuple[int, int, int] = (200, 40, 40)) -> bytes:
+    """A real, decodable JPEG (what a camera or an export tool writes)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+ROBOFLOW_YAML = """train: ../train/images
+val: ../valid/images
+test: ../test/images
+
+nc: 2
+names: ['widget', 'gadget']
+
+roboflow:
+  workspace: acme
+  project: widgets
+  version: 3
+  license: CC BY 4.0
+  url: https://universe.roboflow.com/acme/widgets/dataset/3
+"""
+
+
+def roboflow_files(counts: dict[str, int] | None = None) -> dict[str, bytes]:
+    """A YOLO export as Roboflow writes it: <split>/images and <split>/labels beside data.yaml,
+    whose splits say ``../<split>/images``, and two README .txt files at the top."""
+    files = {"data.yaml": ROBOFLOW_YAML.encode(),
+             "README.roboflow.txt": b"\nWidgets - v3 2026-12-01\n==============================\n\nThis dataset "
+                                    b"was exported via roboflow.com on December 1, 2026\n",
+             "README.dataset.txt": b"# Widgets > 2026-12-01\nhttps://universe.roboflow.com/acme/widgets\n\n"
+                                   b"Provided by a Roboflow user\nLicense: CC BY 4.0\n"}
+    for split, count in (counts or {"train": 5, "valid": 3, "test": 2}).items():
+        for n in range(count):
+            stem = f"img{n:03d}_jpg.rf.{n:032x}"
+            files[f"{split}/images/{stem}.jpg"] = jpeg(color=(40 * n % 255, 120, 200))
+            files[f"{split}/labels/{stem}.txt"] = f"{n % 2} 0.5 0.5 0.25 0.3\n1 0.2 0.3 0.1 0.1\n".encode()
+    return files

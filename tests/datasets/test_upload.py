@@ -12,7 +12,7 @@ from apps.accounts.models import AuditEntry
 from apps.datasets.models import Dataset
 from tests.conftest import api_client
 
-from .archives import make_zip, upload, valid_files
+from .archives import ROBOFLOW_YAML, make_zip, roboflow_files, upload, valid_files
 
 pytestmark = pytest.mark.django_db
 
@@ -142,6 +142,60 @@ def test_structure_problems_are_reported(bob):
     problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
     assert "not in the archive" in problems["data.yaml: val"]
     assert "'images' folder" in problems["stray.png"]
+
+
+def test_a_roboflow_export_is_accepted_as_it_is_downloaded(bob, storage, monkeypatch):
+    """train/images, valid/images, test/images beside a data.yaml saying ../<split>/images, and README
+    .txt files at the top (trial16 G13): accepted, counted per split, and the stored data.yaml is
+    one Ultralytics resolves to those folders."""
+    import ultralytics.data.utils as yolo_data
+
+    response = post(bob, make_zip(roboflow_files({"train": 5, "valid": 3, "test": 2})), name="widgets")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["num_images"] == 10 and body["names"] == ["widget", "gadget"]
+    assert {split: counts["images"] for split, counts in body["stats"]["splits"].items()} == {
+        "train": 5, "val": 3, "test": 2}
+    assert {split: counts["labels"] for split, counts in body["stats"]["splits"].items()} == {
+        "train": 5, "val": 3, "test": 2}
+    folder = storage / "vision" / "widgets" / "v1"
+    document = yaml.safe_load((folder / "data.yaml").read_text())
+    assert document == {"train": "train/images", "val": "valid/images", "test": "test/images",
+                        "names": {0: "widget", 1: "gadget"}}
+    assert not list(folder.glob("README*")), "documentation is not part of the stored version"
+    # What the trainer does with it: Ultralytics' own resolution (offline: no font lookup).
+    monkeypatch.setattr(yolo_data, "check_font", lambda *args, **kwargs: None)
+    resolved = yolo_data.check_det_dataset(str(folder / "data.yaml"), autodownload=False)
+    for split, count in (("train", 5), ("val", 3), ("test", 2)):
+        images = sorted(Path(resolved[split]).glob("*.jpg"))
+        assert len(images) == count
+        assert all(Path(label).is_file() for label in yolo_data.img2label_paths([str(i) for i in images]))
+    spec = {"task_name": "t", "command": "yolo train data=widgets model=yolov8n.yaml epochs=1"}
+    assert api_client(bob).post("/api/v1/jobs/", spec, format="json").status_code == 201
+
+
+def test_a_roboflow_export_without_a_test_split_keeps_train_and_val(bob, storage):
+    """Roboflow writes 'test: ../test/images' even when the export has no test folder."""
+    response = post(bob, make_zip(roboflow_files({"train": 2, "valid": 1})), name="widgets")
+    assert response.status_code == 201, response.content
+    assert set(response.json()["stats"]["splits"]) == {"train", "val"}
+
+
+@pytest.mark.parametrize("value", ["../../etc", "../../train/images", "../elsewhere/images", "train/../../x"])
+def test_a_split_that_leaves_the_archive_is_still_refused(bob, storage, value):
+    files = roboflow_files({"train": 1, "valid": 1}) | {
+        "data.yaml": ROBOFLOW_YAML.replace("../train/images", value).encode()}
+    response = post(bob, make_zip(files), name="widgets")
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert "outside the archive" in problems["data.yaml: train"] or "not in the archive" in problems["data.yaml: train"]
+    assert not (storage / "vision" / "widgets").exists()
+
+
+def test_a_stray_text_file_inside_a_folder_is_still_a_misplaced_label(bob):
+    files = roboflow_files({"train": 1, "valid": 1}) | {"train/notes.txt": b"0 0.5 0.5 0.1 0.1\n"}
+    problems = {p["path"]: p["problem"] for p in post(bob, make_zip(files)).json()["problems"]}
+    assert "'labels' folder" in problems["train/notes.txt"]
 
 
 def test_it_checks_in_well_under_a_second(bob):
