@@ -1,7 +1,7 @@
 """Inspect an uploaded YOLO dataset zip **before** anything is extracted, then extract it safely.
 
-:func:`archive_inspect` reads only the zip's central directory and the small text members
-(``data.yaml``, label files). It returns an :class:`ArchivePlan` or raises
+:func:`archive_inspect` reads only the zip's central directory, the small text members
+(``data.yaml``, label files) and the header of each image. It returns an :class:`ArchivePlan` or raises
 :class:`ArchiveRejected` whose ``problems`` say, per archive member, what was wrong.
 
 Checked, in this order, and all reported together where possible:
@@ -19,7 +19,8 @@ Checked, in this order, and all reported together where possible:
    images under ``images/`` with labels beside them under ``labels/``; every label line
    ``class x y w h`` (or a polygon/keypoints; with ``kpt_shape`` exactly the box and k·d
    keypoint values, as Ultralytics reads a pose label) with a known class id and normalised
-   coordinates.
+   coordinates;
+6. every image's header: a format and size Pillow reads (Ultralytics skips the others as corrupt).
 
 :func:`archive_extract` writes into a fresh folder with ``O_EXCL | O_NOFOLLOW``,
 re-checks every target path, and stops a member that inflates past its declared size.
@@ -32,12 +33,14 @@ import os
 import posixpath
 import re
 import stat
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from PIL import Image, UnidentifiedImageError
 
 from apps.core.strict_yaml import YamlError, load_yaml
 
@@ -389,6 +392,9 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
     if upload_kind == "images":
         if not members:
             raise ArchiveRejected("holds no images", [Problem("(archive)", "no image files found")])
+        if unreadable := _image_problems(archive, by_relative):
+            raise ArchiveRejected(f"has {len(unreadable)} file{'s' if len(unreadable) > 1 else ''} that "
+                                  f"{'are' if len(unreadable) > 1 else 'is'} not a readable image", unreadable)
         return ArchivePlan(members=members, directories=dirs, data_yaml={}, names={}, splits={},
                            num_images=len(members), num_labels=0, uncompressed_bytes=declared, skipped=skipped)
     return _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
@@ -498,9 +504,13 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
                 problems.append(Problem(rel, bad))
         if len(problems) > MAX_REPORTED_PROBLEMS * 4:
             break
+    placed: dict[str, zipfile.ZipInfo] = {}
     for rel in sorted(image_files):
         if "images" not in rel.split("/")[:-1]:
             problems.append(Problem(rel, "images belong in an 'images' folder (e.g. images/train/)"))
+        else:
+            placed[rel] = by_relative[rel]
+    problems.extend(_image_problems(archive, placed))
     if not label_files and not problems:
         problems.append(Problem("labels/", "no label files: put one .txt per image under labels/"))
     if problems:
@@ -538,6 +548,39 @@ def _split_folder(key: str, value: str, limits: ArchiveLimits, all_dirs: set[str
     if bad:
         return None, bad
     return _normalize(value), ""
+
+
+def _image_problems(archive: zipfile.ZipFile, images: dict[str, zipfile.ZipInfo]) -> list[Problem]:
+    """One problem per image whose header Pillow cannot read (what Ultralytics opens each image
+    with: it skips the ones that fail as corrupt, so a training run would quietly lose them).
+
+    Only the header is parsed (format and size), reading from the zip as Pillow asks for bytes:
+    a 150 MB file of random bytes is refused after its first few bytes, and nothing is decoded.
+    All are counted (``problem_count``); the report lists the first MAX_REPORTED_PROBLEMS.
+    """
+    problems: list[Problem] = []
+    for rel in sorted(images):
+        if why := _image_header_problem(archive, images[rel]):
+            problems.append(Problem(rel, why))
+    return problems
+
+
+def _image_header_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
+    """Why this member is not an image Pillow can open ('' when it is)."""
+    if info.file_size == 0:
+        return "is an empty file, not an image"
+    try:
+        with archive.open(info) as stream, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DecompressionBombWarning: Ultralytics opens those too
+            with Image.open(stream) as image:
+                width, height = image.size
+    except Exception as exc:  # noqa: BLE001 - Pillow raises many types for a bad header; each means "not readable"
+        if isinstance(exc, UnidentifiedImageError):
+            return "is not a readable image: its first bytes are no image format Pillow (and so Ultralytics) reads"
+        return f"is not a readable image ({type(exc).__name__}: {str(exc)[:200]})"
+    if width < 1 or height < 1:
+        return f"is an image of {width}×{height} pixels"
+    return ""
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:

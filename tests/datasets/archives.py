@@ -10,7 +10,7 @@ import zipfile
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 DATA_YAML = "train: images/train\nval: images/val\nnames: {0: scratch, 1: dent}\n"
-# A 1×1 PNG is enough: the archive checks never decode images.
+# A 1×1 PNG is enough: the archive checks read image headers, never decode them.
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"

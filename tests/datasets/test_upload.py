@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from apps.accounts.models import AuditEntry
 from apps.datasets.models import Dataset
 from tests.conftest import api_client
 
-from .archives import ROBOFLOW_YAML, make_zip, roboflow_files, upload, valid_files
+from .archives import ROBOFLOW_YAML, jpeg, make_zip, roboflow_files, upload, valid_files
 
 pytestmark = pytest.mark.django_db
 
@@ -196,6 +198,46 @@ def test_a_stray_text_file_inside_a_folder_is_still_a_misplaced_label(bob):
     files = roboflow_files({"train": 1, "valid": 1}) | {"train/notes.txt": b"0 0.5 0.5 0.1 0.1\n"}
     problems = {p["path"]: p["problem"] for p in post(bob, make_zip(files)).json()["problems"]}
     assert "'labels' folder" in problems["train/notes.txt"]
+
+
+def test_images_that_do_not_decode_are_refused_by_name(bob, storage):
+    """A .jpg of text and a big .jpg of random bytes (trial16 G12): Ultralytics would skip both as
+    corrupt; the upload names them, reading only their first bytes."""
+    huge = os.urandom(24 * 1024**2)
+    files = valid_files() | {"images/train/img003.jpg": b"not an image", "labels/train/img003.txt": b"0 .5 .5 .1 .1\n",
+                             "images/train/huge.jpg": huge, "images/val/empty.png": b""}
+    content = make_zip(files, compression=zipfile.ZIP_STORED)
+    started = time.monotonic()
+    response = post(bob, content)
+    assert time.monotonic() - started < 3.0
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert set(problems) == {"images/train/img003.jpg", "images/train/huge.jpg", "images/val/empty.png"}
+    assert "not a readable image" in problems["images/train/img003.jpg"]
+    assert "not a readable image" in problems["images/train/huge.jpg"]
+    assert "empty file" in problems["images/val/empty.png"]
+    assert not (storage / "vision" / "pcb").exists() and not Dataset.objects.exists()
+
+
+def test_a_real_jpeg_with_a_png_suffix_is_an_image(bob):
+    """The header decides, not the suffix (Ultralytics reads it by content too)."""
+    files = valid_files() | {"images/train/2.png": jpeg(), "labels/train/2.txt": b"0 0.5 0.5 0.2 0.2\n"}
+    assert post(bob, make_zip(files)).status_code == 201
+
+
+def test_many_unreadable_images_are_counted_and_the_list_is_capped(bob):
+    files = valid_files() | {f"images/train/bad{n:03d}.jpg": b"\xff\xd8 truncated" for n in range(120)}
+    body = post(bob, make_zip(files)).json()
+    assert body["problem_count"] == 120
+    assert len(body["problems"]) == 50
+    assert all("not a readable image" in p["problem"] for p in body["problems"])
+
+
+def test_an_images_only_upload_names_its_unreadable_files(bob):
+    response = post(bob, make_zip({"shots/a.jpg": jpeg(), "shots/b.jpg": b"GIF89a nope"}), kind="images")
+    assert response.status_code == 400
+    assert [p["path"] for p in response.json()["problems"]] == ["b.jpg"]  # below the one top folder, stripped
+    assert "not a readable image" in response.json()["file"][0]
 
 
 def test_it_checks_in_well_under_a_second(bob):

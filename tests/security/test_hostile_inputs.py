@@ -11,7 +11,7 @@ import pytest
 from apps.datasets.models import Dataset
 from apps.jobs.models import Job
 from tests.conftest import SEED_SPEC, api_client
-from tests.datasets.archives import DATA_YAML, make_zip, upload, valid_files, zip_bomb
+from tests.datasets.archives import DATA_YAML, PNG, make_zip, upload, valid_files, zip_bomb
 
 pytestmark = pytest.mark.django_db
 
@@ -251,7 +251,7 @@ def test_a_member_that_lies_about_its_size_stops_extraction(tmp_path):
 
     from apps.datasets.archive import ArchiveLimits, ArchiveRejected, archive_extract, archive_inspect
 
-    content = bytearray(make_zip(valid_files() | {"images/train/big.png": b"A" * 5000}, compression=zipfile.ZIP_STORED))
+    content = bytearray(make_zip(valid_files() | {"images/train/big.png": PNG + b"A" * 5000}, compression=zipfile.ZIP_STORED))
     plan = archive_inspect(io.BytesIO(bytes(content)), size=len(content), limits=ArchiveLimits())
     # Shrink the declared size in the central directory after inspection.
     with zipfile.ZipFile(io.BytesIO(bytes(content))) as archive:
@@ -260,7 +260,7 @@ def test_a_member_that_lies_about_its_size_stops_extraction(tmp_path):
     content[info_offset + 24: info_offset + 28] = (10).to_bytes(4, "little")
     with pytest.raises((ArchiveRejected, zipfile.BadZipFile)):
         archive_extract(io.BytesIO(bytes(content)), plan, destination=tmp_path / "out")
-    assert info.file_size == 5000
+    assert info.file_size == len(PNG) + 5000
 
 
 # --- request bodies and portal inputs (findings 4, 5, 10) ------------------------------------------
