@@ -95,7 +95,7 @@ class SharedCacheThrottle(SimpleRateThrottle):
         client = cache.redis(key)
         if _count_script is None:
             _count_script = Script(client, _COUNT_LUA)
-        member = f"{self.now!r}:{secrets.token_hex(6)}"
+        member = self.member = f"{self.now!r}:{secrets.token_hex(6)}"
         return _count_script(keys=[cache.make_and_validate_key(key)],
                              args=[repr(self.now), self.duration, self.num_requests, member], client=client)
 
@@ -118,9 +118,84 @@ class SubmitThrottle(SharedCacheThrottle):
 
 
 class UploadThrottle(SubmitThrottle):
-    """Dataset uploads per user (each may be gigabytes)."""
+    """Uploads per user, datasets and weights on one counter (each may be gigabytes).
+
+    Only uploads that were stored count against the rate. The views answer a refused upload
+    (a 4xx, or a 503 from a store that is down: nothing was stored) through
+    :class:`RefundsRefusedUploads`, which takes it back out of the count and counts it instead
+    against ``REFUSED_FACTOR`` × the rate, kept apart: a new user iterating on a broken zip is
+    not locked out for an hour (trial16 G16), and a flood of garbage still is.
+    """
 
     scope = "upload"
+    REFUSED_FACTOR = 5
+
+    def allow_request(self, request, view):
+        if self.rate is None:
+            return True
+        key = self.get_cache_key(request, view)
+        self.now = self.timer()
+        try:
+            refused, oldest = _recent(f"{key}:refused", now=self.now, period=self.duration)
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it is the cache being down
+            if _cache_down(exc):
+                return True
+            raise
+        if refused >= self.num_requests * self.REFUSED_FACTOR:
+            limit = f"{self.num_requests * self.REFUSED_FACTOR}/{self.rate.split('/')[1]}"
+            request.throttled_limit = (f"the limit on refused uploads is {limit} (an upload answered with an "
+                                       f"error counts there instead of against the upload limit of {self.rate})",
+                                       limit)
+            self.num_requests, self.counted, self.oldest = self.num_requests * self.REFUSED_FACTOR, refused, oldest
+            return False
+        allowed = super().allow_request(request, view)
+        if allowed and getattr(self, "member", None):
+            request.upload_charge = (key, self.member, self.now, self.duration)
+        return allowed
+
+
+def _recent(key: str, *, now: float, period: int) -> tuple[int, float]:
+    """(entries of the sorted set ``key`` less than ``period`` old, the oldest one's time), after
+    dropping the expired ones; records nothing."""
+    client = cache.redis(key)
+    full_key = cache.make_and_validate_key(key)
+    with client.pipeline() as pipe:
+        pipe.zremrangebyscore(full_key, "-inf", now - period)
+        pipe.zcard(full_key)
+        pipe.zrange(full_key, 0, 0, withscores=True)
+        _, count, oldest = pipe.execute()
+    return count, (oldest[0][1] if oldest else now)
+
+
+def upload_settle(request, response) -> None:
+    """After an upload view answered: an upload that was not stored (any answer but 2xx) leaves
+    the upload count and joins the refused-upload count (:class:`UploadThrottle`)."""
+    charge = getattr(request, "upload_charge", None)
+    if charge is None or 200 <= response.status_code < 300:
+        return
+    key, member, now, period = charge
+    request.upload_charge = None
+    try:
+        client = cache.redis(key)
+        counted, refused = cache.make_and_validate_key(key), cache.make_and_validate_key(f"{key}:refused")
+        with client.pipeline() as pipe:
+            pipe.zrem(counted, member)
+            pipe.zadd(refused, {member: now})
+            pipe.expire(refused, period)
+            pipe.execute()
+    except Exception as exc:  # noqa: BLE001 - re-raised unless it is the cache being down
+        if not _cache_down(exc):
+            raise
+
+
+class RefundsRefusedUploads:
+    """Mixin for an APIView throttled by :class:`UploadThrottle`: settles the count once the
+    answer is known (DRF calls ``finalize_response`` for every answer, a 429 or 400 included)."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        upload_settle(request, response)
+        return response
 
 
 class ChannelTestThrottle(SubmitThrottle):

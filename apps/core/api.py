@@ -6,6 +6,7 @@ strict input serializer and the JSON 404.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from rest_framework import serializers, status
@@ -60,7 +61,7 @@ def exception_handler(exc, context):
     if response.status_code == status.HTTP_400_BAD_REQUEST and isinstance(response.data, dict):
         field_lists(response.data)
     if isinstance(exc, Throttled):
-        throttle_name(response, exc, context.get("view"))
+        throttle_name(response, exc, context.get("view"), context.get("request"))
     return response
 
 
@@ -76,14 +77,35 @@ def field_lists(errors: dict) -> None:
             errors[key] = [value]
 
 
-def throttle_name(response: Response, exc: Throttled, view) -> None:
-    """A 429 from a throttle says which limit it hit (``limit``, and in ``detail``)."""
-    throttles = [t for t in (view.get_throttles() if view is not None else []) if getattr(t, "rate", None)]
-    if not throttles:
-        return
-    limits = " and ".join(f"the {getattr(t, 'scope', None) or 'request'} limit is {t.rate}" for t in throttles)
-    response.data = {"detail": Throttled(wait=exc.wait, detail=f"Request was throttled: {limits}.").detail,
-                     "limit": ", ".join(t.rate for t in throttles)}
+def throttle_name(response: Response, exc: Throttled, view, request=None) -> None:
+    """A 429 from a throttle says which limit it hit (``limit``, and in ``detail``) and when to
+    try again, in minutes once that is more than 90 s away ("in 43 minutes", not "in 2564 seconds").
+
+    A throttle with more than one limit (the upload throttle's refused-upload limit) names the
+    one it hit as ``request.throttled_limit``: (how to say it, the rate).
+    """
+    hit = getattr(request, "throttled_limit", None)
+    if hit is not None:
+        limits, rates = hit
+    else:
+        throttles = [t for t in (view.get_throttles() if view is not None else []) if getattr(t, "rate", None)]
+        if not throttles:
+            return
+        limits = " and ".join(f"the {getattr(t, 'scope', None) or 'request'} limit is {t.rate}" for t in throttles)
+        rates = ", ".join(t.rate for t in throttles)
+    detail = f"Request was throttled: {limits}."
+    if exc.wait is not None:
+        detail += f" Expected available in {wait_text(exc.wait)}."
+    response.data = {"detail": ErrorDetail(detail, code=exc.default_code), "limit": rates}
+
+
+def wait_text(seconds: float) -> str:
+    """``42`` → "42 seconds", ``2564`` → "43 minutes" (rounded up, as DRF rounds seconds)."""
+    if seconds > 90:
+        minutes = math.ceil(seconds / 60)
+        return f"{minutes} minutes"
+    whole = math.ceil(seconds)
+    return f"{whole} second{'' if whole == 1 else 's'}"
 
 
 def field_errors(errors: dict[str, str], http_status: int = status.HTTP_400_BAD_REQUEST) -> Response:

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.selectors import is_manager_of, team_filter
-from apps.accounts.throttles import UploadThrottle
+from apps.accounts.throttles import RefundsRefusedUploads, UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
 from apps.core.api import StrictInput, field_errors, query_strict
 from apps.core.errors import FieldErrors
@@ -72,7 +72,7 @@ class UploadReport(serializers.Serializer):
     problem_count = serializers.IntegerField()
 
 
-class DatasetListCreate(APIView):
+class DatasetListCreate(RefundsRefusedUploads, APIView):
     parser_classes = [parsers.MultiPartParser]
 
     def get_throttles(self):

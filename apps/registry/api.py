@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.selectors import is_manager_of, team_filter
-from apps.accounts.throttles import UploadThrottle
+from apps.accounts.throttles import RefundsRefusedUploads, UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
 from apps.core.api import StorageDown, StrictInput, field_errors, query_choice, query_strict
 from apps.core.artifacts import ArtifactKeyError, artifact_path
@@ -222,7 +222,7 @@ class WeightsIn(StrictInput):
     team = serializers.SlugField(required=False, help_text="team slug; optional when you are in one team")
 
 
-class WeightsUploadView(APIView):
+class WeightsUploadView(RefundsRefusedUploads, APIView):
     parser_classes = [parsers.MultiPartParser]
     throttle_classes = [UploadThrottle]
 

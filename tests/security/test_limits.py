@@ -165,3 +165,66 @@ def test_dataset_uploads_are_throttled(bob, monkeypatch, settings, tmp_path):
         == 201
     response = client.post("/api/v1/datasets/", {"file": upload(content), "name": "b"}, format="multipart")
     assert response.status_code == 429
+
+
+def _post_dataset(client, content: bytes, name: str):
+    from tests.datasets.archives import upload
+
+    return client.post("/api/v1/datasets/", {"file": upload(content), "name": name}, format="multipart")
+
+
+def _post_weights(client, content: bytes):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return client.post("/api/v1/weights/", {"file": SimpleUploadedFile("mine.pt", content)}, format="multipart")
+
+
+@pytest.fixture
+def two_uploads_an_hour(monkeypatch, settings, tmp_path):
+    from apps.accounts.throttles import UploadThrottle
+
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    settings.MODELS_DIR = tmp_path / "models"
+    monkeypatch.setattr(UploadThrottle, "THROTTLE_RATES", {"upload": "2/hour"})
+
+
+def test_refused_uploads_do_not_count_against_the_upload_limit(bob, two_uploads_an_hour):
+    """A new user iterating on a broken zip (trial16 G16): the refusals, datasets or weights, leave
+    the limit for the uploads that are stored; the 429 then says the wait in minutes."""
+    from tests.datasets.archives import make_zip, valid_files
+
+    client = api_client(bob)
+    broken = make_zip(valid_files() | {"labels/train/0.txt": b"7 0.5 0.5 0.2 0.2\n"})
+    assert [_post_dataset(client, b"garbage, not a zip", "a").status_code for _ in range(3)] == [400] * 3
+    assert _post_dataset(client, broken, "a").status_code == 400
+    assert _post_weights(client, b"not a checkpoint").status_code == 400
+    assert _post_dataset(client, make_zip(valid_files()), "a").status_code == 201
+    assert _post_dataset(client, make_zip(valid_files()), "b").status_code == 201
+    response = _post_dataset(client, make_zip(valid_files()), "c")
+    assert response.status_code == 429
+    assert response.json() == {"limit": "2/hour", "detail": "Request was throttled: the upload limit is 2/hour. "
+                                                            "Expected available in 60 minutes."}
+    assert 3500 <= int(response["Retry-After"]) <= 3600
+
+
+def test_a_flood_of_refused_uploads_is_cut_off_at_five_times_the_limit(bob, alice, two_uploads_an_hour):
+    from tests.datasets.archives import make_zip, valid_files
+
+    client = api_client(bob)
+    assert {_post_dataset(client, b"garbage", "a").status_code for _ in range(9)} == {400}
+    assert _post_weights(client, b"garbage").status_code == 400
+    response = _post_dataset(client, b"garbage", "a")
+    assert response.status_code == 429
+    body = response.json()
+    assert body["limit"] == "10/hour"
+    assert body["detail"].startswith("Request was throttled: the limit on refused uploads is 10/hour")
+    assert body["detail"].endswith("Expected available in 60 minutes.")
+    assert _post_dataset(client, make_zip(valid_files()), "b").status_code == 429, "the flood stops every upload"
+    assert _post_dataset(api_client(alice), make_zip(valid_files()), "b").status_code == 201, "per user"
+
+
+def test_waits_past_ninety_seconds_read_in_minutes():
+    from apps.core.api import wait_text
+
+    assert [wait_text(s) for s in (0.2, 1, 42, 90, 90.5, 2564, 3600)] == [
+        "1 second", "1 second", "42 seconds", "90 seconds", "2 minutes", "43 minutes", "60 minutes"]
