@@ -876,6 +876,8 @@ def spec_parse(document: Any, *, user) -> JobSpec:
         if spec is not None and not {"command", "train", "val", "predict", "export"} & exc.errors.keys():
             team, team_errors = spec_team(spec, user)
             found = inputs_resolve(spec=spec, team=team)[2] if team is not None else team_errors
+            if spec.sweep and team is not None:  # its model choices, its bounds against the limits (G6)
+                found.update(sweep_errors(spec, team))
             for path, message in found.items():
                 exc.errors.setdefault(path, message)
         raise

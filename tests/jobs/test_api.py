@@ -336,3 +336,14 @@ def test_a_submit_names_every_problem_in_one_answer(bob, demo_registered):
                                     "command.model"}, response.json()
     assert "unknown dataset" in response.json()["command.data"][0]
     assert not Job.objects.exists()
+
+
+def test_a_sweep_names_every_problem_in_one_answer(bob, demo_registered):
+    """Trial 16, G6: a swept lr0 without an optimizer hid the unknown model choice until it was fixed."""
+    response = api_client(bob).post("/api/v1/jobs/", {
+        "task_name": "sw", "command": "yolo train data=demo model=yolov8n.yaml epochs=2 imgsz=64",
+        "sweep": {"trials": 2, "parameters": {"lr0": {"low": 0.001, "high": 0.01},
+                                              "model": ["yolov8n.yaml", "zzz.pt"]}}}, format="json")
+    assert response.status_code == 400
+    body = response.json()
+    assert "optimizer" in body["sweep.parameters.lr0"][0] and "zzz.pt" in body["sweep.parameters.model[1]"][0], body
