@@ -80,6 +80,18 @@ def _unavailable(exc: BaseException) -> bool:
     return isinstance(exc, (BotoCoreError, ConnectionError, TimeoutError))
 
 
+def _problem(exc: BaseException) -> str:
+    """An unreachable store's error as an operator can act on it: a missing bucket says so (boto's
+    "NoSuchBucket … the specified bucket does not exist" read as an outage; multi-node trial M3)."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict) and response.get("Error", {}).get("Code") == "NoSuchBucket":
+        bucket = getattr(settings, "ARTIFACTS_S3_BUCKET", "") or response.get("Error", {}).get("BucketName", "")
+        where = f" at {settings.ARTIFACTS_S3_ENDPOINT_URL}" if getattr(settings, "ARTIFACTS_S3_ENDPOINT_URL", None) else ""
+        return (f"the bucket {bucket!r} does not exist{where}: create it first (e.g. `aws s3 mb s3://{bucket}` or "
+                f"`mc mb`), see docs/deploy.md")
+    return str(exc)
+
+
 def _sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -123,7 +135,7 @@ def artifact_local(key: str, sha256: str) -> Path:
                 raise
             except Exception as exc:
                 if _unavailable(exc):
-                    raise StorageUnavailable(f"artifact storage unreachable fetching {key}: {exc}") from exc
+                    raise StorageUnavailable(f"artifact storage unreachable fetching {key}: {_problem(exc)}") from exc
                 raise
         if sha256 and digest.hexdigest() != sha256:
             raise ArtifactChanged(f"{key}: sha256 {digest.hexdigest()} in storage, {sha256} recorded")
@@ -148,7 +160,7 @@ def artifact_upload(key: str, local: Path) -> str:
             stored = storage.save(key, File(handle, name=key))
     except Exception as exc:
         if _unavailable(exc):
-            raise StorageUnavailable(f"artifact storage unreachable storing {key}: {exc}") from exc
+            raise StorageUnavailable(f"artifact storage unreachable storing {key}: {_problem(exc)}") from exc
         raise
     if stored != key:  # pragma: no cover - both backends overwrite
         raise RuntimeError(f"storage renamed {key} to {stored}")
@@ -183,7 +195,7 @@ def artifact_save_bytes(key: str, blob: bytes) -> None:
         storage.save(key, ContentFile(blob, name=key))
     except Exception as exc:
         if _unavailable(exc):
-            raise StorageUnavailable(f"artifact storage unreachable storing {key}: {exc}") from exc
+            raise StorageUnavailable(f"artifact storage unreachable storing {key}: {_problem(exc)}") from exc
         raise
 
 
@@ -274,7 +286,7 @@ def artifact_read(key: str):
         raise
     except Exception as exc:
         if _unavailable(exc):
-            raise StorageUnavailable(f"artifact storage unreachable reading {key}: {exc}") from exc
+            raise StorageUnavailable(f"artifact storage unreachable reading {key}: {_problem(exc)}") from exc
         raise
 
 
@@ -292,7 +304,7 @@ def artifact_listing(prefix: str) -> list[str]:
         return sorted(keys)  # the shared filesystem: no such folder
     except Exception as exc:
         if _unavailable(exc):
-            raise StorageUnavailable(f"artifact storage unreachable listing {prefix}: {exc}") from exc
+            raise StorageUnavailable(f"artifact storage unreachable listing {prefix}: {_problem(exc)}") from exc
         raise
     return sorted(keys)
 
@@ -304,7 +316,7 @@ def artifact_delete(key: str) -> None:
         artifact_storage().delete(key)
     except Exception as exc:
         if _unavailable(exc):
-            raise StorageUnavailable(f"artifact storage unreachable deleting {key}: {exc}") from exc
+            raise StorageUnavailable(f"artifact storage unreachable deleting {key}: {_problem(exc)}") from exc
         raise
 
 

@@ -53,3 +53,20 @@ def test_a_deleted_demo_user_comes_back_with_the_demo_password(monkeypatch):
     carol = get_user_model().objects.get(username="carol")
     assert carol.check_password("chosen-pw") and Membership.objects.get(user=carol).team.slug == "robotics"
     assert "password of carol: chosen-pw" in out
+
+
+def test_a_missing_bucket_is_named_as_one_not_an_outage(moto, settings):
+    """Multi-node trial M3: demo_setup against a store whose bucket was never created ended in a
+    traceback calling the store "unreachable"; it says the bucket does not exist and how to make it."""
+    from django.core.management.base import CommandError
+    from django.test import override_settings
+
+    from tests.s3 import s3_storages
+
+    storages = s3_storages(moto)
+    storages["artifacts"]["OPTIONS"]["bucket_name"] = "never-made"
+    settings.ARTIFACTS_S3_BUCKET = "never-made"
+    with override_settings(STORAGES=storages), pytest.raises(CommandError) as refused:
+        setup()
+    said = str(refused.value)
+    assert "the bucket 'never-made' does not exist" in said and "create it first" in said, said
