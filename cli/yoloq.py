@@ -15,6 +15,8 @@
     yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name
                                       unless the newest already holds exactly these files)
     yoloq weights push FILE.pt --team T   upload pretrained weights (then model=FILE.pt in specs)
+    yoloq weights pull ID [-o FILE]   download a job's weights (an ended job's: its newest stored
+                                      best.pt/last.pt checkpoint, named by its epoch)
 
 Talks to the REST API (``/api/v1/``) with ``Authorization: Token …``. The server URL and
 token live in ``$XDG_CONFIG_HOME/yoloq/config.json`` (``~/.config/yoloq/config.json``),
@@ -363,6 +365,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(("finished", when(job["finished_at"])))
     if job.get("model_version"):
         lines.append(("model", f"models/{job['model_version']} (download: {api.base}models/{job['model_version']}/download/)"))
+    weights = job.get("weights") or {}
+    if weights.get("available"):
+        lines.append(("weights", f"{weights['note']} (yoloq weights pull {job['id'][:8]})"))
+    elif job["state"] in TERMINAL and (job.get("spec") or {}).get("mode", "train") == "train" and not job["is_sweep"]:
+        lines.append(("weights", weights["note"]))
     if job.get("parent"):
         lines.append(("sweep", f"a trial of sweep {job['parent']} (yoloq status {job['parent'][:8]})"))
     width = max(len(k) for k, _ in lines)
@@ -551,6 +558,25 @@ def cmd_weights_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_weights_pull(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    response = api.request("GET", f"jobs/{job_id}/weights/", stream=True, timeout=(TIMEOUT_S, 300))
+    named = re.search(r'filename="?([^";]+)"?', response.headers.get("Content-Disposition", ""))
+    target = Path(args.output or (named.group(1) if named else f"{job_id}.pt"))
+    with tempfile.NamedTemporaryFile(dir=target.resolve().parent, prefix=".yoloq-", delete=False) as handle:
+        try:
+            for block in response.iter_content(1 << 20):
+                handle.write(block)
+        except BaseException:
+            os.unlink(handle.name)
+            raise
+    os.replace(handle.name, target)
+    note = response.headers.get("X-Weights-Note", "")
+    print(f"Saved {target}" + (f": {note}" if note else ""))
+    return 0
+
+
 # --- entry point -----------------------------------------------------------------------------
 
 
@@ -618,13 +644,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="print only name:vN")
     p.set_defaults(func=cmd_dataset_push)
 
-    weights = commands.add_parser("weights", help="weights: push").add_subparsers(dest="verb", required=True)
+    weights = commands.add_parser("weights", help="weights: push, pull").add_subparsers(dest="verb", required=True)
     p = weights.add_parser("push", help="upload pretrained weights (.pt) to a team")
     p.add_argument("file", help="a .pt written by Ultralytics (training or model.save())")
     p.add_argument("--team", help="the team it belongs to (optional when you are in one team)")
     p.add_argument("--name", help="the file name specs use (default: the file's own name)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only name:vN")
     p.set_defaults(func=cmd_weights_push)
+    p = weights.add_parser("pull", help="download a job's weights (an ended job's newest stored checkpoint)")
+    p.add_argument("id", help=JOB_ID_HELP)
+    p.add_argument("-o", "--output", help="where to write them (default: the name the server gives)")
+    p.set_defaults(func=cmd_weights_pull)
     return top
 
 

@@ -187,7 +187,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     # priority_class and run_class share one choice set: one enum in the schema.
-    "ENUM_NAME_OVERRIDES": {"PriorityClassEnum": "apps.jobs.models.PriorityClass",
+    "ENUM_NAME_OVERRIDES": {"PriorityClassEnum": "apps.jobs.models.PriorityClass", "JobStateEnum": "apps.jobs.models.JobState",
                             "ChannelKindEnum": "apps.notifications.models.Channel.Kind",
                             "DatasetKindEnum": "apps.datasets.models.Dataset.Kind",
                             "ModelSourceEnum": "apps.registry.models.ModelVersion.Source",

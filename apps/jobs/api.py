@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import parsers, serializers, status
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.fields import Field, SkipField
@@ -30,7 +30,7 @@ from apps.core.strict_yaml import YamlError, load_yaml
 
 from .models import STATE_FILTERS, Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
-from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, job_may_requeue, queue_list
+from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, job_may_requeue, job_weights_find, queue_list
 from .services import (
     DuplicateJob,
     IdempotencyKeyReused,
@@ -228,6 +228,28 @@ class JobOut(ModelFieldsOnce):
         return version.pk if version else None
 
 
+class JobWeightsOut(serializers.Serializer):
+    available = serializers.BooleanField()
+    url = serializers.CharField(allow_null=True, help_text="jobs/{id}/weights/ where there are weights")
+    epoch = serializers.IntegerField(allow_null=True, help_text="the epoch of an ended job's checkpoint")
+    note = serializers.CharField(help_text="which weights they are, or why there are none")
+
+
+class JobDetailOut(JobOut):
+    """One job (``GET jobs/{id}/``): the list's fields, plus what it has to download."""
+
+    weights = serializers.SerializerMethodField()
+
+    class Meta(JobOut.Meta):
+        fields = [*JobOut.Meta.fields, "weights"]
+
+    @extend_schema_field(JobWeightsOut)
+    def get_weights(self, job: Job) -> dict:
+        found = job_weights_find(job)
+        return {"available": bool(found.key), "url": f"jobs/{job.pk}/weights/" if found.key else None,
+                "epoch": found.epoch, "note": found.note or found.missing}
+
+
 class JobSpecDoc(serializers.Serializer):
     """The job spec as JSON (documentation only: apps.jobs.spec.parse_spec validates it)."""
 
@@ -340,10 +362,10 @@ class JobListCreate(APIView):
 
 
 class JobDetail(APIView):
-    @extend_schema(responses={200: JobOut, 404: ERROR})
+    @extend_schema(responses={200: JobDetailOut, 404: ERROR})
     def get(self, request, job_id):
         query_strict(request, takes=(), what="a job")
-        return Response(JobOut(get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)).data)
+        return Response(JobDetailOut(get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)).data)
 
 
 class JobCancel(APIView):
@@ -484,20 +506,22 @@ class JobEvents(_SeqList):
 
 
 class JobWeights(APIView):
-    """Download the job's trained weights (best.pt)."""
+    """Download the job's trained weights: a succeeded job's best.pt, an ended one's newest stored best.pt or
+    last.pt checkpoint (``X-Weights-Epoch`` says of which epoch; ``jobs.selectors.job_weights_find``)."""
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR})
     def get(self, request, job_id):
         query_strict(request, takes=(), what="a job's weights")
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
-        if not job.weights_path:
-            raise NotFound("This job has no weights yet.")
+        found = job_weights_find(job)
+        if not found.key:
+            raise NotFound(found.missing)
         from pathlib import Path
 
         from apps.core.artifacts import artifact_key
         from apps.registry.api import verified_open
 
-        key = job.weights_path
+        key = found.key
         if key.startswith("/"):  # stored before rows held artifact keys
             path = Path(key)
             if not path.resolve().is_relative_to(settings.JOBS_DIR.resolve()):
@@ -505,10 +529,15 @@ class JobWeights(APIView):
             key = artifact_key(path)
         if not key.startswith(f"jobs/{job.pk}/"):
             raise NotFound("The weights file is gone.")
-        version = getattr(job, "model_version", None)
-        handle = verified_open(key, version.sha256 if version else "", "weights")
-        return FileResponse(handle, as_attachment=True, filename=f"{job.task_name}-{job.id}.pt",
-                            content_type="application/octet-stream")  # not the name's guess (registry.api.BINARY)
+        handle = verified_open(key, found.sha256, "weights")
+        suffix = f"-epoch{found.epoch}" if found.epoch is not None else ""
+        response = FileResponse(handle, as_attachment=True, filename=f"{job.task_name}-{job.id}{suffix}.pt",
+                                content_type="application/octet-stream")  # not the name's guess (registry.api.BINARY)
+        # Which weights these are (a cancelled job's are a checkpoint of some epoch): yoloq prints them.
+        response["X-Weights-Note"] = found.note
+        if found.epoch is not None:
+            response["X-Weights-Epoch"] = str(found.epoch)
+        return response
 
 
 class QueueEntryOut(serializers.Serializer):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db.models import QuerySet
 
 from apps.accounts.selectors import is_manager_of, managed_team_ids, team_ids
@@ -75,3 +77,56 @@ def job_may_requeue(*, user, job: Job) -> bool:
     """Who may requeue a starting/running job or change a queued job's class: a manager of its
     team (the API's requeue and the admin's actions alike; the owner may not)."""
     return is_manager_of(user=user, team=job.team)
+
+
+@dataclass(frozen=True)
+class JobWeightsFound:
+    """What ``jobs/{id}/weights/`` serves: an artifact ``key`` and its ``sha256`` ('' = not recorded).
+
+    ``epoch`` is the epoch a checkpoint is from (None for a finished run's final weights); ``note``
+    says which weights they are, ``missing`` (with no key) why there are none.
+    """
+
+    key: str = ""
+    sha256: str = ""
+    epoch: int | None = None
+    note: str = ""
+    missing: str = ""
+
+
+def job_weights_find(job: Job) -> JobWeightsFound:
+    """The weights a job's owner may download, or why there are none.
+
+    1. A succeeded training job: its final best.pt (``weights_path``), which its model version holds.
+    2. A failed, cancelled or timed-out one: the stored checkpoint Ultralytics also wrote as best.pt
+       (the newest ``best`` row), else its newest stored checkpoint (last.pt of that epoch); they
+       stay in the artifact store ``CHECKPOINT_RETENTION_DAYS`` (apps/jobs/checkpoint_retention.py).
+    3. Anything else: the reason, in words that fit the job's state (an ended job never "yet").
+    """
+    if job.weights_path:
+        version = getattr(job, "model_version", None)
+        return JobWeightsFound(key=job.weights_path, sha256=version.sha256 if version else "",
+                               note="the final weights (best.pt) of the finished run")
+    mode = (job.spec or {}).get("mode") or "train"
+    if job.is_sweep:
+        return JobWeightsFound(missing="A sweep has no weights of its own; its trials have theirs "
+                                       "(the best one's is registered as a model).")
+    if mode != "train":
+        return JobWeightsFound(missing=f"A {mode} job trains nothing, so it has no weights.")
+    if job.state in ACTIVE_STATES:
+        return JobWeightsFound(missing=f"This job has no weights yet: it is {job.state}; they are here once it succeeds.")
+    if job.state == JobState.SUCCEEDED:
+        return JobWeightsFound(missing="The job succeeded but recorded no weights file.")
+    ended = {JobState.CANCELLED: "was cancelled", JobState.TIMED_OUT: "timed out"}.get(job.state, job.state)
+    stored = job.checkpoints.exclude(key="")
+    checkpoint = stored.filter(best=True).order_by("-epoch").first() or stored.order_by("-epoch").first()
+    if checkpoint is not None:
+        which = "best.pt" if checkpoint.best else "last.pt"
+        return JobWeightsFound(key=checkpoint.key, sha256=checkpoint.sha256, epoch=checkpoint.epoch,
+                               note=f"the job {ended} after {job.epochs_done} epochs: its {which} as of epoch "
+                                    f"{checkpoint.epoch} (a training checkpoint)")
+    if not job.epochs_done:
+        return JobWeightsFound(missing=f"The job {ended} before its first epoch ended, so it has no weights.")
+    return JobWeightsFound(missing=f"The job {ended} after {job.epochs_done} epochs, but none of its checkpoints is "
+                                   "kept in the artifact store (they leave it CHECKPOINT_RETENTION_DAYS after the "
+                                   "job ended, or stayed on the server that ran it).")

@@ -35,6 +35,7 @@ from apps.jobs.selectors import (
     job_list,
     job_may_cancel,
     job_may_requeue,
+    job_weights_find,
     queue_depth_by_class,
     team_active_jobs,
 )
@@ -143,6 +144,7 @@ def job_detail(request, job_id):
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         **manager_actions(request.user, job),
         "model_version": model_version,
+        "weights": job_weights_find(job),
         "trial": getattr(job, "trial", None) if job.parent_id else None,
         "page_config": {
             "job": str(job.pk),

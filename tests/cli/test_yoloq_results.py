@@ -1,0 +1,46 @@
+"""yoloq and what an ended job left: its weights (pulled, named by epoch) and its results in status."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from django.conf import settings
+
+from apps.jobs.models import Job, JobState
+from apps.jobs.services import checkpoint_record
+from tests.cli.test_yoloq import logged_in, run  # noqa: F401 - fixtures
+from tests.jobs.factories import make_job
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_weights_pull_fetches_a_cancelled_jobs_checkpoint_and_status_says_which(alice, teams, tmp_path, capsys):
+    job = make_job(team=teams["vision"], user=alice, state=JobState.CANCELLED, task_name="widgets", epochs_done=11)
+    data = b"best.pt bytes of epoch 11"
+    path = settings.JOBS_DIR / str(job.pk) / "checkpoints" / "epoch-0011.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    checkpoint_record(job, epoch=11, path=str(path), sha256=hashlib.sha256(data).hexdigest(), size=len(data), best=True)
+
+    code, out, _ = run(capsys, "status", str(job.pk)[:8])
+    assert code == 0
+    assert f"weights: the job was cancelled after 11 epochs: its best.pt as of epoch 11 (a training checkpoint) " \
+           f"(yoloq weights pull {str(job.pk)[:8]})" in out
+
+    target = tmp_path / "got.pt"
+    code, out, err = run(capsys, "weights", "pull", str(job.pk)[:8], "-o", str(target))
+    assert code == 0, err
+    assert target.read_bytes() == data and out.startswith(f"Saved {target}: the job was cancelled after 11 epochs")
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_weights_pull_of_a_job_cancelled_before_any_epoch_says_why(alice, teams, capsys):
+    job = make_job(team=teams["vision"], user=alice, state=JobState.CANCELLED)
+
+    code, out, _ = run(capsys, "status", str(job.pk)[:8])
+    assert "weights: The job was cancelled before its first epoch ended, so it has no weights." in out
+    code, _, err = run(capsys, "weights", "pull", str(job.pk)[:8])
+    assert code == 1 and "cancelled before its first epoch ended" in err
+    assert Job.objects.count() == 1
