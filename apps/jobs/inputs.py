@@ -152,18 +152,35 @@ def _classes_check(spec: JobSpec, data: DataRef, model: ModelRef | None, errors:
     version = weights.version
     ours = version.class_names if version is not None else weights.class_names
     theirs = [str(name) for name in data.dataset.names or []]
+    if ours is None and version is not None and version.source == version.Source.TRAINING and theirs:
+        # A version trained here always had classes: not knowing them is no reason to let a
+        # mismatched evaluation be filed on it (new-user trial 16, G17).
+        errors[_field(spec, "data")] = (
+            f"dataset {data.dataset.reference} has {len(theirs)} classes ({_names(theirs)}) and the classes of "
+            f"model {version.reference} are not known (it was trained on {_trained_on_name(version)}, which is gone, "
+            f"before versions kept their class names), so the evaluation cannot be checked against them. "
+            f"Evaluate with single_cls=true, or register the weights again")
+        return
     if ours is None or not theirs or ours == theirs:
         return
     first = next((i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None)
     differs = (f"class {first} is {theirs[first]!r} in the dataset and {ours[first]!r} in the model"
                if first is not None else "the first classes agree")
     named = version.reference if version is not None else f"weights {spec.train_args.get('model')}"
-    trained_on = version.dataset if version is not None else None
+    trained_on = _trained_on_name(version) if version is not None and version.source == version.Source.TRAINING else ""
     errors[_field(spec, "data")] = (
         f"dataset {data.dataset.reference} has {len(theirs)} classes ({_names(theirs)}) and model "
         f"{named} {len(ours)} ({_names(ours)}): {differs}; the per-class results would carry the "
         f"model's names. Evaluate on a dataset with the model's classes"
-        f"{f' (it was trained on {trained_on.reference})' if trained_on else ''}, or add single_cls=true")
+        f"{f' (it was trained on {trained_on})' if trained_on else ''}, or add single_cls=true")
+
+
+def _trained_on_name(version) -> str:
+    """The dataset version a model version was trained on, as its lineage names it (the row may be gone)."""
+    if version.dataset is not None:
+        return version.dataset.reference
+    data = (version.lineage or {}).get("dataset") or {}
+    return f"{data['name']}:v{data['version']}" if data.get("name") and data.get("version") else "its dataset"
 
 
 def _names(names: list[str], shown: int = 5) -> str:

@@ -11,6 +11,15 @@ class Stage(models.TextChoices):
     ARCHIVED = "archived"
 
 
+def trained_class_names(lineage: dict | None, dataset) -> list[str] | None:
+    """The classes weights trained here on ``dataset`` predict: its names by id, or the one
+    ``item`` Ultralytics names every class with single_cls (``lineage["spec"]`` is the job's)."""
+    train_args = ((lineage or {}).get("spec") or {}).get("train_args") or {}
+    if train_args.get("single_cls"):
+        return ["item"]
+    return [str(name) for name in (dataset.names if dataset is not None else None) or []] or None
+
+
 class ModelVersion(models.Model):
     """Weights in the registry, versioned per (team, name): trained by a job or uploaded.
 
@@ -63,19 +72,19 @@ class ModelVersion(models.Model):
     @property
     def class_names(self) -> list[str] | None:
         """The classes the weights predict, by id, where the registry knows them: a version trained
-        here has its dataset's (one ``item`` when trained with single_cls, as Ultralytics names it);
-        uploaded weights the model's ``names`` the upload's checkpoint scan read
-        (apps/registry/checkpoint_scan.py). None when that dataset version is gone, and for uploads
-        scanned before the names were read or whose names are not plain."""
+        here keeps the ones it was registered with (``lineage["class_names"]``: its dataset's, one
+        ``item`` when trained with single_cls, as Ultralytics names it; :func:`trained_class_names`),
+        so they outlive that dataset; uploaded weights the model's ``names`` the upload's checkpoint
+        scan read (apps/registry/checkpoint_scan.py). None for uploads scanned before the names were
+        read or whose names are not plain, and for a trained version registered before its names
+        were kept whose dataset is gone and whose weights could not be read (migration 0005)."""
         if self.source == self.Source.UPLOAD:
             names = (((self.lineage or {}).get("uploaded") or {}).get("scan") or {}).get("class_names")
             return [str(name) for name in names] if isinstance(names, list) and names else None
-        if self.dataset is None:
-            return None
-        train_args = ((self.lineage or {}).get("spec") or {}).get("train_args") or {}
-        if train_args.get("single_cls"):
-            return ["item"]
-        return [str(name) for name in self.dataset.names or []] or None
+        names = (self.lineage or {}).get("class_names")
+        if isinstance(names, list) and names:
+            return [str(name) for name in names]
+        return trained_class_names(self.lineage, self.dataset) if self.dataset is not None else None
 
     def as_parent(self) -> dict:
         return {"kind": "version", "id": self.pk, "team": self.team.slug, "name": self.name,

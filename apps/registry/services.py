@@ -28,7 +28,7 @@ from apps.core.versions import version_next
 from apps.datasets.models import Dataset
 
 from .checkpoint_scan import CheckpointRefused, member_name_ok, scan_checkpoint
-from .models import Evaluation, Export, ModelVersion, PredictionRun, SharedWeights, Stage
+from .models import Evaluation, Export, ModelVersion, PredictionRun, SharedWeights, Stage, trained_class_names
 
 
 class WeightsRefused(ValueError):
@@ -80,6 +80,9 @@ def model_register(*, job, weights: Path, metrics: dict, code: dict | None = Non
     parent, dataset = _lineage_links(inputs)
     lineage = {"parent": inputs.get("model") or {}, "dataset": inputs.get("data") or {},
                "spec": job.public_spec, "code": code or {}, "job": str(job.pk), **(lineage_extra or {})}
+    # Kept with the version: a val's class check must not depend on the dataset row surviving
+    # (new-user trial 16, G17). Without a registered dataset, the checkpoint's own names.
+    lineage["class_names"] = trained_class_names(lineage, dataset) or _checkpoint_class_names(weights)
     for _ in range(5):
         try:
             with transaction.atomic():
@@ -94,6 +97,14 @@ def model_register(*, job, weights: Path, metrics: dict, code: dict | None = Non
         except IntegrityError:
             continue  # another job of the same name registered at the same moment
     raise RuntimeError(f"could not register a model version for job {job.pk}")
+
+
+def _checkpoint_class_names(weights: Path) -> list[str] | None:
+    """The model's class names as the checkpoint scan reads them (nothing loaded); None when it cannot."""
+    try:
+        return scan_checkpoint(weights).class_names
+    except (CheckpointRefused, OSError, ValueError):
+        return None
 
 
 # --- uploaded weights ---------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ model on a dataset with other classes, an FP16 TorchScript export where no node 
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -11,6 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from apps.core.artifacts import artifact_path
 from apps.datasets.demo import CLASS_NAMES
 from apps.datasets.models import Dataset
+from apps.datasets.services import dataset_delete
 from apps.jobs.models import Job, JobState
 from apps.jobs.services import attempt_finish, job_submit
 from apps.jobs.spec import parse_spec
@@ -200,6 +203,49 @@ def test_a_val_of_a_model_whose_classes_are_not_known_runs(bob, shapes_v1):
     ModelVersion.objects.filter(pk=shapes_v1.pk).update(source=ModelVersion.Source.UPLOAD)
     dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")
     assert submit(bob, "yolo val model=pcb:v1 data=scratches").status_code == 201
+
+
+def test_a_trained_version_keeps_its_classes_when_its_dataset_is_deleted(bob, alice, shapes_v1):
+    """The check read the training dataset's row: deleting it let a mismatched val file an evaluation."""
+    dataset_delete(dataset=Dataset.objects.get(pk=shapes_v1.dataset_id), by=alice)
+    dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")
+
+    response = submit(bob, "yolo val model=pcb:v1 data=scratches")
+
+    assert response.status_code == 400
+    message = response.json()["command.data"][0]
+    assert "dataset scratches:v1 has 2 classes (scratch, dent) and model pcb:v1 3 (rectangle, circle, triangle)" \
+        in message and "it was trained on demo:v1" in message
+
+
+def test_a_val_of_a_trained_version_whose_classes_are_unknown_is_refused_naming_both(bob, shapes_v1):
+    """A version registered before it kept its names, whose dataset and weights are gone."""
+    ModelVersion.objects.filter(pk=shapes_v1.pk).update(
+        dataset=None, lineage={k: v for k, v in shapes_v1.lineage.items() if k != "class_names"})
+    dataset_post(bob, "scratches", b"0 0.5 0.5 0.2 0.2\n")
+
+    response = submit(bob, "yolo val model=pcb:v1 data=scratches")
+
+    assert response.status_code == 400
+    assert ("dataset scratches:v1 has 2 classes (scratch, dent) and the classes of model pcb:v1 are not known "
+            "(it was trained on demo:v1, which is gone") in response.json()["command.data"][0]
+    assert submit(bob, "yolo val model=pcb:v1 data=scratches single_cls=true").status_code == 201
+
+
+def test_the_migration_gives_older_trained_versions_their_classes(bob, shapes_v1, shapes_pt):
+    """From the training dataset where it still exists, else from the weights file's model."""
+    from django.apps import apps
+
+    backfill = importlib.import_module("apps.registry.migrations.0005_trained_versions_keep_class_names")
+    unnamed = {k: v for k, v in shapes_v1.lineage.items() if k != "class_names"}
+    ModelVersion.objects.filter(pk=shapes_v1.pk).update(lineage=unnamed)
+    assert backfill.class_names_backfill(apps) == 1
+    assert ModelVersion.objects.get(pk=shapes_v1.pk).lineage["class_names"] == ["rectangle", "circle", "triangle"]
+
+    ModelVersion.objects.filter(pk=shapes_v1.pk).update(lineage=unnamed, dataset=None)
+    artifact_path(shapes_v1.weights_key).write_bytes(shapes_pt.read_bytes())
+    assert backfill.class_names_backfill(apps) == 1
+    assert ModelVersion.objects.get(pk=shapes_v1.pk).lineage["class_names"] == ["rectangle", "circle", "triangle"]
 
 
 @pytest.fixture(scope="module")
