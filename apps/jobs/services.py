@@ -62,7 +62,6 @@ from .models import (
 from .paths import ansi_strip, public_text, public_value
 from .selectors import job_may_requeue
 from .spec import JobSpec, SpecError, parse_spec
-from .weights import model_resolve
 
 log = logging.getLogger(__name__)
 
@@ -972,8 +971,8 @@ def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
 def sweep_errors(spec: JobSpec, team) -> dict[str, str]:
     """What only the database and settings can say about a sweep (apps.jobs.spec_sweep checked its shape).
 
-    Each value a parameter may take is checked as a trial would be: ``model`` choices must
-    resolve, and the bounds and choices must pass the per-job limits (``batch`` on a GPU
+    Each value a parameter may take is checked as a trial would be: ``model`` choices as a plain
+    submit of that model is (:func:`~apps.jobs.inputs.inputs_resolve`), and the bounds and choices must pass the per-job limits (``batch`` on a GPU
     share, ``workers``, …). ``parallel`` must leave room under MAX_ACTIVE_JOBS_PER_USER
     (the parent counts as one active job).
     """
@@ -983,6 +982,7 @@ def sweep_errors(spec: JobSpec, team) -> dict[str, str]:
         errors["sweep.parallel"] = (f"is {spec.sweep['parallel']}; you may have at most {cap} active jobs "
                                     f"(MAX_ACTIVE_JOBS_PER_USER), the sweep itself counting as one")
     prefix = "command" if spec.command else "train"
+    base: dict[str, str] | None = None  # the spec's own input errors, reported on their own fields
     for name, parameter in spec.sweep["parameters"].items():
         where = f"sweep.parameters.{name}"
         candidates = (list(enumerate(parameter["choices"])) if parameter["type"] == "categorical"
@@ -990,10 +990,14 @@ def sweep_errors(spec: JobSpec, team) -> dict[str, str]:
         for label, value in candidates:
             path = f"{where}[{label}]" if isinstance(label, int) else f"{where}.{label}"
             if name == "model":
-                try:
-                    model_resolve(team=team, reference=value, yaml_allowed=True)
-                except ValueError as exc:
-                    errors[path] = str(exc)
+                # The checks a plain submit of that trial makes (inputs_resolve: the model resolves, is
+                # the task the spec names, and the dataset's labels serve its task): the trial would
+                # otherwise be "not submitted" once drawn (new-user trial 16, G5).
+                base = base if base is not None else inputs_resolve(spec=spec, team=team)[2]
+                trial = replace(spec, train_args={**spec.train_args, "model": value})
+                found = {k: v for k, v in inputs_resolve(spec=trial, team=team)[2].items() if base.get(k) != v}
+                if found:
+                    errors[path] = "; ".join(v if k.endswith(".model") else f"{k}: {v}" for k, v in found.items())
                 continue
             trial = replace(spec, train_args={**spec.train_args, name: value})
             problem = train_args_limit_errors(trial).get(f"{prefix}.{name}")

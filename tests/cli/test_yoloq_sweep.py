@@ -42,3 +42,22 @@ def test_status_of_a_sweep_prints_its_trials_table_and_best(alice, node, tmp_pat
     assert f"best: trial 0, metrics/mAP50-95(B) 0.5: lr0={lr0:.4g}" in out
     assert [(r["number"], r["state"], r["value"]) for r in table["rows"]] == [
         (int(r[0]), r[3], float(r[4]) if r[4] != "-" else None) for r in rows]
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_status_of_a_sweep_says_why_a_trial_was_not_submitted(alice, tmp_path, capsys):
+    from apps.sweeps.models import Trial
+
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(SWEEP_YAML)
+    assert run(capsys, "submit", str(spec))[0] == 0
+    parent = Job.objects.get(is_sweep=True)
+    # What sweep_trial_submit records when the trial's own submit is refused.
+    Trial.objects.create(sweep=parent, number=0, params={"lr0": 0.01, "batch": 8}, recorded=True,
+                         note="could not be submitted: train.data: dataset demo:v1 was deleted")
+
+    code, out, _ = run(capsys, "status", str(parent.pk)[:8])
+
+    assert code == 0
+    assert "not submitted" in out
+    assert "trial 0: could not be submitted: train.data: dataset demo:v1 was deleted" in out

@@ -258,6 +258,20 @@ def test_every_400_names_the_sweep_field(sweeper, settings):
     assert list(errors) == ["sweep.parameters.model[1]"], errors
 
 
+def test_a_model_choice_is_checked_against_the_dataset_as_a_plain_submit_is(sweeper):
+    """A segment model on a dataset of boxes: refused at submit, not a trial "not submitted" later."""
+    from tests.conftest import api_client
+
+    models = SWEEP_YAML.replace("batch: [8, 16]", "model: [yolov8n.yaml, yolov8n-seg.yaml]")
+    response = api_client(sweeper).post("/api/v1/jobs/", models, content_type="application/yaml")
+
+    assert response.status_code == 400
+    errors = response.json()
+    assert list(errors) == ["sweep.parameters.model[1]"], errors
+    assert errors["sweep.parameters.model[1]"][0].startswith("command.data: dataset demo:v1 holds boxes")
+    assert not Job.objects.exists()
+
+
 def test_a_sweep_cannot_be_requeued_it_runs_no_attempt(sweeper):
     from tests.conftest import api_client
 
