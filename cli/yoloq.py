@@ -338,6 +338,29 @@ def sweep_text(sweep: dict) -> str:
     return "\n".join(lines)
 
 
+def outcome_lines(api: Api, outcome: dict) -> list[tuple[str, str]]:
+    """What a succeeded val, predict or export job produced, as status lines (the job object's ``outcome``)."""
+    lines: list[tuple[str, str]] = []
+    evaluation = outcome.get("evaluation")
+    if evaluation:
+        metrics = evaluation["metrics"] or {}
+        shown = [(label, next((metrics[k] for k in metrics if k.startswith(f"metrics/{key}(")), None))
+                 for label, key in (("mAP50-95", "mAP50-95"), ("mAP50", "mAP50"), ("P", "precision"), ("R", "recall"))]
+        numbers = ", ".join(f"{label} {value_text(value)}" for label, value in shown if value is not None)
+        where = f" on {evaluation['dataset']} {evaluation['split']} split" if evaluation.get("dataset") else ""
+        lines.append(("evaluation", f"{numbers or 'no metrics'}{where}, {evaluation['classes']} classes"
+                      + (f" (per class: {api.base}{evaluation['url']})" if evaluation.get("url") else "")))
+    predictions = outcome.get("predictions")
+    if predictions:
+        lines.append(("predictions", f"{predictions['images']} images, {predictions['boxes']} boxes "
+                                     f"({api.base}{predictions['url']})"))
+    for export in outcome.get("exports") or []:
+        verified = {True: "verified", False: "verification failed", None: "not verified"}[export.get("passed")]
+        lines.append(("export", f"{export['format']}, {export['size']} bytes, {verified} "
+                                f"(download: {api.base}{export['download']})"))
+    return lines
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     api = api_from_config()
     job = api.get(f"jobs/{job_resolve(api, args.id)}/")
@@ -359,13 +382,16 @@ def cmd_status(args: argparse.Namespace) -> int:
                   ("estimated start", eta_text(job)), ("why it waits", job["reason"] or "-")]
     if job["node"]:
         lines.append(("node", f"{job['node']} GPUs {job['gpus']}" + (" (simulated)" if job["simulated"] else "")))
-    lines += [("epochs done", epochs), ("submitted", when(job["created_at"]))]
+    if (job.get("spec") or {}).get("mode", "train") == "train":  # val, predict, export run no epochs
+        lines.append(("epochs done", epochs))
+    lines.append(("submitted", when(job["created_at"])))
     if job["started_at"]:
         lines.append(("started", when(job["started_at"])))
     if job["finished_at"]:
         lines.append(("finished", when(job["finished_at"])))
     if job.get("model_version"):
         lines.append(("model", f"models/{job['model_version']} (download: {api.base}models/{job['model_version']}/download/)"))
+    lines += outcome_lines(api, job.get("outcome") or {})
     weights = job.get("weights") or {}
     if weights.get("available"):
         lines.append(("weights", f"{weights['note']} (yoloq weights pull {job['id'][:8]})"))

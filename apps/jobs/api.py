@@ -235,13 +235,49 @@ class JobWeightsOut(serializers.Serializer):
     note = serializers.CharField(help_text="which weights they are, or why there are none")
 
 
+class JobOutcomeOut(serializers.Serializer):
+    mode = serializers.CharField()
+    evaluation = serializers.DictField(allow_null=True, required=False,
+                                       help_text="a val job's: id, version, dataset, split, metrics, classes, url")
+    predictions = serializers.DictField(allow_null=True, required=False,
+                                        help_text="a predict job's: images, boxes, url (jobs/{id}/predictions/)")
+    exports = serializers.ListField(child=serializers.DictField(), required=False,
+                                    help_text="each exported file: id, format, size, passed, download")
+
+
 class JobDetailOut(JobOut):
-    """One job (``GET jobs/{id}/``): the list's fields, plus what it has to download."""
+    """One job (``GET jobs/{id}/``): the list's fields, plus what it has to download and what it produced."""
 
     weights = serializers.SerializerMethodField()
+    outcome = serializers.SerializerMethodField()
 
     class Meta(JobOut.Meta):
-        fields = [*JobOut.Meta.fields, "weights"]
+        fields = [*JobOut.Meta.fields, "weights", "outcome"]
+
+    @extend_schema_field(JobOutcomeOut(allow_null=True))
+    def get_outcome(self, job: Job) -> dict | None:
+        """What a succeeded val, predict or export job (or a training's ``export:``) stored; null until then."""
+        if job.state != JobState.SUCCEEDED or job.is_sweep:
+            return None
+        mode = (job.spec or {}).get("mode") or "train"
+        outcome: dict = {"mode": mode}
+        evaluation = getattr(job, "evaluation", None) if mode == "val" else None
+        if evaluation is not None:
+            data = evaluation.dataset_lineage or {}
+            outcome["evaluation"] = {
+                "id": evaluation.pk, "version": evaluation.version_id, "split": evaluation.split,
+                "dataset": f"{data['name']}:v{data['version']}" if data.get("name") else None,
+                "metrics": evaluation.metrics, "classes": len(evaluation.per_class or []),
+                "url": f"models/{evaluation.version_id}/" if evaluation.version_id else None}
+        run = getattr(job, "prediction_run", None) if mode == "predict" else None
+        if run is not None:
+            outcome["predictions"] = {"images": run.images, "boxes": run.boxes, "url": f"jobs/{job.pk}/predictions/"}
+        exports = list(job.exports.order_by("created_at")) if mode == "export" or job.spec.get("export") else []
+        if exports:
+            outcome["exports"] = [{"id": e.pk, "format": e.format, "size": e.size,
+                                   "passed": (e.verification or {}).get("passed"),
+                                   "download": f"exports/{e.pk}/download/"} for e in exports]
+        return outcome
 
     @extend_schema_field(JobWeightsOut)
     def get_weights(self, job: Job) -> dict:

@@ -11,6 +11,7 @@ from apps.jobs.models import Job, JobState
 from apps.jobs.services import checkpoint_record
 from tests.cli.test_yoloq import logged_in, run  # noqa: F401 - fixtures
 from tests.jobs.factories import make_job
+from tests.portal.test_job_modes import pcb  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -44,3 +45,16 @@ def test_weights_pull_of_a_job_cancelled_before_any_epoch_says_why(alice, teams,
     code, _, err = run(capsys, "weights", "pull", str(job.pk)[:8])
     assert code == 1 and "cancelled before its first epoch ended" in err
     assert Job.objects.count() == 1
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_status_of_a_val_job_prints_its_evaluation_and_no_epochs(bob, pcb, capsys):  # noqa: F811
+    from tests.jobs.test_job_outcome import val_job
+
+    job = val_job(bob, pcb)
+
+    code, out, _ = run(capsys, "status", str(job.pk)[:8])
+
+    assert code == 0 and "epochs done" not in out
+    assert ("evaluation: mAP50-95 0.412, mAP50 0.634, P 0.71, R 0.52 on demo:v1 val split, 1 classes "
+            "(per class: http") in out and f"/api/v1/models/{pcb.pk}/)" in out
