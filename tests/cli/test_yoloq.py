@@ -14,6 +14,7 @@ from apps.jobs.models import Job, JobState
 from apps.jobs.services import job_transition, log_append
 from cli import yoloq
 from tests.conftest import SEED_SPEC
+from tests.jobs.factories import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -118,3 +119,22 @@ def test_every_positional_argument_has_help(capsys):
     with pytest.raises(SystemExit):
         yoloq.main(["requeue", "-h"])
     assert "unique prefix" in capsys.readouterr().out
+
+
+def test_a_closed_stdout_pipe_ends_quietly(logged_in, alice, teams, config):
+    """`yoloq queue --state succeeded | head -3`: the reader is gone before yoloq prints (trial 16, G15)."""
+    import os
+    import subprocess
+    import sys
+
+    for n in range(3):
+        make_job(team=teams["vision"], user=alice, state=JobState.SUCCEEDED, task_name=f"done-{n}")
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone away before yoloq writes anything
+    try:
+        done = subprocess.run([sys.executable, "-m", "cli.yoloq", "queue", "--state", "succeeded"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60, env={**os.environ})
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141
