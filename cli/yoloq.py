@@ -574,11 +574,18 @@ def cmd_weights_push(args: argparse.Namespace) -> int:
     source = Path(args.file)
     if not source.is_file():
         raise CliError(f"{source}: no such file")
-    filename = args.name or source.name
-    answer = upload(api, "weights/", source, filename, {"team": args.team or ""}, args.quiet)
+    # --name travels as its own field: a multipart file name loses its folders on the way, so
+    # "../../x.pt" was stored as x.pt while this printed model=../../x.pt (trial 16, G10).
+    answer = upload(api, "weights/", source, source.name, {"team": args.team or "", "name": args.name or ""},
+                    args.quiet)
     if args.quiet:
         print(answer["reference"])
         return 0
+    if answer.get("unchanged"):
+        print(f"Unchanged: {answer['team']}/{answer['reference']} already holds these weights "
+              f"(sha256 {answer['sha256'][:16]}…); no new version made")
+        return 0
+    filename = answer["filename"]  # what the server stored, which specs name
     print(f"Stored {filename} for {answer['team']} as {answer['reference']} ({answer['task'] or 'task unknown'}, "
           f"sha256 {answer['sha256'][:16]}…)")
     print(f"  use it: yolo train model={filename} …   (this version: model={answer['reference']})")

@@ -12,7 +12,7 @@ from typing import IO
 from django.conf import settings
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, serializers, status
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.response import Response
@@ -220,23 +220,31 @@ class WeightsIn(StrictInput):
     file = serializers.FileField(help_text="a .pt checkpoint (Ultralytics training or model.save()); "
                                            "model=<file name> then names it in specs")
     team = serializers.SlugField(required=False, help_text="team slug; optional when you are in one team")
+    name = serializers.CharField(required=False, help_text="the file name specs use (model=<name>), a plain "
+                                                           "name ending in .pt; default: the uploaded file's name")
 
 
 class WeightsUploadView(RefundsRefusedUploads, APIView):
     parser_classes = [parsers.MultiPartParser]
     throttle_classes = [UploadThrottle]
 
-    @extend_schema(request={"multipart/form-data": WeightsIn}, responses={201: ModelOut, 400: ERROR, 413: ERROR,
-                                                                          429: ERROR, 503: ERROR})
+    @extend_schema(request={"multipart/form-data": WeightsIn}, responses={
+        201: ModelOut, 200: OpenApiResponse(ModelOut, description="the newest upload of that name already holds "
+                                                                  "these bytes: it, with \"unchanged\": true"),
+        400: ERROR, 413: ERROR, 429: ERROR, 503: ERROR})
     def post(self, request):
         try:
             values, team = upload_input(request, WeightsIn, settings.WEIGHTS_UPLOAD_MAX_BYTES)
         except UploadRefused as exc:
             return exc.response
         upload = values["file"]
+        # The multipart file name loses its folders on the way in ("../../x.pt" arrives as "x.pt"),
+        # so a name with path parts is given, and refused, as the `name` field (trial 16, G10).
+        named = "name" in values
         try:
-            version = weights_upload(user=request.user, team=team, upload=upload, filename=upload.name,
-                                     size=upload.size)
+            version, created = weights_upload(user=request.user, team=team, upload=upload,
+                                              filename=values["name"] if named else upload.name, size=upload.size,
+                                              filename_field="name" if named else "file")
         except WeightsRefused as exc:
             body = {exc.field: [str(exc)]}
             if exc.offending:
@@ -246,6 +254,8 @@ class WeightsUploadView(RefundsRefusedUploads, APIView):
             return storage_refusal(exc, "the weights were")
         finally:
             upload.close()
+        if not created:
+            return Response({**ModelOut(version).data, "unchanged": True}, status=status.HTTP_200_OK)
         return Response(ModelOut(version).data, status=status.HTTP_201_CREATED)
 
 

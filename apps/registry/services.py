@@ -141,14 +141,20 @@ def weights_check(path: Path) -> dict:
         raise WeightsRefused(f"weights refused: {exc}", offending=exc.offending) from None
 
 
-def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int, by=None) -> ModelVersion:
-    """Store uploaded weights as the next version of ``<stem>`` in the team's registry.
+def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int, by=None,
+                   filename_field: str = "file") -> tuple[ModelVersion, bool]:
+    """Store uploaded weights as the next version of ``<stem>`` in the team's registry:
+    ``(version, True)``; or ``(newest version, False)`` when that already holds these bytes
+    under this file name (as a dataset push of unchanged files makes no version).
 
-    1. A plain ``name.pt`` and at most WEIGHTS_UPLOAD_MAX_BYTES (WeightsRefused naming the field).
+    1. A plain ``name.pt`` (WeightsRefused naming ``filename_field``: ``file``, or ``name``
+       where the caller gave the name apart) and at most WEIGHTS_UPLOAD_MAX_BYTES.
     2. Received into a hidden temp file, hashed, and checked by the restricted unpickling
        pass (WeightsRefused naming the offending global) — never loaded.
-    3. Charged to the team's storage quota (StorageQuotaExceeded).
-    4. In one transaction: the version number, the file moved to
+    3. The same sha256 and file name as the newest upload of that name: stop here, nothing
+       kept, nothing charged.
+    4. Charged to the team's storage quota (StorageQuotaExceeded).
+    5. In one transaction: the version number, the file moved to
        ``models/<team>/<stem>/v<N>/<file>``, the row; with an object store the file is then
        copied into it (:func:`_weights_store`); then audited, as done by ``by`` (the
        operator's command) or else ``user``.
@@ -156,7 +162,7 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int, b
     """
     if not member_name_ok(filename):
         raise WeightsRefused("the file name must be a plain name ending in .pt, like yolov8s.pt "
-                             "(letters, digits, '.', '_', '-')", field="file")
+                             "(letters, digits, '.', '_', '-'; no folders)", field=filename_field)
     limit = settings.WEIGHTS_UPLOAD_MAX_BYTES
     if size > limit:
         raise WeightsRefused(f"the file is {size} bytes; the limit is {limit} bytes")
@@ -164,8 +170,14 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int, b
     charge = f"upload:{team.slug}:{path.stem}"
     try:
         scan = weights_check(path)
-        storage_reserve(team=team, key=charge, size=received)
         name = key_part(filename[:-3])
+        newest = ModelVersion.objects.filter(team=team, name=name).order_by("-version").first()
+        if (newest is not None and newest.source == ModelVersion.Source.UPLOAD and newest.sha256 == sha256
+                and newest.filename == filename):
+            # A second push of the same file made v2 and charged it again (trial 16, G11).
+            path.unlink(missing_ok=True)
+            return newest, False
+        storage_reserve(team=team, key=charge, size=received)
         with transaction.atomic():
             latest = ModelVersion.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
             number = version_next(kind="model", team=team, name=name, floor=latest)
@@ -188,7 +200,7 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int, b
     audit_record(actor=by or user, action=AuditEntry.Action.WEIGHTS_UPLOAD, team=team, target=version,
                  message=f"weights {filename} uploaded as {version}", data={
                      "name": name, "version": number, "file": filename, "sha256": sha256, "bytes": received})
-    return version
+    return version, True
 
 
 def _weights_store(version: ModelVersion) -> None:

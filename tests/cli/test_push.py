@@ -80,6 +80,22 @@ def test_weights_push_stores_a_checked_version(logged_in, tmp_path, capsys):
     assert ModelVersion.objects.get().filename == "yolov8s.pt"
 
 
+def test_weights_push_with_folders_in_its_name_is_refused_naming_name(logged_in, tmp_path, capsys):
+    weights = build_checkpoint("yolov8n.yaml", tmp_path)
+    code, out, err = run(capsys, "weights", "push", str(weights), "--team", "vision", "--name", "../../x.pt")
+    assert code == 1 and "name: the file name must be a plain name" in err, (out, err)
+    assert "model=../../x.pt" not in out and not ModelVersion.objects.exists()
+
+
+def test_weights_push_of_the_same_file_again_makes_no_version(logged_in, tmp_path, capsys):
+    weights = build_checkpoint("yolov8n.yaml", tmp_path)
+    assert run(capsys, "weights", "push", str(weights), "--team", "vision", "--name", "mybase.pt")[0] == 0
+    code, out, err = run(capsys, "weights", "push", str(weights), "--team", "vision", "--name", "mybase.pt")
+    assert code == 0, err
+    assert "Unchanged: vision/mybase:v1 already holds these weights" in out
+    assert list(ModelVersion.objects.values_list("version", flat=True)) == [1]
+
+
 def test_weights_push_of_a_pickle_that_runs_code_names_the_global(logged_in, tmp_path, capsys):
     class Boom:
         def __reduce__(self):

@@ -15,6 +15,7 @@ from apps.accounts.models import AuditEntry, StorageCharge
 from apps.jobs.models import Job
 from apps.registry.models import ModelVersion, SharedWeights
 from tests.conftest import SEED_SPEC, api_client
+from tests.registry.conftest import build_checkpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -66,12 +67,38 @@ def test_a_member_uploads_weights_that_become_a_version_and_resolve_by_file_name
     assert spec["inputs"]["model"] == version.as_parent()
 
 
-def test_a_second_upload_of_a_name_is_the_next_version_and_specs_take_the_newest(bob, yolov8n_pt, demo_registered):
+def test_a_second_upload_of_a_name_is_the_next_version_and_specs_take_the_newest(bob, yolov8n_pt, demo_registered,
+                                                                                 tmp_path):
+    other = build_checkpoint("yolov8n.yaml", tmp_path, names={0: "widget"})
     push(bob, yolov8n_pt, "base.pt")
-    push(bob, yolov8n_pt, "base.pt")
+    assert push(bob, other, "base.pt").status_code == 201
     assert list(ModelVersion.objects.values_list("version", flat=True)) == [2, 1]
     submit(bob, "yolo train data=demo model=base.pt epochs=1")
     assert Job.objects.get().spec["inputs"]["model"]["version"] == 2
+
+
+def test_pushing_the_same_bytes_under_the_same_name_again_answers_the_version_it_made(bob, yolov8n_pt):
+    first = push(bob, yolov8n_pt, "base.pt")
+    again = push(bob, yolov8n_pt, "base.pt")
+    assert again.status_code == 200, again.content
+    assert again.json()["unchanged"] is True and again.json()["reference"] == first.json()["reference"] == "base:v1"
+    assert list(ModelVersion.objects.values_list("version", flat=True)) == [1]
+    assert list(StorageCharge.objects.values_list("bytes", flat=True)) == [yolov8n_pt.stat().st_size]
+
+
+def test_a_name_given_apart_with_folders_in_it_is_refused_naming_name(bob, yolov8n_pt):
+    upload = SimpleUploadedFile("mybase.pt", yolov8n_pt.read_bytes(), content_type="application/octet-stream")
+    response = api_client(bob).post("/api/v1/weights/", {"file": upload, "name": "../../x.pt"}, format="multipart")
+    assert response.status_code == 400, response.content
+    assert "plain name" in response.json()["name"][0]
+    assert not ModelVersion.objects.exists() and not StorageCharge.objects.exists()
+
+
+def test_a_name_given_apart_is_the_file_name_specs_use(bob, yolov8n_pt):
+    upload = SimpleUploadedFile("mybase.pt", yolov8n_pt.read_bytes(), content_type="application/octet-stream")
+    response = api_client(bob).post("/api/v1/weights/", {"file": upload, "name": "x.pt"}, format="multipart")
+    assert response.status_code == 201, response.content
+    assert (response.json()["filename"], response.json()["reference"]) == ("x.pt", "x:v1")
 
 
 def test_a_pickle_that_runs_code_is_refused_with_a_400_naming_the_global(bob, tmp_path):
@@ -104,7 +131,7 @@ def test_the_team_storage_quota_counts_weights(bob, yolov8n_pt, teams):
     teams["vision"].storage_quota_gb = 1.5 * yolov8n_pt.stat().st_size / 1024**3
     teams["vision"].save()
     assert push(bob, yolov8n_pt).status_code == 201
-    response = push(bob, yolov8n_pt)
+    response = push(bob, yolov8n_pt, "another.pt")
     assert response.status_code == 400 and "storage quota" in response.json()["file"][0]
     assert ModelVersion.objects.count() == 1
 

@@ -68,8 +68,12 @@ class Command(BaseCommand):
             if user and uploader is None:
                 raise CommandError(f"no user {user!r}")
             with source.open("rb") as handle:
-                version = weights_upload(user=uploader, team=owner, upload=handle, filename=filename,
-                                         size=source.stat().st_size, by=operator_named("weights add"))
+                version, created = weights_upload(user=uploader, team=owner, upload=handle, filename=filename,
+                                                  size=source.stat().st_size, by=operator_named("weights add"))
+            if not created:
+                self.stdout.write(self.style.SUCCESS(
+                    f"unchanged: {owner.slug}/{version.reference} already holds these bytes; no new version made"))
+                return
             self.stdout.write(self.style.SUCCESS(f"{filename} stored for {owner.slug} as {version}"))
         except WeightsRefused as exc:
             raise CommandError(f"{file}: {exc}") from None
