@@ -561,6 +561,14 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
         print(f"Unchanged: {answer['team']}/{answer['reference']} already holds exactly these files "
               f"(sha256 {answer['sha256'][:16]}…); no new version made")
         return 0
+    if answer.get("kind") == "images":
+        # Images without labels serve predict jobs only: "train on it" was refused when followed (trial 16, G4).
+        print(f"Stored {answer['team']}/{answer['reference']}: {answer['num_images']} images without labels; "
+              f"sha256 {answer['sha256'][:16]}…")
+        print(f"  predict on it: yolo predict model=<model> source={answer['name']} …   "
+              f"(this version: source={answer['reference']})")
+        print("  to train on these images, label them first and push a YOLO dataset (data.yaml, images/, labels/)")
+        return 0
     stats = (answer.get("stats") or {}).get("splits") or {}
     splits = ", ".join(f"{k} {v['images']}" for k, v in stats.items())
     print(f"Stored {answer['team']}/{answer['reference']}: {answer['num_images']} images ({splits}), "

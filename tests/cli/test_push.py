@@ -65,6 +65,19 @@ def test_pushing_an_unchanged_folder_again_makes_no_version(logged_in, tmp_path,
     assert list(Dataset.objects.filter(team__slug="vision", name="pcb_defect").values_list("version", flat=True)) == [1]
 
 
+def test_an_images_only_push_advises_predicting_on_it_not_training(logged_in, tmp_path, capsys):
+    folder = tmp_path / "shots"
+    for relative, data in valid_files().items():
+        if relative.startswith("images/"):
+            (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+            (folder / relative).write_bytes(data)
+    code, out, err = run(capsys, "dataset", "push", str(folder), "--team", "vision", "--kind", "images")
+    assert code == 0, err
+    assert "Stored vision/shots:v1: 4 images without labels" in out
+    assert "predict on it: yolo predict model=<model> source=shots" in out and "source=shots:v1" in out
+    assert "yolo train" not in out and "classes" not in out
+
+
 def test_a_refused_dataset_prints_each_problem(logged_in, tmp_path, capsys):
     archive = tmp_path / "bad.zip"
     archive.write_bytes(make_zip(valid_files() | {"labels/train/0.txt": b"7 0.5 0.5 0.2 0.2\n"}))
