@@ -208,12 +208,14 @@ class PreferenceView(APIView):
 
 class DeliveryOut(serializers.ModelSerializer):
     channel = serializers.CharField(source="channel.name")
-    job = serializers.UUIDField(source="job_id", allow_null=True)
+    job = serializers.UUIDField(source="job_id", allow_null=True, help_text="the job it was about (none for a test "
+                                                                            "or a quota notice)")
+    task_name = serializers.CharField(help_text="that job's task name ('' for a test or a quota notice)")
 
     class Meta:
         model = Delivery
-        fields = ["id", "channel", "event", "job", "state", "attempts", "last_error", "response_status",
-                  "created_at", "sent_at"]
+        fields = ["id", "channel", "event", "job", "task_name", "state", "attempts", "last_error",
+                  "response_status", "created_at", "sent_at"]
 
 
 class DeliveryList(APIView):

@@ -108,5 +108,13 @@ class Delivery(models.Model):
         verbose_name_plural = "deliveries"
         constraints = [models.UniqueConstraint(fields=["channel", "cause"], name="one_delivery_per_cause")]
 
+    @property
+    def task_name(self) -> str:
+        """The job it was about, by name: the job's, or what the message said once the job is gone
+        (the log named no job, only a UUID in the API: trial 16, G19)."""
+        if self.job is not None:
+            return self.job.task_name
+        return str((self.payload or {}).get("job", {}).get("task_name") or "")
+
     def __str__(self) -> str:
         return f"{self.event} → {self.channel} ({self.state})"

@@ -15,4 +15,5 @@ def channel_list(*, user) -> QuerySet[Channel]:
 
 
 def delivery_list(*, user) -> QuerySet[Delivery]:
-    return Delivery.objects.filter(channel__in=channel_list(user=user)).select_related("channel", "channel__team")
+    return Delivery.objects.filter(channel__in=channel_list(user=user)).select_related("channel", "channel__team",
+                                                                                       "job")

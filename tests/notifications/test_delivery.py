@@ -294,6 +294,21 @@ def test_the_delivery_log_is_the_owners(running_job, bob, carol, receiver, djang
     assert api_client(carol).get("/api/v1/notifications/deliveries/").json()["results"] == []
 
 
+def test_the_delivery_log_names_the_job_each_delivery_was_about(running_job, bob, receiver,
+                                                                django_capture_on_commit_callbacks):
+    """API: the job's id and task name; portal: its task name linking to its page (trial 16, G19)."""
+    from django.test import Client
+
+    channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
+    finish(running_job, "failed", django_capture_on_commit_callbacks, error="CUDA error")
+    [entry] = api_client(bob).get("/api/v1/notifications/deliveries/").json()["results"]
+    assert (entry["job"], entry["task_name"]) == (str(running_job.pk), "pcb-detector")
+    page = Client()
+    page.force_login(bob)
+    html = page.get("/notifications/").content.decode()
+    assert f'<a href="/jobs/{running_job.pk}/">pcb-detector</a>' in html
+
+
 def test_preferences_round_trip(bob):
     client = api_client(bob)
     assert client.get("/api/v1/notifications/preferences/").json()["on_failed"] is True
