@@ -1164,8 +1164,9 @@ def job_cancel(*, job: Job, by, reason: str = "") -> bool:
     now = timezone.now()
     who = f" by {actor_name(by)}" if by is not None else ""
     why = f": {reason}" if reason else ""
+    data = cancellation_data(job, by=by, reason=reason)
     if job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.CANCELLED, cancel_requested_at=now):
-        job_event(job, "cancelled", f"cancelled{who} while queued{why}")
+        job_event(job, "cancelled", f"cancelled{who} while queued{why}", data)
         if by is not None:
             audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=job.team_id, target=job,
                          message="while queued")
@@ -1175,12 +1176,20 @@ def job_cancel(*, job: Job, by, reason: str = "") -> bool:
         pk=job.pk, state__in=HOLDING_STATES, cancel_requested_at__isnull=True
     ).update(cancel_requested_at=now)
     if requested:
-        job_event(job, "cancel_requested", f"cancel requested{who}{why}")
+        job_event(job, "cancel_requested", f"cancel requested{who}{why}", data)
         if by is not None:
             audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=job.team_id, target=job,
                          message="while running")
         return True
     return False
+
+
+def cancellation_data(job: Job, *, by, reason: str) -> dict:
+    """Who cancelled and why, kept in the cancel's event: the owner is told when someone else
+    (a manager, an operator, a departure, the platform) cancelled their job (trial 16, G8)."""
+    by_owner = by is not None and not isinstance(by, str) and by.pk == job.user_id
+    return {"cancelled_by": actor_name(by) if by is not None else "the platform", "by_owner": by_owner,
+            "reason": reason}
 
 
 def sweep_cancel(parent: Job, *, by) -> bool:
@@ -1194,7 +1203,8 @@ def sweep_cancel(parent: Job, *, by) -> bool:
         return False
     who = f"by {actor_name(by)}" if by is not None else "by the platform"
     trials = list(Job.objects.filter(parent=parent, state__in=ACTIVE_STATES).select_related("team"))
-    job_event(parent, "cancelled", f"cancelled {who}; cancelling its {len(trials)} queued or running trial(s)")
+    job_event(parent, "cancelled", f"cancelled {who}; cancelling its {len(trials)} queued or running trial(s)",
+              cancellation_data(parent, by=by, reason=""))
     if by is not None:
         audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=parent.team_id, target=parent,
                      message="sweep with its trials")

@@ -30,6 +30,13 @@ from .services import (
 )
 
 
+def event_choice() -> serializers.ChoiceField:
+    """One event name; a wrong one is refused with the valid names (it said only "not a valid
+    choice": trial 16, G8)."""
+    return serializers.ChoiceField(choices=Event.values, error_messages={
+        "invalid_choice": f'"{{input}}" is not an event; choose from {", ".join(Event.values)}'})
+
+
 class ChannelOut(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
@@ -74,7 +81,7 @@ class ChannelPatchIn(StrictInput):
                  for key in ("kind", "target", "team", "secret")}
     name = serializers.CharField(max_length=100, required=False)
     enabled = serializers.BooleanField(required=False)
-    events = serializers.ListField(child=serializers.ChoiceField(choices=Event.values), required=False)
+    events = serializers.ListField(child=event_choice(), required=False)
     started_late_minutes = serializers.IntegerField(min_value=1, max_value=100000, required=False)
 
 
@@ -93,7 +100,7 @@ class ChannelIn(StrictInput):
     kind = serializers.ChoiceField(choices=Channel.Kind.values)
     target = serializers.CharField(max_length=1000)
     team = serializers.SlugField(required=False, help_text="a team you manage: a team channel")
-    events = serializers.ListField(child=serializers.ChoiceField(choices=Event.values), required=False)
+    events = serializers.ListField(child=event_choice(), required=False)
     started_late_minutes = serializers.IntegerField(min_value=1, max_value=100000, required=False,
                                                     help_text="team channels only; 30 when left out")
 
@@ -189,6 +196,7 @@ class PreferenceIn(StrictInput):
     started_late_minutes = serializers.IntegerField(min_value=1, max_value=100000, required=False)
     on_quota_nearly_used = serializers.BooleanField(required=False)
     quota_percent = serializers.IntegerField(min_value=1, max_value=100, required=False)
+    on_cancelled = serializers.BooleanField(required=False, help_text="a job of yours cancelled by someone else")
 
 
 class PreferenceView(APIView):

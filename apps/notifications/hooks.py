@@ -17,7 +17,8 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 QUEUE = "notifications"
 # JobEvent kind -> what it may become ("running" becomes started_late if the wait was long).
-NOTIFYING_KINDS = {"succeeded", "failed", "timed_out", "preempted", "running"}
+# "cancelled" is news only when someone other than the owner cancelled (tasks.cancelled_by_another).
+NOTIFYING_KINDS = {"succeeded", "failed", "timed_out", "preempted", "running", "cancelled"}
 
 
 def job_event_recorded(*, job_id, kind: str, event_id: int) -> None:

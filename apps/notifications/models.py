@@ -15,6 +15,7 @@ class Event(models.TextChoices):
     PREEMPTED = "preempted"
     STARTED_LATE = "started_late", "started after a long wait"
     QUOTA_NEARLY_USED = "quota_nearly_used", "quota nearly used"
+    CANCELLED = "cancelled", "cancelled by someone else"
 
 
 TEST_EVENT = "test"
@@ -37,6 +38,8 @@ class NotificationPreference(models.Model):
     started_late_minutes = models.PositiveIntegerField(default=30)
     on_quota_nearly_used = models.BooleanField(default=False)
     quota_percent = models.PositiveSmallIntegerField(default=80, help_text="of the rolling 24 h GPU quota")
+    on_cancelled = models.BooleanField(default=True, help_text="a job cancelled by someone else (a manager, an "
+                                                               "operator, a removal from the team)")
     updated_at = models.DateTimeField(auto_now=True)
 
     def wants(self, event: str) -> bool:

@@ -58,6 +58,11 @@ def fan_out(job_id: str, kind: str, event_id: int, *, quota: bool = True) -> int
     job = Job.objects.select_related("team", "user").filter(pk=job_id).first()
     if job is None:
         return 0
+    cancellation = None
+    if kind == "cancelled":
+        cancellation = cancelled_by_another(job)
+        if cancellation is None:
+            return 0
     happened_at = JobEvent.objects.filter(pk=event_id).values_list("created_at", flat=True).first() \
         or timezone.now()
     channels = Channel.objects.filter(enabled=True, created_at__lte=happened_at)
@@ -73,10 +78,25 @@ def fan_out(job_id: str, kind: str, event_id: int, *, quota: bool = True) -> int
         if event and event in (channel.events or []):
             wanted.append((channel, event))
     queued = sum(queue_delivery(channel, event, job=job, cause=f"event:{event_id}",
-                                payload=job_payload(job, event, wait_s)) for channel, event in wanted)
+                                payload=job_payload(job, event, wait_s, cancellation=cancellation))
+                 for channel, event in wanted)
     if quota and kind in FINAL_KINDS:
         queued += quota_check(job, preference)
     return queued
+
+
+def cancelled_by_another(job: Job) -> dict | None:
+    """Who cancelled ``job`` and why (its cancel's event data), when that was not its owner; None
+    for the owner's own cancel (they know) and for a sweep's trial (its sweep ends the story)."""
+    from apps.jobs.models import JobEvent
+
+    if job.parent_id:
+        return None
+    for data in JobEvent.objects.filter(job=job, kind__in=("cancelled", "cancel_requested")) \
+            .order_by("-seq").values_list("data", flat=True):
+        if "cancelled_by" in (data or {}):
+            return None if data.get("by_owner") else data
+    return None
 
 
 def quota_check(job: Job, preference: NotificationPreference) -> int:
@@ -105,20 +125,26 @@ MESSAGES = {
     Event.TIMED_OUT: "{task} timed out",
     Event.PREEMPTED: "{task} was preempted and requeued",
     Event.STARTED_LATE: "{task} started after waiting {wait}",
+    Event.CANCELLED: "{task} was cancelled by {by}{why}",
 }
 
 
-def job_payload(job: Job, event: str, wait_s: float | None) -> dict:
+def job_payload(job: Job, event: str, wait_s: float | None, *, cancellation: dict | None = None) -> dict:
     wait = f"{wait_s / 60:.0f} min" if wait_s is not None else "?"
+    cancellation = cancellation or {}
+    why = f": {cancellation['reason']}" if cancellation.get("reason") else ""
     payload = {
         "event": event,
-        "message": MESSAGES[event].format(task=job.task_name, wait=wait),
+        "message": MESSAGES[event].format(task=job.task_name, wait=wait, by=cancellation.get("cancelled_by"),
+                                          why=why),
         "job": {"id": str(job.pk), "task_name": job.task_name, "team": job.team.slug, "user": job.user.username,
                 "state": job.state, "attempt": job.attempt, "priority_class": job.priority_class,
                 "error": (job.error.splitlines() or [""])[0][:500]},
     }
     if wait_s is not None and event == Event.STARTED_LATE:
         payload["wait_seconds"] = round(wait_s)
+    if event == Event.CANCELLED:
+        payload["cancelled_by"], payload["reason"] = cancellation.get("cancelled_by"), cancellation.get("reason", "")
     if settings.PORTAL_URL:
         payload["url"] = f"{settings.PORTAL_URL.rstrip('/')}/jobs/{job.pk}/"
     return payload

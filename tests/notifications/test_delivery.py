@@ -309,6 +309,61 @@ def test_the_delivery_log_names_the_job_each_delivery_was_about(running_job, bob
     assert f'<a href="/jobs/{running_job.pk}/">pcb-detector</a>' in html
 
 
+def test_a_job_a_manager_cancels_tells_its_owner_and_the_team_who_cancelled_it(
+        running_job, alice, bob, receiver, django_capture_on_commit_callbacks):
+    """A running job: the manager's cancel request names who; the worker's stop sends it (trial 16, G8)."""
+    channel_create(by=bob, name="mine", kind="webhook", target=receiver.url)
+    channel_create(by=alice, name="team", kind="webhook", target=receiver.url, team=running_job.team,
+                   events=["cancelled"])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api_client(alice).post(f"/api/v1/jobs/{running_job.pk}/cancel/").status_code == 202
+    run_notifications()
+    assert receiver.received == []  # only asked: the job still runs
+    finish(running_job, "cancelled", django_capture_on_commit_callbacks)
+    payloads = [json.loads(post.body) for post in receiver.received]
+    assert len(payloads) == 2 and {p["event"] for p in payloads} == {"cancelled"}
+    assert {p["message"] for p in payloads} == {"pcb-detector was cancelled by alice"}
+    assert {p["cancelled_by"] for p in payloads} == {"alice"}
+
+
+def test_a_departure_cancelling_queued_jobs_says_why(teams, alice, bob, receiver, django_capture_on_commit_callbacks):
+    from apps.jobs.departures import departure_apply
+
+    make_job(team=teams["vision"], user=bob, task_name="waiting-one")
+    channel_create(by=bob, name="mine", kind="webhook", target=receiver.url)
+    with django_capture_on_commit_callbacks(execute=True):
+        departure_apply(user=bob, team=teams["vision"], by=alice)
+    run_notifications()
+    [post] = receiver.received
+    payload = json.loads(post.body)
+    assert payload["message"] == "waiting-one was cancelled by alice: its owner bob was removed from vision"
+    assert payload["reason"] == "its owner bob was removed from vision"
+
+
+def test_cancelling_ones_own_job_sends_nothing_and_the_preference_mutes_others_cancels(
+        teams, alice, bob, receiver, django_capture_on_commit_callbacks):
+    channel_create(by=bob, name="mine", kind="webhook", target=receiver.url)
+    own, other = (make_job(team=teams["vision"], user=bob, task_name=name) for name in ("own", "other"))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api_client(bob).post(f"/api/v1/jobs/{own.pk}/cancel/").status_code == 202
+    run_notifications()
+    assert receiver.received == []
+    preference_update(user=bob, on_cancelled=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api_client(alice).post(f"/api/v1/jobs/{other.pk}/cancel/").status_code == 202
+    run_notifications()
+    assert receiver.received == [] and not Delivery.objects.exists()
+
+
+def test_an_unknown_event_is_refused_with_the_valid_ones(teams, alice):
+    response = api_client(alice).post("/api/v1/notifications/channels/", {
+        "name": "t", "kind": "webhook", "target": "https://hooks.example.org/x", "team": "vision",
+        "events": ["failed", "canceled"]}, format="json")
+    assert response.status_code == 400
+    [problem] = response.json()["events"]["1"]
+    assert "canceled" in problem and "succeeded, failed, timed_out" in problem and "cancelled" in problem
+
+
 def test_preferences_round_trip(bob):
     client = api_client(bob)
     assert client.get("/api/v1/notifications/preferences/").json()["on_failed"] is True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from apps.notifications.models import Channel, Delivery, NotificationPreference
+from apps.notifications.models import Channel, Delivery, Event, NotificationPreference
 
 pytestmark = pytest.mark.django_db
 
@@ -75,4 +75,4 @@ def test_every_label_of_the_page_belongs_to_its_control(alice):
         assert (target and target.group(1) in ids) or "<input" in inside or "<select" in inside, (attributes, inside)
     events = re.search(r'<fieldset class="field checks" id="channel-events"><legend>Team events</legend>(.*?)</fieldset>',
                        html, re.S)
-    assert events and len(re.findall(r'<label class="inline"><input type="checkbox" name="events"', events.group(1))) == 6
+    assert events and len(re.findall(r'<label class="inline"><input type="checkbox" name="events"', events.group(1))) == len(Event.values)
