@@ -197,6 +197,8 @@ class PreferenceIn(StrictInput):
     on_quota_nearly_used = serializers.BooleanField(required=False)
     quota_percent = serializers.IntegerField(min_value=1, max_value=100, required=False)
     on_cancelled = serializers.BooleanField(required=False, help_text="a job of yours cancelled by someone else")
+    on_sweep_trials = serializers.BooleanField(required=False, help_text="each sweep trial's own events too "
+                                                                        "(off: the sweep's message sums them up)")
 
 
 class PreferenceView(APIView):

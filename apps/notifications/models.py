@@ -40,6 +40,8 @@ class NotificationPreference(models.Model):
     quota_percent = models.PositiveSmallIntegerField(default=80, help_text="of the rolling 24 h GPU quota")
     on_cancelled = models.BooleanField(default=True, help_text="a job cancelled by someone else (a manager, an "
                                                                "operator, a removal from the team)")
+    on_sweep_trials = models.BooleanField(default=False, help_text="each trial of a sweep as its own job (the "
+                                                                   "sweep's own message carries their summary)")
     updated_at = models.DateTimeField(auto_now=True)
 
     def wants(self, event: str) -> bool:

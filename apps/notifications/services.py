@@ -17,7 +17,8 @@ from apps.core.errors import FieldErrors
 from .models import TEST_EVENT, Channel, Delivery, Event, NotificationPreference
 
 PREFERENCE_FIELDS = ("on_succeeded", "on_failed", "on_timed_out", "on_preempted", "on_started_late",
-                     "started_late_minutes", "on_quota_nearly_used", "quota_percent", "on_cancelled")
+                     "started_late_minutes", "on_quota_nearly_used", "quota_percent", "on_cancelled",
+                     "on_sweep_trials")
 
 
 def target_error(kind: str, target: str) -> str | None:

@@ -63,22 +63,26 @@ def fan_out(job_id: str, kind: str, event_id: int, *, quota: bool = True) -> int
         cancellation = cancelled_by_another(job)
         if cancellation is None:
             return 0
-    happened_at = JobEvent.objects.filter(pk=event_id).values_list("created_at", flat=True).first() \
-        or timezone.now()
+    recorded = JobEvent.objects.filter(pk=event_id).first()
+    happened_at = recorded.created_at if recorded is not None else timezone.now()
     channels = Channel.objects.filter(enabled=True, created_at__lte=happened_at)
     wait_s = (job.started_at - job.queued_at).total_seconds() if job.started_at and job.queued_at else None
     preference = preference_of(job.user)
+    # A sweep's trials are heard through the sweep's own message (one per trial was 25 messages
+    # for a 24-trial sweep: trial 16, G18), unless their owner asked for them.
+    trial = job.parent_id is not None
     wanted: list[tuple[Channel, str]] = []
-    for channel in channels.filter(user=job.user):
+    for channel in channels.filter(user=job.user) if not trial or preference.on_sweep_trials else ():
         event = event_for(kind, wait_s, preference.started_late_minutes)
         if event and preference.wants(event):
             wanted.append((channel, event))
-    for channel in channels.filter(team=job.team):
+    for channel in channels.filter(team=job.team) if not trial else ():
         event = event_for(kind, wait_s, channel.started_late_minutes)
         if event and event in (channel.events or []):
             wanted.append((channel, event))
+    sweep = recorded if job.is_sweep and recorded is not None and kind in FINAL_KINDS else None
     queued = sum(queue_delivery(channel, event, job=job, cause=f"event:{event_id}",
-                                payload=job_payload(job, event, wait_s, cancellation=cancellation))
+                                payload=job_payload(job, event, wait_s, cancellation=cancellation, sweep=sweep))
                  for channel, event in wanted)
     if quota and kind in FINAL_KINDS:
         queued += quota_check(job, preference)
@@ -129,7 +133,10 @@ MESSAGES = {
 }
 
 
-def job_payload(job: Job, event: str, wait_s: float | None, *, cancellation: dict | None = None) -> dict:
+def job_payload(job: Job, event: str, wait_s: float | None, *, cancellation: dict | None = None,
+                sweep=None) -> dict:
+    """The message of one job event; ``sweep``: a sweep's final JobEvent, whose summary (trials
+    completed, pruned and failed, the best trial, the registered version) it carries."""
     wait = f"{wait_s / 60:.0f} min" if wait_s is not None else "?"
     cancellation = cancellation or {}
     why = f": {cancellation['reason']}" if cancellation.get("reason") else ""
@@ -145,6 +152,10 @@ def job_payload(job: Job, event: str, wait_s: float | None, *, cancellation: dic
         payload["wait_seconds"] = round(wait_s)
     if event == Event.CANCELLED:
         payload["cancelled_by"], payload["reason"] = cancellation.get("cancelled_by"), cancellation.get("reason", "")
+    if sweep is not None:
+        payload["message"] = f"{payload['message']}: {sweep.message}"
+        payload["sweep"] = {key: value for key, value in (sweep.data or {}).items()
+                            if key in ("trials", "completed", "pruned", "failed", "best", "model")}
     if settings.PORTAL_URL:
         payload["url"] = f"{settings.PORTAL_URL.rstrip('/')}/jobs/{job.pk}/"
     return payload

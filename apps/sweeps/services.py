@@ -301,7 +301,7 @@ def sweep_complete(parent: Job, config: dict, trials: list[Trial]) -> bool:
         return False  # the store is unreachable: the sweep waits (its reason says so) and tries again
     return sweep_finish(parent, state=JobState.SUCCEEDED, best=best.job, data=summary,
                         message=f"finished ({counts}); best: trial {best.number}, {metric} {best.value:.4g}",
-                        register=lambda: best_register(parent, config, best, weights, kept))
+                        register=lambda: best_register(parent, config, best, weights, kept, summary))
 
 
 # Sweeps waiting for the artifact store: their pk -> (monotonic time of the next try, pause).
@@ -353,9 +353,10 @@ def best_weights(parent: Job, best: Trial, kept: dict) -> Path | str | None:
     return path
 
 
-def best_register(parent: Job, config: dict, best: Trial, weights: Path | str, kept: dict) -> str:
+def best_register(parent: Job, config: dict, best: Trial, weights: Path | str, kept: dict, summary: dict) -> str:
     """Register the best trial's weights (:func:`best_weights`) as the next version of the sweep's
-    name, the sweep as lineage; or say why nothing is."""
+    name, the sweep as lineage, its reference into ``summary["model"]`` (the sweep's final event
+    data, which its notification carries); or say why nothing is."""
     if isinstance(weights, str):
         return weights
     job = best.job
@@ -365,6 +366,7 @@ def best_register(parent: Job, config: dict, best: Trial, weights: Path | str, k
         lineage_extra={"sweep": {"id": str(parent.pk), "task_name": parent.task_name, "method": config["method"],
                                  "metric": config["metric"], "trials": config["trials"], "trial": best.number,
                                  "value": best.value, "params": best.params}})
+    summary["model"] = version.reference
     return f"its weights are registered as {version}"
 
 

@@ -111,7 +111,7 @@ def test_a_lagging_trial_is_pruned_at_the_epoch_the_pruner_says_and_counts_as_fi
     parent.refresh_from_db()
     assert parent.state == JobState.SUCCEEDED
     assert JobEvent.objects.filter(job=parent, kind="succeeded").get().data == {
-        "trials": 3, "completed": 2, "pruned": 1, "failed": 0,
+        "trials": 3, "completed": 2, "pruned": 1, "failed": 0, "model": "lr-sweep:v1",
         "best": {"trial": 0, "job": str(trial_jobs(parent)[0].pk), "value": 0.8, "params": {"lr0": 0.01}}}
 
 
