@@ -98,7 +98,8 @@ def test_compose_has_the_stack_and_passes_only_settings_that_exist():
     assert "--appendonly yes" in redis_command and "--maxmemory-policy noeviction" in redis_command
     devices = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
-    known = settings_read() | {"WEB_WORKERS"}  # WEB_WORKERS is read by the image's uvicorn command
+    # WEB_WORKERS is read by the image's uvicorn command, the AWS_* credentials by boto3.
+    known = settings_read() | {"WEB_WORKERS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     for name in ("web", "scheduler", "worker", "migrate"):
         unknown = set(services[name]["environment"]) - known
         assert not unknown, f"{name} passes settings that settings.py never reads: {unknown}"
