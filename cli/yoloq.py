@@ -299,6 +299,11 @@ def cmd_queue(args: argparse.Namespace) -> int:
         print(f"No {args.state} jobs." if args.state not in (None, "active") else "Nothing running or queued.")
         return 0
     print(table(rows, ["POS", "ID", "TASK", "TEAM", "USER", "CLASS", "GPUS", "STATE", "WHERE / WHY"]))
+    if "queued" in states:
+        # The reasons and estimates are the scheduler's last word: say when it has stopped planning.
+        note = (api.get("cluster/").get("scheduler") or {}).get("note")
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     return 0
 
 

@@ -8,6 +8,7 @@ from rest_framework.views import APIView
 from apps.core.api import query_strict
 from apps.core.openapi import ERROR
 from apps.jobs.selectors import queue_depth_by_class
+from apps.monitoring.recorders import scheduler_status
 
 from .selectors import cluster_overview, cluster_totals
 
@@ -22,8 +23,16 @@ class ClusterTotalsOut(serializers.Serializer):
 
 
 # Schema only: the view returns the selectors' dicts (a docstring here would show in the schema).
+class SchedulerOut(serializers.Serializer):
+    planning = serializers.BooleanField(allow_null=True, help_text="a pass within the last minute; null: unknown")
+    last_pass_at = serializers.DateTimeField(allow_null=True)
+    seconds_since = serializers.IntegerField(allow_null=True)
+    note = serializers.CharField(allow_blank=True, help_text="why queued jobs wait, when it is not planning")
+
+
 class ClusterOut(serializers.Serializer):
     totals = ClusterTotalsOut()
+    scheduler = SchedulerOut()
     queue_depth = serializers.DictField(child=serializers.IntegerField())
     nodes = serializers.ListField(child=serializers.DictField())
 
@@ -33,4 +42,5 @@ class ClusterView(APIView):
     def get(self, request):
         query_strict(request, takes=(), what="the cluster view")
         nodes = cluster_overview(user=request.user)
-        return Response({"totals": cluster_totals(nodes), "queue_depth": queue_depth_by_class(), "nodes": nodes})
+        return Response({"totals": cluster_totals(nodes), "scheduler": scheduler_status(),
+                         "queue_depth": queue_depth_by_class(), "nodes": nodes})

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import redis
 
@@ -139,3 +140,34 @@ def websocket_clients(client: redis.Redis) -> int:
 def last_pass_time(client: redis.Redis) -> float | None:
     value = client.get(LAST_PASS_KEY)
     return float(value) if value else None
+
+
+# A pass runs every SCHEDULER_TICK_S (3 s); none for this long and the scheduler is not planning
+# (the same minute as the YoloportalSchedulerNotPlanning alert).
+SCHEDULER_SILENT_S = 60
+
+
+def scheduler_status(*, now: float | None = None) -> dict:
+    """Whether the scheduler is planning, for the people who wait on it: while it is stopped the
+    queue kept counting down estimates already past, and nothing said why (multi-node trial M9).
+
+    ``planning``: True (a pass within ``SCHEDULER_SILENT_S``), False (none since ``last_pass_at``,
+    or none ever recorded), None (Redis, where passes are recorded, does not answer). ``note``:
+    a sentence to show beside the queue when it is not True, else ''.
+    """
+    now = time.time() if now is None else now
+    try:
+        last = last_pass_time(redis_client())
+    except redis.RedisError:
+        return {"planning": None, "last_pass_at": None, "seconds_since": None,
+                "note": "whether the scheduler is planning is unknown (Redis does not answer)"}
+    if last is None:
+        return {"planning": False, "last_pass_at": None, "seconds_since": None,
+                "note": "the scheduler has not planned yet: queued jobs wait for it (is `manage.py scheduler` running?)"}
+    since = max(0.0, now - last)
+    at = datetime.fromtimestamp(last, tz=UTC)
+    planning = since <= SCHEDULER_SILENT_S
+    note = "" if planning else (
+        f"the scheduler has not planned since {at:%H:%M:%S} UTC ({since / 60:.0f} min ago): queued jobs wait for it "
+        "and their estimates are stale (is `manage.py scheduler` running?)")
+    return {"planning": planning, "last_pass_at": at.isoformat(), "seconds_since": round(since), "note": note}

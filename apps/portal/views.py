@@ -52,6 +52,7 @@ from apps.jobs.services import (
     urgent_errors,
 )
 from apps.jobs.spec import SpecError
+from apps.monitoring.recorders import scheduler_status
 from apps.monitoring.services import cluster_history
 from apps.quotas.reports import GROUPS, report_for_page
 from apps.quotas.selectors import usage_summary
@@ -82,6 +83,8 @@ def dashboard_context(user) -> dict:
     return {
         "nodes": nodes,
         "totals": cluster_totals(nodes),
+        # Said above the queue when the scheduler is not planning (multi-node trial M9).
+        "scheduler": scheduler_status(),
         "queue_depth": queue_depth_by_class(),
         "my_jobs": list(active_jobs_of(user=user).order_by("queue_position", "-created_at")[:50]),
         # A manager watches the team's work too, not only their own (trial 14, F14).
@@ -145,6 +148,7 @@ def job_detail(request, job_id):
         **manager_actions(request.user, job),
         "model_version": model_version,
         "weights": job_weights_find(job),
+        "scheduler": scheduler_status() if job.state == JobState.QUEUED else None,
         "trial": getattr(job, "trial", None) if job.parent_id else None,
         "page_config": {
             "job": str(job.pk),

@@ -86,3 +86,18 @@ def test_queue_takes_the_portals_active_and_finished(web, config, alice, bob, te
     with pytest.raises(SystemExit):
         yoloq.main(["queue", "-h"])
     assert "finished: every ended state" in capsys.readouterr().out
+
+
+def test_queue_says_when_the_scheduler_is_not_planning(web, config, alice, teams, capsys):
+    """Multi-node trial M9: with the scheduler stopped the queue kept its stale estimates silently."""
+    from apps.monitoring import recorders
+
+    make_job(team=teams["vision"], user=alice, task_name="alice-waits", queue_position=1)
+    login(web, alice, capsys)
+    recorders.scheduler_pass_record(0.01, finished_at=timezone.now().timestamp() - 600)
+    code, out, err = run(capsys, "queue")
+    assert code == 0 and "alice-waits" in out
+    assert "note: the scheduler has not planned since" in err and "(10 min ago)" in err
+    recorders.scheduler_pass_record(0.01)
+    code, _, err = run(capsys, "queue")
+    assert code == 0 and "note:" not in err
