@@ -6,12 +6,17 @@ A backup is a folder::
     database.sqlite3     SQLite: an online copy (sqlite3's backup API, consistent while others write)
     database.dump        PostgreSQL: ``pg_dump --format=custom`` (consistent snapshot)
     storage/<root>/…     the artifact roots (datasets, jobs, models, weights: apps/core/artifacts.py)
+                         on this machine's disk
+    store/<root>/…       with an object store (ARTIFACTS_S3_BUCKET): every object of the roots
+                         in it, fetched through the storage API (apps/core/storage.py)
     secret_key           the generated SECRET_KEY when there is one (sessions survive the move)
 
 The database is taken first, then the files: rows only name keys (never absolute paths),
 and a file written after the dump is harmless extra. Restoring puts the files under the
-new installation's roots (wherever its DATA_DIR is) and loads the database into an empty
-one; ``migrate`` then brings an older backup up to the code. See docs/deploy.md "Backups".
+new installation's roots (wherever its DATA_DIR is) and, when it has an object store, every
+object (and every file of the roots the store lacked) into that store — the one the restoring
+installation is configured with, not the old one; it loads the database into an empty one;
+``migrate`` then brings an older backup up to the code. See docs/deploy.md "Backups".
 """
 
 from __future__ import annotations
@@ -27,7 +32,15 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from apps.core.artifacts import ROOTS, root_path
+from apps.core.artifacts import ROOTS, ArtifactKeyError, key_check, root_path
+from apps.core.storage import (
+    StorageUnavailable,
+    artifact_listing,
+    artifact_read,
+    artifact_store_name,
+    artifact_upload,
+    shared_filesystem,
+)
 
 
 class BackupError(RuntimeError):
@@ -72,6 +85,35 @@ def _copy_tree(source: Path, target: Path) -> int:
     return count
 
 
+def _fetch_store(root: str, target: Path) -> int:
+    """Copy every object under ``root`` in the object store into ``target``; how many."""
+    count = 0
+    for key in artifact_listing(root):
+        destination = target / key.partition("/")[2]
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with artifact_read(key) as source, open(destination, "wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+        count += 1
+    return count
+
+
+def _tree_keys(folder: Path, root: str) -> dict[str, Path]:
+    """The files of a backup's copy of ``root`` by key (hidden ones aside)."""
+    if not folder.is_dir():
+        return {}
+    return {f"{root}/{path.relative_to(folder).as_posix()}": path for path in sorted(folder.rglob("*"))
+            if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)}
+
+
+def _addressable(key: str) -> bool:
+    """A local file whose name no key can hold (no row names it) stays out of the store."""
+    try:
+        key_check(key)
+    except ArtifactKeyError:
+        return False
+    return True
+
+
 def backup(target: Path) -> dict:
     """Write a backup of this installation into the new folder ``target``."""
     target = Path(target)
@@ -102,11 +144,21 @@ def backup(target: Path) -> dict:
     for root in ROOTS:
         source = root_path(root)
         files[root] = _copy_tree(source, target / "storage" / root) if source.is_dir() else 0
+    objects = None
+    if not shared_filesystem():
+        # With an object store the local roots hold only this machine's copies: the store is where
+        # every weights file, checkpoint and log archive lives (multi-node trial, M1).
+        try:
+            objects = {root: _fetch_store(root, target / "store" / root) for root in ROOTS}
+        except StorageUnavailable as exc:
+            raise BackupError(f"{exc}: the backup in {target} is incomplete; run it again into a new folder") from None
     secret = Path(settings.DATA_DIR) / "secret_key"
     if secret.is_file() and not os.environ.get("SECRET_KEY"):
         shutil.copy2(secret, target / "secret_key")
     manifest = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "engine": vendor,
                 "files": files, "secret_key": (target / "secret_key").exists()}
+    if objects is not None:
+        manifest |= {"store": artifact_store_name(), "objects": objects}
     (target / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
@@ -128,6 +180,15 @@ def restore(source: Path) -> dict:
         folder = root_path(root)
         if folder.is_dir() and any(p for p in folder.iterdir() if not p.name.startswith(".")):
             raise BackupError(f"{folder} ({root}) is not empty: restore into a fresh storage")
+    into_store = not shared_filesystem()
+    if into_store:
+        try:
+            for root in ROOTS:
+                if artifact_listing(root):
+                    raise BackupError(f"the artifact store {artifact_store_name()} already holds objects under {root}/: "
+                                      "restore into an empty bucket")
+        except StorageUnavailable as exc:
+            raise BackupError(str(exc)) from None
     if vendor == "sqlite":
         name = Path(settings.DATABASES["default"]["NAME"])
         connection.close()
@@ -143,11 +204,27 @@ def restore(source: Path) -> dict:
                                  str(source / "database.dump")], env=_pg_env(), capture_output=True, text=True)
         if result.returncode != 0:
             raise BackupError(f"pg_restore failed: {result.stderr.strip()}")
-    files = {}
+    files, objects = {}, {}
     for root in ROOTS:
         stored = source / "storage" / root
         files[root] = _copy_tree(stored, root_path(root)) if stored.is_dir() else 0
+        from_store = _tree_keys(source / "store" / root, root)
+        if into_store:
+            # The store's objects, and the local files it lacked (a filesystem backup moving into a bucket).
+            uploads = {key: path for key, path in _tree_keys(stored, root).items() if _addressable(key)} | from_store
+            try:
+                for key, path in uploads.items():
+                    artifact_upload(key, path)
+            except StorageUnavailable as exc:
+                raise BackupError(f"{exc}: the database is restored, the store is not complete; empty the database "
+                                  "and the bucket and restore again") from None
+            objects[root] = len(uploads)
+        elif from_store:  # an object store's backup restored onto a shared filesystem
+            objects[root] = _copy_tree(source / "store" / root, root_path(root))
     secret = source / "secret_key"
     if secret.is_file() and not os.environ.get("SECRET_KEY"):
         shutil.copy2(secret, Path(settings.DATA_DIR) / "secret_key")
-    return {"engine": vendor, "files": files, "database": settings.DATABASES["default"]["NAME"]}
+    result = {"engine": vendor, "files": files, "database": settings.DATABASES["default"]["NAME"]}
+    if objects:
+        result |= {"store": artifact_store_name(), "objects": objects}
+    return result

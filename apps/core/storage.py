@@ -35,7 +35,7 @@ from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, storages
 
-from apps.core.artifacts import artifact_path, key_check
+from apps.core.artifacts import ROOTS, artifact_path, key_check
 
 
 class StorageUnavailable(RuntimeError):
@@ -65,6 +65,15 @@ def artifact_storage():
 def shared_filesystem() -> bool:
     """True when every process reads the artifacts' files directly (one shared DATA_DIR)."""
     return isinstance(artifact_storage(), FileSystemStorage)
+
+
+def artifact_store_name() -> str:
+    """Where the artifacts live, for messages: ``s3://<bucket>`` (at its endpoint) or ``DATA_DIR``'s roots."""
+    storage = artifact_storage()
+    if isinstance(storage, FileSystemStorage):
+        return "the roots under DATA_DIR"
+    endpoint = getattr(storage, "endpoint_url", None)
+    return f"s3://{storage.bucket_name}" + (f" at {endpoint}" if endpoint else "")
 
 
 def _unavailable(exc: BaseException) -> bool:
@@ -291,8 +300,10 @@ def artifact_read(key: str):
 
 
 def artifact_listing(prefix: str) -> list[str]:
-    """Every key under the folder key ``prefix`` in the store (hidden names left out)."""
-    key_check(prefix)
+    """Every key under the folder key ``prefix`` (or a whole root: ``"jobs"``) in the store
+    (hidden names left out)."""
+    if prefix not in ROOTS:
+        key_check(prefix)
     storage, keys, folders = artifact_storage(), [], [prefix]
     try:
         while folders:

@@ -161,3 +161,68 @@ def _answers(base: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+def test_a_backup_of_an_object_store_installation_restores_every_weights_file_into_a_fresh_bucket(live, alice, teams,
+                                                                                                   moto, tmp_path):
+    """With ARTIFACTS_S3_BUCKET the weights live in the bucket only: backup fetches its objects and
+    restore puts them into the restoring installation's own (empty) bucket (multi-node trial M1)."""
+    from django.test import override_settings
+
+    from apps.accounts.services import token_create
+    from apps.core.storage import artifact_upload
+    from tests.jobs.factories import make_job
+    from tests.s3 import create_bucket, s3_storages
+
+    def s3(bucket: str) -> dict[str, str]:
+        return {"ARTIFACTS_S3_BUCKET": bucket, "ARTIFACTS_S3_ENDPOINT_URL": moto["url"],
+                "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+    weights = {}
+    with override_settings(STORAGES=s3_storages(moto)):
+        for n in range(2):
+            job = make_job(team=teams["vision"], user=alice, state=JobState.SUCCEEDED, task_name=f"stored-{n}")
+            local = tmp_path / f"best-{n}.pt"
+            local.write_bytes(os.urandom(50_000 + n))
+            key = f"jobs/{job.pk}/train/weights/best.pt"
+            weights[str(job.pk)] = artifact_upload(key, local)
+            artifact_upload(f"jobs/{job.pk}/checkpoints/epoch-0001-attempt-1.pt", local)
+            Job.objects.filter(pk=job.pk).update(weights_path=key)
+    _, token = token_create(user=alice, name="restore-check")
+
+    folder = tmp_path / "backup"
+    manifest = json.loads(manage(live.env(**s3(moto["bucket"])), "backup", str(folder)))
+    assert manifest["objects"]["jobs"] == 4 and manifest["store"].startswith(f"s3://{moto['bucket']}")
+
+    url, drop = fresh_database(tmp_path)
+    fresh_dir = tmp_path / "fresh"
+    fresh_dir.mkdir(exist_ok=True)
+    fresh_bucket = moto["bucket"] + "-restored"
+    create_bucket(moto["url"], fresh_bucket)
+    env = live.env(DATA_DIR=str(fresh_dir), DATABASE_URL=url, **s3(fresh_bucket))
+    for key in ("WEIGHTS_DIR", "DATASETS_DIR", "JOBS_DIR", "MODELS_DIR", "TEST_DATABASE_PATH", "PYTEST_VERSION",
+                "PYTEST_CURRENT_TEST"):
+        env.pop(key, None)
+    try:
+        restored = json.loads(manage(env, "restore", str(folder)))
+        assert restored["objects"]["jobs"] == 4 and restored["store"].startswith(f"s3://{fresh_bucket}")
+        assert not (fresh_dir / "jobs").exists() or not any((fresh_dir / "jobs").rglob("*.pt"))
+        from tests.portal.liveweb import free_port
+
+        port = free_port()
+        web = subprocess.Popen([sys.executable, "-m", "uvicorn", "yoloportal.asgi:application", "--port", str(port),
+                                "--no-access-log"], cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_for(lambda: _answers(base), timeout=60, what="the fresh stack's web server")
+            for job_id, digest in weights.items():
+                status, body = get(base, token, f"/api/v1/jobs/{job_id}/weights/")
+                assert status == 200, (job_id, status, body[:300])
+                assert hashlib.sha256(body).hexdigest() == digest
+        finally:
+            os.killpg(web.pid, 15)
+            web.wait(20)
+    finally:
+        drop()
+
