@@ -1,8 +1,9 @@
 """``/healthz`` and ``/readyz`` for load balancers and orchestrators (Kubernetes probes).
 
 - ``GET /healthz``: the process answers (liveness); touches nothing else.
-- ``GET /readyz``: the database answers ``SELECT 1`` and Redis a ``PING`` (readiness: a web
-  process that lost either would answer every request with an error); 503 naming which is down.
+- ``GET /readyz``: the database answers ``SELECT 1`` and has no migration left to apply, and
+  Redis a ``PING`` (readiness: a web process that lost either would answer every request with
+  an error); 503 naming which is down (``"database": "not migrated"``: run ``manage.py migrate``).
 
 Answered by a middleware placed first, before the host check and the HTTPS redirect: a
 kubelet probes the pod's IP over plain HTTP, which ``ALLOWED_HOSTS`` and ``SECURE=true``
@@ -20,19 +21,26 @@ from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 
+from apps.core.migrated import NOT_MIGRATED, database_migrated
+
 log = logging.getLogger("yoloportal.health")
 
 PATHS = ("/healthz", "/readyz")
 
 
-def _database() -> bool:
+def _database() -> str:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-            return cursor.fetchone() == (1,)
+            if cursor.fetchone() != (1,):
+                return "down"
+        if not database_migrated():  # tables missing: every request would be a 500 (trial M7)
+            log.warning("readyz: %s", NOT_MIGRATED)
+            return "not migrated"
+        return "ok"
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready"; the reason is logged
         log.warning("readyz: database down: %s", exc)
-        return False
+        return "down"
 
 
 def _redis() -> bool:
@@ -58,7 +66,7 @@ class HealthMiddleware:
             return JsonResponse({"detail": "GET only"}, status=405)
         if request.path == "/healthz":
             return JsonResponse({"status": "ok"})
-        checks = {"database": _database(), "redis": _redis()}
-        ready = all(checks.values())
-        body = {"status": "ok" if ready else "down", **{k: "ok" if v else "down" for k, v in checks.items()}}
+        checks = {"database": _database(), "redis": "ok" if _redis() else "down"}
+        ready = all(v == "ok" for v in checks.values())
+        body = {"status": "ok" if ready else "down", **checks}
         return JsonResponse(body, status=200 if ready else 503)

@@ -30,6 +30,7 @@ from rq import Worker
 
 from apps.cluster.models import Node
 from apps.cluster.services import node_stopped, node_stopping
+from apps.core.migrated import wait_until_migrated
 from apps.jobs.spec import parse_memory_mb
 from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
@@ -87,6 +88,7 @@ class Command(BaseCommand):
                                       features=[f.strip() for f in features.split(",") if f.strip()]
                                       if features is not None else None)
 
+        wait_until_migrated(log=log)  # started before `manage.py migrate`: one line a minute, not a traceback
         node = register()
         if node.cpu_count > node.host_cpu_count or node.memory_mb > node.host_memory_mb:
             self.stdout.write(self.style.WARNING(

@@ -12,10 +12,11 @@ from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 from django.utils import timezone
 
+from apps.core.migrated import NOT_MIGRATED, database_migrated, wait_until_migrated
 from apps.monitoring.recorders import scheduler_pass_record
 from apps.monitoring.services import utilisation_sample
 from apps.scheduling.inputs import QueueRows
@@ -143,6 +144,8 @@ class Command(BaseCommand):
         # (at once after a clean stop, which releases the lease).
         lease = LeaderLease(me, ttl_s=max(10.0, settings.SCHEDULER_TICK_S * 4))
         if once:
+            if not database_migrated():
+                raise CommandError(NOT_MIGRATED)
             if not lease.hold():
                 self.stderr.write(f"another scheduler leads ({lease.current_holder()}); nothing done")
                 raise SystemExit(3)
@@ -156,6 +159,11 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self.stop)
         log.info("scheduler %s started (tick %.1f s, node grace %.0f s)", me, settings.SCHEDULER_TICK_S,
                  settings.NODE_GRACE_S)
+        # Started before `manage.py migrate` (README's multi-node steps): one line a minute until
+        # it has run, not a traceback every tick (multi-node trial M2).
+        if not wait_until_migrated(log=log, stopping=lambda: self.stopping):
+            log.info("scheduler %s stopped", me)
+            return
         chores = Chores()
         rows = QueueRows()  # the queue kept between this leader's passes
         while not self.stopping:
