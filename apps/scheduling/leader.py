@@ -56,6 +56,7 @@ class LeaderLease:
         self.client = client
         self.value: str | None = None
         self.token: int | None = None
+        self.standing_by_for: str | None = None  # the leader this standby last said it waits on
 
     def _redis(self) -> redis.Redis:
         return self.client or redis_client()
@@ -69,10 +70,17 @@ class LeaderLease:
             self.value = self.token = None
         value = f"{self.holder}#{uuid.uuid4().hex[:12]}"
         if not self._redis().set(LEASE_KEY, value, nx=True, px=self.ttl_ms):
+            # Said once per leader: a standby's log otherwise read like a hung scheduler's (trial M10).
+            leader = self.current_holder().partition("#")[0]
+            if leader and leader != self.standing_by_for:
+                log.info("another scheduler (%s) holds the leader lease; standing by", leader)
+                self.standing_by_for = leader
             return False
         self.value = value
         self.token = fence_advance(holder=self.holder)
-        log.info("scheduler %s leads with fencing token %d", self.holder, self.token)
+        took_over = f", taking over from {self.standing_by_for}" if self.standing_by_for else ""
+        log.info("scheduler %s leads with fencing token %d%s", self.holder, self.token, took_over)
+        self.standing_by_for = None
         return True
 
     def release(self) -> None:

@@ -95,3 +95,16 @@ def test_once_runs_a_pass_only_with_the_lease(alice, teams, node):
     assert done.returncode == 0, done.stderr
     assert Job.objects.get(pk=job.pk).state == JobState.STARTING
     assert not redis_client().exists(LEASE_KEY), "--once gives the lease back"
+
+
+def test_a_standby_says_once_whose_lease_it_waits_on_and_when_it_takes_over(caplog):
+    a, b = LeaderLease("host-a:1", ttl_s=10), LeaderLease("host-b:2", ttl_s=10)
+    assert a.hold()
+    with caplog.at_level("INFO", logger="apps.scheduling.leader"):
+        caplog.clear()
+        assert not b.hold() and not b.hold() and not b.hold()
+        a.release()
+        assert b.hold()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["another scheduler (host-a:1) holds the leader lease; standing by",
+                        f"scheduler host-b:2 leads with fencing token {b.token}, taking over from host-a:1"]
