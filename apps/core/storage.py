@@ -55,7 +55,7 @@ class ArtifactFileSystemStorage(FileSystemStorage):
         super().__init__(**kwargs)
 
     def path(self, name: str) -> str:
-        return str(artifact_path(name))
+        return str(artifact_path(name.rstrip("/")))  # listdir("jobs/<id>/checkpoints/"): a folder key
 
 
 def artifact_storage():

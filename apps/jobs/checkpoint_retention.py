@@ -15,6 +15,11 @@ so the leading scheduler's housekeeping (apps/scheduling/management/commands/sch
 On the shared filesystem a checkpoint's key is its own file in the job's ``checkpoints/``
 folder, so the same rule frees that disk. The object is deleted before its row, and a run
 that cannot reach the store stops there and leaves the rest for the next one.
+
+Rows are not the whole story: a node killed in the middle of an upload leaves an object under
+``jobs/<id>/checkpoints/`` whose key no row ever recorded (the row gets it only once the upload
+is done). So the job's checkpoints prefix is listed as well and every key in it goes with the
+rows' (multi-node trial M8).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.core.storage import StorageUnavailable, artifact_delete
+from apps.core.storage import StorageUnavailable, artifact_delete, artifact_listing
 
 from .models import Checkpoint, JobState
 
@@ -47,8 +52,18 @@ def checkpoints_housekeeping(now: datetime | None = None, batch: int = 200) -> d
     jobs = list(Checkpoint.objects.filter(ended).order_by("job_id").values_list("job_id", flat=True).distinct()[:batch])
     for job_id in jobs:
         rows = list(Checkpoint.objects.filter(job_id=job_id))
+        named = {row.key for row in rows if row.key}
+        try:
+            orphans = set(artifact_listing(f"jobs/{job_id}/checkpoints")) - named
+        except StorageUnavailable as exc:
+            log.warning("checkpoint retention: storage unreachable, checkpoints kept for now: %s", exc)
+            done["storage_unavailable"] = True
+            return done
+        if orphans:
+            log.info("checkpoint retention: job %s: %d stored checkpoint(s) no row names (an upload cut short "
+                     "by its node's end): %s", job_id, len(orphans), ", ".join(sorted(orphans)))
         failed = False
-        for key in sorted({row.key for row in rows if row.key}):
+        for key in sorted(named | orphans):
             try:
                 artifact_delete(key)
             except StorageUnavailable as exc:  # stops the run

@@ -212,3 +212,39 @@ def test_an_ended_job_s_stored_checkpoints_leave_the_store_as_the_retention_rule
             assert checkpoints_housekeeping() == {"jobs": 2, "deleted": 4, "storage_unavailable": False}
         assert left() == named("running")
         assert set(Checkpoint.objects.values_list("job_id", flat=True)) == {jobs["running"].pk}
+
+
+def orphaned_checkpoint_job(alice, teams):
+    """A succeeded job whose rows name two stored checkpoints, and a third object under its
+    checkpoints prefix that no row names (its node died while uploading it: trial M8)."""
+    from apps.core.storage import artifact_save_bytes
+
+    job = make_job(team=teams["vision"], user=alice, state="succeeded", task_name="orphan")
+    for epoch in (1, 2, 3):
+        key = f"jobs/{job.pk}/checkpoints/epoch-{epoch:04d}-attempt-1.pt"
+        artifact_save_bytes(key, f"epoch {epoch}".encode())
+        if epoch < 3:
+            Checkpoint.objects.create(job=job, attempt=1, epoch=epoch, path=f"/node-a/{epoch}.pt", sha256="0",
+                                      size=7, key=key)
+    return job
+
+
+@pytest.mark.integration
+def test_retention_deletes_a_stored_checkpoint_no_row_names_with_the_job_s_others(alice, teams, moto):
+    from apps.jobs.checkpoint_retention import checkpoints_housekeeping
+
+    with override_settings(STORAGES=s3_storages(moto)):
+        orphaned_checkpoint_job(alice, teams)
+        assert len(bucket_keys(moto)) == 3
+        assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 3, "storage_unavailable": False}
+        assert bucket_keys(moto) == []
+
+
+def test_retention_deletes_an_unnamed_checkpoint_file_on_the_shared_filesystem(alice, teams, clean_storage):
+    from apps.jobs.checkpoint_retention import checkpoints_housekeeping
+
+    job = orphaned_checkpoint_job(alice, teams)
+    folder = artifact_path(f"jobs/{job.pk}/checkpoints")
+    assert len(list(folder.iterdir())) == 3
+    assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 3, "storage_unavailable": False}
+    assert list(folder.iterdir()) == []
