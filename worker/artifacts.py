@@ -216,3 +216,50 @@ def results_upload(run_dir: Path) -> int:
 
 def cache_dir() -> Path:
     return Path(settings.ARTIFACTS_CACHE_DIR)
+
+
+# --- the node's own run folders -----------------------------------------------------------------
+# With an object store a GPU server's JOBS_DIR is scratch: a job's results are in the store
+# once its success is recorded, its resume checkpoints once each upload is recorded. Left
+# alone, every job kept ~100 MB (YOLOv8n: three checkpoints plus weights) on the server for
+# ever (multi-node trial M6). On a shared filesystem the folder IS the store: never touched.
+
+
+def run_folder_remove(run_dir: Path) -> bool:
+    """Remove a finished job's run folder from this node (object store only); True if removed."""
+    if shared_filesystem() or not run_dir.is_dir():
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return not run_dir.exists()
+
+
+def abandoned_run_folders_remove() -> int:
+    """At worker start: remove the run folders of jobs that hold no GPUs anywhere (object store
+    only); how many went.
+
+    An attempt this node was running when its worker died, or one requeued to another node,
+    left its folder here; the job resumes from the store's checkpoints wherever it goes next.
+    Folders of jobs starting or running on *any* node stay (two workers may share a machine's
+    DATA_DIR), and so does anything not named like a job.
+    """
+    import uuid
+
+    from apps.jobs.models import HOLDING_STATES
+
+    jobs_dir = Path(settings.JOBS_DIR)
+    if shared_filesystem() or not jobs_dir.is_dir():
+        return 0
+    folders = {}
+    for folder in jobs_dir.iterdir():
+        try:
+            folders[str(uuid.UUID(folder.name))] = folder
+        except ValueError:
+            continue
+    holding = {str(pk) for pk in Job.objects.filter(pk__in=list(folders), state__in=HOLDING_STATES)
+               .values_list("pk", flat=True)}
+    removed = sum(run_folder_remove(folder) for job_id, folder in folders.items()
+                  if job_id not in holding and folder.is_dir())
+    if removed:
+        log.info("removed %d run folder(s) of jobs no longer running (their results and checkpoints are "
+                 "in the artifact store)", removed)
+    return removed

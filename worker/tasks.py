@@ -46,7 +46,7 @@ from apps.quotas.models import UsageRecord
 from apps.scheduling.kick import kick_scheduler
 from yoloportal.logs import bind
 
-from .artifacts import dataset_local, results_upload, weights_local, with_storage
+from .artifacts import dataset_local, results_upload, run_folder_remove, weights_local, with_storage
 from .checkpoint_store import (
     CheckpointUploader,
     best_restore,
@@ -577,11 +577,15 @@ class AttemptRunner:
             if stop:
                 result.outcome = stop
         error = result.error or {}
-        return attempt_finish(self.job, outcome=result.outcome, exit_code=result.exit_code,
-                              error=self.error_text(result, self.job.spec.get("mode") or "train"),
-                              finished=result.finished,
-                              cuda_oom_batch=(error.get("batch") or result.batch)
-                              if error.get("kind") == "oom" and error.get("cuda") else None)
+        outcome = attempt_finish(self.job, outcome=result.outcome, exit_code=result.exit_code,
+                                 error=self.error_text(result, self.job.spec.get("mode") or "train"),
+                                 finished=result.finished,
+                                 cuda_oom_batch=(error.get("batch") or result.batch)
+                                 if error.get("kind") == "oom" and error.get("cuda") else None)
+        if outcome == "succeeded" and Job.objects.filter(pk=self.job.pk, state=JobState.SUCCEEDED).exists():
+            # Stored and recorded: with an object store this node's copy is only disk (M6).
+            run_folder_remove(self.run_dir)
+        return outcome
 
     @staticmethod
     def error_text(result: ChildResult, mode: str) -> str:
