@@ -110,7 +110,10 @@ def test_cancel_in_the_portal_is_scancel(slurm, live, alice):
 def test_a_node_set_down_requeues_the_job_from_its_checkpoint(slurm, live, alice):
     start(live)
     client = api_client(alice)
-    job_id = submit(client, SEED_SPEC.replace("epochs=2", "epochs=3"))
+    # Epochs enough that the node goes down mid-training: with 3, a loaded CI machine reported the
+    # first checkpoint row late enough that attempt 1 had finished its last epoch, and attempt 2 then
+    # had nothing left to train (only its "finished" event, no training_started: a fresh-clone CI run).
+    job_id = submit(client, SEED_SPEC.replace("epochs=2", "epochs=8"))
     first = slurm_job_of(job_id)
     wait_for(lambda: Job.objects.get(pk=job_id).checkpoints.exists(), timeout=240, what="a checkpoint")
     slurm.run("scontrol", "update", f"nodename={slurm.node}", "state=down", "reason=yoloportal-test")
