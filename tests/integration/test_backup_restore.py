@@ -11,6 +11,8 @@ import subprocess
 import sys
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.conf import settings
@@ -115,23 +117,12 @@ def test_a_backup_restored_into_a_fresh_stack_has_every_job_metric_and_weights_f
     url, drop = fresh_database(tmp_path)
     fresh_dir = tmp_path / "fresh"
     fresh_dir.mkdir(exist_ok=True)
-    env = live.env(DATA_DIR=str(fresh_dir), DATABASE_URL=url)
-    for key in ("WEIGHTS_DIR", "DATASETS_DIR", "JOBS_DIR", "MODELS_DIR", "TEST_DATABASE_PATH", "PYTEST_VERSION",
-                "PYTEST_CURRENT_TEST"):
-        env.pop(key, None)
+    env = fresh_env(live, DATA_DIR=str(fresh_dir), DATABASE_URL=url)
     try:
         manage(env, "restore", str(folder))
         # The old installation's job files out of reach: what is served comes from the restore.
         shutil.move(settings.JOBS_DIR, tmp_path / "old-jobs")
-        from tests.portal.liveweb import free_port
-
-        port = free_port()
-        web = subprocess.Popen([sys.executable, "-m", "uvicorn", "yoloportal.asgi:application", "--port", str(port),
-                                "--no-access-log"], cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_for(lambda: _answers(base), timeout=60, what="the fresh stack's web server")
+        with fresh_web(env) as base:
 
             def get_json(path):
                 status, body = get(base, token, path)
@@ -148,11 +139,35 @@ def test_a_backup_restored_into_a_fresh_stack_has_every_job_metric_and_weights_f
                 status, body = get(base, token, f"/api/v1/models/{pk}/download/")
                 assert status == 200 and hashlib.sha256(body).hexdigest() == digest
             assert any((fresh_dir / "jobs" / trained).rglob("*.pt"))
-        finally:
-            os.killpg(web.pid, 15)
-            web.wait(20)
     finally:
         drop()
+
+
+def fresh_env(live, **settings_env: str) -> dict:
+    """The environment of the restored installation: the test run's own paths left out."""
+    env = live.env(**settings_env)
+    for key in ("WEIGHTS_DIR", "DATASETS_DIR", "JOBS_DIR", "MODELS_DIR", "TEST_DATABASE_PATH", "PYTEST_VERSION",
+                "PYTEST_CURRENT_TEST"):
+        env.pop(key, None)
+    return env
+
+
+@contextmanager
+def fresh_web(env: dict) -> Iterator[str]:
+    """A web server on the restored installation, answering at the URL it yields."""
+    from tests.portal.liveweb import free_port
+
+    port = free_port()
+    web = subprocess.Popen([sys.executable, "-m", "uvicorn", "yoloportal.asgi:application", "--port", str(port),
+                            "--no-access-log"], cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(base), timeout=60, what="the fresh stack's web server")
+        yield base
+    finally:
+        os.killpg(web.pid, 15)
+        web.wait(20)
 
 
 def _answers(base: str) -> bool:
@@ -199,30 +214,16 @@ def test_a_backup_of_an_object_store_installation_restores_every_weights_file_in
     fresh_dir.mkdir(exist_ok=True)
     fresh_bucket = moto["bucket"] + "-restored"
     create_bucket(moto["url"], fresh_bucket)
-    env = live.env(DATA_DIR=str(fresh_dir), DATABASE_URL=url, **s3(fresh_bucket))
-    for key in ("WEIGHTS_DIR", "DATASETS_DIR", "JOBS_DIR", "MODELS_DIR", "TEST_DATABASE_PATH", "PYTEST_VERSION",
-                "PYTEST_CURRENT_TEST"):
-        env.pop(key, None)
+    env = fresh_env(live, DATA_DIR=str(fresh_dir), DATABASE_URL=url, **s3(fresh_bucket))
     try:
         restored = json.loads(manage(env, "restore", str(folder)))
         assert restored["objects"]["jobs"] == 4 and restored["store"].startswith(f"s3://{fresh_bucket}")
         assert not (fresh_dir / "jobs").exists() or not any((fresh_dir / "jobs").rglob("*.pt"))
-        from tests.portal.liveweb import free_port
-
-        port = free_port()
-        web = subprocess.Popen([sys.executable, "-m", "uvicorn", "yoloportal.asgi:application", "--port", str(port),
-                                "--no-access-log"], cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_for(lambda: _answers(base), timeout=60, what="the fresh stack's web server")
+        with fresh_web(env) as base:
             for job_id, digest in weights.items():
                 status, body = get(base, token, f"/api/v1/jobs/{job_id}/weights/")
                 assert status == 200, (job_id, status, body[:300])
                 assert hashlib.sha256(body).hexdigest() == digest
-        finally:
-            os.killpg(web.pid, 15)
-            web.wait(20)
     finally:
         drop()
 
