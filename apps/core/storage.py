@@ -94,10 +94,10 @@ def _problem(exc: BaseException) -> str:
     "NoSuchBucket … the specified bucket does not exist" read as an outage; multi-node trial M3)."""
     response = getattr(exc, "response", None)
     if isinstance(response, dict) and response.get("Error", {}).get("Code") == "NoSuchBucket":
-        bucket = getattr(settings, "ARTIFACTS_S3_BUCKET", "") or response.get("Error", {}).get("BucketName", "")
-        where = f" at {settings.ARTIFACTS_S3_ENDPOINT_URL}" if getattr(settings, "ARTIFACTS_S3_ENDPOINT_URL", None) else ""
-        return (f"the bucket {bucket!r} does not exist{where}: create it first (e.g. `aws s3 mb s3://{bucket}` or "
-                f"`mc mb`), see docs/deploy.md")
+        storage = artifact_storage()  # the bucket asked for, as the storage has it (settings may differ)
+        bucket, endpoint = getattr(storage, "bucket_name", ""), getattr(storage, "endpoint_url", None)
+        return (f"the bucket {bucket!r} does not exist{f' at {endpoint}' if endpoint else ''}: create it first "
+                f"(e.g. `aws s3 mb s3://{bucket}` or `mc mb`), see docs/deploy.md")
     return str(exc)
 
 

@@ -55,7 +55,7 @@ def test_a_deleted_demo_user_comes_back_with_the_demo_password(monkeypatch):
     assert "password of carol: chosen-pw" in out
 
 
-def test_a_missing_bucket_is_named_as_one_not_an_outage(moto, settings):
+def test_a_missing_bucket_is_named_as_one_not_an_outage(moto):
     """Multi-node trial M3: demo_setup against a store whose bucket was never created ended in a
     traceback calling the store "unreachable"; it says the bucket does not exist and how to make it."""
     from django.core.management.base import CommandError
@@ -65,7 +65,6 @@ def test_a_missing_bucket_is_named_as_one_not_an_outage(moto, settings):
 
     storages = s3_storages(moto)
     storages["artifacts"]["OPTIONS"]["bucket_name"] = "never-made"
-    settings.ARTIFACTS_S3_BUCKET = "never-made"
     with override_settings(STORAGES=storages), pytest.raises(CommandError) as refused:
         setup()
     said = str(refused.value)
