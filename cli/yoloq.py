@@ -562,6 +562,8 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
     if args.quiet:
         print(answer["reference"])
         return 0
+    if answer.get("skipped"):  # documentation beside data.yaml, OS clutter: not stored
+        print(f"Skipped (not stored): {', '.join(answer['skipped'])}", file=sys.stderr)
     if answer.get("unchanged"):
         print(f"Unchanged: {answer['team']}/{answer['reference']} already holds exactly these files "
               f"(sha256 {answer['sha256'][:16]}…); no new version made")

@@ -49,6 +49,16 @@ class DatasetDetailOut(DatasetOut):
         fields = [*DatasetOut.Meta.fields, "stats"]
 
 
+class DatasetUploadOut(DatasetDetailOut):
+    skipped = serializers.ListField(
+        child=serializers.CharField(), read_only=True,
+        help_text="what the archive held that was not stored: documentation beside data.yaml (README.md, "
+                  "LICENSE, *.pdf, a top-level *.txt) and OS clutter (.DS_Store, one line for __MACOSX/)")
+
+    class Meta(DatasetDetailOut.Meta):
+        fields = [*DatasetDetailOut.Meta.fields, "skipped"]
+
+
 class DatasetIn(StrictInput):
     file = serializers.FileField(help_text="a .zip holding data.yaml, images/<split>/ and labels/<split>/ "
                                            "(kind=yolo), or images only (kind=images)")
@@ -94,8 +104,8 @@ class DatasetListCreate(RefundsRefusedUploads, APIView):
         return paginator.get_paginated_response(DatasetOut(page, many=True).data)
 
     @extend_schema(request={"multipart/form-data": DatasetIn}, responses={
-        201: DatasetDetailOut, 200: OpenApiResponse(
-            DatasetDetailOut, description="the newest version already holds exactly these files: it, with "
+        201: DatasetUploadOut, 200: OpenApiResponse(
+            DatasetUploadOut, description="the newest version already holds exactly these files: it, with "
                                           "\"unchanged\": true; no new version"), 413: ERROR, 429: ERROR, 503: ERROR, 400: OpenApiResponse(
             OpenApiTypes.OBJECT,
             description="field → problems; for a refused archive the body is an UploadReport: "
@@ -107,7 +117,7 @@ class DatasetListCreate(RefundsRefusedUploads, APIView):
             return exc.response
         upload = values["file"]
         try:
-            dataset, created = dataset_upload(user=request.user, team=team, name=values["name"], upload=upload,
+            dataset, created, skipped = dataset_upload(user=request.user, team=team, name=values["name"], upload=upload,
                                      size=upload.size, description=values.get("description", ""),
                                      kind=values.get("kind") or Dataset.Kind.YOLO)
         except ArchiveRejected as exc:
@@ -116,9 +126,10 @@ class DatasetListCreate(RefundsRefusedUploads, APIView):
             return storage_refusal(exc, "the dataset was")
         finally:
             upload.close()
+        body = {**DatasetDetailOut(dataset).data, "skipped": skipped}
         if not created:  # the newest version holds exactly these files: no new version
-            return Response({**DatasetDetailOut(dataset).data, "unchanged": True}, status=status.HTTP_200_OK)
-        return Response(DatasetDetailOut(dataset).data, status=status.HTTP_201_CREATED)
+            return Response({**body, "unchanged": True}, status=status.HTTP_200_OK)
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class DatasetDetail(APIView):

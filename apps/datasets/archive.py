@@ -12,8 +12,9 @@ Checked, in this order, and all reported together where possible:
    bzip2/lzma decompress without an output bound), encryption;
 3. member names: no absolute paths, drive letters, backslashes, ``..`` (zip slip),
    control characters, duplicates; no symlinks or other special files;
-4. member types: images, ``.txt`` labels and one ``data.yaml``; anything else — notably
-   Ultralytics ``*.cache`` files, which are unpickled on load — is refused;
+4. member types: images, ``.txt`` labels and one ``data.yaml``; documentation beside
+   data.yaml (README.md, LICENSE, *.pdf, *.html, a top-level *.txt) is skipped, not stored;
+   anything else — notably Ultralytics ``*.cache`` files, which are unpickled on load — is refused;
 5. structure: ``data.yaml`` (strict safe YAML: no ``download:``, relative train/val
    folders present in the archive; a pose dataset's ``kpt_shape`` [k, d] and ``flip_idx``),
    images under ``images/`` with labels beside them under ``labels/``; every label line
@@ -49,6 +50,12 @@ LABEL_SUFFIX = ".txt"
 DATA_YAML_NAMES = {"data.yaml", "data.yml"}
 # OS clutter that zip tools add; skipped (not extracted), never an error.
 SKIPPED_PARTS = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini"}
+# Documentation people put beside a dataset (README.md, LICENSE, a paper as PDF, a Roboflow page saved
+# as HTML): skipped, not stored, when it sits beside data.yaml (or at the archive's top, above a single
+# top folder); inside the dataset's folders it is as unexpected as any other file. A top-level .txt
+# (README.roboflow.txt) is documentation too: labels live in a 'labels' folder.
+DOCUMENT_SUFFIXES = {".md", ".markdown", ".rst", ".pdf", ".html", ".htm", ".cff"}
+DOCUMENT_NAMES = {"license", "licence", "copying", "notice", "readme", "authors"}  # files without a suffix
 SPLIT_KEYS = ("train", "val", "test")
 MAX_REPORTED_PROBLEMS = 50
 
@@ -104,7 +111,8 @@ class ArchivePlan:
     num_images: int
     num_labels: int
     uncompressed_bytes: int
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # every member not stored (documentation, OS clutter)
+    documentation: list[str] = field(default_factory=list)  # the documentation among them
     kpt_shape: list[int] | None = None  # a pose dataset's [keypoints, values per keypoint]
     flip_idx: list[int] | None = None  # which keypoint each one becomes when the image is mirrored
     kpt_names: dict[int, list[str]] | None = None  # each class's keypoint names (Ultralytics keeps them in the model)
@@ -166,6 +174,44 @@ def _common_root(names: list[str]) -> str:
     if len(tops) == 1 and all("/" in n for n in names):
         return tops.pop() + "/"
     return ""
+
+
+def _document_type(name: str) -> bool:
+    """README.md, LICENSE, a .pdf or .html: a document by its name, wherever it is."""
+    base = posixpath.basename(name).lower()
+    suffix = posixpath.splitext(base)[1]
+    return suffix in DOCUMENT_SUFFIXES or (not suffix and base in DOCUMENT_NAMES)
+
+
+def _documentation(files: list[str], directories: set[str]) -> tuple[str, list[str], list[str]]:
+    """(the dataset's top folder, the documents beside data.yaml, documents misplaced inside it).
+
+    The top folder is the single folder around everything else, so a README.md beside that
+    folder does not make it a folder of the dataset. A document (or a .txt) is beside data.yaml
+    when it sits at the archive's top or directly in that folder.
+    """
+    documents = {n for n in files if _document_type(n) or ("/" not in n and n.lower().endswith(LABEL_SUFFIX))}
+    prefix = _common_root([n for n in files if n not in documents] + [d + "/" for d in directories])
+    beside, misplaced = [], []
+    for name in sorted(set(files)):
+        at_top = "/" not in name or (name.startswith(prefix) and "/" not in name[len(prefix):])
+        if at_top and (name in documents or name.lower().endswith(LABEL_SUFFIX)):
+            beside.append(name)
+        elif name in documents:
+            misplaced.append(name)
+    return prefix, beside, misplaced
+
+
+def skipped_summary(plan: ArchivePlan) -> list[str]:
+    """What the upload left out, for its answer: each document by name, then the OS clutter,
+    a ``__MACOSX/`` folder as one line (it holds an entry per file)."""
+    clutter = [n for n in plan.skipped if n not in plan.documentation]
+    macos = [n for n in clutter if "__MACOSX" in n.split("/")]
+    lines = list(plan.documentation)
+    lines += sorted({n for n in clutter if n not in macos and not n.endswith("/")})
+    if macos:
+        lines.append(f"__MACOSX/ ({len(macos)} entr{'y' if len(macos) == 1 else 'ies'} of macOS metadata)")
+    return lines[:MAX_REPORTED_PROBLEMS]
 
 
 def _class_names(document: dict) -> dict[int, str] | str:
@@ -375,17 +421,29 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
             problems.append(Problem(name, f"unexpected file type {suffix or '(none)'}: an upload of images to "
                                           "predict on holds images only"))
             continue
-        if suffix not in IMAGE_SUFFIXES and suffix != LABEL_SUFFIX and base not in DATA_YAML_NAMES:
+        if (suffix not in IMAGE_SUFFIXES and suffix != LABEL_SUFFIX and base not in DATA_YAML_NAMES
+                and not _document_type(normalized)):
             why = ("Ultralytics unpickles .cache files, so they are never accepted" if suffix == ".cache"
                    else "only images, .txt label files and data.yaml are accepted")
             problems.append(Problem(name, f"unexpected file type {suffix or '(none)'}: {why}"))
             continue
         files[normalized] = info
+    documentation: list[str] = []
+    if upload_kind == "images":
+        prefix = _common_root(list(files) + [d + "/" for d in directories])
+    else:
+        prefix, documentation, misplaced = _documentation(list(files), directories)
+        for name in misplaced:
+            problems.append(Problem(name, f"unexpected file type {posixpath.splitext(name)[1] or '(none)'}: only "
+                                          "images, .txt label files and data.yaml are accepted here (documentation "
+                                          "such as README.md or LICENSE is skipped only beside data.yaml)"))
+        for name in documentation:
+            del files[name]
+        skipped.extend(documentation)
     if problems:
         raise ArchiveRejected(f"has {len(problems)} unsafe or unexpected entr{'y' if len(problems) == 1 else 'ies'}",
                               problems)
 
-    prefix = _common_root(list(files) + [d + "/" for d in directories])
     members = {name: name[len(prefix):] for name in files}
     by_relative = {rel: files[name] for name, rel in members.items()}
     dirs = {d[len(prefix):] for d in directories if d.startswith(prefix) and len(d) > len(prefix)}
@@ -397,7 +455,9 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
                                   f"{'are' if len(unreadable) > 1 else 'is'} not a readable image", unreadable)
         return ArchivePlan(members=members, directories=dirs, data_yaml={}, names={}, splits={},
                            num_images=len(members), num_labels=0, uncompressed_bytes=declared, skipped=skipped)
-    return _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
+    plan = _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
+    plan.documentation = documentation
+    return plan
 
 
 def _check_structure(archive, by_relative, members, dirs, skipped, declared, limits) -> ArchivePlan:
@@ -434,15 +494,8 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     kpt_shape, flip_idx = _keypoints(document, yaml_name, problems)
     kpt_names = _keypoint_names(document, yaml_name, names, kpt_shape, problems)
 
-    # Top-level .txt files (Roboflow's README.roboflow.txt, README.dataset.txt) are documentation,
-    # not labels: labels live in a 'labels' folder. Left out of the stored version.
-    documents = {rel for rel in by_relative if "/" not in rel and rel.lower().endswith(LABEL_SUFFIX)}
-    for name, rel in list(members.items()):
-        if rel in documents:
-            del members[name]
-            skipped.append(name)
     image_files = {rel for rel in by_relative if posixpath.splitext(rel)[1].lower() in IMAGE_SUFFIXES}
-    label_files = {rel for rel in by_relative if rel.endswith(LABEL_SUFFIX) and rel not in documents}
+    label_files = {rel for rel in by_relative if rel.endswith(LABEL_SUFFIX)}
     all_dirs = set(dirs) | {posixpath.dirname(rel) for rel in by_relative}
     for rel in list(all_dirs):
         while rel:

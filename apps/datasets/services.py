@@ -4,7 +4,7 @@ import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -31,6 +31,7 @@ from .archive import (
     archive_inspect,
     data_yaml_text,
     kpt_shape_problem,
+    skipped_summary,
 )
 from .models import Dataset
 from .selectors import DATA_YAML_MAX_BYTES, data_yaml_check, team_dataset_root
@@ -38,7 +39,14 @@ from .stats import dataset_stats, images_stats, manifest_sha256
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 
-__all__ = ["ArchiveRejected", "StorageQuotaExceeded", "dataset_delete", "dataset_register", "dataset_upload"]
+__all__ = ["ArchiveRejected", "DatasetUpload", "StorageQuotaExceeded", "dataset_delete", "dataset_register",
+           "dataset_upload"]
+
+
+class DatasetUpload(NamedTuple):
+    dataset: Dataset
+    created: bool  # False: the newest version already held exactly these files
+    skipped: list[str]  # what the archive held that was not stored (README.md, LICENSE, __MACOSX/ …)
 
 
 def _names_and_splits(yaml_path: Path) -> tuple[list[str], dict[str, str], list[int] | None]:
@@ -112,10 +120,11 @@ def upload_limits() -> ArchiveLimits:
 
 
 def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, description: str = "",
-                   kind: str = Dataset.Kind.YOLO) -> tuple[Dataset, bool]:
+                   kind: str = Dataset.Kind.YOLO) -> DatasetUpload:
     """Check a zipped dataset, store it as the next version of ``name`` and register it:
-    ``(version, True)``; or ``(newest version, False)`` when that already holds exactly these
-    files (same kind, same manifest hash): pushing an unchanged folder again makes no version.
+    ``(version, True, skipped)``; or ``(newest version, False, skipped)`` when that already holds
+    exactly these files (same kind, same manifest hash): pushing an unchanged folder again makes no
+    version. ``skipped`` names what was left out (documentation beside data.yaml, OS clutter).
 
     1. Inspect the archive without extracting (ArchiveRejected with a per-file report).
     2. Charge its unpacked size to the team's storage quota (StorageQuotaExceeded).
@@ -157,7 +166,7 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
             # harmless, and rare enough not to take a lock for.
             shutil.rmtree(staging, ignore_errors=True)
             storage_release(key=charge)
-            return newest, False
+            return DatasetUpload(newest, False, skipped_summary(plan))
         dataset = _dataset_commit(team=team, name=name, kind=kind, staging=staging, charge=charge, values={
             "sha256": sha256, "size_bytes": stored_bytes, "num_images": plan.num_images, "num_classes": len(names),
             "names": names, "stats": stats, "description": description, "uploaded_by": user})
@@ -170,7 +179,7 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
                  message=f"dataset {dataset.reference} uploaded: {plan.num_images} images, {len(names)} classes",
                  data={"name": name, "version": dataset.version, "images": plan.num_images,
                        "bytes": dataset.size_bytes, "sha256": dataset.sha256, "kind": kind})
-    return dataset, True
+    return DatasetUpload(dataset, True, skipped_summary(plan))
 
 
 def _dataset_store(dataset: Dataset) -> None:

@@ -39,6 +39,7 @@ def dataset_folder(root, name="pcb_defect"):
         (folder / relative).write_bytes(data)
     (folder / "labels" / "train.cache").write_bytes(b"pickled by ultralytics")
     (folder / ".DS_Store").write_bytes(b"x")
+    (folder / "README.md").write_bytes(b"# PCB defects\n")  # documentation: skipped by the server, said so
     return folder
 
 
@@ -48,6 +49,7 @@ def test_a_folder_and_then_a_zip_become_two_versions(logged_in, tmp_path, capsys
     assert code == 0, err
     assert "Stored vision/pcb_defect:v1: 4 images (train 2, val 2), 2 classes" in out
     assert "2 hidden/cache files left out" in err
+    assert "Skipped (not stored): pcb_defect/README.md" in err
     archive = tmp_path / "pcb_defect.zip"
     archive.write_bytes(make_zip(valid_files() | {"labels/val/0.txt": b"1 0.5 0.5 0.2 0.2\n"}))
     code, out, _ = run(capsys, "dataset", "push", str(archive), "--team", "vision", "-q")

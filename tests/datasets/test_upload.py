@@ -248,3 +248,35 @@ def test_it_checks_in_well_under_a_second(bob):
 
 def nothing_outside(storage: Path) -> bool:
     return not any(p.name.startswith(("evil", "owned")) for p in storage.parent.rglob("*"))
+
+
+def test_documentation_beside_data_yaml_is_skipped_and_named_in_the_answer(bob, storage):
+    """README.md, LICENSE, a PDF, an HTML page, .DS_Store and __MACOSX/ beside the dataset are what
+    people zip with it: left out of the stored version, and the answer says which were."""
+    files = valid_files("pcb/") | {
+        "pcb/README.md": b"# PCB defects\n", "pcb/LICENSE": b"CC BY 4.0\n", "pcb/LICENSE.txt": b"CC BY 4.0\n",
+        "pcb/paper.pdf": b"%PDF-1.4\n", "pcb/index.html": b"<html></html>", "pcb/.DS_Store": b"\0\0\0\1Bud1",
+        "__MACOSX/pcb/._README.md": b"junk", "__MACOSX/pcb/images/train/._0.png": b"junk",
+        "NOTES.md": b"beside the dataset's folder, at the archive's top\n"}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 201, response.content
+    assert response.json()["skipped"] == [
+        "NOTES.md", "pcb/LICENSE", "pcb/LICENSE.txt", "pcb/README.md", "pcb/index.html", "pcb/paper.pdf",
+        "pcb/.DS_Store", "__MACOSX/ (2 entries of macOS metadata)"]
+    folder = storage / "vision" / "pcb" / "v1"
+    assert sorted(p.name for p in folder.iterdir()) == ["data.yaml", "images", "labels"]
+    again = post(bob, make_zip(files))
+    assert again.status_code == 200 and again.json()["unchanged"] is True
+    assert "pcb/README.md" in again.json()["skipped"]
+
+
+def test_a_document_inside_the_datasets_folders_is_still_unexpected(bob, storage):
+    files = valid_files() | {"README.md": b"# fine here\n", "images/train/README.md": b"# not here\n",
+                             "labels/val/LICENSE": b"MIT\n"}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert set(problems) == {"images/train/README.md", "labels/val/LICENSE"}
+    assert problems["images/train/README.md"].startswith("unexpected file type .md: only images, .txt label files")
+    assert "skipped only beside data.yaml" in problems["labels/val/LICENSE"]
+    assert not (storage / "vision" / "pcb").exists()

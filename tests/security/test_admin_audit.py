@@ -350,8 +350,7 @@ def uploaded(bob, teams, settings, tmp_path):
 
     settings.DATASETS_DIR = tmp_path / "datasets"
     content = make_zip(valid_files())
-    dataset, _ = dataset_upload(user=bob, team=teams["vision"], name="pcb", upload=upload(content), size=len(content))
-    return dataset
+    return dataset_upload(user=bob, team=teams["vision"], name="pcb", upload=upload(content), size=len(content)).dataset
 
 
 def test_a_deleted_dataset_cannot_be_trained_on_and_the_delete_is_audited(manager, bob, uploaded, settings):
