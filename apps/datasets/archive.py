@@ -45,7 +45,7 @@ from PIL import Image, UnidentifiedImageError
 
 from apps.core.strict_yaml import YamlError, load_yaml
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".dng", ".mpo", ".pfm", ".heic"}
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".dng", ".mpo", ".pfm", ".heic", ".heif"}
 LABEL_SUFFIX = ".txt"
 DATA_YAML_NAMES = {"data.yaml", "data.yml"}
 # OS clutter that zip tools add; skipped (not extracted), never an error.
@@ -58,6 +58,13 @@ DOCUMENT_SUFFIXES = {".md", ".markdown", ".rst", ".pdf", ".html", ".htm", ".cff"
 DOCUMENT_NAMES = {"license", "licence", "copying", "notice", "readme", "authors"}  # files without a suffix
 SPLIT_KEYS = ("train", "val", "test")
 MAX_REPORTED_PROBLEMS = 50
+# HEIC/HEIF (an iPhone's photos): Pillow reads them only with a plugin (pillow-heif) the nodes do not
+# have, and Ultralytics would try to install pi-heif at training time, offline. Known by the suffix or,
+# under another suffix, by the ISO-BMFF 'ftyp' box's major brand.
+HEIC_SUFFIXES = {".heic", ".heif"}
+HEIC_BRANDS = {b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1", b"heif"}
+HEIC_PROBLEM = "is a HEIC/HEIF image (an iPhone's photo format), which training cannot read: convert it to JPEG or PNG"
+HEIC_NAMED = 3
 
 
 @dataclass(frozen=True)
@@ -451,8 +458,9 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
         if not members:
             raise ArchiveRejected("holds no images", [Problem("(archive)", "no image files found")])
         if unreadable := _image_problems(archive, by_relative):
-            raise ArchiveRejected(f"has {len(unreadable)} file{'s' if len(unreadable) > 1 else ''} that "
-                                  f"{'are' if len(unreadable) > 1 else 'is'} not a readable image", unreadable)
+            summary = (f"has {len(unreadable)} file{'s' if len(unreadable) > 1 else ''} that "
+                       f"{'are' if len(unreadable) > 1 else 'is'} not a readable image")
+            raise ArchiveRejected(_with_heic_note(summary, unreadable), unreadable)
         return ArchivePlan(members=members, directories=dirs, data_yaml={}, names={}, splits={},
                            num_images=len(members), num_labels=0, uncompressed_bytes=declared, skipped=skipped)
     plan = _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
@@ -567,8 +575,8 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     if not label_files and not problems:
         problems.append(Problem("labels/", "no label files: put one .txt per image under labels/"))
     if problems:
-        raise ArchiveRejected(f"is not a valid YOLO dataset ({len(problems)} problem{'s' if len(problems) > 1 else ''})",
-                              problems)
+        summary = f"is not a valid YOLO dataset ({len(problems)} problem{'s' if len(problems) > 1 else ''})"
+        raise ArchiveRejected(_with_heic_note(summary, problems), problems)
     return ArchivePlan(
         members=members, directories=dirs, data_yaml=document, names=names, splits=splits,
         num_images=len(image_files), num_labels=len(label_files), uncompressed_bytes=declared, skipped=skipped,
@@ -618,6 +626,31 @@ def _image_problems(archive: zipfile.ZipFile, images: dict[str, zipfile.ZipInfo]
     return problems
 
 
+def _with_heic_note(summary: str, problems: list[Problem]) -> str:
+    """The summary, and when images are HEIC, how many, what to do and the first few names: that
+    is the one problem a phone's photos have, however many there are."""
+    heic = [p.path for p in problems if p.problem == HEIC_PROBLEM]
+    if not heic:
+        return summary
+    named = ", ".join(heic[:HEIC_NAMED]) + (f" and {len(heic) - HEIC_NAMED} more" if len(heic) > HEIC_NAMED else "")
+    many = len(heic) > 1
+    return (f"{summary}; {len(heic)} image{'s are' if many else ' is'} HEIC, which training cannot read; convert "
+            f"{'them' if many else 'it'} to JPEG or PNG (e.g. `magick mogrify -format jpg *.heic`, "
+            f"`heif-convert IMG_0001.heic IMG_0001.jpg`, or Export… as JPEG in macOS Preview): {named}")
+
+
+def _is_heic(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bool:
+    """A HEIC/HEIF file by its suffix or its first box ('ftyp' and a HEIF major brand)."""
+    if posixpath.splitext(info.filename)[1].lower() in HEIC_SUFFIXES:
+        return True
+    try:
+        with archive.open(info) as stream:
+            head = stream.read(12)
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError):
+        return False
+    return head[4:8] == b"ftyp" and head[8:12] in HEIC_BRANDS
+
+
 def _image_header_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
     """Why this member is not an image Pillow can open ('' when it is)."""
     if info.file_size == 0:
@@ -628,6 +661,8 @@ def _image_header_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> st
             with Image.open(stream) as image:
                 width, height = image.size
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types for a bad header; each means "not readable"
+        if _is_heic(archive, info):  # whatever Pillow (or Ultralytics' patch of it) raised
+            return HEIC_PROBLEM
         if isinstance(exc, UnidentifiedImageError):
             return "is not a readable image: its first bytes are no image format Pillow (and so Ultralytics) reads"
         return f"is not a readable image ({type(exc).__name__}: {str(exc)[:200]})"

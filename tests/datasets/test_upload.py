@@ -280,3 +280,38 @@ def test_a_document_inside_the_datasets_folders_is_still_unexpected(bob, storage
     assert problems["images/train/README.md"].startswith("unexpected file type .md: only images, .txt label files")
     assert "skipped only beside data.yaml" in problems["labels/val/LICENSE"]
     assert not (storage / "vision" / "pcb").exists()
+
+
+# The first box of an iPhone photo: 'ftyp', major brand 'heic' (Pillow reads it only with a plugin).
+HEIC = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00\x00\x01\x00meta" + bytes(240)
+
+
+def test_heic_images_are_refused_with_what_to_do_naming_a_few(bob, storage):
+    """Photos from a phone are HEIC (a .heif, or a HEIC saved as .jpg, too): one summary says how
+    many, that training cannot read them, how to convert them, and names the first few."""
+    files = valid_files() | {f"images/train/IMG_{n:04d}.heic": HEIC for n in range(3)} | {
+        "images/val/IMG_0100.heif": HEIC, "images/val/IMG_0101.jpg": HEIC}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400
+    body = response.json()
+    assert body["file"] == [
+        "is not a valid YOLO dataset (5 problems); 5 images are HEIC, which training cannot read; convert them to "
+        "JPEG or PNG (e.g. `magick mogrify -format jpg *.heic`, `heif-convert IMG_0001.heic IMG_0001.jpg`, or "
+        "Export… as JPEG in macOS Preview): images/train/IMG_0000.heic, images/train/IMG_0001.heic, "
+        "images/train/IMG_0002.heic and 2 more"]
+    assert {p["path"] for p in body["problems"]} == {
+        "images/train/IMG_0000.heic", "images/train/IMG_0001.heic", "images/train/IMG_0002.heic",
+        "images/val/IMG_0100.heif", "images/val/IMG_0101.jpg"}
+    assert all(p["problem"].startswith("is a HEIC/HEIF image (an iPhone's photo format), which training cannot "
+                                       "read: convert it to JPEG or PNG") for p in body["problems"])
+    assert not (storage / "vision" / "pcb").exists()
+
+
+def test_one_heic_among_images_to_predict_on_is_named(bob, storage):
+    response = post(bob, make_zip({"shots/a.png": valid_files()["images/train/0.png"], "shots/b.heic": HEIC}),
+                    kind="images")
+    assert response.status_code == 400
+    summary = response.json()["file"][0]
+    assert summary.startswith("has 1 file that is not a readable image; 1 image is HEIC, which training cannot "
+                              "read; convert it to JPEG or PNG")
+    assert summary.endswith(": b.heic")
