@@ -192,8 +192,10 @@ SPECTACULAR_SETTINGS = {
                             "DatasetKindEnum": "apps.datasets.models.Dataset.Kind",
                             "ModelSourceEnum": "apps.registry.models.ModelVersion.Source",
                             "ModelStageEnum": "apps.registry.models.Stage"},
-    # Every paged list's ?limit= and ?offset= in the schema (apps.core.openapi.page_parameters).
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "apps.core.openapi.page_parameters"],
+    # Every paged list's ?limit= and ?offset= in the schema (apps.core.openapi.page_parameters);
+    # every GET's 400 for a parameter it does not take (apps.core.openapi.query_errors).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "apps.core.openapi.page_parameters",
+                             "apps.core.openapi.query_errors"],
 }
 
 # --- Scheduler and workers ----------------------------------------------------------------
