@@ -100,12 +100,15 @@ def logging_config(*, log_format: str, level: str) -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "filters": {"context": {"()": "yoloportal.logs.ContextFilter"},
-                    "denied": {"()": "yoloportal.logs.DeniedWithoutTraceback"}},
+                    "denied": {"()": "yoloportal.logs.DeniedWithoutTraceback"},
+                    "redis_outage": {"()": "apps.core.redis_outage.QuietRedisOutage"}},
         "formatters": {
             "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
             "json": {"()": "yoloportal.logs.JsonFormatter"},
         },
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": log_format, "filters": ["context"]}},
         "root": {"handlers": ["console"], "level": level},
-        "loggers": {"django.db.backends": {"level": "WARNING"}, "django.request": {"filters": ["denied"]}},
+        "loggers": {"django.db.backends": {"level": "WARNING"}, "django.request": {"filters": ["denied"]},
+                    # A lost Redis is one line per process (apps/core/redis_outage.py), not RQ's tracebacks.
+                    **{name: {"filters": ["redis_outage"]} for name in ("rq.worker", "rq.scheduler", "rq.job")}},
     }

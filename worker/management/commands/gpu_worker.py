@@ -31,6 +31,7 @@ from rq import Worker
 from apps.cluster.models import Node
 from apps.cluster.services import node_stopped, node_stopping
 from apps.core.migrated import wait_until_migrated
+from apps.core.redis_outage import OutageTolerantWorker, redis_outage_consequence, redis_unreachable
 from apps.jobs.spec import parse_memory_mb
 from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
@@ -43,6 +44,10 @@ from yoloportal.logs import bind
 log = logging.getLogger("yoloportal.worker")
 STOP_GRACE_S = 3
 LEAVE_TIMEOUT_S = 10  # for the heartbeat thread to finish a beat before the node is marked stopped
+
+
+class NodeWorker(OutageTolerantWorker, Worker):
+    """RQ's forking worker; a Redis outage is one line and does not leave a running work-horse."""
 
 
 def zygote_address(node: str, worker_pid: int) -> str:
@@ -75,6 +80,7 @@ class Command(BaseCommand):
             raise CommandError("--slots must be between 1 and 256")
         name = name.lower().replace("_", "-")
         bind(component="worker", node=name)  # inherited by the slots and work-horses forked below
+        redis_outage_consequence("training goes on")
         os.environ["YOLOPORTAL_NODE"] = name
         gpus = detect(simulate_gpus)
         if cpus is not None and not 1 <= cpus <= 4096:
@@ -267,10 +273,10 @@ class Command(BaseCommand):
         """Run RQ's forking worker on our single queue (BLMOVE delivery); restart it if it dies."""
         while True:
             try:
-                worker = Worker([node_queue(name)], connection=redis.Redis.from_url(settings.REDIS_URL),
-                                name=f"{name}.{slot}.{os.getpid()}.{int(time.time())}")
+                worker = NodeWorker([node_queue(name)], connection=redis.Redis.from_url(settings.REDIS_URL),
+                                    name=f"{name}.{slot}.{os.getpid()}.{int(time.time())}")
                 worker.work(with_scheduler=False, logging_level=settings.LOGGING["root"]["level"])
                 return  # a clean stop (SIGINT/SIGTERM)
-            except redis.RedisError as exc:
-                log.warning("worker lost Redis (%s); reconnecting in 2 s", exc)
+            except redis.RedisError as exc:  # registering or leaving: a new worker once Redis answers
+                redis_unreachable(exc)
                 time.sleep(2)

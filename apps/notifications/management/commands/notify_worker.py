@@ -8,13 +8,15 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from rq import Queue, Worker
 
+from apps.core.redis_outage import OutageTolerantWorker, redis_outage_consequence
 from apps.notifications.hooks import QUEUE
 from apps.notifications.tasks import QuietRetries
 from yoloportal.logs import bind
 
 
-class NotifyWorker(QuietRetries, Worker):
-    """RQ's worker, but a delivery try that will be retried is logged once, as a warning."""
+class NotifyWorker(QuietRetries, OutageTolerantWorker, Worker):
+    """RQ's worker, but a delivery try that will be retried is logged once, as a warning, and a
+    Redis outage is one line (its scheduler waits it out)."""
 
 
 class Command(BaseCommand):
@@ -25,6 +27,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, burst: bool = False, **options):
         bind(component="notify")
+        redis_outage_consequence("notifications are sent once it is back")
         connection = redis.Redis.from_url(settings.REDIS_URL)
         worker = NotifyWorker([Queue(QUEUE, connection=connection)], connection=connection)
         worker.work(with_scheduler=True, burst=burst, logging_level=settings.LOGGING["root"]["level"])

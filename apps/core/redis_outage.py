@@ -1,0 +1,151 @@
+"""A Redis outage in an RQ process (GPU-worker slots, notify_worker): one line down, one line back.
+
+RQ logs a lost connection as errors: every retry of an idle worker's dequeue ("could not connect
+to Redis instance", ~150 lines a minute on a node), and a busy worker whose job-monitoring
+heartbeat failed as "found an unhandled exception, quitting..." with a HorseMonitorTimeoutException
+→ ConnectionError traceback, while its work-horse went on training (trial M12). An operator reads
+crashes where nothing crashed. Here:
+
+1. :class:`QuietRedisOutage`, a logging filter on RQ's loggers (yoloportal/logs.py), drops the
+   records whose exception is a Redis connection error and reports the outage instead; every
+   other record (a job's real exception included) passes untouched.
+2. :func:`redis_unreachable` logs one WARNING per process per outage, :func:`redis_reachable`
+   one INFO when a command succeeds again.
+3. :class:`OutageTolerantWorker`, mixed into our RQ worker classes, keeps monitoring a running
+   work-horse through the outage (its heartbeat waits for Redis) instead of leaving it, and
+   says when Redis is back.
+4. :class:`OutageTolerantScheduler`: RQ's scheduler process (notify_worker's delayed retries)
+   waits for Redis instead of dying with a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from urllib.parse import urlsplit
+
+import redis
+from rq.scheduler import RQScheduler
+
+log = logging.getLogger("yoloportal.redis")
+CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+_down_since: float | None = None  # per process: children forked during an outage inherit it
+_goes_on = "work goes on"
+
+
+def redis_outage_consequence(text: str) -> None:
+    """What this process keeps doing while Redis is away, for the WARNING ("training goes on")."""
+    global _goes_on
+    _goes_on = text
+
+
+def redis_address() -> str:
+    from django.conf import settings
+
+    parts = urlsplit(settings.REDIS_URL)
+    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}" if parts.scheme != "unix" else parts.path
+
+
+def redis_unreachable(exc: BaseException) -> None:
+    global _down_since
+    if _down_since is None:
+        _down_since = time.monotonic()
+        log.warning("Redis unreachable at %s (%s); %s, retrying", redis_address(), exc, _goes_on)
+
+
+def redis_reachable() -> None:
+    global _down_since
+    if _down_since is not None:
+        log.info("Redis reachable again at %s after %d s", redis_address(), time.monotonic() - _down_since)
+        _down_since = None
+
+
+def connection_error_of(exc: BaseException | None) -> BaseException | None:
+    """The Redis connection error in ``exc``'s chain (RQ raises it inside its monitor's timeout)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, CONNECTION_ERRORS):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class QuietRedisOutage(logging.Filter):
+    """On RQ's loggers: a record about a lost Redis connection becomes the one outage line.
+
+    RQ logs some of them with ``exc_info`` and some inside the ``except`` block with the error
+    in the text only, so the exception being handled counts too."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
+        lost = connection_error_of(exc)
+        if lost is None:
+            return True
+        redis_unreachable(lost)
+        return False
+
+
+class OutageTolerantWorker:
+    """Mixed into an RQ ``Worker``: a heartbeat that fails while a work-horse runs is skipped
+    (the next one, ``job_monitoring_interval`` later, tries again); RQ would leave the horse
+    running unwatched and start over with a new worker that dequeues more work beside it.
+
+    An idle worker retries its dequeue every 2 s, not RQ's backoff to 60 s: its retries are
+    silent now, and work sent once Redis is back should not wait a minute for it."""
+
+    max_connection_wait_time = 2.0
+
+    def heartbeat(self, *args, **kwargs):
+        result = super().heartbeat(*args, **kwargs)
+        if kwargs.get("pipeline") is None and (len(args) < 2 or args[1] is None):
+            redis_reachable()  # written, not queued in a pipeline: Redis answered
+        return result
+
+    def maintain_heartbeats(self, job, execution):
+        try:
+            super().maintain_heartbeats(job, execution)
+        except CONNECTION_ERRORS as exc:
+            redis_unreachable(exc)
+        else:
+            redis_reachable()
+
+    def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO", *args, **kwargs):
+        self.scheduler = OutageTolerantScheduler(
+            self.queues, connection=self.connection,
+            logging_level=logging_level if logging_level is not None else self.log.level,
+            serializer=self.serializer,
+        )
+        self.scheduler.acquire_locks()
+        if self.scheduler.acquired_locks:
+            if burst:
+                try:
+                    self.scheduler.register_birth()
+                    self.scheduler.enqueue_scheduled_jobs()
+                finally:
+                    self.scheduler.release_locks()
+                    self.scheduler.register_death()
+            else:
+                self.scheduler.start()
+
+
+class OutageTolerantScheduler(RQScheduler):
+    """RQ's scheduler loop (rq.scheduler.RQScheduler.work), waiting out a Redis outage."""
+
+    def work(self):
+        self._install_signal_handlers()
+        self.register_birth()
+        while not self._stop_requested:
+            try:
+                if self.should_reacquire_locks:
+                    self.acquire_locks()
+                self.heartbeat()
+                self.enqueue_scheduled_jobs()
+            except CONNECTION_ERRORS as exc:
+                redis_unreachable(exc)
+            else:
+                redis_reachable()
+            time.sleep(self.interval)
+        self.stop()

@@ -1,0 +1,61 @@
+"""RQ's records about a lost Redis become one WARNING per outage and one INFO when it is back;
+every other RQ record, a job's real exception above all, is logged as before (trial M12)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import redis
+
+from apps.core import redis_outage
+
+rq_worker = logging.getLogger("rq.worker")
+
+
+@pytest.fixture(autouse=True)
+def redis_up():
+    redis_outage.redis_reachable()
+    yield
+    redis_outage.redis_reachable()
+
+
+def lost_while_monitoring() -> BaseException:
+    """The chain RQ's monitor raised in the trial: the heartbeat's ConnectionError inside its timeout."""
+    try:
+        try:
+            raise TimeoutError("Task exceeded maximum timeout value (30 seconds)")
+        except TimeoutError:
+            raise redis.exceptions.ConnectionError("Connection closed by server.") from None
+    except redis.exceptions.ConnectionError as exc:
+        return exc
+
+
+def messages(caplog) -> list[tuple[str, str]]:
+    return [(record.levelname, record.getMessage()) for record in caplog.records]
+
+
+def test_it_turns_rqs_connection_errors_into_one_warning_and_one_line_when_back(caplog):
+    lost = lost_while_monitoring()
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            rq_worker.error("Worker w: found an unhandled exception, quitting...", exc_info=lost)
+        try:
+            raise redis.exceptions.ConnectionError("Error 111 connecting")
+        except redis.exceptions.ConnectionError:
+            rq_worker.error("Worker w: could not connect to Redis instance: retrying in 2 seconds...")
+        redis_outage.redis_reachable()
+        redis_outage.redis_reachable()
+    logged = messages(caplog)
+    assert [level for level, _ in logged] == ["WARNING", "INFO"], logged
+    assert logged[0][1].startswith("Redis unreachable at ") and "retrying" in logged[0][1]
+    assert logged[1][1].startswith("Redis reachable again at ")
+
+
+def test_it_logs_every_other_rq_error_with_its_traceback(caplog):
+    with caplog.at_level(logging.INFO):
+        try:
+            raise ValueError("the job's own bug")
+        except ValueError:
+            rq_worker.exception("Worker w: job j raised")
+    assert [(record.levelname, record.exc_info[0]) for record in caplog.records] == [("ERROR", ValueError)]
