@@ -40,10 +40,11 @@ from apps.core.storage import (
     artifact_local,
     artifact_read,
     artifact_upload,
-    cache_path,
     shared_filesystem,
 )
 from apps.jobs.models import Job
+
+from .cache import cache_entry
 
 log = logging.getLogger(__name__)
 WAIT_FIRST_S, WAIT_MAX_S = 2.0, 30.0
@@ -118,6 +119,12 @@ def with_storage(job: Job, what: str, action: Callable, check_in: Callable[[], s
 _listing = artifact_listing  # every key under a folder key (apps.core.storage)
 
 
+def dataset_cache_entry(yaml_key: str, manifest_sha256: str) -> Path:
+    """The cache entry (worker/cache.py) that holds the dataset whose data.yaml is ``yaml_key``."""
+    folder_key = yaml_key.rsplit("/", 1)[0]
+    return cache_entry(manifest_sha256 or "key-" + hashlib.sha256(folder_key.encode()).hexdigest())
+
+
 def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
     """This node's data.yaml of the dataset whose data.yaml is ``yaml_key``."""
     if shared_filesystem():
@@ -126,8 +133,7 @@ def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
     from apps.datasets.stats import training_byproduct
 
     folder_key, name = yaml_key.rsplit("/", 1)
-    tag = manifest_sha256 or "key-" + hashlib.sha256(folder_key.encode()).hexdigest()
-    target = cache_path(tag, "dataset")
+    target = dataset_cache_entry(yaml_key, manifest_sha256) / "dataset"
     if manifest_sha256 and target.is_dir():  # complete: it was renamed into place after the check
         return target / name
     staging = target.parent / f".fetch-{os.getpid()}"

@@ -46,7 +46,15 @@ from apps.quotas.models import UsageRecord
 from apps.scheduling.kick import kick_scheduler
 from yoloportal.logs import bind
 
-from .artifacts import dataset_local, results_upload, run_folder_remove, weights_local, with_storage
+from .artifacts import (
+    dataset_cache_entry,
+    dataset_local,
+    results_upload,
+    run_folder_remove,
+    weights_local,
+    with_storage,
+)
+from .cache import cache_entry, cache_entry_hold, cache_prune
 from .checkpoint_store import (
     CheckpointUploader,
     best_restore,
@@ -112,6 +120,16 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
         return attempt_error(job, exc)
     finally:
         kick_scheduler()
+        cache_prune_quietly()
+
+
+def cache_prune_quietly() -> None:
+    """After an attempt: keep the node's artifact cache under its cap (worker/cache.py). A
+    failure here is the next prune's to retry, never the attempt's outcome."""
+    try:
+        cache_prune()
+    except Exception:  # noqa: BLE001
+        log.exception("pruning the artifact cache failed")
 
 
 def attempt_error(job: Job, exc: Exception) -> str:
@@ -287,6 +305,7 @@ class AttemptRunner:
         # Without a shared disk each checkpoint goes to the artifact store (worker/checkpoint_store.py).
         self.uploader = CheckpointUploader(job) if uploads_checkpoints(job) else None
         self.verified: dict[int, Path] = {}  # checkpoint pk → this node's file, size and hash checked
+        self.cache_holds: list[int] = []  # worker/cache.py: entries this attempt reads
 
     def _previous_runtime(self) -> float:
         gpu_seconds = UsageRecord.objects.filter(job=self.job).aggregate(s=Sum("gpu_seconds"))["s"] or 0.0
@@ -336,6 +355,9 @@ class AttemptRunner:
             return self.train()
         finally:
             locks.release()
+            for descriptor in self.cache_holds:
+                os.close(descriptor)
+            self.cache_holds.clear()
 
     def wait_for_gpus(self, locks: GpuLocks) -> str:
         """Block until the previous attempts on our GPUs have stopped; '' or why to stop instead."""
@@ -363,21 +385,25 @@ class AttemptRunner:
         spec = self.job.spec
         resolved, inputs = spec["resolved"], spec.get("inputs") or {}
         source = resolved.get("source") or {}
-        wanted = []
+        wanted = []  # (key, fetch, the cache entry it fills or None)
         for yaml_key in {resolved.get("data_yaml"), source.get("data_yaml")} - {None, ""}:
             if not yaml_key.startswith("/"):
                 sha = ((inputs.get("source") if yaml_key == source.get("data_yaml") else None) or inputs.get("data")
                        or {}).get("sha256") or ""
-                wanted.append((yaml_key, lambda k=yaml_key, h=sha: dataset_local(k, h)))
+                wanted.append((yaml_key, lambda k=yaml_key, h=sha: dataset_local(k, h), dataset_cache_entry(yaml_key, sha)))
         folder = source.get("folder_key")
         if folder:
             sha = (inputs.get("source") or {}).get("sha256") or ""
             marker = folder + "/.folder"  # the folder itself: fetched as a dataset without a data.yaml
-            wanted.append((folder, lambda k=marker, h=sha: dataset_local(k, h).parent))
+            wanted.append((folder, lambda k=marker, h=sha: dataset_local(k, h).parent, dataset_cache_entry(marker, sha)))
         model = resolved.get("model")
         if isinstance(model, dict) and model.get("key"):
-            wanted.append((model["key"], lambda k=model["key"], h=model.get("sha256") or "": weights_local(k, h)))
-        for key, fetch in wanted:
+            sha = model.get("sha256") or ""
+            wanted.append((model["key"], lambda k=model["key"], h=sha: weights_local(k, h),
+                           cache_entry(sha) if sha else None))
+        for key, fetch, entry in wanted:
+            if entry is not None:  # held until the attempt ends: the node's cache pruning leaves it alone
+                self.cache_holds.append(cache_entry_hold(entry))
             path, stop = with_storage(self.job, f"fetching {key}", fetch, self.check_in)
             if stop:
                 return stop

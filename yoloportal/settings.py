@@ -296,6 +296,9 @@ ARTIFACTS_S3_BUCKET = env_str("ARTIFACTS_S3_BUCKET", "")
 ARTIFACTS_S3_ENDPOINT_URL = env_str("ARTIFACTS_S3_ENDPOINT_URL", "") or None
 ARTIFACTS_S3_REGION = env_str("ARTIFACTS_S3_REGION", "us-east-1")
 ARTIFACTS_CACHE_DIR = env_path("ARTIFACTS_CACHE_DIR", DATA_DIR / "cache")
+# A GPU node prunes its cache to this size (least recently used entries no job there holds;
+# worker/cache.py) at worker start and after each attempt.
+ARTIFACTS_CACHE_MAX_GB = env_float("ARTIFACTS_CACHE_MAX_GB", 20.0, minimum=0.0)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

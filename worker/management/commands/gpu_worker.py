@@ -36,6 +36,7 @@ from apps.jobs.spec import parse_memory_mb
 from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
 from worker.artifacts import abandoned_run_folders_remove
+from worker.cache import cache_prune
 from worker.inventory import detect
 from worker.node import Heartbeat, register_this_host
 from worker.tasks import set_parent_death_signal, trainer_environment
@@ -106,6 +107,7 @@ class Command(BaseCommand):
 
             host_cgroups().sweep()  # empty attempt cgroups a killed worker left behind
         abandoned_run_folders_remove()  # with an object store: attempts a killed worker left on this disk
+        cache_prune()  # to ARTIFACTS_CACHE_MAX_GB: entries another worker's attempts hold stay
         self.stdout.write(f"node {name}: {node.limits_summary}; images {', '.join(node.images) or 'none'}")
         kind = "simulated (CPU)" if node.simulated else "NVIDIA"
         slots = slots or 4 * len(gpus)
