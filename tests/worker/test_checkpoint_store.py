@@ -200,7 +200,8 @@ def test_an_ended_job_s_stored_checkpoints_leave_the_store_as_the_retention_rule
         # (override_settings, not the settings fixture, inside an override_settings block: the
         # fixture's undo would restore this block's STORAGES into the tests after this one.)
         with override_settings(CHECKPOINT_RETENTION_DAYS=0):  # the default: kept forever unless it succeeded
-            assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 2, "storage_unavailable": False}
+            assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 2, "storage_unavailable": False,
+                                              "orphan_prefixes": 0, "orphan_objects": 0}
         assert left() == named("cancelled", "failed", "running")
         assert not Checkpoint.objects.filter(job=jobs["succeeded"]).exists()
 
@@ -209,7 +210,8 @@ def test_an_ended_job_s_stored_checkpoints_leave_the_store_as_the_retention_rule
         assert left() == named("cancelled", "failed", "running")
 
         with override_settings(CHECKPOINT_RETENTION_DAYS=1):
-            assert checkpoints_housekeeping() == {"jobs": 2, "deleted": 4, "storage_unavailable": False}
+            assert checkpoints_housekeeping() == {"jobs": 2, "deleted": 4, "storage_unavailable": False,
+                                              "orphan_prefixes": 0, "orphan_objects": 0}
         assert left() == named("running")
         assert set(Checkpoint.objects.values_list("job_id", flat=True)) == {jobs["running"].pk}
 
@@ -236,7 +238,8 @@ def test_retention_deletes_a_stored_checkpoint_no_row_names_with_the_job_s_other
     with override_settings(STORAGES=s3_storages(moto)):
         orphaned_checkpoint_job(alice, teams)
         assert len(bucket_keys(moto)) == 3
-        assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 3, "storage_unavailable": False}
+        assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 3, "storage_unavailable": False,
+                                              "orphan_prefixes": 0, "orphan_objects": 0}
         assert bucket_keys(moto) == []
 
 
@@ -246,5 +249,57 @@ def test_retention_deletes_an_unnamed_checkpoint_file_on_the_shared_filesystem(a
     job = orphaned_checkpoint_job(alice, teams)
     folder = artifact_path(f"jobs/{job.pk}/checkpoints")
     assert len(list(folder.iterdir())) == 3
-    assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 3, "storage_unavailable": False}
+    assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 3, "storage_unavailable": False,
+                                              "orphan_prefixes": 0, "orphan_objects": 0}
     assert list(folder.iterdir()) == []
+
+
+def orphan_prefixes(alice, teams) -> dict[str, str]:
+    """Objects under jobs/<id>/ of a job with no row (its checkpoint cut short, its weights), of a
+    job that has its row, and under a folder no job id names."""
+    import uuid
+
+    from apps.core.storage import artifact_save_bytes
+
+    job = make_job(team=teams["vision"], user=alice, state="running", task_name="has-a-row")
+    prefixes = {"no row": f"jobs/{uuid.uuid4()}", "has a row": f"jobs/{job.pk}", "not a job": "jobs/notes"}
+    for prefix in prefixes.values():
+        artifact_save_bytes(f"{prefix}/checkpoints/epoch-0027-attempt-1.pt", b"cut short")
+        artifact_save_bytes(f"{prefix}/train/weights/best.pt", b"weights")
+    return prefixes
+
+
+def assert_orphan_prefix_removed_after_a_day(prefixes: dict[str, str], listing) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.jobs.checkpoint_retention import checkpoints_housekeeping
+
+    everything = {name: listing(prefix) for name, prefix in prefixes.items()}
+    assert all(len(keys) == 2 for keys in everything.values()), everything
+    # Written moments ago: a job's row may not be committed yet. Kept.
+    assert checkpoints_housekeeping()["orphan_prefixes"] == 0
+    assert {name: listing(prefix) for name, prefix in prefixes.items()} == everything
+    done = checkpoints_housekeeping(now=timezone.now() + timedelta(hours=25))
+    assert (done["orphan_prefixes"], done["orphan_objects"]) == (1, 2)
+    assert {name: listing(prefix) for name, prefix in prefixes.items()} == {**everything, "no row": []}
+
+
+@pytest.mark.integration
+def test_retention_removes_a_day_old_prefix_of_a_job_that_has_no_row_from_the_object_store(alice, teams, moto):
+    """Multi-node trial M8's leftover: retention was driven by rows, so a job without any kept its objects."""
+    with override_settings(STORAGES=s3_storages(moto)):
+        prefixes = orphan_prefixes(alice, teams)
+        assert_orphan_prefix_removed_after_a_day(
+            prefixes, lambda prefix: [key for key in bucket_keys(moto) if key.startswith(prefix + "/")])
+
+
+def test_retention_removes_a_day_old_folder_of_a_job_that_has_no_row_on_the_shared_filesystem(
+        alice, teams, clean_storage):
+    prefixes = orphan_prefixes(alice, teams)
+    hidden = artifact_path(prefixes["no row"]) / "checkpoints" / ".epoch-0028.partial"
+    hidden.write_bytes(b"")
+    assert_orphan_prefix_removed_after_a_day(
+        prefixes, lambda prefix: sorted(path.name for path in artifact_path(prefix).rglob("*.pt")))
+    assert not artifact_path(prefixes["no row"]).exists(), "its folders and hidden files go too"

@@ -108,7 +108,7 @@ class Chores:
         from apps.jobs.checkpoint_retention import checkpoints_housekeeping
 
         done = checkpoints_housekeeping(batch=50)
-        if done["deleted"] or done["jobs"]:
+        if done["deleted"] or done["jobs"] or done["orphan_prefixes"]:
             log.info("checkpoint retention: %s", done)
 
     def notifications(self, now=None) -> None:
