@@ -31,6 +31,7 @@ Trace treatment (documented in docs/scheduling.md):
 
 from __future__ import annotations
 
+import bisect
 import csv
 import heapq
 import math
@@ -38,8 +39,9 @@ import random
 import re
 import statistics
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 
 from .policy import (
     DAY_S,
@@ -49,12 +51,14 @@ from .policy import (
     GpuInfo,
     JobRequest,
     NodeInfo,
+    Plan,
     PolicyConfig,
     RollingUsage,
     admission_error,
     plan,
 )
 from .policy.eta_calibration import HISTORY_MAX_WAIT_S, HISTORY_N, HISTORY_S
+from .policy.placement import NodeCapacity
 
 QOS_CLASS = {"Guaranteed": "urgent", "LS": "high", "Burstable": "medium", "BE": "low"}
 # Shape of one GPU in an ``NxG`` cluster. Model G2 (the trace's most common 8-GPU node);
@@ -66,6 +70,7 @@ NXG_GPU_MEMORY_MB = 0  # the openb trace has no GPU-memory requests
 NXG_CPU_MILLI_PER_GPU = 16000
 NXG_MEMORY_MB_PER_GPU = 98304
 BOUNDED_SLOWDOWN_S = 10.0
+EPS_GPU = 1e-9
 
 
 @dataclass(frozen=True)
@@ -291,6 +296,138 @@ class _Job:
         return self.done_before + max(0.0, t - self.run_from)
 
 
+class IdleWhileWaiting:
+    """Which idle GPUs a waiting job could have used, between two events (work conservation).
+
+    The rule, per node, after each planning pass (the state then holds until the next event):
+
+    1. Free GPU capacity F = what running allocations leave (a shared GPU counts its free
+       fraction): the simulator's own view, as in ``utilization`` (a victim still stopping
+       no longer counts; the job started in its place does).
+    2. If some waiting job (queued, or requeued after a preemption) fits the node's free
+       capacity now — its GPU count, or its fraction of one GPU, on GPUs of a model it
+       allows, and its CPU and RAM, as ``NodeCapacity.fit`` decides — then min(F, R) of the
+       free GPUs are *held for a reservation*, R = GPUs the pass's reservations hold on that
+       node (the policy keeps them free on purpose), and F − min(F, R) are *idle while a
+       job waits* (the work-conservation figure).
+    3. Else, if some waiting job's GPU request fits there but not its CPU or RAM, all F
+       are *short of CPU or RAM*; else nothing waiting can use them, and they count in
+       none of the three.
+
+    Limits: one small waiting job makes all of a node's free GPUs count (an upper bound:
+    it would use only its own); the same job may count on several nodes; a job that would
+    fit only in two nodes' free GPUs together counts nowhere (a job never spans nodes).
+    Cheap: a node is looked at again only when its allocations or the waiting shapes
+    changed, and waiting jobs are grouped by everything but CPU and RAM, so a group costs
+    one ``fit`` and a walk of its (CPU, RAM) pairs in CPU order.
+    """
+
+    def __init__(self, nodes: Sequence[NodeInfo]) -> None:
+        self.caps = {n.name: NodeCapacity.of(n, ()) for n in nodes if n.schedulable}
+        self.count: dict[tuple, int] = {}  # waiting shape -> waiting jobs of it
+        # (GPUs, models, GPU memory, image, features) -> (a probe without CPU or RAM, sorted (CPU, RAM))
+        self.groups: dict[tuple, tuple[JobRequest, list[tuple[int, int]]]] = {}
+        self.added: list[tuple] = []  # shapes in the order they (re)appeared among the waiting
+        self.version = dict.fromkeys(self.caps, 0)
+        # node -> (its version when looked at, len(added) then, a shape that fits, a group whose GPUs fit)
+        self.seen: dict[str, tuple[int, int, tuple | None, tuple | None]] = {}
+
+    def take(self, alloc: Allocation, sign: int = 1) -> None:
+        cap = self.caps.get(alloc.node)
+        if cap is not None:
+            cap.take(alloc.gpu_indices, alloc.gpu_share, alloc.gpu_memory_mb, alloc.cpu_milli, alloc.memory_mb, sign)
+            self.version[alloc.node] += 1
+
+    def wait(self, request: JobRequest) -> None:
+        shape = request.shape
+        n = self.count.get(shape, 0)
+        self.count[shape] = n + 1
+        if n == 0:
+            key = shape[:3] + shape[5:]
+            group = self.groups.get(key)
+            if group is None:
+                probe = replace(request, job_id="", cpu_milli=0, memory_mb=0, walltime_s=None, attained_s=0.0)
+                group = self.groups[key] = (probe, [])
+            bisect.insort(group[1], (shape[3], shape[4]))
+            self.added.append(shape)
+
+    def unwait(self, request: JobRequest) -> None:
+        shape = request.shape
+        n = self.count[shape] - 1
+        if n:
+            self.count[shape] = n
+            return
+        del self.count[shape]
+        pairs = self.groups[shape[:3] + shape[5:]][1]
+        del pairs[bisect.bisect_left(pairs, (shape[3], shape[4]))]
+
+    def _look(self, cap: NodeCapacity, shapes: Iterable[tuple] | None) -> tuple[tuple | None, tuple | None]:
+        """(a waiting shape that fits ``cap``, a group whose GPU request fits it), each or None.
+
+        ``shapes``: look only at these (shapes that came since the node was last looked at);
+        None: at every waiting shape.
+        """
+        node = cap.node
+        cpu_free = cap.cpu_free if node.cpu_milli else math.inf
+        mem_free = cap.mem_free if node.memory_mb else math.inf
+        gpu_fit = None
+        if shapes is None:
+            items = [(key, pairs) for key, (_, pairs) in self.groups.items() if pairs]
+        else:
+            items = [(s[:3] + s[5:], ((s[3], s[4]),)) for s in shapes if s in self.count]
+        for key, pairs in items:
+            if cap.fit(self.groups[key][0]) is None:
+                continue
+            gpu_fit = gpu_fit or key
+            for cpu, mem in pairs:
+                if cpu > cpu_free:
+                    break
+                if mem <= mem_free:
+                    return key[:3] + (cpu, mem) + key[3:], key
+        return None, gpu_fit
+
+    def rates(self, reserved: Callable[[], dict[str, float]]) -> tuple[float, float, float]:
+        """(GPUs idle while a job waits, held for a reservation, short of CPU or RAM) until the next event.
+
+        ``reserved`` gives the GPUs the pass's reservations hold per node; called only if needed.
+        """
+        blocked = held = short = 0.0
+        need: dict[str, float] | None = None
+        for name, cap in self.caps.items():
+            if not self.count:
+                break
+            free = 0.0
+            for f in cap.gpu_free.values():
+                if f > EPS_GPU:
+                    free += f
+            if free <= EPS_GPU:
+                continue
+            version = self.version[name]
+            seen = self.seen.get(name)
+            if seen is None or seen[0] != version or (seen[2] is not None and seen[2] not in self.count):
+                fits, gpu_fit = self._look(cap, None)
+            elif seen[2] is not None:
+                fits, gpu_fit = seen[2], seen[3]
+            else:  # nothing fitted, the node is unchanged: only shapes that came since can fit
+                fits, gpu_fit = self._look(cap, self.added[seen[1] :])
+                old = seen[3]
+                if gpu_fit is None and old is not None and self.groups[old][1]:
+                    gpu_fit = old
+                elif gpu_fit is None and old is not None:
+                    fits, gpu_fit = self._look(cap, None)
+            self.seen[name] = (version, len(self.added), fits, gpu_fit)
+            if fits is None:
+                if gpu_fit is not None:
+                    short += free
+                continue
+            if need is None:
+                need = reserved()
+            kept = min(free, need.get(name, 0.0))
+            held += kept
+            blocked += free - kept
+        return blocked, held, short
+
+
 def simulate_policy(
     tasks: Sequence[TraceTask],
     owners: Sequence[tuple[str, str]],
@@ -368,6 +505,14 @@ def simulate_policy(
     preemptions = 0
     busy_gpus = 0.0
     busy_area = 0.0
+    busy_area_all = 0.0
+    idle_while_waiting = IdleWhileWaiting(nodes)
+    # IdleWhileWaiting.rates() of the last pass (idle while a job waits, held for a reservation,
+    # short of CPU or RAM), until the next event; their GPU-seconds over the arrival window and
+    # over the whole replay.
+    idle_rates = (0.0, 0.0, 0.0)
+    idle_area = [0.0, 0.0, 0.0]
+    idle_area_all = [0.0, 0.0, 0.0]
     window = (arrivals[0].task.submit, arrivals[-1].task.submit) if arrivals else (0.0, 0.0)
     last_t = window[0]
     queue_samples: list[tuple[float, int]] = []
@@ -377,13 +522,18 @@ def simulate_policy(
     passes = 0
 
     def charge(until: float) -> None:
-        nonlocal last_t, busy_area
+        nonlocal last_t, busy_area, busy_area_all
         dt = until - last_t
         if dt <= 0:
             return
         lo, hi = max(last_t, window[0]), min(until, window[1])
         if hi > lo:
             busy_area += busy_gpus * (hi - lo)
+            for k, rate in enumerate(idle_rates):
+                idle_area[k] += rate * (hi - lo)
+        busy_area_all += busy_gpus * dt
+        for k, rate in enumerate(idle_rates):
+            idle_area_all[k] += rate * dt
         for alloc in running.values():
             used = alloc.gpus * dt
             rate = 1.0 if jobs[alloc.job_id].spec_preemptible else config.nonpreemptible_charge
@@ -422,6 +572,7 @@ def simulate_policy(
         while i < len(arrivals) and arrivals[i].task.submit <= t:
             job = arrivals[i]
             queued[job.request.job_id] = job.request
+            idle_while_waiting.wait(job.request)
             new_ids.append(job.request.job_id)
             recent.append(job.request)
             user = job.request.user
@@ -440,6 +591,7 @@ def simulate_policy(
             if job_id in running:
                 alloc = running.pop(job_id)
                 busy_gpus -= alloc.gpus
+                idle_while_waiting.take(alloc, -1)
                 finish(job, t)
             elif job_id in stopping:  # it reached its end before its next epoch end
                 del stopping[job_id]
@@ -457,9 +609,11 @@ def simulate_policy(
             walltime = max(60.0, r.walltime_s - (kept - r.attained_s)) if r.walltime_s is not None else None
             job.request = replace(r, walltime_s=walltime, attained_s=kept, preemptions=job.preempted)
             queued[job_id] = job.request
+            idle_while_waiting.wait(job.request)
         while wakeups and wakeups[0] <= t:
             heapq.heappop(wakeups)
         if not queued:
+            idle_rates = (0.0, 0.0, 0.0)
             continue
         # A running job becomes preemptible once it has a checkpoint (an epoch done).
         for job_id, alloc in running.items():
@@ -492,6 +646,7 @@ def simulate_policy(
         for pre in result.preemptions:
             alloc = running.pop(pre.job_id)
             busy_gpus -= alloc.gpus
+            idle_while_waiting.take(alloc, -1)
             job = jobs[pre.job_id]
             done = job.progress(t)
             boundary = math.ceil(done / job.epoch_s - 1e-9) * job.epoch_s
@@ -522,6 +677,7 @@ def simulate_policy(
         for start in result.starts:
             job = jobs[start.job_id]
             request = queued.pop(start.job_id)
+            idle_while_waiting.unwait(request)
             alloc = Allocation(
                 job_id=start.job_id,
                 team=request.team,
@@ -542,6 +698,7 @@ def simulate_policy(
             )
             running[start.job_id] = alloc
             busy_gpus += alloc.gpus
+            idle_while_waiting.take(alloc)
             if job.first_start is None:
                 job.first_start = t
                 if job.eta_model_at_submit is not None and t - job.task.submit <= HISTORY_MAX_WAIT_S:  # it waited
@@ -566,6 +723,7 @@ def simulate_policy(
                     )
                     job.eta_low = entry.estimated_start_low
                     job.eta_high = entry.estimated_start_high
+        idle_rates = idle_while_waiting.rates(partial(_reserved_gpus, result))
         if result.wake_at is not None and result.wake_at > t:
             heapq.heappush(wakeups, result.wake_at)
         queue_samples.append((t, len(queued)))
@@ -581,7 +739,58 @@ def simulate_policy(
         queue_samples,
         timeline_points,
         over_quota_excess,
+    ) | _work_conservation(
+        total_gpus,
+        window,
+        last_t,
+        busy_area,
+        busy_area_all,
+        idle_area,
+        idle_area_all,
     )
+
+
+def _reserved_gpus(result: Plan) -> dict[str, float]:
+    """GPUs the pass's reservations hold, per node."""
+    need: dict[str, float] = {}
+    for _, node, gpus in result.reservations:
+        need[node] = need.get(node, 0.0) + gpus
+    return need
+
+
+def _work_conservation(
+    total_gpus: float,
+    window: tuple[float, float],
+    end: float,
+    busy_area: float,
+    busy_area_all: float,
+    idle_area: Sequence[float],
+    idle_area_all: Sequence[float],
+) -> dict:
+    """Idle GPU-hours while a waiting job could have used them (:class:`IdleWhileWaiting`).
+
+    Over the arrival window (as ``utilization``) and over the whole replay (first arrival
+    to the last event); each also as a fraction of capacity over that span.
+    """
+    capacity = total_gpus * (window[1] - window[0])
+    capacity_all = total_gpus * (end - window[0])
+
+    def share(area: float, cap: float) -> float:
+        return area / cap if cap > 0 else 0.0
+
+    out = {
+        "idle_gpu_hours": (capacity - busy_area) / 3600.0,
+        "utilization_all": share(busy_area_all, capacity_all),
+        "idle_gpu_hours_all": (capacity_all - busy_area_all) / 3600.0,
+        "replay_span_s": end - window[0],
+    }
+    names = ("idle_while_waiting", "held_for_reservation", "short_of_cpu_or_ram")
+    for name, area, area_all in zip(names, idle_area, idle_area_all, strict=True):
+        out[f"{name}_gpu_hours"] = area / 3600.0
+        out[f"{name}_fraction"] = share(area, capacity)
+        out[f"{name}_gpu_hours_all"] = area_all / 3600.0
+        out[f"{name}_fraction_all"] = share(area_all, capacity_all)
+    return out
 
 
 def _metrics(

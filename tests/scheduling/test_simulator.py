@@ -131,3 +131,66 @@ def test_a_victim_holds_all_its_gpus_until_it_stops() -> None:
 
     assert metrics["preemptions"] == 1
     assert metrics["_waits"][:2] == pytest.approx([200.0, 200.0])
+
+
+def _one_node_replay(tasks: list[TraceTask], policy: str) -> dict:
+    """Replay ``tasks`` (one user) on one node of 2 G2 GPUs, 32 cores; exact walltime estimates."""
+    config = PolicyConfig(policy=policy, user_gpu_hours_per_day=None, eta_scenarios=0)
+    owners = [("team-a", "ann")] * len(tasks)
+    return simulate_policy(tasks, owners, load_nodes("1x2"), config, seed=1, walltime_sigma=0.0)
+
+
+def test_gpus_left_idle_while_a_waiting_job_fits_them_are_counted() -> None:
+    """FIFO keeps a free GPU idle behind a 2-GPU head job while a 1-GPU job that fits it waits.
+
+    A (1 GPU) runs 0–1,000 s; B (2 GPUs) arrives at 100 s and waits for A; C (1 GPU) arrives at
+    200 s, fits the free GPU, but FIFO does not let it pass B: 1 GPU idle while a job could use
+    it for 800 s. From 100 to 200 s only B waits and does not fit: not counted. D at 2,000 s
+    ends the arrival window (2 GPUs × 2,000 s); the replay ends when D does, at 2,010 s.
+    """
+    tasks = [
+        TraceTask("a", 0.0, 1000.0, 1.0, (), 1000, 1024, "LS"),
+        TraceTask("b", 100.0, 500.0, 2.0, (), 1000, 1024, "LS"),
+        TraceTask("c", 200.0, 100.0, 1.0, (), 1000, 1024, "LS"),
+        TraceTask("d", 2000.0, 10.0, 1.0, (), 1000, 1024, "LS"),
+    ]
+    m = _one_node_replay(tasks, "fifo")
+
+    assert m["idle_while_waiting_gpu_hours"] == pytest.approx(800 / 3600)
+    assert m["idle_while_waiting_fraction"] == pytest.approx(800 / (2 * 2000))
+    assert m["idle_while_waiting_gpu_hours_all"] == pytest.approx(800 / 3600)
+    assert m["idle_while_waiting_fraction_all"] == pytest.approx(800 / (2 * 2010))
+    assert m["held_for_reservation_gpu_hours"] == 0.0 and m["short_of_cpu_or_ram_gpu_hours"] == 0.0
+    # busy: A 1,000 + B 2 × 500 + C 100 (+ D 10 after the window)
+    assert m["idle_gpu_hours"] == pytest.approx((2 * 2000 - 2100) / 3600)
+    assert m["utilization_all"] == pytest.approx(2110 / (2 * 2010))
+
+
+def test_a_free_gpu_kept_for_a_reservation_counts_as_held_not_idle_while_waiting() -> None:
+    """The fair policy reserves the node for B (2 GPUs at 1,000 s) and keeps C (1 GPU, 5,000 s,
+    would delay B) off the free GPU: 800 s held for a reservation, none idle while waiting."""
+    tasks = [
+        TraceTask("a", 0.0, 1000.0, 1.0, (), 1000, 1024, "LS"),
+        TraceTask("b", 100.0, 500.0, 2.0, (), 1000, 1024, "LS"),
+        TraceTask("c", 200.0, 5000.0, 1.0, (), 1000, 1024, "LS"),
+        TraceTask("d", 7000.0, 10.0, 1.0, (), 1000, 1024, "LS"),
+    ]
+    m = _one_node_replay(tasks, "fair")
+
+    assert m["held_for_reservation_gpu_hours"] == pytest.approx(800 / 3600)
+    assert m["held_for_reservation_fraction"] == pytest.approx(800 / (2 * 7000))
+    assert m["idle_while_waiting_gpu_hours"] == 0.0 and m["short_of_cpu_or_ram_gpu_hours"] == 0.0
+
+
+def test_a_free_gpu_on_a_node_out_of_cpu_counts_as_short_of_cpu() -> None:
+    """A holds 1 GPU and 30 of the node's 32 cores for 1,000 s; B (1 GPU, 4 cores) arrives at
+    100 s: its GPU fits, its CPU does not, so the free GPU is short of CPU for 900 s."""
+    tasks = [
+        TraceTask("a", 0.0, 1000.0, 1.0, (), 30000, 1024, "LS"),
+        TraceTask("b", 100.0, 500.0, 1.0, (), 4000, 1024, "LS"),
+        TraceTask("d", 2000.0, 10.0, 1.0, (), 1000, 1024, "LS"),
+    ]
+    m = _one_node_replay(tasks, "fair")
+
+    assert m["short_of_cpu_or_ram_gpu_hours"] == pytest.approx(900 / 3600)
+    assert m["idle_while_waiting_gpu_hours"] == 0.0 and m["held_for_reservation_gpu_hours"] == 0.0

@@ -353,6 +353,7 @@ class FairPlanner:
             preemptions=tuple(self.preempted[k] for k in sorted(self.preempted)),
             queue=queue,
             wake_at=wake_at,
+            reservations=tuple((r.job.job_id, r.node, len(r.indices) * r.share) for r in reservations.items),
         )
 
 

@@ -388,3 +388,7 @@ class Plan:
     preemptions: tuple[Preemption, ...] = ()
     queue: tuple[QueueEntry, ...] = ()  # every job not started by this plan
     wake_at: float | None = None  # plan again by then even without events (a quota frees up)
+    # The pass's backfill reservations: (job id, node, GPUs it holds there). The queue entries
+    # say the same for the jobs they explain; this covers every one (the simulator's
+    # work-conservation figure counts GPUs held free for them).
+    reservations: tuple[tuple[str, str, float], ...] = ()
