@@ -507,12 +507,12 @@ def simulate_policy(
     busy_area = 0.0
     busy_area_all = 0.0
     idle_while_waiting = IdleWhileWaiting(nodes)
-    # IdleWhileWaiting.rates() of the last pass (idle while a job waits, held for a reservation,
-    # short of CPU or RAM), until the next event; their GPU-seconds over the arrival window and
-    # over the whole replay.
-    idle_rates = (0.0, 0.0, 0.0)
-    idle_area = [0.0, 0.0, 0.0]
-    idle_area_all = [0.0, 0.0, 0.0]
+    # Free GPUs until the next event: idle while a job waits, held for a reservation, short of
+    # CPU or RAM (IdleWhileWaiting.rates() of the last pass), and idle with no job waiting at
+    # all; their GPU-seconds over the arrival window and over the whole replay.
+    idle_rates = (0.0, 0.0, 0.0, 0.0)
+    idle_area = [0.0, 0.0, 0.0, 0.0]
+    idle_area_all = [0.0, 0.0, 0.0, 0.0]
     window = (arrivals[0].task.submit, arrivals[-1].task.submit) if arrivals else (0.0, 0.0)
     last_t = window[0]
     queue_samples: list[tuple[float, int]] = []
@@ -613,7 +613,7 @@ def simulate_policy(
         while wakeups and wakeups[0] <= t:
             heapq.heappop(wakeups)
         if not queued:
-            idle_rates = (0.0, 0.0, 0.0)
+            idle_rates = (0.0, 0.0, 0.0, max(0.0, total_gpus - busy_gpus))
             continue
         # A running job becomes preemptible once it has a checkpoint (an epoch done).
         for job_id, alloc in running.items():
@@ -723,7 +723,10 @@ def simulate_policy(
                     )
                     job.eta_low = entry.estimated_start_low
                     job.eta_high = entry.estimated_start_high
-        idle_rates = idle_while_waiting.rates(partial(_reserved_gpus, result))
+        if queued:
+            idle_rates = (*idle_while_waiting.rates(partial(_reserved_gpus, result)), 0.0)
+        else:
+            idle_rates = (0.0, 0.0, 0.0, max(0.0, total_gpus - busy_gpus))
         if result.wake_at is not None and result.wake_at > t:
             heapq.heappush(wakeups, result.wake_at)
         queue_samples.append((t, len(queued)))
@@ -770,7 +773,11 @@ def _work_conservation(
     """Idle GPU-hours while a waiting job could have used them (:class:`IdleWhileWaiting`).
 
     Over the arrival window (as ``utilization``) and over the whole replay (first arrival
-    to the last event); each also as a fraction of capacity over that span.
+    to the last event); each also as a fraction of capacity over that span. Beside it, the
+    other ways a GPU is idle: held for a reservation, short of CPU or RAM for every waiting
+    job that fits its GPUs, and no job waiting at all; what is left of ``idle_gpu_hours``
+    is free GPUs that no waiting job's GPU request fits (too wide for the node's free GPUs,
+    or of another model).
     """
     capacity = total_gpus * (window[1] - window[0])
     capacity_all = total_gpus * (end - window[0])
@@ -784,7 +791,7 @@ def _work_conservation(
         "idle_gpu_hours_all": (capacity_all - busy_area_all) / 3600.0,
         "replay_span_s": end - window[0],
     }
-    names = ("idle_while_waiting", "held_for_reservation", "short_of_cpu_or_ram")
+    names = ("idle_while_waiting", "held_for_reservation", "short_of_cpu_or_ram", "idle_no_job_waiting")
     for name, area, area_all in zip(names, idle_area, idle_area_all, strict=True):
         out[f"{name}_gpu_hours"] = area / 3600.0
         out[f"{name}_fraction"] = share(area, capacity)

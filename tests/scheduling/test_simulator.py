@@ -163,6 +163,9 @@ def test_gpus_left_idle_while_a_waiting_job_fits_them_are_counted() -> None:
     assert m["held_for_reservation_gpu_hours"] == 0.0 and m["short_of_cpu_or_ram_gpu_hours"] == 0.0
     # busy: A 1,000 + B 2 × 500 + C 100 (+ D 10 after the window)
     assert m["idle_gpu_hours"] == pytest.approx((2 * 2000 - 2100) / 3600)
+    # nothing waits 0–100 s (1 GPU free), 1,500–1,600 s (1) and 1,600–2,000 s (2); D's 10 s after
+    assert m["idle_no_job_waiting_gpu_hours"] == pytest.approx(1000 / 3600)
+    assert m["idle_no_job_waiting_gpu_hours_all"] == pytest.approx(1010 / 3600)
     assert m["utilization_all"] == pytest.approx(2110 / (2 * 2010))
 
 
