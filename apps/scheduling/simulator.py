@@ -311,8 +311,10 @@ class IdleWhileWaiting:
        node (the policy keeps them free on purpose), and F − min(F, R) are *idle while a
        job waits* (the work-conservation figure).
     3. Else, if some waiting job's GPU request fits there but not its CPU or RAM, all F
-       are *short of CPU or RAM*; else nothing waiting can use them, and they count in
-       none of the three.
+       are *short of CPU or RAM*.
+    4. Else no waiting job can use them now: min(F, R) are *kept for a reservation* (the
+       node drains for a job too wide for it yet; nothing could backfill), and the rest
+       count in none of these (no waiting job's GPU request fits them).
 
     Limits: one small waiting job makes all of a node's free GPUs count (an upper bound:
     it would use only its own); the same job may count on several nodes; a job that would
@@ -386,12 +388,13 @@ class IdleWhileWaiting:
                     return key[:3] + (cpu, mem) + key[3:], key
         return None, gpu_fit
 
-    def rates(self, reserved: Callable[[], dict[str, float]]) -> tuple[float, float, float]:
-        """(GPUs idle while a job waits, held for a reservation, short of CPU or RAM) until the next event.
+    def rates(self, reserved: Callable[[], dict[str, float]]) -> tuple[float, float, float, float]:
+        """GPUs (idle while a job waits, held for a reservation, short of CPU or RAM, kept for a
+        reservation) until the next event.
 
         ``reserved`` gives the GPUs the pass's reservations hold per node; called only if needed.
         """
-        blocked = held = short = 0.0
+        blocked = held = short = kept_only = 0.0
         need: dict[str, float] | None = None
         for name, cap in self.caps.items():
             if not self.count:
@@ -416,16 +419,18 @@ class IdleWhileWaiting:
                 elif gpu_fit is None and old is not None:
                     fits, gpu_fit = self._look(cap, None)
             self.seen[name] = (version, len(self.added), fits, gpu_fit)
-            if fits is None:
-                if gpu_fit is not None:
-                    short += free
+            if fits is None and gpu_fit is not None:
+                short += free
                 continue
             if need is None:
                 need = reserved()
             kept = min(free, need.get(name, 0.0))
+            if fits is None:
+                kept_only += kept
+                continue
             held += kept
             blocked += free - kept
-        return blocked, held, short
+        return blocked, held, short, kept_only
 
 
 def simulate_policy(
@@ -508,11 +513,12 @@ def simulate_policy(
     busy_area_all = 0.0
     idle_while_waiting = IdleWhileWaiting(nodes)
     # Free GPUs until the next event: idle while a job waits, held for a reservation, short of
-    # CPU or RAM (IdleWhileWaiting.rates() of the last pass), and idle with no job waiting at
-    # all; their GPU-seconds over the arrival window and over the whole replay.
-    idle_rates = (0.0, 0.0, 0.0, 0.0)
-    idle_area = [0.0, 0.0, 0.0, 0.0]
-    idle_area_all = [0.0, 0.0, 0.0, 0.0]
+    # CPU or RAM, kept for a reservation no waiting job could backfill (IdleWhileWaiting.rates()
+    # of the last pass), and idle with no job waiting at all; their GPU-seconds over the arrival
+    # window and over the whole replay.
+    idle_rates = (0.0, 0.0, 0.0, 0.0, 0.0)
+    idle_area = [0.0, 0.0, 0.0, 0.0, 0.0]
+    idle_area_all = [0.0, 0.0, 0.0, 0.0, 0.0]
     window = (arrivals[0].task.submit, arrivals[-1].task.submit) if arrivals else (0.0, 0.0)
     last_t = window[0]
     queue_samples: list[tuple[float, int]] = []
@@ -613,7 +619,7 @@ def simulate_policy(
         while wakeups and wakeups[0] <= t:
             heapq.heappop(wakeups)
         if not queued:
-            idle_rates = (0.0, 0.0, 0.0, max(0.0, total_gpus - busy_gpus))
+            idle_rates = (0.0, 0.0, 0.0, 0.0, max(0.0, total_gpus - busy_gpus))
             continue
         # A running job becomes preemptible once it has a checkpoint (an epoch done).
         for job_id, alloc in running.items():
@@ -726,7 +732,7 @@ def simulate_policy(
         if queued:
             idle_rates = (*idle_while_waiting.rates(partial(_reserved_gpus, result)), 0.0)
         else:
-            idle_rates = (0.0, 0.0, 0.0, max(0.0, total_gpus - busy_gpus))
+            idle_rates = (0.0, 0.0, 0.0, 0.0, max(0.0, total_gpus - busy_gpus))
         if result.wake_at is not None and result.wake_at > t:
             heapq.heappush(wakeups, result.wake_at)
         queue_samples.append((t, len(queued)))
@@ -774,10 +780,11 @@ def _work_conservation(
 
     Over the arrival window (as ``utilization``) and over the whole replay (first arrival
     to the last event); each also as a fraction of capacity over that span. Beside it, the
-    other ways a GPU is idle: held for a reservation, short of CPU or RAM for every waiting
-    job that fits its GPUs, and no job waiting at all; what is left of ``idle_gpu_hours``
-    is free GPUs that no waiting job's GPU request fits (too wide for the node's free GPUs,
-    or of another model).
+    other ways a GPU is idle: held for a reservation while another job fits it, short of CPU
+    or RAM for every waiting job that fits its GPUs, kept for a reservation where no waiting
+    job fits, and no job waiting at all; what is left of ``idle_gpu_hours`` is free GPUs
+    that no waiting job's GPU request fits and no reservation holds (too wide for the
+    node's free GPUs, or of another model).
     """
     capacity = total_gpus * (window[1] - window[0])
     capacity_all = total_gpus * (end - window[0])
@@ -791,7 +798,13 @@ def _work_conservation(
         "idle_gpu_hours_all": (capacity_all - busy_area_all) / 3600.0,
         "replay_span_s": end - window[0],
     }
-    names = ("idle_while_waiting", "held_for_reservation", "short_of_cpu_or_ram", "idle_no_job_waiting")
+    names = (
+        "idle_while_waiting",
+        "held_for_reservation",
+        "short_of_cpu_or_ram",
+        "kept_for_reservation",
+        "idle_no_job_waiting",
+    )
     for name, area, area_all in zip(names, idle_area, idle_area_all, strict=True):
         out[f"{name}_gpu_hours"] = area / 3600.0
         out[f"{name}_fraction"] = share(area, capacity)

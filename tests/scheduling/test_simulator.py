@@ -161,6 +161,7 @@ def test_gpus_left_idle_while_a_waiting_job_fits_them_are_counted() -> None:
     assert m["idle_while_waiting_gpu_hours_all"] == pytest.approx(800 / 3600)
     assert m["idle_while_waiting_fraction_all"] == pytest.approx(800 / (2 * 2010))
     assert m["held_for_reservation_gpu_hours"] == 0.0 and m["short_of_cpu_or_ram_gpu_hours"] == 0.0
+    assert m["kept_for_reservation_gpu_hours"] == 0.0  # FIFO makes no reservations
     # busy: A 1,000 + B 2 × 500 + C 100 (+ D 10 after the window)
     assert m["idle_gpu_hours"] == pytest.approx((2 * 2000 - 2100) / 3600)
     # nothing waits 0–100 s (1 GPU free), 1,500–1,600 s (1) and 1,600–2,000 s (2); D's 10 s after
@@ -171,7 +172,12 @@ def test_gpus_left_idle_while_a_waiting_job_fits_them_are_counted() -> None:
 
 def test_a_free_gpu_kept_for_a_reservation_counts_as_held_not_idle_while_waiting() -> None:
     """The fair policy reserves the node for B (2 GPUs at 1,000 s) and keeps C (1 GPU, 5,000 s,
-    would delay B) off the free GPU: 800 s held for a reservation, none idle while waiting."""
+    would delay B) off the free GPU: 800 s held for a reservation, none idle while waiting.
+
+    From 100 to 200 s only B waits: the free GPU is kept for its reservation with nothing
+    else to backfill (100 s). Nothing waits 0–100 s (1 GPU), 1,500–6,500 s (C runs: 1) and
+    6,500–7,000 s (2): 6,100 GPU-s.
+    """
     tasks = [
         TraceTask("a", 0.0, 1000.0, 1.0, (), 1000, 1024, "LS"),
         TraceTask("b", 100.0, 500.0, 2.0, (), 1000, 1024, "LS"),
@@ -183,6 +189,8 @@ def test_a_free_gpu_kept_for_a_reservation_counts_as_held_not_idle_while_waiting
     assert m["held_for_reservation_gpu_hours"] == pytest.approx(800 / 3600)
     assert m["held_for_reservation_fraction"] == pytest.approx(800 / (2 * 7000))
     assert m["idle_while_waiting_gpu_hours"] == 0.0 and m["short_of_cpu_or_ram_gpu_hours"] == 0.0
+    assert m["kept_for_reservation_gpu_hours"] == pytest.approx(100 / 3600)
+    assert m["idle_no_job_waiting_gpu_hours"] == pytest.approx(6100 / 3600)
 
 
 def test_a_free_gpu_on_a_node_out_of_cpu_counts_as_short_of_cpu() -> None:
