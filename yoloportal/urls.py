@@ -24,6 +24,7 @@ api_v1 = [
     path("jobs/<uuid:job_id>/", jobs_api.JobDetail.as_view(), name="api-job"),
     path("jobs/<uuid:job_id>/cancel/", jobs_api.JobCancel.as_view(), name="api-job-cancel"),
     path("jobs/<uuid:job_id>/requeue/", jobs_api.JobRequeue.as_view(), name="api-job-requeue"),
+    path("jobs/<uuid:job_id>/continue/", jobs_api.JobContinue.as_view(), name="api-job-continue"),
     path("jobs/<uuid:job_id>/class/", jobs_api.JobClass.as_view(), name="api-job-class"),
     path("jobs/<uuid:job_id>/metrics/", jobs_api.JobMetrics.as_view(), name="api-job-metrics"),
     path("jobs/<uuid:job_id>/logs/", jobs_api.JobLogs.as_view(), name="api-job-logs"),

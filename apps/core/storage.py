@@ -176,6 +176,20 @@ def artifact_upload(key: str, local: Path) -> str:
     return sha256
 
 
+def artifact_copy(source: str, target: str, *, sha256: str) -> None:
+    """Store the bytes of ``source`` under ``target`` as well, checked against ``sha256``.
+
+    FileNotFoundError when ``source`` is gone, ArtifactChanged when its bytes are not the
+    recorded ones (``target`` is then removed again), StorageUnavailable.
+    """
+    local = artifact_local(source, sha256)
+    if not local.is_file():
+        raise FileNotFoundError(source)
+    if artifact_upload(target, local) != sha256:  # the shared filesystem's artifact_local does not hash
+        artifact_delete(target)
+        raise ArtifactChanged(f"{source}: its bytes are not the sha256 {sha256} recorded")
+
+
 def artifact_folder_upload(key: str, folder: Path) -> int:
     """Store every file under ``folder`` (hidden ones aside) under ``key/<relative path>``;
     returns how many. Nothing to copy on the shared filesystem (the folder is the key's)."""

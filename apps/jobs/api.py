@@ -28,6 +28,7 @@ from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import YamlError, load_yaml
 
+from .continuation import ContinueRefused, job_continue
 from .models import STATE_FILTERS, Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
 from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, job_may_requeue, job_weights_find, queue_list
@@ -437,6 +438,51 @@ class JobRequeue(APIView):
             return field_errors({"state": "job changed state meanwhile; try again"}, status.HTTP_409_CONFLICT)
         job.refresh_from_db()
         return Response(JobOut(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class JobContinueIn(StrictInput):
+    timeout = serializers.IntegerField(required=False, min_value=1,
+                                       help_text="seconds; the new job's timeout (default: the job's own)")
+
+
+class JobContinue(APIView):
+    """A new job with the same spec whose first attempt resumes this ended job's newest stored
+    checkpoint (apps/jobs/continuation.py): it trains only the epochs left. Submit's checks apply."""
+
+    throttle_classes = [SubmitThrottle]
+
+    @extend_schema(request=JobContinueIn,
+                   responses={201: JobOut, 200: JobOut, 400: ERROR, 404: ERROR, 409: ERROR, 429: ERROR, 503: ERROR},
+                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)])
+    def post(self, request, job_id):
+        job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+        data = JobContinueIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        key = request.headers.get("Idempotency-Key", "")
+        if len(key) > 200:
+            return field_errors({"Idempotency-Key": "must be at most 200 characters"})
+        try:
+            new, created = job_continue(job=job, user=request.user, timeout_s=data.validated_data.get("timeout"),
+                                        idempotency_key=key)
+        except ContinueRefused as refused:
+            return field_errors(refused.errors, refused.status)
+        except StorageUnavailable as exc:
+            return Response({"detail": f"the artifact storage cannot be reached, try again: {exc}"},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        except SpecError as exc:
+            return field_errors(exc.errors)
+        except IdempotencyKeyReused as reused:
+            return field_errors({"Idempotency-Key": reused.errors["idempotency_key"]}, status.HTTP_409_CONFLICT)
+        except TooManyActiveJobs as cap:
+            return Response({"detail": str(cap), "active_jobs": cap.count, "limit": cap.limit},
+                            status=status.HTTP_429_TOO_MANY_REQUESTS)
+        except DuplicateJob as dup:
+            return Response({"detail": "an identical job of your team is already active (continued or submitted "
+                                       "again already?)", "job": JobOut(dup.job).data},
+                            status=status.HTTP_409_CONFLICT)
+        if created:
+            new._state.fields_cache["model_version"] = None
+        return Response(JobOut(new).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class JobClassIn(StrictInput):

@@ -81,7 +81,7 @@ class IdempotencyKeyReused(FieldErrors):
                                              "send a new key for a new request, or the same request to get that job"})
 
 
-def job_is_same_request(job: Job, spec: JobSpec) -> bool:
+def job_is_same_request(job: Job, spec: JobSpec, continued_from: dict | None = None) -> bool:
     """Whether ``spec`` asks for what ``job`` was submitted with: the same parsed spec, field for field.
 
     Not ``spec_hash``: that is what would *run* (duplicate detection), and leaves out
@@ -95,9 +95,12 @@ def job_is_same_request(job: Job, spec: JobSpec) -> bool:
     JobSpec (``task_named``, ``requires``: derived from the same request text) is still the
     same request when a client retries it, unchanged, after an upgrade. The old server could
     not have stored a field it did not know, so nothing the request asked is left unchecked.
+    A continuation (``continued_from``) is the same request only as a continuation of the same job.
     """
     asked = json.loads(json.dumps(spec.as_dict()))  # as the JSONField stores it (tuples → lists)
     stored = {key: value for key, value in job.spec.items() if key not in ("resolved", "inputs")}
+    if stored.pop("continued_from", None) != continued_from:
+        return False
     asked = {key: value for key, value in asked.items() if key in stored}
     for document in (asked, stored):
         document.pop("allow_duplicate", None)
@@ -1042,7 +1045,8 @@ _ACTIVE_COUNT_SQL = (f'SELECT COUNT(*) FROM (SELECT 1 FROM "{Job._meta.db_table}
 
 
 def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str = "",
-               parent: Job | None = None) -> tuple[Job, bool]:
+               parent: Job | None = None, job_id: uuid.UUID | None = None,
+               continued_from: dict | None = None) -> tuple[Job, bool]:
     """Validate against the database and queue the job. Returns (job, created).
 
     1. An ``idempotency_key`` already used by this user returns that job (created=False)
@@ -1062,13 +1066,16 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     A sweep (``spec.sweep``) is inserted as its parent: running at once, on no node, with no
     GPU (``gpus`` 0), so the scheduler never places it; the scheduler's sweep step
     (apps.sweeps) then submits its trials here with ``parent`` set, as ordinary train jobs.
+
+    A continuation (apps.jobs.continuation) gives the ``job_id`` its checkpoint was copied
+    under and its lineage, ``continued_from``, kept in the stored spec.
     """
     if idempotency_key:
         # Almost always a new key: ask whether it is known (KEY_USED) and read the whole row
         # only for a replay.
         if KEY_USED(user_id=user.pk, key=idempotency_key) and (
                 existing := Job.objects.filter(user=user, idempotency_key=idempotency_key).first()):
-            if not job_is_same_request(existing, spec):
+            if not job_is_same_request(existing, spec, continued_from):
                 raise IdempotencyKeyReused(existing)
             return existing, False
     resolved = spec_resolve(spec=spec, user=user, trial=parent is not None)
@@ -1080,6 +1087,8 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     stored = spec.as_dict()
     stored["resolved"] = resolved.resolved
     stored["inputs"] = resolved.inputs
+    if continued_from:
+        stored["continued_from"] = continued_from
     now = timezone.now()
     kind: dict[str, Any] = {"queued_at": now, "reason": "waiting for the scheduler",
                             "runtime_signature": spec.runtime_signature(), "gpus": spec.gpus}
@@ -1107,6 +1116,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
         timeout_s=spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S,
         retries_left=spec.retries,
         parent=parent,
+        **({"id": job_id} if job_id else {}),
         **kind,
     )
     job = job_row.obj
@@ -1114,7 +1124,9 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     # not exist a moment ago (a page that opens later reads it from the database),
     # so no sequence round trip and no publish. "submitted" notifies nobody.
     what = (f"sweep of {spec.sweep['trials']} trials ({spec.sweep['method']}, {spec.sweep['parallel']} at once)"
-            if spec.sweep else f"trial of sweep {parent.task_name}" if parent else "")
+            if spec.sweep else f"trial of sweep {parent.task_name}" if parent else
+            f"continues job {continued_from['job']} from its checkpoint of epoch {continued_from['epoch']}"
+            if continued_from else "")
     event_row = EVENT_INSERT.prepare(job=job, seq=1, attempt=1, kind="submitted",
                                      message=f"submitted by {user.username} for team {resolved.team.slug}"
                                              f"{'; ' + what if what else ''}")
@@ -1144,7 +1156,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
         # Two requests with the same Idempotency-Key raced; the other one won.
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
         if existing and idempotency_key:
-            if not job_is_same_request(existing, spec):
+            if not job_is_same_request(existing, spec, continued_from):
                 raise IdempotencyKeyReused(existing) from None
             return existing, False
         raise

@@ -13,6 +13,7 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/outcome/", views.job_outcome_view, name="job-outcome"),
     path("jobs/<uuid:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
     path("jobs/<uuid:job_id>/resubmit/", views.job_resubmit, name="job-resubmit"),
+    path("jobs/<uuid:job_id>/continue/", views.job_continue_view, name="job-continue"),
     path("jobs/<uuid:job_id>/requeue/", views.job_requeue_view, name="job-requeue"),
     path("jobs/<uuid:job_id>/class/", views.job_class_view, name="job-class"),
     path("usage/", views.usage, name="usage"),

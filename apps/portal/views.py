@@ -26,8 +26,10 @@ from apps.cluster.selectors import cluster_overview, cluster_totals
 from apps.core.buttons import button_only
 from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
+from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
+from apps.jobs.continuation import continue_available, job_continue
 from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, STATE_FILTERS, TERMINAL_STATES, JobState, PriorityClass
 from apps.jobs.selectors import (
     JOB_NOT_VISIBLE,
@@ -148,6 +150,8 @@ def job_detail(request, job_id):
         **manager_actions(request.user, job),
         "model_version": model_version,
         "weights": job_weights_find(job),
+        "continue_point": continue_available(job) if job.state in TERMINAL_STATES else None,
+        "continued_from": (job.spec or {}).get("continued_from"),
         "scheduler": scheduler_status() if job.state == JobState.QUEUED else None,
         "trial": getattr(job, "trial", None) if job.parent_id else None,
         "page_config": {
@@ -294,6 +298,43 @@ def job_resubmit(request, job_id):
         return submit_page(request, yaml_form=YamlSpecForm(prefix="y", initial={"spec_text": job.raw_spec}),
                            mode="yaml", refused=str(cap), status=429)
     messages.success(request, f"Resubmitted as a new job (from {job.task_name}).")
+    return redirect("job", job_id=new_job.pk)
+
+
+@login_required
+@button_only("job", kwarg="job_id")
+def job_continue_view(request, job_id):
+    """Continue an ended training job from its newest stored checkpoint, as a new job (the API's
+    jobs/{id}/continue/: apps.jobs.continuation); submit's throttle, duplicate check and cap apply."""
+    job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+    refused = submit_refusal(request)
+    if refused:
+        messages.error(request, refused)
+        return redirect("job", job_id=job.pk)
+    timeout = (request.POST.get("timeout") or "").strip()
+    try:
+        timeout_s = int(timeout) if timeout else None
+    except ValueError:
+        messages.error(request, f"Could not continue: timeout: must be a whole number of seconds, got {timeout[:20]!r}")
+        return redirect("job", job_id=job.pk)
+    if timeout_s == job.timeout_s:
+        timeout_s = None  # unchanged: the spec's own text is kept
+    try:
+        new_job, _ = job_continue(job=job, user=request.user, timeout_s=timeout_s,
+                                  idempotency_key=request.POST.get("idempotency_key", "")[:200])
+    except FieldErrors as exc:  # ContinueRefused, SpecError, IdempotencyKeyReused
+        messages.error(request, "Could not continue: " + "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
+        return redirect("job", job_id=job.pk)
+    except StorageUnavailable as exc:
+        messages.error(request, f"Could not continue: the artifact storage cannot be reached, try again ({exc})")
+        return redirect("job", job_id=job.pk)
+    except DuplicateJob as dup:
+        messages.warning(request, "An identical job of your team is still active; this is it.")
+        return redirect("job", job_id=dup.job.pk)
+    except TooManyActiveJobs as cap:
+        messages.error(request, f"Could not continue: {cap}")
+        return redirect("job", job_id=job.pk)
+    messages.success(request, f"Continuing {job.task_name} from epoch {new_job.epochs_done} as a new job.")
     return redirect("job", job_id=new_job.pk)
 
 

@@ -26,6 +26,7 @@ ROUTES = {
     "api-job": "object",
     "api-job-cancel": "object",
     "api-job-requeue": "object",
+    "api-job-continue": "object",
     "api-job-class": "object",
     "api-job-metrics": "object",
     "api-job-logs": "object",
@@ -288,7 +289,7 @@ def test_an_outsider_cannot_open_another_teams_job_socket(alice, bob, carol, tea
 PORTAL_ROUTES = {
     "dashboard": "page", "dashboard-live": "page", "jobs": "page", "job-new": "page", "usage": "page",
     "models": "page", "tokens": "page", "logout": "page",
-    "job": "job", "job-cancel": "job", "job-resubmit": "job", "job-requeue": "job", "job-class": "job", "job-predictions": "job", "job-outcome": "job",
+    "job": "job", "job-cancel": "job", "job-resubmit": "job", "job-continue": "job", "job-requeue": "job", "job-class": "job", "job-predictions": "job", "job-outcome": "job",
     "token-revoke": "token",
     "datasets": "page", "weights": "page", "models-compare": "page",
     "dataset": "dataset", "model": "model", "model-stage": "model",

@@ -1,0 +1,188 @@
+"""Continue an ended training job from its newest stored checkpoint, as a new job.
+
+A job that failed, was cancelled or timed out keeps its resume checkpoints in the artifact
+store (``CHECKPOINT_RETENTION_DAYS``, apps/jobs/checkpoint_retention.py). Continuing it
+submits its spec again (``job_submit``: the same checks, duplicate refusal, throttle and
+active-job cap as any submit; optionally a new ``timeout``) as a new job whose first attempt
+resumes that checkpoint exactly as a requeued attempt resumes its own (worker/tasks.py
+``AttemptRunner.train``): the new job gets its own Checkpoint row for it, so it trains only
+the epochs left.
+
+The bytes are copied, not referenced: the copy lives under the new job's own
+``jobs/<id>/checkpoints/`` key (the file the worker looks for in the new run folder on a
+shared filesystem, the object it fetches otherwise), so the old job's retention or deletion
+cannot take it away, and the new job's own retention removes it like its other checkpoints.
+The checkpoint Ultralytics also wrote as best.pt is copied too (when it is an older epoch),
+so the continued run's best.pt is the better of the two runs' (``best_restore``).
+
+Steps of :func:`job_continue`:
+
+1. refuse what cannot continue (:func:`continue_point`): not a training job, still active,
+   succeeded, no stored checkpoint, or a checkpoint of the final epoch;
+2. rebuild the spec from the job's own text (as Resubmit does), with the new ``timeout``;
+3. copy the checkpoint(s) under a job id chosen now, then, in one transaction, submit the
+   job with that id and record the copies as its checkpoints (the scheduler cannot place it
+   before they are there); anything refused removes the copies again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from apps.core.errors import FieldErrors
+from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_copy, artifact_delete, artifact_save_bytes
+from apps.core.strict_yaml import load_yaml
+
+from .models import ACTIVE_STATES, Checkpoint, Job, JobState
+from .services import job_event, job_submit, spec_parse
+from .spec import SpecError
+
+log = logging.getLogger(__name__)
+
+# Ultralytics' own default when a spec gives no epochs.
+DEFAULT_EPOCHS = 100
+
+
+class ContinueRefused(FieldErrors):
+    """The job cannot be continued; ``status`` is the HTTP status the API answers (400 or 409)."""
+
+    def __init__(self, field: str, message: str, status: int = 409):
+        super().__init__({field: message})
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ContinuePoint:
+    """Where a continuation starts: the newest stored checkpoint (its ``epoch``) of ``epochs``."""
+
+    checkpoint: Checkpoint
+    best: Checkpoint | None  # the older checkpoint that is the run's best.pt, if any
+    epochs: int
+
+    @property
+    def epoch(self) -> int:
+        return self.checkpoint.epoch
+
+
+def spec_epochs(job: Job) -> int:
+    return int((job.spec.get("train_args") or {}).get("epochs") or DEFAULT_EPOCHS)
+
+
+def continue_point(job: Job) -> ContinuePoint:
+    """The checkpoint ``job`` would continue from; ContinueRefused saying why there is none."""
+    mode = (job.spec or {}).get("mode") or "train"
+    if job.is_sweep:
+        raise ContinueRefused("mode", "the job is a sweep, which trains nothing itself: continue one of its trials", 400)
+    if mode != "train":
+        raise ContinueRefused("mode", f"the job is a {mode} job: only a training job can be continued", 400)
+    if job.state in ACTIVE_STATES:
+        raise ContinueRefused("state", f"job is {job.state}; only an ended job (failed, cancelled or timed out) "
+                                       "can be continued")
+    if job.state == JobState.SUCCEEDED:
+        raise ContinueRefused("state", "job succeeded: nothing left to train; use its weights")
+    stored = job.checkpoints.exclude(key="")
+    newest = stored.order_by("-epoch").first()
+    if newest is None:
+        why = ("it ended before its first epoch did" if not job.epochs_done else
+               "none of its checkpoints is kept in the artifact store (they leave it CHECKPOINT_RETENTION_DAYS "
+               "after the job ended, or stayed on the server that ran it)")
+        raise ContinueRefused("checkpoint", f"the job has no stored checkpoint to continue from: {why}")
+    epochs = spec_epochs(job)
+    if newest.epoch >= epochs:
+        raise ContinueRefused("checkpoint", f"its checkpoint is of epoch {newest.epoch}, the last of {epochs}: "
+                                            "nothing left to train; use its weights")
+    best = None if newest.best else stored.filter(best=True, epoch__lt=newest.epoch).order_by("-epoch").first()
+    return ContinuePoint(checkpoint=newest, best=best, epochs=epochs)
+
+
+def continue_available(job: Job) -> ContinuePoint | None:
+    """For pages: the point a "Continue from epoch N" button would start from, or None."""
+    try:
+        return continue_point(job)
+    except ContinueRefused:
+        return None
+
+
+def _document(job: Job, timeout_s: int | None) -> tuple[dict, str]:
+    """The job's spec document (its stored text, as Resubmit reads it) and the text to store."""
+    try:
+        document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
+    except FieldErrors as exc:
+        raise ContinueRefused("spec", f"the original spec text cannot be read: {exc}") from None
+    if not isinstance(document, dict):
+        raise ContinueRefused("spec", "the original spec text is missing; use Edit & resubmit")
+    if timeout_s is None:
+        return document, job.raw_spec
+    document = {**document, "timeout": timeout_s}
+    return document, json.dumps(document, indent=2, default=str)
+
+
+def _copy(job: Job, new_id: uuid.UUID, checkpoint: Checkpoint) -> tuple[str, list[str]]:
+    """Copy ``checkpoint`` (and its sidecar) under the new job's keys; (its key, every key written)."""
+    key = f"jobs/{new_id}/checkpoints/epoch-{checkpoint.epoch:04d}.pt"
+    try:
+        artifact_copy(checkpoint.key, key, sha256=checkpoint.sha256)
+    except (FileNotFoundError, ArtifactChanged) as exc:
+        raise ContinueRefused("checkpoint", f"the stored checkpoint of epoch {checkpoint.epoch} cannot be used: "
+                                            f"{exc}") from None
+    sidecar = key[:-3] + ".json"  # what the training child checks the file against (worker/train_child.py)
+    artifact_save_bytes(sidecar, json.dumps({"epoch": checkpoint.epoch, "sha256": checkpoint.sha256,
+                                             "size": checkpoint.size}).encode())
+    return key, [key, sidecar]
+
+
+def job_continue(*, job: Job, user, timeout_s: int | None = None, idempotency_key: str = "") -> tuple[Job, bool]:
+    """A new job that resumes ``job``'s newest stored checkpoint; (job, created) as ``job_submit``.
+
+    Raises ContinueRefused, SpecError (the spec no longer passes a submit: a deleted dataset, a
+    timeout over the limit), DuplicateJob, TooManyActiveJobs, IdempotencyKeyReused,
+    StorageUnavailable.
+    """
+    point = continue_point(job)
+    document, raw_spec = _document(job, timeout_s)
+    spec = spec_parse(document, user=user)  # SpecError before anything is copied
+    new_id = uuid.uuid4()
+    lineage = {"job": str(job.pk), "task_name": job.task_name, "epoch": point.epoch}
+    written: list[str] = []
+    try:
+        copies = []
+        for checkpoint in filter(None, (point.checkpoint, point.best)):
+            key, keys = _copy(job, new_id, checkpoint)
+            written += keys
+            copies.append((checkpoint, key))
+        with transaction.atomic():
+            new, created = job_submit(user=user, spec=spec, raw_spec=raw_spec, idempotency_key=idempotency_key,
+                                      job_id=new_id, continued_from=lineage)
+            if created:
+                from apps.core.artifacts import artifact_path
+
+                for checkpoint, key in copies:
+                    Checkpoint.objects.create(job=new, attempt=new.attempt, epoch=checkpoint.epoch,
+                                              path=str(artifact_path(key)), sha256=checkpoint.sha256,
+                                              size=checkpoint.size, key=key, best=checkpoint.best)
+                Job.objects.filter(pk=new.pk).update(epochs_done=point.epoch)
+                new.epochs_done = point.epoch
+                job_event(job, "continued", f"continued by {user.username} as job {new.pk} from its checkpoint "
+                                            f"of epoch {point.epoch}", {"job": str(new.pk), "epoch": point.epoch})
+    except BaseException:
+        _forget(written)
+        raise
+    if not created:  # an Idempotency-Key replay: that job has its own copies
+        _forget(written)
+    return new, created
+
+
+def _forget(keys: list[str]) -> None:
+    for key in keys:
+        try:
+            artifact_delete(key)
+        except (StorageUnavailable, OSError) as exc:  # the orphan goes with the job's retention
+            log.warning("continue: could not remove the copied %s: %s", key, exc)
+
+
+__all__ = ["ContinuePoint", "ContinueRefused", "SpecError", "continue_available", "continue_point", "job_continue"]

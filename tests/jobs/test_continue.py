@@ -1,0 +1,227 @@
+"""Continue an ended training job from its newest stored checkpoint, as a new job
+(``POST jobs/{id}/continue/``, the job page's "Continue from epoch N": apps/jobs/continuation.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.core.artifacts import artifact_path
+from apps.jobs.checkpoint_retention import checkpoints_housekeeping
+from apps.jobs.models import Checkpoint, Job, JobEvent, JobState
+from apps.jobs.services import attempt_finish, attempt_start, checkpoint_record, job_claim
+from tests.conftest import SEED_SPEC, api_client
+
+pytestmark = pytest.mark.django_db
+
+SPEC = SEED_SPEC.replace("epochs=2", "epochs=5")
+
+
+@pytest.fixture
+def submit(alice, demo_registered, node, clean_storage):
+    """Submit SPEC as ``user`` through the API and start its first attempt on node-a (run folders
+    under the test's JOBS_DIR: the artifact storage's own root)."""
+
+    def submit(user=alice, spec: str = SPEC) -> Job:
+        response = api_client(user).post("/api/v1/jobs/", spec, content_type="application/yaml")
+        assert response.status_code == 201, response.content
+        job = Job.objects.get(pk=response.json()["id"])
+        assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+        return attempt_start(job_id=job.pk, attempt_id=job.attempt_id, node_name="node-a")
+
+    return submit
+
+
+def checkpoint(job: Job, epoch: int, *, best: bool = False) -> bytes:
+    """A checkpoint file in the job's run folder, recorded as its worker records one."""
+    data = f"checkpoint of {job.pk} epoch {epoch}".encode()
+    path = job.run_dir / "checkpoints" / f"epoch-{epoch:04d}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    checkpoint_record(job, epoch=epoch, path=str(path), sha256=hashlib.sha256(data).hexdigest(), size=len(data),
+                      best=best)
+    Job.objects.filter(pk=job.pk).update(epochs_done=epoch)
+    return data
+
+
+@pytest.fixture
+def cancelled(submit):
+    """A job of 5 epochs cancelled after epoch 3; epoch 2 is its best.pt."""
+    job = submit()
+    checkpoint(job, 1, best=True)
+    checkpoint(job, 2, best=True)
+    checkpoint(job, 3)
+    assert attempt_finish(job, outcome="cancelled", exit_code=-15) == "cancelled"
+    return Job.objects.get(pk=job.pk)
+
+
+def test_it_queues_a_new_job_that_resumes_the_newest_checkpoint(cancelled, alice):
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["id"] != str(cancelled.pk) and body["state"] == "queued" and body["attempt"] == 1
+    assert body["spec"]["continued_from"] == {"job": str(cancelled.pk), "task_name": cancelled.task_name, "epoch": 3}
+    assert body["epochs_done"] == 3 and body["epochs"] == 5 and body["timeout_s"] == cancelled.timeout_s
+    new = Job.objects.get(pk=body["id"])
+    rows = {row.epoch: row for row in Checkpoint.objects.filter(job=new)}
+    assert sorted(rows) == [2, 3] and rows[2].best and not rows[3].best  # the newest, and the run's best.pt
+    for epoch, row in rows.items():
+        assert row.key == f"jobs/{new.pk}/checkpoints/epoch-{epoch:04d}.pt"
+        old = Checkpoint.objects.get(job=cancelled, epoch=epoch)
+        # Where the worker looks for it in the new job's run folder (worker/checkpoint_store.py).
+        copy = new.run_dir / "checkpoints" / f"epoch-{epoch:04d}.pt"
+        assert copy.read_bytes() == artifact_path(old.key).read_bytes() and row.sha256 == old.sha256
+    assert JobEvent.objects.filter(job=cancelled, kind="continued", data__job=str(new.pk)).exists()
+    assert "continues job" in JobEvent.objects.get(job=new, kind="submitted").message
+
+
+def test_a_new_timeout_is_the_new_jobs(cancelled, alice):
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/", {"timeout": 7200}, format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["timeout_s"] == 7200 and cancelled.timeout_s == 3600
+
+
+def test_a_timeout_over_the_limit_is_refused_naming_it(cancelled, alice, settings):
+    settings.MAX_JOB_TIMEOUT_S = 7200
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/", {"timeout": 9000}, format="json")
+
+    assert response.status_code == 400 and "the limit is 7200 s" in response.json()["timeout"][0]
+    assert not Job.objects.exclude(pk=cancelled.pk).exists()
+    assert not list((cancelled.run_dir.parent).glob("*/checkpoints/*.json"))  # the copies went again
+
+
+@pytest.mark.parametrize("body", [{"timeout": "soon"}, {"timeout": 0}, {"epochs": 9}])
+def test_a_bad_body_is_refused_naming_the_field(cancelled, alice, body):
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/", body, format="json")
+
+    assert response.status_code == 400 and set(response.json()) == set(body)
+
+
+def test_a_running_job_cannot_be_continued(submit, alice):
+    job = submit()
+    checkpoint(job, 1)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/")
+
+    assert response.status_code == 409
+    assert response.json() == {"state": ["job is running; only an ended job (failed, cancelled or timed out) can "
+                                         "be continued"]}
+
+
+def test_a_succeeded_job_has_nothing_left_to_train(submit, alice):
+    job = submit()
+    checkpoint(job, 5)
+    Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/")
+
+    assert response.status_code == 409
+    assert response.json()["state"] == ["job succeeded: nothing left to train; use its weights"]
+
+
+def test_a_checkpoint_of_the_final_epoch_leaves_nothing_to_train(submit, alice):
+    job = submit()
+    checkpoint(job, 5)
+    attempt_finish(job, outcome="failed", exit_code=1, error="export failed")
+
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/")
+
+    assert response.status_code == 409
+    assert response.json()["checkpoint"] == ["its checkpoint is of epoch 5, the last of 5: nothing left to train; "
+                                             "use its weights"]
+
+
+def test_a_job_cancelled_before_its_first_checkpoint_cannot_be_continued(submit, alice):
+    job = submit()
+    attempt_finish(job, outcome="cancelled", exit_code=-15)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/")
+
+    assert response.status_code == 409
+    assert "no stored checkpoint to continue from: it ended before its first epoch did" in (
+        response.json()["checkpoint"][0])
+
+
+def test_a_val_job_is_not_a_training_job(submit, alice, cancelled):
+    Job.objects.filter(pk=cancelled.pk).update(spec={**cancelled.spec, "mode": "val"})
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 400
+    assert response.json() == {"mode": ["the job is a val job: only a training job can be continued"]}
+
+
+def test_an_outsider_gets_the_same_404_as_for_any_job(cancelled, carol):
+    response = api_client(carol).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "No job with that id in your teams."}
+
+
+def test_continuing_twice_is_refused_as_a_duplicate_of_the_active_continuation(cancelled, alice):
+    first = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/").json()
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 409 and response.json()["job"]["id"] == first["id"]
+    assert Job.objects.count() == 2
+
+
+def test_the_same_idempotency_key_returns_the_same_continuation(cancelled, alice):
+    client = api_client(alice)
+    first = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", HTTP_IDEMPOTENCY_KEY="k1")
+    again = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", HTTP_IDEMPOTENCY_KEY="k1")
+
+    assert (first.status_code, again.status_code) == (201, 200) and first.json()["id"] == again.json()["id"]
+    assert Checkpoint.objects.filter(job_id=first.json()["id"]).count() == 2
+
+
+def test_the_active_job_cap_applies_as_for_a_submit(cancelled, alice, settings):
+    settings.MAX_ACTIVE_JOBS_PER_USER = 1
+    api_client(alice).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 429 and response.json()["limit"] == 1
+
+
+def test_the_copy_outlives_the_old_jobs_checkpoint_retention_and_deletion(cancelled, alice, settings):
+    new_id = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/").json()["id"]
+    settings.CHECKPOINT_RETENTION_DAYS = 1
+    Job.objects.filter(pk=cancelled.pk).update(finished_at=timezone.now() - timedelta(days=2))
+
+    assert checkpoints_housekeeping()["jobs"] == 1
+    Job.objects.filter(pk=cancelled.pk).delete()
+
+    assert not Checkpoint.objects.filter(job_id=cancelled.pk).exists()
+    for row in Checkpoint.objects.filter(job_id=new_id):
+        assert hashlib.sha256(artifact_path(row.key).read_bytes()).hexdigest() == row.sha256
+
+
+def test_the_job_page_offers_continue_from_epoch_n_and_the_new_page_names_its_origin(cancelled, alice, client):
+    client.force_login(alice)
+    page = client.get(f"/jobs/{cancelled.pk}/").content.decode()
+    assert 'id="continue-button"' in page and "Continue from epoch 3" in page
+
+    response = client.post(f"/jobs/{cancelled.pk}/continue/", {"timeout": "5400", "idempotency_key": "p1"})
+
+    new = Job.objects.exclude(pk=cancelled.pk).get()
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{new.pk}/"
+    assert new.timeout_s == 5400 and new.spec["continued_from"]["epoch"] == 3
+    page = client.get(f"/jobs/{new.pk}/").content.decode()
+    assert 'id="continued-from"' in page and f'href="/jobs/{cancelled.pk}/"' in page
+    assert 'id="continue-button"' not in page  # queued: nothing to continue yet
+
+
+def test_the_page_has_no_continue_button_without_a_checkpoint(submit, alice, client):
+    job = submit()
+    attempt_finish(job, outcome="timed_out", exit_code=-15)
+    client.force_login(alice)
+
+    assert 'id="continue-button"' not in client.get(f"/jobs/{job.pk}/").content.decode()
