@@ -429,7 +429,9 @@ class AttemptRunner:
                     checkpoint_reject(self.job, checkpoint, message=f"checkpoint of epoch {checkpoint.epoch} is "
                                                                     f"missing or corrupt; falling back to an older one")
                     continue
-                if not shared_filesystem():  # the run's best.pt too, when another node wrote it
+                # The run's best.pt too, when another node wrote it, or when the checkpoint is a
+                # continued job's (apps/jobs/continuation.py): its run folder starts without one.
+                if not shared_filesystem() or not (self.run_dir / "train" / "weights" / "best.pt").is_file():
                     _, stop = with_storage(self.job, "fetching best.pt",
                                            lambda c=checkpoint: best_restore(self.job, c.epoch), self.check_in)
                     if stop:
