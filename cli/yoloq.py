@@ -451,6 +451,20 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_continue(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    body = {"timeout": args.timeout} if args.timeout is not None else {}
+    # One key per invocation: a retried request cannot continue the job twice.
+    job = api.request("POST", f"jobs/{job_id}/continue/", json=body, ok=(200, 201),
+                      headers={"Idempotency-Key": f"yoloq-{uuid.uuid4()}"}).json()
+    lineage = (job.get("spec") or {}).get("continued_from") or {}
+    print(f"Continuing {job_id} ({job['task_name']}) from epoch {lineage.get('epoch')} as job {job['id']}: "
+          f"{job['state']}")
+    print(f"  follow it: yoloq status {job['id'][:8]}   ·   yoloq logs -f {job['id'][:8]}")
+    return 0
+
+
 def cmd_class(args: argparse.Namespace) -> int:
     api = api_from_config()
     job_id = job_resolve(api, args.id)
@@ -675,6 +689,12 @@ def parser() -> argparse.ArgumentParser:
                                             "(it resumes from its checkpoint)")
     p.add_argument("id", help=JOB_ID_HELP)
     p.set_defaults(func=cmd_requeue)
+
+    p = commands.add_parser("continue", help="continue an ended (failed, cancelled, timed-out) training job from "
+                                             "its newest stored checkpoint, as a new job")
+    p.add_argument("id", help=JOB_ID_HELP)
+    p.add_argument("--timeout", type=int, metavar="S", help="the new job's timeout in seconds (default: the job's own)")
+    p.set_defaults(func=cmd_continue)
 
     p = commands.add_parser("class", help="team managers: change a queued job's priority class, or a sweep's "
                                                 "(its queued trials' and later ones')")
