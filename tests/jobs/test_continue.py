@@ -217,11 +217,42 @@ def test_the_job_page_offers_continue_from_epoch_n_and_the_new_page_names_its_or
     page = client.get(f"/jobs/{new.pk}/").content.decode()
     assert 'id="continued-from"' in page and f'href="/jobs/{cancelled.pk}/"' in page
     assert 'id="continue-button"' not in page  # queued: nothing to continue yet
+    Checkpoint.objects.filter(job=cancelled).delete()  # (its checkpoints gone after CHECKPOINT_RETENTION_DAYS)
+    assert 'id="continue-button"' not in client.get(f"/jobs/{cancelled.pk}/").content.decode()
 
 
-def test_the_page_has_no_continue_button_without_a_checkpoint(submit, alice, client):
+def test_with_an_object_store_the_copy_is_made_in_the_bucket(submit, alice, moto):
+    import boto3
+    from django.test import override_settings
+
+    from apps.core.storage import artifact_save_bytes
+    from tests.s3 import s3_storages
+
     job = submit()
-    attempt_finish(job, outcome="timed_out", exit_code=-15)
-    client.force_login(alice)
+    assert attempt_finish(job, outcome="timed_out", exit_code=-15) == "timed_out"
+    data = b"epoch 2, as the node's uploader stored it"
+    with override_settings(STORAGES=s3_storages(moto)):
+        key = f"jobs/{job.pk}/checkpoints/epoch-0002-attempt-1.pt"
+        artifact_save_bytes(key, data)
+        Checkpoint.objects.create(job=job, attempt=1, epoch=2, path="/srv/elsewhere/epoch-0002.pt", best=True,
+                                  sha256=hashlib.sha256(data).hexdigest(), size=len(data), key=key)
 
-    assert 'id="continue-button"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+        response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/")
+
+    assert response.status_code == 201, response.content
+    row = Checkpoint.objects.get(job_id=response.json()["id"])
+    assert row.key == f"jobs/{row.job_id}/checkpoints/epoch-0002.pt" and row.best and not artifact_path(row.key).exists()
+    s3 = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing", aws_secret_access_key="testing",
+                      region_name="us-east-1")
+    assert s3.get_object(Bucket=moto["bucket"], Key=row.key)["Body"].read() == data
+
+
+def test_a_checkpoint_whose_bytes_changed_is_refused_and_no_job_is_made(cancelled, alice):
+    newest = Checkpoint.objects.get(job=cancelled, epoch=3)
+    artifact_path(newest.key).write_bytes(b"not what was recorded")
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 409
+    assert response.json()["checkpoint"][0].startswith("the stored checkpoint of epoch 3 cannot be used")
+    assert Job.objects.count() == 1 and Checkpoint.objects.exclude(job=cancelled).count() == 0
