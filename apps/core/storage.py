@@ -185,9 +185,13 @@ def artifact_copy(source: str, target: str, *, sha256: str) -> None:
     local = artifact_local(source, sha256)
     if not local.is_file():
         raise FileNotFoundError(source)
-    if artifact_upload(target, local) != sha256:  # the shared filesystem's artifact_local does not hash
-        artifact_delete(target)
-        raise ArtifactChanged(f"{source}: its bytes are not the sha256 {sha256} recorded")
+    try:
+        if artifact_upload(target, local) != sha256:  # the shared filesystem's artifact_local does not hash
+            artifact_delete(target)
+            raise ArtifactChanged(f"{source}: its bytes are not the sha256 {sha256} recorded")
+    finally:
+        if not shared_filesystem():
+            local.unlink(missing_ok=True)  # fetched only to be copied: this process's cache would keep it
 
 
 def artifact_folder_upload(key: str, folder: Path) -> int:

@@ -225,7 +225,7 @@ def test_with_an_object_store_the_copy_is_made_in_the_bucket(submit, alice, moto
     import boto3
     from django.test import override_settings
 
-    from apps.core.storage import artifact_save_bytes
+    from apps.core.storage import artifact_save_bytes, cache_path
     from tests.s3 import s3_storages
 
     job = submit()
@@ -245,6 +245,7 @@ def test_with_an_object_store_the_copy_is_made_in_the_bucket(submit, alice, moto
     s3 = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing", aws_secret_access_key="testing",
                       region_name="us-east-1")
     assert s3.get_object(Bucket=moto["bucket"], Key=row.key)["Body"].read() == data
+    assert not cache_path(row.sha256, "epoch-0002-attempt-1.pt").exists()  # not kept in the web's cache
 
 
 def test_a_checkpoint_whose_bytes_changed_is_refused_and_no_job_is_made(cancelled, alice):
