@@ -179,7 +179,7 @@ class DatasetSample(APIView):
     """One of the sample images the dataset page shows (their boxes are in ``stats.samples``)."""
 
     @extend_schema(responses={(200, "image/*"): OpenApiTypes.BINARY, 404: ERROR},
-                   parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH),
+                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH),
                                OpenApiParameter("index", int, OpenApiParameter.PATH)])
     def get(self, request, pk: int, index: int):
         query_strict(request, takes=(), what="a dataset's sample image")
