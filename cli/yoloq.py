@@ -6,7 +6,9 @@
                                       ~ squeue (--state succeeded|failed|…|finished: ended jobs,
                                       like sacct; --state active: running and queued, the default)
     yoloq status ID [--json]          ~ scontrol show job (a sweep: its trials table too)
-    yoloq logs [-f] ID                ~ tail -f slurm-ID.out
+    yoloq logs [-f] ID                ~ tail -f slurm-ID.out (-f: exits as `wait` does)
+    yoloq wait ID [--timeout S]       ~ sbatch --wait: exit 0 succeeded, 3 failed, 4 timed out,
+                                      5 cancelled, 124 still active at --timeout, 1 yoloq's own error
     yoloq cancel ID                   ~ scancel
     yoloq requeue ID                  ~ scontrol requeue (team managers): a running job goes back to
                                       the queue and resumes from its checkpoint
@@ -43,6 +45,11 @@ from typing import Any
 import requests
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
+# How `yoloq wait` and `yoloq logs -f` end, for scripts: 0 only when the job succeeded, and a code per
+# other ending, apart from 1 (yoloq itself could not ask: no server, bad token, no such job). They
+# exited 0 for a failed or timed-out job, so CI had to scrape "[yoloq] job failed" (CI trial 17, H1).
+OUTCOME_EXIT = {"succeeded": 0, "failed": 3, "timed_out": 4, "cancelled": 5}
+WAIT_TIMED_OUT = 124  # `wait --timeout` ran out with the job still active, as timeout(1) says it
 ACTIVE = ("running", "starting", "queued")
 # The server's groups of states (jobs/?state=active|finished, as the portal's job list has them).
 ENDED = (*sorted(TERMINAL), "finished")
@@ -425,11 +432,30 @@ def cmd_logs(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         if body["results"] and len(body["results"]) >= 500:
             continue  # more pages
-        if not args.follow or body["state"] in TERMINAL:
-            if args.follow:
-                print(f"\n[yoloq] job {body['state']}", file=sys.stderr)
+        if not args.follow:
             return 0
+        if body["state"] in TERMINAL:
+            print(f"\n[yoloq] job {body['state']}", file=sys.stderr)
+            return OUTCOME_EXIT[body["state"]]
         time.sleep(args.interval)
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Block until the job ends; the exit status says how it ended (``OUTCOME_EXIT``)."""
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    while True:
+        job = api.get(f"jobs/{job_id}/")
+        if job["state"] in TERMINAL:
+            error = job["error"].splitlines()[0] if job["error"] else ""
+            print(f"{job_id} ({job['task_name']}): {job['state']}" + (f": {error}" if error else ""))
+            return OUTCOME_EXIT[job["state"]]
+        if deadline is not None and time.monotonic() >= deadline:
+            print(f"yoloq: {job_id} ({job['task_name']}) is still {job['state']} after {args.timeout:g} s",
+                  file=sys.stderr)
+            return WAIT_TIMED_OUT
+        time.sleep(args.interval if deadline is None else max(0.0, min(args.interval, deadline - time.monotonic())))
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -677,9 +703,17 @@ def parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("logs", help="a job's log")
     p.add_argument("id", help=JOB_ID_HELP)
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing until the job ends; then exit as `yoloq wait` does (0 only if it succeeded)")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_logs)
+
+    p = commands.add_parser("wait", help="wait until a job ends; exit 0 if it succeeded, 3 failed, "
+                                         "4 timed out, 5 cancelled (124: --timeout ran out)")
+    p.add_argument("id", help=JOB_ID_HELP)
+    p.add_argument("--timeout", type=float, help="give up after this many seconds")
+    p.add_argument("--interval", type=float, default=5.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_wait)
 
     p = commands.add_parser("cancel", help="cancel a job, like scancel")
     p.add_argument("id", help=JOB_ID_HELP)

@@ -86,6 +86,36 @@ def test_logs_follow_prints_everything_and_stops_when_the_job_ends(logged_in, al
     assert code == 0 and out == "epoch 1/2\nepoch 2/2\n" and "job succeeded" in err
 
 
+def test_logs_follow_exits_non_zero_when_the_job_did_not_succeed(logged_in, alice, capsys):
+    """A CI step following a job must fail with it: `logs -f` exited 0 for a failed job (CI trial 17, H1)."""
+    from tests.portal.helpers import submit
+
+    job = submit(alice)
+    log_append(job, "out of memory\n")
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.FAILED)
+    code, out, err = run(capsys, "logs", "-f", str(job.pk))
+    assert code == 3 and out == "out of memory\n" and "job failed" in err
+
+
+@pytest.mark.parametrize(("ended", "code"), [(JobState.SUCCEEDED, 0), (JobState.FAILED, 3),
+                                             (JobState.TIMED_OUT, 4), (JobState.CANCELLED, 5)])
+def test_wait_exits_with_how_the_job_ended(logged_in, alice, capsys, ended, code):
+    from tests.portal.helpers import submit
+
+    job = submit(alice)
+    job_transition(job.pk, expected=[JobState.QUEUED], to=ended, error="exceeded its timeout of 8 s\nmore")
+    exit_code, out, _ = run(capsys, "wait", str(job.pk)[:8])
+    assert exit_code == code and f"{job.pk} ({job.task_name}): {ended}" in out
+
+
+def test_wait_gives_up_at_its_timeout_while_the_job_waits(logged_in, alice, capsys):
+    from tests.portal.helpers import submit
+
+    job = submit(alice)
+    code, _, err = run(capsys, "wait", str(job.pk), "--timeout", "0.3", "--interval", "0.1")
+    assert code == 124 and "is still queued after 0.3 s" in err
+
+
 def test_an_unknown_job_is_reported_plainly(logged_in, capsys):
     code, _, err = run(capsys, "status", "deadbeef")
     assert code == 1 and "no job of yours" in err
