@@ -1,7 +1,7 @@
 """yoloq: the command line for yoloportal, with the habits of Slurm users.
 
     yoloq login URL [--token KEY]     sbatch's cousins need a server and a token first
-    yoloq submit job.yaml             ~ sbatch
+    yoloq submit job.yaml [--idempotency-key KEY]   ~ sbatch (the same KEY again: the same job)
     yoloq queue [--mine] [--team T] [--user U] [--state S]
                                       ~ squeue (--state succeeded|failed|…|finished: ended jobs,
                                       like sacct; --state active: running and queued, the default)
@@ -233,8 +233,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         body = sys.stdin.buffer.read() if args.file == "-" else path.read_bytes()
     except OSError as exc:
         raise CliError(f"cannot read {args.file}: {exc.strerror}") from None
-    # One key per invocation: a retried request cannot queue the job twice.
-    headers = {"Content-Type": "application/yaml", "Idempotency-Key": f"yoloq-{uuid.uuid4()}"}
+    # One key per invocation unless the caller gives one: a CI step run again with its own key
+    # (--idempotency-key "$CI_PIPELINE_ID-train") gets the job it queued the first time, where a
+    # fresh key made the retry a 409 "identical job already active" and the step failed (CI trial 17, H2).
+    key = args.idempotency_key or f"yoloq-{uuid.uuid4()}"
+    headers = {"Content-Type": "application/yaml", "Idempotency-Key": key}
     response = api.request("POST", "jobs/", data=body, headers=headers, ok=(200, 201, 400, 409))
     job = response.json()
     if response.status_code == 400:
@@ -243,14 +246,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"  {field}: {' '.join(messages) if isinstance(messages, list) else messages}", file=sys.stderr)
         return 1
     if response.status_code == 409:
-        twin = job.get("job", {})
+        twin = job.get("job")
+        if twin is None:  # the key was used for another request: a field error naming Idempotency-Key
+            raise CliError(error_text(response))
         print(f"{job.get('detail')}\n  active twin: {twin.get('id')} ({twin.get('state')})", file=sys.stderr)
         return 1
     if args.quiet:
         print(job["id"])
         return 0
     what = "sweep" if job.get("is_sweep") else "job"
-    print(f"Submitted {what} {job['id']} ({job['task_name']}) for team {job['team']}: {job['state']}")
+    if response.status_code == 200:  # the same request under the same key: the job it made then
+        print(f"Already submitted under this key: {what} {job['id']} ({job['task_name']}) for team "
+              f"{job['team']}: {job['state']}")
+    else:
+        print(f"Submitted {what} {job['id']} ({job['task_name']}) for team {job['team']}: {job['state']}")
     print(f"  follow it: yoloq status {job['id'][:8]}   ·   yoloq logs -f {job['id'][:8]}")
     return 0
 
@@ -685,6 +694,9 @@ def parser() -> argparse.ArgumentParser:
     p = commands.add_parser("submit", help="submit a job spec (YAML), like sbatch")
     p.add_argument("file", help="job spec file, or - for standard input")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the job id")
+    p.add_argument("--idempotency-key", metavar="KEY",
+                   help="submitting the same spec under the same key again gives the same job (a retried CI "
+                        "step); the same key with another spec is refused; default: a new key each time")
     p.set_defaults(func=cmd_submit)
 
     p = commands.add_parser("queue", help="running and queued jobs of your teams, like squeue")

@@ -68,6 +68,26 @@ def test_submit_queue_status_and_cancel(logged_in, tmp_path, capsys):
     assert Job.objects.get().state == JobState.CANCELLED
 
 
+def test_submit_again_under_the_same_idempotency_key_gives_the_same_job(logged_in, tmp_path, capsys):
+    """A retried CI step: its second submit was a 409 "identical job already active", exit 1 (CI trial 17, H2)."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SEED_SPEC)
+    first = run(capsys, "submit", "-q", "--idempotency-key", "pipeline-41-train", str(spec))
+    again = run(capsys, "submit", "-q", "--idempotency-key", "pipeline-41-train", str(spec))
+    job = Job.objects.get()
+    assert first == again == (0, f"{job.pk}\n", "")
+
+
+def test_an_idempotency_key_used_for_another_spec_is_refused_naming_it(logged_in, tmp_path, capsys):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SEED_SPEC)
+    assert run(capsys, "submit", "--idempotency-key", "k1", str(spec))[0] == 0
+    spec.write_text(SEED_SPEC.replace("epochs=2", "epochs=3"))
+    code, _, err = run(capsys, "submit", "--idempotency-key", "k1", str(spec))
+    assert code == 1 and "Idempotency-Key: was already used for another request" in err
+    assert Job.objects.count() == 1
+
+
 def test_submit_prints_the_field_errors_of_a_bad_spec(logged_in, tmp_path, capsys):
     spec = tmp_path / "bad.yaml"
     spec.write_text(SEED_SPEC.replace("epochs=2", "epochs=ten"))
