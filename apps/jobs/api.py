@@ -31,7 +31,15 @@ from apps.core.strict_yaml import YamlError, load_yaml
 from .continuation import ContinueRefused, job_continue
 from .models import STATE_FILTERS, Job, JobEvent, JobState, LogChunk, MetricPoint
 from .paths import public_text, public_value
-from .selectors import JOB_NOT_VISIBLE, job_list, job_may_cancel, job_may_requeue, job_weights_find, queue_list
+from .selectors import (
+    JOB_NOT_VISIBLE,
+    job_list,
+    job_may_cancel,
+    job_may_requeue,
+    job_weights_find,
+    queue_list,
+    sweep_best_trial,
+)
 from .services import (
     DuplicateJob,
     IdempotencyKeyReused,
@@ -225,7 +233,11 @@ class JobOut(ModelFieldsOnce):
         return job.cancel_requested_at is not None
 
     def get_model_version(self, job: Job) -> int | None:
-        version = getattr(job, "model_version", None)
+        if job.is_sweep:  # the version registered from its best trial (it was null: CI trial 17, H5)
+            best = sweep_best_trial(job)
+            version = getattr(best, "model_version", None) if best is not None else None
+        else:
+            version = getattr(job, "model_version", None)
         return version.pk if version else None
 
 
@@ -609,7 +621,7 @@ class JobWeights(APIView):
             if not path.resolve().is_relative_to(settings.JOBS_DIR.resolve()):
                 raise NotFound("The weights file is gone.")
             key = artifact_key(path)
-        if not key.startswith(f"jobs/{job.pk}/"):
+        if not key.startswith(f"jobs/{found.folder_of or job.pk}/"):
             raise NotFound("The weights file is gone.")
         handle = verified_open(key, found.sha256, "weights")
         suffix = f"-epoch{found.epoch}" if found.epoch is not None else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from uuid import UUID
 
 from django.db.models import QuerySet
 
@@ -92,6 +93,16 @@ class JobWeightsFound:
     epoch: int | None = None
     note: str = ""
     missing: str = ""
+    folder_of: UUID | None = None  # the job whose folder holds ``key`` when it is not this job's (a sweep's best trial)
+
+
+def sweep_best_trial(sweep: Job) -> Job | None:
+    """The trial whose weights an ended sweep kept (its ``weights_path``): the one its best version
+    was registered from (``apps.sweeps.services.best_register``); None before that, or without one."""
+    if not (sweep.is_sweep and sweep.weights_path):
+        return None
+    return (sweep.children.filter(weights_path=sweep.weights_path)
+            .select_related("model_version", "trial").order_by("created_at").first())
 
 
 def job_weights_find(job: Job) -> JobWeightsFound:
@@ -103,14 +114,24 @@ def job_weights_find(job: Job) -> JobWeightsFound:
        stay in the artifact store ``CHECKPOINT_RETENTION_DAYS`` (apps/jobs/checkpoint_retention.py).
     3. Anything else: the reason, in words that fit the job's state (an ended job never "yet").
     """
+    if job.is_sweep:
+        # Its weights are its best trial's file: served from that trial's folder, checked against the
+        # version registered from it. They were refused as "gone" (outside the sweep's own folder)
+        # while the job said they were there (CI trial 17, H5).
+        best = sweep_best_trial(job)
+        if best is None:
+            return JobWeightsFound(missing="A sweep has no weights of its own; its trials have theirs "
+                                           "(the best one's is registered as a model).")
+        version, trial = getattr(best, "model_version", None), getattr(best, "trial", None)
+        which = f"trial {trial.number} ({best.task_name})" if trial is not None else best.task_name
+        return JobWeightsFound(key=best.weights_path, sha256=version.sha256 if version else "", folder_of=best.pk,
+                               note=f"the final weights (best.pt) of {which}, the sweep's best"
+                                    + (f", registered as {version.reference}" if version else ""))
     if job.weights_path:
         version = getattr(job, "model_version", None)
         return JobWeightsFound(key=job.weights_path, sha256=version.sha256 if version else "",
                                note="the final weights (best.pt) of the finished run")
     mode = (job.spec or {}).get("mode") or "train"
-    if job.is_sweep:
-        return JobWeightsFound(missing="A sweep has no weights of its own; its trials have theirs "
-                                       "(the best one's is registered as a model).")
     if mode != "train":
         return JobWeightsFound(missing=f"A {mode} job trains nothing, so it has no weights.")
     if job.state in ACTIVE_STATES:

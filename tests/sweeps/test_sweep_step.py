@@ -80,6 +80,26 @@ def test_the_best_trials_weights_are_registered_with_the_sweep_as_lineage(sweepe
     assert "best: trial 1" in done.message and "registered as vision/lr-sweep:v1" in done.message
 
 
+def test_a_succeeded_sweeps_weights_are_its_best_trials_registered_ones(sweeper, node):
+    """jobs/{sweep}/weights/ said "The weights file is gone." while the job said they were there, and
+    the sweep's model_version was null (CI trial 17, H5)."""
+    from tests.conftest import api_client
+
+    parent = submit_sweep(sweeper, parameters={"lr0": [0.01, 0.001]}, method="grid", parallel=2)
+    sweeps_advance()
+    for job, final in zip(trial_jobs(parent), (0.30, 0.55), strict=True):
+        train(job, node, [final / 2, final], gpu=0)
+    sweeps_advance()
+    best, version = Trial.objects.get(sweep=parent, number=1).job, ModelVersion.objects.get()
+    client = api_client(sweeper)
+
+    download = client.get(f"/api/v1/jobs/{parent.pk}/weights/")
+    assert download.status_code == 200 and b"".join(download.streaming_content) == f"weights of {best.pk}".encode()
+    assert "trial 1" in download["X-Weights-Note"] and "lr-sweep:v1" in download["X-Weights-Note"]
+    detail = client.get(f"/api/v1/jobs/{parent.pk}/").json()
+    assert detail["weights"]["available"] and detail["model_version"] == version.pk
+
+
 def test_a_lagging_trial_is_pruned_at_the_epoch_the_pruner_says_and_counts_as_finished(sweeper, node):
     """Median pruner, 2 startup trials, no warmup: the third trial's best falls below the median at epoch 2."""
     parent = submit_sweep(sweeper, epochs=4, parameters={"lr0": [0.01, 0.02, 0.03]}, method="grid", parallel=1,
