@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import hashlib
 import json
 import os
 import re
@@ -662,16 +663,26 @@ def cmd_weights_pull(args: argparse.Namespace) -> int:
     response = api.request("GET", f"jobs/{job_id}/weights/", stream=True, timeout=(TIMEOUT_S, 300))
     named = re.search(r'filename="?([^";]+)"?', response.headers.get("Content-Disposition", ""))
     target = Path(args.output or (named.group(1) if named else f"{job_id}.pt"))
+    digest = hashlib.sha256()
     with tempfile.NamedTemporaryFile(dir=target.resolve().parent, prefix=".yoloq-", delete=False) as handle:
         try:
             for block in response.iter_content(1 << 20):
                 handle.write(block)
+                digest.update(block)
         except BaseException:
             os.unlink(handle.name)
             raise
+    # The server sends the hash it checked the file against: the copy on disk is verified against
+    # it, and the hash printed for the script's records (nothing verified it: CI trial 17, H4).
+    expected = response.headers.get("X-Weights-SHA256", "")
+    if expected and digest.hexdigest() != expected:
+        os.unlink(handle.name)
+        raise CliError(f"the download's sha256 {digest.hexdigest()} is not the server's {expected}: nothing saved; "
+                       "pull again")
     os.replace(handle.name, target)
     note = response.headers.get("X-Weights-Note", "")
     print(f"Saved {target}" + (f": {note}" if note else ""))
+    print(f"  sha256 {digest.hexdigest()}" + (" (verified)" if expected else " (the server recorded none to check)"))
     return 0
 
 

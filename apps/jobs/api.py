@@ -246,6 +246,8 @@ class JobWeightsOut(serializers.Serializer):
     url = serializers.CharField(allow_null=True, help_text="jobs/{id}/weights/ where there are weights")
     epoch = serializers.IntegerField(allow_null=True, help_text="the epoch of an ended job's checkpoint")
     note = serializers.CharField(help_text="which weights they are, or why there are none")
+    sha256 = serializers.CharField(allow_blank=True,
+                                   help_text="the served file's sha256 (also X-Weights-SHA256); '' where none is recorded")
 
 
 class JobOutcomeOut(serializers.Serializer):
@@ -296,7 +298,7 @@ class JobDetailOut(JobOut):
     def get_weights(self, job: Job) -> dict:
         found = job_weights_find(job)
         return {"available": bool(found.key), "url": f"jobs/{job.pk}/weights/" if found.key else None,
-                "epoch": found.epoch, "note": found.note or found.missing}
+                "epoch": found.epoch, "note": found.note or found.missing, "sha256": found.sha256 if found.key else ""}
 
 
 class JobSpecDoc(serializers.Serializer):
@@ -601,7 +603,8 @@ class JobEvents(_SeqList):
 
 class JobWeights(APIView):
     """Download the job's trained weights: a succeeded job's best.pt, an ended one's newest stored best.pt or
-    last.pt checkpoint (``X-Weights-Epoch`` says of which epoch; ``jobs.selectors.job_weights_find``)."""
+    last.pt checkpoint (``X-Weights-Epoch`` says of which epoch; ``jobs.selectors.job_weights_find``), with
+    ``X-Weights-SHA256`` where its hash is recorded."""
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR})
     def get(self, request, job_id):
@@ -631,6 +634,8 @@ class JobWeights(APIView):
         response["X-Weights-Note"] = found.note
         if found.epoch is not None:
             response["X-Weights-Epoch"] = str(found.epoch)
+        if found.sha256:  # checked against the file just now (verified_open): a script verifies its copy
+            response["X-Weights-SHA256"] = found.sha256
         return response
 
 

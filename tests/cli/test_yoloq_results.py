@@ -34,6 +34,7 @@ def test_weights_pull_fetches_a_cancelled_jobs_checkpoint_and_status_says_which(
     code, out, err = run(capsys, "weights", "pull", str(job.pk)[:8], "-o", str(target))
     assert code == 0, err
     assert target.read_bytes() == data and out.startswith(f"Saved {target}: the job was cancelled after 11 epochs")
+    assert f"sha256 {hashlib.sha256(data).hexdigest()} (verified)" in out  # CI trial 17, H4
 
 
 @pytest.mark.usefixtures("logged_in")

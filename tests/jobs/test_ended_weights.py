@@ -51,6 +51,19 @@ def test_an_ended_jobs_best_checkpoint_is_its_weights(running, alice, settings, 
     assert "epoch10.pt" in response["Content-Disposition"]
 
 
+def test_the_weights_sha256_is_in_the_job_and_on_the_download(running, alice, settings):
+    """A script could verify a job's weights only by way of its model version, and a checkpoint's
+    not at all (CI trial 17, H4)."""
+    best = checkpoint(running, 2, best=True, settings=settings)
+    attempt_finish(running, outcome="timed_out", exit_code=-15)
+    client = api_client(alice)
+
+    response = client.get(f"/api/v1/jobs/{running.pk}/weights/")
+
+    assert response["X-Weights-SHA256"] == hashlib.sha256(best).hexdigest()
+    assert client.get(f"/api/v1/jobs/{running.pk}/").json()["weights"]["sha256"] == hashlib.sha256(best).hexdigest()
+
+
 def test_without_a_best_checkpoint_the_newest_is_served(running, alice, settings):
     checkpoint(running, 3, best=False, settings=settings)
     last = checkpoint(running, 4, best=False, settings=settings)
