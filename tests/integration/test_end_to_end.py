@@ -51,7 +51,7 @@ def test_it_trains_a_submitted_job_to_success_with_metrics_and_weights(live, ali
     assert weights.is_file() and weights.stat().st_size > 100_000
     kinds = [e["kind"] for e in client.get(f"/api/v1/jobs/{job_id}/events/").json()["results"]]
     assert kinds[0] == "submitted" and kinds[-1] == "succeeded" and "running" in kinds
-    assert client.get("/api/v1/models/").json()[0]["job"] == job_id
+    assert client.get("/api/v1/models/").json()["results"][0]["job"] == job_id
     logs = client.get(f"/api/v1/jobs/{job_id}/logs/").json()["results"]
     assert any("Ultralytics" in chunk["text"] for chunk in logs)
 

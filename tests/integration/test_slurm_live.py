@@ -84,7 +84,7 @@ def test_a_job_runs_through_slurm_end_to_end(slurm, live, alice):
     logs = "".join(c["text"] for c in client.get(f"/api/v1/jobs/{job_id}/logs/").json()["results"])
     assert "Ultralytics" in logs
     assert artifact_path(job.weights_path).is_file()  # rows hold artifact keys
-    assert client.get("/api/v1/models/").json()[0]["job"] == job_id
+    assert client.get("/api/v1/models/").json()["results"][0]["job"] == job_id
     assert job.checkpoints.count() >= 1
     events = kinds(job_id)
     assert events.index("slurm_submitted") < events.index("slurm_running") < events.index("training_started")
