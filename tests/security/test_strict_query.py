@@ -98,6 +98,19 @@ def test_a_job_names_an_unknown_parameter_and_still_takes_format(alice, job):
     assert client.get(f"/api/v1/jobs/{job.pk}/", {"format": "json"}).status_code == 200
 
 
+@pytest.mark.parametrize("url", PAGED + UNPAGED)
+def test_a_parameter_given_twice_is_named_not_taken_at_its_last_value(url, alice, job):
+    """jobs/?state=active&state=queued listed the queued jobs only, as if both had filtered (CI trial 17, H9)."""
+    response = api_client(alice).get(url.format(job=job.pk) + "?format=json&format=json")
+    assert response.status_code == 400, response.content
+    assert response.json() == {"format": ["is given 2 times; give it once"]}
+
+
+def test_jobs_state_given_twice_is_a_400_naming_it(alice, job):
+    response = api_client(alice).get("/api/v1/jobs/?state=active&state=queued")
+    assert response.status_code == 400 and response.json() == {"state": ["is given 2 times; give it once"]}
+
+
 def test_the_model_list_names_a_stage_it_does_not_know(alice, teams):
     ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1, stage="production")
     ModelVersion.objects.create(team=teams["vision"], name="pcb", version=2)
