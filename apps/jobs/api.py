@@ -419,10 +419,15 @@ class JobDetail(APIView):
         return Response(JobDetailOut(get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)).data)
 
 
+class NoInput(StrictInput):
+    """The body of an action that takes none: a field sent is named in a 400, not dropped (CI trial 17, H8)."""
+
+
 class JobCancel(APIView):
-    @extend_schema(request=None, responses={202: JobOut, 403: ERROR, 404: ERROR, 409: ERROR})
+    @extend_schema(request=None, responses={202: JobOut, 400: ERROR, 403: ERROR, 404: ERROR, 409: ERROR})
     def post(self, request, job_id):
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+        NoInput(data=request.data).is_valid(raise_exception=True)
         if not job_may_cancel(user=request.user, job=job):
             return Response({"detail": "only the job's owner or a team manager may cancel it"},
                             status=status.HTTP_403_FORBIDDEN)
@@ -436,9 +441,10 @@ class JobCancel(APIView):
 class JobRequeue(APIView):
     """Managers: put a starting/running job back in the queue as a new attempt (resumes from its checkpoint)."""
 
-    @extend_schema(request=None, responses={202: JobOut, 403: ERROR, 404: ERROR, 409: ERROR})
+    @extend_schema(request=None, responses={202: JobOut, 400: ERROR, 403: ERROR, 404: ERROR, 409: ERROR})
     def post(self, request, job_id):
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+        NoInput(data=request.data).is_valid(raise_exception=True)
         if not job_may_requeue(user=request.user, job=job):
             return Response({"detail": "only a manager of the job's team may requeue it"},
                             status=status.HTTP_403_FORBIDDEN)

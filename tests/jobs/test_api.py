@@ -78,6 +78,15 @@ def test_a_member_cancels_their_own_job(bob, bobs_job):
     assert api_client(bob).post(f"/api/v1/jobs/{bobs_job.pk}/cancel/").status_code == 202
 
 
+@pytest.mark.parametrize("action", ["cancel", "requeue"])
+def test_cancel_and_requeue_name_a_body_field_they_do_not_take(alice, bobs_job, action):
+    """{"bogus": 1} was taken and dropped without a word (a script sending a comment believed it
+    recorded), where class/ and stage/ name such a field (CI trial 17, H8)."""
+    response = api_client(alice).post(f"/api/v1/jobs/{bobs_job.pk}/{action}/", {"comment": "nightly"}, format="json")
+    assert response.status_code == 400 and response.json() == {"comment": ["is not a known field"]}
+    assert Job.objects.get(pk=bobs_job.pk).state == bobs_job.state
+
+
 def test_a_member_cannot_cancel_a_teammates_job(alice, bob, teams):
     job = make_job(team=teams["vision"], user=make_user("dave", teams["vision"]))
     response = api_client(bob).post(f"/api/v1/jobs/{job.pk}/cancel/")
