@@ -20,6 +20,10 @@ class HashedTokenAuthentication(BaseAuthentication):
 
     def authenticate(self, request):
         parts = get_authorization_header(request).split()
+        if parts and parts[0].lower() == b"bearer":
+            # What most CI tools send by default; it read "Authentication credentials were not
+            # provided", though they were, in another scheme (CI trial 17, H10).
+            raise exceptions.AuthenticationFailed("Authorization header: this API takes 'Token <key>', not 'Bearer <key>'.")
         if not parts or parts[0].lower() != self.keyword.lower().encode():
             return None
         if len(parts) != 2:

@@ -90,6 +90,18 @@ def test_malformed_or_unknown_tokens_are_401(header):
     assert client.get("/api/v1/jobs/").status_code == 401
 
 
+def test_a_bearer_header_is_told_the_scheme_the_api_takes(bob):
+    """CI tools send 'Bearer <key>' by default; the 401 said "credentials were not provided" (CI trial 17, H10)."""
+    from apps.accounts.services import token_create
+
+    _, key = token_create(user=bob, name="ci")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    response = client.get("/api/v1/jobs/")
+    assert response.status_code == 401
+    assert response.json() == {"detail": "Authorization header: this API takes 'Token <key>', not 'Bearer <key>'."}
+
+
 def test_token_creation_is_throttled(bob, monkeypatch):
     from django.core.cache import cache
 
