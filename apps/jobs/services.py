@@ -858,7 +858,7 @@ def spec_team(spec: JobSpec, user) -> tuple[Team | None, dict[str, str]]:
     if spec.charge_to and spec.charge_to != user.username:
         team = next((t for t in teams if t.slug == spec.charge_to), None)
         if team is None:
-            return None, {"user": f"you are not a member of a team named {spec.charge_to!r}"}
+            return None, {spec.charge_field: f"you are not a member of a team named {spec.charge_to!r}"}
         return team, {}
     if teams:
         return teams[0], {}

@@ -369,9 +369,15 @@ class JobSpec:
     # A hyperparameter sweep (apps.jobs.spec_sweep): this spec is then the sweep's parent, and
     # train_args the base arguments of its trials. Empty for every other job.
     sweep: dict[str, Any] = field(default_factory=dict)
+    # Which key named ``charge_to`` (``user`` or ``team``), so that a refusal names the field the
+    # client sent: `team: robotics` was refused as `user` (CI trial 17, H7). Not stored: it is how
+    # the request was written, not what the job is.
+    charge_field: str = field(default="user", compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        stored = asdict(self)
+        del stored["charge_field"]
+        return stored
 
     def runtime_signature(self) -> str:
         """What decides how long training takes; finished jobs with the same one estimate queued ones."""
@@ -637,7 +643,7 @@ def parse_spec(document: Any) -> JobSpec:
             if not isinstance(value, str) or not re.fullmatch(r"[\w.@+-]{1,150}", value):
                 errors[key] = "must be a team slug or your username"
             else:
-                spec.charge_to = value
+                spec.charge_to, spec.charge_field = value, key
     if "user" in document and "team" in document:
         errors["team"] = "give either user or team, not both"
     if "timeout" in document:

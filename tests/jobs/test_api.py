@@ -42,6 +42,14 @@ def test_the_same_spec_as_json_is_accepted(bob, demo_registered):
     assert response.status_code == 201, response.content
 
 
+@pytest.mark.parametrize("key", ["team", "user"])
+def test_a_team_the_submitter_is_not_in_is_refused_at_the_key_that_named_it(bob, demo_registered, key):
+    """`team: robotics` was refused under `user` (CI trial 17, H7)."""
+    spec = SEED_SPEC.replace("user: vision", f"{key}: robotics")
+    response = api_client(bob).post("/api/v1/jobs/", spec, content_type="application/yaml")
+    assert response.status_code == 400 and response.json() == {key: ["you are not a member of a team named 'robotics'"]}
+
+
 @pytest.mark.parametrize(("method", "url"), JOB_ENDPOINTS)
 def test_another_teams_job_is_not_found_on_every_endpoint(method, url, carol, bobs_job):
     response = getattr(api_client(carol), method)(url.format(id=bobs_job.pk))
