@@ -198,7 +198,10 @@ class JobOut(ModelFieldsOnce):
     epochs = serializers.SerializerMethodField()
     simulated = serializers.SerializerMethodField()
     cancel_requested = serializers.SerializerMethodField()
-    model_version = serializers.SerializerMethodField()
+    # The row's id, not its number: a script building name:v{model_version} got the wrong version (CI trial 17, H11).
+    model_version = serializers.SerializerMethodField(
+        help_text="the id of the model version registered from this job (GET models/{id}/), not its version number; "
+                  "a sweep's: its best trial's")
     # Team-relative only: the resolved absolute paths stay server-side (apps.jobs.paths).
     spec = serializers.JSONField(source="public_spec", read_only=True)
     error = serializers.CharField(source="public_error", read_only=True)

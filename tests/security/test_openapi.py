@@ -77,6 +77,13 @@ def test_every_path_parameter_of_the_schema_is_in_its_path(bob):
     assert phantom == []
 
 
+@pytest.mark.django_db
+def test_the_schema_says_a_jobs_model_version_is_an_id_not_a_number(bob):
+    """model_version 7 was ci-sweep:v1 with nothing saying so (CI trial 17, H11)."""
+    schemas = api_client(bob).get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()["components"]["schemas"]
+    assert "GET models/{id}/" in schemas["JobOut"]["properties"]["model_version"]["description"]
+
+
 @pytest.fixture
 def live_api(live_server, transactional_db, teams, alice, bob, carol):
     """A live server with some of everything for bob's team, and a token for bob."""
