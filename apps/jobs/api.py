@@ -10,7 +10,13 @@ from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import parsers, serializers, status
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.fields import Field, SkipField
@@ -516,7 +522,12 @@ class JobClass(APIView):
     """Managers: move a queued job to another priority class (the admin's "Set class", the job page's);
     a sweep's class is its queued trials' and the later ones'."""
 
-    @extend_schema(request=JobClassIn, responses={200: JobOut, 400: ERROR, 403: ERROR, 404: ERROR})
+    @extend_schema(request=JobClassIn, responses={
+        200: JobOut, 403: ERROR, 404: ERROR,
+        400: OpenApiResponse(OpenApiTypes.OBJECT, description="a priority that is no class, named `priority`"),
+        409: OpenApiResponse(OpenApiTypes.OBJECT, description="the job is not queued (a sweep: has ended), named "
+                                                              "`state`, as cancel/ and requeue/ answer a job in the "
+                                                              "wrong state")})
     def post(self, request, job_id):
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
         data = JobClassIn(data=request.data)
@@ -526,7 +537,11 @@ class JobClass(APIView):
         except JobClassRefused as refused:
             if refused.field is None:
                 return Response({"detail": refused.message}, status=status.HTTP_403_FORBIDDEN)
-            return field_errors({"priority": refused.message})  # the state is the input's problem here
+            if refused.field == "state":
+                # A 409 naming `state`, as cancel/ and requeue/ answer a job in the wrong state: it was a
+                # 400 naming `priority`, so a client retrying on 409-state treated it apart (CI trial 17, H12).
+                return field_errors({"state": refused.message}, status.HTTP_409_CONFLICT)
+            return field_errors({"priority": refused.message})
         job.refresh_from_db()
         return Response(JobOut(job).data)
 

@@ -53,6 +53,9 @@ def test_a_manager_changes_a_queued_jobs_class_and_a_member_is_told_why_not(web,
     assert Job.objects.get(pk=job.pk).priority_class == "high"
     code, out, _ = run(capsys, "class", str(job.pk)[:8], "high")
     assert code == 0 and "is already high; nothing changed." in out
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    code, _, err = run(capsys, "class", str(job.pk)[:8], "low")  # named as requeue names it (CI trial 17, H12)
+    assert code == 1 and "state: the job is running; only a queued job changes class" in err
 
 
 def test_queue_filters_by_team_user_and_state(web, config, alice, bob, carol, teams, capsys):

@@ -151,10 +151,13 @@ def test_a_class_change_names_a_bad_body(body, alice, bob, teams):
     assert Job.objects.get(pk=job.pk).priority_class == "medium"
 
 
-def test_a_class_change_of_a_running_job_says_its_state(alice, bobs_job):
+def test_a_class_change_of_a_running_job_is_a_409_naming_its_state_as_requeue_and_cancel_answer(alice, bobs_job):
+    """It was a 400 naming `priority`, where cancel/ and requeue/ of a job in the wrong state are
+    409s naming `state` (CI trial 17, H12)."""
     response = api_client(alice).post(f"/api/v1/jobs/{bobs_job.pk}/class/", {"priority": "high"}, format="json")
-    assert response.status_code == 400
-    assert response.json() == {"priority": ["the job is running; only a queued job changes class"]}
+    assert response.status_code == 409
+    assert response.json() == {"state": ["the job is running; only a queued job changes class"]}
+    assert Job.objects.get(pk=bobs_job.pk).priority_class == "medium"
 
 
 def test_an_admin_acts_on_every_team(bobs_job, teams):
