@@ -133,6 +133,9 @@ def job_weights_find(job: Job) -> JobWeightsFound:
                                note="the final weights (best.pt) of the finished run")
     mode = (job.spec or {}).get("mode") or "train"
     if mode != "train":
+        if mode == "export":  # "A export job …", and no word of where its files are (CI trial 17, H13)
+            return JobWeightsFound(missing="An export job trains nothing, so it has no weights; its exported files "
+                                           "are in its outcome (outcome.exports, each with its download).")
         return JobWeightsFound(missing=f"A {mode} job trains nothing, so it has no weights.")
     if job.state in ACTIVE_STATES:
         return JobWeightsFound(missing=f"This job has no weights yet: it is {job.state}; they are here once it succeeds.")

@@ -172,8 +172,11 @@ class ModelDownloadView(APIView):
         query_strict(request, takes=(), what="a model version's download")
         version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
         handle = verified_open(version.weights_key, version.sha256, "weights")
-        return FileResponse(handle, as_attachment=True, filename=f"{version.name}-v{version.version}.pt",
-                            content_type=BINARY)
+        response = FileResponse(handle, as_attachment=True, filename=f"{version.name}-v{version.version}.pt",
+                                content_type=BINARY)
+        if version.sha256:  # checked against the file just now: a script verifies its copy (yoloq model pull)
+            response["X-Weights-SHA256"] = version.sha256  # as jobs/{id}/weights/ sends it
+        return response
 
 
 class ExportDownloadView(APIView):
@@ -186,7 +189,10 @@ class ExportDownloadView(APIView):
         name = export.key.rsplit("/", 1)[-1]
         of = (f"{export.version.name}-v{export.version.version}" if export.version
               else PurePosixPath(export.model_lineage.get("name") or "weights").stem)  # weights that are no version
-        return FileResponse(handle, as_attachment=True, content_type=BINARY, filename=f"{of}-{name}")
+        response = FileResponse(handle, as_attachment=True, content_type=BINARY, filename=f"{of}-{name}")
+        if export.sha256:  # checked against the file just now: a script verifies its copy (yoloq export pull)
+            response["X-Export-SHA256"] = export.sha256
+        return response
 
 
 class StageIn(StrictInput):

@@ -65,3 +65,14 @@ def test_an_unfinished_job_has_no_outcome_yet(bob, pcb):  # noqa: F811
     job = submit(bob, f"yolo val model={pcb.reference} data=demo split=val", "val")
 
     assert api_client(bob).get(f"/api/v1/jobs/{job.pk}/").json()["outcome"] is None
+
+
+def test_an_export_jobs_weights_say_where_its_files_are_with_the_right_article(bob, pcb):  # noqa: F811
+    """It said "A export job trains nothing, so it has no weights." and no more (CI trial 17, H13)."""
+    job = submit(bob, f"yolo export model={pcb.reference} format=onnx", "export")
+
+    response = api_client(bob).get(f"/api/v1/jobs/{job.pk}/weights/")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "An export job trains nothing, so it has no weights; its exported files are "
+                                         "in its outcome (outcome.exports, each with its download)."}

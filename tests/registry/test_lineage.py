@@ -130,6 +130,7 @@ def test_a_download_re_checks_the_stored_sha256(base, bob, stores):
     response = client.get(f"/api/v1/models/{base.pk}/download/")
     assert response.status_code == 200 and b"".join(response.streaming_content) == b"weights"
     assert response["Content-Type"] == "application/octet-stream"  # not a guess from ".pt"
+    assert response["X-Weights-SHA256"] == base.sha256  # what it was checked against, for yoloq model pull (H13)
     weights = client.get(f"/api/v1/jobs/{base.job_id}/weights/")
     assert weights.status_code == 200 and weights["Content-Type"] == "application/octet-stream"
     (stores.JOBS_DIR / str(base.job_id) / "train" / "weights" / "best.pt").write_bytes(b"tampered")
@@ -150,6 +151,7 @@ def test_an_export_download_re_checks_its_sha256_too(base, bob, stores):
     client = api_client(bob)
     response = client.get(f"/api/v1/exports/{export.pk}/download/")
     assert response.status_code == 200 and response["Content-Type"] == "application/octet-stream"
+    assert response["X-Export-SHA256"] == export.sha256 != ""  # for yoloq export pull (CI trial 17, H13)
     (stores.MODELS_DIR / export.key.removeprefix("models/")).write_bytes(b"evil")
     assert client.get(f"/api/v1/exports/{export.pk}/download/").status_code == 409
 
