@@ -19,6 +19,16 @@
     yoloq weights push FILE.pt --team T   upload pretrained weights (then model=FILE.pt in specs)
     yoloq weights pull ID [-o FILE]   download a job's weights (an ended job's: its newest stored
                                       best.pt/last.pt checkpoint, named by its epoch)
+    yoloq model list [--team T] [--name N] [--stage S] [--json]   the registry's versions
+    yoloq model show VERSION [--json] a version's lineage, metrics, evaluations and exports
+    yoloq model stage VERSION STAGE   team managers: none, staging, production (archives the
+                                      previous production version) or archived
+    yoloq model pull VERSION [-o FILE]   download a version's weights
+    yoloq export pull ID [--format F] [-o FILE]   download what an export job exported
+
+VERSION is a version's id (``yoloq model list`` prints it) or ``name:vN`` as a spec names it
+(``--team T`` where two of your teams have a model of that name). Every download is checked
+against the sha256 the server sends with it (the one it recorded when the file was stored).
 
 Talks to the REST API (``/api/v1/``) with ``Authorization: Token …``. The server URL and
 token live in ``$XDG_CONFIG_HOME/yoloq/config.json`` (``~/.config/yoloq/config.json``),
@@ -657,12 +667,18 @@ def cmd_weights_push(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_weights_pull(args: argparse.Namespace) -> int:
-    api = api_from_config()
-    job_id = job_resolve(api, args.id)
-    response = api.request("GET", f"jobs/{job_id}/weights/", stream=True, timeout=(TIMEOUT_S, 300))
+def download(api: Api, path: str, output: str | None, fallback: str, sha_header: str) -> tuple[Path, Any, str]:
+    """Save a download beside its target, then move it into place once its sha256 matches the one the
+    server sent in ``sha_header`` (checked against the stored file as it was served).
+
+    Returns where it went, the response's headers and the line to print about its hash.
+    """
+    response = api.request("GET", path, stream=True, timeout=(TIMEOUT_S, 300))
     named = re.search(r'filename="?([^";]+)"?', response.headers.get("Content-Disposition", ""))
-    target = Path(args.output or (named.group(1) if named else f"{job_id}.pt"))
+    name = Path(named.group(1)).name if named else fallback  # a name, never a path elsewhere
+    target = Path(output or name)
+    if target.is_dir():  # -o into a folder: the name the server gives
+        target = target / name
     digest = hashlib.sha256()
     with tempfile.NamedTemporaryFile(dir=target.resolve().parent, prefix=".yoloq-", delete=False) as handle:
         try:
@@ -674,15 +690,174 @@ def cmd_weights_pull(args: argparse.Namespace) -> int:
             raise
     # The server sends the hash it checked the file against: the copy on disk is verified against
     # it, and the hash printed for the script's records (nothing verified it: CI trial 17, H4).
-    expected = response.headers.get("X-Weights-SHA256", "")
+    expected = response.headers.get(sha_header, "")
     if expected and digest.hexdigest() != expected:
         os.unlink(handle.name)
         raise CliError(f"the download's sha256 {digest.hexdigest()} is not the server's {expected}: nothing saved; "
                        "pull again")
     os.replace(handle.name, target)
-    note = response.headers.get("X-Weights-Note", "")
+    return target, response.headers, (f"  sha256 {digest.hexdigest()}"
+                                      + (" (verified)" if expected else " (the server recorded none to check)"))
+
+
+def cmd_weights_pull(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    job = api.get(f"jobs/{job_id}/")
+    if (job.get("spec") or {}).get("mode") == "export":
+        # The API's "trains nothing" said where the files are in API terms only (CI trial 17, H13).
+        raise CliError(f"{job_id} ({job['task_name']}) is an export job: it trains nothing, so it has no weights; "
+                       f"its exported files: yoloq export pull {job_id[:8]}")
+    target, headers, hashed = download(api, f"jobs/{job_id}/weights/", args.output, f"{job_id}.pt",
+                                       "X-Weights-SHA256")
+    note = headers.get("X-Weights-Note", "")
     print(f"Saved {target}" + (f": {note}" if note else ""))
-    print(f"  sha256 {digest.hexdigest()}" + (" (verified)" if expected else " (the server recorded none to check)"))
+    print(hashed)
+    return 0
+
+
+# --- the model registry: versions, stages, downloads, exports -----------------------------------
+
+STAGE_WORDS = {"none": "in no stage"}  # "is in none" read as nonsense (manager trial 15, F9)
+
+
+def stage_text(stage: str) -> str:
+    return STAGE_WORDS.get(stage, f"in {stage}")
+
+
+def model_resolve(api: Api, ref: str, team: str | None) -> dict:
+    """A version as ``GET models/{id}/`` gives it, from its id (as `yoloq model list` prints) or the
+    ``name:vN`` a spec names it by (``--team`` when two of the caller's teams have one of that name)."""
+    if ref.isdigit():
+        return api.get(f"models/{ref}/")
+    named = re.fullmatch(r"(.+):v(\d+)", ref)
+    if not named:
+        raise CliError(f"model {ref!r}: give a version's id, as `yoloq model list` prints it, or name:vN")
+    name, number = named.group(1), int(named.group(2))
+    matches = [v for v in api.get_all("models/", name=name, team=team) if v["version"] == number]
+    if not matches:
+        raise CliError(f"no model {ref} in " + (f"team {team}" if team else "your teams")
+                       + f" (yoloq model list --name {name} lists its versions)")
+    if len(matches) > 1:
+        raise CliError(f"{ref} is a model of teams {', '.join(sorted(v['team'] for v in matches))}: give --team")
+    return api.get(f"models/{matches[0]['id']}/")
+
+
+def metric_text(metrics: dict | None, key: str = "mAP50-95") -> str:
+    value = next((v for k, v in (metrics or {}).items() if k.startswith(f"metrics/{key}(")), None)
+    return value_text(value) if isinstance(value, (int, float)) else "-"
+
+
+def cmd_model_list(args: argparse.Namespace) -> int:
+    """The versions of the caller's teams, every page (``models/`` is a paged list)."""
+    api = api_from_config()
+    versions = api.get_all("models/", team=args.team, name=args.name, stage=args.stage)
+    if args.json:
+        print(json.dumps(versions, indent=2))
+        return 0
+    if not versions:
+        print("No model versions." if not (args.team or args.name or args.stage) else "No model versions match.")
+        return 0
+    rows = [[str(v["id"]), v["reference"], v["team"], v["stage"], v["task"] or "-",
+             (v["job"] or "")[:8] or v["source"], metric_text(v["metrics"]), when(v["created_at"])] for v in versions]
+    print(table(rows, ["ID", "MODEL", "TEAM", "STAGE", "TASK", "FROM", "mAP50-95", "CREATED"]))
+    return 0
+
+
+def cmd_model_show(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    version = model_resolve(api, args.version, args.team)
+    if args.json:
+        print(json.dumps(version, indent=2))
+        return 0
+    parent, dataset = version.get("parent") or {}, version.get("dataset") or {}
+    lines = [
+        ("model", f"{version['reference']}  (id {version['id']}, team {version['team']})"),
+        ("stage", version["stage"]),
+        ("task", version["task"] or "-"),
+        ("from", f"job {version['job']} (yoloq status {version['job'][:8]})" if version["job"] else version["source"]),
+        ("weights", f"{version['filename']}, {version['size']} bytes, sha256 {version['sha256']} "
+                    f"(yoloq model pull {version['id']})"),
+        ("created", when(version["created_at"])),
+    ]
+    if parent:
+        lines.append(("parent", f"{parent.get('name')}:v{parent.get('version')} (team {parent.get('team')})"
+                      if parent.get("kind") == "version" else f"{parent.get('name')} ({parent.get('kind')} weights)"))
+    if dataset.get("name"):
+        lines.append(("dataset", f"{dataset['name']}:v{dataset.get('version')}"))
+    if version.get("metrics"):
+        lines.append(("metrics", f"mAP50-95 {metric_text(version['metrics'])}, mAP50 "
+                                 f"{metric_text(version['metrics'], 'mAP50')}"))
+    for evaluation in version.get("evaluations") or []:
+        data = evaluation.get("dataset") or {}
+        on = f" on {data['name']}:v{data.get('version')}" if data.get("name") else ""
+        lines.append(("evaluation", f"mAP50-95 {metric_text(evaluation['metrics'])}{on} {evaluation['split']} split"))
+    for export in version.get("exports") or []:
+        passed = (export.get("verification") or {}).get("passed")
+        verified = {True: "verified", False: "verification failed", None: "not verified"}[passed]
+        pull = f"yoloq export pull {export['job'][:8]}" if export.get("job") else f"exports/{export['id']}/download/"
+        lines.append(("export", f"{export['format']}, {export['size']} bytes, {verified} ({pull})"))
+    width = max(len(k) for k, _ in lines)
+    print("\n".join(f"{k.rjust(width)}: {v}" for k, v in lines))
+    return 0
+
+
+def cmd_model_stage(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    version = model_resolve(api, args.version, args.team)
+    moved = api.request("POST", f"models/{version['id']}/stage/", json={"stage": args.stage}).json()
+    what = f"{version['reference']} ({version['team']})"
+    if moved["stage"] == version["stage"]:
+        print(f"{what} is already {stage_text(moved['stage'])}; nothing changed.")
+        return 0
+    print(f"{what}: {version['stage']} → {moved['stage']}.")
+    for other in moved.get("also_changed") or []:  # the previous production version, archived
+        print(f"  and {other['reference']}: production → {other['stage']}")
+    return 0
+
+
+def cmd_model_pull(args: argparse.Namespace) -> int:
+    api = api_from_config()
+    version = model_resolve(api, args.version, args.team)
+    target, _, hashed = download(api, f"models/{version['id']}/download/", args.output,
+                                 f"{version['name']}-v{version['version']}.pt", "X-Weights-SHA256")
+    print(f"Saved {target}: {version['reference']} of team {version['team']} ({stage_text(version['stage'])})")
+    print(hashed)
+    return 0
+
+
+def cmd_export_pull(args: argparse.Namespace) -> int:
+    """An export job's exported file (or a training's ``export: [...]`` ones), from its outcome."""
+    api = api_from_config()
+    job_id = job_resolve(api, args.id)
+    job = api.get(f"jobs/{job_id}/")
+    spec = job.get("spec") or {}
+    mode = spec.get("mode") or "train"
+    exports = (job.get("outcome") or {}).get("exports") or []
+    what = f"{job_id} ({job['task_name']})"
+    if not exports:
+        if mode != "export" and not spec.get("export"):
+            weights = f"; its weights: yoloq weights pull {job_id[:8]}" if mode == "train" else ""
+            raise CliError(f"{what} is a {mode} job that exports nothing{weights}")
+        if job["state"] != "succeeded":
+            raise CliError(f"{what} is {job['state']}: its exported files are here once it succeeds"
+                           if job["state"] not in TERMINAL else f"{what} {job['state']}: it stored no exported file")
+        raise CliError(f"{what} stored no exported file")
+    if args.format:
+        exports = [e for e in exports if e["format"] == args.format]
+        if not exports:
+            formats = ", ".join(e["format"] for e in (job.get("outcome") or {}).get("exports") or [])
+            raise CliError(f"{what} exported no {args.format} file (it exported {formats})")
+    if len(exports) > 1 and args.output and not Path(args.output).is_dir():
+        raise CliError(f"{what} exported {len(exports)} files ({', '.join(e['format'] for e in exports)}): "
+                       "give --format to save one as -o FILE, or -o a folder")
+    for export in exports:
+        target, _, hashed = download(api, f"exports/{export['id']}/download/", args.output,
+                                     f"{job_id}.{export['format']}", "X-Export-SHA256")
+        verified = {True: "verified against PyTorch", False: "its verification failed",
+                    None: "not verified"}[export.get("passed")]
+        print(f"Saved {target}: the {export['format']} export of {job['task_name']} ({verified})")
+        print(hashed)
     return 0
 
 
@@ -781,6 +956,41 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("id", help=JOB_ID_HELP)
     p.add_argument("-o", "--output", help="where to write them (default: the name the server gives)")
     p.set_defaults(func=cmd_weights_pull)
+
+    # The registry was API-only from the CLI, though docs/lifecycle.md said it all works from yoloq (CI trial 17, H13).
+    version_help = "a version's id, as `yoloq model list` prints it, or name:vN as specs name it"
+    team_help = "the team whose name:vN it is (when two of your teams have a model of that name)"
+    model = commands.add_parser("model", help="the model registry: list, show, stage, pull").add_subparsers(
+        dest="verb", required=True)
+    p = model.add_parser("list", help="the model versions of your teams")
+    p.add_argument("--team", help="only this team's")
+    p.add_argument("--name", help="only this model's versions")
+    p.add_argument("--stage", help="only versions in this stage: none, staging, production or archived")
+    p.add_argument("--json", action="store_true", help="the API's version objects")
+    p.set_defaults(func=cmd_model_list)
+    p = model.add_parser("show", help="one version: lineage, metrics, evaluations, exports")
+    p.add_argument("version", help=version_help)
+    p.add_argument("--team", help=team_help)
+    p.add_argument("--json", action="store_true", help="the API's version object")
+    p.set_defaults(func=cmd_model_show)
+    p = model.add_parser("stage", help="team managers: move a version to another stage (promoting one to production "
+                                       "archives the previous production version)")
+    p.add_argument("version", help=version_help)
+    p.add_argument("stage", help="none, staging, production or archived")
+    p.add_argument("--team", help=team_help)
+    p.set_defaults(func=cmd_model_stage)
+    p = model.add_parser("pull", help="download a version's weights (checked against their recorded sha256)")
+    p.add_argument("version", help=version_help)
+    p.add_argument("--team", help=team_help)
+    p.add_argument("-o", "--output", help="where to write them, a file or a folder (default: NAME-vN.pt)")
+    p.set_defaults(func=cmd_model_pull)
+
+    export = commands.add_parser("export", help="exported models: pull").add_subparsers(dest="verb", required=True)
+    p = export.add_parser("pull", help="download what an export job (or a training's export: [...]) exported")
+    p.add_argument("id", help=JOB_ID_HELP)
+    p.add_argument("--format", help="only this format's file (onnx, torchscript, engine, …)")
+    p.add_argument("-o", "--output", help="where to write it, a file or a folder (default: the name the server gives)")
+    p.set_defaults(func=cmd_export_pull)
     return top
 
 

@@ -1,0 +1,130 @@
+"""yoloq and the model registry against a live server: list the versions, show one, move one to
+another stage, pull a version's weights and an export job's file (CI trial 17, H13: all of it was
+API-only, though docs/lifecycle.md says it all works from yoloq)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from apps.registry.models import Export, ModelVersion
+from tests.portal.test_job_modes import pcb, submit, succeed  # noqa: F401 - fixture
+
+from .test_yoloq_manager import login, run
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def test_model_list_gives_every_version_of_the_callers_teams_page_after_page(web, config, bob, carol, teams, capsys):
+    """models/ is a paged list (1000 at most a page): yoloq reads every page."""
+    ModelVersion.objects.bulk_create(ModelVersion(team=teams["vision"], name="pcb", version=n) for n in range(1, 1002))
+    ModelVersion.objects.create(team=teams["vision"], name="belt", version=1, stage="production", task="detect", source="upload",
+                                metrics={"metrics/mAP50-95(B)": 0.4125})
+    ModelVersion.objects.create(team=teams["robotics"], name="arm", version=1)
+    login(web, bob, capsys)
+
+    code, out, _ = run(capsys, "model", "list")
+
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["ID", "MODEL", "TEAM", "STAGE", "TASK", "FROM", "mAP50-95", "CREATED"]
+    assert len(lines) == 1 + 1002 and "arm:v1" not in out
+    assert {line.split()[1] for line in lines[1:]} >= {"pcb:v1", "pcb:v1001", "belt:v1"}
+    assert any(line.split()[1:7] == ["belt:v1", "vision", "production", "detect", "upload", "0.4125"]
+               for line in lines)
+
+    code, out, _ = run(capsys, "model", "list", "--stage", "production", "--json")
+    assert code == 0 and [v["reference"] for v in json.loads(out)] == ["belt:v1"]
+    code, out, _ = run(capsys, "model", "list", "--name", "arm")
+    assert code == 0 and out == "No model versions match.\n"
+    code, _, err = run(capsys, "model", "list", "--stage", "bogus")  # the API's 400, naming its field
+    assert code == 1 and "stage: must be one of none, staging, production, archived, got 'bogus'" in err
+    code, _, err = run(capsys, "model", "list", "--team", "robotics")
+    assert code == 1 and "team: you are not a member of a team named 'robotics'" in err
+
+
+def test_a_manager_promotes_a_version_by_its_reference_and_the_previous_one_is_archived(web, config, alice, bob,
+                                                                                        teams, capsys):
+    old = ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1, stage="production")
+    new = ModelVersion.objects.create(team=teams["vision"], name="pcb", version=2, stage="staging")
+    login(web, bob, capsys)
+    code, _, err = run(capsys, "model", "stage", "pcb:v2", "production")
+    assert code == 1 and "Only a manager of the team may change a model's stage." in err
+
+    login(web, alice, capsys)
+    code, out, err = run(capsys, "model", "stage", "pcb:v2", "production")
+    assert code == 0, err
+    assert out == "pcb:v2 (vision): staging → production.\n  and pcb:v1: production → archived\n"
+    old.refresh_from_db(), new.refresh_from_db()
+    assert (old.stage, new.stage) == ("archived", "production")
+
+    code, out, _ = run(capsys, "model", "stage", str(new.pk), "production")
+    assert code == 0 and out == "pcb:v2 (vision) is already in production; nothing changed.\n"
+    code, _, err = run(capsys, "model", "stage", "pcb:v1", "production")  # the API's 400, naming its field
+    assert code == 1 and "stage: pcb:v1 is in archived; it can move to staging" in err
+    code, _, err = run(capsys, "model", "stage", "pcb:v9", "staging")
+    assert code == 1 and "no model pcb:v9 in your teams (yoloq model list --name pcb lists its versions)" in err
+
+
+def test_model_pull_saves_a_versions_weights_verified_against_their_sha256(web, config, bob, carol, tmp_path, capsys,
+                                                                           pcb):  # noqa: F811
+    login(web, bob, capsys)
+    target = tmp_path / "got.pt"
+
+    code, out, err = run(capsys, "model", "pull", pcb.reference, "-o", str(target))
+
+    assert code == 0, err
+    assert target.read_bytes() == b"weights" and pcb.sha256 == hashlib.sha256(b"weights").hexdigest()
+    assert out == (f"Saved {target}: pcb:v1 of team vision (in no stage)\n"
+                   f"  sha256 {pcb.sha256} (verified)\n")
+    code, out, err = run(capsys, "model", "pull", str(pcb.pk), "-o", str(tmp_path))  # a folder: the server's name
+    assert code == 0, err
+    assert (tmp_path / "pcb-v1.pt").read_bytes() == b"weights" and out.startswith(f"Saved {tmp_path / 'pcb-v1.pt'}")
+
+    code, out, _ = run(capsys, "model", "show", pcb.reference)
+    assert code == 0 and f"model: pcb:v1  (id {pcb.pk}, team vision)" in out
+    assert f"from: job {pcb.job_id} (yoloq status {str(pcb.job_id)[:8]})" in out and "dataset: demo:v1" in out
+    assert f"sha256 {pcb.sha256} (yoloq model pull {pcb.pk})" in out
+
+    login(web, carol, capsys)
+    code, _, err = run(capsys, "model", "pull", str(pcb.pk))
+    assert code == 1 and "No model with that id in your teams." in err
+
+
+def export_job(bob, pcb):  # noqa: F811 - the fixture's value
+    """An export job of pcb:v1 to onnx, recorded as the worker records it."""
+    job = submit(bob, f"yolo export model={pcb.reference} format=onnx", "pcb-onnx")
+    onnx = job.run_dir / "export" / "best.onnx"
+    onnx.parent.mkdir(parents=True)
+    onnx.write_bytes(b"onnx bytes")
+    return succeed(job, {"mode": "export", "exports": [{"format": "onnx", "path": str(onnx), "options": {},
+                                                        "verification": {"passed": True}}]})
+
+
+def test_export_pull_saves_an_export_jobs_file_and_weights_pull_points_to_it(web, config, bob, tmp_path, capsys,
+                                                                            pcb):  # noqa: F811
+    job = export_job(bob, pcb)
+    export = Export.objects.get(job=job)
+    login(web, bob, capsys)
+
+    code, _, err = run(capsys, "weights", "pull", str(job.pk)[:8])  # was: "A export job trains nothing, …"
+    assert code == 1
+    assert err == (f"yoloq: {job.pk} (pcb-onnx) is an export job: it trains nothing, so it has no weights; "
+                   f"its exported files: yoloq export pull {str(job.pk)[:8]}\n")
+
+    target = tmp_path / "model.onnx"
+    code, out, err = run(capsys, "export", "pull", str(job.pk)[:8], "-o", str(target))
+    assert code == 0, err
+    assert target.read_bytes() == b"onnx bytes" and export.sha256 == hashlib.sha256(b"onnx bytes").hexdigest()
+    assert out == (f"Saved {target}: the onnx export of pcb-onnx (verified against PyTorch)\n"
+                   f"  sha256 {export.sha256} (verified)\n")
+
+    code, _, err = run(capsys, "export", "pull", str(job.pk)[:8], "--format", "torchscript")
+    assert code == 1 and f"{job.pk} (pcb-onnx) exported no torchscript file (it exported onnx)" in err
+    code, _, err = run(capsys, "export", "pull", str(pcb.job_id)[:8])
+    assert code == 1
+    assert f"is a train job that exports nothing; its weights: yoloq weights pull {str(pcb.job_id)[:8]}" in err
+    code, out, _ = run(capsys, "model", "show", str(pcb.pk))
+    assert f"export: onnx, 10 bytes, verified (yoloq export pull {str(job.pk)[:8]})" in out
