@@ -15,14 +15,20 @@ cannot take it away, and the new job's own retention removes it like its other c
 The checkpoint Ultralytics also wrote as best.pt is copied too (when it is an older epoch),
 so the continued run's best.pt is the better of the two runs' (``best_restore``).
 
+What the weights went through comes along: the new job's metrics begin with the old job's
+points of epochs 1..N (copied as ``attempt`` 0, so the curves are whole and the runtime
+estimate, which reads the current attempt's points, measures only the epochs the new job
+trains).
+
 Steps of :func:`job_continue`:
 
 1. refuse what cannot continue (:func:`continue_point`): not a training job, still active,
    succeeded, no stored checkpoint, or a checkpoint of the final epoch;
 2. rebuild the spec from the job's own text (as Resubmit does), with the new ``timeout``;
 3. copy the checkpoint(s) under a job id chosen now, then, in one transaction, submit the
-   job with that id and record the copies as its checkpoints (the scheduler cannot place it
-   before they are there); anything refused removes the copies again.
+   job with that id, record the copies as its checkpoints (the scheduler cannot place it
+   before they are there) and copy its metric points of the epochs it continues; anything
+   refused removes the copies again.
 """
 
 from __future__ import annotations
@@ -33,19 +39,23 @@ import uuid
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 
 from apps.core.errors import FieldErrors
 from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_copy, artifact_delete, artifact_save_bytes
 from apps.core.strict_yaml import load_yaml
 
-from .models import ACTIVE_STATES, Checkpoint, Job, JobState
-from .services import job_event, job_submit, spec_parse
+from .models import ACTIVE_STATES, Checkpoint, Job, JobState, MetricPoint
+from .services import job_event, job_submit, seq_allocate, spec_parse
 from .spec import SpecError
 
 log = logging.getLogger(__name__)
 
 # Ultralytics' own default when a spec gives no epochs.
 DEFAULT_EPOCHS = 100
+
+# The ``attempt`` of a metric point the new job carries over from the job it continues.
+INHERITED_ATTEMPT = 0
 
 
 class ContinueRefused(FieldErrors):
@@ -122,6 +132,26 @@ def _document(job: Job, timeout_s: int | None) -> tuple[dict, str]:
     return document, json.dumps(document, indent=2, default=str)
 
 
+def _metrics_carry(job: Job, new: Job, epoch: int) -> None:
+    """Copy ``job``'s metric points of epochs 1..``epoch`` (what the resumed weights went through)
+    to ``new``, with sequence numbers of the new job's and the times they were measured.
+
+    Called in the transaction that inserts ``new``: nobody can watch it yet, so nothing is
+    published; its worker's points (epoch + 1 on) come after these in ``seq``.
+    """
+    points = list(MetricPoint.objects.filter(job=job, epoch__lte=epoch).order_by("epoch"))
+    if not points:
+        return
+    first = seq_allocate(new.pk, len(points))
+    MetricPoint.objects.bulk_create([
+        MetricPoint(job=new, epoch=point.epoch, attempt=INHERITED_ATTEMPT, seq=first + n, values=point.values)
+        for n, point in enumerate(points)])
+    # created_at is stamped at insert (auto_now_add): give each copy its original's time.
+    MetricPoint.objects.filter(job=new, attempt=INHERITED_ATTEMPT).update(created_at=Subquery(
+        MetricPoint.objects.filter(job=job, epoch=OuterRef("epoch")).values("created_at")[:1]))
+    new.seq = first + len(points) - 1
+
+
 def _copy(job: Job, new_id: uuid.UUID, checkpoint: Checkpoint) -> tuple[str, list[str]]:
     """Copy ``checkpoint`` (and its sidecar) under the new job's keys; (its key, every key written)."""
     key = f"jobs/{new_id}/checkpoints/epoch-{checkpoint.epoch:04d}.pt"
@@ -167,6 +197,7 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, idempotency_ke
                                               size=checkpoint.size, key=key, best=checkpoint.best)
                 Job.objects.filter(pk=new.pk).update(epochs_done=point.epoch)
                 new.epochs_done = point.epoch
+                _metrics_carry(job, new, point.epoch)
                 job_event(job, "continued", f"continued by {user.username} as job {new.pk} from its checkpoint "
                                             f"of epoch {point.epoch}", {"job": str(new.pk), "epoch": point.epoch})
     except BaseException:

@@ -196,6 +196,7 @@ class MetricPoint(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metrics")
     epoch = models.PositiveIntegerField()
+    # 0: an epoch of the job this one continues, copied when it was made (apps.jobs.continuation).
     attempt = models.PositiveIntegerField()
     seq = models.BigIntegerField()
     values = models.JSONField(default=dict)

@@ -50,8 +50,9 @@ def test_a_cancelled_job_continued_trains_only_the_epochs_left_and_succeeds(live
     started = JobEvent.objects.get(job_id=new, kind="training_started", attempt=1)
     assert started.data["start_epoch"] == epoch + 1  # the old job's epochs are not trained again
     assert JobEvent.objects.filter(job_id=new, kind="resuming", message__contains=f"epoch {epoch}").exists()
+    # Its curves are whole: the old job's epochs 1..N (attempt 0: inherited), then its own.
     metrics = client.get(f"/api/v1/jobs/{new}/metrics/").json()["results"]
-    assert [m["epoch"] for m in metrics] == list(range(epoch + 1, EPOCHS + 1))
+    assert [(m["epoch"], m["attempt"]) for m in metrics] == [(e, 0 if e <= epoch else 1) for e in range(1, EPOCHS + 1)]
     assert artifact_path(job.weights_path).is_file()
     # Its run folder starts without best.pt: the old run's is put back, so the weights are the
     # better of both runs' (worker/checkpoint_store.py best_restore), not last.pt by default.

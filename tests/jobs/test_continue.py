@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from apps.core.artifacts import artifact_path
 from apps.jobs.checkpoint_retention import checkpoints_housekeeping
-from apps.jobs.models import Checkpoint, Job, JobEvent, JobState
-from apps.jobs.services import attempt_finish, attempt_start, checkpoint_record, job_claim
+from apps.jobs.models import Checkpoint, Job, JobEvent, JobState, MetricPoint
+from apps.jobs.services import attempt_finish, attempt_start, checkpoint_record, job_claim, metrics_record
+from apps.scheduling.estimates import job_estimates
 from tests.conftest import SEED_SPEC, api_client
 
 pytestmark = pytest.mark.django_db
@@ -257,3 +258,62 @@ def test_a_checkpoint_whose_bytes_changed_is_refused_and_no_job_is_made(cancelle
     assert response.status_code == 409
     assert response.json()["checkpoint"][0].startswith("the stored checkpoint of epoch 3 cannot be used")
     assert Job.objects.count() == 1 and Checkpoint.objects.exclude(job=cancelled).count() == 0
+
+
+def test_the_new_jobs_metrics_begin_with_the_old_jobs_epochs_up_to_its_checkpoint(submit, alice, node):
+    old = submit()
+    for epoch in (1, 2, 3, 4):  # epoch 4's point came, its checkpoint did not: 4 is trained again
+        metrics_record(old, epoch=epoch, values={"train/box_loss": 2.0 - epoch / 10})
+        if epoch < 4:
+            checkpoint(old, epoch)
+    assert attempt_finish(old, outcome="cancelled", exit_code=-15) == "cancelled"
+    client = api_client(alice)
+
+    new = Job.objects.get(pk=client.post(f"/api/v1/jobs/{old.pk}/continue/").json()["id"])
+    assert job_claim(new, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    new = attempt_start(job_id=new.pk, attempt_id=new.attempt_id, node_name="node-a")
+    metrics_record(new, epoch=4, values={"train/box_loss": 0.6})
+    # Its remaining time is measured on the epochs it trained itself: 100 s for epoch 4, one left.
+    Job.objects.filter(pk=new.pk).update(started_at=MetricPoint.objects.get(job=new, epoch=4).created_at
+                                         - timedelta(seconds=100))
+    assert job_estimates([], [Job.objects.get(pk=new.pk)], timezone.now()).remaining_s[str(new.pk)] == 100
+    metrics_record(new, epoch=5, values={"train/box_loss": 0.5})
+
+    page = client.get(f"/api/v1/jobs/{new.pk}/metrics/").json()
+    rows = page["results"]
+    assert [(r["epoch"], r["attempt"]) for r in rows] == [(1, 0), (2, 0), (3, 0), (4, 1), (5, 1)]  # 0: inherited
+    assert [r["values"]["train/box_loss"] for r in rows] == [1.9, 1.8, 1.7, 0.6, 0.5]
+    assert [r["seq"] for r in rows] == sorted({r["seq"] for r in rows}) and rows[-1]["seq"] == page["seq"]
+    after = client.get(f"/api/v1/jobs/{new.pk}/metrics/?after={rows[2]['seq']}").json()["results"]
+    assert [r["epoch"] for r in after] == [4, 5]
+    inherited = {p.epoch: p.created_at for p in MetricPoint.objects.filter(job=old)}
+    assert all(p.created_at == inherited[p.epoch] for p in MetricPoint.objects.filter(job=new, attempt=0))
+    assert MetricPoint.objects.filter(job=old).count() == 4  # the old job keeps its own
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_the_new_jobs_socket_history_has_the_inherited_epochs_after_its_submitted_event(cancelled, alice):
+    from asgiref.sync import async_to_sync
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+
+    from apps.portal.routing import websocket_urlpatterns
+
+    for epoch in (1, 2, 3):
+        metrics_record(cancelled, epoch=epoch, values={"train/box_loss": 2.0 - epoch / 10})
+    new_id = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/").json()["id"]
+
+    async def history() -> list[dict]:
+        socket = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/jobs/{new_id}/")
+        socket.scope["user"] = alice
+        assert (await socket.connect())[0]
+        messages = []
+        while not (messages and messages[-1].get("history_end")):
+            messages.append(await socket.receive_json_from(timeout=5))
+        await socket.disconnect()
+        return messages[:-1]
+
+    messages = async_to_sync(history)()
+    assert [(m["type"], m["seq"]) for m in messages] == [("status", 1), ("metrics", 2), ("metrics", 3), ("metrics", 4)]
+    assert [m["data"]["epoch"] for m in messages[1:]] == [1, 2, 3]
