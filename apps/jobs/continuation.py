@@ -15,16 +15,18 @@ cannot take it away, and the new job's own retention removes it like its other c
 The checkpoint Ultralytics also wrote as best.pt is copied too (when it is an older epoch),
 so the continued run's best.pt is the better of the two runs' (``best_restore``).
 
-What the weights went through comes along: the new job's metrics begin with the old job's
-points of epochs 1..N (copied as ``attempt`` 0, so the curves are whole and the runtime
-estimate, which reads the current attempt's points, measures only the epochs the new job
-trains).
+What the weights went through comes along: the new job trains on the dataset version the old
+one did (``data=name`` is pinned to ``name:vN``, not re-resolved to the newest version), and
+its metrics begin with the old job's points of epochs 1..N (copied as ``attempt`` 0, so the
+curves are whole and the runtime estimate, which reads the current attempt's points, measures
+only the epochs the new job trains).
 
 Steps of :func:`job_continue`:
 
 1. refuse what cannot continue (:func:`continue_point`): not a training job, still active,
    succeeded, no stored checkpoint, or a checkpoint of the final epoch;
-2. rebuild the spec from the job's own text (as Resubmit does), with the new ``timeout``;
+2. rebuild the spec from the job's own text (as Resubmit does), with the new ``timeout`` and
+   ``data`` naming the version the job trained on (refused when that version was deleted);
 3. copy the checkpoint(s) under a job id chosen now, then, in one transaction, submit the
    job with that id, record the copies as its checkpoints (the scheduler cannot place it
    before they are there) and copy its metric points of the epochs it continues; anything
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import uuid
 from dataclasses import dataclass
 
@@ -119,17 +122,51 @@ def continue_available(job: Job) -> ContinuePoint | None:
 
 
 def _document(job: Job, timeout_s: int | None) -> tuple[dict, str]:
-    """The job's spec document (its stored text, as Resubmit reads it) and the text to store."""
+    """The job's spec document (its stored text, as Resubmit reads it) with the new ``timeout``
+    and its data pinned (:func:`_data_pinned`), and the text to store (the old text when neither
+    changed it)."""
     try:
         document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
     except FieldErrors as exc:
         raise ContinueRefused("spec", f"the original spec text cannot be read: {exc}") from None
     if not isinstance(document, dict):
         raise ContinueRefused("spec", "the original spec text is missing; use Edit & resubmit")
-    if timeout_s is None:
+    changed = _data_pinned(job, document)
+    if timeout_s is not None:
+        changed = {**changed, "timeout": timeout_s}
+    if changed == document:
         return document, job.raw_spec
-    document = {**document, "timeout": timeout_s}
-    return document, json.dumps(document, indent=2, default=str)
+    return changed, json.dumps(changed, indent=2, default=str)
+
+
+def _data_pinned(job: Job, document: dict) -> dict:
+    """``document`` with its ``data`` naming the registered dataset version ``job`` trained on.
+
+    ``data=demo`` means the newest version when submitted; a continuation must train on the
+    version the epochs it continues saw, whatever was uploaded since, so it says ``demo:v1``.
+    A data folder that is no registered version has nothing to pin and is left as it is.
+    ContinueRefused (``data``) when that version has been deleted.
+    """
+    from apps.datasets.selectors import dataset_version_get
+
+    used = ((job.spec or {}).get("inputs") or {}).get("data") or {}
+    if not used.get("id"):
+        return document
+    name, version = used["name"], used["version"]
+    if dataset_version_get(team=job.team, name=name, version=version) is None:
+        raise ContinueRefused("data", f"the job trained on dataset {name} v{version}, which has been deleted since: "
+                                      "a continuation trains on the same data as the epochs it continues (to train "
+                                      "on another version, use Edit & resubmit: a new training)")
+    pinned = f"{name}:v{version}"
+    if isinstance(document.get("command"), str):
+        words = shlex.split(document["command"])  # it parsed when the job was submitted
+        if all(word == f"data={pinned}" for word in words if word.startswith("data=")):
+            return document
+        words = [f"data={pinned}" if word.startswith("data=") else word for word in words]
+        return {**document, "command": shlex.join(words)}
+    if isinstance(document.get("train"), dict) and document["train"].get("data") not in (None, pinned):
+        return {**document, "train": {**document["train"], "data": pinned}}
+    return document
 
 
 def _metrics_carry(job: Job, new: Job, epoch: int) -> None:
@@ -169,8 +206,8 @@ def _copy(job: Job, new_id: uuid.UUID, checkpoint: Checkpoint) -> tuple[str, lis
 def job_continue(*, job: Job, user, timeout_s: int | None = None, idempotency_key: str = "") -> tuple[Job, bool]:
     """A new job that resumes ``job``'s newest stored checkpoint; (job, created) as ``job_submit``.
 
-    Raises ContinueRefused, SpecError (the spec no longer passes a submit: a deleted dataset, a
-    timeout over the limit), DuplicateJob, TooManyActiveJobs, IdempotencyKeyReused,
+    Raises ContinueRefused, SpecError (the spec no longer passes a submit: deleted weights, a data
+    folder gone, a timeout over the limit), DuplicateJob, TooManyActiveJobs, IdempotencyKeyReused,
     StorageUnavailable.
     """
     point = continue_point(job)

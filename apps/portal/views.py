@@ -318,7 +318,7 @@ def job_continue_view(request, job_id):
         messages.error(request, f"Could not continue: timeout: must be a whole number of seconds, got {timeout[:20]!r}")
         return redirect("job", job_id=job.pk)
     if timeout_s == job.timeout_s:
-        timeout_s = None  # unchanged: the spec's own text is kept
+        timeout_s = None  # unchanged: the spec keeps its own timeout
     try:
         new_job, _ = job_continue(job=job, user=request.user, timeout_s=timeout_s,
                                   idempotency_key=request.POST.get("idempotency_key", "")[:200])

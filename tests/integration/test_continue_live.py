@@ -53,6 +53,7 @@ def test_a_cancelled_job_continued_trains_only_the_epochs_left_and_succeeds(live
     # Its curves are whole: the old job's epochs 1..N (attempt 0: inherited), then its own.
     metrics = client.get(f"/api/v1/jobs/{new}/metrics/").json()["results"]
     assert [(m["epoch"], m["attempt"]) for m in metrics] == [(e, 0 if e <= epoch else 1) for e in range(1, EPOCHS + 1)]
+    assert job.spec["train_args"]["data"] == "demo:v1"  # the version the old job trained on
     assert artifact_path(job.weights_path).is_file()
     # Its run folder starts without best.pt: the old run's is put back, so the weights are the
     # better of both runs' (worker/checkpoint_store.py best_restore), not last.pt by default.

@@ -317,3 +317,49 @@ def test_the_new_jobs_socket_history_has_the_inherited_epochs_after_its_submitte
     messages = async_to_sync(history)()
     assert [(m["type"], m["seq"]) for m in messages] == [("status", 1), ("metrics", 2), ("metrics", 3), ("metrics", 4)]
     assert [m["data"]["epoch"] for m in messages[1:]] == [1, 2, 3]
+
+
+STRUCTURED = SPEC.replace('command: "yolo train data=demo model=yolov8n.yaml epochs=5 imgsz=128"',
+                          "train: {data: demo, model: yolov8n.yaml, epochs: 5, imgsz: 128}")
+
+
+@pytest.mark.parametrize("spec", [SPEC, STRUCTURED], ids=["command", "structured"])
+def test_it_trains_on_the_dataset_version_the_old_job_did_not_a_newer_one(submit, alice, teams, spec):
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.selectors import team_dataset_root
+    from apps.datasets.services import dataset_register
+
+    cancelled = submit(spec=spec)
+    checkpoint(cancelled, 2)
+    attempt_finish(cancelled, outcome="cancelled", exit_code=-15)
+    trained_on = cancelled.spec["inputs"]["data"]
+    newer = dataset_register(team=teams["vision"], name="demo", yaml_path=generate_demo_dataset(
+        team_dataset_root(teams["vision"]) / "demo-2", train=2, val=1, imgsz=64, seed=1))
+    assert (trained_on["version"], newer.version) == (1, 2)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 201, response.content
+    new = Job.objects.get(pk=response.json()["id"])
+    assert new.spec["inputs"]["data"] == trained_on
+    assert new.spec["resolved"]["data_yaml"] == cancelled.spec["resolved"]["data_yaml"]
+    assert new.spec["train_args"]["data"] == "demo:v1" and "demo:v1" in new.raw_spec  # the page shows the version
+
+
+def test_a_deleted_dataset_version_is_refused_naming_data_even_with_a_newer_one(cancelled, alice, teams):
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.models import Dataset
+    from apps.datasets.selectors import team_dataset_root
+    from apps.datasets.services import dataset_delete, dataset_register
+
+    dataset_register(team=teams["vision"], name="demo", yaml_path=generate_demo_dataset(
+        team_dataset_root(teams["vision"]) / "demo-2", train=2, val=1, imgsz=64, seed=1))
+    dataset_delete(dataset=Dataset.objects.get(team=teams["vision"], name="demo", version=1), by=alice)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 409, response.content
+    assert response.json() == {"data": [
+        "the job trained on dataset demo v1, which has been deleted since: a continuation trains on the same data "
+        "as the epochs it continues (to train on another version, use Edit & resubmit: a new training)"]}
+    assert Job.objects.count() == 1 and not list(cancelled.run_dir.parent.glob("*/checkpoints/*.json"))
