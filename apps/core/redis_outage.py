@@ -16,6 +16,9 @@ crashes where nothing crashed. Here:
    says when Redis is back.
 4. :class:`OutageTolerantScheduler`: RQ's scheduler process (notify_worker's delayed retries)
    waits for Redis instead of dying with a traceback.
+
+Our own loops (``manage.py scheduler``) call the two functions themselves, and
+:func:`redis_is_down` tells them to probe Redis before anything else while it is away.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ from rq.scheduler import RQScheduler
 
 log = logging.getLogger("yoloportal.redis")
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+# How often a process tries Redis again while it is away: each try is one connection attempt,
+# and the line that Redis is back comes within about this long of its return.
+RETRY_S = 2.0
 
 _down_since: float | None = None  # per process: children forked during an outage inherit it
 _goes_on = "work goes on"
@@ -53,6 +60,11 @@ def redis_unreachable(exc: BaseException) -> None:
     if _down_since is None:
         _down_since = time.monotonic()
         log.warning("Redis unreachable at %s (%s); %s, retrying", redis_address(), exc, _goes_on)
+
+
+def redis_is_down() -> bool:
+    """Whether this process last found Redis unreachable (and has not said it is back since)."""
+    return _down_since is not None
 
 
 def redis_reachable() -> None:
@@ -96,7 +108,7 @@ class OutageTolerantWorker:
     An idle worker retries its dequeue every 2 s, not RQ's backoff to 60 s: its retries are
     silent now, and work sent once Redis is back should not wait a minute for it."""
 
-    max_connection_wait_time = 2.0
+    max_connection_wait_time = RETRY_S
 
     def heartbeat(self, *args, **kwargs):
         result = super().heartbeat(*args, **kwargs)

@@ -24,6 +24,7 @@ Redis only decides who *tries*; the database decides whose claims count.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,16 +58,26 @@ class LeaderLease:
         self.value: str | None = None
         self.token: int | None = None
         self.standing_by_for: str | None = None  # the leader this standby last said it waits on
+        self.renewed_at = 0.0  # monotonic: when our last successful renewal (or take) was sent
 
     def _redis(self) -> redis.Redis:
         return self.client or redis_client()
 
     def hold(self) -> bool:
         """Renew our lease, or take a free one (with a new fencing token). True while we lead."""
+        sent = time.monotonic()
         if self.value is not None:
             if self._redis().eval(_RENEW, 1, LEASE_KEY, self.value, self.ttl_ms):
+                self.renewed_at = sent
                 return True
-            log.warning("scheduler %s lost the leader lease (token %s)", self.holder, self.token)
+            unrenewed_s = sent - self.renewed_at
+            if unrenewed_s >= self.ttl_ms / 1000:
+                # It ran out unrenewed: Redis was away (the process's outage WARNING said so and
+                # what happens meanwhile) or this process stalled. Expected; the fence kept it safe.
+                log.info("scheduler %s's leader lease (token %s) lapsed: not renewed for %.1f s (it lasts %g s)",
+                         self.holder, self.token, unrenewed_s, self.ttl_ms / 1000)
+            else:
+                log.warning("scheduler %s lost the leader lease (token %s)", self.holder, self.token)
             self.value = self.token = None
         value = f"{self.holder}#{uuid.uuid4().hex[:12]}"
         if not self._redis().set(LEASE_KEY, value, nx=True, px=self.ttl_ms):
@@ -76,7 +87,7 @@ class LeaderLease:
                 log.info("another scheduler (%s) holds the leader lease; standing by", leader)
                 self.standing_by_for = leader
             return False
-        self.value = value
+        self.value, self.renewed_at = value, sent
         self.token = fence_advance(holder=self.holder)
         took_over = f", taking over from {self.standing_by_for}" if self.standing_by_for else ""
         log.info("scheduler %s leads with fencing token %d%s", self.holder, self.token, took_over)

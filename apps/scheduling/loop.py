@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from apps.cluster.models import Node
 from apps.cluster.services import node_mark_lost
+from apps.core.redis_outage import connection_error_of, redis_unreachable
 from apps.jobs.models import HOLDING_STATES, Job, JobState
 from apps.jobs.services import (
     attempt_lost,
@@ -387,7 +388,10 @@ def tick(now: datetime | None = None, token: int | None = None, rows: QueueRows 
         did |= repair_dispatch(now)
         did |= plan_and_start(now, token, rows)
     except redis.RedisError as exc:
-        log.warning("Redis unavailable (%s); jobs stay in the database and are dispatched once it is back", exc)
+        if connection_error_of(exc) is not None:
+            redis_unreachable(exc)  # the process's one line for the outage, its "back" to follow
+        else:
+            log.warning("Redis unavailable (%s); jobs stay in the database and are dispatched once it is back", exc)
     return did
 
 

@@ -1,6 +1,6 @@
 """A Redis outage longer than RQ's job-monitoring interval (30 s) while a node trains (trial M12):
-the worker and notify_worker logs say so in a line per process and that it is back, with no
-RQ "quitting" or traceback, and the training goes on to succeed in its first attempt."""
+the worker, notify_worker and scheduler logs say so in a line per process and that it is back,
+with no RQ "quitting" or traceback, and the training goes on to succeed in its first attempt."""
 
 from __future__ import annotations
 
@@ -18,10 +18,16 @@ from .test_faults import submit
 pytestmark = [pytest.mark.integration, pytest.mark.one_database, pytest.mark.django_db(transaction=True)]
 OUTAGE_S = 35  # past RQ's job_monitoring_interval: the slot running the job heartbeats into the outage
 SLOTS = 2
+DOWN, BACK = "Redis unreachable at", "Redis reachable again at"
 
 
 def redis_lines(log: str) -> list[str]:
     return [line for line in log.splitlines() if re.search(r"redis|connection", line, re.IGNORECASE)]
+
+
+def all_back(logs: dict[str, str]) -> bool:
+    """Every process that said Redis was unreachable has said it is back."""
+    return all(log.count(BACK) >= log.count(DOWN) >= 1 for log in logs.values())
 
 
 def test_a_redis_outage_is_one_warning_per_process_and_the_training_goes_on(live, alice, redis_server):
@@ -34,7 +40,12 @@ def test_a_redis_outage_is_one_warning_per_process_and_the_training_goes_on(live
     redis_server.kill()
     time.sleep(OUTAGE_S)
     redis_server.start()
-    wait_for(lambda: "Redis reachable again" in live.log("worker"), 60, what="the worker's line that Redis is back")
+
+    def logs() -> dict[str, str]:
+        return {name: live.log(name) for name in ("worker", "notify", "scheduler")}
+
+    wait_for(lambda: all_back(logs()), 60, what="every process's line that Redis is back",
+             detail=lambda: "\n".join(f"{name}: {redis_lines(log)}" for name, log in logs().items()))
     assert Job.objects.get(pk=job_id).state == JobState.RUNNING, "the outage must not end the training"
     wait_for(lambda: Job.objects.get(pk=job_id).state in {JobState.SUCCEEDED, JobState.FAILED}, 180,
              what="the job to finish")
@@ -49,3 +60,12 @@ def test_a_redis_outage_is_one_warning_per_process_and_the_training_goes_on(live
     assert worker.count("Redis unreachable at") <= SLOTS + 1, worker[-4000:]
     assert len(redis_lines(worker)) <= 2 * (SLOTS + 1), "\n".join(redis_lines(worker))
     assert len(redis_lines(notify)) <= 4, "\n".join(redis_lines(notify))
+    # The scheduler: its one WARNING of the outage says what it does meanwhile (not "Redis
+    # unavailable" every round), one line when it is back, then it leads again (the lease lapsed).
+    scheduler = live.log("scheduler")
+    assert "Traceback" not in scheduler, scheduler[-4000:]
+    alarms = [line for line in scheduler.splitlines() if re.search(r" (WARNING|ERROR|CRITICAL) ", line)]
+    assert len(alarms) == 1 and DOWN in alarms[0], "\n".join(alarms[:10])
+    assert "plans nothing meanwhile" in alarms[0] and "leader lease" in alarms[0], alarms[0]
+    assert scheduler.count(BACK) == 1, "\n".join(redis_lines(scheduler))
+    assert "leads with fencing token" in scheduler.split(BACK, 1)[1], scheduler[-4000:]

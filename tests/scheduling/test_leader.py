@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 from django.conf import settings
@@ -108,3 +110,21 @@ def test_a_standby_says_once_whose_lease_it_waits_on_and_when_it_takes_over(capl
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["another scheduler (host-a:1) holds the leader lease; standing by",
                         f"scheduler host-b:2 leads with fencing token {b.token}, taking over from host-a:1"]
+
+
+def test_a_lease_that_lapsed_unrenewed_is_said_so_and_taken_again(caplog):
+    """What a Redis outage longer than the lease does to the leader: no "lost the lease" alarm
+    (its outage WARNING said the lease would lapse), the fact and a new tenure."""
+    lease = LeaderLease("host-a:1", ttl_s=0.2)
+    assert lease.hold()
+    first = lease.token
+    time.sleep(0.3)
+    with caplog.at_level("INFO", logger="apps.scheduling.leader"):
+        caplog.clear()
+        assert lease.hold()
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in logged] == ["INFO", "INFO"], logged
+    assert re.fullmatch(rf"scheduler host-a:1's leader lease \(token {first}\) lapsed: not renewed for "
+                        r"\d+\.\d s \(it lasts 0\.2 s\)", logged[0][1]), logged
+    assert logged[1][1] == f"scheduler host-a:1 leads with fencing token {lease.token}"
+    assert lease.token > first

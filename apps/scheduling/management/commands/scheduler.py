@@ -17,6 +17,15 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.core.migrated import NOT_MIGRATED, database_migrated, wait_until_migrated
+from apps.core.redis_client import redis_client
+from apps.core.redis_outage import (
+    RETRY_S,
+    connection_error_of,
+    redis_is_down,
+    redis_outage_consequence,
+    redis_reachable,
+    redis_unreachable,
+)
 from apps.monitoring.recorders import scheduler_pass_record
 from apps.monitoring.services import utilisation_sample
 from apps.scheduling.inputs import QueueRows
@@ -88,8 +97,11 @@ class Chores:
             for name in due:
                 try:
                     getattr(self, name)()
-                except Exception:  # noqa: BLE001 - a chore must never stop scheduling
-                    log.exception("%s chore failed; retried next time", name)
+                except Exception as exc:  # noqa: BLE001 - a chore must never stop scheduling
+                    if connection_error_of(exc) is not None:
+                        redis_unreachable(exc)  # the loop's one outage line, not a traceback
+                    else:
+                        log.exception("%s chore failed; retried next time", name)
         finally:
             connections.close_all()  # this thread's own connections
 
@@ -154,6 +166,11 @@ class Command(BaseCommand):
             finally:
                 lease.release()
             return
+        # What the loop below does without Redis (the one WARNING of an outage says it).
+        redis_outage_consequence(
+            f"this scheduler plans nothing meanwhile (no job starts or is preempted) but still reaps lost nodes "
+            f"and silent attempts; the leader lease ({lease.ttl_ms / 1000:g} s) lapses if the outage outlasts it, "
+            f"and is taken again with a new fencing token once Redis is back")
         self.stopping = False
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
@@ -169,6 +186,9 @@ class Command(BaseCommand):
         while not self.stopping:
             close_old_connections()
             try:
+                if redis_is_down():
+                    redis_client().ping()  # one try per round; "back" is said before the lease's lines
+                    redis_reachable()
                 if lease.hold():
                     timed_tick(lease.token, rows)
                     chores.maybe_start()
@@ -182,10 +202,15 @@ class Command(BaseCommand):
                 # Without Redis nothing can be dispatched, but reaping still matters.
                 # Planning is skipped too: without the leader lease two schedulers could
                 # both try to allocate. Reaping is a set of conditional updates, safe to run anyway.
-                log.warning("Redis unavailable: %s", exc)
+                # An outage is one WARNING and one INFO when it ends (apps/core/redis_outage.py),
+                # not a line every round.
+                if connection_error_of(exc) is not None:
+                    redis_unreachable(exc)
+                else:
+                    log.warning("Redis unavailable: %s", exc)
                 reap_lost_nodes()
                 reap_silent_attempts()
-                time.sleep(min(settings.SCHEDULER_TICK_S, 2.0))
+                time.sleep(min(settings.SCHEDULER_TICK_S, RETRY_S))
             except Exception:
                 log.exception("scheduler pass failed; retrying")
                 time.sleep(1.0)
