@@ -106,7 +106,11 @@ class OutageTolerantWorker:
     running unwatched and start over with a new worker that dequeues more work beside it.
 
     An idle worker retries its dequeue every 2 s, not RQ's backoff to 60 s: its retries are
-    silent now, and work sent once Redis is back should not wait a minute for it."""
+    silent now, and work sent once Redis is back should not wait a minute for it.
+
+    The worker's command-channel thread (pubsub) reconnects every 2 s as well; here it also
+    pings, so a worker busy with a job says Redis is back within seconds, not at its next
+    job-monitoring heartbeat (RQ's ``job_monitoring_interval``, 30 s)."""
 
     max_connection_wait_time = RETRY_S
 
@@ -123,6 +127,17 @@ class OutageTolerantWorker:
             redis_unreachable(exc)
         else:
             redis_reachable()
+
+    def _pubsub_exception_handler(self, exc, pubsub, pubsub_thread) -> None:
+        if not isinstance(exc, redis.exceptions.ConnectionError):
+            return super()._pubsub_exception_handler(exc, pubsub, pubsub_thread)
+        redis_unreachable(exc)
+        time.sleep(RETRY_S)  # RQ's pace: the thread then reconnects (and subscribes again)
+        try:
+            self.connection.ping()
+        except redis.RedisError:  # still away (or answering oddly: RQ's own calls will say so)
+            return
+        redis_reachable()
 
     def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO", *args, **kwargs):
         self.scheduler = OutageTolerantScheduler(

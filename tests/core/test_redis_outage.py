@@ -7,6 +7,8 @@ import logging
 
 import pytest
 import redis
+from django.conf import settings
+from rq import Queue, Worker
 
 from apps.core import redis_outage
 
@@ -59,3 +61,21 @@ def test_it_logs_every_other_rq_error_with_its_traceback(caplog):
         except ValueError:
             rq_worker.exception("Worker w: job j raised")
     assert [(record.levelname, record.exc_info[0]) for record in caplog.records] == [("ERROR", ValueError)]
+
+
+class Slot(redis_outage.OutageTolerantWorker, Worker):
+    """Our RQ worker classes' mixin on RQ's worker (gpu_worker's NodeWorker, notify_worker's)."""
+
+
+def test_a_busy_workers_command_thread_says_redis_is_back_on_its_next_retry(caplog, monkeypatch):
+    """Not at the worker's next job-monitoring heartbeat, up to 30 s after Redis is back."""
+    monkeypatch.setattr(redis_outage, "RETRY_S", 0.01)
+    connection = redis.Redis.from_url(settings.REDIS_URL)
+    slot = Slot([Queue("redis-outage-test", connection=connection)], connection=connection)
+    lost = redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    with caplog.at_level(logging.INFO):
+        # RQ's pubsub thread calls this each time it fails to reconnect; Redis (this session's) answers now.
+        slot._pubsub_exception_handler(lost, None, None)
+    logged = messages(caplog)
+    assert [level for level, _ in logged] == ["WARNING", "INFO"], logged
+    assert logged[1][1].startswith("Redis reachable again at ")
