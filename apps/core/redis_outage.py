@@ -39,6 +39,7 @@ CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutE
 RETRY_S = 2.0
 
 _down_since: float | None = None  # per process: children forked during an outage inherit it
+_back_at: float | None = None  # when this process last said Redis is back
 _goes_on = "work goes on"
 
 
@@ -68,10 +69,15 @@ def redis_is_down() -> bool:
 
 
 def redis_reachable() -> None:
-    global _down_since
+    global _down_since, _back_at
     if _down_since is not None:
         log.info("Redis reachable again at %s after %d s", redis_address(), time.monotonic() - _down_since)
-        _down_since = None
+        _down_since, _back_at = None, time.monotonic()
+
+
+def redis_was_down_within(seconds: float) -> bool:
+    """Whether Redis is away, or came back less than ``seconds`` ago (as this process saw it)."""
+    return _down_since is not None or (_back_at is not None and time.monotonic() - _back_at <= seconds)
 
 
 def connection_error_of(exc: BaseException | None) -> BaseException | None:

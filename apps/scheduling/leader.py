@@ -35,6 +35,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.core.redis_client import redis_client
+from apps.core.redis_outage import redis_was_down_within
 
 from .models import LeaderFence
 
@@ -71,11 +72,17 @@ class LeaderLease:
                 self.renewed_at = sent
                 return True
             unrenewed_s = sent - self.renewed_at
-            if unrenewed_s >= self.ttl_ms / 1000:
-                # It ran out unrenewed: Redis was away (the process's outage WARNING said so and
-                # what happens meanwhile) or this process stalled. Expected; the fence kept it safe.
+            if unrenewed_s >= self.ttl_ms / 1000 and redis_was_down_within(unrenewed_s):
+                # It ran out while Redis was away: the process's outage WARNING said the lease
+                # would lapse; the fence kept it safe. The fact, not a second alarm.
                 log.info("scheduler %s's leader lease (token %s) lapsed: not renewed for %.1f s (it lasts %g s)",
                          self.holder, self.token, unrenewed_s, self.ttl_ms / 1000)
+            elif unrenewed_s >= self.ttl_ms / 1000:
+                # Redis was there: this process stalled (a pass, the database, the machine) past
+                # its lease, so another scheduler may have led meanwhile. Worth an operator's look.
+                log.warning("scheduler %s's leader lease (token %s) lapsed: this process did not renew it for "
+                            "%.1f s (it lasts %g s) though Redis was reachable; it stalled", self.holder,
+                            self.token, unrenewed_s, self.ttl_ms / 1000)
             else:
                 log.warning("scheduler %s lost the leader lease (token %s)", self.holder, self.token)
             self.value = self.token = None

@@ -11,7 +11,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from apps.core import redis_outage
 from apps.core.redis_client import redis_client
+from apps.core.redis_outage import redis_reachable, redis_unreachable
 from apps.jobs.models import GpuSlot, Job, JobState
 from apps.scheduling.leader import LEASE_KEY, LeaderLease, LeadershipLost, fenced
 from apps.scheduling.loop import plan_and_start
@@ -112,9 +114,36 @@ def test_a_standby_says_once_whose_lease_it_waits_on_and_when_it_takes_over(capl
                         f"scheduler host-b:2 leads with fencing token {b.token}, taking over from host-a:1"]
 
 
-def test_a_lease_that_lapsed_unrenewed_is_said_so_and_taken_again(caplog):
+@pytest.fixture
+def no_outage_seen(monkeypatch):
+    """This process has seen no Redis outage (the module keeps what it saw per process)."""
+    monkeypatch.setattr(redis_outage, "_down_since", None)
+    monkeypatch.setattr(redis_outage, "_back_at", None)
+
+
+def test_a_lease_that_lapsed_in_a_redis_outage_is_said_so_and_taken_again(caplog, no_outage_seen):
     """What a Redis outage longer than the lease does to the leader: no "lost the lease" alarm
     (its outage WARNING said the lease would lapse), the fact and a new tenure."""
+    lease = LeaderLease("host-a:1", ttl_s=0.2)
+    assert lease.hold()
+    first = lease.token
+    redis_unreachable(ConnectionError("test: Redis away"))
+    time.sleep(0.3)
+    with caplog.at_level("INFO", logger="apps.scheduling.leader"):
+        redis_reachable()
+        caplog.clear()
+        assert lease.hold()
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in logged] == ["INFO", "INFO"], logged
+    assert re.fullmatch(rf"scheduler host-a:1's leader lease \(token {first}\) lapsed: not renewed for "
+                        r"\d+\.\d s \(it lasts 0\.2 s\)", logged[0][1]), logged
+    assert logged[1][1] == f"scheduler host-a:1 leads with fencing token {lease.token}"
+    assert lease.token > first
+
+
+def test_a_lease_that_lapsed_with_redis_there_is_a_warning_that_the_scheduler_stalled(caplog, no_outage_seen):
+    """No outage explains it: the process itself did not renew in time (a long pass, a stuck
+    database), and another scheduler may have led meanwhile: an operator should hear of it."""
     lease = LeaderLease("host-a:1", ttl_s=0.2)
     assert lease.hold()
     first = lease.token
@@ -123,8 +152,8 @@ def test_a_lease_that_lapsed_unrenewed_is_said_so_and_taken_again(caplog):
         caplog.clear()
         assert lease.hold()
     logged = [(r.levelname, r.getMessage()) for r in caplog.records]
-    assert [level for level, _ in logged] == ["INFO", "INFO"], logged
-    assert re.fullmatch(rf"scheduler host-a:1's leader lease \(token {first}\) lapsed: not renewed for "
-                        r"\d+\.\d s \(it lasts 0\.2 s\)", logged[0][1]), logged
-    assert logged[1][1] == f"scheduler host-a:1 leads with fencing token {lease.token}"
+    assert [level for level, _ in logged] == ["WARNING", "INFO"], logged
+    assert re.fullmatch(rf"scheduler host-a:1's leader lease \(token {first}\) lapsed: this process did not "
+                        r"renew it for \d+\.\d s \(it lasts 0\.2 s\) though Redis was reachable; it stalled",
+                        logged[0][1]), logged
     assert lease.token > first
