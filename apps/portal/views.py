@@ -151,6 +151,7 @@ def job_detail(request, job_id):
         "model_version": model_version,
         "weights": job_weights_find(job),
         "continue_point": continue_available(job) if job.state in TERMINAL_STATES else None,
+        "continue_hours": f"{job.timeout_s / 3600:g}",  # the submit form's unit (Timeout (hours))
         "continued_from": (job.spec or {}).get("continued_from"),
         "scheduler": scheduler_status() if job.state == JobState.QUEUED else None,
         "trial": getattr(job, "trial", None) if job.parent_id else None,
@@ -311,19 +312,27 @@ def job_continue_view(request, job_id):
     if refused:
         messages.error(request, refused)
         return redirect("job", job_id=job.pk)
-    timeout = (request.POST.get("timeout") or "").strip()
+    # In hours, as the submit form's "Timeout (hours)": a page asking in seconds beside a form asking
+    # in hours turned a 2 (meant as hours) into a 2-second job killed before its first epoch.
+    hours = (request.POST.get("timeout_hours") or "").strip()
     try:
-        timeout_s = int(timeout) if timeout else None
+        value = float(hours) if hours else None
     except ValueError:
-        messages.error(request, f"Could not continue: timeout: must be a whole number of seconds, got {timeout[:20]!r}")
+        value = math.nan
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        messages.error(request, f"Could not continue: Timeout (hours): must be a number of hours above 0, "
+                                f"got {hours[:20]!r}")
         return redirect("job", job_id=job.pk)
+    timeout_s = None if value is None else max(1, round(value * 3600))
     if timeout_s == job.timeout_s:
         timeout_s = None  # unchanged: the spec keeps its own timeout
     try:
         new_job, _ = job_continue(job=job, user=request.user, timeout_s=timeout_s,
                                   idempotency_key=request.POST.get("idempotency_key", "")[:200])
     except FieldErrors as exc:  # ContinueRefused, SpecError, IdempotencyKeyReused
-        messages.error(request, "Could not continue: " + "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
+        messages.error(request, "Could not continue: " + "; ".join(
+            f"Timeout (hours): {v} ({settings.MAX_JOB_TIMEOUT_S / 3600:g} hours)" if k == "timeout" and "limit is" in str(v)
+            else f"{'Timeout (hours)' if k == 'timeout' else k}: {v}" for k, v in exc.errors.items()))
         return redirect("job", job_id=job.pk)
     except StorageUnavailable as exc:
         messages.error(request, f"Could not continue: the artifact storage cannot be reached, try again ({exc})")

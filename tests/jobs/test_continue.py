@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import html
 from datetime import timedelta
 
 import pytest
@@ -210,7 +211,7 @@ def test_the_job_page_offers_continue_from_epoch_n_and_the_new_page_names_its_or
     page = client.get(f"/jobs/{cancelled.pk}/").content.decode()
     assert 'id="continue-button"' in page and "Continue from epoch 3" in page
 
-    response = client.post(f"/jobs/{cancelled.pk}/continue/", {"timeout": "5400", "idempotency_key": "p1"})
+    response = client.post(f"/jobs/{cancelled.pk}/continue/", {"timeout_hours": "1.5", "idempotency_key": "p1"})
 
     new = Job.objects.exclude(pk=cancelled.pk).get()
     assert response.status_code == 302 and response["Location"] == f"/jobs/{new.pk}/"
@@ -220,6 +221,34 @@ def test_the_job_page_offers_continue_from_epoch_n_and_the_new_page_names_its_or
     assert 'id="continue-button"' not in page  # queued: nothing to continue yet
     Checkpoint.objects.filter(job=cancelled).delete()  # (its checkpoints gone after CHECKPOINT_RETENTION_DAYS)
     assert 'id="continue-button"' not in client.get(f"/jobs/{cancelled.pk}/").content.decode()
+
+
+def test_the_pages_timeout_is_in_hours_as_on_the_submit_form(cancelled, alice, client):
+    """A trial typed 2 into a box that meant seconds (beside a submit form that asks for hours):
+    the continuation was killed after 2 s, before its first epoch."""
+    client.force_login(alice)
+    page = client.get(f"/jobs/{cancelled.pk}/").content.decode()
+    assert "Timeout (hours)" in page and 'name="timeout_hours"' in page and 'value="1"' in page  # 3600 s
+
+    response = client.post(f"/jobs/{cancelled.pk}/continue/", {"timeout_hours": "2", "idempotency_key": "h1"})
+
+    new = Job.objects.exclude(pk=cancelled.pk).get()
+    assert response.status_code == 302 and new.timeout_s == 7200
+
+
+@pytest.mark.parametrize(("hours", "expected"), [("0", "must be a number of hours above 0, got '0'"),
+                                                 ("soon", "must be a number of hours above 0, got 'soon'"),
+                                                 ("200", "the limit is 7200 s (2 hours)")])
+def test_a_bad_timeout_on_the_page_is_refused_naming_it_in_hours(cancelled, alice, client, settings, hours, expected):
+    settings.MAX_JOB_TIMEOUT_S = 7200
+    client.force_login(alice)
+
+    response = client.post(f"/jobs/{cancelled.pk}/continue/", {"timeout_hours": hours, "idempotency_key": "h2"},
+                           follow=True)
+
+    page = html.unescape(response.content.decode())
+    assert "Could not continue: Timeout (hours):" in page and expected in page, page[:3000]
+    assert not Job.objects.exclude(pk=cancelled.pk).exists()
 
 
 def test_with_an_object_store_the_copy_is_made_in_the_bucket(submit, alice, moto):
