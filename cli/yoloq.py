@@ -501,6 +501,8 @@ def cmd_continue(args: argparse.Namespace) -> int:
     api = api_from_config()
     job_id = job_resolve(api, args.id)
     body = {"timeout": args.timeout} if args.timeout is not None else {}
+    if args.memory is not None:  # more for a job that ran out of memory
+        body["memory"] = args.memory
     # One key per invocation: a retried request cannot continue the job twice.
     job = api.request("POST", f"jobs/{job_id}/continue/", json=body, ok=(200, 201),
                       headers={"Idempotency-Key": f"yoloq-{uuid.uuid4()}"}).json()
@@ -926,6 +928,8 @@ def parser() -> argparse.ArgumentParser:
                                              "its newest stored checkpoint, as a new job")
     p.add_argument("id", help=JOB_ID_HELP)
     p.add_argument("--timeout", type=int, metavar="S", help="the new job's timeout in seconds (default: the job's own)")
+    p.add_argument("--memory", metavar="QTY", help="the new job's resources.memory, e.g. 16Gi (default: the job's "
+                                                  "own; more for a job that ran out of memory)")
     p.set_defaults(func=cmd_continue)
 
     p = commands.add_parser("class", help="team managers: change a queued job's priority class, or a sweep's "

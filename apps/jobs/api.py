@@ -472,6 +472,9 @@ class JobRequeue(APIView):
 class JobContinueIn(StrictInput):
     timeout = serializers.IntegerField(required=False, min_value=1,
                                        help_text="seconds; the new job's timeout (default: the job's own)")
+    memory = serializers.CharField(required=False, max_length=32,
+                                   help_text="the new job's resources.memory, e.g. 16Gi (default: the job's own); "
+                                             "for a job that ran out of memory")
 
 
 class JobContinue(APIView):
@@ -492,7 +495,7 @@ class JobContinue(APIView):
             return field_errors({"Idempotency-Key": "must be at most 200 characters"})
         try:
             new, created = job_continue(job=job, user=request.user, timeout_s=data.validated_data.get("timeout"),
-                                        idempotency_key=key)
+                                        memory=data.validated_data.get("memory"), idempotency_key=key)
         except ContinueRefused as refused:
             return field_errors(refused.errors, refused.status)
         except StorageUnavailable as exc:

@@ -121,10 +121,10 @@ def continue_available(job: Job) -> ContinuePoint | None:
         return None
 
 
-def _document(job: Job, timeout_s: int | None) -> tuple[dict, str]:
-    """The job's spec document (its stored text, as Resubmit reads it) with the new ``timeout``
-    and its data pinned (:func:`_data_pinned`), and the text to store (the old text when neither
-    changed it)."""
+def _document(job: Job, timeout_s: int | None, memory: str | None = None) -> tuple[dict, str]:
+    """The job's spec document (its stored text, as Resubmit reads it) with the new ``timeout``,
+    the new ``resources.memory`` ("" removes it) and its data pinned (:func:`_data_pinned`), and
+    the text to store (the old text when none changed it)."""
     try:
         document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
     except FieldErrors as exc:
@@ -134,9 +134,26 @@ def _document(job: Job, timeout_s: int | None) -> tuple[dict, str]:
     changed = _data_pinned(job, document)
     if timeout_s is not None:
         changed = {**changed, "timeout": timeout_s}
+    if memory is not None:
+        resources = changed.get("resources")
+        resources = {**(resources if isinstance(resources, dict) else {}), "memory": memory}
+        if memory == "":  # the portal's box emptied: no memory limit of its own
+            del resources["memory"]
+        changed = {**changed, "resources": resources}
     if changed == document:
         return document, job.raw_spec
     return changed, json.dumps(changed, indent=2, default=str)
+
+
+def spec_memory(job: Job) -> str:
+    """The memory the job's spec text asked for, as written ("300Mi"), or "" (none given)."""
+    try:
+        document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
+    except FieldErrors:
+        return ""
+    resources = document.get("resources") if isinstance(document, dict) else None
+    value = resources.get("memory") if isinstance(resources, dict) else None
+    return "" if value is None else str(value)
 
 
 def _data_pinned(job: Job, document: dict) -> dict:
@@ -203,16 +220,26 @@ def _copy(job: Job, new_id: uuid.UUID, checkpoint: Checkpoint) -> tuple[str, lis
     return key, [key, sidecar]
 
 
-def job_continue(*, job: Job, user, timeout_s: int | None = None, idempotency_key: str = "") -> tuple[Job, bool]:
+def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | None = None,
+                 idempotency_key: str = "") -> tuple[Job, bool]:
     """A new job that resumes ``job``'s newest stored checkpoint; (job, created) as ``job_submit``.
+
+    ``memory`` (a quantity such as ``16Gi``) replaces the spec's ``resources.memory``: a job that
+    ran out of memory is continued with more, not into the same out-of-memory; a bad one is a
+    SpecError under ``memory``.
 
     Raises ContinueRefused, SpecError (the spec no longer passes a submit: deleted weights, a data
     folder gone, a timeout over the limit), DuplicateJob, TooManyActiveJobs, IdempotencyKeyReused,
     StorageUnavailable.
     """
     point = continue_point(job)
-    document, raw_spec = _document(job, timeout_s)
-    spec = spec_parse(document, user=user)  # SpecError before anything is copied
+    document, raw_spec = _document(job, timeout_s, memory)
+    try:
+        spec = spec_parse(document, user=user)  # SpecError before anything is copied
+    except SpecError as exc:
+        if memory is not None and "resources.memory" in exc.errors:  # the field the caller gave
+            exc.errors["memory"] = exc.errors.pop("resources.memory")
+        raise
     new_id = uuid.uuid4()
     lineage = {"job": str(job.pk), "task_name": job.task_name, "epoch": point.epoch}
     written: list[str] = []
@@ -253,4 +280,5 @@ def _forget(keys: list[str]) -> None:
             log.warning("continue: could not remove the copied %s: %s", key, exc)
 
 
-__all__ = ["ContinuePoint", "ContinueRefused", "SpecError", "continue_available", "continue_point", "job_continue"]
+__all__ = ["ContinuePoint", "ContinueRefused", "SpecError", "continue_available", "continue_point", "job_continue",
+           "spec_memory"]

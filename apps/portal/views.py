@@ -29,7 +29,7 @@ from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
-from apps.jobs.continuation import continue_available, job_continue
+from apps.jobs.continuation import continue_available, job_continue, spec_memory
 from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, STATE_FILTERS, TERMINAL_STATES, JobState, PriorityClass
 from apps.jobs.selectors import (
     JOB_NOT_VISIBLE,
@@ -150,8 +150,9 @@ def job_detail(request, job_id):
         **manager_actions(request.user, job),
         "model_version": model_version,
         "weights": job_weights_find(job),
-        "continue_point": continue_available(job) if job.state in TERMINAL_STATES else None,
+        "continue_point": (point := continue_available(job) if job.state in TERMINAL_STATES else None),
         "continue_hours": f"{job.timeout_s / 3600:g}",  # the submit form's unit (Timeout (hours))
+        "continue_memory": spec_memory(job) if point else "",
         "continued_from": (job.spec or {}).get("continued_from"),
         "scheduler": scheduler_status() if job.state == JobState.QUEUED else None,
         "trial": getattr(job, "trial", None) if job.parent_id else None,
@@ -325,14 +326,17 @@ def job_continue_view(request, job_id):
         return redirect("job", job_id=job.pk)
     timeout_s = None if value is None else max(1, round(value * 3600))
     if timeout_s == job.timeout_s:
-        timeout_s = None  # unchanged: the spec keeps its own timeout
+        timeout_s = None  # unchanged: the spec's own text is kept
+    memory = (request.POST.get("memory") or "").strip()[:32]
+    if memory == spec_memory(job) or "memory" not in request.POST:
+        memory = None  # unchanged (or an older page without the box)
     try:
-        new_job, _ = job_continue(job=job, user=request.user, timeout_s=timeout_s,
+        new_job, _ = job_continue(job=job, user=request.user, timeout_s=timeout_s, memory=memory,
                                   idempotency_key=request.POST.get("idempotency_key", "")[:200])
     except FieldErrors as exc:  # ContinueRefused, SpecError, IdempotencyKeyReused
         messages.error(request, "Could not continue: " + "; ".join(
             f"Timeout (hours): {v} ({settings.MAX_JOB_TIMEOUT_S / 3600:g} hours)" if k == "timeout" and "limit is" in str(v)
-            else f"{'Timeout (hours)' if k == 'timeout' else k}: {v}" for k, v in exc.errors.items()))
+            else f"{ {'timeout': 'Timeout (hours)', 'memory': 'Memory'}.get(k, k)}: {v}" for k, v in exc.errors.items()))
         return redirect("job", job_id=job.pk)
     except StorageUnavailable as exc:
         messages.error(request, f"Could not continue: the artifact storage cannot be reached, try again ({exc})")

@@ -251,6 +251,48 @@ def test_a_bad_timeout_on_the_page_is_refused_naming_it_in_hours(cancelled, alic
     assert not Job.objects.exclude(pk=cancelled.pk).exists()
 
 
+@pytest.fixture
+def out_of_memory(submit):
+    """A job of 5 epochs that ran out of its 4Gi after epoch 3."""
+    job = submit()
+    checkpoint(job, 3, best=True)
+    assert attempt_finish(job, outcome="failed", exit_code=-9, error="out of memory: used 4.0 GiB of its 4 GiB "
+                                                                       "limit — ask for more memory") == "failed"
+    return Job.objects.get(pk=job.pk)
+
+
+def test_a_job_that_ran_out_of_memory_is_continued_with_more(out_of_memory, alice):
+    """A trial continued an out-of-memory job into the same out-of-memory: Continue took only a timeout."""
+    response = api_client(alice).post(f"/api/v1/jobs/{out_of_memory.pk}/continue/", {"memory": "8Gi"}, format="json")
+
+    assert response.status_code == 201, response.content
+    new = Job.objects.get(pk=response.json()["id"])
+    assert new.memory_mb == 8192 and out_of_memory.memory_mb == 4096
+    assert new.spec["continued_from"]["epoch"] == 3 and new.timeout_s == out_of_memory.timeout_s
+
+
+def test_a_bad_memory_is_refused_naming_memory(out_of_memory, alice):
+    response = api_client(alice).post(f"/api/v1/jobs/{out_of_memory.pk}/continue/", {"memory": "lots"}, format="json")
+
+    assert response.status_code == 400 and "must be a quantity like 16Gi" in response.json()["memory"][0]
+    assert not Job.objects.exclude(pk=out_of_memory.pk).exists()
+
+
+def test_the_page_continues_with_the_memory_typed_in_its_box(out_of_memory, alice, client):
+    client.force_login(alice)
+    page = client.get(f"/jobs/{out_of_memory.pk}/").content.decode()
+    assert 'name="memory" value="4Gi"' in page  # the spec's own, as written
+
+    response = client.post(f"/jobs/{out_of_memory.pk}/continue/", {"timeout_hours": "1", "memory": "6Gi",
+                                                                   "idempotency_key": "m1"})
+
+    new = Job.objects.exclude(pk=out_of_memory.pk).get()
+    assert response.status_code == 302 and new.memory_mb == 6144
+    response = client.post(f"/jobs/{out_of_memory.pk}/continue/", {"memory": "lots", "idempotency_key": "m2"},
+                           follow=True)
+    assert "Could not continue: Memory: must be a quantity like 16Gi" in html.unescape(response.content.decode())
+
+
 def test_with_an_object_store_the_copy_is_made_in_the_bucket(submit, alice, moto):
     import boto3
     from django.test import override_settings
