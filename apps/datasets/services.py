@@ -159,6 +159,9 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
             stats = dataset_stats(staging, names=names, splits=plan.splits, kpt_shape=plan.kpt_shape)
         else:
             names, stats = [], images_stats(staging)
+        skipped = skipped_summary(plan)
+        if skipped:  # kept with the version: its page lists them (a browser upload leaves for that page at once)
+            stats = {**stats, "skipped": skipped}
         sha256, stored_bytes, _ = manifest_sha256(staging)
         newest = Dataset.objects.filter(team=team, name=name).order_by("-version").first()
         if newest is not None and newest.kind == kind and newest.sha256 == sha256:
@@ -166,7 +169,7 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
             # harmless, and rare enough not to take a lock for.
             shutil.rmtree(staging, ignore_errors=True)
             storage_release(key=charge)
-            return DatasetUpload(newest, False, skipped_summary(plan))
+            return DatasetUpload(newest, False, skipped)
         dataset = _dataset_commit(team=team, name=name, kind=kind, staging=staging, charge=charge, values={
             "sha256": sha256, "size_bytes": stored_bytes, "num_images": plan.num_images, "num_classes": len(names),
             "names": names, "stats": stats, "description": description, "uploaded_by": user})
@@ -179,7 +182,7 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
                  message=f"dataset {dataset.reference} uploaded: {plan.num_images} images, {len(names)} classes",
                  data={"name": name, "version": dataset.version, "images": plan.num_images,
                        "bytes": dataset.size_bytes, "sha256": dataset.sha256, "kind": kind})
-    return DatasetUpload(dataset, True, skipped_summary(plan))
+    return DatasetUpload(dataset, True, skipped)
 
 
 def _dataset_store(dataset: Dataset) -> None:

@@ -270,6 +270,22 @@ def test_documentation_beside_data_yaml_is_skipped_and_named_in_the_answer(bob, 
     assert "pcb/README.md" in again.json()["skipped"]
 
 
+def test_the_dataset_page_lists_what_the_upload_skipped(bob, storage, client):
+    """The portal's upload goes straight to the new version's page on a 201, so the answer's
+    `skipped` was never shown in a browser (a trial): the version keeps it and its page lists it."""
+    files = valid_files("pcb/") | {"pcb/README.md": b"# PCB defects\n", "pcb/LICENSE": b"CC BY 4.0\n"}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 201, response.content
+    client.force_login(bob)
+
+    page = client.get(f"/datasets/{response.json()['id']}/").content.decode()
+
+    assert 'id="skipped"' in page and "Not stored" in page
+    assert "<code>pcb/LICENSE</code>" in page and "<code>pcb/README.md</code>" in page
+    plain = post(bob, make_zip(valid_files()), name="plain")
+    assert 'id="skipped"' not in client.get(f"/datasets/{plain.json()['id']}/").content.decode()
+
+
 def test_a_document_inside_the_datasets_folders_is_still_unexpected(bob, storage):
     files = valid_files() | {"README.md": b"# fine here\n", "images/train/README.md": b"# not here\n",
                              "labels/val/LICENSE": b"MIT\n"}
