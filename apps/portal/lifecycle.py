@@ -19,9 +19,11 @@ from django.urls import reverse
 from apps.accounts.selectors import is_manager_of, team_list
 from apps.accounts.services import storage_limit_bytes, storage_used_bytes
 from apps.core.buttons import button_only
+from apps.core.guards import InUse
 from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.datasets.selectors import dataset_list
+from apps.datasets.services import dataset_delete
 from apps.jobs.models import MetricPoint
 from apps.jobs.selectors import JOB_NOT_VISIBLE, job_list
 from apps.registry.api import prediction_results
@@ -78,6 +80,25 @@ def dataset_detail(request, pk: int):
         "chart": {"names": dataset.names, "histogram": stats.get("histogram") or {}},
         "can_delete": is_manager_of(user=request.user, team=dataset.team),
     })
+
+
+@login_required
+@button_only("dataset", kwarg="pk")
+def dataset_delete_view(request, pk: int):
+    """The dataset page's Delete (managers), as the API's DELETE datasets/{id}/: refused while an
+    active job reads the version."""
+    dataset = get_or_404(dataset_list(user=request.user), pk, DATASET_NOT_VISIBLE)
+    if not is_manager_of(user=request.user, team=dataset.team):
+        messages.error(request, "Only a manager of the team may delete a dataset version.")
+        return redirect("dataset", pk=dataset.pk)
+    reference = dataset.reference
+    try:
+        dataset_delete(dataset=dataset, by=request.user)
+    except InUse as exc:
+        messages.error(request, f"{reference} was not deleted: {exc}")
+        return redirect("dataset", pk=pk)
+    messages.success(request, f"Deleted {reference}; its version number is not issued again.")
+    return redirect("datasets")
 
 
 def name_of(names: list, cls: int) -> str:

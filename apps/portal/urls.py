@@ -25,6 +25,7 @@ urlpatterns = [
     path("models/<int:pk>/stage/", lifecycle.model_stage, name="model-stage"),
     path("datasets/", lifecycle.datasets, name="datasets"),
     path("datasets/<int:pk>/", lifecycle.dataset_detail, name="dataset"),
+    path("datasets/<int:pk>/delete/", lifecycle.dataset_delete_view, name="dataset-delete"),
     path("weights/", lifecycle.weights, name="weights"),
     path("jobs/<uuid:job_id>/predictions/", lifecycle.predictions, name="job-predictions"),
     path("tokens/", views.tokens, name="tokens"),

@@ -128,6 +128,32 @@ def test_a_manager_deletes_a_version_and_a_member_may_not(bob, alice):
     assert submit(bob, "pcb_defect").status_code == 400
 
 
+def test_a_manager_deletes_a_version_from_its_page_and_a_member_sees_no_button(bob, alice):
+    """The page computed can_delete but showed no button: a team lead could delete a version only
+    through the API (a trial)."""
+    dataset = post(bob, make_zip(valid_files())).json()
+    member, manager = Client(), Client()
+    member.force_login(bob)
+    manager.force_login(alice)
+    page = f"/datasets/{dataset['id']}/"
+    assert 'id="dataset-delete"' not in member.get(page).content.decode()
+    assert 'id="dataset-delete"' in manager.get(page).content.decode()
+
+    refused = member.post(f"{page}delete/", follow=True)
+    assert "Only a manager of the team may delete a dataset version." in refused.content.decode()
+    assert Dataset.objects.filter(pk=dataset["id"]).exists()
+    job = submit(bob, "pcb_defect").json()  # queued: an active job reads it
+    in_use = manager.post(f"{page}delete/", follow=True)
+    assert "pcb_defect:v1 was not deleted:" in in_use.content.decode()
+    Job.objects.filter(pk=job["id"]).update(state="cancelled")
+
+    response = manager.post(f"{page}delete/")
+
+    assert response.status_code == 302 and response["Location"] == "/datasets/"
+    assert not Dataset.objects.filter(pk=dataset["id"]).exists()
+    assert "Deleted pcb_defect:v1" in manager.get("/datasets/").content.decode()
+
+
 def test_the_dataset_page_shows_counts_names_histogram_and_boxes(bob):
     dataset = post(bob, make_zip(valid_files())).json()
     client = Client()
