@@ -184,6 +184,19 @@ def test_the_model_page_shows_lineage_and_the_stage_buttons_to_managers_only(bas
     assert "Promote to staging" not in page(bob).get(f"/models/{base.pk}/").content.decode()
 
 
+def test_a_production_version_is_moved_back_to_staging_not_promoted(base, alice):
+    """A production version's page offered "Promote to staging" (a trial): that move is a step back."""
+    from apps.registry.services import model_stage_set
+
+    model_stage_set(version=base, stage="staging", by=alice)
+    model_stage_set(version=base, stage="production", by=alice)
+    html = page(alice).get(f"/models/{base.pk}/").content.decode()
+    assert "Back to staging" in html and "Promote to" not in html and "Archive" in html
+    model_stage_set(version=base, stage="archived", by=alice)
+    html = page(alice).get(f"/models/{base.pk}/").content.decode()
+    assert "Restore to staging" in html and "Promote to" not in html
+
+
 def test_the_prediction_gallery_shows_each_annotated_image_with_its_boxes(bob, base, stores):
     job = train(bob, "yolo predict model=pcb:v1 source=demo")
     folder = stores.JOBS_DIR / str(job.pk) / "predict"
