@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -373,6 +374,10 @@ def job_new(request):
         if source.raw_spec:
             yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": source.raw_spec})
             mode = "yaml"
+    elif request.method == "GET" and request.GET.get("model"):
+        # The model page's Evaluate / Predict / Export: that job's spec in the YAML box, to check and submit.
+        yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": model_job_spec(request)})
+        mode = "yaml"
     refused, status = "", 200
     if request.method == "POST":
         mode = request.POST.get("mode") if request.POST.get("mode") in ("yaml", "sweep") else "form"
@@ -408,6 +413,29 @@ def job_new(request):
                 refused, status = str(cap), 429
     return submit_page(request, job_form=job_form, yaml_form=yaml_form, sweep_form=sweep_form, mode=mode,
                        duplicate_of=duplicate_of, refused=refused, status=status)
+
+
+MODEL_JOBS = {"val": "split=val", "predict": "", "export": "format=onnx"}
+
+
+def model_job_spec(request) -> str:
+    """A val, predict or export job of the version ``?model=<id>`` (``?use=``), on the dataset it was
+    trained on where that is still the team's, with its training's imgsz (docs/lifecycle.md)."""
+    use = request.GET.get("use", "val")
+    if use not in MODEL_JOBS:
+        raise Http404(f"use= is one of {', '.join(MODEL_JOBS)}")
+    version = get_or_404(model_list(user=request.user), request.GET["model"], "No model with that id in your teams.")
+    dataset = version.dataset if version.dataset_id and version.dataset.team_id == version.team_id else None
+    data = dataset.reference if dataset else "DATASET"
+    imgsz = ((version.lineage or {}).get("spec") or {}).get("train_args", {}).get("imgsz")
+    args = [f"model={version.reference}"]
+    if use != "export":
+        args.append(f"{'source' if use == 'predict' else 'data'}={data}")
+    args += [a for a in (MODEL_JOBS[use], f"imgsz={imgsz}" if imgsz else "") if a]
+    return (f"task_name: {version.name}-v{version.version}-{use}\n"
+            f"command: yolo {use} {' '.join(args)}\n"
+            f"resources: {{gpu: 1}}\n"
+            f"team: {version.team.slug}\n")
 
 
 def submit_page(request, *, job_form=None, yaml_form=None, sweep_form=None, mode: str = "form", duplicate_of=None,

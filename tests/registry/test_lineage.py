@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from html import unescape as html_unescape
 
 import pytest
 from django.test import Client
@@ -195,6 +196,31 @@ def test_a_production_version_is_moved_back_to_staging_not_promoted(base, alice)
     model_stage_set(version=base, stage="archived", by=alice)
     html = page(alice).get(f"/models/{base.pk}/").content.decode()
     assert "Restore to staging" in html and "Promote to" not in html
+
+
+def test_the_model_page_opens_a_val_predict_or_export_job_of_it_ready_to_submit(base, bob, carol):
+    """The model page had no way to evaluate, predict or export: only a hint to type the command in
+    the YAML tab (a trial)."""
+    client = page(bob)
+    html = client.get(f"/models/{base.pk}/").content.decode()
+    for use in ("val", "predict", "export"):
+        assert f'href="/jobs/new/?model={base.pk}&amp;use={use}"' in html
+    data = base.dataset.reference
+    expected = {"val": f"yolo val model={base.reference} data={data} split=val",
+                "predict": f"yolo predict model={base.reference} source={data}",
+                "export": f"yolo export model={base.reference} format=onnx"}
+    for use, command in expected.items():
+        form = client.get(f"/jobs/new/?model={base.pk}&use={use}").content.decode()
+        assert command in html_unescape(form), form[:2000]
+
+    spec = html_unescape(client.get(f"/jobs/new/?model={base.pk}&use=val").content.decode())
+    text = spec.split('name="y-spec_text"')[1].split(">", 1)[1].split("</textarea>")[0]
+    response = client.post("/jobs/new/", {"mode": "yaml", "y-spec_text": text.strip() + "\n"})
+    assert response.status_code == 302, html_unescape(response.content.decode())[:3000]
+    job = Job.objects.get(pk=response["Location"].split("/")[2])
+    assert job.spec["mode"] == "val" and job.team.slug == base.team.slug
+    assert client.get(f"/jobs/new/?model={base.pk}&use=train").status_code == 404
+    assert page(carol).get(f"/jobs/new/?model={base.pk}&use=val").status_code == 404
 
 
 def test_the_prediction_gallery_shows_each_annotated_image_with_its_boxes(bob, base, stores):
