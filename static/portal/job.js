@@ -97,7 +97,7 @@
       });
       document.querySelectorAll(".chart-empty").forEach(function (el) { el.classList.toggle("hidden", epochs.length > 0); });
       var done = epochs.length ? epochs[epochs.length - 1] : 0;
-      setEpochsDone(done);
+      setEpochsDone(Math.max(done, epochsDoneFloor));
     });
   }
 
@@ -154,6 +154,7 @@
     inHistory = false;
     var data = message.data || {};
     if (data.state) setState(data.state);
+    if (data.epochs_done) epochsDoneFloor = Math.max(epochsDoneFloor, data.epochs_done);
     var reconnecting = everConnected;
     everConnected = true;
     highest = Math.max(highest, message.seq || 0);
@@ -305,6 +306,11 @@
       section.dataset.loaded = "true";
     }).catch(function (err) { console.warn("results not loaded", err); setTimeout(refreshOutcome, 3000); });
   }
+
+  // The server's epochs_done never goes down, and a continued job starts at its checkpoint's epoch
+  // with no metric points of its own: the curves' last epoch alone read "epoch 0 of 150 done" on a
+  // continuation that ended before its first new epoch (a trial).
+  var epochsDoneFloor = Number((document.getElementById("epochs-done") || {}).textContent) || 0;
 
   function setEpochsDone(done) {
     var shown = document.getElementById("epochs-done");
