@@ -41,6 +41,7 @@ import shlex
 import uuid
 from dataclasses import dataclass
 
+import yaml
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 
@@ -142,7 +143,8 @@ def _document(job: Job, timeout_s: int | None, memory: str | None = None) -> tup
         changed = {**changed, "resources": resources}
     if changed == document:
         return document, job.raw_spec
-    return changed, json.dumps(changed, indent=2, default=str)
+    # YAML, as the spec was most likely written: Edit & resubmit shows this text in the YAML box.
+    return changed, yaml.safe_dump(changed, sort_keys=False, allow_unicode=True)
 
 
 def spec_memory(job: Job) -> str:

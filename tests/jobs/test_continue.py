@@ -261,6 +261,16 @@ def out_of_memory(submit):
     return Job.objects.get(pk=job.pk)
 
 
+def test_a_continuation_with_a_new_timeout_keeps_its_spec_as_yaml_for_edit_and_resubmit(cancelled, alice, client):
+    """The changed spec was stored as JSON, so Edit & resubmit filled the YAML box with braces and quotes."""
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/", {"timeout": 7200}, format="json")
+    client.force_login(alice)
+
+    page = html.unescape(client.get(f"/jobs/new/?from={response.json()['id']}").content.decode())
+
+    assert "\ntimeout: 7200\n" in page and "task_name: " in page and '"timeout"' not in page
+
+
 def test_a_job_that_ran_out_of_memory_is_continued_with_more(out_of_memory, alice):
     """A trial continued an out-of-memory job into the same out-of-memory: Continue took only a timeout."""
     response = api_client(alice).post(f"/api/v1/jobs/{out_of_memory.pk}/continue/", {"memory": "8Gi"}, format="json")
