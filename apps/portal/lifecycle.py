@@ -130,7 +130,9 @@ def model_detail(request, pk: int):
     return render(request, "portal/model.html", {
         "version": version,
         "headline": headline_metrics(version.metrics or {}),
-        "lineage": version.lineage or {},
+        "lineage": (lineage := version.lineage or {}),
+        "lineage_dataset_gone": bool((lineage.get("dataset") or {}).get("id")) and not dataset_list(
+            user=request.user).filter(pk=lineage["dataset"]["id"]).exists(),  # deleted since: named, not linked
         "moves": sorted(STAGE_MOVES[Stage(version.stage)]) if manager else [],
         "manager": manager,
         "evaluations": version.evaluations.select_related("job"),

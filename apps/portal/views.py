@@ -145,7 +145,9 @@ def job_detail(request, job_id):
     return render(request, "portal/job.html", {
         **outcome,
         "job": job,
-        "inputs": (job.spec or {}).get("inputs") or {},
+        "inputs": (inputs := (job.spec or {}).get("inputs") or {}),
+        # A version deleted since (its number is never reused): named, not linked to a 404.
+        "input_dataset_gone": _gone(dataset_list(user=request.user), (inputs.get("data") or {}).get("id")),
         "epochs": (job.spec.get("train_args") or {}).get("epochs"),
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         **manager_actions(request.user, job),
@@ -413,6 +415,10 @@ def job_new(request):
                 refused, status = str(cap), 429
     return submit_page(request, job_form=job_form, yaml_form=yaml_form, sweep_form=sweep_form, mode=mode,
                        duplicate_of=duplicate_of, refused=refused, status=status)
+
+
+def _gone(rows, pk) -> bool:
+    return bool(pk) and not rows.filter(pk=pk).exists()
 
 
 MODEL_JOBS = {"val": "split=val", "predict": "", "export": "format=onnx"}

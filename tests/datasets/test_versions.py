@@ -154,6 +154,23 @@ def test_a_manager_deletes_a_version_from_its_page_and_a_member_sees_no_button(b
     assert "Deleted pcb_defect:v1" in manager.get("/datasets/").content.decode()
 
 
+def test_a_job_page_names_a_deleted_input_version_without_linking_to_a_404(bob, alice):
+    """After a version was deleted, the job page of a job that trained on it still linked to its page,
+    a 404 (a trial)."""
+    dataset = post(bob, make_zip(valid_files())).json()
+    job = submit(bob, "pcb_defect").json()
+    Job.objects.filter(pk=job["id"]).update(state="cancelled")
+    client = Client()
+    client.force_login(bob)
+    assert f'href="/datasets/{dataset["id"]}/"' in client.get(f"/jobs/{job['id']}/").content.decode()
+    dataset_delete(dataset=Dataset.objects.get(pk=dataset["id"]), by=alice)
+
+    html = client.get(f"/jobs/{job['id']}/").content.decode()
+
+    assert f'href="/datasets/{dataset["id"]}/"' not in html
+    assert 'pcb_defect:v1 <span class="muted" id="dataset-gone">(deleted)</span>' in html
+
+
 def test_the_dataset_page_shows_counts_names_histogram_and_boxes(bob):
     dataset = post(bob, make_zip(valid_files())).json()
     client = Client()

@@ -223,6 +223,18 @@ def test_the_model_page_opens_a_val_predict_or_export_job_of_it_ready_to_submit(
     assert page(carol).get(f"/jobs/new/?model={base.pk}&use=val").status_code == 404
 
 
+def test_the_model_page_names_a_deleted_training_dataset_without_linking_to_a_404(base, alice, bob):
+    from apps.datasets.services import dataset_delete
+
+    dataset = base.dataset
+    assert f'href="/datasets/{dataset.pk}/"' in page(bob).get(f"/models/{base.pk}/").content.decode()
+    dataset_delete(dataset=dataset, by=alice)
+
+    html = page(bob).get(f"/models/{base.pk}/").content.decode()
+
+    assert f'href="/datasets/{dataset.pk}/"' not in html and 'id="dataset-gone">(deleted)' in html
+
+
 def test_the_prediction_gallery_shows_each_annotated_image_with_its_boxes(bob, base, stores):
     job = train(bob, "yolo predict model=pcb:v1 source=demo")
     folder = stores.JOBS_DIR / str(job.pk) / "predict"
