@@ -306,6 +306,15 @@ def job_resubmit(request, job_id):
     return redirect("job", job_id=new_job.pk)
 
 
+# The job page's Continue boxes, by the field a refusal names.
+CONTINUE_BOXES = {"timeout": "Timeout (hours)", "memory": "Memory"}
+
+
+def _in_hours(field: str, problem) -> str:
+    """The timeout limit (which the spec check states in seconds) in the box's unit."""
+    return f" ({settings.MAX_JOB_TIMEOUT_S / 3600:g} hours)" if field == "timeout" and "limit is" in str(problem) else ""
+
+
 @login_required
 @button_only("job", kwarg="job_id")
 def job_continue_view(request, job_id):
@@ -338,8 +347,8 @@ def job_continue_view(request, job_id):
                                   idempotency_key=request.POST.get("idempotency_key", "")[:200])
     except FieldErrors as exc:  # ContinueRefused, SpecError, IdempotencyKeyReused
         messages.error(request, "Could not continue: " + "; ".join(
-            f"Timeout (hours): {v} ({settings.MAX_JOB_TIMEOUT_S / 3600:g} hours)" if k == "timeout" and "limit is" in str(v)
-            else f"{ {'timeout': 'Timeout (hours)', 'memory': 'Memory'}.get(k, k)}: {v}" for k, v in exc.errors.items()))
+            f"{CONTINUE_BOXES.get(field, field)}: {problem}" + _in_hours(field, problem)
+            for field, problem in exc.errors.items()))
         return redirect("job", job_id=job.pk)
     except StorageUnavailable as exc:
         messages.error(request, f"Could not continue: the artifact storage cannot be reached, try again ({exc})")
