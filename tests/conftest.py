@@ -83,6 +83,15 @@ def _fresh_runtime_model():
 
 
 @pytest.fixture(autouse=True)
+def _no_redis_outage_seen():
+    """What this process saw of Redis outages (apps/core/redis_outage.py: one line down, one back)
+    is per test: a test that pointed a Redis use at a dead port leaves the next one none of it."""
+    from apps.core import redis_outage
+
+    redis_outage._down_since = redis_outage._back_at = None
+
+
+@pytest.fixture(autouse=True)
 def _flush_redis(redis_server):
     import redis
 

@@ -12,6 +12,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from apps.core.redis_outage import WEB_CONSEQUENCE, redis_outage_consequence  # noqa: E402
 from apps.portal.routing import websocket_urlpatterns  # noqa: E402
 from yoloportal.body_limit import BodyLimitMiddleware, install_daphne_body_limit  # noqa: E402
 
@@ -19,6 +20,8 @@ from yoloportal.body_limit import BodyLimitMiddleware, install_daphne_body_limit
 # body before calling the app, so it gets the check too; other ASGI servers need only the
 # middleware.
 install_daphne_body_limit()
+# A web process's one WARNING of a Redis outage says what still works (apps/core/redis_outage.py).
+redis_outage_consequence(WEB_CONSEQUENCE)
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app
 
 application = ProtocolTypeRouter(

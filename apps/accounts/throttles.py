@@ -20,13 +20,19 @@ from django.core.cache import cache
 from redis.commands.core import Script
 from rest_framework.throttling import SimpleRateThrottle
 
+from apps.core.redis_outage import redis_reachable, redis_use_failed
+
 log = logging.getLogger(__name__)
 
 
 def _cache_down(exc: Exception) -> bool:
-    """True for the errors of an unreachable cache (logged once per call)."""
+    """True for the errors of an unreachable cache. Redis being away is one WARNING per process
+    and outage (apps/core/redis_outage.py: it says rate limits are not enforced meanwhile);
+    any other cache error is logged on each call."""
     from redis.exceptions import RedisError
 
+    if redis_use_failed(exc):
+        return True
     if isinstance(exc, (RedisError, ConnectionError, OSError)):
         log.warning("throttle cache unavailable, letting the request through: %s", exc)
         return True
@@ -87,6 +93,7 @@ class SharedCacheThrottle(SimpleRateThrottle):
             if _cache_down(exc):
                 return True
             raise
+        redis_reachable()
         self.oldest = float(oldest)
         return bool(allowed)
 
@@ -253,4 +260,5 @@ def login_attempt_allowed(*, ip: str, username: str, rate: tuple[int, int]) -> b
         if _cache_down(exc):
             return True
         raise
+    redis_reachable()
     return allowed

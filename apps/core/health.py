@@ -22,6 +22,7 @@ from django.db import connection
 from django.http import JsonResponse
 
 from apps.core.migrated import NOT_MIGRATED, database_migrated
+from apps.core.redis_outage import redis_reachable, redis_use_failed
 
 log = logging.getLogger("yoloportal.health")
 
@@ -47,12 +48,16 @@ def _redis() -> bool:
     # A connection of its own, short timeouts: what a new request would meet, not a pooled one.
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     try:
-        return bool(client.ping())
+        answered = bool(client.ping())
     except redis.RedisError as exc:
-        log.warning("readyz: redis down: %s", exc)
+        # Unreachable: one line per process and outage (apps/core/redis_outage.py), not one per probe.
+        if not redis_use_failed(exc):
+            log.warning("readyz: redis down: %s", exc)
         return False
     finally:
         client.close()
+    redis_reachable()
+    return answered
 
 
 class HealthMiddleware:

@@ -19,12 +19,19 @@ crashes where nothing crashed. Here:
 
 Our own loops (``manage.py scheduler``) call the two functions themselves, and
 :func:`redis_is_down` tells them to probe Redis before anything else while it is away.
+
+A web process has no loop of its own: each Redis use on a request's path (the scheduler kick,
+the throttle counters, a notification's enqueue, /readyz, /metrics, the queue's scheduler
+status) reports a connection error to :func:`redis_unreachable` instead of a line per request,
+and its next success to :func:`redis_reachable` ("back" on the next request that reached Redis;
+no thread polls). Its WARNING says :data:`WEB_CONSEQUENCE` (set by yoloportal/asgi.py).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -41,6 +48,14 @@ RETRY_S = 2.0
 _down_since: float | None = None  # per process: children forked during an outage inherit it
 _back_at: float | None = None  # when this process last said Redis is back
 _goes_on = "work goes on"
+_lock = threading.Lock()  # a web process's request threads report at once: still one line each way
+
+# What a web process still does while Redis is away (each true of the code: submits and cancels
+# are database writes; the throttles fail open, apps.accounts.throttles; the scheduler plans
+# nothing until Redis is back; notifications lost meanwhile are redone by its catch-up).
+WEB_CONSEQUENCE = ("submits and cancels are still stored (queued jobs start once it is back and the scheduler "
+                   "plans again); rate limits are not enforced, live page updates pause, and notifications "
+                   "are sent once it is back")
 
 
 def redis_outage_consequence(text: str) -> None:
@@ -58,8 +73,11 @@ def redis_address() -> str:
 
 def redis_unreachable(exc: BaseException) -> None:
     global _down_since
-    if _down_since is None:
-        _down_since = time.monotonic()
+    with _lock:
+        first = _down_since is None
+        if first:
+            _down_since = time.monotonic()
+    if first:
         log.warning("Redis unreachable at %s (%s); %s, retrying", redis_address(), exc, _goes_on)
 
 
@@ -70,14 +88,29 @@ def redis_is_down() -> bool:
 
 def redis_reachable() -> None:
     global _down_since, _back_at
-    if _down_since is not None:
-        log.info("Redis reachable again at %s after %d s", redis_address(), time.monotonic() - _down_since)
-        _down_since, _back_at = None, time.monotonic()
+    if _down_since is None:  # the common case, on every request: no lock taken
+        return
+    with _lock:
+        since = _down_since
+        if since is not None:
+            _down_since, _back_at = None, time.monotonic()
+    if since is not None:
+        log.info("Redis reachable again at %s after %d s", redis_address(), time.monotonic() - since)
 
 
 def redis_was_down_within(seconds: float) -> bool:
     """Whether Redis is away, or came back less than ``seconds`` ago (as this process saw it)."""
     return _down_since is not None or (_back_at is not None and time.monotonic() - _back_at <= seconds)
+
+
+def redis_use_failed(exc: BaseException) -> bool:
+    """For a Redis use that goes on without Redis: True (and the outage reported, once) if
+    ``exc`` is Redis being unreachable; False for any other error, which the caller logs itself."""
+    lost = connection_error_of(exc)
+    if lost is None:
+        return False
+    redis_unreachable(lost)
+    return True
 
 
 def connection_error_of(exc: BaseException | None) -> BaseException | None:

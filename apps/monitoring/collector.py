@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from apps.accounts.models import Membership, Team
 from apps.cluster.models import GPU, Node
+from apps.core.redis_outage import redis_reachable, redis_use_failed
 from apps.jobs.models import HOLDING_STATES, TERMINAL_STATES, Job, JobEvent, JobState, MetricPoint, PriorityClass
 from apps.quotas.models import UsageRecord
 from apps.scheduling.models import SchedulerConfig
@@ -288,11 +289,14 @@ class YoloportalCollector(Collector):
             last_pass = recorders.last_pass_time(client)
             sockets = recorders.websocket_clients(client)
         except redis.RedisError as exc:
-            log.warning("/metrics: Redis unreachable (%s)", exc)
+            # Unreachable: one line per process and outage (apps/core/redis_outage.py), not one per scrape.
+            if not redis_use_failed(exc):
+                log.warning("/metrics: Redis unreachable (%s)", exc)
             f["yoloportal_redis_up"].add_metric([], 0)
             return
         finally:
             client.close()
+        redis_reachable()
         f["yoloportal_redis_up"].add_metric([], 1)
         f["yoloportal_scheduler_pass_duration_seconds"].add_metric([], passes, passes_sum)
         f["yoloportal_dispatch_latency_seconds"].add_metric([], latency, latency_sum)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import redis
 
 from apps.core.redis_client import redis_client
+from apps.core.redis_outage import redis_reachable, redis_use_failed
 
 log = logging.getLogger(__name__)
 PREFIX = "yoloportal:metrics:"
@@ -158,9 +159,11 @@ def scheduler_status(*, now: float | None = None) -> dict:
     now = time.time() if now is None else now
     try:
         last = last_pass_time(redis_client())
-    except redis.RedisError:
+    except redis.RedisError as exc:
+        redis_use_failed(exc)  # one line per process and outage (apps/core/redis_outage.py)
         return {"planning": None, "last_pass_at": None, "seconds_since": None,
                 "note": "whether the scheduler is planning is unknown (Redis does not answer)"}
+    redis_reachable()
     if last is None:
         return {"planning": False, "last_pass_at": None, "seconds_since": None,
                 "note": "the scheduler has not planned yet: queued jobs wait for it (is `manage.py scheduler` running?)"}

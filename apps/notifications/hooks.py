@@ -31,9 +31,17 @@ def enqueue(function: str, *args, **options) -> None:
     from rq import Queue
 
     from apps.core.redis_client import redis_client
+    from apps.core.redis_outage import redis_reachable, redis_use_failed
 
     try:
         Queue(QUEUE, connection=redis_client()).enqueue(function, *args, result_ttl=0, failure_ttl=7 * 86400,
                                                         **options)
     except redis.RedisError as exc:
-        log.warning("notification for %s not queued (Redis: %s)", args, exc)
+        # Redis away: one line per process and outage (apps/core/redis_outage.py); the scheduler's
+        # catch-up (tasks.catch_up) queues what was lost once it is back.
+        if redis_use_failed(exc):
+            log.debug("notification for %s not queued (Redis: %s)", args, exc)
+        else:
+            log.warning("notification for %s not queued (Redis: %s)", args, exc)
+    else:
+        redis_reachable()

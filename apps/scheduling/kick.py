@@ -11,6 +11,7 @@ import time
 import redis
 
 from apps.core.redis_client import redis_client
+from apps.core.redis_outage import redis_reachable, redis_use_failed
 
 log = logging.getLogger(__name__)
 KICK_KEY = "yoloportal:scheduler:kick"
@@ -27,7 +28,11 @@ def kick_scheduler() -> None:
         pipe.ltrim(KICK_KEY, 0, 9)
         pipe.execute()
     except redis.RedisError as exc:
-        log.warning("could not kick the scheduler (it will still run on its timer): %s", exc)
+        # Redis away: one line per process and outage (apps/core/redis_outage.py), not one per kick.
+        if not redis_use_failed(exc):
+            log.warning("could not kick the scheduler (it will still run on its timer): %s", exc)
+    else:
+        redis_reachable()
 
 
 class _Kicker:

@@ -1,0 +1,69 @@
+"""A Redis outage in a web process: one WARNING saying what still works and one INFO when a later
+request reaches Redis again, however many requests meet it; submits are still stored (201).
+
+Before, each submit logged "throttle cache unavailable" and "could not kick the scheduler": two
+WARNINGs per request for as long as the outage lasted, and nothing when it ended."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from apps.core import redis_outage
+from apps.core.redis_server import RedisServer
+from apps.jobs.models import Job, JobState
+from apps.scheduling import kick
+from tests.conftest import SEED_SPEC, api_client, use_redis
+
+pytestmark = pytest.mark.django_db
+SUBMITS = 5
+DOWN, BACK = "Redis unreachable at", "Redis reachable again at"
+
+
+@pytest.fixture
+def own_redis(tmp_path, redis_server, monkeypatch):
+    """A redis-server of this test's own, to kill and start again; the session's one afterwards."""
+    monkeypatch.setattr(redis_outage, "_goes_on", redis_outage._goes_on)
+    redis_outage.redis_outage_consequence(redis_outage.WEB_CONSEQUENCE)  # as yoloportal/asgi.py does
+    server = RedisServer(data_dir=tmp_path / "redis").start()
+    use_redis(server.url)
+    yield server
+    server.stop()
+    use_redis(redis_server.url)
+
+
+def submit(client, django_capture_on_commit_callbacks) -> int:
+    """POST /jobs/ and wait for the kick its commit asks of this process's kicker thread."""
+    sent = kick._kicker.sent
+    with django_capture_on_commit_callbacks(execute=True):
+        status = client.post("/api/v1/jobs/", SEED_SPEC.replace("medium", "low") + "allow_duplicate: true\n",
+                             content_type="application/yaml").status_code
+    deadline = time.monotonic() + 10
+    while kick._kicker.sent == sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert kick._kicker.sent > sent, "the submit's kick was never tried"
+    return status
+
+
+def test_many_submits_during_an_outage_are_one_warning_and_one_line_when_back(
+        own_redis, bob, demo_registered, caplog, django_capture_on_commit_callbacks):
+    client = api_client(bob)
+    assert submit(client, django_capture_on_commit_callbacks) == 201  # Redis up: nothing to say
+    own_redis.kill()
+    with caplog.at_level(logging.INFO):
+        during = [submit(client, django_capture_on_commit_callbacks) for _ in range(SUBMITS)]
+        alarms = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        own_redis.start()
+        after = submit(client, django_capture_on_commit_callbacks)
+    assert during == [201] * SUBMITS, "a submit does not need Redis: stored and answered"
+    assert Job.objects.filter(user=bob, state=JobState.QUEUED).count() == SUBMITS + 2
+    assert [r.getMessage()[:len(DOWN)] for r in alarms] == [DOWN], [r.getMessage() for r in alarms]
+    assert "submits and cancels are still stored" in alarms[0].getMessage()
+    assert "rate limits are not enforced" in alarms[0].getMessage()
+    assert after == 201
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO
+              and r.name == "yoloportal.redis" or r.levelno >= logging.WARNING]
+    assert [level for level, _ in logged] == ["WARNING", "INFO"], logged
+    assert logged[1][1].startswith(BACK), logged
