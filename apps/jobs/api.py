@@ -633,7 +633,15 @@ class JobWeights(APIView):
     last.pt checkpoint (``X-Weights-Epoch`` says of which epoch; ``jobs.selectors.job_weights_find``), with
     ``X-Weights-SHA256`` where its hash is recorded."""
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR})
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR}, parameters=[
+        OpenApiParameter("X-Weights-SHA256", str, OpenApiParameter.HEADER, response=[200],
+                         description="the file's sha256 (hex), checked against the file as it was served; "
+                                     "absent where none is recorded"),
+        OpenApiParameter("X-Weights-Epoch", int, OpenApiParameter.HEADER, response=[200],
+                         description="the epoch of a checkpoint (an ended job's best.pt or last.pt); absent for "
+                                     "a succeeded job's final weights"),
+        OpenApiParameter("X-Weights-Note", str, OpenApiParameter.HEADER, response=[200],
+                         description="which weights these are, in words")])
     def get(self, request, job_id):
         query_strict(request, takes=(), what="a job's weights")
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)

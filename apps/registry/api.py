@@ -167,7 +167,10 @@ BINARY = "application/octet-stream"
 
 class ModelDownloadView(APIView):
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
-                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH)])
+                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH),
+                               OpenApiParameter("X-Weights-SHA256", str, OpenApiParameter.HEADER, response=[200],
+                                                description="the file's sha256 (hex), checked against the file as "
+                                                            "it was served; absent where none is recorded")])
     def get(self, request, pk: int):
         query_strict(request, takes=(), what="a model version's download")
         version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
@@ -181,7 +184,10 @@ class ModelDownloadView(APIView):
 
 class ExportDownloadView(APIView):
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
-                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH)])
+                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH),
+                               OpenApiParameter("X-Export-SHA256", str, OpenApiParameter.HEADER, response=[200],
+                                                description="the file's sha256 (hex), checked against the file as "
+                                                            "it was served; absent where none is recorded")])
     def get(self, request, pk: int):
         query_strict(request, takes=(), what="an export's download")
         export = get_or_404(export_list(user=request.user), pk, "No export with that id in your teams.")

@@ -84,6 +84,23 @@ def test_the_schema_says_a_jobs_model_version_is_an_id_not_a_number(bob):
     assert "GET models/{id}/" in schemas["JobOut"]["properties"]["model_version"]["description"]
 
 
+@pytest.mark.django_db
+def test_the_downloads_declare_the_hash_header_they_send(bob):
+    """jobs/{id}/weights/, models/{id}/download/ and exports/{id}/download/ send the file's sha256
+    in a header (yoloq verifies its copy with it) that the schema did not declare: a client
+    generated from the schema could not read it."""
+    paths = api_client(bob).get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()["paths"]
+    for path, header in (("/api/v1/jobs/{job_id}/weights/", "X-Weights-SHA256"),
+                         ("/api/v1/models/{id}/download/", "X-Weights-SHA256"),
+                         ("/api/v1/exports/{id}/download/", "X-Export-SHA256")):
+        headers = paths[path]["get"]["responses"]["200"].get("headers", {})
+        assert headers.get(header, {}).get("schema") == {"type": "string"}, (path, headers)
+        assert "sha256" in headers[header]["description"], (path, headers[header])
+        assert header not in {p["name"] for p in paths[path]["get"].get("parameters", [])}, "a response header only"
+    weights = paths["/api/v1/jobs/{job_id}/weights/"]["get"]["responses"]["200"]["headers"]
+    assert {"X-Weights-Epoch", "X-Weights-Note"} <= set(weights)
+
+
 @pytest.fixture
 def live_api(live_server, transactional_db, teams, alice, bob, carol):
     """A live server with some of everything for bob's team, and a token for bob."""
