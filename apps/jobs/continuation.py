@@ -25,8 +25,9 @@ Steps of :func:`job_continue`:
 
 1. refuse what cannot continue (:func:`continue_point`): not a training job, still active,
    succeeded, no stored checkpoint, or a checkpoint of the final epoch;
-2. rebuild the spec from the job's own text (as Resubmit does), with the new ``timeout`` and
-   ``data`` naming the version the job trained on (refused when that version was deleted);
+2. rebuild the spec from the job's own text (as Resubmit does), with the new ``timeout``,
+   ``data`` naming the version the job trained on and ``model`` the registered version it
+   started from (refused when either version was deleted: the worker needs both);
 3. copy the checkpoint(s) under a job id chosen now, then, in one transaction, submit the
    job with that id, record the copies as its checkpoints (the scheduler cannot place it
    before they are there) and copy its metric points of the epochs it continues; anything
@@ -132,7 +133,7 @@ def _document(job: Job, timeout_s: int | None, memory: str | None = None) -> tup
         raise ContinueRefused("spec", f"the original spec text cannot be read: {exc}") from None
     if not isinstance(document, dict):
         raise ContinueRefused("spec", "the original spec text is missing; use Edit & resubmit")
-    changed = _data_pinned(job, document)
+    changed = _model_pinned(job, _data_pinned(job, document))
     if timeout_s is not None:
         changed = {**changed, "timeout": timeout_s}
     if memory is not None:
@@ -185,6 +186,42 @@ def _data_pinned(job: Job, document: dict) -> dict:
         return {**document, "command": shlex.join(words)}
     if isinstance(document.get("train"), dict) and document["train"].get("data") not in (None, pinned):
         return {**document, "train": {**document["train"], "data": pinned}}
+    return document
+
+
+def _model_pinned(job: Job, document: dict) -> dict:
+    """``document`` with its ``model`` naming the registered model version ``job`` started from
+    (``name:latest`` or ``name:production`` pinned to ``name:vN``): the lineage names the version
+    the continued epochs came from, whatever was registered or promoted since. Weights that are no
+    registered version (a model YAML, shared or team files) are left as they are.
+
+    ContinueRefused (``model``) when that version has been deleted: the resume loads the
+    checkpoint, not the model, but the worker still needs the model's weights for the attempt
+    (worker/tasks.py ``AttemptRunner``: ``stage_inputs`` fetches them on a node without the
+    shared filesystem, and ``train`` falls back to starting over from them when the checkpoint
+    cannot be loaded), and an uploaded version's file goes with its row.
+    """
+    from apps.registry.models import ModelVersion
+
+    used = ((job.spec or {}).get("inputs") or {}).get("model") or {}
+    if used.get("kind") != "version" or not used.get("id"):
+        return document
+    name, number = used["name"], used["version"]
+    version = ModelVersion.objects.filter(pk=used["id"], team=job.team_id).first()
+    if version is None or not version.weights_key:
+        raise ContinueRefused("model", f"the job started from model {name} v{number}, which has been deleted since: "
+                                       "a continuation needs its weights too (its worker fetches them, and starts "
+                                       "over from them if the checkpoint cannot be loaded); to train from another "
+                                       "model, use Edit & resubmit: a new training")
+    pinned = f"{name}:v{number}"
+    if isinstance(document.get("command"), str):
+        words = shlex.split(document["command"])
+        if all(word == f"model={pinned}" for word in words if word.startswith("model=")):
+            return document
+        words = [f"model={pinned}" if word.startswith("model=") else word for word in words]
+        return {**document, "command": shlex.join(words)}
+    if isinstance(document.get("train"), dict) and document["train"].get("model") not in (None, pinned):
+        return {**document, "train": {**document["train"], "model": pinned}}
     return document
 
 

@@ -444,3 +444,58 @@ def test_a_deleted_dataset_version_is_refused_naming_data_even_with_a_newer_one(
         "the job trained on dataset demo v1, which has been deleted since: a continuation trains on the same data "
         "as the epochs it continues (to train on another version, use Edit & resubmit: a new training)"]}
     assert Job.objects.count() == 1 and not list(cancelled.run_dir.parent.glob("*/checkpoints/*.json"))
+
+
+@pytest.fixture
+def from_registered_model(submit, alice, tmp_path):
+    """A job started from model=base:latest (v1, uploaded), cancelled after epoch 2 of 5."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from tests.registry.conftest import build_checkpoint
+
+    def push(names: dict | None) -> None:
+        folder = tmp_path / f"w{len(names or {})}"
+        folder.mkdir()
+        path = build_checkpoint("yolov8n.yaml", folder, names=names)
+        upload = SimpleUploadedFile("base.pt", path.read_bytes(), content_type="application/octet-stream")
+        response = api_client(alice).post("/api/v1/weights/", {"file": upload, "team": "vision"}, format="multipart")
+        assert response.status_code == 201, response.content
+
+    push(None)
+    job = submit(spec=SPEC.replace("model=yolov8n.yaml", "model=base:latest"))
+    assert job.spec["inputs"]["model"]["version"] == 1
+    checkpoint(job, 2)
+    attempt_finish(job, outcome="cancelled", exit_code=-15)
+    return Job.objects.get(pk=job.pk), push
+
+
+def test_it_starts_from_the_model_version_the_old_job_did_not_a_newer_one(from_registered_model, alice):
+    """model=base:latest was re-resolved at continue time: the new job named v2 as the weights it
+    came from, though its epochs came from v1's training (and a fallback start over would use v2)."""
+    cancelled, push = from_registered_model
+    push({0: "part"})  # base v2
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 201, response.content
+    new = Job.objects.get(pk=response.json()["id"])
+    assert new.spec["inputs"]["model"] == cancelled.spec["inputs"]["model"]
+    assert new.spec["resolved"]["model"] == cancelled.spec["resolved"]["model"]
+    assert "model=base:v1" in new.raw_spec  # the page shows the version
+
+
+def test_a_deleted_model_version_is_refused_naming_model_and_why_it_is_needed(from_registered_model, alice):
+    """The resume loads the checkpoint, but the worker still fetches the model's weights and starts
+    over from them if the checkpoint cannot be loaded; an uploaded version's file goes with its row."""
+    from apps.registry.models import ModelVersion
+    from apps.registry.services import model_version_delete
+
+    cancelled, _ = from_registered_model
+    model_version_delete(version=ModelVersion.objects.get(name="base", version=1), by=alice)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 409, response.content
+    assert list(response.json()) == ["model"], response.json()
+    assert response.json()["model"][0].startswith("the job started from model base v1, which has been deleted since")
+    assert Job.objects.count() == 1 and not list(cancelled.run_dir.parent.glob("*/checkpoints/*.json"))
