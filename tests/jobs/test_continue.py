@@ -13,9 +13,10 @@ from django.utils import timezone
 from apps.core.artifacts import artifact_path
 from apps.jobs.checkpoint_retention import checkpoints_housekeeping
 from apps.jobs.models import Checkpoint, Job, JobEvent, JobState, MetricPoint
-from apps.jobs.services import attempt_finish, attempt_start, checkpoint_record, job_claim, metrics_record
+from apps.jobs.services import attempt_finish, attempt_start, job_claim, metrics_record
 from apps.scheduling.estimates import job_estimates
 from tests.conftest import SEED_SPEC, api_client
+from tests.jobs.factories import stored_checkpoint as checkpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -37,16 +38,6 @@ def submit(alice, demo_registered, node, clean_storage):
     return submit
 
 
-def checkpoint(job: Job, epoch: int, *, best: bool = False) -> bytes:
-    """A checkpoint file in the job's run folder, recorded as its worker records one."""
-    data = f"checkpoint of {job.pk} epoch {epoch}".encode()
-    path = job.run_dir / "checkpoints" / f"epoch-{epoch:04d}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    checkpoint_record(job, epoch=epoch, path=str(path), sha256=hashlib.sha256(data).hexdigest(), size=len(data),
-                      best=best)
-    Job.objects.filter(pk=job.pk).update(epochs_done=epoch)
-    return data
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ import hashlib
 
 import pytest
 
-from apps.jobs.models import Job
-from apps.jobs.services import attempt_finish, attempt_start, checkpoint_record, job_claim
+from apps.jobs.services import attempt_finish, attempt_start, job_claim
 from tests.conftest import api_client
 
 from .factories import make_job
+from .factories import stored_checkpoint as checkpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -24,22 +24,11 @@ def running(alice, teams, node, settings, tmp_path):
     return attempt_start(job_id=job.pk, attempt_id=job.attempt_id, node_name="node-a")
 
 
-def checkpoint(job: Job, epoch: int, *, best: bool, settings) -> bytes:
-    data = f"checkpoint of epoch {epoch}".encode()
-    path = settings.JOBS_DIR / str(job.pk) / "checkpoints" / f"epoch-{epoch:04d}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    checkpoint_record(job, epoch=epoch, path=str(path), sha256=hashlib.sha256(data).hexdigest(), size=len(data),
-                      best=best)
-    Job.objects.filter(pk=job.pk).update(epochs_done=epoch)
-    return data
-
-
 @pytest.mark.parametrize("outcome", ["cancelled", "timed_out"])
 def test_an_ended_jobs_best_checkpoint_is_its_weights(running, alice, settings, outcome):
-    checkpoint(running, 9, best=True, settings=settings)
-    best = checkpoint(running, 10, best=True, settings=settings)
-    checkpoint(running, 11, best=False, settings=settings)
+    checkpoint(running, 9, best=True)
+    best = checkpoint(running, 10, best=True)
+    checkpoint(running, 11, best=False)
     assert attempt_finish(running, outcome=outcome, exit_code=-15) == outcome
 
     response = api_client(alice).get(f"/api/v1/jobs/{running.pk}/weights/")
@@ -54,7 +43,7 @@ def test_an_ended_jobs_best_checkpoint_is_its_weights(running, alice, settings, 
 def test_the_weights_sha256_is_in_the_job_and_on_the_download(running, alice, settings):
     """A script could verify a job's weights only by way of its model version, and a checkpoint's
     not at all (CI trial 17, H4)."""
-    best = checkpoint(running, 2, best=True, settings=settings)
+    best = checkpoint(running, 2, best=True)
     attempt_finish(running, outcome="timed_out", exit_code=-15)
     client = api_client(alice)
 
@@ -65,8 +54,8 @@ def test_the_weights_sha256_is_in_the_job_and_on_the_download(running, alice, se
 
 
 def test_without_a_best_checkpoint_the_newest_is_served(running, alice, settings):
-    checkpoint(running, 3, best=False, settings=settings)
-    last = checkpoint(running, 4, best=False, settings=settings)
+    checkpoint(running, 3, best=False)
+    last = checkpoint(running, 4, best=False)
     attempt_finish(running, outcome="cancelled", exit_code=-15)
 
     response = api_client(alice).get(f"/api/v1/jobs/{running.pk}/weights/")
@@ -91,7 +80,7 @@ def test_only_an_active_job_has_no_weights_yet(running, alice):
 
 
 def test_the_job_object_and_page_say_which_weights_there_are(running, alice, settings, client):
-    checkpoint(running, 5, best=True, settings=settings)
+    checkpoint(running, 5, best=True)
     attempt_finish(running, outcome="timed_out", exit_code=-15)
 
     weights = api_client(alice).get(f"/api/v1/jobs/{running.pk}/").json()["weights"]
