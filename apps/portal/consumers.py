@@ -6,6 +6,11 @@ until it returns. Those already sent as history are then dropped here (by ``seq`
 message *below* the last history ``seq`` that history did not contain (its row was
 written just after the read, or by a second writer whose number was allocated earlier)
 is still delivered. The page dedupes by ``seq`` too and refetches gaps over REST.
+
+While Redis (the channel layer) is away, a socket still gets the stored history and snapshot,
+then closes with 1013 ("try again later"): the page says live updates are paused and reconnects
+later. A receive loop that loses Redis closes the same way. The outage is logged once per process
+through apps/core/redis_outage.py (and "back" on a later join), not as a traceback per socket.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from apps.accounts.live import access_group
+from apps.core.redis_outage import redis_reachable, redis_use_failed
 from apps.core.storage import StorageUnavailable
 from apps.jobs import live
 from apps.jobs.log_archive import log_chunks
@@ -27,6 +33,7 @@ from apps.jobs.selectors import job_get
 from apps.monitoring import recorders
 
 HISTORY_LOG_CHUNKS = 200
+LIVE_PAUSED = 1013  # "try again later" (RFC 6455): the page keeps what it has and reconnects
 
 
 @database_sync_to_async
@@ -64,6 +71,30 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     re-check for changes made any other way (issue 9, finding 10)."""
 
     closed = False
+    live = True  # False once the channel layer (Redis) failed: history only, then close 1013
+
+    @property
+    def channel_receive(self):
+        return self._channel_receive
+
+    @channel_receive.setter
+    def channel_receive(self, receive):
+        """Channels' receive loop (AsyncConsumer.__call__) reads this: a Redis connection error
+        there becomes one ``live.lost`` message (close 1013), then the loop waits (cancelled when
+        the socket ends) instead of killing the consumer with a traceback."""
+
+        async def tolerant_receive():
+            if self.live:
+                try:
+                    return await receive()
+                except Exception as exc:
+                    if not redis_use_failed(exc):
+                        raise
+                    self.live = False
+                    return {"type": "live.lost"}
+            await asyncio.Event().wait()
+
+        self._channel_receive = tolerant_receive
 
     async def connect(self):
         user = self.scope.get("user")
@@ -77,13 +108,21 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             return
         self.group = live.group_name(job_id)
         self.user_id, self.job_id = user.pk, job_id
-        await self.channel_layer.group_add(self.group, self.channel_name)
         self.access_group = access_group(user.pk)
-        await self.channel_layer.group_add(self.access_group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+            await self.channel_layer.group_add(self.access_group, self.channel_name)
+        except Exception as exc:
+            if not redis_use_failed(exc):
+                raise
+            self.live = False
+        else:
+            redis_reachable()
         await self.accept()
-        self.counted = True
-        await sync_to_async(recorders.websocket_connected)(self.channel_name)
-        self.recheck = asyncio.ensure_future(self.recheck_periodically())
+        if self.live:
+            self.counted = True
+            await sync_to_async(recorders.websocket_connected)(self.channel_name)
+            self.recheck = asyncio.ensure_future(self.recheck_periodically())
         loaded = await load_history(user, job_id)
         if loaded is None:
             await self.close(code=4404)
@@ -99,6 +138,9 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                               "history_end": True,
                               "data": {"state": job.state, "kind": "snapshot", "attempt": job.attempt,
                                        "epochs_done": job.epochs_done}})
+        if not self.live:
+            self.closed = True
+            await self.close(code=LIVE_PAUSED)
 
     async def refuse(self, code: int) -> None:
         """Close with ``code`` (4401 anonymous, 4404 no such job for this user). Accepted first:
@@ -114,9 +156,21 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         recheck = getattr(self, "recheck", None)
         if recheck is not None:
             recheck.cancel()
+        if not self.live:
+            return  # nothing joined, or Redis is away (channels-redis expires group entries itself)
         for group in (getattr(self, "group", None), getattr(self, "access_group", None)):
             if group:
-                await self.channel_layer.group_discard(group, self.channel_name)
+                try:
+                    await self.channel_layer.group_discard(group, self.channel_name)
+                except Exception as exc:
+                    if not redis_use_failed(exc):
+                        raise
+                    return
+
+    async def live_lost(self, event):
+        if not self.closed:
+            self.closed = True
+            await self.close(code=LIVE_PAUSED)
 
     async def access_changed(self, event):
         await self.close_unless_visible()
