@@ -263,7 +263,11 @@
       lastSeqBeforeDrop = highest;
       if (event.code === 4401 || event.code === 4404) { setConn("not allowed", "off"); return; }
       if (TERMINAL.has(jobState) && finalSynced) { setConn("finished", "done"); return; }
-      setConn("reconnecting…", "off");
+      // 1013 "try again later": the server's live channel (Redis) is away; it sent the stored
+      // history and closed. Keep what is shown and retry slowly (onopen reset the backoff).
+      var paused = event.code === 1013;
+      setConn(paused ? "live updates paused, retrying…" : "reconnecting…", "off");
+      if (paused) backoffMs = Math.max(backoffMs, 5000);
       stats.reconnects += 1;
       setTimeout(connect, backoffMs);
       backoffMs = Math.min(backoffMs * 2, 15000);
