@@ -91,6 +91,21 @@ def _no_redis_outage_seen():
     redis_outage._down_since = redis_outage._back_at = None
 
 
+@pytest.fixture
+def own_redis(tmp_path, redis_server, monkeypatch):
+    """A redis-server of this test's own, to kill and start again (the session's one afterwards);
+    the outage WARNING says what a web process says (as yoloportal/asgi.py sets it)."""
+    from apps.core import redis_outage
+
+    monkeypatch.setattr(redis_outage, "_goes_on", redis_outage._goes_on)
+    redis_outage.redis_outage_consequence(redis_outage.WEB_CONSEQUENCE)
+    server = RedisServer(data_dir=tmp_path / "redis").start()
+    use_redis(server.url)
+    yield server
+    server.stop()
+    use_redis(redis_server.url)
+
+
 @pytest.fixture(autouse=True)
 def _flush_redis(redis_server):
     import redis

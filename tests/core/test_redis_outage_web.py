@@ -11,27 +11,13 @@ import time
 
 import pytest
 
-from apps.core import redis_outage
-from apps.core.redis_server import RedisServer
 from apps.jobs.models import Job, JobState
 from apps.scheduling import kick
-from tests.conftest import SEED_SPEC, api_client, use_redis
+from tests.conftest import SEED_SPEC, api_client
 
 pytestmark = pytest.mark.django_db
 SUBMITS = 5
 DOWN, BACK = "Redis unreachable at", "Redis reachable again at"
-
-
-@pytest.fixture
-def own_redis(tmp_path, redis_server, monkeypatch):
-    """A redis-server of this test's own, to kill and start again; the session's one afterwards."""
-    monkeypatch.setattr(redis_outage, "_goes_on", redis_outage._goes_on)
-    redis_outage.redis_outage_consequence(redis_outage.WEB_CONSEQUENCE)  # as yoloportal/asgi.py does
-    server = RedisServer(data_dir=tmp_path / "redis").start()
-    use_redis(server.url)
-    yield server
-    server.stop()
-    use_redis(redis_server.url)
 
 
 def submit(client, django_capture_on_commit_callbacks) -> int:

@@ -11,10 +11,7 @@ import logging
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
-from apps.core import redis_outage
-from apps.core.redis_server import RedisServer
 from apps.jobs.services import log_append, metrics_record
-from tests.conftest import use_redis
 
 from .helpers import submit
 from .test_consumers import receive_until_history_end, socket_for
@@ -23,19 +20,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 SOCKETS = 3
 LIVE_PAUSED = 1013  # what the page reads as "live updates paused, retrying" (static/portal/job.js)
 DOWN, BACK = "Redis unreachable at", "Redis reachable again at"
-
-
-@pytest.fixture
-def own_redis(tmp_path, redis_server, monkeypatch):
-    """A redis-server of this test's own, to kill and start again; the session's one afterwards."""
-    monkeypatch.setattr(redis_outage, "_down_since", None)
-    monkeypatch.setattr(redis_outage, "_goes_on", redis_outage._goes_on)
-    redis_outage.redis_outage_consequence(redis_outage.WEB_CONSEQUENCE)  # as yoloportal/asgi.py does
-    server = RedisServer(data_dir=tmp_path / "redis").start()
-    use_redis(server.url)
-    yield server
-    server.stop()
-    use_redis(redis_server.url)
 
 
 def outage_lines(caplog) -> list[tuple[str, str]]:
