@@ -177,16 +177,7 @@ def _data_pinned(job: Job, document: dict) -> dict:
         raise ContinueRefused("data", f"the job trained on dataset {name} v{version}, which has been deleted since: "
                                       "a continuation trains on the same data as the epochs it continues (to train "
                                       "on another version, use Edit & resubmit: a new training)")
-    pinned = f"{name}:v{version}"
-    if isinstance(document.get("command"), str):
-        words = shlex.split(document["command"])  # it parsed when the job was submitted
-        if all(word == f"data={pinned}" for word in words if word.startswith("data=")):
-            return document
-        words = [f"data={pinned}" if word.startswith("data=") else word for word in words]
-        return {**document, "command": shlex.join(words)}
-    if isinstance(document.get("train"), dict) and document["train"].get("data") not in (None, pinned):
-        return {**document, "train": {**document["train"], "data": pinned}}
-    return document
+    return _pin(document, "data", f"{name}:v{version}")
 
 
 def _model_pinned(job: Job, document: dict) -> dict:
@@ -213,15 +204,20 @@ def _model_pinned(job: Job, document: dict) -> dict:
                                        "a continuation needs its weights too (its worker fetches them, and starts "
                                        "over from them if the checkpoint cannot be loaded); to train from another "
                                        "model, use Edit & resubmit: a new training")
-    pinned = f"{name}:v{number}"
+    return _pin(document, "model", f"{name}:v{number}")
+
+
+def _pin(document: dict, key: str, pinned: str) -> dict:
+    """``document`` with ``key`` (data or model) saying ``pinned``, in its ``command`` string or its
+    structured ``train`` block; the same document when it already does."""
     if isinstance(document.get("command"), str):
-        words = shlex.split(document["command"])
-        if all(word == f"model={pinned}" for word in words if word.startswith("model=")):
+        words = shlex.split(document["command"])  # it parsed when the job was submitted
+        if all(word == f"{key}={pinned}" for word in words if word.startswith(f"{key}=")):
             return document
-        words = [f"model={pinned}" if word.startswith("model=") else word for word in words]
+        words = [f"{key}={pinned}" if word.startswith(f"{key}=") else word for word in words]
         return {**document, "command": shlex.join(words)}
-    if isinstance(document.get("train"), dict) and document["train"].get("model") not in (None, pinned):
-        return {**document, "train": {**document["train"], "model": pinned}}
+    if isinstance(document.get("train"), dict) and document["train"].get(key) not in (None, pinned):
+        return {**document, "train": {**document["train"], key: pinned}}
     return document
 
 
