@@ -53,3 +53,16 @@ def test_many_submits_during_an_outage_are_one_warning_and_one_line_when_back(
               and r.name == "yoloportal.redis" or r.levelno >= logging.WARNING]
     assert [level for level, _ in logged] == ["WARNING", "INFO"], logged
     assert logged[1][1].startswith(BACK), logged
+
+
+@pytest.mark.parametrize("module", ["yoloportal.asgi", "yoloportal.wsgi"])
+def test_either_web_entry_point_says_what_still_works(module):
+    """A web process served through WSGI (gunicorn's sync workers, mod_wsgi) warns as the ASGI one does;
+    without it the WARNING said nothing of what still works."""
+    import subprocess
+    import sys
+
+    check = (f"import {module}\nfrom apps.core import redis_outage as r\n"
+             "print(r._goes_on == r.WEB_CONSEQUENCE)")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
