@@ -177,11 +177,11 @@ def job_resolve(api: Api, ref: str) -> str:
         pass
     if len(ref) < 4:
         raise CliError(f"job id {ref!r} is too short; give at least 4 characters")
-    matches = [j["id"] for j in api.get("jobs/", limit=1000)["results"] if j["id"].startswith(ref.lower())]
+    matches = [j["id"] for j in api.get("jobs/", id=ref, limit=2)["results"]]
     if not matches:
         raise CliError(f"no job of yours or your teams' starts with {ref!r}")
     if len(matches) > 1:
-        raise CliError(f"{ref!r} matches {len(matches)} jobs; give more characters")
+        raise CliError(f"{ref!r} matches more than one job; give more characters")
     return matches[0]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import threading
 
 from django.conf import settings
@@ -347,6 +348,7 @@ def list_filters(request) -> dict:
 
 
 FILTER_NAMES = ("team", "user", "mine")
+ID_PREFIX = re.compile(r"[0-9a-fA-F-]{4,36}")
 LIST_FILTERS = [
     OpenApiParameter("team", str, description="a team you are in"),
     OpenApiParameter("user", str, description="a member of your teams (user name)"),
@@ -364,21 +366,30 @@ class JobListCreate(APIView):
         parameters=[
             OpenApiParameter("state", str, enum=list(STATE_FILTERS),
                              description="a job state, or active (queued, starting, running) or finished (any ended state)"),
+            OpenApiParameter("id", str, description="jobs whose id starts with this (at least 4 characters, as "
+                                                    "`yoloq queue` prints ids)"),
             *LIST_FILTERS,
         ],
         responses={200: paginated(JobOut), 400: ERROR},
         operation_id="jobs_list",
     )
     def get(self, request):
-        query_strict(request, takes=("state", *FILTER_NAMES), what="the job list", paged=True)
+        query_strict(request, takes=("state", "id", *FILTER_NAMES), what="the job list", paged=True)
         state = request.query_params.get("state") or None
         if state and state not in STATE_FILTERS:
             return field_errors({"state": f"must be one of {', '.join(STATE_FILTERS)}, got {state[:50]!r}"})
+        prefix = request.query_params.get("id")
+        if prefix is not None and not ID_PREFIX.fullmatch(prefix):
+            return field_errors({"id": f"must be at least 4 characters of a job id (hex digits and dashes), "
+                                       f"got {prefix[:50]!r}"})
         try:
             filters = list_filters(request)
         except FieldErrors as exc:
             return field_errors(exc.errors)
         jobs = job_list(user=request.user, state=state, **filters)
+        if prefix:
+            # UUIDField's startswith compares without dashes on every database (Django's UUIDTextMixin).
+            jobs = jobs.filter(id__startswith=prefix.lower())
         paginator = self.paginator_class()
         page = paginator.paginate_queryset(jobs.select_related("model_version"), request, view=self)
         return paginator.get_paginated_response(JobOut(page, many=True).data)

@@ -141,6 +141,17 @@ def test_an_unknown_job_is_reported_plainly(logged_in, capsys):
     assert code == 1 and "no job of yours" in err
 
 
+def test_a_prefix_finds_a_job_older_than_the_newest_thousand(logged_in, alice, teams, capsys):
+    """The prefix was looked for among the newest 1,000 jobs only: "no job of yours" for an older one."""
+    old = make_job(team=teams["vision"], user=alice, state=JobState.SUCCEEDED)
+    Job.objects.bulk_create(Job(task_name="n", team=teams["vision"], user=alice, spec={}, spec_hash=str(i),
+                                timeout_s=60, state=JobState.SUCCEEDED) for i in range(1001))
+    code, out, err = run(capsys, "status", str(old.pk)[:8])
+    assert code == 0 and str(old.pk) in out, err
+    code, _, err = run(capsys, "status", "zzzz")
+    assert code == 1 and "at least 4 characters of a job id" in err
+
+
 def test_queue_shows_a_running_sweep_as_a_sweep_not_on_a_node(logged_in, tmp_path, capsys):
     """A sweep's parent holds no GPU (its trials do): it was listed "on None"."""
     from tests.sweeps.test_sweep_step import SWEEP_YAML

@@ -75,6 +75,23 @@ def test_lists_show_only_the_callers_teams(carol, bob, bobs_job, teams):
     assert refused.status_code == 400 and refused.json() == {"team": ["you are not a member of a team named 'vision'"]}
 
 
+def test_the_job_list_finds_a_job_by_a_prefix_of_its_id(carol, bob, bobs_job, teams):
+    """`yoloq status 1274d5f1` looked for the prefix in the newest 1,000 jobs only: an older job was
+    "not found". The list filters by prefix in the database, dashes or not, and never across teams."""
+    older = make_job(team=teams["vision"], user=bob, state=JobState.SUCCEEDED)
+    Job.objects.bulk_create(Job(task_name="n", team=teams["vision"], user=bob, spec={}, spec_hash=str(i),
+                                timeout_s=60, state=JobState.SUCCEEDED) for i in range(1001))
+    full = str(older.pk)
+    for prefix in (full[:8], full[:13], full[:8].upper(), full):
+        found = api_client(bob).get("/api/v1/jobs/", {"id": prefix}).json()
+        assert [j["id"] for j in found["results"]] == [full] and found["count"] == 1, prefix
+    assert api_client(carol).get("/api/v1/jobs/", {"id": full[:8]}).json()["count"] == 0
+    for bad in ("12", "zzzz1234", "1" * 37):
+        refused = api_client(bob).get("/api/v1/jobs/", {"id": bad})
+        assert refused.status_code == 400 and list(refused.json()) == ["id"], bad
+        assert "at least 4 characters of a job id" in refused.json()["id"][0]
+
+
 def test_the_cluster_view_hides_other_teams_jobs(carol, bobs_job, node):
     Job.objects.filter(pk=bobs_job.pk).update(node=node, gpu_indices=[0])
     body = api_client(carol).get("/api/v1/cluster/").json()
