@@ -45,7 +45,10 @@ from PIL import Image, UnidentifiedImageError
 
 from apps.core.strict_yaml import YamlError, load_yaml
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".dng", ".mpo", ".pfm", ".heic", ".heif"}
+# The image suffixes Ultralytics trains on (ultralytics.data.utils.IMG_FORMATS, which the web process
+# does not import: it would load torch); tests/datasets/test_upload.py checks the two agree.
+IMAGE_SUFFIXES = {".avif", ".bmp", ".dng", ".heic", ".heif", ".jp2", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff",
+                  ".webp"}
 LABEL_SUFFIX = ".txt"
 DATA_YAML_NAMES = {"data.yaml", "data.yml"}
 # OS clutter that zip tools add; skipped (not extracted), never an error.

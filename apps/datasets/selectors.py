@@ -203,7 +203,7 @@ def data_yaml_check_uncached(path: Path, *, root: Path) -> None:
 
 
 SAMPLE_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".bmp": "image/bmp",
-                ".webp": "image/webp", ".tif": "image/tiff", ".tiff": "image/tiff"}
+                ".webp": "image/webp", ".tif": "image/tiff", ".tiff": "image/tiff", ".avif": "image/avif"}
 SAMPLE_MAX_BYTES = 20 * 1024**2
 
 

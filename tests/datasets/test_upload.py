@@ -225,6 +225,31 @@ def test_a_real_jpeg_with_a_png_suffix_is_an_image(bob):
     assert post(bob, make_zip(files)).status_code == 201
 
 
+def test_the_image_suffixes_are_the_ones_ultralytics_trains_on():
+    """An AVIF (or JPEG 2000) dataset was refused as "unexpected files" though Ultralytics trains on it,
+    and a .pfm was accepted that Ultralytics no longer lists, so training would not find its images."""
+    from ultralytics.data.utils import IMG_FORMATS
+
+    from apps.datasets.archive import IMAGE_SUFFIXES
+
+    assert IMAGE_SUFFIXES == {f".{suffix}" for suffix in IMG_FORMATS}
+
+
+def test_an_avif_dataset_is_accepted(bob, storage):
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(buffer, format="AVIF")
+    files = {name.replace(".png", ".avif"): (buffer.getvalue() if name.endswith(".png") else data)
+             for name, data in valid_files().items()}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 201, response.content
+    assert response.json()["num_images"] == 4
+    assert (storage / "vision" / "pcb" / "v1" / "images" / "val" / "1.avif").is_file()
+
+
 def test_many_unreadable_images_are_counted_and_the_list_is_capped(bob):
     files = valid_files() | {f"images/train/bad{n:03d}.jpg": b"\xff\xd8 truncated" for n in range(120)}
     body = post(bob, make_zip(files)).json()
