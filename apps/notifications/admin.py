@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import math
+
 from django import forms
 from django.contrib import admin, messages
 
+from apps.accounts.throttles import ChannelTestThrottle, throttle_wait
 from apps.core.admin_scoping import SuperuserOnlyAdmin, SuperuserRecordsAdmin
 
 from .models import Channel, Delivery, NotificationPreference
@@ -71,7 +74,16 @@ class ChannelAdmin(SuperuserOnlyAdmin, admin.ModelAdmin):
 
     @admin.action(description="Send a test message (through the real sender; says what happened)")
     def send_test(self, request, queryset):
-        for channel in queryset.select_related("team"):
+        channels = list(queryset.select_related("team"))
+        for sent, channel in enumerate(channels):
+            # One counter with the API and the portal's Test button: each message is a mail or an
+            # HTTP request sent now, and a select-all on a long list would send hundreds at once.
+            wait = throttle_wait(ChannelTestThrottle(), request)
+            if wait is not None:
+                self.message_user(request, f"Too many test messages (the limit is {ChannelTestThrottle().get_rate()} "
+                                           f"per user, as in the API): sent {sent} of {len(channels)}; try the rest "
+                                           f"again in {math.ceil(wait)} s.", messages.ERROR)
+                return
             delivery = channel_test(channel=channel, by=request.user)
             if delivery.state == Delivery.State.SENT:
                 self.message_user(request, f"test message delivered to {channel}", messages.SUCCESS)

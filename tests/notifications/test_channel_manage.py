@@ -122,6 +122,21 @@ def test_admin_sends_a_test_message_to_the_selected_channels(superuser, bob, rec
     assert "Test message delivered to hook (webhook, user bob)" in html and len(receiver.received) == 1
 
 
+def test_the_admins_test_action_counts_against_the_same_limit(superuser, bob, receiver, monkeypatch):
+    """A select-all on the admin's channel list sent every test message at once, unlimited, where the API
+    and the portal's button allow THROTTLE_CHANNEL_TEST per user."""
+    from apps.accounts.throttles import ChannelTestThrottle
+    from tests.conftest import admin_client
+
+    monkeypatch.setattr(ChannelTestThrottle, "THROTTLE_RATES", {"channel_test": "2/min"})
+    ids = [str(api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": f"hook {n}", "kind": "webhook", "target": receiver.url}, format="json").json()["id"]) for n in range(3)]
+    html = admin_client(superuser).post("/admin/notifications/channel/", {
+        "action": "send_test", "_selected_action": ids}, follow=True).content.decode()
+    assert len(receiver.received) == 2
+    assert "Too many test messages (the limit is 2/min per user, as in the API): sent 2 of 3; try the rest again in" in html
+
+
 def test_a_personal_channel_refuses_the_team_channels_fields_it_would_never_read(bob, teams):
     """A personal channel sends what its owner's preferences choose: events and started_late_minutes
     set on it were stored with a 200 and never read (manager trial 15, F13)."""
