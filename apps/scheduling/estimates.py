@@ -1,13 +1,16 @@
 """Runtime estimates for the live scheduler, from the database (the model itself is pure:
 :mod:`apps.scheduling.policy.runtime_model`).
 
-- A queued job: the runtime model fitted over recent succeeded jobs, given its epochs,
-  imgsz, dataset size and model; with no finished job at all, the spec's
+- A queued job: the runtime model fitted over recent succeeded jobs (a fixed overhead,
+  measured from their epochs' report times, plus epochs × a per-epoch time scaled by
+  imgsz, dataset size, model and GPUs); with no finished job at all, the spec's
   ``expected_duration``; with neither, nothing (the policy then assumes its stated
   default, ``DEFAULT_RUNTIME_S``). Never the timeout. A requeued job needs only the
-  epochs it has left.
-- A running job: once it has finished an epoch in this attempt, its own epoch rate times
-  the epochs left; before that, the same estimate as a queued job, counted from its start.
+  epochs it has left, and the overhead again.
+- A running job: once it has finished an epoch in this attempt, its own epoch rate
+  (between its epoch ends; with one epoch, that epoch less the usual start-up) times the
+  epochs left, plus the usual time after the last epoch; before that, the same estimate
+  as a queued job, counted from its start.
 - A val, predict or export job (no epochs): its ``expected_duration``, else the median
   runtime of recently finished jobs of its mode, else nothing. The model is fitted on
   training jobs only.
@@ -20,13 +23,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, F, Max, Min, Sum
 
 from apps.datasets.models import Dataset
 from apps.jobs.models import Job, JobState, MetricPoint
 from apps.quotas.models import UsageRecord
 
-from .policy.runtime_model import RunFeatures, RuntimeModel, model_scale, remaining_from_epochs
+from .policy.runtime_model import EpochTiming, RunFeatures, RuntimeModel, model_scale, remaining_from_epochs
 
 FIT_SAMPLES = 500  # most recent succeeded jobs the model is fitted on
 MIN_HISTORY = 5  # below this many finished jobs a spec's expected_duration beats the model
@@ -108,15 +111,48 @@ def fitted_model_forget() -> None:
 
 
 def _fit() -> RuntimeModel | None:
-    # Only what features() reads (500 whole rows: 109 ms of CPU, 70 ms so).
-    finished = [j for j in Job.objects.filter(state=JobState.SUCCEEDED).only("id", "team_id", "gpus", "spec")
+    # Only what features() and the epoch timing read (500 whole rows: 109 ms of CPU, 70 ms so).
+    finished = [j for j in Job.objects.filter(state=JobState.SUCCEEDED)
+                .only("id", "team_id", "gpus", "spec", "attempt", "started_at", "finished_at")
                 .order_by("-finished_at")[:FIT_SAMPLES] if _mode(j) == "train"]
     if not finished:
         return None
     charged = dict(UsageRecord.objects.filter(job__in=finished).values_list("job_id").annotate(s=Sum("gpu_seconds")))
     images = dataset_images(finished)
-    samples = [(features(j, images), charged[j.pk] / max(j.gpus, 1e-9)) for j in finished if charged.get(j.pk)]
+    timings = epoch_timings(finished)
+    samples = [(features(j, images), charged[j.pk] / max(j.gpus, 1e-9), timings.get(j.pk))
+               for j in finished if charged.get(j.pk)]
     return RuntimeModel.fit(samples)
+
+
+def epoch_progress(jobs: Sequence[Job]) -> dict:
+    """job pk -> (first epoch's report time, last one's, epochs) of each job's current
+    attempt, counting only epochs reported since that attempt started (a redone epoch keeps
+    the report time of its first try)."""
+    rows = (MetricPoint.objects.filter(job__in=[j for j in jobs if j.started_at], attempt=F("job__attempt"),
+                                       created_at__gte=F("job__started_at"))
+            .values("job_id").annotate(first=Min("created_at"), last=Max("created_at"),
+                                       epochs=Count("epoch", distinct=True)))
+    return {row["job_id"]: (row["first"], row["last"], row["epochs"]) for row in rows}
+
+
+def epoch_timings(finished: Sequence[Job]) -> dict:
+    """job pk -> EpochTiming of each finished job whose last attempt reported two epochs or more."""
+    timings = {}
+    by_pk = {j.pk: j for j in finished}
+    for pk, (first, last, epochs) in epoch_progress(finished).items():
+        job = by_pk[pk]
+        # Report times, not the child's clock: a relay that posts every few seconds may bring
+        # a short run's epochs all at once, which times nothing.
+        if epochs < 2 or job.finished_at is None or last <= first:
+            continue
+        per_epoch = (last - first).total_seconds() / (epochs - 1)
+        timings[pk] = EpochTiming(
+            per_epoch=per_epoch,
+            start=max(0.0, (first - job.started_at).total_seconds() - per_epoch),
+            end=max(0.0, (job.finished_at - last).total_seconds()),
+        )
+    return timings
 
 
 def mode_median_runtime(mode: str) -> float | None:
@@ -137,16 +173,18 @@ class Basis:
     mode: str
     given: float  # the spec's expected_duration_s, 0 = none
     x: tuple[float, ...] | None  # the run's features (RunFeatures.vector) of a training job
-    left: float  # share of the epochs still to run
+    left: float  # epochs still to run
+    share: float  # their share of all epochs (what is left of an expected_duration)
 
 
 def estimate_basis(job: Job, images: dict[tuple[int, str], int]) -> Basis:
     mode = _mode(job)
     given = float(job.spec.get("expected_duration_s") or 0)
     if mode != "train":
-        return Basis(mode, given, None, 1.0)
+        return Basis(mode, given, None, 1.0, 1.0)
     epochs = _epochs(job)
-    return Basis(mode, given, features(job, images).vector(), max(0, epochs - job.epochs_done) / epochs)
+    left = max(0, epochs - job.epochs_done)
+    return Basis(mode, given, features(job, images).vector(), float(left), left / epochs)
 
 
 def runtime_estimate(basis: Basis, model: RuntimeModel | None, by_mode: dict[str, float | None]) -> float | None:
@@ -160,10 +198,10 @@ def runtime_estimate(basis: Basis, model: RuntimeModel | None, by_mode: dict[str
         total = basis.given or by_mode[basis.mode] or 0.0
         return max(1.0, total) if total > 0 else None
     if basis.given and (model is None or model.samples < MIN_HISTORY):
-        total = basis.given
-    else:
-        total = model.predict_vector(basis.x) if model else 0.0
-    return max(1.0, total * basis.left) if total > 0 else None
+        return max(1.0, basis.given * basis.share)
+    if model is None:
+        return None
+    return max(1.0, model.predict_vector(basis.x, basis.left))
 
 
 def job_estimates(
@@ -179,18 +217,15 @@ def job_estimates(
         if total is not None:
             runtime[str(job.pk)] = total
     remaining: dict[str, float] = {}
-    progress = {
-        (row["job_id"], row["attempt"]): row
-        for row in MetricPoint.objects.filter(job__in=[j for j in holding if j.started_at])
-        .values("job_id", "attempt")
-        .annotate(first=Min("created_at"), last=Max("created_at"), epochs=Count("epoch", distinct=True))
-    }
+    progress = epoch_progress(holding)
     for job in holding:
-        row = progress.get((job.pk, job.attempt))
+        row = progress.get(job.pk)
         if row is None or job.started_at is None:
             continue
+        first, last, epochs = row
         left = remaining_from_epochs(
-            _epochs(job), job.epochs_done, row["epochs"], (row["last"] - job.started_at).total_seconds()
+            _epochs(job), job.epochs_done, epochs, (last - job.started_at).total_seconds(),
+            seconds_between=(last - first).total_seconds(), model=model,
         )
         if left is not None:
             remaining[str(job.pk)] = left

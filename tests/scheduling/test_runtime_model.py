@@ -7,7 +7,13 @@ import random
 
 import pytest
 
-from apps.scheduling.policy.runtime_model import RunFeatures, RuntimeModel, model_scale, remaining_from_epochs
+from apps.scheduling.policy.runtime_model import (
+    EpochTiming,
+    RunFeatures,
+    RuntimeModel,
+    model_scale,
+    remaining_from_epochs,
+)
 
 
 def test_no_finished_job_means_no_model() -> None:
@@ -47,3 +53,38 @@ def test_model_scale_is_read_from_the_model_name() -> None:
 def test_a_running_job_finishes_at_its_own_epoch_rate() -> None:
     assert remaining_from_epochs(30, 10, 5, 100.0) == pytest.approx(20 * 20.0)
     assert remaining_from_epochs(30, 0, 0, 0.0) is None
+
+
+def test_the_overhead_measured_outside_epochs_is_added_not_scaled() -> None:
+    """Tiny runs of 20 s overhead (12 s before the first epoch, 8 s after the last) and 0.5 s
+    epochs: a 40-epoch twin is 20 + 40 × 0.5 s, and one at 4× the images costs 4× per epoch
+    only (the overhead stays 20 s)."""
+    tiny = [(RunFeatures(epochs=e, images=16, imgsz=64, scale=1.0), 20.0 + 0.5 * e, EpochTiming(0.5, 12.0, 8.0))
+            for e in (3, 5, 10, 30)]
+    model = RuntimeModel.fit(tiny)
+    assert (model.overhead_s, model.start_s, model.end_s) == (20.0, 12.0, 8.0)
+    assert model.predict(RunFeatures(epochs=40, images=16, imgsz=64, scale=1.0)) == pytest.approx(40.0, rel=0.01)
+    assert model.predict(RunFeatures(epochs=40, images=64, imgsz=64, scale=1.0)) == pytest.approx(
+        20.0 + 4 * 20.0, rel=0.1)
+
+
+def test_runs_without_epoch_times_count_their_runtime_less_the_overhead_as_epochs() -> None:
+    timed = (RunFeatures(epochs=10, images=16, imgsz=64), 25.0, EpochTiming(0.5, 12.0, 8.0))
+    untimed = (RunFeatures(epochs=10, images=16, imgsz=64), 25.0)
+    model = RuntimeModel.fit([timed, untimed])
+    assert model.predict(RunFeatures(epochs=10, images=16, imgsz=64)) == pytest.approx(25.0, rel=0.01)
+
+
+def test_a_requeued_job_pays_the_overhead_again_for_the_epochs_it_has_left() -> None:
+    model = RuntimeModel.fit([(RunFeatures(epochs=10, images=16, imgsz=64), 25.0, EpochTiming(0.5, 12.0, 8.0))])
+    x = RunFeatures(epochs=10, images=16, imgsz=64).vector()
+    assert model.predict_vector(x, 4) == pytest.approx(20.0 + 4 * 0.5, rel=0.01)
+
+
+def test_a_running_jobs_rate_is_measured_between_epoch_ends_and_the_usual_end_is_added() -> None:
+    """12 s of start-up, then epochs of 0.5 s: after 3 epochs (13.5 s, 1 s between the first
+    and last end), 37 × 0.5 s + the usual 8 s are left; after one epoch 14 s in, the usual
+    12 s of start-up are taken off it (2 s an epoch)."""
+    model = RuntimeModel.fit([(RunFeatures(epochs=10, images=16, imgsz=64), 25.0, EpochTiming(0.5, 12.0, 8.0))])
+    assert remaining_from_epochs(40, 3, 3, 13.5, seconds_between=1.0, model=model) == pytest.approx(37 * 0.5 + 8)
+    assert remaining_from_epochs(40, 1, 1, 14.0, seconds_between=0.0, model=model) == pytest.approx(39 * 2.0 + 8)
