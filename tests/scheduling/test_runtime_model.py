@@ -88,3 +88,15 @@ def test_a_running_jobs_rate_is_measured_between_epoch_ends_and_the_usual_end_is
     model = RuntimeModel.fit([(RunFeatures(epochs=10, images=16, imgsz=64), 25.0, EpochTiming(0.5, 12.0, 8.0))])
     assert remaining_from_epochs(40, 3, 3, 13.5, seconds_between=1.0, model=model) == pytest.approx(37 * 0.5 + 8)
     assert remaining_from_epochs(40, 1, 1, 14.0, seconds_between=0.0, model=model) == pytest.approx(39 * 2.0 + 8)
+
+
+def test_a_shape_that_ran_before_takes_its_own_per_epoch_time_and_the_spread_is_out_of_sample() -> None:
+    """Epochs of 0.5 s where the law of the other shapes says less: a 40-epoch run of that
+    shape is 20 + 40 × 0.5 s; runs of a shape run once are predicted by the fit when the
+    spread is measured (not by themselves, which would leave no spread)."""
+    odd = RunFeatures(epochs=10, images=16, imgsz=64)
+    others = [(RunFeatures(epochs=10, images=i, imgsz=640), 20.0 + 10 * 0.001 * i * (1.3 if k % 2 else 0.7),
+               EpochTiming(0.001 * i * (1.3 if k % 2 else 0.7), 12.0, 8.0)) for k, i in enumerate((500, 1000, 2000, 4000))]
+    model = RuntimeModel.fit([(odd, 25.0, EpochTiming(0.5, 12.0, 8.0)), *others])
+    assert model.predict(RunFeatures(epochs=40, images=16, imgsz=64)) == pytest.approx(40.0, rel=0.01)
+    assert model.sigma > 0.1

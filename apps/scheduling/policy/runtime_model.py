@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 # GFLOPs of the YOLOv8 detection models relative to the nano one (n 8.7, s 28.6, m 78.9,
 # l 165.2, x 257.8); YOLO11 and other generations scale alike.
@@ -86,7 +86,7 @@ class EpochTiming:
 
 @dataclass(frozen=True)
 class RuntimeModel:
-    """runtime = ``overhead_s`` + epochs × per-epoch time (a log-linear fit, see the module)."""
+    """runtime = ``overhead_s`` + epochs × per-epoch time (see the module)."""
 
     coefficients: tuple[float, ...]  # log seconds per epoch over rate_vector(features.vector())
     sigma: float  # residual spread of log runtime (the estimate's lognormal error)
@@ -94,6 +94,9 @@ class RuntimeModel:
     overhead_s: float = 0.0  # fixed seconds of a run: start + end
     start_s: float = 0.0  # of which before the first epoch
     end_s: float = 0.0  # of which after the last epoch
+    # The mean log seconds per epoch of finished runs of each shape (rate_key): what the
+    # same data, imgsz, model and GPUs took beats the fit, which extrapolates.
+    observed: Mapping[tuple[float, ...], float] = field(default_factory=dict)
 
     @classmethod
     def fit(
@@ -106,8 +109,11 @@ class RuntimeModel:
         2. Each run's per-epoch time: measured between its epoch ends, else its runtime
            less the overhead (at least 5 % of it) over its epochs.
         3. Log per-epoch time fitted by ridge regression toward :data:`PRIOR` (no epochs
-           term: runtime is linear in epochs by construction).
-        4. ``sigma``: the spread of log runtime around the prediction.
+           term: runtime is linear in epochs by construction), and its mean kept for
+           each shape that ran (a run of a shape that ran before takes their geometric mean).
+        4. ``sigma``: the spread of log runtime around the prediction, each run predicted
+           without itself among the runs of its shape (else every run of a shape run once
+           would predict itself: no spread at all).
         """
         rows = [(s[0], s[1], s[2] if len(s) > 2 else None) for s in samples]
         if not rows:
@@ -121,18 +127,30 @@ class RuntimeModel:
             epochs = max(f.epochs, 1.0)
             per_epoch = timing.per_epoch if timing is not None else max(runtime - overhead, 0.05 * runtime) / epochs
             rates.append((rate_vector(f.vector()), math.log(max(per_epoch, 1e-3))))
-        coefficients = _ridge(rates, PRIOR, PRIOR_WEIGHT)
-        model = cls(tuple(coefficients), DEFAULT_SIGMA, len(rows), overhead, start, end)
+        shapes: dict[tuple[float, ...], list[float]] = {}
+        for x, y in rates:
+            shapes.setdefault(rate_key(x), []).append(y)
+        fitted = cls(tuple(_ridge(rates, PRIOR, PRIOR_WEIGHT)), DEFAULT_SIGMA, len(rows), overhead, start, end)
+        model = replace(fitted, observed={key: sum(ys) / len(ys) for key, ys in shapes.items()})
         n = len(rows)
         if n >= 5:
-            residuals = [math.log(max(runtime, 1.0)) - math.log(max(model.predict(f), 1.0)) for f, runtime, _ in rows]
+            residuals = []
+            for (f, runtime, _), (x, y) in zip(rows, rates, strict=True):
+                others = list(shapes[rate_key(x)])
+                others.remove(y)
+                per_epoch = math.exp(sum(others) / len(others)) if others else fitted.per_epoch(f.vector())
+                residuals.append(math.log(max(runtime, 1.0)) - math.log(max(overhead + f.epochs * per_epoch, 1.0)))
             sigma = math.sqrt(sum(r * r for r in residuals) / (n - 1))
             model = replace(model, sigma=max(0.1, sigma * math.sqrt(1.0 + 1.0 / n)))
         return model
 
     def per_epoch(self, x: Sequence[float]) -> float:
         """Seconds per epoch of the run whose ``RunFeatures.vector()`` is ``x``."""
-        return math.exp(sum(c * xi for c, xi in zip(self.coefficients, rate_vector(x), strict=True)))
+        rx = rate_vector(x)
+        seen = self.observed.get(rate_key(rx))
+        if seen is not None:
+            return math.exp(seen)
+        return math.exp(sum(c * xi for c, xi in zip(self.coefficients, rx, strict=True)))
 
     def predict(self, features: RunFeatures) -> float:
         """Median runtime in seconds."""
@@ -148,6 +166,11 @@ class RuntimeModel:
 def rate_vector(x: Sequence[float]) -> tuple[float, ...]:
     """``RunFeatures.vector()`` without the epochs term: what one epoch's time depends on."""
     return (x[0], *x[2:])
+
+
+def rate_key(rx: Sequence[float]) -> tuple[float, ...]:
+    """A run's shape (its ``rate_vector``) as a key: the same inputs, the same key."""
+    return tuple(round(v, 9) for v in rx)
 
 
 def remaining_from_epochs(
