@@ -228,6 +228,14 @@ class ForwardSim:
             failed = placer.failed
             next_t0 = math.inf
             started = 0  # jobs started in this scan: dropped from the order after it
+            # Shapes the shadow refused in this scan for jobs ending after it (b_at): every
+            # place of such a shape was on the blocked node. Within a scan capacity only
+            # shrinks (starts, no releases) and fit() is monotone in it, so until something
+            # starts on the blocked node its places are exactly that node again: a later job
+            # of the shape ending after b_at is refused the same way, and place() (which
+            # would change nothing) is skipped. A start there may leave the shape no place
+            # at all (place() then marks it failed), so it clears the set.
+            refused: set[int] = set()
             for p in order:
                 if p.t0 > t:
                     if p.t0 < next_t0:
@@ -243,17 +251,23 @@ class ForwardSim:
                 allowed = None
                 if blocked is not None:
                     b_node, b_at = blocked
+                    if end > b_at and job.shape_id in refused:
+                        continue
 
                     def allowed(n: str, i: tuple[int, ...], s: float, b_node=b_node, b_at=b_at, end=end) -> bool:
                         return n != b_node or end <= b_at
 
                 placed = placer.place(job, allowed)
                 if placed is None:
+                    if blocked is not None and end > b_at:
+                        refused.add(job.shape_id)
                     if not blocked_seen:
                         blocked_seen = True
                         blocked = self.shadow(job)
                     continue
                 node, indices, share = placed
+                if refused and node == b_node:
+                    refused.clear()
                 self.push(end, _alloc_of(job, node, indices, share, t, end))
                 p.started = True
                 started += 1
