@@ -56,10 +56,17 @@ class NodeCapacity:
     def take(self, indices, share: float, gpu_mem: int, cpu: int, mem: int, sign: int = 1) -> None:
         """Use (``sign=1``) or give back (``sign=-1``) resources on this node."""
         gpu_free = self.gpu_free
+        delta = sign * share
+        # A whole GPU taken from or given back to an idle or a fully used one: the result is a
+        # whole number, which round() returns unchanged, so it is not called (most takes).
+        whole = share == 1.0
         for i in indices:
             if i in gpu_free:
                 before = gpu_free[i]
-                after = round(before - sign * share, 6)
+                if whole and (before == 1.0 or before == 0.0):
+                    after = before - delta
+                else:
+                    after = round(before - delta, 6)
                 gpu_free[i] = after
                 self.whole_free += (after >= 1.0 - EPS) - (before >= 1.0 - EPS)
                 if gpu_mem and self.node_gpu_memory.get(i):  # 0 = unknown memory: not tracked
@@ -343,12 +350,20 @@ class Placer:
                 ((later if (later := end - drain_at(name, now)) > 0 else 0.0,) + key, name, fit)
                 for name, (key, fit) in base.items()
             ]
-        fits.sort()
         targets = self.targets
         if not targets:
-            for _, name, fit in fits:
-                yield name, fit[0], fit[1]
+            # The best first, found without sorting: usually it is taken (every key ends
+            # with the node's name, so it is the sorted list's first); the rest sorted only
+            # when it was not.
+            best = min(fits)
+            _, name, fit = best
+            yield name, fit[0], fit[1]
+            if len(fits) > 1:
+                fits.sort()
+                for _, name, fit in fits[1:]:
+                    yield name, fit[0], fit[1]
             return
+        fits.sort()
         # Among nodes the job delays equally (first key), least added fragmentation first;
         # scored lazily, group by group, since usually the first place is taken, and only
         # the FRAGMENTATION_CANDIDATES best fits of a group (a big idle cluster has hundreds).
