@@ -186,6 +186,60 @@ def test_the_forward_simulations_kept_shadow_equals_a_fresh_walk() -> None:
     assert kept_whole > 10, kept_whole
 
 
+def test_the_shadow_walks_lazy_node_copies_find_what_releasing_every_event_finds() -> None:
+    """ForwardSim.shadow copies a node for a whole-GPU shape only once its events could give
+    it enough idle GPUs (eta.py): on random clusters with whole, multi-GPU and shared GPUs
+    (two halves on one GPU too), every walk equals the plain one, which copies each node at
+    its first event and tries the job after every release."""
+    from apps.scheduling.policy.eta import ForwardSim
+
+    def plain_walk(sim: ForwardSim, probe) -> tuple[str, float] | None:
+        copies = {}
+        for end, _, alloc in sim.events[sim.cursor :]:
+            cap = copies.get(alloc.node)
+            if cap is None:
+                cap = copies[alloc.node] = sim.caps[alloc.node].copy()
+            cap.release(alloc)
+            if cap.fit(probe) is not None:
+                return alloc.node, end
+        return None
+
+    found = 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        cluster = [node(f"n{k}", gpus=rng.choice((2, 4, 8)), cpu=rng.choice((16000, 64000))) for k in range(6)]
+        busy = []
+        for k, n in enumerate(cluster):
+            free = list(range(len(n.gpus)))
+            rng.shuffle(free)
+            while len(free) > rng.choice((0, 0, 1)):
+                size = min(rng.choice((1, 1, 2, 4)), len(free))
+                taken = tuple(sorted(free.pop() for _ in range(size)))
+                kw = {"left_s": rng.uniform(60, 10 * HOUR), "cpu_milli": rng.choice((0, 4000, 8000))}
+                if size == 1 and rng.random() < 0.3:  # a shared GPU: two halves, ending apart
+                    busy.append(running(f"r{k}-{len(busy)}", n.name, taken, share=0.5, **kw))
+                    kw["left_s"] = rng.uniform(60, 10 * HOUR)
+                    busy.append(running(f"r{k}-{len(busy)}", n.name, taken, share=0.5, **kw))
+                else:
+                    busy.append(running(f"r{k}-{len(busy)}", n.name, taken, **kw))
+        sim = ForwardSim(capacities(cluster, busy), busy, None, NOW, 1000)
+        shapes = [
+            job(f"s{i}", gpus=g, cpu_milli=c, walltime_s=HOUR)
+            for i, (g, c) in enumerate(((1, 0), (2, 4000), (3, 0), (4, 0), (8, 0), (0.5, 0), (2, 60000)))
+        ]
+        for _ in range(4):
+            for probe in shapes:
+                sim._shadow = None
+                got = sim.shadow(probe)
+                assert got == plain_walk(sim, probe), (seed, probe.gpus)
+                found += got is not None
+            if sim.cursor < len(sim.events):  # time passes: a few ends released
+                t = sim.events[min(len(sim.events) - 1, sim.cursor + rng.randrange(1, 6))][0]
+                sim.placer.now = t
+                sim._release_until(t)
+    assert found > 500
+
+
 def test_what_a_pass_keeps_for_the_next_never_answers_for_a_changed_input() -> None:
     """The only thing kept across passes is admission's never-starts memo (admission._ANSWERS,
     keyed by the schedulable nodes and the limits). Passes on one process whose inputs change

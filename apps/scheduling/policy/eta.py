@@ -184,14 +184,33 @@ class ForwardSim:
         # fit() says no at once to a whole-GPU job on a node with too few idle GPUs: that
         # check first, inline (most events free a GPU on a node still far from enough).
         whole = job.gpus - EPS if job.gpus >= 1 else -1.0
+        # For a whole-GPU shape a node is copied and its events released on the copy only
+        # once they could give it enough idle GPUs: a release turns at most as many GPUs
+        # idle as it names, so until idle GPUs + those named reach the job's count, fit()
+        # would refuse after every one of them (the same releases, in the same order, are
+        # then made on the copy: the same capacities as releasing each as it came).
+        lazy: dict[str, list] = {}  # node -> [idle GPUs at most, its events not yet released]
         for k in range(cursor, len(events)):
             event = events[k]
             end, _, alloc = event
             node = alloc.node
             cap = copies.get(node)
-            if cap is None:
+            if cap is not None:
+                cap.release(alloc)
+            elif whole > 0.0:
+                got = lazy.get(node)
+                if got is None:
+                    got = lazy[node] = [caps[node].whole_free, []]
+                got[0] += len(alloc.gpu_indices)
+                got[1].append(alloc)
+                if got[0] < whole:
+                    continue
                 cap = copies[node] = caps[node].copy()
-            cap.release(alloc)
+                for a in got[1]:
+                    cap.release(a)
+            else:
+                cap = copies[node] = caps[node].copy()
+                cap.release(alloc)
             if cap.whole_free < whole:
                 continue
             if cap.fit(job) is not None:
