@@ -240,6 +240,95 @@ def test_the_shadow_walks_lazy_node_copies_find_what_releasing_every_event_finds
     assert found > 500
 
 
+def _plain_forward_run(sim, pending, seen: list[int]) -> dict[str, float]:
+    """ForwardSim.run without its shortcuts (no arrivals): every pending job due is offered to
+    place() in every scan, the shadow's refusals included. ``seen[0]`` counts the offers of a
+    shape the shadow had refused earlier in the same scan (those run() skips or re-checks)."""
+    import math
+
+    from apps.scheduling.policy.eta import ArrivalStream, _alloc_of
+
+    starts: dict[str, float] = {}
+    wanted = sum(1 for p in pending if p.interest)
+    placer, t, order, changed, next_t0 = sim.placer, sim.now, list(pending), True, math.inf
+    arrivals = ArrivalStream.empty()
+    for _ in range(sim.max_steps):
+        changed = changed or next_t0 <= t
+        if not changed:
+            t = sim._advance(t, next_t0, arrivals)
+            if t is None:
+                break
+            changed = sim._release_until(t)
+            continue
+        changed, blocked, blocked_seen, next_t0, refused = False, None, False, math.inf, set()
+        placer.now = t
+        for p in order:
+            if p.t0 > t:
+                next_t0 = min(next_t0, p.t0)
+                continue
+            if p.job.shape_id in placer.failed:
+                if not blocked_seen:
+                    blocked_seen, blocked = True, sim.shadow(p.job)
+                continue
+            end = t + p.walltime
+            allowed = None
+            if blocked is not None:
+                allowed = lambda n, i, s, b=blocked, end=end: n != b[0] or end <= b[1]  # noqa: E731
+            seen[0] += blocked is not None and end > blocked[1] and p.job.shape_id in refused
+            placed = placer.place(p.job, allowed)
+            if placed is None:
+                if blocked is not None and end > blocked[1]:
+                    refused.add(p.job.shape_id)
+                if not blocked_seen:
+                    blocked_seen, blocked = True, sim.shadow(p.job)
+                continue
+            sim.push(end, _alloc_of(p.job, *placed, t, end))
+            p.started = True
+            if p.interest:
+                starts[p.job.job_id] = t
+                if len(starts) == wanted:
+                    return starts
+        order = [p for p in order if not p.started]
+        t = sim._advance(t, next_t0, arrivals)
+        if t is None:
+            break
+        changed = sim._release_until(t) or changed
+    return starts
+
+
+def test_a_forward_scenario_starts_what_the_plain_simulation_starts() -> None:
+    """ForwardSim.run skips place() for a shape the shadow already refused in the same scan
+    (until something starts on the blocked node): on random busy clusters with queues of a
+    few repeated shapes, every scenario starts the same jobs at the same times, on the same
+    GPUs, as the plain simulation that offers every job to place() every time."""
+    from apps.scheduling.policy.eta import ArrivalStream, ForwardSim, _Pending
+
+    seen = [0]
+    for seed in range(150):
+        rng = random.Random(seed)
+        cluster = [node(f"n{k}", gpus=rng.choice((2, 4, 8))) for k in range(rng.choice((3, 5, 8)))]
+        busy = []
+        for k, n in enumerate(cluster):
+            free = list(range(len(n.gpus)))
+            rng.shuffle(free)
+            while len(free) > rng.choice((0, 0, 1)):
+                size = min(rng.choice((1, 1, 2, 4)), len(free))
+                taken = tuple(sorted(free.pop() for _ in range(size)))
+                busy.append(running(f"r{k}-{len(busy)}", n.name, taken, left_s=rng.uniform(60, 10 * HOUR),
+                                    share=rng.choice((1.0, 1.0, 0.5)) if size == 1 else 1.0))
+        shapes = [rng.choice((0.5, 1, 1, 2, 4, 8)) for _ in range(3)]
+        queue = [(job(f"q{i}", gpus=rng.choice(shapes), walltime_s=HOUR), rng.uniform(0.1, 10.0),
+                  NOW + (rng.uniform(0, 3 * HOUR) if rng.random() < 0.2 else 0.0)) for i in range(40)]
+        runs = []
+        for plain in (False, True):
+            pending = [_Pending((k,), j, t0, k % 3 == 0, j.walltime * f) for k, (j, f, t0) in enumerate(queue)]
+            sim = ForwardSim(capacities(cluster, busy), busy, None, NOW, 2000)
+            got = _plain_forward_run(sim, pending, seen) if plain else sim.run(pending, ArrivalStream.empty())
+            runs.append((got, [(end, seq, a.job_id, a.node, a.gpu_indices, a.gpu_share) for end, seq, a in sim.events]))
+        assert runs[0] == runs[1], seed
+    assert seen[0] > 300, seen  # the shortcut's case came up often
+
+
 def test_what_a_pass_keeps_for_the_next_never_answers_for_a_changed_input() -> None:
     """The only thing kept across passes is admission's never-starts memo (admission._ANSWERS,
     keyed by the schedulable nodes and the limits). Passes on one process whose inputs change
