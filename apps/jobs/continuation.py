@@ -26,8 +26,9 @@ Steps of :func:`job_continue`:
 1. refuse what cannot continue (:func:`continue_point`): not a training job, still active,
    succeeded, no stored checkpoint, or a checkpoint of the final epoch;
 2. rebuild the spec from the job's own text (as Resubmit does), with the new ``timeout``,
-   ``data`` naming the version the job trained on and ``model`` the registered version it
-   started from (refused when either version was deleted: the worker needs both);
+   the job's own team (:func:`team_pinned`), ``data`` naming the version the job trained on
+   and ``model`` the registered version it started from (refused when either version was
+   deleted: the worker needs both);
 3. copy the checkpoint(s) under a job id chosen now, then, in one transaction, submit the
    job with that id, record the copies as its checkpoints (the scheduler cannot place it
    before they are there) and copy its metric points of the epochs it continues; anything
@@ -133,7 +134,7 @@ def _document(job: Job, timeout_s: int | None, memory: str | None = None) -> tup
         raise ContinueRefused("spec", f"the original spec text cannot be read: {exc}") from None
     if not isinstance(document, dict):
         raise ContinueRefused("spec", "the original spec text is missing; use Edit & resubmit")
-    changed = _model_pinned(job, _data_pinned(job, document))
+    changed = team_pinned(job, _model_pinned(job, _data_pinned(job, document)))
     if timeout_s is not None:
         changed = {**changed, "timeout": timeout_s}
     if memory is not None:
@@ -157,6 +158,21 @@ def spec_memory(job: Job) -> str:
     resources = document.get("resources") if isinstance(document, dict) else None
     value = resources.get("memory") if isinstance(resources, dict) else None
     return "" if value is None else str(value)
+
+
+def team_pinned(job: Job, document: dict) -> dict:
+    """``document`` charged to ``job``'s own team by its slug (under the key it used, else ``team``).
+
+    A spec that names no team, or its submitter's username (``user: bob``), is charged to the
+    submitter's first team. Sent again by someone else, the same text meant *their* first team:
+    a member of two teams continued one team's job into the other, checkpoint, curves and
+    lineage included (sec19, F1), and a teammate got "not a member of a team named 'bob'".
+    A continuation or a Resubmit is the job's again, so it stays in the job's team.
+    """
+    key = "team" if "team" in document else "user" if "user" in document else "team"
+    if document.get(key) == job.team.slug:
+        return document
+    return {**document, key: job.team.slug}
 
 
 def _data_pinned(job: Job, document: dict) -> dict:
@@ -316,4 +332,4 @@ def _forget(keys: list[str]) -> None:
 
 
 __all__ = ["ContinuePoint", "ContinueRefused", "SpecError", "continue_available", "continue_point", "job_continue",
-           "spec_memory"]
+           "spec_memory", "team_pinned"]

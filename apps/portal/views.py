@@ -30,7 +30,7 @@ from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
-from apps.jobs.continuation import continue_available, job_continue, spec_memory
+from apps.jobs.continuation import continue_available, job_continue, spec_memory, team_pinned
 from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, STATE_FILTERS, TERMINAL_STATES, JobState, PriorityClass
 from apps.jobs.selectors import (
     JOB_NOT_VISIBLE,
@@ -291,7 +291,9 @@ def job_resubmit(request, job_id):
         document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
         if not isinstance(document, dict):
             raise SpecError({"spec": "the original spec text is missing; use Edit & resubmit"})
-        new_job, _ = job_submit(user=request.user, spec=spec_parse(document, user=request.user), raw_spec=job.raw_spec,
+        pinned = team_pinned(job, document)  # the job's team, not the resubmitter's first one
+        raw = job.raw_spec if pinned == document else yaml.safe_dump(pinned, sort_keys=False, allow_unicode=True)
+        new_job, _ = job_submit(user=request.user, spec=spec_parse(pinned, user=request.user), raw_spec=raw,
                                 idempotency_key=request.POST.get("idempotency_key", "")[:200])
     except FieldErrors as exc:  # the stored text's YAML (YamlError) or the spec itself (SpecError)
         messages.error(request, "Could not resubmit: " + "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))

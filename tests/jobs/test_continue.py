@@ -490,3 +490,56 @@ def test_a_deleted_model_version_is_refused_naming_model_and_why_it_is_needed(fr
     assert list(response.json()) == ["model"], response.json()
     assert response.json()["model"][0].startswith("the job started from model base v1, which has been deleted since")
     assert Job.objects.count() == 1 and not list(cancelled.run_dir.parent.glob("*/checkpoints/*.json"))
+
+
+# --- the continuation stays in the job's team (sec19, F1) -------------------------------------------
+
+NO_TEAM_SPEC = SPEC.replace("user: vision\n", "")
+
+
+@pytest.fixture
+def vision_job(bob, demo_registered, node, clean_storage):
+    """bob's (vision only) job whose spec names no team, so vision's; cancelled after epoch 2."""
+
+    def make(spec: str = NO_TEAM_SPEC) -> Job:
+        response = api_client(bob).post("/api/v1/jobs/", spec, content_type="application/yaml")
+        assert response.status_code == 201, response.content
+        job = Job.objects.get(pk=response.json()["id"])
+        assert job.team.slug == "vision"
+        assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+        job = attempt_start(job_id=job.pk, attempt_id=job.attempt_id, node_name="node-a")
+        checkpoint(job, 1)
+        checkpoint(job, 2)
+        assert attempt_finish(job, outcome="cancelled", exit_code=-15) == "cancelled"
+        return Job.objects.get(pk=job.pk)
+
+    return make
+
+
+def test_a_member_of_two_teams_continues_a_job_in_its_own_team_not_their_first(vision_job, teams, carol):
+    """A spec without ``user:`` is charged to the submitter's first team; continuing it must not charge the
+    continuing person's first team (robotics, by slug) instead, carrying vision's checkpoint and curves there."""
+    from apps.accounts.services import membership_set
+    from tests.conftest import make_user
+
+    job = vision_job()
+    dana = make_user("dana", teams["vision"])
+    membership_set(user=dana, team=teams["robotics"], role="member")
+
+    response = api_client(dana).post(f"/api/v1/jobs/{job.pk}/continue/")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["team"] == "vision"
+    # robotics' own people (carol is in robotics only) never see vision's continuation.
+    assert api_client(carol).get(f"/api/v1/jobs/{response.json()['id']}/").status_code == 404
+
+
+def test_a_teammate_continues_a_job_whose_spec_names_its_submitter(vision_job, alice):
+    """``user: bob`` (the submitter's own name) is bob's team: his teammate continuing it gets the job in
+    that team, not a 400 saying she is not a member of a team named 'bob'."""
+    job = vision_job(SPEC.replace("user: vision", "user: bob"))
+
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["team"] == "vision" and response.json()["user"] == "alice"

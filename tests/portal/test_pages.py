@@ -340,6 +340,29 @@ def test_resubmit_makes_a_new_job_from_the_same_spec(alice, demo_registered):
     assert response["Location"] == f"/jobs/{new.pk}/" and new.raw_spec == job.raw_spec
 
 
+
+def test_resubmit_keeps_the_job_in_its_team_for_a_member_of_two(bob, carol, teams, demo_registered):
+    """bob's spec names no team (so vision, his only one); dana, in robotics and vision, resubmits it:
+    the copy is vision's again, not dana's first team's (robotics by slug), where carol would read it (sec19, F1)."""
+    from apps.accounts.services import membership_set
+    from apps.core.strict_yaml import load_yaml
+    from apps.jobs.services import job_submit
+    from apps.jobs.spec import parse_spec
+    from tests.conftest import SEED_SPEC, make_user
+
+    text = SEED_SPEC.replace("user: vision\n", "")
+    job, _ = job_submit(user=bob, spec=parse_spec(load_yaml(text, max_bytes=1 << 16)), raw_spec=text)
+    assert job.team.slug == "vision"
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.FAILED)
+    dana = make_user("dana", teams["vision"])
+    membership_set(user=dana, team=teams["robotics"], role="member")
+
+    response = signed_in(dana).post(f"/jobs/{job.pk}/resubmit/")
+
+    new = Job.objects.exclude(pk=job.pk).get()
+    assert response["Location"] == f"/jobs/{new.pk}/" and new.team.slug == "vision"
+    assert signed_in(carol).get(f"/jobs/{new.pk}/").status_code == 404
+
 # --- usage, models, tokens ------------------------------------------------------------------------
 
 
