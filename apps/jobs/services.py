@@ -75,10 +75,19 @@ class DuplicateJob(Exception):
 class IdempotencyKeyReused(FieldErrors):
     """The caller's ``idempotency_key`` already made ``job`` from a different request; nothing was created."""
 
-    def __init__(self, job: Job):
+    def __init__(self, job: Job, *, visible: bool = True):
         self.job = job
+        if not visible:  # a job of a team the caller has left: not even its id (sec19, F2)
+            super().__init__({"idempotency_key": "was already used, for a job of a team you are no longer in; "
+                                                 "send a new key"})
+            return
         super().__init__({"idempotency_key": f"was already used for another request (job {job.id}); "
                                              "send a new key for a new request, or the same request to get that job"})
+
+
+def job_visible_to(job: Job, user) -> bool:
+    """Whether ``user`` may see ``job`` now (its team is one of theirs): memberships end."""
+    return any(team.pk == job.team_id for team in team_rows(user=user))
 
 
 def job_is_same_request(job: Job, spec: JobSpec, continued_from: dict | None = None) -> bool:
@@ -1070,15 +1079,23 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     A continuation (apps.jobs.continuation) gives the ``job_id`` its checkpoint was copied
     under and its lineage, ``continued_from``, kept in the stored spec.
     """
+    left_behind = None  # the job the key made in a team the user has left since
     if idempotency_key:
         # Almost always a new key: ask whether it is known (KEY_USED) and read the whole row
         # only for a replay.
         if KEY_USED(user_id=user.pk, key=idempotency_key) and (
                 existing := Job.objects.filter(user=user, idempotency_key=idempotency_key).first()):
-            if not job_is_same_request(existing, spec, continued_from):
+            if not job_visible_to(existing, user):
+                # Answered as any submit would be (a spec naming that team: "not a member"), never
+                # with the job: every read of it is a 404 for them now (sec19, F2).
+                left_behind = existing
+            elif not job_is_same_request(existing, spec, continued_from):
                 raise IdempotencyKeyReused(existing)
-            return existing, False
+            else:
+                return existing, False
     resolved = spec_resolve(spec=spec, user=user, trial=parent is not None)
+    if left_behind is not None:
+        raise IdempotencyKeyReused(left_behind, visible=False)
     fingerprint = spec.fingerprint()
     if not spec.allow_duplicate:
         twin = Job.objects.filter(team=resolved.team, spec_hash=fingerprint, state__in=ACTIVE_STATES).first()
@@ -1156,6 +1173,8 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
         # Two requests with the same Idempotency-Key raced; the other one won.
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
         if existing and idempotency_key:
+            if not job_visible_to(existing, user):
+                raise IdempotencyKeyReused(existing, visible=False) from None
             if not job_is_same_request(existing, spec, continued_from):
                 raise IdempotencyKeyReused(existing) from None
             return existing, False

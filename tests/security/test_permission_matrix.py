@@ -504,3 +504,30 @@ def test_a_removed_member_gets_404_on_every_object_endpoint(name, route, method,
         assert response.status_code == 200  # their own token stays theirs
     else:
         assert response.status_code == 404, (response.status_code, response.content[:200])
+
+
+@pytest.mark.parametrize("spec_team", ["vision", None])
+def test_a_removed_member_cannot_read_a_job_back_through_its_idempotency_key(spec_team, bob, alice, teams,
+                                                                           demo_registered):
+    """A replay of the request that made the job returned it (200, state, spec, error…) after every GET of it
+    had become a 404 (sec19, F2). Naming the team they left: not a member; naming none, now charged to another
+    team of theirs: the key is taken, and the answer names neither the job nor its team."""
+    from apps.accounts.models import Membership
+    from apps.accounts.services import membership_remove, membership_set
+
+    body = {"task_name": "keyed", "command": "yolo train data=demo model=yolov8n.yaml epochs=1"}
+    if spec_team:
+        body["user"] = spec_team
+    client = api_client(bob)
+    first = client.post("/api/v1/jobs/", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert first.status_code == 201, first.content
+    job_id = first.json()["id"]
+    membership_set(user=bob, team=teams["robotics"], role="member")
+    membership_remove(membership=Membership.objects.get(user=bob, team=teams["vision"]), by=alice)
+
+    again = client.post("/api/v1/jobs/", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+
+    assert again.status_code in (400, 409), again.content
+    assert job_id not in again.content.decode() and "vision" not in again.content.decode().replace(
+        "a team named 'vision'", "")
+    assert set(again.json()) == ({"user"} if spec_team else {"Idempotency-Key"})
