@@ -19,7 +19,7 @@ import asyncio
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
@@ -197,3 +197,13 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive_json(self, content, **kwargs):
         pass  # the socket is one-way; clients use REST to act
+
+
+class NoSuchSocket(AsyncWebsocketConsumer):
+    """Every other path under the WebSocket router (``/ws/jobs/not-a-uuid/``, ``/ws/x/``): refused as a
+    job that is not there, accepted then closed 4404 (see ``JobConsumer.refuse``). Channels' own answer
+    was "No route found": a 500 at the handshake and a traceback in the web log, for anyone (sec19, F3)."""
+
+    async def connect(self):
+        await self.accept()
+        await self.close(code=4404)

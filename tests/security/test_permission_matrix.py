@@ -283,6 +283,31 @@ def test_an_outsider_cannot_open_another_teams_job_socket(alice, bob, carol, tea
     assert connected and first["type"] == "websocket.send", "the owner connects: the refusal is about access"
 
 
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/ws/jobs/not-a-uuid/", "/ws/jobs/../", "/ws/nothing/", "/ws/"])
+@pytest.mark.parametrize("signed_in", [True, False])
+def test_a_socket_at_an_unknown_path_is_refused_like_a_missing_job(path, signed_in, carol):
+    """Channels' router raised "No route found" for these: a 500 at the handshake and a traceback in the
+    web log, for anyone (sec19, F3). Accepted, then closed 4404, as another team's job is."""
+    import asyncio
+
+    from channels.testing import WebsocketCommunicator
+    from django.contrib.auth.models import AnonymousUser
+
+    from yoloportal.asgi import application
+
+    async def connect():
+        communicator = WebsocketCommunicator(application, path,
+                                             headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")])
+        communicator.scope["user"] = carol if signed_in else AnonymousUser()
+        connected, _ = await communicator.connect(timeout=5)
+        first = await communicator.receive_output(timeout=5)
+        await communicator.disconnect()
+        return connected, first
+
+    assert asyncio.run(connect()) == (True, {"type": "websocket.close", "code": 4404})
+
 # --- portal pages: every route classified; another team's job is a 404 for GET and POST --------
 
 # URL name → "page" (the caller's own data only), "job" (addressed by a job id), "token" (by token id)
