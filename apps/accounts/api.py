@@ -116,7 +116,7 @@ class AuditList(APIView):
         query_strict(request, takes=AUDIT_PARAMETERS, what="the audit list", paged=True)
         after = None
         if raw_after := request.query_params.get("after", ""):
-            if not raw_after.isdigit():
+            if not (raw_after.isascii() and raw_after.isdigit()):  # '²' passes isdigit, not int() (sec19, F6)
                 return field_errors({"after": f"must be an audit entry id (a whole number), got {raw_after[:50]!r}"})
             after = int(raw_after)
         action = request.query_params.get("action") or None

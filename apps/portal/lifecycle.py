@@ -36,6 +36,7 @@ from .selectors import headline_metrics
 DATASET_NOT_VISIBLE = "No dataset with that id in your teams."
 MODEL_NOT_VISIBLE = "No model with that id in your teams."
 GALLERY_PAGE = 48
+LARGEST_ID = 2**63 - 1  # a database id (BigAutoField) is never larger
 # Curves the compare page overlays (first key present wins, per task suffix).
 CURVES = [
     ("mAP50-95", ("metrics/mAP50-95(B)", "metrics/mAP50-95(M)", "metrics/mAP50-95(P)", "metrics/accuracy_top1")),
@@ -163,9 +164,13 @@ def models_compare(request):
     raw = [part for value in request.GET.getlist("ids") for part in value.split(",") if part.strip()]
     ids = []
     for part in raw:
-        if not part.strip().isdigit():
+        # ASCII digits only ('²'.isdigit() is True, int('²') raises), and no id past the database's
+        # integers (an OverflowError in the query): both were 500s (sec19, F5).
+        if not (part.strip().isascii() and part.strip().isdigit()):
             raise Http404("Compare takes model ids (numbers).")
         ids.append(int(part))
+    if any(pk > LARGEST_ID for pk in ids):
+        raise Http404(MODEL_NOT_VISIBLE)
     versions = list(model_list(user=request.user).filter(pk__in=ids))
     versions.sort(key=lambda v: ids.index(v.pk))
     problem = ""

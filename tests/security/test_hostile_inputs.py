@@ -406,3 +406,21 @@ def test_a_nul_in_a_query_parameter_is_a_400_naming_it(query, bob):
     assert response.status_code == 400
     (field,) = response.json()
     assert field in {"team", "state", "na\\x00me"} and "NUL" in response.json()[field][0]
+
+
+@pytest.mark.parametrize("ids", ["99999999999999999999999", "1,99999999999999999999999", "\u00b2", "1,\u00b2", "\u0661"])
+def test_a_hostile_compare_id_is_a_404_like_any_id_not_yours(ids, bob):
+    """An id past SQLite's integers was an OverflowError, a digit str.isdigit takes and int() does not ('²') a
+    ValueError: both 500s (sec19, F5)."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(bob)
+    assert client.get("/models/compare/", {"ids": ids}).status_code == 404
+
+
+@pytest.mark.parametrize("after", ["\u00b2", "\u0661", "-1", "1.5"])
+def test_a_hostile_audit_after_is_a_400_naming_it(after, alice):
+    """``after=²`` passed str.isdigit and failed int(): a 500 (sec19, F6)."""
+    response = api_client(alice).get("/api/v1/audit/", {"after": after})
+    assert response.status_code == 400 and list(response.json()) == ["after"], response.content
