@@ -172,6 +172,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "apps.core.pagination.ListPage",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "apps.core.api.exception_handler",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "apps.core.api.FormatNamedNegotiation",
     # Counted in the shared cache (Redis, CACHES below), so they hold across web processes.
     "DEFAULT_THROTTLE_RATES": {
         "submit": env_str("THROTTLE_SUBMIT", "120/min"),

@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from django.http import Http404
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ErrorDetail, Throttled, ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -51,6 +53,22 @@ PLATFORM_FIELDS = {
 # Sent by browser forms; CSRF middleware has already checked it.
 IGNORED_FIELDS = {"csrfmiddlewaretoken"}
 
+
+
+class FormatNamedNegotiation(DefaultContentNegotiation):
+    """DRF's negotiation, with ``?format=`` that names no renderer of the view a 400 naming ``format``.
+
+    DRF answers it with a bare 404 "Not found.", before authentication: the owner's own job read as
+    missing, and the 4xx named no field (sec19, F4). ``REST_FRAMEWORK`` points here."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        try:
+            return super().select_renderer(request, renderers, format_suffix)
+        except Http404:
+            given = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE, "")
+            formats = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
+            raise ValidationError({self.settings.URL_FORMAT_OVERRIDE: f"must be one of {formats}, got {given[:50]!r}"}) \
+                from None
 
 def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)

@@ -148,3 +148,15 @@ def test_every_unknown_parameter_is_named_at_once(alice):
     assert response.json() == {
         "sort": ["is not a parameter of the job list (it takes state, id, team, user, mine, limit, offset)"],
         "status": ["is not a parameter of the job list (it takes state, id, team, user, mine, limit, offset)"]}
+
+
+@pytest.mark.parametrize("url", PAGED + UNPAGED + ["/api/v1/jobs/{job}/", "/api/v1/schema/"])
+def test_an_unknown_format_is_a_400_naming_it_not_a_404(url, alice, job):
+    """``?format=x`` was DRF's 404 "Not found.": the owner's own job read as missing, and no field was
+    named (sec19, F4)."""
+    import yaml
+
+    response = api_client(alice).get(url.format(job=job.pk), {"format": "x"})
+    assert response.status_code == 400, response.content
+    body = yaml.safe_load(response.content)  # JSON, or the schema view's own default: YAML
+    assert list(body) == ["format"] and "json" in str(body["format"])
