@@ -52,6 +52,7 @@ class DataRef:
         return {"key": self.yaml_key, "sha256": "", "registered": False}
 
 
+VERSION_MAX = 2**31 - 1  # Dataset.version is a PositiveIntegerField
 _VERSIONED = re.compile(r"^(?P<name>[A-Za-z0-9][\w-]*?)(?:\.ya?ml)?(?::(?:v(?P<version>\d+)|latest))?$")
 
 
@@ -88,7 +89,11 @@ def dataset_resolve(*, team, reference: str, kinds: tuple[str, ...] = (Dataset.K
     match = _VERSIONED.match(reference)
     if match:
         name, version = match.group("name"), match.group("version")
-        registered = dataset_version_get(team=team, name=name, version=int(version) if version else None)
+        number = int(version) if version else None
+        # v0 read as "the newest" (0 is falsy), and a number past the column's integers was an
+        # OverflowError from the database (a 500): neither names a version that can exist (sec19, F7).
+        possible = number is None or 1 <= number <= VERSION_MAX
+        registered = dataset_version_get(team=team, name=name, version=number) if possible else None
         if registered is None and version and Dataset.objects.filter(team=team, name=name).exists():
             known = ", ".join(f"v{v}" for v in Dataset.objects.filter(team=team, name=name)
                               .order_by("version").values_list("version", flat=True))

@@ -54,6 +54,18 @@ def test_an_old_version_stays_usable_by_its_number(bob):
     assert response.status_code == 400 and "has no version 7 (it has v1, v2)" in response.json()["command.data"][0]
 
 
+
+@pytest.mark.parametrize("number", ["0", "00", "99999999999999999999", "4294967296"])
+def test_a_version_no_dataset_can_have_is_a_400_naming_data(number, bob):
+    """v0 was read as "the newest" (0 is falsy), and a number past the column's integers was an
+    OverflowError from the database: a 500 for any member (sec19, F7)."""
+    post(bob, make_zip(valid_files()))
+    response = submit(bob, f"pcb_defect:v{number}")
+    assert response.status_code == 400, response.content
+    assert f"has no version {number} (it has v1)" in response.json()["command.data"][0]
+    assert not Job.objects.exists()
+
+
 def test_the_same_files_again_are_the_newest_version_not_a_new_one(bob, carol, storage):
     first = post(bob, make_zip(valid_files()))
     assert first.status_code == 201
