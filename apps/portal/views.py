@@ -338,6 +338,10 @@ def job_continue_view(request, job_id):
         messages.error(request, f"Could not continue: Timeout (hours): must be a number of hours above 0, "
                                 f"got {hours[:20]!r}")
         return redirect("job", job_id=job.pk)
+    if value is not None and value * 3600 > settings.MAX_JOB_TIMEOUT_S:  # 1e308 hours: inf s, a 500 (sec19, F8)
+        messages.error(request, f"Could not continue: Timeout (hours): is {hours[:20]} hours; the limit is "
+                                f"{settings.MAX_JOB_TIMEOUT_S} s{_in_hours('timeout', 'limit is')}")
+        return redirect("job", job_id=job.pk)
     timeout_s = None if value is None else max(1, round(value * 3600))
     if timeout_s == job.timeout_s:
         timeout_s = None  # unchanged: the spec's own text is kept
