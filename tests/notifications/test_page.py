@@ -76,3 +76,12 @@ def test_every_label_of_the_page_belongs_to_its_control(alice):
     events = re.search(r'<fieldset class="field checks" id="channel-events"><legend>Team events</legend>(.*?)</fieldset>',
                        html, re.S)
     assert events and len(re.findall(r'<label class="inline"><input type="checkbox" name="events"', events.group(1))) == len(Event.values)
+
+
+@pytest.mark.parametrize(("field", "value"), [("started_late_minutes", "99999999999999999999"),
+                                              ("started_late_minutes", "0"), ("started_late_minutes", "-5")])
+def test_a_preference_out_of_range_is_refused_naming_it(field, value, bob):
+    """The page wrote any whole number: past the column's integers an OverflowError, below 1 the database's
+    CHECK: both 500s; the API refuses them at 1..100000 (sec19, F9)."""
+    response = signed_in(bob).post("/notifications/", {"action": "preferences", field: value})
+    assert response.status_code == 200 and field in response.context["errors"], response.status_code
