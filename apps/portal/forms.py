@@ -132,6 +132,9 @@ class JobForm(forms.Form):
                 self.add_error("timeout_hours", f"must be a number of hours, got {hours!r}")
             elif value <= 0:  # (was rounded up to a 1 s timeout: the job was killed at once)
                 self.add_error("timeout_hours", f"must be more than 0 hours, got {hours}")
+            elif value * 3600 > settings.MAX_JOB_TIMEOUT_S:  # 1e308 hours: inf s, round() a 500 (sec19, F8)
+                self.add_error("timeout_hours", f"is {hours} hours; the limit is {settings.MAX_JOB_TIMEOUT_S} s "
+                                                f"({settings.MAX_JOB_TIMEOUT_S / 3600:g} hours)")
             else:
                 document["timeout"] = max(1, round(value * 3600))
         if data["allow_duplicate"]:

@@ -104,6 +104,26 @@ def test_a_timeout_of_no_hours_is_an_error_at_its_field_not_a_one_second_job(ali
     assert Job.objects.get().timeout_s == 1800
 
 
+@pytest.mark.parametrize("mode", ["form", "sweep"])
+def test_a_timeout_of_more_hours_than_a_float_holds_in_seconds_is_an_error_at_its_field(mode, alice, demo_registered,
+                                                                                       settings):
+    """1e308 hours is finite, its seconds are not: round(inf) was an OverflowError, a 500 (sec19, F8)."""
+    limit = settings.MAX_JOB_TIMEOUT_S
+    prefix = mode[0]
+    form = {"mode": mode, **{f"{prefix}-{k[2:]}": v for k, v in FORM.items() if k != "mode"},
+            f"{prefix}-timeout_hours": "1e308"}
+    if mode == "sweep":
+        form |= {"s-method": "grid", "s-parallel": "1", "s-metric": "fitness", "s-optimizer": "SGD",
+                 "s-p0_name": "lr0", "s-p0_choices": "0.01,0.02"}
+
+    response = signed_in(alice).post("/jobs/new/", form)
+
+    assert response.status_code == 200
+    assert field_errors(response.content.decode())["timeout_hours"] == (
+        f"is 1e308 hours; the limit is {limit} s ({limit / 3600:g} hours)")
+    assert not Job.objects.exists()
+
+
 def test_the_form_puts_database_errors_at_their_field_too(alice, demo_registered):
     response = signed_in(alice).post("/jobs/new/", {**FORM, "f-dataset": "nope", "f-model": "nope.yaml"})
     errors = field_errors(response.content.decode())
