@@ -54,7 +54,6 @@ PLATFORM_FIELDS = {
 IGNORED_FIELDS = {"csrfmiddlewaretoken"}
 
 
-
 class FormatNamedNegotiation(DefaultContentNegotiation):
     """DRF's negotiation, with ``?format=`` that names no renderer of the view a 400 naming ``format``.
 
@@ -67,8 +66,9 @@ class FormatNamedNegotiation(DefaultContentNegotiation):
         except Http404:
             given = format_suffix or request.query_params.get(self.settings.URL_FORMAT_OVERRIDE, "")
             formats = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
-            raise ValidationError({self.settings.URL_FORMAT_OVERRIDE: f"must be one of {formats}, got {given[:50]!r}"}) \
-                from None
+            problem = f"must be one of {formats}, got {given[:50]!r}"
+            raise ValidationError({self.settings.URL_FORMAT_OVERRIDE: problem}) from None
+
 
 def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
