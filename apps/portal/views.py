@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from urllib.parse import urlencode
 
@@ -376,6 +377,31 @@ def form_teams(user) -> dict[str, list[str]]:
     return {"teams": [t.slug for t in teams], "urgent_teams": [t.slug for t in teams if not urgent_errors(t, user)]}
 
 
+def text_in_its_team(job) -> str:
+    """``job``'s spec text for Edit & resubmit, naming the job's own team (as Resubmit and Continue
+    charge it: apps.jobs.continuation.team_pinned). A text naming no team, or its submitter, was
+    charged to whoever submits it again's first team: a member of two teams moved it (sec19)."""
+    text = job.raw_spec
+    try:
+        document = load_yaml(text, max_bytes=1 << 20)
+    except FieldErrors:
+        return text
+    if not isinstance(document, dict) or (pinned := team_pinned(job, document)) == document:
+        return text
+    if text.lstrip().startswith("{"):
+        return json.dumps(pinned, indent=2)
+    key = next(k for k in ("team", "user") if pinned.get(k) != document.get(k))
+    # The one line changed (or added first), so the text's comments and layout stay.
+    edited = (re.sub(rf"^{key}:.*$", f"{key}: {job.team.slug}", text, count=1, flags=re.M) if key in document
+              else f"team: {job.team.slug}\n{text}")
+    try:
+        if load_yaml(edited, max_bytes=1 << 20) == pinned:
+            return edited
+    except FieldErrors:
+        pass
+    return yaml.safe_dump(pinned, sort_keys=False, allow_unicode=True)
+
+
 @login_required
 def job_new(request):
     """Submit through the common-fields form or the full YAML spec; errors stay at their field."""
@@ -389,7 +415,7 @@ def job_new(request):
         # A malformed id or another team's job is a 404, like the job page itself.
         source = get_or_404(job_list(user=request.user), request.GET["from"], JOB_NOT_VISIBLE)
         if source.raw_spec:
-            yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": source.raw_spec})
+            yaml_form = YamlSpecForm(prefix="y", initial={"spec_text": text_in_its_team(source)})
             mode = "yaml"
     elif request.method == "GET" and request.GET.get("model"):
         # The model page's Evaluate / Predict / Export: that job's spec in the YAML box, to check and submit.

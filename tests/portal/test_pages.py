@@ -383,6 +383,30 @@ def test_resubmit_keeps_the_job_in_its_team_for_a_member_of_two(bob, carol, team
     assert response["Location"] == f"/jobs/{new.pk}/" and new.team.slug == "vision"
     assert signed_in(carol).get(f"/jobs/{new.pk}/").status_code == 404
 
+def test_edit_and_resubmit_names_the_jobs_team_for_a_member_of_two(bob, teams, demo_registered):
+    """Edit & resubmit showed bob's text naming no team; dana (robotics and vision) submitting it
+    unchanged was charged to robotics. The box names the job's team, the rest of the text as it was."""
+    from apps.accounts.services import membership_set
+    from apps.core.strict_yaml import load_yaml
+    from apps.jobs.services import job_submit
+    from apps.jobs.spec import parse_spec
+    from tests.conftest import SEED_SPEC, make_user
+
+    text = "# nightly\n" + SEED_SPEC.replace("user: vision\n", "")
+    job, _ = job_submit(user=bob, spec=parse_spec(load_yaml(text, max_bytes=1 << 16)), raw_spec=text)
+    dana = make_user("dana", teams["vision"])
+    membership_set(user=dana, team=teams["robotics"], role="member")
+    page = signed_in(dana).get(f"/jobs/new/?from={job.pk}")
+    shown = page.context["yaml_form"].initial["spec_text"]
+    assert shown == "team: vision\n" + text
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.FAILED)
+    named = SEED_SPEC.replace("user: vision", "user: bob")  # the submitter's name: his first team
+    job2, _ = job_submit(user=bob, spec=parse_spec(load_yaml(named, max_bytes=1 << 16)), raw_spec=named)
+    shown = signed_in(dana).get(f"/jobs/new/?from={job2.pk}").context["yaml_form"].initial["spec_text"]
+    assert shown == SEED_SPEC
+    assert signed_in(bob).get(f"/jobs/new/?from={job2.pk}").context["yaml_form"].initial["spec_text"] == SEED_SPEC
+
+
 # --- usage, models, tokens ------------------------------------------------------------------------
 
 
