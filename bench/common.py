@@ -214,9 +214,10 @@ class Stack:
     def start_scheduler(self, **env: str) -> subprocess.Popen:
         return self.start("scheduler", [PYTHON, "manage.py", "scheduler"], **env)
 
-    def start_worker(self, *, gpus: int = 1, name: str = "bench-node", **env: str) -> subprocess.Popen:
-        return self.start(f"worker-{name}", [PYTHON, "manage.py", "gpu_worker", "--name", name,
-                                             "--simulate-gpus", str(gpus)], **env)
+    def start_worker(self, *, gpus: int | None = 1, name: str = "bench-node", **env: str) -> subprocess.Popen:
+        """A gpu_worker with ``gpus`` simulated GPUs; ``gpus=None``: the node's real (NVIDIA) GPUs."""
+        simulate = [] if gpus is None else ["--simulate-gpus", str(gpus)]
+        return self.start(f"worker-{name}", [PYTHON, "manage.py", "gpu_worker", "--name", name, *simulate], **env)
 
     def log(self, name: str) -> str:
         path = self.dir / f"{name}.log"

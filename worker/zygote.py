@@ -27,8 +27,9 @@ watches its owner through a pidfd and kills its own process group when the owner
 
 CUDA does not survive a fork once initialised. The zygote never touches CUDA (PyTorch's
 NVML-based availability check keeps ``torch.cuda.is_available()`` from initialising
-it), but since this was only verified on CPU nodes, the worker uses the zygote on
-simulated nodes by default and on NVIDIA nodes only with ``TRAINER_PRELOAD=1``.
+it). Verified on CPU nodes by the tests and on an NVIDIA H200 by scripts/gpu_check.sh
+(docs/gpu-check.md: training, a CUDA out-of-memory retry and an FP16 export all forked from the
+zygote), so the worker uses it on every node unless ``TRAINER_PRELOAD=false``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Process tree of one node::
 
     gpu_worker (registers the node, heartbeats into the database, restarts slots)
-    ├── zygote (torch + Ultralytics preloaded; forks training children)   [simulated nodes by default]
+    ├── zygote (torch + Ultralytics preloaded; forks training children)   [unless TRAINER_PRELOAD=false]
     └── slot 0..N-1: RQ Worker on queue node.<name>  (one job at a time each)
         └── work-horse (worker.tasks.run_attempt) ── training child (own process group)
 
@@ -113,7 +113,7 @@ class Command(BaseCommand):
         slots = slots or 4 * len(gpus)
         self.stdout.write(f"node {name}: {len(gpus)} {kind} GPU(s) ({', '.join(g.model for g in gpus[:4])}), "
                           f"{slots} job slots")
-        zygote = self.start_zygote(name) if self.preload(node) else None
+        zygote = self.start_zygote(name) if self.preload() else None
         # Slots are forked from this process: no DB connection may be shared across a fork.
         connections.close_all()
         self.stopping, self.node, self.draining = False, node, None
@@ -251,10 +251,10 @@ class Command(BaseCommand):
         return pid
 
     @staticmethod
-    def preload(node) -> bool:
-        if settings.TRAINER_PRELOAD in {"true", "1"}:
-            return True
-        return settings.TRAINER_PRELOAD == "auto" and node.simulated
+    def preload() -> bool:
+        # On CPU nodes and, since scripts/gpu_check.sh passed with it on an H200 (docs/gpu-check.md),
+        # on NVIDIA nodes too: ``auto`` and ``true`` are the same today.
+        return settings.TRAINER_PRELOAD in {"auto", "true", "1"}
 
     def start_zygote(self, name: str) -> subprocess.Popen:
         """Start the preloaded template process that forks training children (worker/zygote.py).
