@@ -8,9 +8,10 @@
   default, ``DEFAULT_RUNTIME_S``). Never the timeout. A requeued job needs only the
   epochs it has left, and the overhead again.
 - A running job: once it has finished an epoch in this attempt, its own epoch rate
-  (between its epoch ends; with one epoch, that epoch less the usual start-up) times the
-  epochs left, plus the usual time after the last epoch; before that, the same estimate
-  as a queued job, counted from its start.
+  (between its epoch ends; with one epoch, that epoch less the usual start-up, weighed
+  against what finished runs of its shape took an epoch) times the epochs left, plus the
+  usual time after the last epoch; before that, the same estimate as a queued job,
+  counted from its start.
 - A val, predict or export job (no epochs): its ``expected_duration``, else the median
   runtime of recently finished jobs of its mode, else nothing. The model is fitted on
   training jobs only.
@@ -225,7 +226,7 @@ def job_estimates(
         first, last, epochs = row
         left = remaining_from_epochs(
             _epochs(job), job.epochs_done, epochs, (last - job.started_at).total_seconds(),
-            seconds_between=(last - first).total_seconds(), model=model,
+            seconds_between=(last - first).total_seconds(), model=model, x=features(job, images).vector(),
         )
         if left is not None:
             remaining[str(job.pk)] = left

@@ -90,6 +90,40 @@ def test_a_running_jobs_rate_is_measured_between_epoch_ends_and_the_usual_end_is
     assert remaining_from_epochs(40, 1, 1, 14.0, seconds_between=0.0, model=model) == pytest.approx(39 * 2.0 + 8)
 
 
+def test_a_slow_first_epoch_is_weighed_against_its_shapes_per_epoch_time() -> None:
+    """One epoch done 20 s in, where its shape's runs had 12 s of start-up and 0.5 s epochs: the
+    7.5 s beyond them are shared by the variances of start-up and epoch (each ∝ its size), so
+    the epoch is ~0.51 s and 39 × 0.51 + 8 s are left, not 39 × 8 + 8 s (the excess all epoch)."""
+    shape = RunFeatures(epochs=10, images=16, imgsz=64)
+    model = RuntimeModel.fit([(shape, 25.0, EpochTiming(0.5, 12.0, 8.0))])
+    x = RunFeatures(epochs=40, images=16, imgsz=64).vector()
+    weight = 0.5**2 / (12.0**2 + 0.5**2)
+    blended = (1 - weight) * 0.5 + weight * (20.0 - 12.0)
+    assert remaining_from_epochs(40, 1, 1, 20.0, seconds_between=0.0, model=model, x=x) == pytest.approx(
+        39 * blended + 8)
+    assert 39 * blended + 8 < 30.0
+
+
+def test_a_first_epoch_much_longer_than_the_start_up_is_mostly_taken_as_measured() -> None:
+    """5 min epochs behind 12 s of start-up: a first epoch of 400 s is hardly a start-up delay."""
+    shape = RunFeatures(epochs=10, images=5000, imgsz=1280)
+    model = RuntimeModel.fit([(shape, 3020.0, EpochTiming(300.0, 12.0, 8.0))])
+    left = remaining_from_epochs(10, 1, 1, 412.0, model=model, x=shape.vector())
+    assert 9 * 390.0 + 8 <= left <= 9 * 400.0 + 8
+
+
+def test_with_two_epochs_or_an_unseen_shape_the_first_epoch_is_not_blended() -> None:
+    """Two epochs: the rate between their ends alone (8 s, however fast the shape was); one epoch
+    of a shape no run had: that epoch less the usual start-up, as before."""
+    model = RuntimeModel.fit([(RunFeatures(epochs=10, images=16, imgsz=64), 25.0, EpochTiming(0.5, 12.0, 8.0))])
+    x = RunFeatures(epochs=40, images=16, imgsz=64).vector()
+    assert remaining_from_epochs(40, 2, 2, 28.0, seconds_between=8.0, model=model, x=x) == pytest.approx(38 * 8.0 + 8)
+    assert remaining_from_epochs(40, 3, 3, 13.5, seconds_between=1.0, model=model, x=x) == pytest.approx(37 * 0.5 + 8)
+    unseen = RunFeatures(epochs=40, images=16, imgsz=96).vector()
+    assert remaining_from_epochs(40, 1, 1, 20.0, model=model, x=unseen) == pytest.approx(39 * 8.0 + 8)
+    assert remaining_from_epochs(40, 1, 1, 20.0, model=model) == pytest.approx(39 * 8.0 + 8)
+
+
 def test_a_shape_that_ran_before_takes_its_own_per_epoch_time_and_the_spread_is_out_of_sample() -> None:
     """Epochs of 0.5 s where the law of the other shapes says less: a 40-epoch run of that
     shape is 20 + 40 × 0.5 s; runs of a shape run once are predicted by the fit when the

@@ -109,6 +109,25 @@ def test_a_running_job_ends_at_its_rate_between_epochs_plus_the_usual_time_after
     assert left / 1.5 <= running.expected_end - now.timestamp() <= left * 1.5
 
 
+def test_a_running_job_one_slow_epoch_in_ends_near_its_shapes_rate_not_that_epochs(alice, datasets, node):
+    """One epoch done 5 s later than its shape's start-up and epoch (dataloader warm-up, caching):
+    ~39 × 0.15 s + 8 s are left, not 39 × 5.15 s + 8 s (~209 s, the ETAs behind it on `make run`
+    for one pass)."""
+    ledger(alice)
+    job = submit(alice, epochs=40)
+    now = timezone.now()
+    first_epoch_end = START_S + 5.0 + per_epoch(16, 64)
+    started = now - timedelta(seconds=first_epoch_end + 0.5)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, node=node, gpu_indices=[0], started_at=started,
+                                         epochs_done=1)
+    point = MetricPoint.objects.create(job=job, epoch=1, attempt=1, seq=1, values={})
+    MetricPoint.objects.filter(pk=point.pk).update(created_at=started + timedelta(seconds=first_epoch_end))
+    state, _ = cluster_state(now)
+    (running,) = state.running
+    left = 39 * per_epoch(16, 64) + END_S
+    assert left / 1.5 <= running.expected_end - now.timestamp() <= left * 1.5
+
+
 def test_identical_jobs_queued_on_one_gpu_get_etas_one_runtime_apart(alice, datasets):
     """Four identical 40-epoch jobs on one GPU: the first runs, the other three are expected
     to start one after another, about one runtime (26 s) apart — not a few seconds."""

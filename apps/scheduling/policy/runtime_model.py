@@ -22,8 +22,8 @@ use. With no finished job at all there is no model: the caller uses the spec's
 timeout.
 
 A running job's remaining time does not come from here but from its own epoch rate
-(:func:`remaining_from_epochs`) once it has finished an epoch, plus the usual time after
-the last epoch.
+(:func:`remaining_from_epochs`) once it has finished an epoch — after only one, weighed
+against its shape's per-epoch time from here — plus the usual time after the last epoch.
 """
 
 from __future__ import annotations
@@ -146,11 +146,15 @@ class RuntimeModel:
 
     def per_epoch(self, x: Sequence[float]) -> float:
         """Seconds per epoch of the run whose ``RunFeatures.vector()`` is ``x``."""
-        rx = rate_vector(x)
-        seen = self.observed.get(rate_key(rx))
+        seen = self.observed_per_epoch(x)
         if seen is not None:
-            return math.exp(seen)
-        return math.exp(sum(c * xi for c, xi in zip(self.coefficients, rx, strict=True)))
+            return seen
+        return math.exp(sum(c * xi for c, xi in zip(self.coefficients, rate_vector(x), strict=True)))
+
+    def observed_per_epoch(self, x: Sequence[float]) -> float | None:
+        """Seconds per epoch that finished runs of this shape took (their geometric mean), None if none ran."""
+        seen = self.observed.get(rate_key(rate_vector(x)))
+        return math.exp(seen) if seen is not None else None
 
     def predict(self, features: RunFeatures) -> float:
         """Median runtime in seconds."""
@@ -181,15 +185,28 @@ def remaining_from_epochs(
     *,
     seconds_between: float | None = None,
     model: RuntimeModel | None = None,
+    x: Sequence[float] | None = None,
 ) -> float | None:
     """A running job's remaining seconds from its own epoch rate in this attempt, or None before its first epoch.
 
     ``seconds_this_attempt``: from the attempt's start to its last epoch's end;
-    ``seconds_between``: from its first epoch's end to its last one's. With two epochs or
-    more the rate is measured between epoch ends (the start-up is not an epoch); with one,
-    it is the first epoch's time less the usual start-up (``model.start_s``), at least
-    5 % of it. The usual time after the last epoch (``model.end_s``: final validation,
-    upload) is added.
+    ``seconds_between``: from its first epoch's end to its last one's; ``x``: the job's
+    ``RunFeatures.vector()``. The usual time after the last epoch (``model.end_s``: final
+    validation, upload) is added to epochs left × a per-epoch time:
+
+    1. Two epochs or more: measured between epoch ends (the start-up is not an epoch).
+    2. One epoch: ``seconds_this_attempt`` = this attempt's start-up + one epoch, two
+       unknowns. History expects ``model.start_s`` + ``p`` (``p``: what finished runs of
+       this shape took an epoch); the excess (warm-up, caching, AMP checks beyond the
+       usual, or a slower epoch) is shared between start-up and epoch in proportion to
+       their variances, taken as equally uncertain relative to their size (the model's
+       errors are lognormal). So the epoch is the weighted mean of ``p`` and the measured
+       first epoch less the start-up, the measurement weighing p² / (start_s² + p²): a
+       0.15 s epoch behind 12 s of start-up is all but ``p``, a 5 min epoch all but
+       the measurement. (The measurement alone put the ETAs queued behind such a job at
+       3–6x what they read one epoch later on ``make run``.)
+    3. One epoch of a shape no finished run had (or no model, or no ``x``): the measured
+       first epoch less the start-up, at least 5 % of it.
     """
     if epochs_this_attempt <= 0 or seconds_this_attempt <= 0:
         return None
@@ -199,6 +216,10 @@ def remaining_from_epochs(
         per_epoch = seconds_between / (epochs_this_attempt - 1)
     else:
         per_epoch = max(seconds_this_attempt - start, 0.05 * seconds_this_attempt) / epochs_this_attempt
+        usual = model.observed_per_epoch(x) if model and x is not None and epochs_this_attempt == 1 else None
+        if usual is not None:
+            weight = usual * usual / (start * start + usual * usual)
+            per_epoch = (1.0 - weight) * usual + weight * per_epoch
     return max(0.0, epochs_total - epochs_done) * per_epoch + end
 
 
