@@ -709,7 +709,7 @@ def weights_key(path: str) -> str:
 
 
 def attempt_cuda_oom_retry(job: Job, *, batch: int, now: datetime) -> bool:
-    """CUDA ran out of memory at ``batch``: requeue from the last checkpoint with half the batch.
+    """CUDA ran out of memory at ``batch``: requeue (from the newest checkpoint, if any) with half the batch.
 
     At most ``CUDA_OOM_RETRIES`` times per job and only while the batch can halve. The batch
     as run goes into the job's spec (``spec["as_run"]``, what the worker trains with) in the
@@ -723,13 +723,15 @@ def attempt_cuda_oom_retry(job: Job, *, batch: int, now: datetime) -> bool:
     smaller = batch // 2
     as_run.update({"batch": smaller, "cuda_oom_retries": done + 1,
                    "batch_history": [*as_run.get("batch_history", []), batch]})
+    newest = job.checkpoints.only("epoch").first()  # what the next attempt resumes from, if any
+    whence = f"from its epoch {newest.epoch} checkpoint" if newest else "from the start (no epoch had finished)"
     with transaction.atomic():
         if not Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id, state__in=HOLDING_STATES).update(
                 spec={**job.spec, "as_run": as_run}):
             return False
         usage_charge(job, ended_at=now)
         moved = job_requeue(job, kind="cuda_oom", reason=(
-            f"CUDA out of memory with batch={batch}: retrying from the last checkpoint with batch={smaller} "
+            f"CUDA out of memory with batch={batch}: retrying {whence} with batch={smaller} "
             f"({done + 1} of {settings.CUDA_OOM_RETRIES} such retries; not counted as a retry)"))
         if not moved:
             transaction.set_rollback(True)

@@ -88,7 +88,7 @@ def test_cuda_out_of_memory_is_retried_from_the_checkpoint_with_half_the_batch(l
     assert job.spec["as_run"] == {"batch": 4, "cuda_oom_retries": 1, "batch_history": [8]}
     kinds = list(JobEvent.objects.filter(job_id=job_id).order_by("seq").values_list("kind", "message"))
     [(_, message)] = [k for k in kinds if k[0] == "cuda_oom"]
-    assert "CUDA out of memory with batch=8: retrying from the last checkpoint with batch=4" in message
+    assert "CUDA out of memory with batch=8: retrying from its epoch 1 checkpoint with batch=4" in message
     started = [m for k, m in kinds if k == "training_started"]
     assert started == ["training epochs 1..2 with batch=8", "training epochs 2..2 with batch=4"]
     assert [e for e, in Job.objects.get(pk=job_id).metrics.values_list("epoch")] == [1, 2]
