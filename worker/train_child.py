@@ -428,6 +428,19 @@ def _is_main_rank() -> bool:
     return int(os.environ.get("RANK", "-1")) in (-1, 0)
 
 
+
+def _batch_trained(trainer: Any) -> int:
+    """The batch Ultralytics really trains with: ``batch`` as asked, but never more than the
+    training images (its dataloader takes ``min(batch, len(dataset))``). Reported, and halved by
+    the portal after a CUDA out-of-memory error, as this: halving a ``batch=1024`` asked of 32
+    images changed nothing for four tries before (seen on an H200, docs/gpu-check.md)."""
+    batch = int(trainer.batch_size)
+    try:
+        images = len(trainer.train_loader.dataset)
+    except (AttributeError, TypeError):
+        return batch
+    return min(batch, images) if batch >= 1 and images >= 1 else batch
+
 @dataclass
 class TrainingReporter:
     """Ultralytics callbacks that turn trainer state into events.
@@ -466,7 +479,7 @@ class TrainingReporter:
                 epochs=int(trainer.epochs),
                 start_epoch=int(trainer.start_epoch) + 1,
                 save_dir=str(trainer.save_dir),
-                batch=int(trainer.batch_size),
+                batch=_batch_trained(trainer),
             )
 
     def on_train_epoch_start(self, trainer: Any) -> None:
@@ -474,7 +487,7 @@ class TrainingReporter:
         # with a halved batch, which is why the batch counter resets here.
         self._epoch = int(trainer.epoch)
         self._batch = 0
-        self.batch_size = int(trainer.batch_size)
+        self.batch_size = _batch_trained(trainer)
 
     def on_train_batch_end(self, trainer: Any) -> None:
         self._batch += 1

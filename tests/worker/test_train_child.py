@@ -477,3 +477,20 @@ def test_the_stop_file_ends_training_after_the_next_checkpoint(tmp_path: Path) -
     assert [c["epoch"] for c in of_type(events, "checkpoint")] == [1]
     assert events[-1] == {**events[-1], "type": "stopped", "epoch": 1, "reason": "stop_file"}
     assert not of_type(events, "finished") and not of_type(events, "error")
+
+
+def test_a_batch_above_the_training_images_is_reported_and_halved_as_the_images(tmp_path: Path) -> None:
+    """Ultralytics trains ``batch=64`` of 12 images as batches of 12: the child says 12, so the
+    portal's out-of-memory retry halves to 6 (it halved 1024 → 64 of 32 images on an H200, every
+    try the same batch of 32)."""
+    box = Sandbox(tmp_path, generate_demo_dataset(tmp_path / "demo", train=12, val=4))
+    config = box.config(epochs=2, fault_cuda_oom_above_batch=8, cpu_threads=1)
+    cfg = json.loads(config.read_text())
+    cfg["args"]["batch"] = 64
+    config.write_text(json.dumps(cfg))
+    code, output = box.run(config)
+    assert code == EXIT_FAILED, output[-4000:]
+    events = events_of(config)
+    assert events[0]["type"] == "started" and events[0]["batch"] == 12
+    error = events[-1]
+    assert error["type"] == "error" and error["kind"] == "oom" and error["batch"] == 12
