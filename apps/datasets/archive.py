@@ -51,6 +51,7 @@ IMAGE_SUFFIXES = {".avif", ".bmp", ".dng", ".heic", ".heif", ".jp2", ".jpeg", ".
                   ".webp"}
 LABEL_SUFFIX = ".txt"
 DATA_YAML_NAMES = {"data.yaml", "data.yml"}
+MAX_CLASSES = 10000
 # OS clutter that zip tools add; skipped (not extracted), never an error.
 SKIPPED_PARTS = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini"}
 # Documentation people put beside a dataset (README.md, LICENSE, a paper as PDF, a Roboflow page saved
@@ -228,13 +229,17 @@ def _class_names(document: dict) -> dict[int, str] | str:
     names = document.get("names")
     if names is None:
         nc = document.get("nc")
-        if isinstance(nc, int) and not isinstance(nc, bool) and 0 < nc <= 10000:
-            return {i: f"class_{i}" for i in range(nc)}
-        return "needs 'names' (a list or {id: name} mapping) or 'nc'"
+        if nc is None:
+            return "needs 'names' (a list or {id: name} mapping) or 'nc'"
+        if not isinstance(nc, int) or isinstance(nc, bool) or not 0 < nc <= MAX_CLASSES:
+            return f"'nc' must be a whole number of classes from 1 to {MAX_CLASSES}, got {nc!r}"
+        return {i: f"class_{i}" for i in range(nc)}
     if isinstance(names, list):
         names = dict(enumerate(names))
-    if not isinstance(names, dict) or not names or len(names) > 10000:
+    if not isinstance(names, dict) or not names:
         return "'names' must be a non-empty list or {id: name} mapping"
+    if len(names) > MAX_CLASSES:
+        return f"'names' has {len(names)} classes; the limit is {MAX_CLASSES}"
     out: dict[int, str] = {}
     for key, value in names.items():
         if not isinstance(key, int) or isinstance(key, bool) or key < 0:
@@ -433,8 +438,13 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
             continue
         if (suffix not in IMAGE_SUFFIXES and suffix != LABEL_SUFFIX and base not in DATA_YAML_NAMES
                 and not _document_type(normalized)):
-            why = ("Ultralytics unpickles .cache files, so they are never accepted" if suffix == ".cache"
-                   else "only images, .txt label files and data.yaml are accepted")
+            if suffix == ".cache":
+                why = "Ultralytics unpickles .cache files, so they are never accepted"
+            elif suffix in (".yaml", ".yml"):
+                why = ("only images, .txt label files and data.yaml are accepted; if this is the dataset's "
+                       "YAML, name it data.yaml")
+            else:
+                why = "only images, .txt label files and data.yaml are accepted"
             problems.append(Problem(name, f"unexpected file type {suffix or '(none)'}: {why}"))
             continue
         files[normalized] = info
@@ -475,8 +485,12 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     problems: list[Problem] = []
     yaml_name = next((n for n in DATA_YAML_NAMES if n in by_relative), None)
     if yaml_name is None:
+        deeper = sorted((m for m, rel in members.items() if posixpath.basename(rel) in DATA_YAML_NAMES),
+                        key=lambda m: (m.count("/"), m))
+        where = (f"missing at the top; found {deeper[0]}: zip the folder that holds data.yaml (one top folder "
+                 "around everything is stripped, deeper ones are not)" if deeper else "missing")
         raise ArchiveRejected("has no data.yaml at its top (it names the classes and the train/val image folders)",
-                              [Problem("data.yaml", "missing")])
+                              [Problem("data.yaml", where)])
     for rel in by_relative:
         if posixpath.basename(rel) in DATA_YAML_NAMES and rel != yaml_name:
             problems.append(Problem(rel, "only one data.yaml, at the top of the archive, is allowed"))
@@ -517,7 +531,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         value = document.get(key)
         if value is None:
             if key != "test":
-                problems.append(Problem(f"{yaml_name}: {key}", "is required (a folder of images, e.g. images/train)"))
+                problems.append(Problem(f"{yaml_name}: {key}", f"is required (a folder of images, e.g. images/{key})"))
             continue
         if not isinstance(value, str):
             problems.append(Problem(f"{yaml_name}: {key}", "must be one folder (e.g. images/train), not a list"))

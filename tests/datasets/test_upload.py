@@ -356,3 +356,35 @@ def test_one_heic_among_images_to_predict_on_is_named(bob, storage):
     assert summary.startswith("has 1 file that is not a readable image; 1 image is HEIC, which training cannot "
                               "read; convert it to JPEG or PNG")
     assert summary.endswith(": b.heic")
+
+
+def test_a_data_yaml_two_folders_deep_is_named_in_the_refusal(bob, storage):
+    """Zipping a parent folder (project/pcb/data.yaml) says where data.yaml was found."""
+    response = post(bob, make_zip(valid_files("project/pcb/")))
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert "found project/pcb/data.yaml" in problems["data.yaml"]
+    assert "zip the folder that holds data.yaml" in problems["data.yaml"]
+
+
+def test_a_dataset_yaml_under_another_name_is_told_to_be_data_yaml(bob, storage):
+    files = {k: v for k, v in valid_files().items() if k != "data.yaml"}
+    response = post(bob, make_zip(files | {"pcb_defect.yaml": valid_files()["data.yaml"]}))
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert "name it data.yaml" in problems["pcb_defect.yaml"]
+
+
+@pytest.mark.parametrize("nc", ["100000000000", "0", "'3'", "true"])
+def test_an_nc_out_of_range_is_named_not_reported_missing(bob, storage, nc):
+    data_yaml = f"train: images/train\nval: images/val\nnc: {nc}\n".encode()
+    response = post(bob, make_zip(valid_files() | {"data.yaml": data_yaml}))
+    assert response.status_code == 400
+    problem = {p["path"]: p["problem"] for p in response.json()["problems"]}["data.yaml: names"]
+    assert problem.startswith("'nc' must be a whole number of classes from 1 to 10000, got ")
+
+
+def test_a_missing_split_is_shown_with_an_example_of_its_own_name(bob, storage):
+    response = post(bob, make_zip(valid_files() | {"data.yaml": b"train: images/train\nnames: [a, b]\n"}))
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert problems["data.yaml: val"] == "is required (a folder of images, e.g. images/val)"
