@@ -165,6 +165,10 @@ def job_detail(request, job_id):
             "state": job.state,
             "epochs": (job.spec.get("train_args") or {}).get("epochs"),
             "terminal": [s.value for s in TERMINAL_STATES],
+            # The states in which each button still does something: the page hides one live once
+            # the job leaves them (a finished job's page kept "Change class" and "Requeue").
+            "actions": {"cancel-form": [s.value for s in ACTIVE_STATES],
+                        "requeue-form": [s.value for s in HOLDING_STATES], "class-form": [JobState.QUEUED.value]},
             "socket": f"/ws/jobs/{job.pk}/",
             "api": f"/api/v1/jobs/{job.pk}/",
             # A val, predict or export job has no curves: its results section is refetched when it ends.

@@ -285,9 +285,11 @@
     pill.className = "pill big state-" + state;
     document.querySelectorAll('[data-field="state"]').forEach(function (el) { el.textContent = state; });
     document.querySelectorAll(".queued-only").forEach(function (el) { el.classList.toggle("hidden", state !== "queued"); });
+    Object.keys(cfg.actions || {}).forEach(function (id) {
+      var form = document.getElementById(id);
+      if (form) form.classList.toggle("hidden", cfg.actions[id].indexOf(state) < 0);
+    });
     if (TERMINAL.has(state)) {
-      var cancel = document.getElementById("cancel-form");
-      if (cancel) cancel.classList.add("hidden");
       var batches = document.getElementById("batch-progress");
       if (batches) batches.classList.add("hidden");
       setTimeout(finalSync, 500);

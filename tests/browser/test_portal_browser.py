@@ -193,3 +193,22 @@ def test_a_manager_changes_a_teammates_queued_job_class_from_its_page(live_porta
     assert "Class changed from medium to high." in page.inner_text(".messages")
     assert Job.objects.get(pk=job.pk).priority_class == "high"
     assert page.errors == []
+
+
+def test_a_jobs_buttons_go_once_its_state_no_longer_takes_them(live_portal, page, alice, bob, node):
+    """Trial 20: a queued job's page kept "Change class" after the job had started and ended, and a
+    running job's kept "Requeue" once it had succeeded; each button now leaves with its state."""
+    _, web = live_portal
+    job = submit(bob, task_name="bobs-job")
+    sign_in(page, web.url, "alice", "pw-alice")
+    page.goto(f"{web.url}/jobs/{job.pk}/")
+    assert page.is_visible("#class-form") and page.is_visible("#cancel-form")
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.RUNNING, node=node, gpu_indices=[0])
+    page.wait_for_function("window.jobPage.state() === 'running'", timeout=15000)
+    assert not page.is_visible("#class-form") and page.is_visible("#cancel-form")
+    page.reload()
+    assert page.is_visible("#requeue-form")
+    job_transition(job.pk, expected=[JobState.RUNNING], to=JobState.SUCCEEDED)
+    page.wait_for_function("window.jobPage.state() === 'succeeded'", timeout=15000)
+    assert not page.is_visible("#requeue-form") and not page.is_visible("#cancel-form")
+    assert page.errors == []
