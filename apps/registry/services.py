@@ -9,7 +9,9 @@ constructs nothing), never loaded.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import IO
@@ -60,6 +62,17 @@ def _trained_task(job) -> str:
     return (spec.get("resolved") or {}).get("task") or spec.get("task", "")
 
 
+def model_name_of(task_name: str) -> str:
+    """The registry name a job's task name gives its weights: one a spec can name (``model=NAME:v1``).
+
+    Task names may hold spaces, ``+ @ ( )`` and non-ASCII letters; a model reference may not, so
+    "portal ft" registered a version nobody could train, evaluate or export from by name (new-user
+    trial 20). Each run of other characters becomes one ``-``.
+    """
+    ascii_name = unicodedata.normalize("NFKD", task_name).encode("ascii", "ignore").decode()
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", ascii_name).strip("-.") or "model"
+
+
 def model_register(*, job, weights: Path, metrics: dict, code: dict | None = None, name: str = "",
                    lineage_extra: dict | None = None, key: str = "") -> ModelVersion:
     """Register a succeeded training job's weights as the next version of its task name (idempotent per job).
@@ -75,7 +88,7 @@ def model_register(*, job, weights: Path, metrics: dict, code: dict | None = Non
     existing = ModelVersion.objects.filter(job=job).first()
     if existing:
         return existing
-    name = name or job.task_name
+    name = model_name_of(name or job.task_name)
     inputs = _job_inputs(job)
     parent, dataset = _lineage_links(inputs)
     lineage = {"parent": inputs.get("model") or {}, "dataset": inputs.get("data") or {},

@@ -315,3 +315,14 @@ def test_admin_promotes_one_version_of_a_model_to_production_at_a_time(bob, alic
     base.refresh_from_db()
     second.refresh_from_db()
     assert (base.stage, second.stage) == ("production", "staging")
+
+
+@pytest.mark.parametrize(("task_name", "name"), [("portal ft", "portal-ft"), ("pcb (night) + aug", "pcb-night-aug"),
+                                                 ("détection:v2", "detection-v2"), ("(((", "model")])
+def test_a_task_name_a_spec_cannot_name_registers_as_one_it_can(bob, demo_registered, task_name, name):
+    """Trial 20: the portal form's task name "portal ft" registered "portal ft:v1", which every spec
+    refused (`model=` takes no spaces); the version is named so that the next job can start from it."""
+    version = finish_training(train(bob, "yolo train data=demo model=yolov8n.yaml epochs=2", task_name))
+    assert version.name == name
+    job = train(bob, f"yolo val model={version.reference} data=demo")
+    assert job.spec["inputs"]["model"]["id"] == version.pk
