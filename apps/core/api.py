@@ -182,6 +182,16 @@ def query_strict(request, *, takes: Sequence[str], what: str, paged: bool = Fals
     raise ValidationError(errors)
 
 
+def choice_field(choices, **kwargs) -> serializers.ChoiceField:
+    """A body field taking one of ``choices``; a wrong value is refused naming them, as
+    :func:`query_choice` does (DRF's own message, '"prod" is not a valid choice.', left the
+    caller guessing: new-user trial 20)."""
+    names = ", ".join(str(key) for key in serializers.ChoiceField(choices=choices).choices)
+    # Through the constructor: a serializer deep-copies its fields from their arguments.
+    return serializers.ChoiceField(choices=choices, **kwargs, error_messages={
+        "invalid_choice": f"must be one of {names}, got '{{input}}'"})
+
+
 def query_choice(request, name: str, choices: Sequence[str]) -> str | None:
     """``?name=`` if one of ``choices``, None if absent or empty; else a 400 naming it and the choices."""
     raw = request.query_params.get(name) or None

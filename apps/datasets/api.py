@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from apps.accounts.selectors import is_manager_of, team_filter
 from apps.accounts.throttles import RefundsRefusedUploads, UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
-from apps.core.api import StrictInput, field_errors, query_strict
+from apps.core.api import StrictInput, choice_field, field_errors, query_strict
 from apps.core.errors import FieldErrors
 from apps.core.guards import InUse
 from apps.core.openapi import ERROR, paginated
@@ -67,7 +67,7 @@ class DatasetIn(StrictInput):
                                             "a new version",
                                   error_messages={"invalid": "use lowercase letters, digits, '-' and '_'"})
     team = serializers.SlugField(required=False, help_text="team slug; optional when you are in one team")
-    kind = serializers.ChoiceField(choices=Dataset.Kind.choices, default=Dataset.Kind.YOLO, required=False)
+    kind = choice_field(Dataset.Kind.choices, default=Dataset.Kind.YOLO, required=False)
     description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
 

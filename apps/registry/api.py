@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from apps.accounts.selectors import is_manager_of, team_filter
 from apps.accounts.throttles import RefundsRefusedUploads, UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
-from apps.core.api import StorageDown, StrictInput, field_errors, query_choice, query_strict
+from apps.core.api import StorageDown, StrictInput, choice_field, field_errors, query_choice, query_strict
 from apps.core.artifacts import ArtifactKeyError, artifact_path
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
@@ -202,7 +202,7 @@ class ExportDownloadView(APIView):
 
 
 class StageIn(StrictInput):
-    stage = serializers.ChoiceField(choices=Stage.choices)
+    stage = choice_field(Stage.choices)
 
 
 class StageOut(ModelDetailOut):

@@ -388,3 +388,8 @@ def test_a_missing_split_is_shown_with_an_example_of_its_own_name(bob, storage):
     response = post(bob, make_zip(valid_files() | {"data.yaml": b"train: images/train\nnames: [a, b]\n"}))
     problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
     assert problems["data.yaml: val"] == "is required (a folder of images, e.g. images/val)"
+
+
+def test_a_kind_that_is_no_kind_is_refused_naming_the_kinds(bob, storage):
+    response = post(bob, make_zip(valid_files()), kind="labels")
+    assert response.status_code == 400 and response.json()["kind"] == ["must be one of yolo, images, got 'labels'"]

@@ -270,3 +270,10 @@ def test_test_messages_are_rate_limited_per_user_with_the_time_to_wait(bob, rece
     html = page.post(f"/notifications/channels/{made['id']}/test/", follow=True).content.decode()
     assert "Too many test messages (the limit is 2/min per user, as in the API): try again in " in html
     assert len(receiver.received) == 2
+
+
+def test_a_kind_that_is_no_kind_is_refused_naming_the_kinds(alice):
+    response = api_client(alice).post("/api/v1/notifications/channels/", {
+        "name": "phone", "kind": "sms", "target": "+4912345"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["kind"] == ["must be one of email, webhook, apprise, got 'sms'"]

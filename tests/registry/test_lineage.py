@@ -326,3 +326,10 @@ def test_a_task_name_a_spec_cannot_name_registers_as_one_it_can(bob, demo_regist
     assert version.name == name
     job = train(bob, f"yolo val model={version.reference} data=demo")
     assert job.spec["inputs"]["model"]["id"] == version.pk
+
+
+def test_a_stage_that_is_no_stage_is_refused_naming_the_stages(base, alice):
+    """Trial 20: `yoloq model stage 1 prod` printed only '"prod" is not a valid choice.'."""
+    response = api_client(alice).post(f"/api/v1/models/{base.pk}/stage/", {"stage": "prod"}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"stage": ["must be one of none, staging, production, archived, got 'prod'"]}
