@@ -487,8 +487,16 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     if yaml_name is None:
         deeper = sorted((m for m, rel in members.items() if posixpath.basename(rel) in DATA_YAML_NAMES),
                         key=lambda m: (m.count("/"), m))
-        where = (f"missing at the top; found {deeper[0]}: zip the folder that holds data.yaml (one top folder "
-                 "around everything is stripped, deeper ones are not)" if deeper else "missing")
+        only_images = bool(members) and all(posixpath.splitext(m)[1].lower() in IMAGE_SUFFIXES for m in members)
+        if deeper:
+            where = (f"missing at the top; found {deeper[0]}: zip the folder that holds data.yaml (one top folder "
+                     "around everything is stripped, deeper ones are not)")
+        elif only_images:
+            # Images to predict on, sent without their kind (new-user trial 20).
+            where = ("missing, and the archive holds only images: to upload images to predict on, give the kind "
+                     "'images' (the portal's Kind, yoloq dataset push --kind images, the API's kind=images)")
+        else:
+            where = "missing"
         raise ArchiveRejected("has no data.yaml at its top (it names the classes and the train/val image folders)",
                               [Problem("data.yaml", where)])
     for rel in by_relative:

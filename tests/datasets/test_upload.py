@@ -14,7 +14,7 @@ from apps.accounts.models import AuditEntry
 from apps.datasets.models import Dataset
 from tests.conftest import api_client
 
-from .archives import ROBOFLOW_YAML, jpeg, make_zip, roboflow_files, upload, valid_files
+from .archives import PNG, ROBOFLOW_YAML, jpeg, make_zip, roboflow_files, upload, valid_files
 
 pytestmark = pytest.mark.django_db
 
@@ -393,3 +393,11 @@ def test_a_missing_split_is_shown_with_an_example_of_its_own_name(bob, storage):
 def test_a_kind_that_is_no_kind_is_refused_naming_the_kinds(bob, storage):
     response = post(bob, make_zip(valid_files()), kind="labels")
     assert response.status_code == 400 and response.json()["kind"] == ["must be one of yolo, images, got 'labels'"]
+
+
+def test_images_without_a_kind_are_told_to_upload_as_images(bob, storage):
+    """Trial 20: a zip of photos to predict on, sent without kind=images, read only "data.yaml: missing"."""
+    response = post(bob, make_zip({f"shots/{n}.png": PNG for n in range(3)}))
+    assert response.status_code == 400
+    problem = {p["path"]: p["problem"] for p in response.json()["problems"]}["data.yaml"]
+    assert "holds only images" in problem and "--kind images" in problem and "kind=images" in problem
