@@ -319,6 +319,7 @@ def _keypoint_names(document: dict, yaml_name: str, names: dict[int, str], kpt_s
 
 def _label_problems(text: str, num_classes: int, kpt_shape: list[int] | None = None) -> str | None:
     """The first problem in a YOLO label file, or None (``kpt_shape``: a pose dataset's, from data.yaml)."""
+    first_box = first_polygon = 0  # line numbers, for a file that mixes the two
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split()
         if not words:
@@ -346,8 +347,17 @@ def _label_problems(text: str, num_classes: int, kpt_shape: list[int] | None = N
             # Boxes (4) and polygons (even counts) are all normalised; keypoints with a
             # visibility flag (odd counts) have flags up to 2 after the box.
             bounded = values if len(values) % 2 == 0 else values[:4]
+            if len(values) == 4:
+                first_box = first_box or number
+            elif len(values) % 2 == 0:
+                first_polygon = first_polygon or number
         if any(not 0.0 <= v <= 1.0 for v in bounded) or any(v < 0 or v != v for v in values):
             return f"line {number}: coordinates must be normalised to 0…1"
+    if first_box and first_polygon:
+        # Ultralytics drops such a file as corrupt ("labels mix segment and detection rows"): its
+        # image would leave training with only a warning in the log (new-user trial 20).
+        return (f"line {first_box} is a box and line {first_polygon} a polygon: Ultralytics skips a label file "
+                "that mixes them, so write every object of a file as a polygon or every one as a box")
     return None
 
 

@@ -401,3 +401,13 @@ def test_images_without_a_kind_are_told_to_upload_as_images(bob, storage):
     assert response.status_code == 400
     problem = {p["path"]: p["problem"] for p in response.json()["problems"]}["data.yaml"]
     assert "holds only images" in problem and "--kind images" in problem and "kind=images" in problem
+
+
+def test_a_label_file_mixing_boxes_and_polygons_is_refused_by_name(bob, storage):
+    """Trial 20: Ultralytics skips such a file ("labels mix segment and detection rows"), so its
+    image left training with a warning in the log; the upload took it."""
+    mixed = b"0 0.1 0.1 0.5 0.1 0.5 0.5\n1 0.5 0.5 0.2 0.2\n"
+    response = post(bob, make_zip(valid_files() | {"labels/train/0.txt": mixed}))
+    assert response.status_code == 400
+    problem = {p["path"]: p["problem"] for p in response.json()["problems"]}["labels/train/0.txt"]
+    assert problem.startswith("line 2 is a box and line 1 a polygon: Ultralytics skips a label file that mixes them")

@@ -90,7 +90,15 @@ def test_polygons_serve_segment_obb_and_detect_jobs(bob):
 
 
 def test_boxes_beside_polygons_serve_detect_only(bob):
-    dataset_post(bob, "mixed", POLYGON + b"1 0.5 0.5 0.2 0.2\n")
+    """Boxes in some label files, polygons in others (one file mixing them is refused at upload:
+    Ultralytics skips it, tests/datasets)."""
+    files = {"data.yaml": DATA_YAML.encode()}
+    for split in ("train", "val"):
+        for n, label in enumerate((POLYGON, b"1 0.5 0.5 0.2 0.2\n")):
+            files[f"images/{split}/{n}.png"] = PNG
+            files[f"labels/{split}/{n}.txt"] = label
+    assert api_client(bob).post("/api/v1/datasets/", {"file": upload(make_zip(files)), "name": "mixed"},
+                                format="multipart").status_code == 201
     response = submit(bob, "yolo segment train data=mixed model=yolov8n-seg.yaml epochs=1")
     assert response.status_code == 400
     assert "holds boxes (detection labels) and polygons" in response.json()["command.data"][0]
