@@ -155,8 +155,9 @@ def job_detail(request, job_id):
         "model_version": model_version,
         "weights": job_weights_find(job),
         "continue_point": (point := continue_available(job) if job.state in TERMINAL_STATES else None),
-        "continue_hours": f"{job.timeout_s / 3600:g}",  # the submit form's unit (Timeout (hours))
-        "continue_memory": spec_memory(job) if point else "",
+        # The submit form's unit (Timeout (hours)); after a refused Continue, what was typed.
+        "continue_hours": request.GET.get("timeout_hours", f"{job.timeout_s / 3600:g}")[:32],
+        "continue_memory": request.GET.get("memory", spec_memory(job) if point else "")[:32],
         "continued_from": (job.spec or {}).get("continued_from"),
         "scheduler": scheduler_status() if job.state == JobState.QUEUED else None,
         "trial": getattr(job, "trial", None) if job.parent_id else None,
@@ -331,7 +332,7 @@ def job_continue_view(request, job_id):
     refused = submit_refusal(request)
     if refused:
         messages.error(request, refused)
-        return redirect("job", job_id=job.pk)
+        return _continue_again(request, job)
     # In hours, as the submit form's "Timeout (hours)": a page asking in seconds beside a form asking
     # in hours turned a 2 (meant as hours) into a 2-second job killed before its first epoch.
     hours = (request.POST.get("timeout_hours") or "").strip()
@@ -342,11 +343,11 @@ def job_continue_view(request, job_id):
     if value is not None and (not math.isfinite(value) or value <= 0):
         messages.error(request, f"Could not continue: Timeout (hours): must be a number of hours above 0, "
                                 f"got {hours[:20]!r}")
-        return redirect("job", job_id=job.pk)
+        return _continue_again(request, job)
     if value is not None and value * 3600 > settings.MAX_JOB_TIMEOUT_S:  # 1e308 hours: inf s, a 500 (sec19, F8)
         messages.error(request, f"Could not continue: Timeout (hours): is {hours[:20]} hours; the limit is "
                                 f"{settings.MAX_JOB_TIMEOUT_S} s{_in_hours('timeout', 'limit is')}")
-        return redirect("job", job_id=job.pk)
+        return _continue_again(request, job)
     timeout_s = None if value is None else max(1, round(value * 3600))
     if timeout_s == job.timeout_s:
         timeout_s = None  # unchanged: the spec's own text is kept
@@ -360,18 +361,25 @@ def job_continue_view(request, job_id):
         messages.error(request, "Could not continue: " + "; ".join(
             f"{CONTINUE_BOXES.get(field, field)}: {problem}" + _in_hours(field, problem)
             for field, problem in exc.errors.items()))
-        return redirect("job", job_id=job.pk)
+        return _continue_again(request, job)
     except StorageUnavailable as exc:
         messages.error(request, f"Could not continue: the artifact storage cannot be reached, try again ({exc})")
-        return redirect("job", job_id=job.pk)
+        return _continue_again(request, job)
     except DuplicateJob as dup:
         messages.warning(request, "An identical job of your team is still active; this is it.")
         return redirect("job", job_id=dup.job.pk)
     except TooManyActiveJobs as cap:
         messages.error(request, f"Could not continue: {cap}")
-        return redirect("job", job_id=job.pk)
+        return _continue_again(request, job)
     messages.success(request, f"Continuing {job.task_name} from epoch {new_job.epochs_done} as a new job.")
     return redirect("job", job_id=new_job.pk)
+
+
+def _continue_again(request, job):
+    """Back to the job's page after a refused Continue, its boxes holding what was typed (they came
+    back with the job's own timeout and memory, the typed values lost: new-user trial 20)."""
+    typed = {name: request.POST.get(name, "")[:32] for name in ("timeout_hours", "memory") if name in request.POST}
+    return redirect(reverse("job", args=[job.pk]) + (f"?{urlencode(typed)}" if typed else "") + "#continue-form")
 
 
 def form_teams(user) -> dict[str, list[str]]:

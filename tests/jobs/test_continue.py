@@ -295,6 +295,20 @@ def test_the_page_continues_with_the_memory_typed_in_its_box(out_of_memory, alic
     assert "Could not continue: Memory: must be a quantity like 16Gi" in html.unescape(response.content.decode())
 
 
+def test_a_refused_continue_keeps_what_was_typed_in_its_boxes(out_of_memory, alice, client):
+    """Trial 20: after "Could not continue: Memory: …", the boxes held the job's own 4Gi and timeout
+    again, what had been typed gone."""
+    client.force_login(alice)
+
+    response = client.post(f"/jobs/{out_of_memory.pk}/continue/", {"timeout_hours": "0.25", "memory": "lots",
+                                                                   "idempotency_key": "m3"}, follow=True)
+
+    page = html.unescape(response.content.decode())
+    assert "Could not continue: Memory: must be a quantity like 16Gi" in page
+    assert 'name="memory" value="lots"' in page and 'name="timeout_hours" min="0" step="any" value="0.25"' in page
+    assert not Job.objects.exclude(pk=out_of_memory.pk).exists()
+
+
 def test_with_an_object_store_the_copy_is_made_in_the_bucket(submit, alice, moto):
     import boto3
     from django.test import override_settings
