@@ -422,7 +422,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if job["finished_at"]:
         lines.append(("finished", when(job["finished_at"])))
     if job.get("model_version"):
-        lines.append(("model", f"models/{job['model_version']} (download: {api.base}models/{job['model_version']}/download/)"))
+        # The reference a spec takes, not the API path ("models/8" read like a name: new-user trial 20).
+        version = job["model_version"]
+        reference = api.get(f"models/{version}/")["reference"]
+        lines.append(("model", f"{reference} (id {version}; train from it: model={reference}; "
+                               f"yoloq model pull {version})"))
     lines += outcome_lines(api, job.get("outcome") or {})
     weights = job.get("weights") or {}
     if weights.get("available"):

@@ -59,3 +59,12 @@ def test_status_of_a_val_job_prints_its_evaluation_and_no_epochs(bob, pcb, capsy
     assert code == 0 and "epochs done" not in out
     assert ("evaluation: mAP50-95 0.412, mAP50 0.634, P 0.71, R 0.52 on demo:v1 val split, 1 classes "
             "(per class: http") in out and f"/api/v1/models/{pcb.pk}/)" in out
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_status_of_a_trained_job_names_its_model_as_specs_take_it(bob, pcb, capsys):  # noqa: F811
+    """Trial 20: it printed "model: models/8 (download: …)", an API path, not the pcb:v1 a spec takes."""
+    code, out, _ = run(capsys, "status", str(pcb.job_id)[:8])
+
+    assert code == 0
+    assert f"model: pcb:v1 (id {pcb.pk}; train from it: model=pcb:v1; yoloq model pull {pcb.pk})" in out
