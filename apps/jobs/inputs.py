@@ -237,8 +237,12 @@ def _export_inputs(spec: JobSpec, team, model: ModelRef | None, resolved: dict, 
         dataset = _trained_on(version)
         data = DataRef(yaml_key=dataset.yaml_key, folder_key=dataset.key, dataset=dataset) if dataset else None
         if data is None and model is not None:
-            errors[_field(spec, "data")] = ("is required here: the export is verified on validation images, and "
-                                            "these weights do not say which dataset they were trained on")
+            # A version whose dataset was deleted since still names it (trial 20: "do not say" misled).
+            trained = ((version.lineage or {}).get("dataset") or {}) if version is not None else {}
+            why = (f"the dataset they were trained on, {trained['name']}:v{trained.get('version')}, has been deleted"
+                   if trained.get("name") else "these weights do not say which dataset they were trained on")
+            errors[_field(spec, "data")] = (f"is required here: the export is verified on validation images, and "
+                                            f"{why}; name one with data=<dataset>")
     if data is not None:
         resolved["data_yaml"] = data.yaml_key
         inputs["data"] = data.lineage()

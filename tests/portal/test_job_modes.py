@@ -206,3 +206,19 @@ def test_an_export_of_shared_weights_is_kept_with_its_job_and_downloads(bob, car
     assert download.status_code == 200 and b"".join(download.streaming_content) == b"onnx of the shared weights"
     assert 'filename="yolov8s-yolov8s.onnx"' in download["Content-Disposition"]
     assert signed_in(carol).get(f"/api/v1/exports/{export.pk}/download/").status_code == 404
+
+
+def test_an_export_of_a_version_whose_dataset_was_deleted_names_that_dataset(bob, alice, pcb):
+    """Trial 20: the refusal said the weights "do not say which dataset they were trained on"; they do,
+    it had been deleted."""
+    from apps.datasets.services import dataset_delete
+    from tests.conftest import api_client
+
+    dataset_delete(dataset=pcb.dataset, by=alice)
+    response = api_client(bob).post("/api/v1/jobs/", {
+        "task_name": "export", "command": f"yolo export model={pcb.reference} format=onnx"}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["command.data"] == [
+        "is required here: the export is verified on validation images, and the dataset they were trained on, "
+        "demo:v1, has been deleted; name one with data=<dataset>"]
