@@ -211,12 +211,15 @@ def preference_update(*, user, **fields) -> NotificationPreference:
     unknown = set(fields) - set(PREFERENCE_FIELDS)
     if unknown:
         raise FieldErrors({key: "is not a known preference" for key in sorted(unknown)})
-    if "quota_percent" in fields and not 1 <= int(fields["quota_percent"]) <= 100:
-        raise FieldErrors({"quota_percent": "must be between 1 and 100"})
+    errors: dict[str, str] = {}
     # The API's own bounds (api.py): the page wrote any whole number, and past the column's integers,
     # or below 0, the database refused it with a 500 (sec19, F9).
     if "started_late_minutes" in fields and not 1 <= int(fields["started_late_minutes"]) <= LATE_MINUTES_MAX:
-        raise FieldErrors({"started_late_minutes": f"must be between 1 and {LATE_MINUTES_MAX} minutes"})
+        errors["started_late_minutes"] = f"must be between 1 and {LATE_MINUTES_MAX} minutes"
+    if "quota_percent" in fields and not 1 <= int(fields["quota_percent"]) <= 100:
+        errors["quota_percent"] = "must be between 1 and 100"
+    if errors:  # both at once: the page named one, then the other after a second try (trial 20)
+        raise FieldErrors(errors)
     preference, _ = NotificationPreference.objects.get_or_create(user=user)
     for key, value in fields.items():
         setattr(preference, key, value)

@@ -35,6 +35,10 @@ BOOLEAN_PREFERENCES = [f for f in PREFERENCE_FIELDS if f.startswith("on_")]
 def notifications(request):
     errors: dict[str, str] = {}
     secret = None
+    # A refused form comes back as it was typed (its values were replaced by the saved ones, or
+    # emptied: new-user trial 20).
+    typed_preferences: dict | None = None
+    typed_channel: dict = {}
     if request.method == "POST" and request.POST.get("action") == "preferences":
         try:
             values = {f: f in request.POST for f in BOOLEAN_PREFERENCES}
@@ -45,6 +49,8 @@ def notifications(request):
             return redirect("notifications")
         except ValueError as exc:
             errors = getattr(exc, "errors", {"preferences": "minutes and percent must be whole numbers"})
+            typed_preferences = {**{f: f in request.POST for f in BOOLEAN_PREFERENCES},
+                                 **{f: request.POST.get(f, "")[:20] for f in ("started_late_minutes", "quota_percent")}}
     elif request.method == "POST" and request.POST.get("action") == "channel":
         team = manager_team_list(user=request.user).filter(slug=request.POST.get("team", "")).first()
         if request.POST.get("team") and team is None:
@@ -60,16 +66,21 @@ def notifications(request):
                     messages.warning(request, warning)
             except FieldErrors as exc:
                 errors = exc.errors
+        if errors:
+            typed_channel = {"name": request.POST.get("name", "")[:100], "kind": request.POST.get("kind", ""),
+                             "target": request.POST.get("target", "")[:1000], "team": request.POST.get("team", ""),
+                             "events": request.POST.getlist("events")}
     preference = NotificationPreference.objects.filter(user=request.user).first() or \
         NotificationPreference(user=request.user)
+    shown = typed_preferences or {f: getattr(preference, f) for f in PREFERENCE_FIELDS}
     channels = list(channel_list(user=request.user))
     for channel in channels:  # beside each email channel while the server has no mail (manager trial 15, F15)
         channel.warning = mail_not_configured(channel)
     return render(request, "portal/notifications.html", {
-        "preference": preference, "channels": channels, "errors": errors,
+        "preference": shown, "typed_channel": typed_channel, "channels": channels, "errors": errors,
         "deliveries": delivery_list(user=request.user)[:50], "managed_teams": manager_team_list(user=request.user),
         "kinds": Channel.Kind.choices, "events": Event.choices, "new_secret": secret,
-        "flags": [(f, getattr(preference, f), f.removeprefix("on_").replace("_", " ")) for f in BOOLEAN_PREFERENCES],
+        "flags": [(f, shown[f], f.removeprefix("on_").replace("_", " ")) for f in BOOLEAN_PREFERENCES],
     })
 
 

@@ -85,3 +85,28 @@ def test_a_preference_out_of_range_is_refused_naming_it(field, value, bob):
     CHECK: both 500s; the API refuses them at 1..100000 (sec19, F9)."""
     response = signed_in(bob).post("/notifications/", {"action": "preferences", field: value})
     assert response.status_code == 200 and field in response.context["errors"], response.status_code
+
+
+def test_refused_preferences_come_back_as_typed_with_every_problem_named(bob):
+    """Trial 20: minutes 0 and percent 150 named only the percent, and the boxes and ticks went back
+    to the saved 30, 80 and unticked."""
+    response = signed_in(bob).post("/notifications/", {"action": "preferences", "on_started_late": "on",
+                                                       "started_late_minutes": "0", "quota_percent": "150"})
+    assert set(response.context["errors"]) == {"started_late_minutes", "quota_percent"}
+    html = response.content.decode()
+    assert 'name="started_late_minutes" value="0"' in html and 'name="quota_percent" value="150"' in html
+    assert '<input type="checkbox" name="on_started_late" checked>' in html
+    assert not NotificationPreference.objects.filter(user=bob).exists()
+
+
+def test_a_refused_channel_comes_back_as_typed(alice):
+    """Trial 20: a refused webhook (a private address, here no URL at all) came back with its name, kind
+    and URL emptied."""
+    response = signed_in(alice).post("/notifications/", {
+        "action": "channel", "name": "team hook", "kind": "webhook", "target": "hooks.example.org/x",
+        "team": "vision", "events": ["failed", "timed_out"]})
+    assert "target" in response.context["errors"] and not Channel.objects.exists()
+    html = response.content.decode()
+    assert 'value="team hook"' in html and 'value="hooks.example.org/x"' in html
+    assert '<option value="webhook" selected>' in html and "<option selected>vision</option>" in html
+    assert 'value="failed" checked' in html and 'value="timed_out" checked' in html and 'value="succeeded">' in html
