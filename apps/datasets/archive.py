@@ -499,8 +499,8 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
                         key=lambda m: (m.count("/"), m))
         only_images = bool(members) and all(posixpath.splitext(m)[1].lower() in IMAGE_SUFFIXES for m in members)
         if deeper:
-            where = (f"missing at the top; found {deeper[0]}: zip the folder that holds data.yaml (one top folder "
-                     "around everything is stripped, deeper ones are not)")
+            where = (f"missing at the top; found {deeper[0]}: upload the folder that holds data.yaml, or a zip of "
+                     "it (one top folder around everything is stripped, deeper ones are not)")
         elif only_images:
             # Images to predict on, sent without their kind (new-user trial 20).
             where = ("missing, and the archive holds only images: to upload images to predict on, give the kind "

@@ -364,7 +364,7 @@ def test_a_data_yaml_two_folders_deep_is_named_in_the_refusal(bob, storage):
     assert response.status_code == 400
     problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
     assert "found project/pcb/data.yaml" in problems["data.yaml"]
-    assert "zip the folder that holds data.yaml" in problems["data.yaml"]
+    assert "upload the folder that holds data.yaml, or a zip of it" in problems["data.yaml"]
 
 
 def test_a_dataset_yaml_under_another_name_is_told_to_be_data_yaml(bob, storage):
