@@ -433,15 +433,21 @@ def command_parse(command: Any) -> tuple[str, str, dict[str, Any], dict[str, str
     if mode not in MODES:
         return task, "train", {}, {"command": f"mode {mode!r} is not supported; jobs run {', '.join(MODES)}"}
     args: dict[str, Any] = {}
+    stray: list[str] = []
     for word in words:
         key, sep, value = word.partition("=")
         if not sep or not key:
-            errors["command"] = f"expected key=value, got {word!r}"
+            stray.append(word)
             continue
         if key in args:
             errors[f"command.{key}"] = "is given twice"
             continue
         args[key] = value
+    if stray:
+        # Every stray word, not the last one alone ("--epochs 3" was refused for '3'; new-user trial 20).
+        shown = ", ".join(repr(word[:40]) for word in stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+        hint = " (Ultralytics takes epochs=3, not --epochs 3)" if any(w.startswith("-") for w in stray) else ""
+        errors["command"] = f"expected key=value words, got {shown}{hint}"
     return task, mode, args, errors
 
 

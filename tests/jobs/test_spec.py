@@ -248,3 +248,15 @@ def test_any_document_either_parses_or_raises_a_named_spec_error():
 def test_a_nul_character_anywhere_is_refused_by_name(changes, field):
     """PostgreSQL cannot store NUL in text or jsonb: it is a 400 naming the field, never a 500."""
     assert errors_of(seed(**changes)) == {field: "must not contain a NUL character"}
+
+
+@pytest.mark.parametrize(("command", "message"), [
+    ("yolo train data=demo model=yolov8n.yaml --epochs 3",
+     "expected key=value words, got '--epochs', '3' (Ultralytics takes epochs=3, not --epochs 3)"),
+    ("yolo train data=demo model=yolov8n.yaml epochs=1 ; rm -rf /",
+     "expected key=value words, got ';', 'rm', '-rf', '/' (Ultralytics takes epochs=3, not --epochs 3)"),
+    ("yolo train data=demo a b c d e f g", "expected key=value words, got 'a', 'b', 'c', 'd', 'e' and 2 more"),
+])
+def test_every_word_that_is_no_key_value_is_named(command, message):
+    """Trial 20: "--epochs 3" was refused naming only '3', the last stray word."""
+    assert errors_of({"task_name": "t", "command": command})["command"] == message
