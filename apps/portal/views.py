@@ -583,8 +583,11 @@ def tokens(request):
                           for key, message in exc.errors.items()}
         if errors and status == 200:
             status = 400
+    # A refused form comes back as typed (the name emptied and the days reset: new-user trial 20).
+    typed = {"name": request.POST.get("name", "")[:100], "ttl_days": request.POST.get("ttl_days", "")[:20]} \
+        if errors else {}
     return render(request, "portal/tokens.html", {
-        "tokens": token_list(user=request.user), "new_key": new_key, "errors": errors,
+        "tokens": token_list(user=request.user), "new_key": new_key, "errors": errors, "typed": typed,
         "server_url": request.build_absolute_uri("/").rstrip("/"),
         "default_days": settings.API_TOKEN_DEFAULT_DAYS,
     }, status=status)

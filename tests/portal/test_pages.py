@@ -466,6 +466,14 @@ def test_a_bad_token_lifetime_is_shown_at_its_field(alice):
     assert not ApiToken.objects.exists()
 
 
+@pytest.mark.parametrize("days", ["forever", "0", "100000"])
+def test_a_refused_token_form_comes_back_as_typed(alice, days):
+    """Trial 20: the name was emptied and the days went back to the default after a refusal."""
+    html = signed_in(alice).post("/tokens/", {"name": "ci runner", "ttl_days": days}).content.decode()
+    assert 'maxlength="100" value="ci runner">' in html and f'value="{days}">' in html
+    assert not ApiToken.objects.exists()
+
+
 def test_the_live_metrics_reach_the_page_config(alice, demo_registered):
     job = submit(alice)
     metrics_record(job, epoch=1, values={"train/box_loss": 1.0})
