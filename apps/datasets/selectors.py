@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -111,14 +112,30 @@ def dataset_resolve(*, team, reference: str, kinds: tuple[str, ...] = (Dataset.K
         candidate = candidate / "data.yaml"
     if candidate.suffix not in {".yaml", ".yml"} or not candidate.is_file():
         names = sorted(set(Dataset.objects.filter(team=team).values_list("name", flat=True)))
-        known = f" (your team has: {', '.join(names)})" if names else " (your team has none registered)"
-        raise ValueError(f"unknown dataset {reference!r}{known}")
+        raise ValueError(f"unknown dataset {reference!r}{_known_names(reference, names)}")
     data_yaml_check(candidate, root=root)
     yaml_key = artifact_key(candidate)
     registered = Dataset.objects.filter(team=team, yaml_key=yaml_key).order_by("-version").first()
     if registered is not None:
         return _registered_ref(registered, kinds)
     return DataRef(yaml_key=yaml_key, folder_key=artifact_key(candidate.parent))
+
+
+KNOWN_NAMES_SHOWN = 10
+
+
+def _known_names(reference: str, names: list[str]) -> str:
+    """What an unknown ``data=`` is told: the closest names first ("did you mean"), then the team's
+    names up to :data:`KNOWN_NAMES_SHOWN` (a team of many datasets got every one of them in the
+    400, and a typo had to be spotted among them: new-user trial 20)."""
+    if not names:
+        return " (your team has none registered)"
+    typed = _VERSIONED.match(reference)
+    close = difflib.get_close_matches(typed.group("name") if typed else reference, names, n=3, cutoff=0.6)
+    listed = ", ".join(names[:KNOWN_NAMES_SHOWN])
+    more = f" and {len(names) - KNOWN_NAMES_SHOWN} more" if len(names) > KNOWN_NAMES_SHOWN else ""
+    guess = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f" (your team has: {listed}{more}){guess}"
 
 
 def _registered_ref(dataset: Dataset, kinds: tuple[str, ...]) -> DataRef:

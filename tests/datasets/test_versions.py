@@ -201,3 +201,17 @@ def test_a_registered_folder_is_refused_outside_the_data_store(teams, tmp_path):
     (outside / "data.yaml").write_text("train: images\nval: images\nnames: [a]\n")
     with pytest.raises(ValueError, match="not inside any artifact root"):
         dataset_register(team=teams["vision"], name="x", yaml_path=outside / "data.yaml")
+
+
+def test_an_unknown_dataset_suggests_the_closest_names_and_lists_a_few(bob, teams):
+    """Trial 20: the 400 listed every dataset of the team (25 in the trial's), a typo to be spotted among them."""
+    for name in ["pcb_defect", *(f"set{n:02d}" for n in range(14))]:
+        Dataset.objects.create(team=teams["vision"], name=name, key=f"datasets/vision/{name}/v1",
+                               yaml_key=f"datasets/vision/{name}/v1/data.yaml")
+
+    response = submit(bob, "pcb_defcet")
+
+    assert response.status_code == 400
+    assert response.json()["command.data"] == [
+        "unknown dataset 'pcb_defcet' (your team has: pcb_defect, set00, set01, set02, set03, set04, set05, set06, "
+        "set07, set08 and 5 more); did you mean pcb_defect?"]
