@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +82,14 @@ def version_resolve(*, team, reference: str) -> ModelVersion:
         found = versions.order_by("-version").first()
     if found is None:
         known = ", ".join(f"v{v}" for v in versions.order_by("version").values_list("version", flat=True)[:20])
-        raise ValueError(f"no registered model {reference!r} in your team" + (f" ({name} has {known})" if known else ""))
+        if known:
+            raise ValueError(f"no registered model {reference!r} in your team ({name} has {known})")
+        # A name the team has no version of: the closest ones it has (a typo, or "portal ft" typed as
+        # "portal-ft" for a version registered before trial 20).
+        names = sorted(set(ModelVersion.objects.filter(team=team).values_list("name", flat=True)))
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        raise ValueError(f"no registered model {reference!r} in your team"
+                         + (f"; did you mean {' or '.join(close)}? (yoloq model list)" if close else ""))
     if not found.weights_key:
         raise ValueError(f"model {found.reference} has no weights file any more")
     return found

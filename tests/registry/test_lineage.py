@@ -333,3 +333,11 @@ def test_a_stage_that_is_no_stage_is_refused_naming_the_stages(base, alice):
     response = api_client(alice).post(f"/api/v1/models/{base.pk}/stage/", {"stage": "prod"}, format="json")
     assert response.status_code == 400
     assert response.json() == {"stage": ["must be one of none, staging, production, archived, got 'prod'"]}
+
+
+def test_a_model_name_with_a_typo_is_told_the_closest_names(bob, base):
+    """Trial 20: `model=pbc:v1` said only "no registered model 'pbc:v1' in your team"."""
+    document = {"task_name": "t", "command": "yolo val model=pbc:v1 data=demo", "user": "vision"}
+    response = api_client(bob).post("/api/v1/jobs/", document, format="json")
+    assert response.json()["command.model"] == [
+        "no registered model 'pbc:v1' in your team; did you mean pcb? (yoloq model list)"]
