@@ -100,7 +100,10 @@ def continue_point(job: Job) -> ContinuePoint:
         raise ContinueRefused("state", f"job is {job.state}; only an ended job (failed, cancelled or timed out) "
                                        "can be continued")
     if job.state == JobState.SUCCEEDED:
-        raise ContinueRefused("state", "job succeeded: nothing left to train; use its weights")
+        # How to train on from here (new-user trial 20: "use its weights" left the how to the user).
+        version = getattr(job, "model_version", None)
+        how = f" (a new training job with model={version.reference} starts from them)" if version else ""
+        raise ContinueRefused("state", f"job succeeded: nothing left to train; use its weights{how}")
     stored = job.checkpoints.exclude(key="")
     newest = stored.order_by("-epoch").first()
     if newest is None:

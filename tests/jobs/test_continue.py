@@ -118,6 +118,23 @@ def test_a_succeeded_job_has_nothing_left_to_train(submit, alice):
     assert response.json()["state"] == ["job succeeded: nothing left to train; use its weights"]
 
 
+def test_a_succeeded_jobs_refusal_names_the_model_to_train_on_from(submit, alice):
+    """Trial 20: "use its weights" did not say how; the registered version's reference does."""
+    job = submit()
+    weights = job.run_dir / "train" / "weights" / "best.pt"
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(b"weights")
+    finished = {"mode": "train", "weights": str(weights), "metrics": {}, "code": {}, "exports": []}
+    assert attempt_finish(job, outcome="succeeded", exit_code=0, finished=finished) == "succeeded"
+    reference = Job.objects.get(pk=job.pk).model_version.reference
+
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/")
+
+    assert response.status_code == 409
+    assert response.json()["state"] == [f"job succeeded: nothing left to train; use its weights (a new training "
+                                        f"job with model={reference} starts from them)"]
+
+
 def test_a_checkpoint_of_the_final_epoch_leaves_nothing_to_train(submit, alice):
     job = submit()
     checkpoint(job, 5)
