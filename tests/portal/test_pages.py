@@ -498,6 +498,22 @@ def test_opening_a_buttons_address_says_to_press_the_button(bob):
     assert api.status_code == 405 and "detail" in api.json()  # the API's JSON 405 stays
 
 
+@pytest.mark.parametrize("path", ["/jobs/", "/dashboard/live/"])
+def test_a_range_that_ends_as_its_point_reads_once(path, alice, demo_registered):
+    """Trial 20: "in under a minute (up to under a minute)"."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    job = submit(alice, task_name="soon")
+    Job.objects.filter(pk=job.pk).update(estimated_start_at=now + timedelta(seconds=20),
+                                         estimated_start_low_at=now + timedelta(seconds=10),
+                                         estimated_start_high_at=now + timedelta(seconds=50))
+    text = re.sub(r"<[^>]+>", "", signed_in(alice).get(path).content.decode())
+    assert "in under a minute" in text and "(up to" not in text
+
+
 def test_times_read_on_one_clock_with_their_zone_and_never_0_minutes(alice, demo_registered):
     """Trial 16, G14: "in 0 minutes (up to 1 minute)", "Submitted 0 minutes ago", and a job page's
     "Dec. 3, 2026, 9:43 p.m." beside its reason's "expected 21:43 UTC"."""
