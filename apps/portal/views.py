@@ -171,6 +171,7 @@ def job_detail(request, job_id):
             "actions": {"cancel-form": [s.value for s in ACTIVE_STATES],
                         "requeue-form": [s.value for s in HOLDING_STATES], "class-form": [JobState.QUEUED.value]},
             "socket": f"/ws/jobs/{job.pk}/",
+            "time_zone": settings.TIME_ZONE,  # the clock the page's live times are written on
             "api": f"/api/v1/jobs/{job.pk}/",
             # A val, predict or export job has no curves: its results section is refetched when it ends.
             "outcome": reverse("job-outcome", args=[job.pk]) if outcome["mode"] != "train" else None,

@@ -351,10 +351,17 @@
     }).join(" · ");
   }
 
+  // The server's clock ("2026-12-04 14:01 UTC", yoloportal/formats), not the browser's locale: a
+  // live update turned it into "12/4/2026, 2:01:34 PM" beside "expected 14:01 UTC" (trial 20).
+  var CLOCK = new Intl.DateTimeFormat("en-GB", { timeZone: cfg.time_zone || "UTC", year: "numeric", month: "2-digit",
+    day: "2-digit", hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short" });
   function fmtTime(iso) {
     if (!iso) return "";
     var d = new Date(iso);
-    return isNaN(d) ? iso : d.toLocaleString();
+    if (isNaN(d)) return iso;
+    var p = {};
+    CLOCK.formatToParts(d).forEach(function (part) { p[part.type] = part.value; });
+    return p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + " " + p.timeZoneName;
   }
 
   function renderTimeline() {

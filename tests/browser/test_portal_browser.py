@@ -212,3 +212,20 @@ def test_a_jobs_buttons_go_once_its_state_no_longer_takes_them(live_portal, page
     page.wait_for_function("window.jobPage.state() === 'succeeded'", timeout=15000)
     assert not page.is_visible("#requeue-form") and not page.is_visible("#cancel-form")
     assert page.errors == []
+
+
+def test_live_times_read_on_the_servers_clock(live_portal, page, alice, node):
+    """Trial 20: the page's times were "2026-12-04 13:29 UTC" as rendered, then "12/4/2026, 1:29:31 PM"
+    (the browser's locale) once a live update rewrote them, beside reasons saying "expected 13:29 UTC"."""
+    from django.utils import timezone
+
+    _, web = live_portal
+    job = submit(alice, task_name="clock")
+    sign_in(page, web.url, "alice", "pw-alice")
+    page.goto(f"{web.url}/jobs/{job.pk}/")
+    started = timezone.now()
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.RUNNING, node=node, gpu_indices=[0],
+                   started_at=started)
+    page.wait_for_function("document.querySelector('[data-field=started_at]').textContent !== '–'", timeout=15000)
+    assert page.inner_text("[data-field=started_at]") == f"{started:%Y-%m-%d %H:%M} UTC"
+    assert page.errors == []
