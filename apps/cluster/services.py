@@ -17,6 +17,7 @@ from typing import Protocol
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from .models import GPU, ForeignAllocation, Node
@@ -36,11 +37,20 @@ class GpuFacts(Protocol):
     simulated: bool
 
 
+def back_state() -> Case:
+    """The state of a node whose worker reports again: active, or draining while an operator's
+    drain is in force (its reason stays until Resume). A drained node whose worker was stopped
+    for the maintenance came back active at its restart and took work (operator trial 20, F4):
+    Kubernetes keeps a cordon, Slurm a drain, across a restart of their node agent."""
+    return Case(When(drain_reason="", then=Value(Node.State.ACTIVE)), default=Value(Node.State.DRAINING))
+
+
 def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory_mb: int, hostname: str,
                   worker_pid: int | None, executor: str = Node.Executor.LOCAL, images: Sequence[str] = (),
                   limits: dict | None = None, partition: str = "", host_cpu_count: int | None = None,
                   host_memory_mb: int | None = None, features: Sequence[str] = ()) -> Node:
-    """Create or refresh the node and its GPUs; a lost node that comes back is active again.
+    """Create or refresh the node and its GPUs; a lost node that comes back is active again
+    (draining, if an operator drained it and has not resumed it: :func:`back_state`).
 
     ``images``: the images (environments) the node runs; ``limits``: what it enforces per
     attempt (``worker.executors.cgroups.Host.as_dict()``), shown in the cluster view.
@@ -67,8 +77,7 @@ def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory
                 "partition": partition,
             },
         )
-        Node.objects.filter(pk=node.pk, state__in=[Node.State.LOST, Node.State.STOPPING]).update(
-            state=Node.State.ACTIVE)
+        Node.objects.filter(pk=node.pk, state__in=[Node.State.LOST, Node.State.STOPPING]).update(state=back_state())
         GPU.objects.filter(node=node).exclude(index__in=[g.index for g in gpus]).delete()
         for g in gpus:
             GPU.objects.update_or_create(
@@ -92,7 +101,7 @@ def node_heartbeat(node: Node, *, gpus: Sequence[GpuFacts] | None = None) -> boo
         return False
     # A node marked lost during a long pause comes back; its old attempts were requeued
     # and are fenced off, so it is safe to take new work again.
-    if Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=Node.State.ACTIVE):
+    if Node.objects.filter(pk=node.pk, state=Node.State.LOST).update(state=back_state()):
         log.warning("node %s was marked lost; reporting again", node.name)
     for g in gpus or []:
         GPU.objects.filter(node=node, index=g.index).update(memory_used_mb=g.memory_used_mb, utilization=g.utilization)

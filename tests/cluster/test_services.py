@@ -170,3 +170,24 @@ def test_a_lost_or_draining_nodes_gpus_are_not_shown_as_idle_capacity(alice):
     html = page.get("/dashboard/live/").content.decode()
     assert html.count("not available (node draining)") == 2 and html.count("not available (node not reporting)") == 1
     assert ">idle<" not in html and 'id="gpus-available">0 available' in html
+
+
+def test_a_drained_node_whose_worker_restarts_stays_drained_until_resumed():
+    """Operator trial 20, F4: drained for a PSU swap, its worker stopped and started again, the node
+    came back active (the reason still stored) and took work before anyone pressed Resume."""
+    from apps.cluster.services import node_drain, node_resume, node_stopped
+
+    node = register()
+    assert node_drain(node=node, reason="PSU replacement")
+    assert node_stopped(node, hostname="host-a", worker_pid=1234)
+    assert Node.objects.get(pk=node.pk).state == Node.State.LOST
+    back = register()
+    assert (back.state, back.drain_reason) == (Node.State.DRAINING, "PSU replacement")
+
+    Node.objects.filter(pk=node.pk).update(state=Node.State.LOST)  # silent past the grace, then it beats
+    node_heartbeat(node)
+    assert Node.objects.get(pk=node.pk).state == Node.State.DRAINING
+
+    assert node_resume(node=node)
+    Node.objects.filter(pk=node.pk).update(state=Node.State.LOST)
+    assert register().state == Node.State.ACTIVE  # resumed: back to work as before
