@@ -269,3 +269,33 @@ def abandoned_run_folders_remove() -> int:
         log.info("removed %d run folder(s) of jobs no longer running (their results and checkpoints are "
                  "in the artifact store)", removed)
     return removed
+
+
+def shared_storage_problem() -> str:
+    """Why this machine cannot run jobs from the shared filesystem, or ''.
+
+    Without an object store every machine reads the artifacts from one ``DATA_DIR`` mounted at
+    the same path. A GPU server started with a ``DATA_DIR`` of its own (a local disk) registered,
+    took jobs, and failed each one for good with "dataset YAML not found" (operator trial 20,
+    F6). So the worker looks, before it registers, for the newest registered dataset version's
+    files where the database says they are; an installation with no dataset yet has nothing to
+    check (its first dataset is made on a machine that has the storage).
+    """
+    if not shared_filesystem():
+        return ""
+    from apps.datasets.models import Dataset
+
+    newest = Dataset.objects.select_related("team").order_by("-created_at", "-pk").first()
+    if newest is None:
+        return ""
+    key = newest.yaml_key or newest.key
+    try:
+        path = artifact_path(key)
+    except ArtifactKeyError:
+        return ""  # a key this machine cannot resolve is the job's problem, reported there
+    if path.exists():
+        return ""
+    return (f"this machine's artifact storage lacks {path}, which dataset {newest} is stored at: without "
+            f"ARTIFACTS_S3_BUCKET every machine must mount the same DATA_DIR at the same path (DATA_DIR is "
+            f"{settings.DATA_DIR}; README, Multi-node deployment), or its jobs fail here. Mount the shared "
+            f"storage there, or set ARTIFACTS_S3_* (docs/deploy.md, Storage beyond one disk)")

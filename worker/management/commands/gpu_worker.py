@@ -35,7 +35,7 @@ from apps.core.redis_outage import OutageTolerantWorker, redis_outage_consequenc
 from apps.jobs.spec import parse_memory_mb
 from apps.scheduling.dispatch import node_queue
 from apps.scheduling.kick import kick_scheduler
-from worker.artifacts import abandoned_run_folders_remove
+from worker.artifacts import abandoned_run_folders_remove, shared_storage_problem
 from worker.cache import cache_prune
 from worker.inventory import detect
 from worker.node import Heartbeat, register_this_host
@@ -97,6 +97,8 @@ class Command(BaseCommand):
                                       if features is not None else None)
 
         wait_until_migrated(log=log)  # started before `manage.py migrate`: one line a minute, not a traceback
+        if problem := shared_storage_problem():  # before it registers: a node that would fail every job
+            raise CommandError(f"node {name} not started: {problem}")
         node = register()
         if node.cpu_count > node.host_cpu_count or node.memory_mb > node.host_memory_mb:
             self.stdout.write(self.style.WARNING(
