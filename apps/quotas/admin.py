@@ -13,6 +13,9 @@ class UsageRecordAdmin(TeamScopedAdmin, admin.ModelAdmin):
     list_filter = ["team", "priority_class"]
     manager_can_change = False  # the ledger is written by the system only
 
+    def has_add_permission(self, request, *args):
+        return False  # superusers too: a hand-made record charged hours no attempt ran (operator trial 20, F1)
+
 
 @admin.register(TeamQuota)
 class TeamQuotaAdmin(TeamScopedAdmin, admin.ModelAdmin):

@@ -164,3 +164,38 @@ def test_node_labels_and_a_model_versions_size_read_as_people_write_them(superus
         shown = admin_client(viewer).get(f"/admin/registry/modelversion/{version.pk}/change/").content.decode()
         assert "5.9 MiB (6,190,186 bytes)" in shown and ">6190186<" not in shown
     assert "5.9 MiB (6,190,186 bytes)" in client.get("/admin/registry/modelversion/").content.decode()
+
+
+def test_nobody_adds_jobs_or_their_records_in_admin(superuser):
+    """Operator trial 20, F1: a superuser's "Add job" made a job with no parsed spec, which the
+    scheduler placed and its worker failed with KeyError: 'resolved'."""
+    client = admin_client(superuser)
+    for model in ("jobs/job", "jobs/jobevent", "jobs/metricpoint", "jobs/logchunk", "jobs/checkpoint",
+                  "quotas/usagerecord"):
+        assert client.get(f"/admin/{model}/add/").status_code == 403, model
+        assert f'href="/admin/{model}/add/"' not in client.get(f"/admin/{model}/").content.decode(), model
+
+
+def test_a_job_that_may_still_run_is_not_deleted_until_it_has_ended(superuser, bob, node, demo_registered):
+    """Operator trial 20, F2: deleting a running job in admin freed its GPUs while its training went
+    on, and its worker then died on the missing row. Cancel first; an ended job may go."""
+    from apps.jobs.services import attempt_start, job_cancel, job_claim
+
+    client = admin_client(superuser)
+    job = submit(bob, task_name="still-running")
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name=node.name)
+
+    html = client.post(f"/admin/jobs/job/{job.pk}/delete/", {"post": "yes"}, follow=True).content.decode()
+    assert "Not deleted: job still-running is running: cancel it first" in html
+    html = client.post("/admin/jobs/job/", {"action": "delete_selected", "_selected_action": [str(job.pk)],
+                                            "post": "yes"}, follow=True).content.decode()
+    assert Job.objects.filter(pk=job.pk).exists()
+    assert "job still-running is running: cancel it first" in html
+
+    queued = submit(bob, task_name="queued-one")
+    client.post(f"/admin/jobs/job/{queued.pk}/delete/", {"post": "yes"})
+    assert Job.objects.filter(pk=queued.pk).exists()
+    assert job_cancel(job=Job.objects.get(pk=queued.pk), by=superuser)
+    client.post(f"/admin/jobs/job/{queued.pk}/delete/", {"post": "yes"})
+    assert not Job.objects.filter(pk=queued.pk).exists()  # cancelled: it may go
