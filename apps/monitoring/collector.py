@@ -114,6 +114,9 @@ class YoloportalCollector(Collector):
         add(GaugeMetricFamily("yoloportal_node_info", "Node state and whether its GPUs are simulated.",
                               labels=["node", "state", "simulated"]))
         add(GaugeMetricFamily("yoloportal_node_gpus", "GPUs registered on the node.", labels=["node"]))
+        add(GaugeMetricFamily("yoloportal_node_drained",
+                              "1 while an operator's drain is in force (until Resume), whatever the node's state.",
+                              labels=["node"]))
         add(GaugeMetricFamily("yoloportal_gpu_utilization_ratio",
                               "GPU utilisation from the node's last heartbeat (pynvml; 0 when simulated).",
                               labels=["node", "gpu"]))
@@ -254,6 +257,9 @@ class YoloportalCollector(Collector):
             f["yoloportal_node_up"].add_metric([node.name], 1 if up else 0)
             f["yoloportal_node_info"].add_metric([node.name, node.state, str(node.simulated).lower()], 1)
             f["yoloportal_node_gpus"].add_metric([node.name], gpu_count.get(node.pk, 0))
+            # A drained node stopped for its maintenance is lost on purpose: the node-lost alert leaves
+            # it alone (operator trial 20, F5). The reason stays until Resume, through the stop.
+            f["yoloportal_node_drained"].add_metric([node.name], 1 if node.drain_reason else 0)
 
     def collect_running(self, f: dict[str, Metric]) -> None:
         latest = MetricPoint.objects.filter(job=OuterRef("pk")).order_by("-epoch")

@@ -269,3 +269,21 @@ def test_check_deploy_names_a_missing_metrics_token(tmp_path):
 
     result = deploy_check(tmp_path, SECURE="true", ALLOWED_HOSTS="portal.example.com", DEBUG="false")
     assert result.returncode != 0 and "METRICS_TOKEN" in result.stdout + result.stderr
+
+
+def test_a_drained_node_says_so_through_its_stop_until_resumed(node):
+    """Operator trial 20, F5: drained and stopped for maintenance as docs/deploy.md says, the node
+    was lost and the critical node-lost alert paged; the rule now leaves drained nodes alone."""
+    from apps.cluster.services import node_drain, node_resume, node_stopped
+
+    assert value(scrape()[1], "yoloportal_node_drained", node="node-a") == 0
+    node_drain(node=node, reason="PSU replacement")
+    node_stopped(node, hostname=node.hostname, worker_pid=node.worker_pid)
+    _, text = scrape()
+    assert value(text, "yoloportal_node_up", node="node-a") == 0
+    assert value(text, "yoloportal_node_drained", node="node-a") == 1
+    node.refresh_from_db()
+    node.state = "draining"
+    node.save(update_fields=["state"])
+    node_resume(node=node)
+    assert value(scrape()[1], "yoloportal_node_drained", node="node-a") == 0
