@@ -139,7 +139,10 @@ class AuditedModelAdmin:
                 return None
         return getattr(obj, "team_id", None)
 
-    def audit(self, request, entry_action: str, obj: Model, *, target_id: str | None = None, **data: Any) -> None:
+    def audit(self, request, entry_action: str, obj: Model, *, target_id: str | None = None,
+              named: str | None = None, **data: Any) -> None:
+        """``named``: the object as described before a delete (afterwards a job read "long-1 (None)":
+        its text holds its primary key, gone with the row; operator trial 20, F3)."""
         data = {"model": obj._meta.label, **data}
         # An action's entry names it, and a change's says what changed (the drain's reason, a
         # deactivation): a node's History read the same row for a drain and a resume (manager
@@ -147,7 +150,7 @@ class AuditedModelAdmin:
         said = changes_in_words(data["changes"]) if data.get("changes") else ""
         audit_record(actor=request.user, action=entry_action, team=self.audit_team(obj), target=obj,
                      target_id=target_id, data=data,
-                     message=f"{data['action'] + ': ' if 'action' in data else ''}{described(obj)} "
+                     message=f"{data['action'] + ': ' if 'action' in data else ''}{named or described(obj)} "
                              f"by {request.user.get_username()}" + (f": {said}" if said else ""))
 
     # --- the main form ---------------------------------------------------------------------
@@ -168,15 +171,16 @@ class AuditedModelAdmin:
             self.audit(request, action, obj, changes=changes)
 
     def delete_model(self, request, obj):
-        before, target_id = snapshot(obj), str(obj.pk)
+        before, target_id, named = snapshot(obj), str(obj.pk), described(obj)
         super().delete_model(request, obj)
-        self.audit(request, AuditEntry.Action.ADMIN_DELETE, obj, target_id=target_id, before=before)
+        self.audit(request, AuditEntry.Action.ADMIN_DELETE, obj, target_id=target_id, named=named, before=before)
 
     def delete_queryset(self, request, queryset):
-        rows = [(obj, snapshot(obj), str(obj.pk)) for obj in queryset]
+        rows = [(obj, snapshot(obj), str(obj.pk), described(obj)) for obj in queryset]
         super().delete_queryset(request, queryset)
-        for obj, before, target_id in rows:
-            self.audit(request, AuditEntry.Action.ADMIN_DELETE, obj, target_id=target_id, before=before)
+        for obj, before, target_id, named in rows:
+            self.audit(request, AuditEntry.Action.ADMIN_DELETE, obj, target_id=target_id, named=named,
+                       before=before)
 
     # --- inlines ------------------------------------------------------------------------------
 
@@ -189,7 +193,8 @@ class AuditedModelAdmin:
                 continue
             if formset.can_delete and formset._should_delete_form(inline_form):
                 if instance.pk is not None:
-                    pending.append((AuditEntry.Action.ADMIN_DELETE, instance, snapshot(instance), str(instance.pk)))
+                    pending.append((AuditEntry.Action.ADMIN_DELETE, instance, snapshot(instance),
+                                    (str(instance.pk), described(instance))))
                 continue
             if inline_form.has_changed():
                 names = {f.name for f in audited_fields(type(instance)) if f.name in inline_form.fields}
@@ -199,7 +204,8 @@ class AuditedModelAdmin:
         super().save_formset(request, form, formset, change)
         for kind, instance, before, extra in pending:
             if kind == AuditEntry.Action.ADMIN_DELETE:
-                self.audit(request, kind, instance, target_id=extra, before=before)
+                target_id, named = extra
+                self.audit(request, kind, instance, target_id=target_id, named=named, before=before)
                 continue
             saved = stored(instance)
             if saved is None:

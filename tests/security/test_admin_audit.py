@@ -444,3 +444,15 @@ def test_a_zero_half_life_is_refused_at_its_field_in_the_forms_words(superuser):
     form = response.context["adminform"].form
     assert list(form.errors) == ["half_life_hours"], form.errors
     assert "half_life_s" not in response.content.decode()
+
+
+def test_a_deleted_jobs_entry_names_it_by_its_id(superuser, bob, teams):
+    """Operator trial 20, F3: the entry read "job long-1 (None) by admin" (its text was made after
+    the row, and with it the primary key, had gone)."""
+    from apps.jobs.services import job_cancel
+
+    job = make_job(team=teams["vision"], user=bob, task_name="long-1")
+    assert job_cancel(job=job, by=superuser)
+    admin_client(superuser).post(f"/admin/jobs/job/{job.pk}/delete/", {"post": "yes"})
+    (deleted,) = entries("admin.delete", target_type="job")
+    assert deleted.message == f"job long-1 ({job.pk}) by root"
