@@ -277,3 +277,15 @@ def test_a_kind_that_is_no_kind_is_refused_naming_the_kinds(alice):
         "name": "phone", "kind": "sms", "target": "+4912345"}, format="json")
     assert response.status_code == 400
     assert response.json()["kind"] == ["must be one of email, webhook, apprise, got 'sms'"]
+
+
+def test_a_channel_made_in_admin_records_who_made_it_without_asking(superuser, teams):
+    """Operator trial 20, F7: the add form required a "Created by" user, chosen from every account."""
+    from tests.conftest import admin_client
+
+    client = admin_client(superuser)
+    assert 'name="created_by"' not in client.get("/admin/notifications/channel/add/").content.decode()
+    saved = client.post("/admin/notifications/channel/add/", channel_form(team=teams["vision"].pk,
+                                                                          events='["failed"]'))
+    assert saved.status_code == 302
+    assert Channel.objects.get().created_by == superuser
