@@ -167,6 +167,12 @@ def membership_set(*, user, team: Team, role: str, by=None) -> Membership:
         raise FieldErrors({"role": refused})
     previous = existing.role if existing is not None else None
     membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
+    if role in MANAGING_ROLES and not user.is_staff:
+        # Managers run their team from Django admin (scoped to it), which signs in staff only: one
+        # made manager on a team's admin page was told "enter the correct username and password for
+        # a staff account" (operator trial 20, F8); `manage.py team` did this itself.
+        type(user).objects.filter(pk=user.pk).update(is_staff=True)
+        user.is_staff = True
     if previous != role:
         audit_record(actor=by, action=AuditEntry.Action.ROLE_CHANGE, team=team, target=membership,
                      message=f"{user.get_username()}: {previous or 'not a member'} → {role} in {team.slug}",

@@ -96,3 +96,18 @@ def test_manage_py_team_refuses_to_remove_or_demote_the_last_manager(alice, bob,
         call_command("team", "add-member", "vision", "alice", stdout=io.StringIO())
     assert role_of(alice, teams["vision"]) == "manager"
     assert Membership.objects.filter(user__username="dave", team=teams["robotics"]).exists()
+
+
+def test_someone_made_manager_in_admin_can_sign_in_to_admin(superuser, bob, teams):
+    """Operator trial 20, F8: made a team's manager on its admin page, bob could not sign in to
+    the admin that managers run their team from ("enter the correct username and password for a
+    staff account"); only `manage.py team` and demo_setup made managers staff."""
+    from django.test import Client
+
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    admin_client(superuser).post(f"/admin/accounts/membership/{membership.pk}/change/",
+                                 {"user": bob.pk, "team": teams["vision"].pk, "role": "manager"})
+    assert Membership.objects.get(pk=membership.pk).role == "manager"
+    client = Client()
+    client.post("/admin/login/", {"username": "bob", "password": "pw-bob", "next": "/admin/"})
+    assert client.get("/admin/jobs/job/").status_code == 200
