@@ -277,24 +277,28 @@ def shared_storage_problem() -> str:
     Without an object store every machine reads the artifacts from one ``DATA_DIR`` mounted at
     the same path. A GPU server started with a ``DATA_DIR`` of its own (a local disk) registered,
     took jobs, and failed each one for good with "dataset YAML not found" (operator trial 20,
-    F6). So the worker looks, before it registers, for the newest registered dataset version's
-    files where the database says they are; an installation with no dataset yet has nothing to
-    check (its first dataset is made on a machine that has the storage).
+    F6). So the worker looks, before it registers, for the newest registered dataset versions'
+    files where the database says they are: one of the newest three found is enough (one file
+    lost on the shared storage must not keep every worker from starting); an installation with
+    no dataset yet has nothing to check (its first dataset is made on a machine that has the storage).
     """
     if not shared_filesystem():
         return ""
     from apps.datasets.models import Dataset
 
-    newest = Dataset.objects.select_related("team").order_by("-created_at", "-pk").first()
-    if newest is None:
+    newest = list(Dataset.objects.select_related("team").order_by("-created_at", "-pk")[:3])
+    missing = []
+    for dataset in newest:
+        try:
+            path = artifact_path(dataset.yaml_key or dataset.key)
+        except ArtifactKeyError:
+            return ""  # a key this machine cannot resolve is the job's problem, reported there
+        if path.exists():
+            return ""
+        missing.append((dataset, path))
+    if not missing:
         return ""
-    key = newest.yaml_key or newest.key
-    try:
-        path = artifact_path(key)
-    except ArtifactKeyError:
-        return ""  # a key this machine cannot resolve is the job's problem, reported there
-    if path.exists():
-        return ""
+    newest, path = missing[0]
     return (f"this machine's artifact storage lacks {path}, which dataset {newest} is stored at: without "
             f"ARTIFACTS_S3_BUCKET every machine must mount the same DATA_DIR at the same path (DATA_DIR is "
             f"{settings.DATA_DIR}; README, Multi-node deployment), or its jobs fail here. Mount the shared "

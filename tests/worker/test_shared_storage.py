@@ -33,3 +33,15 @@ def test_the_shared_storage_and_an_empty_installation_pass(demo_registered, sett
     Dataset.objects.all().delete()
     settings.DATASETS_DIR = tmp_path / "elsewhere"
     assert shared_storage_problem() == ""  # no dataset yet: nothing to look for
+
+
+def test_one_lost_dataset_file_does_not_keep_a_worker_on_the_shared_storage_from_starting(demo_registered):
+    """Only when none of the newest three datasets is where the database says is the storage not this
+    machine's: one file lost on the shared storage must not stop every worker of the cluster."""
+    from apps.datasets.models import Dataset
+
+    lost = Dataset.objects.order_by("-created_at").first()
+    lost.pk, lost.version = None, lost.version + 1
+    lost.key, lost.yaml_key = f"{lost.key}-lost", f"{lost.key}-lost/data.yaml"
+    lost.save()
+    assert shared_storage_problem() == ""
