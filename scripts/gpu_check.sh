@@ -56,6 +56,21 @@ from apps.jobs.services import job_submit
 from apps.core.strict_yaml import load_yaml
 from apps.jobs.spec import parse_spec
 
+started = time.time()
+
+
+def submit_and_wait(text: str, what: str) -> Job:
+    """Submit the YAML spec ``text`` as alice; wait until it ends (30 minutes for the whole check)."""
+    job, _ = job_submit(user=get_user_model().objects.get(username="alice"),
+                        spec=parse_spec(load_yaml(text, max_bytes=65536)))
+    while Job.objects.get(pk=job.pk).state not in ("succeeded", "failed", "cancelled", "timed_out"):
+        if time.time() - started > 1800:
+            raise SystemExit(f"{what} did not finish within the check's 30 minutes")
+        time.sleep(1)
+    job.refresh_from_db()
+    return job
+
+
 deadline = time.time() + 120
 while not Node.objects.filter(name="gpucheck").exists():
     if time.time() > deadline:
@@ -66,14 +81,8 @@ print("node:", node.name, "simulated" if node.simulated else "NVIDIA", [str(g) f
 if node.simulated and not simulated:
     raise SystemExit("the worker registered simulated GPUs: no NVIDIA GPU was detected")
 imgsz = 64 if simulated else 320
-spec = parse_spec(load_yaml(f'task_name: gpu-check\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz={imgsz} batch=16"\nexport: [onnx]\nresources: {{gpu: 1}}\nuser: vision\ntimeout: 1800\n', max_bytes=65536))
-job, _ = job_submit(user=get_user_model().objects.get(username="alice"), spec=spec)
-started = time.time()
-while Job.objects.get(pk=job.pk).state not in ("succeeded", "failed", "cancelled", "timed_out"):
-    if time.time() - started > 900:
-        raise SystemExit("the job did not finish within 15 minutes")
-    time.sleep(1)
-job.refresh_from_db()
+job = submit_and_wait(f'task_name: gpu-check\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=1 imgsz={imgsz} '
+                      'batch=16"\nexport: [onnx]\nresources: {gpu: 1}\nuser: vision\ntimeout: 1800\n', "the training job")
 for e in JobEvent.objects.filter(job=job):
     print(f"  {e.created_at:%H:%M:%S} {e.kind}: {e.message}")
 print("state:", job.state, "gpus:", job.gpu_indices, "weights:", job.weights_path)
@@ -105,15 +114,9 @@ if not any(l.startswith("yoloportal_gpu_memory_total_bytes") and not l.endswith(
 # in epoch 1, and past that the portal requeues from the last checkpoint with half the batch
 # (at most CUDA_OOM_RETRIES). The job must end succeeded, with the cap in its log.
 imgsz, batch = (64, 16) if simulated else (2560, 1024)
-spec = parse_spec(load_yaml('task_name: gpu-check-share\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=2 '
-                            f'imgsz={imgsz} batch={batch}"\nresources: {{gpu: 0.125}}\nuser: vision\ntimeout: 1800\n',
-                            max_bytes=65536))
-job, _ = job_submit(user=get_user_model().objects.get(username="alice"), spec=spec)
-while Job.objects.get(pk=job.pk).state not in ("succeeded", "failed", "cancelled", "timed_out"):
-    if time.time() - started > 1800:
-        raise SystemExit("the fractional job did not finish within 30 minutes")
-    time.sleep(1)
-job.refresh_from_db()
+job = submit_and_wait('task_name: gpu-check-share\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=2 '
+                      f'imgsz={imgsz} batch={batch}"\nresources: {{gpu: 0.125}}\nuser: vision\ntimeout: 1800\n',
+                      "the fractional job")
 print(f"== fractional job (0.125 of GPU 0, batch={batch} imgsz={imgsz})")
 for e in JobEvent.objects.filter(job=job):
     print(f"  {e.created_at:%H:%M:%S} {e.kind}: {e.message}")
@@ -128,15 +131,8 @@ if job.state != "succeeded":
     raise SystemExit(1)
 # --- An FP16 TorchScript export job: traced on the GPU (refused at submit where GPUs are simulated) ---
 if not simulated:
-    spec = parse_spec(load_yaml('task_name: gpu-check-export\ncommand: "yolo export model=gpu-check:v1 '
-                                'format=torchscript half=true imgsz=320"\nresources: {gpu: 1}\nuser: vision\n',
-                                max_bytes=65536))
-    job, _ = job_submit(user=get_user_model().objects.get(username="alice"), spec=spec)
-    while Job.objects.get(pk=job.pk).state not in ("succeeded", "failed", "cancelled", "timed_out"):
-        if time.time() - started > 1800:
-            raise SystemExit("the export job did not finish")
-        time.sleep(1)
-    job.refresh_from_db()
+    job = submit_and_wait('task_name: gpu-check-export\ncommand: "yolo export model=gpu-check:v1 '
+                          'format=torchscript half=true imgsz=320"\nresources: {gpu: 1}\nuser: vision\n', "the export job")
     print("== FP16 TorchScript export job:", job.state, job.error)
     for export in Export.objects.filter(job=job):
         print("export:", export.format, export.options, export.size, "bytes, verification", export.verification)
