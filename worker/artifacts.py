@@ -286,20 +286,19 @@ def shared_storage_problem() -> str:
         return ""
     from apps.datasets.models import Dataset
 
-    newest = list(Dataset.objects.select_related("team").order_by("-created_at", "-pk")[:3])
-    missing = []
-    for dataset in newest:
+    first = None  # (dataset, path) of the newest one, if all are missing
+    for dataset in Dataset.objects.select_related("team").order_by("-created_at", "-pk")[:3]:
         try:
             path = artifact_path(dataset.yaml_key or dataset.key)
         except ArtifactKeyError:
             return ""  # a key this machine cannot resolve is the job's problem, reported there
         if path.exists():
             return ""
-        missing.append((dataset, path))
-    if not missing:
+        first = first or (dataset, path)
+    if first is None:
         return ""
-    newest, path = missing[0]
-    return (f"this machine's artifact storage lacks {path}, which dataset {newest} is stored at: without "
+    dataset, path = first
+    return (f"this machine's artifact storage lacks {path}, which dataset {dataset} is stored at: without "
             f"ARTIFACTS_S3_BUCKET every machine must mount the same DATA_DIR at the same path (DATA_DIR is "
             f"{settings.DATA_DIR}; README, Multi-node deployment), or its jobs fail here. Mount the shared "
             f"storage there, or set ARTIFACTS_S3_* (docs/deploy.md, Storage beyond one disk)")

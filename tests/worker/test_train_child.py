@@ -87,12 +87,12 @@ class Sandbox:
         self.network_log.touch()
         self.runs = 0
 
-    def config(self, *, epochs: int, resume_from: Path | None = None, **extra: Any) -> Path:
+    def config(self, *, epochs: int, resume_from: Path | None = None, batch: int = 8, **extra: Any) -> Path:
         self.runs += 1
         config = {
             "model": "yolov8n.yaml",
             "data": str(self.data),
-            "args": {"epochs": epochs, "imgsz": 128, "batch": 8, "workers": 0, "seed": 0},
+            "args": {"epochs": epochs, "imgsz": 128, "batch": batch, "workers": 0, "seed": 0},
             "device": "cpu",
             "project": str(self.root / "runs"),
             "name": "job-1",
@@ -453,10 +453,7 @@ def test_a_cuda_out_of_memory_is_reported_as_such_after_the_checkpoint(tmp_path:
     assert "CUDA out of memory" in error["message"]
     # Resumed with half the batch, the same fault no longer fires and training finishes.
     checkpoint = Path(of_type(events, "checkpoint")[0]["path"])
-    again = box.config(epochs=2, resume_from=checkpoint, fault_cuda_oom_above_batch=4)
-    cfg = json.loads(again.read_text())
-    cfg["args"]["batch"] = 4
-    again.write_text(json.dumps(cfg))
+    again = box.config(epochs=2, resume_from=checkpoint, batch=4, fault_cuda_oom_above_batch=4)
     code, output = box.run(again)
     assert code == EXIT_OK, output[-4000:]
     resumed = events_of(again)
@@ -484,10 +481,7 @@ def test_a_batch_above_the_training_images_is_reported_and_halved_as_the_images(
     portal's out-of-memory retry halves to 6 (it halved 1024 → 64 of 32 images on an H200, every
     try the same batch of 32)."""
     box = Sandbox(tmp_path, generate_demo_dataset(tmp_path / "demo", train=12, val=4))
-    config = box.config(epochs=2, fault_cuda_oom_above_batch=8, cpu_threads=1)
-    cfg = json.loads(config.read_text())
-    cfg["args"]["batch"] = 64
-    config.write_text(json.dumps(cfg))
+    config = box.config(epochs=2, batch=64, fault_cuda_oom_above_batch=8, cpu_threads=1)
     code, output = box.run(config)
     assert code == EXIT_FAILED, output[-4000:]
     events = events_of(config)
