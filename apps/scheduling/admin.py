@@ -1,4 +1,4 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from apps.core.admin_scoping import SuperuserEditAdmin
 
@@ -34,3 +34,5 @@ class SchedulerConfigAdmin(SuperuserEditAdmin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         kick_scheduler()
+        for said in obj.surprises():
+            self.message_user(request, said, messages.WARNING)

@@ -29,9 +29,13 @@ class SchedulerConfig(models.Model):
                                            validators=[MinValueValidator(0.01)])
     user_gpu_hours_per_day = models.FloatField(verbose_name="user GPU-hours per day",
                                                null=True, blank=True, default=PolicyConfig.user_gpu_hours_per_day,
-                                               help_text="per user, rolling 24 h; empty = no limit")
+                                               validators=[MinValueValidator(0)],
+                                               help_text="per user, rolling 24 h; empty = no limit; 0 = no new starts")
+    # 0 refused: every job would be refused at submission as "can never start" (a pause is
+    # user GPU-hours per day 0, or a node drain, which say so).
     max_gpus_per_job = models.FloatField(verbose_name="max GPUs per job",
-                                         null=True, blank=True, help_text="empty = no limit")
+                                         null=True, blank=True, validators=[MinValueValidator(0.01)],
+                                         help_text="empty = no limit")
     preemption = models.BooleanField(default=PolicyConfig.preemption)
     preempt_min_runtime_s = models.FloatField(default=PolicyConfig.preempt_min_runtime_s,
                                               validators=[MinValueValidator(0)])
@@ -54,9 +58,10 @@ class SchedulerConfig(models.Model):
         help_text="with size preemption: a starving job may preempt a job already preempted the most times "
                   "allowed once it has run this long in its attempt; empty = never (docs/scheduling.md)")
     default_urgent_gpu_hours_per_day = models.FloatField(verbose_name="default urgent GPU-hours per day",
-                                                         default=TeamPolicy.urgent_gpu_hours_per_day)
+                                                         default=TeamPolicy.urgent_gpu_hours_per_day,
+                                                         validators=[MinValueValidator(0)])
     default_urgent_max_gpus = models.FloatField(verbose_name="default urgent max GPUs",
-                                                default=TeamPolicy.urgent_max_gpus)
+                                                default=TeamPolicy.urgent_max_gpus, validators=[MinValueValidator(0)])
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -66,7 +71,13 @@ class SchedulerConfig(models.Model):
     def __str__(self) -> str:
         return f"scheduler configuration ({self.policy})"
 
+    WEIGHTS = ("weight_fairshare", "weight_age", "weight_size", "weight_class")
+
     def clean(self) -> None:
+        if self.policy == self.Policy.FAIR and all(getattr(self, name) == 0 for name in self.WEIGHTS):
+            # Every queued job would get priority 0 and the order would be the tie-break alone.
+            said = "all four priority weights are 0: every job's priority would be 0; set at least one above 0"
+            raise ValidationError({name: said for name in self.WEIGHTS})
         # A zero or negative duration is its own field's error, in the form's words (Django runs
         # clean() after a field failed too): PolicyConfig's says "half_life_s must be > 0" on a
         # field labelled "Half life hours" (manager trial F26).
@@ -77,6 +88,18 @@ class SchedulerConfig(models.Model):
             self.to_policy()
         except ValueError as exc:
             raise ValidationError(str(exc)) from None
+
+    def surprises(self) -> list[str]:
+        """What a saved configuration makes happen that its editor may not expect, a sentence each.
+
+        Warnings, not refusals: 0 user GPU-hours per day is a legitimate way to stop new starts
+        for a while, but it stops every user of every team without an override of its own.
+        """
+        said = []
+        if self.user_gpu_hours_per_day == 0:
+            said.append("user GPU-hours per day 0: no user may start a job (teams with a user GPU-hours per "
+                        "day of their own excepted) until it is raised or emptied")
+        return said
 
     @classmethod
     def current(cls) -> SchedulerConfig:
