@@ -39,6 +39,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 INSTALLED_APPS = [
     "daphne",
     "apps.accounts.admin_apps.AuditedAdminConfig",  # django.contrib.admin, every change audited
+    "apps.core",  # before django.contrib.auth: its changepassword replaces auth's (apps/core/management)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -48,7 +49,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "django_rq",
-    "apps.core",
     "apps.accounts",
     "apps.cluster",
     "apps.datasets",
