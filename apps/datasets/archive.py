@@ -225,6 +225,16 @@ def skipped_summary(plan: ArchivePlan) -> list[str]:
     return lines[:MAX_REPORTED_PROBLEMS]
 
 
+def class_id(key: Any) -> int | None:
+    """A ``names`` key as a class id: an integer, or digits in a string (``"0": cat``), which
+    Ultralytics' ``check_class_names`` turns into ints too; None for anything else."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key if key >= 0 else None
+    if isinstance(key, str) and re.fullmatch(r"[0-9]+", key.strip()):
+        return int(key)
+    return None
+
+
 def _class_names(document: dict) -> dict[int, str] | str:
     names = document.get("names")
     if names is None:
@@ -242,16 +252,19 @@ def _class_names(document: dict) -> dict[int, str] | str:
         return f"'names' has {len(names)} classes; the limit is {MAX_CLASSES}"
     out: dict[int, str] = {}
     for key, value in names.items():
-        if not isinstance(key, int) or isinstance(key, bool) or key < 0:
+        number = class_id(key)
+        if number is None:
             return f"'names' has a non-integer class id {key!r}"
+        if number in out:
+            return f"'names' gives class id {number} twice ({key!r} is the second)"
         if not isinstance(value, (str, int, float)) or len(str(value)) > 200:
             return f"'names' entry {key} must be a short name"
-        out[key] = str(value)
+        out[number] = str(value)
     if sorted(out) != list(range(len(out))):
         return "'names' class ids must be 0, 1, 2, … without gaps"
     if "nc" in document and document["nc"] != len(out):
         return f"'nc' is {document['nc']!r} but 'names' has {len(out)} entries"
-    return out
+    return dict(sorted(out.items()))
 
 
 def kpt_shape_problem(value: Any) -> str:

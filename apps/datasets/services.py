@@ -29,6 +29,7 @@ from .archive import (
     Problem,
     archive_extract,
     archive_inspect,
+    class_id,
     data_yaml_text,
     kpt_shape_problem,
     skipped_summary,
@@ -53,8 +54,8 @@ def _names_and_splits(yaml_path: Path) -> tuple[list[str], dict[str, str], list[
     """(class names, split → images folder relative to the YAML, ``kpt_shape`` of a pose dataset or None)."""
     document = load_yaml(yaml_path.read_bytes()[: DATA_YAML_MAX_BYTES + 1], max_bytes=DATA_YAML_MAX_BYTES)
     names = document.get("names") or {}
-    if isinstance(names, dict):
-        names = [str(names[k]) for k in sorted(names)]
+    if isinstance(names, dict):  # {"10": x, "2": y} in class-id order, as Ultralytics reads it (not "10" < "2")
+        names = [str(names[k]) for k in sorted(names, key=lambda k: (class_id(k) is None, class_id(k) or 0, str(k)))]
     base = Path(document["path"]) if document.get("path") else yaml_path.parent
     splits = {}
     for key in ("train", "val", "test"):

@@ -411,3 +411,28 @@ def test_a_label_file_mixing_boxes_and_polygons_is_refused_by_name(bob, storage)
     assert response.status_code == 400
     problem = {p["path"]: p["problem"] for p in response.json()["problems"]}["labels/train/0.txt"]
     assert problem.startswith("line 2 is a box and line 1 a polygon: Ultralytics skips a label file that mixes them")
+
+
+def test_names_with_string_class_ids_are_taken_as_ultralytics_takes_them(bob, storage):
+    """``names: {"0": cat}`` was refused as "a non-integer class id '0'"; Ultralytics'
+    check_class_names turns such keys into ints, so the upload stores them as ints."""
+    data_yaml = b'train: images/train\nval: images/val\nnames: {"1": dent, "0": scratch}\n'
+    response = post(bob, make_zip(valid_files() | {"data.yaml": data_yaml}))
+    assert response.status_code == 201, response.content
+    assert response.json()["names"] == ["scratch", "dent"]
+    document = yaml.safe_load((storage / "vision" / "pcb" / "v1" / "data.yaml").read_text())
+    assert document["names"] == {0: "scratch", 1: "dent"}
+
+
+@pytest.mark.parametrize(("names", "problem"), [
+    ('{0: scratch, "0": dent}', "'names' gives class id 0 twice ('0' is the second)"),
+    ('{"0": scratch, "1.5": dent}', "'names' has a non-integer class id '1.5'"),
+    ('{"0": scratch, "-1": dent}', "'names' has a non-integer class id '-1'"),
+    ('{"0": scratch, "one": dent}', "'names' has a non-integer class id 'one'"),
+    ('{"0": scratch, "2": dent}', "'names' class ids must be 0, 1, 2, … without gaps"),
+])
+def test_string_class_ids_that_ultralytics_would_misread_are_still_refused(bob, storage, names, problem):
+    data_yaml = f"train: images/train\nval: images/val\nnames: {names}\n".encode()
+    response = post(bob, make_zip(valid_files() | {"data.yaml": data_yaml}))
+    assert response.status_code == 400
+    assert {p["path"]: p["problem"] for p in response.json()["problems"]}["data.yaml: names"] == problem

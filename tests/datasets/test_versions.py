@@ -215,3 +215,17 @@ def test_an_unknown_dataset_suggests_the_closest_names_and_lists_a_few(bob, team
     assert response.json()["command.data"] == [
         "unknown dataset 'pcb_defcet' (your team has: pcb_defect, set00, set01, set02, set03, set04, set05, set06, "
         "set07, set08 and 5 more); did you mean pcb_defect?"]
+
+
+def test_a_registered_yaml_with_string_class_ids_lists_its_names_in_class_id_order(teams):
+    """``names: {"0": a, …, "10": k}`` came out "0", "1", "10", "2", …: sorted as strings."""
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.selectors import team_dataset_root
+    from apps.datasets.services import dataset_register
+
+    yaml_path = generate_demo_dataset(team_dataset_root(teams["vision"]) / "many", train=2, val=1, imgsz=64, seed=1)
+    letters = "abcdefghijk"
+    yaml_path.write_text("train: images/train\nval: images/val\nnames:\n"
+                         + "".join(f'  "{n}": {letters[n]}\n' for n in range(11)))
+    dataset = dataset_register(team=teams["vision"], name="many", yaml_path=yaml_path)
+    assert dataset.names == list(letters)
