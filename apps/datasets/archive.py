@@ -21,7 +21,8 @@ Checked, in this order, and all reported together where possible:
    ``class x y w h`` (or a polygon/keypoints; with ``kpt_shape`` exactly the box and k·d
    keypoint values, as Ultralytics reads a pose label) with a known class id and normalised
    coordinates;
-6. every image's header: a format and size Pillow reads (Ultralytics skips the others as corrupt).
+6. every image's header: a format and size Pillow reads, and in a YOLO dataset at least 10 pixels a
+   side (Ultralytics' ``check_image`` skips the others as corrupt).
 
 :func:`archive_extract` writes into a fresh folder with ``O_EXCL | O_NOFOLLOW``,
 re-checks every target path, and stops a member that inflates past its declared size.
@@ -62,6 +63,9 @@ DOCUMENT_SUFFIXES = {".md", ".markdown", ".rst", ".pdf", ".html", ".htm", ".cff"
 DOCUMENT_NAMES = {"license", "licence", "copying", "notice", "readme", "authors"}  # files without a suffix
 SPLIT_KEYS = ("train", "val", "test")
 MAX_REPORTED_PROBLEMS = 50
+# Ultralytics' check_image refuses images under 10 pixels a side ("image size … <10 pixels"): a
+# training run would drop them as corrupt. Predict has no such floor, so images-only uploads keep 1.
+TRAINING_MIN_SIDE = 10
 # HEIC/HEIF (an iPhone's photos): Pillow reads them only with a plugin (pillow-heif) the nodes do not
 # have, and Ultralytics would try to install pi-heif at training time, offline. Known by the suffix or,
 # under another suffix, by the ISO-BMFF 'ftyp' box's major brand.
@@ -619,7 +623,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
             problems.append(Problem(rel, "images belong in an 'images' folder (e.g. images/train/)"))
         else:
             placed[rel] = by_relative[rel]
-    problems.extend(_image_problems(archive, placed))
+    problems.extend(_image_problems(archive, placed, min_side=TRAINING_MIN_SIDE))
     if not label_files and not problems:
         problems.append(Problem("labels/", "no label files: put one .txt per image under labels/"))
     if problems:
@@ -659,7 +663,8 @@ def _split_folder(key: str, value: str, limits: ArchiveLimits, all_dirs: set[str
     return _normalize(value), ""
 
 
-def _image_problems(archive: zipfile.ZipFile, images: dict[str, zipfile.ZipInfo]) -> list[Problem]:
+def _image_problems(archive: zipfile.ZipFile, images: dict[str, zipfile.ZipInfo], *,
+                    min_side: int = 1) -> list[Problem]:
     """One problem per image whose header Pillow cannot read (what Ultralytics opens each image
     with: it skips the ones that fail as corrupt, so a training run would quietly lose them).
 
@@ -669,7 +674,7 @@ def _image_problems(archive: zipfile.ZipFile, images: dict[str, zipfile.ZipInfo]
     """
     problems: list[Problem] = []
     for rel in sorted(images):
-        if why := _image_header_problem(archive, images[rel]):
+        if why := _image_header_problem(archive, images[rel], min_side=min_side):
             problems.append(Problem(rel, why))
     return problems
 
@@ -699,8 +704,8 @@ def _is_heic(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bool:
     return head[4:8] == b"ftyp" and head[8:12] in HEIC_BRANDS
 
 
-def _image_header_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
-    """Why this member is not an image Pillow can open ('' when it is)."""
+def _image_header_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo, *, min_side: int = 1) -> str:
+    """Why this member is not an image Pillow can open, or one under ``min_side`` pixels a side ('' when it is)."""
     if info.file_size == 0:
         return "is an empty file, not an image"
     try:
@@ -716,6 +721,9 @@ def _image_header_problem(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> st
         return f"is not a readable image ({type(exc).__name__}: {str(exc)[:200]})"
     if width < 1 or height < 1:
         return f"is an image of {width}×{height} pixels"
+    if width < min_side or height < min_side:
+        return (f"is an image of {width}×{height} pixels: training skips images under {min_side} pixels a side "
+                f"as corrupt")
     return ""
 
 

@@ -10,10 +10,11 @@ import zipfile
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 DATA_YAML = "train: images/train\nval: images/val\nnames: {0: scratch, 1: dent}\n"
-# A 1×1 PNG is enough: the archive checks read image headers, never decode them.
+# A 10×10 PNG is enough: the archive checks read image headers, never decode them. (Ultralytics
+# skips images under 10 pixels a side as corrupt, so the upload refuses those: TINY_PNG.)
 PNG = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+    "89504e470d0a1a0a0000000d494844520000000a0000000a08060000008d32cfbd"
+    "0000000e4944415478da6360180583130000019a000100ea18de0000000049454e44ae426082"
 )
 
 

@@ -241,7 +241,7 @@ def test_an_avif_dataset_is_accepted(bob, storage):
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.new("RGB", (8, 8), "red").save(buffer, format="AVIF")
+    Image.new("RGB", (16, 16), "red").save(buffer, format="AVIF")
     files = {name.replace(".png", ".avif"): (buffer.getvalue() if name.endswith(".png") else data)
              for name, data in valid_files().items()}
     response = post(bob, make_zip(files))
@@ -436,3 +436,21 @@ def test_string_class_ids_that_ultralytics_would_misread_are_still_refused(bob, 
     response = post(bob, make_zip(valid_files() | {"data.yaml": data_yaml}))
     assert response.status_code == 400
     assert {p["path"]: p["problem"] for p in response.json()["problems"]}["data.yaml: names"] == problem
+
+
+def test_images_under_ten_pixels_a_side_are_named_as_training_would_skip_them(bob, storage):
+    """They were accepted, then Ultralytics' check_image dropped them as corrupt ("image size … <10
+    pixels"): each is a problem of its own, as an unreadable image is."""
+    files = {k: v for k, v in valid_files().items() if k not in ("images/train/0.png", "images/val/1.png")}
+    files |= {"images/train/0.jpg": jpeg((9, 40)), "images/val/1.jpg": jpeg((40, 3))}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400
+    assert response.json()["file"][0].startswith("is not a valid YOLO dataset (2 problems)")
+    assert {p["path"]: p["problem"] for p in response.json()["problems"]} == {
+        "images/train/0.jpg": "is an image of 9×40 pixels: training skips images under 10 pixels a side as corrupt",
+        "images/val/1.jpg": "is an image of 40×3 pixels: training skips images under 10 pixels a side as corrupt"}
+    assert not Dataset.objects.exists()
+    # Ten pixels a side is enough; and predict reads small images, so an images-only upload keeps them.
+    files["images/train/0.jpg"], files["images/val/1.jpg"] = jpeg((10, 10)), jpeg((10, 12))
+    assert post(bob, make_zip(files)).status_code == 201
+    assert post(bob, make_zip({"shots/a.jpg": jpeg((4, 4))}), name="shots", kind="images").status_code == 201
