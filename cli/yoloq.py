@@ -444,18 +444,55 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+# Terminal control sequences in a training log (Ultralytics colours its messages; progress bars move
+# the cursor and erase lines): CSI (ESC [ … final byte), OSC (ESC ] … BEL or ESC-backslash) and the
+# two-byte ESC forms. Written as they are to a terminal; to a file or a pipe they are litter.
+TERMINAL_CODE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+INCOMPLETE_CODE_MAX = 64  # an ESC this close to a chunk's end may be a sequence the next chunk completes
+
+
+def colour_wanted(stream: Any) -> bool:
+    """Whether terminal codes may be written to ``stream``: a terminal, and no NO_COLOR (no-color.org:
+    set and not empty)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+class TerminalCodeFilter:
+    """Drops terminal control sequences from text that arrives in chunks (a sequence may be split
+    between two log chunks: its start is held back until the next one completes it)."""
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def feed(self, text: str) -> str:
+        text, self.held = self.held + text, ""
+        start = text.rfind("\x1b")
+        if start >= 0 and len(text) - start < INCOMPLETE_CODE_MAX and not TERMINAL_CODE.match(text, start):
+            text, self.held = text[:start], text[start:]
+        return TERMINAL_CODE.sub("", text).replace("\x1b", "")
+
+    def flush(self) -> str:
+        rest, self.held = self.held, ""
+        return TERMINAL_CODE.sub("", rest).replace("\x1b", "")
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     api = api_from_config()
     job_id = job_resolve(api, args.id)
+    plain = None if colour_wanted(sys.stdout) else TerminalCodeFilter()
     after = 0
     while True:
         body = api.get(f"jobs/{job_id}/logs/", after=after)
         for chunk in body["results"]:
-            sys.stdout.write(chunk["text"])
+            sys.stdout.write(chunk["text"] if plain is None else plain.feed(chunk["text"]))
             after = chunk["seq"]
         sys.stdout.flush()
         if body["results"] and len(body["results"]) >= 500:
             continue  # more pages
+        if not args.follow or body["state"] in TERMINAL:
+            if plain is not None:
+                sys.stdout.write(plain.flush())
+                sys.stdout.flush()
         if not args.follow:
             return 0
         if body["state"] in TERMINAL:

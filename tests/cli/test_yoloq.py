@@ -199,3 +199,35 @@ def test_a_closed_stdout_pipe_ends_quietly(logged_in, alice, teams, config):
         os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
     assert done.returncode == 141
+
+
+COLOURED = ["\x1b[34m\x1b[1mtrain: \x1b[0mScanning labels... 4 images\n", "      1/2  \x1b[K0.5G  1.2", "3  \x1b[",
+            "32mok\x1b[0m\n"]
+
+
+def test_logs_to_a_file_or_pipe_drop_colour_and_cursor_codes(logged_in, alice, capsys):
+    """`yoloq logs JOB > file` kept Ultralytics' colour and erase-line codes; a code split between two
+    log chunks goes too."""
+    from tests.portal.helpers import submit
+
+    job = submit(alice)
+    for text in COLOURED:
+        log_append(job, text)
+    code, out, _ = run(capsys, "logs", str(job.pk))
+    assert code == 0 and out == "train: Scanning labels... 4 images\n      1/2  0.5G  1.23  ok\n"
+
+
+def test_logs_to_a_terminal_keep_the_codes_unless_no_color_is_set(logged_in, alice, capsys, monkeypatch):
+    import sys
+
+    from tests.portal.helpers import submit
+
+    job = submit(alice)
+    for text in COLOURED:
+        log_append(job, text)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("NO_COLOR", "")  # set but empty: no-color.org says colour stays
+    assert run(capsys, "logs", str(job.pk)) == (0, "".join(COLOURED), "")
+    monkeypatch.setenv("NO_COLOR", "1")
+    code, out, _ = run(capsys, "logs", str(job.pk))
+    assert code == 0 and out == "train: Scanning labels... 4 images\n      1/2  0.5G  1.23  ok\n"
