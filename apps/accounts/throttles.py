@@ -73,7 +73,7 @@ class SharedCacheThrottle(SimpleRateThrottle):
     not recorded, ``wait()`` = until the oldest counted request leaves the window. (A
     fixed-window counter would be O(1) but lets twice the limit through around a window's
     edge, and a two-window estimate either does that at small limits — ``upload`` is
-    20/hour — or blocks for up to twice the period; the set holds at most ``limit``
+    60/hour — or blocks for up to twice the period; the set holds at most ``limit``
     entries per client.)
 
     ``allow_request``/``wait`` are DRF's interface (the views' 429 with ``Retry-After``,
@@ -127,11 +127,13 @@ class SubmitThrottle(SharedCacheThrottle):
 class UploadThrottle(SubmitThrottle):
     """Uploads per user, datasets and weights on one counter (each may be gigabytes).
 
-    Only uploads that were stored count against the rate. The views answer a refused upload
-    (a 4xx, or a 503 from a store that is down: nothing was stored) through
-    :class:`RefundsRefusedUploads`, which takes it back out of the count and counts it instead
-    against ``REFUSED_FACTOR`` × the rate, kept apart: a new user iterating on a broken zip is
-    not locked out for an hour (trial16 G16), and a flood of garbage still is.
+    Only uploads that stored a new version (a 201) count against the rate. The views answer
+    the others — a refused upload (a 4xx, or a 503 from a store that is down) and an unchanged
+    one (a 200: the newest version already held exactly these files) — through
+    :class:`RefundsRefusedUploads`, which takes each back out of the count and counts it instead
+    against ``REFUSED_FACTOR`` × the rate, kept apart: a new user iterating on a broken zip, or a
+    script that pushes the same folder every run, is not locked out for an hour (trial16 G16), and
+    a flood of garbage still is.
     """
 
     scope = "upload"
@@ -151,7 +153,8 @@ class UploadThrottle(SubmitThrottle):
         if refused >= self.num_requests * self.REFUSED_FACTOR:
             limit = f"{self.num_requests * self.REFUSED_FACTOR}/{self.rate.split('/')[1]}"
             request.throttled_limit = (f"the limit on refused uploads is {limit} (an upload answered with an "
-                                       f"error counts there instead of against the upload limit of {self.rate})",
+                                       f"error, or one the newest version already held, counts there instead "
+                                       f"of against the upload limit of {self.rate})",
                                        limit)
             self.num_requests, self.counted, self.oldest = self.num_requests * self.REFUSED_FACTOR, refused, oldest
             return False
@@ -175,10 +178,11 @@ def _recent(key: str, *, now: float, period: int) -> tuple[int, float]:
 
 
 def upload_settle(request, response) -> None:
-    """After an upload view answered: an upload that was not stored (any answer but 2xx) leaves
-    the upload count and joins the refused-upload count (:class:`UploadThrottle`)."""
+    """After an upload view answered: an upload that stored no new version (any answer but a 201:
+    refused, or a 200 "unchanged") leaves the upload count and joins the refused-upload count
+    (:class:`UploadThrottle`)."""
     charge = getattr(request, "upload_charge", None)
-    if charge is None or 200 <= response.status_code < 300:
+    if charge is None or response.status_code == 201:
         return
     key, member, now, period = charge
     request.upload_charge = None

@@ -207,6 +207,29 @@ def test_refused_uploads_do_not_count_against_the_upload_limit(bob, two_uploads_
     assert 3500 <= int(response["Retry-After"]) <= 3600
 
 
+def test_an_unchanged_upload_does_not_count_against_the_upload_limit(bob, two_uploads_an_hour):
+    """Pushing the same folder again (a script's every run, or a retry) answered 200 "unchanged" and
+    still used one of the hour's uploads; it counts with the refused ones now (weights settle the
+    same way: RefundsRefusedUploads)."""
+    from tests.datasets.archives import make_zip, valid_files
+
+    client = api_client(bob)
+    content = make_zip(valid_files())
+    assert _post_dataset(client, content, "a").status_code == 201
+    assert [_post_dataset(client, content, "a").status_code for _ in range(3)] == [200] * 3
+    assert _post_dataset(client, make_zip(valid_files()), "b").status_code == 201
+    response = _post_dataset(client, make_zip(valid_files()), "c")
+    assert response.status_code == 429 and response.json()["limit"] == "2/hour"
+
+
+def test_the_default_upload_limit_leaves_room_to_iterate_on_a_dataset():
+    """20 new versions an hour was hit while fixing labels in a loop; disk is bounded by the team's
+    storage quota, so the count only stops a flood."""
+    from django.conf import settings
+
+    assert settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["upload"] == "60/hour"
+
+
 def test_a_flood_of_refused_uploads_is_cut_off_at_five_times_the_limit(bob, alice, two_uploads_an_hour):
     from tests.datasets.archives import make_zip, valid_files
 
