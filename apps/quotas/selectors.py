@@ -75,10 +75,13 @@ def team_quota_warnings(*, quota: TeamQuota) -> list[str]:
     from apps.scheduling.inputs import team_policies
     from apps.scheduling.models import SchedulerConfig
 
+    slug, said = quota.team.slug, []
+    if quota.user_gpu_hours_per_day == 0:
+        said.append(f"user GPU-hours per day 0: no member of {slug} may start a job until it is raised or "
+                    f"emptied (empty = the site default)")
     most = quota.max_gpus
     if most is None:
-        return []
-    slug, said = quota.team.slug, []
+        return said
     config = SchedulerConfig.current().to_policy()
     urgent = team_policies(config)[slug].urgent_max_gpus
     if quota.urgent_max_gpus is None and urgent is not None and urgent > most:

@@ -42,3 +42,10 @@ def test_a_max_below_a_queued_jobs_need_names_how_many_wait(superuser, bob, team
     said = save_quota(admin_client(superuser), teams["vision"], max_gpus=3, urgent_max_gpus=1)
     assert said[0].startswith("max GPUs 3: a job of vision that needs more than 3 GPUs can never start; "
                               "1 of its queued jobs needs more"), said
+
+
+def test_zero_user_gpu_hours_per_day_is_saved_with_a_warning_that_it_stops_the_team(superuser, teams):
+    """It saved without a word (the warnings looked at max GPUs only), and every member's job then waited."""
+    said = save_quota(admin_client(superuser), teams["vision"], user_gpu_hours_per_day=0)
+    assert ("user GPU-hours per day 0: no member of vision may start a job until it is raised or emptied "
+            "(empty = the site default)") in said, said
