@@ -271,19 +271,16 @@ def abandoned_run_folders_remove() -> int:
     return removed
 
 
-def shared_storage_problem() -> str:
-    """Why this machine cannot run jobs from the shared filesystem, or ''.
+def shared_storage_missing() -> tuple[object, Path] | None:
+    """(the newest dataset, the path this machine lacks) when none of the newest three registered
+    datasets' files is here, else None: the shared DATA_DIR is not this machine's (or no longer).
 
-    Without an object store every machine reads the artifacts from one ``DATA_DIR`` mounted at
-    the same path. A GPU server started with a ``DATA_DIR`` of its own (a local disk) registered,
-    took jobs, and failed each one for good with "dataset YAML not found" (operator trial 20,
-    F6). So the worker looks, before it registers, for the newest registered dataset versions'
-    files where the database says they are: one of the newest three found is enough (one file
-    lost on the shared storage must not keep every worker from starting); an installation with
-    no dataset yet has nothing to check (its first dataset is made on a machine that has the storage).
+    One of the newest three found is enough (one file lost on the shared storage must not look
+    like a lost mount); an installation with no dataset yet has nothing to check (its first
+    dataset is made on a machine that has the storage). Without an object store only.
     """
     if not shared_filesystem():
-        return ""
+        return None
     from apps.datasets.models import Dataset
 
     first = None  # (dataset, path) of the newest one, if all are missing
@@ -291,14 +288,64 @@ def shared_storage_problem() -> str:
         try:
             path = artifact_path(dataset.yaml_key or dataset.key)
         except ArtifactKeyError:
-            return ""  # a key this machine cannot resolve is the job's problem, reported there
+            return None  # a key this machine cannot resolve is the job's problem, reported there
         if path.exists():
-            return ""
+            return None
         first = first or (dataset, path)
-    if first is None:
+    return first
+
+
+def shared_storage_problem() -> str:
+    """Why this machine cannot run jobs from the shared filesystem, or '' (checked at worker start).
+
+    Without an object store every machine reads the artifacts from one ``DATA_DIR`` mounted at
+    the same path. A GPU server started with a ``DATA_DIR`` of its own (a local disk) registered,
+    took jobs, and failed each one for good with "dataset YAML not found" (operator trial 20,
+    F6). So the worker looks, before it registers, for the newest registered dataset versions'
+    files where the database says they are (:func:`shared_storage_missing`).
+    """
+    missing = shared_storage_missing()
+    if missing is None:
         return ""
-    dataset, path = first
+    dataset, path = missing
     return (f"this machine's artifact storage lacks {path}, which dataset {dataset} is stored at: without "
             f"ARTIFACTS_S3_BUCKET every machine must mount the same DATA_DIR at the same path (DATA_DIR is "
             f"{settings.DATA_DIR}; README, Multi-node deployment), or its jobs fail here. Mount the shared "
             f"storage there, or set ARTIFACTS_S3_* (docs/deploy.md, Storage beyond one disk)")
+
+
+def shared_storage_lost() -> str:
+    """Why a running worker can no longer read the shared storage (its mount dropped), or ''.
+
+    The same test as at start (:func:`shared_storage_missing`), said without paths or dataset
+    names: it becomes the node's ``storage_problem`` (apps.cluster), which every user sees in the
+    cluster view and in queued jobs' reasons (the worker's log names the missing file:
+    :func:`shared_storage_problem`).
+    A hung mount makes this call hang too, and with it the heartbeat that makes it: the node is
+    then suspected and lost by its silence, which is also right (no new work, its jobs requeued).
+    """
+    missing = shared_storage_missing()
+    if missing is None:
+        return ""
+    return "the shared DATA_DIR is not readable on this node (the newest datasets' files are missing): is it mounted?"
+
+
+def job_inputs_missing(job: Job) -> list[Path]:
+    """The job's dataset and weights files (on the shared filesystem) that are not here."""
+    if not shared_filesystem():
+        return []
+    resolved = job.spec.get("resolved") or {}
+    source = resolved.get("source") or {}
+    keys = [resolved.get("data_yaml"), source.get("data_yaml"), source.get("folder_key")]
+    model = resolved.get("model")
+    if isinstance(model, dict):
+        keys.append(model.get("key"))
+    missing = []
+    for key in filter(None, keys):
+        try:
+            path = Path(key) if key.startswith("/") else artifact_path(key)
+        except ArtifactKeyError:
+            continue  # the job's own problem: the child reports it
+        if not path.exists():
+            missing.append(path)
+    return missing

@@ -13,6 +13,7 @@ from django.db import close_old_connections
 
 from apps.cluster.models import Node
 from apps.cluster.services import node_heartbeat, node_register
+from apps.core.storage import shared_filesystem
 
 from .inventory import GpuReading, host_memory_mb, nvml_gpus
 
@@ -67,6 +68,7 @@ class Heartbeat(threading.Thread):
         super().__init__(name="heartbeat", daemon=True)
         self.node, self.interval_s, self.simulated, self.register = node, interval_s, simulated, register
         self.stopped = threading.Event()
+        self.storage_lost = False  # the last beat found the shared storage unreadable (said once in the log)
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
@@ -77,7 +79,7 @@ class Heartbeat(threading.Thread):
                 log.warning("heartbeat failed: %s", exc)
 
     def beat(self) -> None:
-        if node_heartbeat(self.node, gpus=None if self.simulated else nvml_gpus()):
+        if node_heartbeat(self.node, gpus=None if self.simulated else nvml_gpus(), storage_problem=self.storage()):
             return
         if self.register is None:
             log.warning("node %s: its row is gone (deleted in admin?); nothing to report to", self.node.name)
@@ -85,6 +87,24 @@ class Heartbeat(threading.Thread):
         log.warning("node %s: its row was deleted while this worker runs (in admin?); registering it again",
                     self.node.name)
         self.node = self.register()
+
+    def storage(self) -> str | None:
+        """What this beat reports of the shared storage ('' = readable; None with an object store).
+
+        Each beat looks, as the worker did at its start (worker/artifacts.py): a mount that
+        dropped since then takes the node out of the scheduler's placements until it is back.
+        """
+        if not shared_filesystem():
+            return None
+        from .artifacts import shared_storage_lost, shared_storage_problem
+
+        problem = shared_storage_lost()
+        if problem and not self.storage_lost:
+            log.warning("node %s: %s", self.node.name, shared_storage_problem() or problem)
+        elif not problem and self.storage_lost:
+            log.warning("node %s: the shared storage is readable again", self.node.name)
+        self.storage_lost = bool(problem)
+        return problem
 
     def stop(self) -> None:
         self.stopped.set()

@@ -49,8 +49,10 @@ from yoloportal.logs import bind
 from .artifacts import (
     dataset_cache_entry,
     dataset_local,
+    job_inputs_missing,
     results_upload,
     run_folder_remove,
+    shared_storage_lost,
     weights_local,
     with_storage,
 )
@@ -107,6 +109,9 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
     node_name = os.environ.get("YOLOPORTAL_NODE", "")
     # The work-horse runs one attempt and exits: every log line from here on carries it.
     bind(job_id=job_id, node=node_name)
+    if storage_lost_hand_back(job_id=job_id, attempt_id=attempt_id, node_name=node_name):
+        kick_scheduler()  # placed elsewhere at once, not at the next tick
+        return "storage_unavailable"
     # Fenced start: only the current attempt, on the node it was given to, moves to running.
     job = attempt_start(job_id=job_id, attempt_id=attempt_id, node_name=node_name)
     if job is None:
@@ -121,6 +126,35 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
     finally:
         kick_scheduler()
         cache_prune_quietly()
+
+
+def storage_lost_hand_back(*, job_id: str, attempt_id: str, node_name: str) -> bool:
+    """Before a placement starts, on a shared filesystem: if its inputs are missing because this
+    node lost the shared storage (not one lost file), mark the node and hand the job back. True if so.
+
+    A node whose mount of the shared DATA_DIR dropped took job after job and failed each for good
+    as a "dataset problem". Now the node is marked (``storage_problem``: the scheduler places
+    nothing more there until its heartbeat finds the storage again) and the job goes back to the
+    queue as the placement it was, keeping its number and its retries, for a node that can read
+    it. A file missing while the storage is there stays the job's error, said by the child.
+    """
+    if not shared_filesystem():
+        return False
+    from apps.cluster.services import node_storage_problem_set
+    from apps.jobs.services import job_requeue
+
+    job = Job.objects.select_related("node").filter(pk=job_id, attempt_id=attempt_id, state=JobState.STARTING,
+                                                    node__name=node_name).first()
+    if job is None or not job_inputs_missing(job):
+        return False  # not ours to start (attempt_start refuses it), or nothing missing
+    problem = shared_storage_lost()
+    if not problem:
+        return False
+    node_storage_problem_set(job.node, problem=problem)
+    log.warning("job %s: not started here, handed back to the queue: %s", job_id, problem)
+    return job_requeue(job, kind="storage_unavailable",
+                       reason=f"node {node_name} cannot read the shared storage ({problem}); handed back to the "
+                              f"queue for a node that can (not counted as a retry)")
 
 
 def cache_prune_quietly() -> None:
@@ -598,6 +632,8 @@ class AttemptRunner:
                 self.uploader.abandon()  # the job is no longer this attempt's: another may be writing it
             else:  # the next attempt, on whichever node, resumes from the last epoch
                 self.uploader.close(self.check_in)
+        if result.outcome == "failed" and (result.error or {}).get("kind") != "oom":
+            self.storage_lost_check(result)
         if result.outcome == "succeeded":
             # Results into the artifact store before the success is recorded (nothing to do on a
             # shared filesystem); while the store is down the job waits here, holding its GPUs.
@@ -615,9 +651,25 @@ class AttemptRunner:
             run_folder_remove(self.run_dir)
         return outcome
 
+    def storage_lost_check(self, result: ChildResult) -> None:
+        """A training that failed while this node cannot read the shared storage failed for that
+        (a "dataset YAML not found" that raced the pre-check, a checkpoint write into a dropped
+        mount): the node is marked and the job requeued elsewhere (``storage_lost``), not failed."""
+        problem = shared_storage_lost() if shared_filesystem() else ""
+        if not problem:
+            return
+        from apps.cluster.services import node_storage_problem_set
+
+        node_storage_problem_set(self.job.node, problem=problem)
+        result.outcome = "storage_lost"
+        result.error = {"kind": "storage", "message": f"node {self.job.node.name} lost the shared storage while "
+                                                      f"the attempt ran: {problem}"}
+
     @staticmethod
     def error_text(result: ChildResult, mode: str) -> str:
         parts = []
+        if result.outcome == "storage_lost" and result.error:
+            return result.error["message"][:2000]  # the child's own error was a consequence
         if result.outcome == "out_of_memory" and result.usage is not None:
             parts.append(oom_message(result.usage))
         elif result.error:

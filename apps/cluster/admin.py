@@ -33,7 +33,7 @@ class DrainForm(forms.Form):
 # Nodes are shared by every team: managers may look, only admins drain or resume them.
 @admin.register(Node)
 class NodeAdmin(GuardedDeleteAdmin, SuperuserEditAdmin, admin.ModelAdmin):
-    list_display = ["name", "state", "drain_reason", "simulated", "cpu_count", "memory_mb", "last_heartbeat"]
+    list_display = ["name", "state", "drain_reason", "storage_problem", "simulated", "cpu_count", "memory_mb", "last_heartbeat"]
     list_filter = ["state", "simulated"]
     inlines = [GPUInline]
     actions = ["drain", "evacuate", "resume"]

@@ -33,6 +33,9 @@ class Node(models.Model):
     # Why an operator drained it (admin's Drain asks): queued jobs' reasons and the cluster view
     # show it beside "draining"; Resume clears it (trial 14, F6).
     drain_reason = models.CharField(max_length=200, blank=True)
+    # Why the node cannot reach the shared DATA_DIR now (its mount dropped), as its worker last
+    # found; "" when it can. Such a node takes no new work until it clears (worker/artifacts.py).
+    storage_problem = models.CharField(max_length=500, blank=True)
     simulated = models.BooleanField(default=False, help_text="GPUs are simulated; training runs on CPU.")
     # What the node advertises to the scheduler (``gpu_worker --cpus/--memory`` may set more than the
     # machine has: an explicit overcommit); host_* is the machine itself, which enforced limits
@@ -64,6 +67,11 @@ class Node(models.Model):
     @property
     def queue_name(self) -> str:
         return f"node.{self.name}"
+
+    @property
+    def takes_work(self) -> bool:
+        """Active and able to read the shared storage (responsiveness aside: is_responsive)."""
+        return self.state == self.State.ACTIVE and not self.storage_problem
 
     @property
     def limits_enforced(self) -> bool:

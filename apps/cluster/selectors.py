@@ -47,6 +47,7 @@ def cluster_overview(*, user) -> list[dict]:
             "name": node.name,
             "state": node.state,
             "drain_reason": node.drain_reason,  # why an operator drained it ("" when not said)
+            "storage_problem": node.storage_problem,  # its worker cannot read the shared storage ("" = fine)
             "alive": node.is_alive(now),
             "simulated": node.simulated,
             "cpu_count": node.cpu_count,
@@ -63,8 +64,9 @@ def cluster_overview(*, user) -> list[dict]:
 
 
 def takes_work(node: dict) -> bool:
-    """An active node that reports: its idle GPUs are capacity (a lost or draining node's are not)."""
-    return node["alive"] and node["state"] == Node.State.ACTIVE
+    """An active node that reports and reaches the shared storage: its idle GPUs are capacity (a lost
+    or draining node's are not)."""
+    return node["alive"] and node["state"] == Node.State.ACTIVE and not node.get("storage_problem")
 
 
 def cluster_totals(nodes: list[dict]) -> dict:

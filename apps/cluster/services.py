@@ -75,6 +75,7 @@ def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory
                 "images": sorted(set(images)),
                 "limits": limits or {},
                 "partition": partition,
+                "storage_problem": "",  # its worker checked the shared storage before registering
             },
         )
         Node.objects.filter(pk=node.pk, state__in=[Node.State.LOST, Node.State.STOPPING]).update(state=back_state())
@@ -90,8 +91,10 @@ def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory
     return node
 
 
-def node_heartbeat(node: Node, *, gpus: Sequence[GpuFacts] | None = None) -> bool:
-    """The node's worker is alive; ``gpus``, when given, refresh their memory use and utilization.
+def node_heartbeat(node: Node, *, gpus: Sequence[GpuFacts] | None = None, storage_problem: str | None = None) -> bool:
+    """The node's worker is alive; ``gpus``, when given, refresh their memory use and utilization;
+    ``storage_problem``, when given, is what it found of the shared storage ('' = reachable:
+    :func:`node_storage_problem_set`).
 
     False if the node's row is gone (deleted in admin while its worker ran): the worker must
     register it again (``worker.node.Heartbeat``), or it would beat into nothing, unseen by
@@ -105,7 +108,29 @@ def node_heartbeat(node: Node, *, gpus: Sequence[GpuFacts] | None = None) -> boo
         log.warning("node %s was marked lost; reporting again", node.name)
     for g in gpus or []:
         GPU.objects.filter(node=node, index=g.index).update(memory_used_mb=g.memory_used_mb, utilization=g.utilization)
+    if storage_problem is not None:
+        node_storage_problem_set(node, problem=storage_problem)
     return True
+
+
+def node_storage_problem_set(node: Node, *, problem: str) -> bool:
+    """The node's worker found the shared storage gone (``problem``: why) or back (''). True if
+    this changed the node.
+
+    A node that lost its mount of the shared DATA_DIR took jobs and failed each one as a "dataset
+    problem". While ``storage_problem`` is set it is not schedulable (apps.scheduling.inputs), its
+    queued jobs' reasons and the cluster view say why, and /metrics shows it; its heartbeat clears
+    it once the storage is readable again. Its state is left alone: an operator's drain is theirs.
+    """
+    problem = problem[:Node._meta.get_field("storage_problem").max_length]
+    changed = Node.objects.filter(pk=node.pk).exclude(storage_problem=problem).update(storage_problem=problem) == 1
+    if changed and problem:
+        log.warning("node %s cannot reach the shared storage; it takes no new work until it can: %s",
+                    node.name, problem)
+    elif changed:
+        log.warning("node %s reaches the shared storage again; it takes work again", node.name)
+    node.storage_problem = problem
+    return changed
 
 
 def node_delete_refusal(node: Node, *, now: datetime | None = None) -> str | None:

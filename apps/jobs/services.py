@@ -604,7 +604,8 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
        a success records what the job produced (``finished``, the child's final event):
        new weights as a model version, an evaluation, predictions, exports
        (``apps.registry.services.job_outputs_record``).
-    3. killed: requeued, not counted as a retry, up to ``MAX_INFRA_REQUEUES`` beyond the retries.
+    3. killed: requeued, not counted as a retry, up to ``MAX_INFRA_REQUEUES`` beyond the retries;
+       storage_lost (the node lost the shared storage while it trained: worker.tasks) likewise.
     4. CUDA out of memory: requeued from the last checkpoint with half the batch, at most
        ``CUDA_OOM_RETRIES`` times (:func:`attempt_cuda_oom_retry`), not counted as a retry.
     5. out_of_memory: the final ``failed`` (the same limit would kill a retry again).
@@ -682,6 +683,14 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
                else f"training process was killed by signal {-exit_code}")
         job_requeue(current, kind="requeued",
                     reason=f"{why}; requeued to resume from its last checkpoint (not counted as a retry)")
+        return "requeued"
+    if outcome == "storage_lost" and current.attempt <= current.retries_left + MAX_INFRA_REQUEUES:
+        # Its node can no longer read the shared storage and is marked so (worker.tasks): the job
+        # resumes from its last checkpoint on a node that can, as a killed training would.
+        usage_charge(current, ended_at=now)
+        job_requeue(current, kind="storage_unavailable",
+                    reason=f"{error}; requeued to resume from its last checkpoint on a node that can read the "
+                           f"shared storage (not counted as a retry)")
         return "requeued"
     if outcome == "failed" and cuda_oom_batch and attempt_cuda_oom_retry(current, batch=cuda_oom_batch, now=now):
         return "requeued"

@@ -117,6 +117,9 @@ class YoloportalCollector(Collector):
         add(GaugeMetricFamily("yoloportal_node_drained",
                               "1 while an operator's drain is in force (until Resume), whatever the node's state.",
                               labels=["node"]))
+        add(GaugeMetricFamily("yoloportal_node_storage_problem",
+                              "1 while the node's worker cannot reach the shared storage (no new work there).",
+                              labels=["node"]))
         add(GaugeMetricFamily("yoloportal_gpu_utilization_ratio",
                               "GPU utilisation from the node's last heartbeat (pynvml; 0 when simulated).",
                               labels=["node", "gpu"]))
@@ -260,6 +263,7 @@ class YoloportalCollector(Collector):
             # A drained node stopped for its maintenance is lost on purpose: the node-lost alert leaves
             # it alone (operator trial 20, F5). The reason stays until Resume, through the stop.
             f["yoloportal_node_drained"].add_metric([node.name], 1 if node.drain_reason else 0)
+            f["yoloportal_node_storage_problem"].add_metric([node.name], 1 if node.storage_problem else 0)
 
     def collect_running(self, f: dict[str, Metric]) -> None:
         latest = MetricPoint.objects.filter(job=OuterRef("pk")).order_by("-epoch")

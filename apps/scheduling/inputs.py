@@ -52,7 +52,8 @@ DAY = timedelta(days=1)
 
 
 def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
-    """Nodes and their GPUs as the policy sees them (a draining or lost node is not schedulable).
+    """Nodes and their GPUs as the policy sees them (a draining or lost node, or one whose worker
+    cannot reach the shared storage, is not schedulable).
 
     A real GPU carries the free memory its node last measured (pynvml); a node lists the
     images it runs (a node that registered none runs only jobs that name no image). A node
@@ -67,9 +68,10 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
                        for g in n.gpus.all()),
             cpu_milli=n.cpu_count * 1000,
             memory_mb=n.memory_mb,
-            schedulable=n.state == Node.State.ACTIVE,
-            unschedulable_because=("" if n.state == Node.State.ACTIVE
-                                   else f"{n.state}: {n.drain_reason}" if n.drain_reason else n.state),
+            schedulable=n.takes_work,
+            unschedulable_because=("" if n.takes_work
+                                   else f"{n.state}: {n.drain_reason}" if n.drain_reason
+                                   else "shared storage unreachable" if n.storage_problem else n.state),
             images=frozenset(n.images or ()),
             features=tuple(n.features or ()) + (() if n.simulated else ("cuda",)),
             whole_gpus_only=n.executor == Node.Executor.SLURM,

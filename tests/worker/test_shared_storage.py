@@ -45,3 +45,157 @@ def test_one_lost_dataset_file_does_not_keep_a_worker_on_the_shared_storage_from
     lost.key, lost.yaml_key = f"{lost.key}-lost", f"{lost.key}-lost/data.yaml"
     lost.save()
     assert shared_storage_problem() == ""
+
+
+# --- the shared storage lost while the worker runs -------------------------------------------------
+# A node whose mount of the shared DATA_DIR dropped after its worker started took job after job
+# and failed each one for good as a "dataset problem". A DATASETS_DIR pointed at an empty folder
+# is that node's view of the storage (the live test renames the real folder instead).
+
+
+def register(name: str = "node-a") -> Node:
+    from apps.cluster.services import node_register
+    from worker.inventory import simulated_gpus
+
+    return node_register(name=name, gpus=simulated_gpus(1), cpu_count=8, memory_mb=32768,
+                         hostname=f"host-{name}", worker_pid=1234)
+
+
+@pytest.fixture
+def placed(demo_registered, alice, teams):
+    """A demo training placed on node-a (starting), as the scheduler leaves it for the worker."""
+    from apps.datasets.models import Dataset
+    from apps.jobs.models import Job
+    from apps.jobs.services import job_claim
+    from tests.jobs.factories import make_job
+
+    node = register()
+    yaml_key = Dataset.objects.filter(team=teams["vision"]).values_list("yaml_key", flat=True).get()
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=1)
+    job.spec["resolved"] = {"data_yaml": yaml_key, "model": {"yaml": "yolov8n.yaml"}}
+    Job.objects.filter(pk=job.pk).update(spec=job.spec)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    return Job.objects.select_related("node").get(pk=job.pk)
+
+
+@pytest.fixture
+def storage_lost(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path / "mountpoint" / "datasets"  # what an unmounted DATA_DIR shows
+
+
+def kinds(job) -> list[str]:
+    from apps.jobs.models import JobEvent
+
+    return list(JobEvent.objects.filter(job_id=job.pk).order_by("seq").values_list("kind", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)  # run_attempt closes stale connections, as a work-horse must
+def test_a_placement_on_a_node_that_lost_the_storage_goes_back_to_the_queue_and_the_node_takes_no_more(
+        placed, storage_lost, monkeypatch):
+    """The work-horse's entry point: nothing started, the job queued as the placement it was (same
+    number, its retry kept), the node marked, and the next pass places nothing there."""
+    from apps.jobs.models import Job, JobEvent, JobState
+    from apps.scheduling.loop import tick
+    from worker.tasks import run_attempt
+
+    monkeypatch.setenv("YOLOPORTAL_NODE", "node-a")
+    assert run_attempt(str(placed.pk), str(placed.attempt_id)) == "storage_unavailable"
+    job = Job.objects.get(pk=placed.pk)
+    assert (job.state, job.attempt, job.retries_left, job.node_id) == (JobState.QUEUED, 1, 1, None)
+    handed_back = JobEvent.objects.get(job_id=job.pk, kind="storage_unavailable")
+    assert "node node-a cannot read the shared storage" in handed_back.message
+    assert "running" not in kinds(job) and not (job.run_dir / "attempt-1").exists()
+    node = Node.objects.get(name="node-a")
+    assert "shared DATA_DIR is not readable" in node.storage_problem
+    assert str(placed.pk) not in node.storage_problem and "/" not in node.storage_problem.split(":")[0]
+
+    tick()  # the scheduler's next pass: the only node takes no new work, and the job says why
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+    assert "node-a (shared storage unreachable)" in job.reason, job.reason
+
+
+def test_a_missing_file_on_storage_that_is_there_stays_the_jobs_own_problem(placed, monkeypatch, settings):
+    """One dataset folder gone while the others are where they belong: started as before, and the
+    child's "dataset problem" is the job's (no node marked)."""
+    from apps.jobs.models import Job
+    from worker.tasks import storage_lost_hand_back
+
+    placed.spec["resolved"]["data_yaml"] = "datasets/vision/gone/v1/data.yaml"
+    Job.objects.filter(pk=placed.pk).update(spec=placed.spec)
+    assert not storage_lost_hand_back(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-a")
+    assert Job.objects.get(pk=placed.pk).state == "starting"
+    assert Node.objects.get(name="node-a").storage_problem == ""
+
+
+@pytest.mark.django_db(transaction=True)  # finish() closes stale connections
+def test_a_dataset_error_while_the_storage_is_gone_requeues_the_job_instead_of_failing_it(placed, settings, tmp_path):
+    """The race past the pre-check (or a checkpoint write into a mount that dropped mid-training):
+    the child's "dataset YAML not found" is the node's storage, not the job's data."""
+    from apps.jobs.models import Job, JobEvent, JobState
+    from apps.jobs.services import attempt_start
+    from worker.tasks import AttemptRunner, ChildResult
+
+    job = attempt_start(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-a")
+    runner = AttemptRunner(job)
+    settings.DATASETS_DIR = tmp_path / "mountpoint" / "datasets"  # the mount drops as the child starts
+    error = {"type": "error", "kind": "data", "message": "dataset YAML not found: demo/data.yaml"}
+    assert runner.finish(ChildResult(outcome="failed", exit_code=1, error=error)) == "requeued"
+    job = Job.objects.get(pk=placed.pk)
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 1)  # no retry spent
+    requeued = JobEvent.objects.get(job_id=job.pk, kind="storage_unavailable")
+    assert "node-a lost the shared storage while the attempt ran" in requeued.message
+    assert "dataset problem" not in requeued.message and "failed" not in kinds(job)
+    assert Node.objects.get(name="node-a").storage_problem
+
+
+@pytest.mark.django_db(transaction=True)  # finish() closes stale connections
+def test_the_same_dataset_error_with_the_storage_there_fails_the_job_as_before(placed):
+    from apps.jobs.models import Job
+    from apps.jobs.services import attempt_start
+    from worker.tasks import AttemptRunner, ChildResult
+
+    Job.objects.filter(pk=placed.pk).update(retries_left=0)
+    job = attempt_start(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-a")
+    error = {"type": "error", "kind": "data", "message": "dataset YAML not found: demo/data.yaml"}
+    assert AttemptRunner(job).finish(ChildResult(outcome="failed", exit_code=1, error=error)) == "failed"
+    assert Job.objects.get(pk=placed.pk).error.startswith("dataset problem: dataset YAML not found")
+
+
+def test_the_heartbeat_marks_the_node_while_the_storage_is_gone_and_clears_it_when_it_is_back(
+        demo_registered, settings, tmp_path):
+    from apps.cluster.selectors import cluster_totals
+    from apps.scheduling.inputs import cluster_nodes
+    from worker.node import Heartbeat
+
+    node = register()
+    beat = Heartbeat(node, 1.0, simulated=True)
+    beat.beat()
+    assert Node.objects.get(name="node-a").storage_problem == ""
+    shared = settings.DATASETS_DIR
+    settings.DATASETS_DIR = tmp_path / "mountpoint" / "datasets"
+    beat.beat()
+    node = Node.objects.get(name="node-a")
+    assert node.storage_problem and node.state == Node.State.ACTIVE  # an operator's drain is not touched
+    (info,) = cluster_nodes(Node.objects.filter(name="node-a"))
+    assert (info.schedulable, info.unschedulable_because) == (False, "shared storage unreachable")
+    settings.DATASETS_DIR = shared
+    beat.beat()
+    node = Node.objects.get(name="node-a")
+    assert node.storage_problem == ""
+    (info,) = cluster_nodes(Node.objects.filter(name="node-a"))
+    assert info.schedulable
+    assert cluster_totals([{"alive": True, "state": "active", "storage_problem": "x", "gpus": [{"allocated": 0}]}])[
+        "gpus_available"] == 0
+
+
+def test_the_slurm_agent_refuses_to_start_without_the_shared_storage(demo_registered, settings, tmp_path):
+    """Its Slurm nodes read inputs and write results at the shared paths: it registered the
+    partition anyway, and every job failed there."""
+    settings.SLURM_PORTAL_URL = "http://portal.example.com"
+    settings.DATASETS_DIR = tmp_path / "login-node" / "datasets"
+    with pytest.raises(CommandError) as refused:
+        call_command("slurm_agent", "--partition", "gpu")
+    assert str(refused.value).startswith("slurm_agent for partition gpu not started: this machine's artifact "
+                                         "storage lacks ")
+    assert not Node.objects.exists()

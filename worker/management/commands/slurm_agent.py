@@ -11,6 +11,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from worker.artifacts import shared_storage_problem
 from worker.executors.slurm import SlurmAgent
 from yoloportal.logs import bind
 
@@ -29,6 +30,10 @@ class Command(BaseCommand):
             raise CommandError("give --partition (or set SLURM_PARTITION)")
         SlurmAgent.portal_url()  # fails early without SLURM_PORTAL_URL
         bind(component="slurm_agent")
+        # Inputs and results go through the shared filesystem at the same paths on the Slurm nodes:
+        # an agent on a machine without it registered the partition, whose jobs all failed there.
+        if problem := shared_storage_problem():
+            raise CommandError(f"slurm_agent for partition {partition} not started: {problem}")
         agent = SlurmAgent(partition)
         self.stopping = False
         signal.signal(signal.SIGTERM, self.stop)
