@@ -151,7 +151,9 @@ def storage_lost_hand_back(*, job_id: str, attempt_id: str, node_name: str) -> b
     if not problem:
         return False
     node_storage_problem_set(job.node, problem=problem)
-    log.warning("job %s: not started here, handed back to the queue: %s", job_id, problem)
+    from .artifacts import shared_storage_problem
+
+    log.warning("job %s: not started here, handed back to the queue: %s", job_id, shared_storage_problem() or problem)
     return job_requeue(job, kind="storage_unavailable",
                        reason=f"node {node_name} cannot read the shared storage ({problem}); handed back to the "
                               f"queue for a node that can (not counted as a retry)")

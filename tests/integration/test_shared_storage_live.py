@@ -1,0 +1,66 @@
+"""A GPU server whose mount of the shared DATA_DIR drops after its worker started (no object
+store): its jobs wait with a clear reason instead of failing, the node takes no new work and
+says why (cluster view, /metrics), and once the storage is back the job trains and succeeds.
+
+Before, the worker checked the storage only when it started: the node kept taking jobs and
+each one failed for good as a "dataset problem" (dataset YAML not found)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from apps.cluster.models import Node
+from apps.cluster.selectors import cluster_overview, takes_work
+from apps.jobs.models import TERMINAL_STATES, Job, JobEvent, JobState
+from tests.conftest import SEED_SPEC, api_client
+from tests.monitoring.test_metrics import scrape, value
+
+from .live import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def job_row(job_id) -> Job:
+    return Job.objects.get(pk=job_id)
+
+
+def test_a_node_that_lost_the_shared_storage_keeps_its_job_waiting_until_the_storage_is_back(live, alice, settings,
+                                                                                             tmp_path):
+    # The GPU server's own mount of the shared datasets (a copy here: its settings resolve symlinks);
+    # the web machine keeps its view, as a real one does when one GPU server's NFS mount drops.
+    mount = tmp_path / "gpu-server" / "datasets"
+    shutil.copytree(settings.DATASETS_DIR, mount)
+    unmounted = mount.with_name("datasets.unmounted")
+    live.start_scheduler()
+    live.start_worker(DATASETS_DIR=str(mount))
+    wait_for(lambda: Node.objects.filter(name="node-a", state=Node.State.ACTIVE).exists(), timeout=180,
+             what="the worker to register")
+    mount.rename(unmounted)  # the mount drops
+    job_id = api_client(alice).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml").json()["id"]
+    # Handed back by the worker if it was placed before a heartbeat saw the loss; never placed after.
+    wait_for(lambda: job_row(job_id).state in TERMINAL_STATES
+             or "shared storage unreachable" in job_row(job_id).reason,
+             timeout=120, what="the job to wait for the shared storage")
+    job = job_row(job_id)
+    assert job.state == JobState.QUEUED, (job.state, job.error)
+    assert "node-a (shared storage unreachable)" in job.reason, job.reason
+    assert not JobEvent.objects.filter(job_id=job_id, kind__in=["failed", "retry"]).exists()
+    assert job.attempt == 1
+
+    node = Node.objects.get(name="node-a")
+    assert "shared DATA_DIR is not readable" in node.storage_problem
+    assert node.state == Node.State.ACTIVE  # reporting, and not drained: only unfit for work
+    (shown,) = cluster_overview(user=alice)
+    assert shown["storage_problem"] == node.storage_problem and not takes_work(shown)
+    assert value(scrape()[1], "yoloportal_node_storage_problem", node="node-a") == 1
+    wait_for(lambda: "demo/data.yaml" in live.log("worker"), timeout=30, what="the worker's log to name what it lacks")
+
+    unmounted.rename(mount)  # mounted again
+    wait_for(lambda: job_row(job_id).state in TERMINAL_STATES, timeout=400, what="the job to finish")
+    job = job_row(job_id)
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert job.attempt == 1  # a handed-back placement keeps its number
+    assert Node.objects.get(name="node-a").storage_problem == ""
+    assert value(scrape()[1], "yoloportal_node_storage_problem", node="node-a") == 0
