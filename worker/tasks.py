@@ -159,6 +159,18 @@ def storage_lost_hand_back(*, job_id: str, attempt_id: str, node_name: str) -> b
                               f"queue for a node that can (not counted as a retry)")
 
 
+def storage_lost_now(job: Job) -> str:
+    """If this node can no longer read the shared storage, mark the node and say so for the job
+    (why its attempt ended: ``storage_lost``, requeued by attempt_finish), else ''."""
+    problem = shared_storage_lost() if shared_filesystem() else ""
+    if not problem:
+        return ""
+    from apps.cluster.services import node_storage_problem_set
+
+    node_storage_problem_set(job.node, problem=problem)
+    return f"node {job.node.name} lost the shared storage while the attempt ran: {problem}"
+
+
 def cache_prune_quietly() -> None:
     """After an attempt: keep the node's artifact cache under its cap (worker/cache.py). A
     failure here is the next prune's to retry, never the attempt's outcome."""
@@ -181,6 +193,9 @@ def attempt_error(job: Job, exc: Exception) -> str:
     close_old_connections()
     if isinstance(exc, JobTimeoutException):  # RQ's backstop timeout (dispatch.RQ_TIMEOUT_SLACK_S)
         return attempt_finish(job, outcome="timed_out")
+    lost = storage_lost_now(job)  # what raised was most likely a write into the dropped mount
+    if lost:
+        return attempt_finish(job, outcome="storage_lost", error=lost)
     node = job.node.name if job.node_id else os.environ.get("YOLOPORTAL_NODE", "")
     return attempt_finish(job, outcome="failed", error=f"the worker on {node} could not run the attempt: "
                                                        f"{type(exc).__name__}: {exc}"[:2000])
@@ -657,15 +672,9 @@ class AttemptRunner:
         """A training that failed while this node cannot read the shared storage failed for that
         (a "dataset YAML not found" that raced the pre-check, a checkpoint write into a dropped
         mount): the node is marked and the job requeued elsewhere (``storage_lost``), not failed."""
-        problem = shared_storage_lost() if shared_filesystem() else ""
-        if not problem:
-            return
-        from apps.cluster.services import node_storage_problem_set
-
-        node_storage_problem_set(self.job.node, problem=problem)
-        result.outcome = "storage_lost"
-        result.error = {"kind": "storage", "message": f"node {self.job.node.name} lost the shared storage while "
-                                                      f"the attempt ran: {problem}"}
+        lost = storage_lost_now(self.job)
+        if lost:
+            result.outcome, result.error = "storage_lost", {"kind": "storage", "message": lost}
 
     @staticmethod
     def error_text(result: ChildResult, mode: str) -> str:

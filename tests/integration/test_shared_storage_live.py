@@ -64,3 +64,42 @@ def test_a_node_that_lost_the_shared_storage_keeps_its_job_waiting_until_the_sto
     assert job.attempt == 1  # a handed-back placement keeps its number
     assert Node.objects.get(name="node-a").storage_problem == ""
     assert value(scrape()[1], "yoloportal_node_storage_problem", node="node-a") == 0
+
+
+def test_a_job_training_when_the_mount_drops_is_requeued_not_failed_and_resumes_once_it_is_back(live, alice, settings,
+                                                                                              tmp_path):
+    """The whole shared DATA_DIR of the GPU server goes mid-training: its checkpoint writes fail and
+    the training exits. That is the node's storage, not the job: requeued (no retry spent), resumed
+    from its last stored checkpoint once the storage is back."""
+    from apps.jobs.models import Checkpoint
+
+    from .live import fast_trainer
+
+    server = tmp_path / "gpu-server"  # its mount of the shared storage: datasets and job folders
+    shutil.copytree(settings.DATASETS_DIR, server / "datasets")
+    unmounted = server.with_name("gpu-server.unmounted")
+    live.start_scheduler()
+    live.start_worker(DATASETS_DIR=str(server / "datasets"), JOBS_DIR=str(server / "jobs"), **fast_trainer(1.0))
+    spec = SEED_SPEC.replace("epochs=2", "epochs=8").replace("task_name: ", "retries: 1\ntask_name: ")
+    job_id = api_client(alice).post("/api/v1/jobs/", spec, content_type="application/yaml").json()["id"]
+    wait_for(lambda: Checkpoint.objects.filter(job_id=job_id, epoch__gte=2).exists(), timeout=180,
+             what="two stored checkpoints")
+    server.rename(unmounted)  # the mount drops mid-training
+    try:
+        wait_for(lambda: job_row(job_id).state != JobState.RUNNING, timeout=60, what="the attempt to end")
+        job = job_row(job_id)
+        assert job.state == JobState.QUEUED, (job.state, job.error)
+        requeued = JobEvent.objects.get(job_id=job_id, kind="storage_unavailable")
+        assert "node-a lost the shared storage while the attempt ran" in requeued.message
+        assert (job.attempt, job.retries_left) == (2, 1)  # a new attempt, no retry spent
+        assert not JobEvent.objects.filter(job_id=job_id, kind__in=["failed", "retry"]).exists()
+        wait_for(lambda: "node-a (shared storage unreachable)" in job_row(job_id).reason, timeout=30,
+                 what="the queued job's reason")
+        assert Node.objects.get(name="node-a").storage_problem
+    finally:
+        unmounted.rename(server)  # mounted again
+    wait_for(lambda: job_row(job_id).state in TERMINAL_STATES, timeout=180, what="the job to finish")
+    job = job_row(job_id)
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert (job.attempt, job.retries_left) == (2, 1)
+    assert JobEvent.objects.filter(job_id=job_id, kind="resuming", attempt=2).exists()
