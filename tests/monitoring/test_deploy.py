@@ -19,7 +19,8 @@ RULES = DEPLOY / "prometheus" / "rules" / "yoloportal.rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "tests" / "yoloportal.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "yoloportal.json"
 ALERTS = {"YoloportalNodeLost", "YoloportalGpusIdleWhileJobsWait", "YoloportalJobFailureRateHigh",
-          "YoloportalSchedulerNotPlanning", "YoloportalRedisUnreachable", "YoloportalQueuedJobsLate"}
+          "YoloportalSchedulerNotPlanning", "YoloportalRedisUnreachable", "YoloportalQueuedJobsLate",
+          "YoloportalNodeStorageUnreachable"}
 METRIC = re.compile(r"\byoloportal_[a-z0-9_]+")
 
 
@@ -34,7 +35,7 @@ def test_promtool_accepts_the_scrape_config():
 
 def test_promtool_accepts_the_rules():
     result = run("promtool", "check", "rules", str(RULES))
-    assert result.returncode == 0 and "SUCCESS: 6 rules found" in output(result), output(result)
+    assert result.returncode == 0 and "SUCCESS: 7 rules found" in output(result), output(result)
 
 
 def test_the_rule_unit_tests_pass():
