@@ -25,6 +25,7 @@ from django.db import close_old_connections
 from django.db.models import Sum
 from rq.timeouts import JobTimeoutException
 
+from apps.cluster.services import node_storage_problem_set
 from apps.core.artifacts import artifact_path
 from apps.core.storage import shared_filesystem
 from apps.jobs.models import Checkpoint, Job, JobState
@@ -38,6 +39,7 @@ from apps.jobs.services import (
     attempt_stop_grace,
     checkpoint_reject,
     job_event,
+    job_requeue,
     log_append,
     log_full,
 )
@@ -53,6 +55,7 @@ from .artifacts import (
     results_upload,
     run_folder_remove,
     shared_storage_lost,
+    shared_storage_problem,
     weights_local,
     with_storage,
 )
@@ -140,9 +143,6 @@ def storage_lost_hand_back(*, job_id: str, attempt_id: str, node_name: str) -> b
     """
     if not shared_filesystem():
         return False
-    from apps.cluster.services import node_storage_problem_set
-    from apps.jobs.services import job_requeue
-
     job = Job.objects.select_related("node").filter(pk=job_id, attempt_id=attempt_id, state=JobState.STARTING,
                                                     node__name=node_name).first()
     if job is None or not job_inputs_missing(job):
@@ -151,8 +151,6 @@ def storage_lost_hand_back(*, job_id: str, attempt_id: str, node_name: str) -> b
     if not problem:
         return False
     node_storage_problem_set(job.node, problem=problem)
-    from .artifacts import shared_storage_problem
-
     log.warning("job %s: not started here, handed back to the queue: %s", job_id, shared_storage_problem() or problem)
     return job_requeue(job, kind="storage_unavailable",
                        reason=f"node {node_name} cannot read the shared storage ({problem}); handed back to the "
@@ -165,8 +163,6 @@ def storage_lost_now(job: Job) -> str:
     problem = shared_storage_lost() if shared_filesystem() else ""
     if not problem:
         return ""
-    from apps.cluster.services import node_storage_problem_set
-
     node_storage_problem_set(job.node, problem=problem)
     return f"node {job.node.name} lost the shared storage while the attempt ran: {problem}"
 
