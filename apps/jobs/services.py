@@ -624,6 +624,16 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
     mine = {"expected": HOLDING_STATES, "attempt_id": job.attempt_id}
     if outcome == "succeeded":
         finished = finished or {}
+        if outside := outputs_outside_run_dir(current, finished):
+            log.warning("job %s: its final report names files outside its folder (%s): refused", current.pk,
+                        ", ".join(outside))
+            error = (f"its results were refused: the training process reported files outside the job's own "
+                     f"folder ({', '.join(outside)}); nothing was registered")
+            with transaction.atomic():
+                if job_transition(current.pk, to=JobState.FAILED, exit_code=exit_code, error=error, **mine):
+                    usage_charge(current, ended_at=now)
+                    job_event(current, "failed", error)
+            return "failed"
         weights = weights_key(finished.get("weights") or "")
         # A sweep's trial keeps what its sweep may register later: the final validation of its
         # best weights, the code versions and the weights' sha256 (apps.sweeps reads them from
@@ -755,6 +765,19 @@ def inside_run_dir(job: Job, path: str) -> bool:
         return Path(path).resolve().is_relative_to(Path(job.run_dir).resolve())
     except (OSError, ValueError):
         return False
+
+
+def outputs_outside_run_dir(job: Job, finished: dict) -> list[str]:
+    """The fields of a child's final report (``finished``) that name a file outside the job's own
+    folder, symlinks resolved: ``weights``, ``folder`` (predictions), ``exports[i]``.
+
+    The report is the team's word (a container job runs the team's image; a Slurm relay posts
+    it over the API), and the host registers, copies and serves what it names: another team's
+    weights or dataset files must not become this job's results (sec21, F1)."""
+    named = [("weights", finished.get("weights")), ("folder", finished.get("folder"))]
+    named += [(f"exports[{index}]", exported.get("path") if isinstance(exported, dict) else exported)
+              for index, exported in enumerate(finished.get("exports") or [])]
+    return [field for field, path in named if path and not inside_run_dir(job, str(path))]
 
 
 def attempt_event_record(job: Job, event: dict) -> None:
