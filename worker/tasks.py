@@ -67,7 +67,16 @@ from .checkpoint_store import (
     checkpoint_on_node,
     uploads_checkpoints,
 )
-from .executors.base import AttemptSpec, EventReader, Executor, LogReader, error_lines, oom_message, run_outcome
+from .executors.base import (
+    AttemptSpec,
+    EventReader,
+    Executor,
+    LogReader,
+    error_lines,
+    oom_message,
+    own_file_create,
+    run_outcome,
+)
 from .executors.cgroups import Limits, Usage, human_bytes, limit_text
 from .executors.local import LocalExecutor, host_cgroups, set_parent_death_signal
 from .gpulock import GpuLocks, lock_dir
@@ -343,6 +352,11 @@ class AttemptRunner:
         self.checkpoint_dir = self.run_dir / "checkpoints"
         self.stop_file = self.attempt_dir / "stop-after-epoch"  # graceful preemption (train_child)
         for folder in (self.attempt_dir, self.checkpoint_dir):
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                # Left by an earlier attempt's child (the job's folder is the child's to write):
+                # the worker writes its config and reads logs here, never through a link (sec21, F2).
+                log.warning("job %s: replacing %s, which is not a folder", job.pk, folder)
+                folder.unlink()
             folder.mkdir(parents=True, exist_ok=True)
         self.log_path = self.attempt_dir / "output.log"
         self.log_tail: list[str] = []
@@ -500,7 +514,8 @@ class AttemptRunner:
                               events_path=self.attempt_dir / f"events-{number}.jsonl", local=self.local)
         config["stop_file"] = str(self.stop_file)  # touched when the attempt is preempted (run_child)
         path = self.attempt_dir / f"config-{number}.json"
-        path.write_text(json.dumps(config, indent=2))
+        with os.fdopen(own_file_create(path, folder=self.attempt_dir.resolve()), "w") as f:
+            f.write(json.dumps(config, indent=2))
         return path
 
     def child_env(self) -> dict[str, str]:
@@ -556,7 +571,7 @@ class AttemptRunner:
                     if stop_reason == "fenced":
                         grace = attempt_stop_grace(self.job)
                         if grace:  # preempted: the child stops after its current epoch's checkpoint
-                            self.stop_file.touch()
+                            os.close(own_file_create(self.stop_file, folder=self.attempt_dir.resolve(), append=True))
                             stop_by = now + grace
                             job_event(self.job, "stopping", f"preempted: stopping at the end of the current "
                                                             f"epoch (at most {grace:.0f} s)")

@@ -142,7 +142,8 @@ def _child(request: dict, inherited: list) -> None:
         try:
             cgroup_join(request.get("cgroup") or [])
         except OSError as exc:
-            with open(request["log"], "a") as log:
+            with open(os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644),
+                      "a") as log:
                 log.write(f"cannot join the attempt's cgroup (its limits would not hold): {exc}\n")
             os._exit(3)
         signal.set_wakeup_fd(-1)
@@ -159,7 +160,8 @@ def _child(request: dict, inherited: list) -> None:
             setproctitle.setproctitle(f"python -m worker.train_child {request['config']}")
         except ImportError:
             pass
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Not through a link the job's previous child left in its folder (sec21, F2).
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)

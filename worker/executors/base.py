@@ -131,6 +131,78 @@ def oom_message(usage: Usage) -> str:
 
 
 # --- reading what the child writes -------------------------------------------------------------
+#
+# The job's folder is the child's to write (a container job runs the team's own image), so any
+# name in it may have been swapped for a symlink, a hard link or a pipe by the time the worker
+# opens it: to another team's dataset, the database. The worker, which can read and write all
+# of those, opens the child's files only through :func:`own_file_open` (sec21, F2).
+
+
+class NotOwnFile(OSError):
+    """The name is not a plain file of the job's own folder (a link out of it, a pipe)."""
+
+
+def own_file_open(path: Path, flags: int, *, folder: Path) -> int:
+    """An open descriptor of ``path``, checked *after* opening: a regular file with one link,
+    really inside ``folder`` (a resolved path). Symlinks are not followed (``O_NOFOLLOW`` on the
+    name, and the opened file's real path — ``/proc/self/fd`` — for a folder swapped on the
+    way); a pipe does not block the open. FileNotFoundError when missing; NotOwnFile else."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise NotOwnFile(exc.errno, f"{path}: not a plain file of the job's folder ({exc.strerror})") from None
+    try:
+        status = os.fstat(fd)
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if not (status.st_mode & 0o170000 == 0o100000 and status.st_nlink == 1 and real.is_relative_to(folder)):
+            raise NotOwnFile(0, f"{path}: not a plain file of the job's folder (it is {real})")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def own_file_read(path: Path, *, folder: Path, offset: int = 0, size: int = -1) -> bytes:
+    """Up to ``size`` bytes (all: -1) of the child's file from ``offset``; b'' when it is missing or
+    not the job's own (logged)."""
+    try:
+        fd = own_file_open(path, os.O_RDONLY, folder=folder)
+    except FileNotFoundError:
+        return b""
+    except NotOwnFile as exc:
+        log.warning("not reading %s", exc)
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+def own_file_create(path: Path, *, folder: Path, append: bool = False) -> int:
+    """A descriptor for the worker to write ``path`` in the job's folder (its config, the child's
+    output): a name that is not a plain file of the folder (a link planted by an earlier child)
+    is removed first, and the file is then created without following anything."""
+    # Emptied only once checked (O_TRUNC would empty whatever the name led to before the check).
+    flags = os.O_WRONLY | (os.O_APPEND if append else 0)
+    fd = None
+    try:
+        fd = own_file_open(path, flags, folder=folder)
+    except FileNotFoundError:
+        pass
+    except NotOwnFile as exc:
+        if path.parent.resolve() != folder:  # the folder itself was swapped: remove nothing there
+            raise
+        log.warning("replacing %s", exc)
+        path.unlink()
+    if fd is None:
+        if path.parent.resolve() != folder:  # create nothing in a folder the name was led to
+            raise NotOwnFile(0, f"{path}: its folder is not the job's own")
+        fd = own_file_open(path, flags | os.O_CREAT | os.O_EXCL, folder=folder)
+    if not append:
+        os.ftruncate(fd, 0)
+    return fd
 
 
 class EventReader:
@@ -138,13 +210,11 @@ class EventReader:
 
     def __init__(self, path: Path) -> None:
         self.path, self.offset, self.partial = path, 0, b""
+        self.folder = path.parent.resolve()  # the worker made it before the child started
 
     def read(self) -> list[dict]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
+        data = own_file_read(self.path, folder=self.folder, offset=self.offset)
+        if not data:
             return []
         self.offset += len(data)
         data = self.partial + data
@@ -174,6 +244,7 @@ class LogReader:
 
     def __init__(self, path: Path) -> None:
         self.path, self.offset = path, 0
+        self.folder = path.parent.resolve()  # the worker made it before the child started
         self._restart()
 
     def _restart(self) -> None:
@@ -183,9 +254,13 @@ class LogReader:
     def truncate(self) -> None:
         """Empty the file and read on from its start (the child appends: O_APPEND)."""
         try:
-            os.truncate(self.path, 0)
+            fd = own_file_open(self.path, os.O_WRONLY, folder=self.folder)
         except OSError:
             return
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
         self.offset = 0
         self._restart()
 
@@ -193,17 +268,12 @@ class LogReader:
         """The complete lines written since the last read (up to ``CHUNK`` bytes of them);
         ``final``: everything left, the unterminated last line included."""
         parts = [self.partial]
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                while True:
-                    data = f.read(self.CHUNK)
-                    self.offset += len(data)
-                    parts.append(self.decoder.decode(data))
-                    if not final or len(data) < self.CHUNK:
-                        break
-        except FileNotFoundError:
-            pass
+        while True:
+            data = own_file_read(self.path, folder=self.folder, offset=self.offset, size=self.CHUNK)
+            self.offset += len(data)
+            parts.append(self.decoder.decode(data))
+            if not final or len(data) < self.CHUNK:
+                break
         if final:
             parts.append(self.decoder.decode(b"", final=True))
         *lines, self.partial = "".join(parts).split("\n")

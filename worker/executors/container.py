@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from .base import AttemptSpec, EventReader, LogReader, kill_tree
+from .base import AttemptSpec, EventReader, LogReader, kill_tree, own_file_create
 from .cgroups import Usage
 from .local import set_parent_death_signal
 
@@ -131,7 +132,8 @@ class ContainerExecutor:
                 raise ValueError("the container executor needs the job's image (spec 'image:')")
             spec = replace(spec, image=self.default_image)
         command = run_command(self.runtime, spec, base_dir=self.base_dir)
-        with open(spec.log_path, "ab") as log_file:
+        with os.fdopen(own_file_create(spec.log_path, folder=spec.log_path.parent.resolve(), append=True),
+                       "ab") as log_file:
             process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        start_new_session=True, preexec_fn=set_parent_death_signal)
         return ContainerExecution(process, self.runtime, spec)

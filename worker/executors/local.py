@@ -15,11 +15,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 
 from . import cgroups
-from .base import AttemptSpec, EventReader, LogReader, kill_tree
+from .base import AttemptSpec, EventReader, LogReader, kill_tree, own_file_create
 from .cgroups import AttemptCgroup, Host, Usage
 
 log = logging.getLogger("yoloportal.worker")
@@ -111,7 +112,8 @@ class LocalExecutor:
             set_parent_death_signal()
             cgroups.join(procs)
 
-        with open(spec.log_path, "ab") as log_file:
+        with os.fdopen(own_file_create(spec.log_path, folder=spec.log_path.parent.resolve(), append=True),
+                       "ab") as log_file:
             return subprocess.Popen(
                 [sys.executable, "-m", self.module, str(spec.config_path)],
                 cwd=str(spec.cwd), env=spec.env, stdout=log_file, stderr=subprocess.STDOUT,

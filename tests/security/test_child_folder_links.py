@@ -1,0 +1,152 @@
+"""The job's folder is the training child's to write (a container job runs the team's own image),
+so the worker must not read, truncate or write another team's files through a link the child
+planted there (sec21, F2).
+
+Before: the worker stored as the job's log whatever ``output.log`` pointed at (another team's
+data.yaml), emptied it when the log was full (``os.truncate`` follows links), wrote the next
+run's config through a planted ``config-2.json`` link, and appended the next attempt's output
+through a planted ``attempt-N`` folder link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from apps.jobs.models import Job, JobState
+from tests.jobs.factories import make_job
+from worker.executors.base import EventReader, LogReader, NotOwnFile, own_file_create
+from worker.tasks import AttemptRunner
+
+SECRET = b"names: [vision-secret-class]\npath: /data/datasets/vision/secret\n"
+
+
+@pytest.fixture
+def vision_file(tmp_path):
+    """A file of another team's, somewhere the worker can read and write."""
+    path = tmp_path / "datasets" / "vision" / "secret" / "v1" / "data.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(SECRET)
+    return path
+
+
+@pytest.fixture
+def attempt_dir(tmp_path):
+    folder = tmp_path / "jobs" / "robotics-job" / "attempt-1"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def test_a_log_linked_to_another_teams_file_is_not_read(attempt_dir, vision_file):
+    reader = LogReader(attempt_dir / "output.log")
+    (attempt_dir / "output.log").symlink_to(vision_file)
+
+    assert reader.read(final=True) == ""
+
+
+def test_a_full_log_linked_to_another_teams_file_does_not_empty_it(attempt_dir, vision_file):
+    reader = LogReader(attempt_dir / "output.log")
+    (attempt_dir / "output.log").symlink_to(vision_file)
+
+    reader.truncate()
+
+    assert vision_file.read_bytes() == SECRET
+
+
+def test_a_hard_link_to_another_teams_file_is_not_read(attempt_dir, vision_file):
+    reader = LogReader(attempt_dir / "output.log")
+    os.link(vision_file, attempt_dir / "output.log")
+
+    assert reader.read(final=True) == ""
+
+
+def test_an_attempt_folder_swapped_for_a_link_is_not_read_through(attempt_dir, vision_file):
+    """The child replaces its whole attempt folder while it runs."""
+    reader = LogReader(attempt_dir / "output.log")
+    events = EventReader(attempt_dir / "events-1.jsonl")
+    (vision_file.parent / "output.log").write_text("vision's training output\n")
+    (vision_file.parent / "events-1.jsonl").write_text(json.dumps({"type": "epoch", "epoch": 1}) + "\n")
+    attempt_dir.rename(attempt_dir.with_name("gone"))
+    attempt_dir.symlink_to(vision_file.parent)
+
+    assert reader.read(final=True) == "" and events.read() == []
+
+
+def test_an_events_file_linked_elsewhere_is_not_read(attempt_dir, tmp_path):
+    other = tmp_path / "other-events.jsonl"
+    other.write_text(json.dumps({"type": "finished", "weights": "/elsewhere/best.pt"}) + "\n")
+    (attempt_dir / "events-1.jsonl").symlink_to(other)
+
+    assert EventReader(attempt_dir / "events-1.jsonl").read() == []
+
+
+def test_a_pipe_does_not_hang_the_worker(attempt_dir):
+    os.mkfifo(attempt_dir / "output.log")
+
+    assert LogReader(attempt_dir / "output.log").read(final=True) == ""
+
+
+def test_the_worker_replaces_a_planted_link_instead_of_writing_through_it(attempt_dir, vision_file):
+    (attempt_dir / "config-2.json").symlink_to(vision_file)
+
+    with os.fdopen(own_file_create(attempt_dir / "config-2.json", folder=attempt_dir.resolve()), "w") as f:
+        f.write("{}")
+
+    assert vision_file.read_bytes() == SECRET
+    assert not (attempt_dir / "config-2.json").is_symlink() and (attempt_dir / "config-2.json").read_text() == "{}"
+
+
+def test_the_worker_writes_nothing_into_a_swapped_folder(attempt_dir, vision_file):
+    folder = attempt_dir.resolve()
+    attempt_dir.rename(attempt_dir.with_name("gone"))
+    attempt_dir.symlink_to(vision_file.parent)
+    (vision_file.parent / "config-2.json").write_text("vision's")
+
+    with pytest.raises(NotOwnFile):
+        own_file_create(attempt_dir / "config-2.json", folder=folder)
+
+    assert (vision_file.parent / "config-2.json").read_text() == "vision's"
+
+
+def test_own_files_still_read_and_truncate(attempt_dir):
+    reader = LogReader(attempt_dir / "output.log")
+    (attempt_dir / "output.log").write_text("epoch 1\nepoch 2\n")
+    (attempt_dir / "events-1.jsonl").write_text(json.dumps({"type": "epoch", "epoch": 1}) + "\n")
+
+    assert reader.read() == "epoch 1\nepoch 2\n"
+    assert EventReader(attempt_dir / "events-1.jsonl").read() == [{"type": "epoch", "epoch": 1}]
+    reader.truncate()
+    assert (attempt_dir / "output.log").read_bytes() == b""
+
+
+@pytest.mark.django_db
+def test_a_planted_attempt_folder_link_is_replaced_before_the_worker_writes_its_config(
+        teams, carol, node, settings, tmp_path, vision_file):
+    """The child of attempt 1 leaves ``attempt-2`` → another team's folder for the next attempt."""
+    settings.JOBS_DIR = tmp_path / "jobs"
+    job = make_job(team=teams["robotics"], user=carol, node=node, gpu_indices=[0], state=JobState.RUNNING, attempt=2)
+    spec = {**job.spec, "resolved": {"model": "yolov8n.yaml", "data_yaml": "/data/demo/data.yaml"}}
+    Job.objects.filter(pk=job.pk).update(spec=spec)
+    job = Job.objects.select_related("node").get(pk=job.pk)
+    job.run_dir.mkdir(parents=True)
+    (job.run_dir / "attempt-2").symlink_to(vision_file.parent)
+
+    runner = AttemptRunner(job)
+    config = runner.child_config(1, None)
+
+    assert not (job.run_dir / "attempt-2").is_symlink()
+    assert config.resolve().is_relative_to(job.run_dir.resolve())
+    assert sorted(p.name for p in vision_file.parent.iterdir()) == ["data.yaml"]
+
+
+def test_the_worker_creates_nothing_in_a_swapped_folder(attempt_dir, vision_file):
+    folder = attempt_dir.resolve()
+    attempt_dir.rename(attempt_dir.with_name("gone"))
+    attempt_dir.symlink_to(vision_file.parent)
+
+    with pytest.raises(NotOwnFile):
+        own_file_create(attempt_dir / "stop-after-epoch", folder=folder, append=True)
+
+    assert sorted(p.name for p in vision_file.parent.iterdir()) == ["data.yaml"]
