@@ -203,10 +203,15 @@ def results_upload(run_dir: Path) -> int:
     """Store the job folder's results under their keys; returns how many files."""
     if shared_filesystem() or not run_dir.is_dir():
         return 0
-    count = 0
+    count, inside = 0, run_dir.resolve()
     for path in sorted(run_dir.rglob("*")):
         relative = path.relative_to(run_dir)
         if not path.is_file() or relative.parts[0].startswith(("attempt-", ".")) or path.name.startswith("."):
+            continue
+        if path.is_symlink() or not path.resolve().is_relative_to(inside):
+            # The child wrote this folder: a link stored another team's file under this job's key
+            # (or, resolved, under that team's own key) (sec21, F3).
+            log.warning("not storing %s: a link, not a file the job wrote", path)
             continue
         if relative.parts[0] == "checkpoints":
             continue  # resume copies: the store has them under their attempts' keys until they retire

@@ -150,3 +150,30 @@ def test_the_worker_creates_nothing_in_a_swapped_folder(attempt_dir, vision_file
         own_file_create(attempt_dir / "stop-after-epoch", folder=folder, append=True)
 
     assert sorted(p.name for p in vision_file.parent.iterdir()) == ["data.yaml"]
+
+
+@pytest.mark.django_db
+def test_results_upload_stores_no_link_the_child_left_in_its_folder(moto, settings, tmp_path, vision_file):
+    """With an object store the GPU server uploads the job's folder: a link in it stored another
+    team's file under this job's key, to be served as its prediction image (sec21, F3)."""
+    import boto3
+    from django.test import override_settings
+
+    from tests.s3 import s3_storages
+    from worker.artifacts import results_upload
+
+    settings.JOBS_DIR = tmp_path / "jobs"
+    settings.DATASETS_DIR = vision_file.parents[3]
+    run_dir = settings.JOBS_DIR / "0b7e4c1e-robotics"
+    (run_dir / "predict").mkdir(parents=True)
+    (run_dir / "predict" / "00000.jpg").write_bytes(b"robotics image")
+    (run_dir / "predict" / "00001.jpg").symlink_to(vision_file)
+    (run_dir / "stolen").symlink_to(vision_file.parent, target_is_directory=True)
+
+    with override_settings(STORAGES=s3_storages(moto)):
+        assert results_upload(run_dir) == 1
+
+    store = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing",
+                         aws_secret_access_key="testing", region_name="us-east-1")
+    keys = [o["Key"] for o in store.list_objects_v2(Bucket=moto["bucket"]).get("Contents", [])]
+    assert keys == ["jobs/0b7e4c1e-robotics/predict/00000.jpg"]
