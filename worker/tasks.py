@@ -341,6 +341,18 @@ class ChildResult:
     batch: int | None = None  # the batch size the child trained with (its "started" event)
 
 
+def other_teams_weights(job: Job) -> tuple[Path, ...]:
+    """The folders of the shared weights store that belong to other teams (``weights/<team>/``):
+    the store is mounted whole into a container (shared weights, the AMP check's), and the
+    team's image must not read another team's weights there (sec21, F4)."""
+    store = Path(settings.WEIGHTS_DIR)
+    try:
+        folders = [path for path in store.iterdir() if path.is_dir() and path.name != job.team.slug]
+    except OSError:
+        return ()
+    return tuple(sorted(folders))
+
+
 class AttemptRunner:
     """Runs one attempt through an executor (``worker/executors/``) and reports it through the services."""
 
@@ -539,6 +551,7 @@ class AttemptRunner:
                                       pids=settings.ATTEMPT_PIDS_MAX),
             gpu_indices=() if job.node.simulated else tuple(job.gpu_indices),
             image=job.spec.get("image") or "", read_only=tuple(read_only), writable=(self.run_dir,),
+            hidden=other_teams_weights(job),
         )
 
     def run_child(self, number: int, resume_from: Path | None) -> ChildResult:

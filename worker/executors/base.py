@@ -48,6 +48,9 @@ class AttemptSpec:
     image: str = ""
     read_only: tuple[Path, ...] = ()  # what a container sees read-only (dataset, weights, the child's code)
     writable: tuple[Path, ...] = ()  # and read-write (the job's folder)
+    # Folders inside a read-only mount that the container must not see: other teams' folders
+    # of the shared weights store (sec21, F4). Each is covered by an empty read-only tmpfs.
+    hidden: tuple[Path, ...] = ()
 
 
 class Execution(Protocol):

@@ -13,7 +13,8 @@ through that shim; the real runtime is exercised only where one answers.
 - the job's folder mounted read-write and the dataset, weights store and the child's own
   code (``worker/``, ``apps/core/``) read-only, at the same paths as on the host, so the
   child's config needs no translation; the worker's data folder (secrets, database) is
-  never mounted;
+  never mounted, and other teams' folders of the weights store are covered by an empty
+  tmpfs (the image is the team's own code: it must not read their weights);
 - the child's allow-listed environment with ``-e``, ``PYTHONPATH`` pointing at the
   mounted code; ``python -m worker.train_child CONFIG`` as the command.
 
@@ -66,6 +67,8 @@ def run_command(runtime: str, spec: AttemptSpec, *, base_dir: Path) -> list[str]
         if path in (base_dir / "worker", base_dir / "apps" / "core"):
             continue  # the child's code: mounted below under CODE_ROOT
         command += ["--volume", f"{path}:{path}:ro"]
+    for path in spec.hidden:
+        command += ["--tmpfs", f"{path}:ro,size=4k"]
     command += ["--volume", f"{base_dir / 'worker'}:{CODE_ROOT / 'worker'}:ro",
                 "--volume", f"{base_dir / 'apps' / '__init__.py'}:{CODE_ROOT / 'apps' / '__init__.py'}:ro",
                 "--volume", f"{base_dir / 'apps' / 'core'}:{CODE_ROOT / 'apps' / 'core'}:ro"]
