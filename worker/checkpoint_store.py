@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -36,6 +37,7 @@ from apps.jobs.models import Checkpoint, Job
 from apps.jobs.services import checkpoint_stored
 
 from .artifacts import WAIT_FIRST_S, WAIT_MAX_S, heartbeating
+from .executors.base import own_file_create
 from .train_child import KEEP_CHECKPOINTS
 
 log = logging.getLogger(__name__)
@@ -78,8 +80,9 @@ def checkpoint_fetch(job: Job, checkpoint: Checkpoint) -> Path | None:
     target = folder / f"epoch-{checkpoint.epoch:04d}.pt"
     shutil.move(fetched, target)  # out of the cache: the run folder keeps it, the cache would double it
     sidecar = target.with_suffix(".json")
-    sidecar.write_text(json.dumps({"epoch": checkpoint.epoch, "sha256": checkpoint.sha256,
-                                   "size": checkpoint.size}))
+    # Not through a link an earlier attempt's child left in the job's folder (sec21, F5).
+    with os.fdopen(own_file_create(sidecar, folder=Path(job.run_dir).resolve()), "w") as f:
+        f.write(json.dumps({"epoch": checkpoint.epoch, "sha256": checkpoint.sha256, "size": checkpoint.size}))
     return target
 
 
@@ -100,7 +103,10 @@ def best_restore(job: Job, resume_epoch: int) -> bool:
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(".best.pt.restore")
-    shutil.copyfile(source, temporary)
+    # Not through a link an earlier attempt's child left in the job's folder (sec21, F5).
+    with open(source, "rb") as bytes_in, os.fdopen(own_file_create(temporary, folder=Path(job.run_dir).resolve()),
+                                                   "wb") as bytes_out:
+        shutil.copyfileobj(bytes_in, bytes_out)
     temporary.replace(target)
     log.info("job %s: best.pt restored from the checkpoint of epoch %d", job.pk, row.epoch)
     return True

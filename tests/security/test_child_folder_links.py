@@ -177,3 +177,23 @@ def test_results_upload_stores_no_link_the_child_left_in_its_folder(moto, settin
                          aws_secret_access_key="testing", region_name="us-east-1")
     keys = [o["Key"] for o in store.list_objects_v2(Bucket=moto["bucket"]).get("Contents", [])]
     assert keys == ["jobs/0b7e4c1e-robotics/predict/00000.jpg"]
+
+
+@pytest.mark.django_db
+def test_restoring_best_pt_writes_nothing_through_a_planted_link(teams, carol, settings, tmp_path, vision_file):
+    """Before resuming, the worker copies the best checkpoint back to ``best.pt`` through a
+    temporary name an earlier child could have made a link to another team's file (sec21, F5)."""
+    from tests.jobs.factories import stored_checkpoint
+    from worker.checkpoint_store import best_restore
+
+    settings.JOBS_DIR = tmp_path / "jobs"
+    job = make_job(team=teams["robotics"], user=carol, state=JobState.RUNNING)
+    data = stored_checkpoint(job, 3, best=True)
+    weights = job.run_dir / "train" / "weights"
+    weights.mkdir(parents=True)
+    (weights / ".best.pt.restore").symlink_to(vision_file)
+
+    assert best_restore(job, 3)
+
+    assert vision_file.read_bytes() == SECRET
+    assert (weights / "best.pt").read_bytes() == data and not (weights / "best.pt").is_symlink()

@@ -184,9 +184,10 @@ def own_file_read(path: Path, *, folder: Path, offset: int = 0, size: int = -1) 
 
 
 def own_file_create(path: Path, *, folder: Path, append: bool = False) -> int:
-    """A descriptor for the worker to write ``path`` in the job's folder (its config, the child's
-    output): a name that is not a plain file of the folder (a link planted by an earlier child)
-    is removed first, and the file is then created without following anything."""
+    """A descriptor for the worker to write ``path`` in the job's folder ``folder`` (resolved; its
+    config, the child's output, restored checkpoints): a name that is not a plain file of the
+    folder (a link planted by an earlier child) is removed first, and the file is then created
+    without following anything. NotOwnFile when a folder on the way leads out of ``folder``."""
     # Emptied only once checked (O_TRUNC would empty whatever the name led to before the check).
     flags = os.O_WRONLY | (os.O_APPEND if append else 0)
     fd = None
@@ -195,12 +196,12 @@ def own_file_create(path: Path, *, folder: Path, append: bool = False) -> int:
     except FileNotFoundError:
         pass
     except NotOwnFile as exc:
-        if path.parent.resolve() != folder:  # the folder itself was swapped: remove nothing there
+        if not path.parent.resolve().is_relative_to(folder):  # a folder swapped for a link: remove nothing there
             raise
         log.warning("replacing %s", exc)
         path.unlink()
     if fd is None:
-        if path.parent.resolve() != folder:  # create nothing in a folder the name was led to
+        if not path.parent.resolve().is_relative_to(folder):  # create nothing in a folder the name was led to
             raise NotOwnFile(0, f"{path}: its folder is not the job's own")
         fd = own_file_open(path, flags | os.O_CREAT | os.O_EXCL, folder=folder)
     if not append:
