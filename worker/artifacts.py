@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -234,6 +235,31 @@ def cache_dir() -> Path:
 # once its success is recorded, its resume checkpoints once each upload is recorded. Left
 # alone, every job kept ~100 MB (YOLOv8n: three checkpoints plus weights) on the server for
 # ever (multi-node trial M6). On a shared filesystem the folder IS the store: never touched.
+
+
+def run_folder_scrub(run_dir: Path) -> int:
+    """Remove every link, pipe, socket or device from the job's folder; returns how many.
+
+    The folder is the training child's to write (a container job runs the team's own image),
+    and the worker and the web read, copy, upload, archive into and delete from it once the
+    child is gone: through a link left there, each of those reached another team's files
+    (sec21, F6). Run when no child of the job is alive (after it exits; before an attempt)."""
+    removed = 0
+    if run_dir.is_symlink() or not run_dir.is_dir():
+        return 0
+    for folder, dirs, files in os.walk(run_dir, followlinks=False):
+        for name in dirs + files:
+            path = Path(folder) / name
+            try:
+                mode = path.lstat().st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+                continue
+            path.unlink()
+            removed += 1
+            log.warning("removed %s from the job's folder: not a file or a folder the job may keep", path)
+    return removed
 
 
 def run_folder_remove(run_dir: Path) -> bool:

@@ -54,6 +54,7 @@ from .artifacts import (
     job_inputs_missing,
     results_upload,
     run_folder_remove,
+    run_folder_scrub,
     shared_storage_lost,
     shared_storage_problem,
     weights_local,
@@ -363,6 +364,7 @@ class AttemptRunner:
         self.attempt_dir = self.run_dir / f"attempt-{job.attempt}"
         self.checkpoint_dir = self.run_dir / "checkpoints"
         self.stop_file = self.attempt_dir / "stop-after-epoch"  # graceful preemption (train_child)
+        run_folder_scrub(self.run_dir)  # what an earlier attempt's child left on this node
         for folder in (self.attempt_dir, self.checkpoint_dir):
             if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
                 # Left by an earlier attempt's child (the job's folder is the child's to write):
@@ -605,6 +607,7 @@ class AttemptRunner:
             raise
         finally:
             execution.close()
+            run_folder_scrub(self.run_dir)  # the child is gone: no link it left is followed from here on
         result.exit_code = exit_code
         result.log_tail = self.log_tail[-40:]
         result.outcome = run_outcome(exit_code=exit_code, finished=result.finished, resumed=resume_from is not None,

@@ -197,3 +197,37 @@ def test_restoring_best_pt_writes_nothing_through_a_planted_link(teams, carol, s
 
     assert vision_file.read_bytes() == SECRET
     assert (weights / "best.pt").read_bytes() == data and not (weights / "best.pt").is_symlink()
+
+
+def test_the_job_folder_is_scrubbed_of_links_and_pipes_once_the_child_is_gone(tmp_path, vision_file):
+    """Everything that later reads, copies, uploads, archives into or deletes from the folder
+    (results upload, the log archive, checkpoint retention, resume) then meets only the job's
+    own files and folders (sec21, F6)."""
+    from worker.artifacts import run_folder_scrub
+
+    run_dir = tmp_path / "jobs" / "robotics-job"
+    (run_dir / "train" / "weights").mkdir(parents=True)
+    (run_dir / "train" / "weights" / "best.pt").write_bytes(b"robotics")
+    (run_dir / "logs").symlink_to(vision_file.parent, target_is_directory=True)
+    (run_dir / "train" / "weights" / "last.pt").symlink_to(vision_file)
+    os.mkfifo(run_dir / "train" / "pipe")
+
+    assert run_folder_scrub(run_dir) == 3
+
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == [
+        "train", "train/weights", "train/weights/best.pt"]
+    assert vision_file.read_bytes() == SECRET and sorted(p.name for p in vision_file.parent.iterdir()) == ["data.yaml"]
+
+
+@pytest.mark.django_db
+def test_the_worker_scrubs_the_job_folder_before_an_attempt(teams, carol, node, settings,
+                                                                                tmp_path, vision_file):
+    settings.JOBS_DIR = tmp_path / "jobs"
+    job = make_job(team=teams["robotics"], user=carol, node=node, gpu_indices=[0], state=JobState.RUNNING)
+    job.run_dir.mkdir(parents=True)
+    (job.run_dir / "checkpoints").symlink_to(vision_file.parent, target_is_directory=True)
+
+    AttemptRunner(Job.objects.select_related("node").get(pk=job.pk))
+
+    assert (job.run_dir / "checkpoints").is_dir() and not (job.run_dir / "checkpoints").is_symlink()
+    assert sorted(p.name for p in vision_file.parent.iterdir()) == ["data.yaml"]
