@@ -38,6 +38,7 @@ from apps.jobs.services import (
     attempt_start,
     attempt_stop_grace,
     checkpoint_reject,
+    inside_run_dir,
     job_event,
     job_requeue,
     log_append,
@@ -647,7 +648,8 @@ class AttemptRunner:
             if kind == "started" and event.get("batch"):
                 result.batch = int(event["batch"])
             attempt_event_record(self.job, event)
-            if kind == "checkpoint" and self.uploader is not None:
+            # Only what was recorded: a checkpoint outside the job's folder is not this job's (sec21).
+            if kind == "checkpoint" and self.uploader is not None and inside_run_dir(self.job, str(event.get("path") or "")):
                 self.uploader.offer(epoch=int(event["epoch"]), path=str(event["path"]), sha256=str(event["sha256"]))
 
     def flush_logs(self, reader: LogReader, final: bool = False) -> None:

@@ -231,3 +231,22 @@ def test_the_worker_scrubs_the_job_folder_before_an_attempt(teams, carol, node, 
 
     assert (job.run_dir / "checkpoints").is_dir() and not (job.run_dir / "checkpoints").is_symlink()
     assert sorted(p.name for p in vision_file.parent.iterdir()) == ["data.yaml"]
+
+
+@pytest.mark.django_db
+def test_a_checkpoint_outside_the_jobs_folder_is_not_offered_for_upload(teams, carol, node, settings, tmp_path,
+                                                                       vision_file):
+    """attempt_event_record ignored it, but the uploader still stored the outside file under the
+    job's checkpoint key (then deleted it: the reported sha256 did not match)."""
+    from worker.tasks import ChildResult
+
+    settings.JOBS_DIR = tmp_path / "jobs"
+    job = make_job(team=teams["robotics"], user=carol, node=node, gpu_indices=[0], state=JobState.RUNNING)
+    runner = AttemptRunner(Job.objects.select_related("node").get(pk=job.pk))
+    offered = []
+    runner.uploader = type("Recorder", (), {"offer": lambda self, **kw: offered.append(kw)})()
+
+    runner.on_event({"type": "checkpoint", "epoch": 1, "path": str(vision_file), "sha256": "0" * 64, "size": 1},
+                    ChildResult())
+
+    assert offered == []
