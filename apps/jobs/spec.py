@@ -39,6 +39,9 @@ TOP_LEVEL_KEYS = {
     "team", "timeout", "retries", "allow_duplicate", "description", "sweep", "preemptible", "expected_duration",
 }
 EXPORT_FORMATS = ("onnx", "torchscript", "engine")
+# [registry[:port]/]name[:tag][@digest]: starts with a letter or digit, never with '-'.
+IMAGE_REFERENCE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9.-]*(?::[0-9]+)?/)?[A-Za-z0-9][A-Za-z0-9._/-]*"
+                             r"(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
 AUTO_EXPORT_FORMATS = ("onnx", "torchscript")  # engine needs a TensorRT node: an export job of its own
 # Job fields the platform owns: giving one in a spec is mass assignment, refused with the reason.
 PLATFORM_FIELDS = {
@@ -683,6 +686,11 @@ def parse_spec(document: Any) -> JobSpec:
         value = document.get(key, "")
         if not isinstance(value, str) or len(value) > 300:
             errors[key] = "must be a string of at most 300 characters"
+        elif key == "image" and value and not IMAGE_REFERENCE.fullmatch(value):
+            # It is one argument of `podman run`: "--privileged" or "--volume=/:/host" was read as
+            # an option of the run, not as the image (sec21, F8).
+            errors[key] = (f"must be a container image reference like ultralytics/ultralytics:8.3.0 or "
+                           f"registry.example.org/team/yolo@sha256:… (got {value[:60]!r})")
         else:
             setattr(spec, key, value)
     if "sweep" in document:

@@ -52,3 +52,39 @@ def test_a_container_job_cannot_see_another_teams_weights_folder(teams, carol, n
 
 def pairs(command: list[str]) -> list[list[str]]:
     return [command[i:i + 2] for i in range(len(command) - 1)]
+
+
+@pytest.mark.parametrize("image", ["--privileged", "--volume=/data:/data:rw", "-v=/:/host", " ubuntu", "a b"])
+def test_an_image_that_would_be_read_as_an_option_of_the_run_is_refused(image, bob, demo_registered):
+    """``image`` is one argument of ``podman run`` before the image's command: "--privileged" was
+    accepted, and a container job would have run privileged or with every team's data mounted
+    (sec21, F8)."""
+    from tests.conftest import api_client
+
+    response = api_client(bob).post("/api/v1/jobs/", {
+        "task_name": "x", "command": "yolo train data=demo model=yolov8n.yaml epochs=1", "image": image},
+        format="json")
+
+    assert response.status_code == 400 and "image" in response.json(), response.content
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("image", ["ultralytics/ultralytics:8.3.0", "registry.example.org:5000/vision/yolo:1.0",
+                                   "pytorch/pytorch@sha256:" + "a" * 64, "yoloportal"])
+def test_image_references_are_still_accepted(image, bob, demo_registered):
+    from tests.conftest import api_client
+
+    response = api_client(bob).post("/api/v1/jobs/", {
+        "task_name": "x", "command": "yolo train data=demo model=yolov8n.yaml epochs=1", "image": image},
+        format="json")
+
+    assert response.status_code == 201, response.content
+
+
+def test_the_container_executor_refuses_an_option_as_the_image(tmp_path):
+    from worker.executors.base import AttemptSpec
+
+    spec = AttemptSpec(key="k", config_path=tmp_path / "c.json", events_path=tmp_path / "e", log_path=tmp_path / "l",
+                       env={}, cwd=tmp_path, image="--privileged")
+    with pytest.raises(ValueError, match="not a container image"):
+        run_command("podman", spec, base_dir=Path("/srv/yoloportal"))

@@ -76,6 +76,8 @@ def run_command(runtime: str, spec: AttemptSpec, *, base_dir: Path) -> list[str]
     env["PYTHONPATH"] = str(CODE_ROOT)
     for key in sorted(env):
         command += ["--env", f"{key}={env[key]}"]
+    if spec.image.startswith("-"):  # read as an option of the run (--privileged), not as the image
+        raise ValueError(f"not a container image: {spec.image!r}")
     command += [spec.image, "python", "-m", "worker.train_child", str(spec.config_path)]
     return command
 
