@@ -158,7 +158,10 @@ def own_file_open(path: Path, flags: int, *, folder: Path) -> int:
         raise NotOwnFile(exc.errno, f"{path}: not a plain file of the job's folder ({exc.strerror})") from None
     try:
         status = os.fstat(fd)
-        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        try:
+            real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # no /proc (not Linux): the name's real path, read after the open
+            real = Path(os.path.realpath(path))
         if not (status.st_mode & 0o170000 == 0o100000 and status.st_nlink == 1 and real.is_relative_to(folder)):
             raise NotOwnFile(0, f"{path}: not a plain file of the job's folder (it is {real})")
         os.set_blocking(fd, True)
