@@ -44,6 +44,7 @@ from .policy import (
     PolicyConfig,
     RollingUsage,
     TeamPolicy,
+    runtime_limit,
 )
 from .policy.eta_calibration import HISTORY_MAX_WAIT_S, HISTORY_N, HISTORY_S
 from .policy.runtime_model import RuntimeModel
@@ -272,7 +273,7 @@ def foreign_allocations(now: datetime) -> list[Allocation]:
             job_id=f"outside:{row.node.name}:{row.external_id}", team="", user="", node=row.node.name,
             gpu_indices=tuple(row.gpu_indices), cpu_milli=row.cpu_milli, memory_mb=row.memory_mb,
             priority_class="medium", started_at=started, expected_end=max(now.timestamp() + 1, end),
-            preemptible=False,
+            preemptible=False, ends_by=row.ends_at.timestamp() if row.ends_at else math.inf,
         ))
     return out
 
@@ -445,11 +446,15 @@ def cluster_state(now: datetime | None = None, rows: QueueRows | None = None) ->
     for job in holding:
         started = (job.started_at or job.dispatched_at or now).timestamp()
         key = str(job.pk)
+        attained, preemptions = history.get(job.pk, (0.0, 0))
+        # The worker stops it once its attempts together ran the timeout: it ends by then
+        # whatever its epoch rate or the model says (worker.tasks, run_child's budget).
+        ends_by = started + runtime_limit(float(job.timeout_s), attained)
         if key in estimates.remaining_s:  # its own epoch rate, once it has finished an epoch
             expected_end = now.timestamp() + estimates.remaining_s[key]
-        else:  # never the timeout: the model's estimate, else the stated default
-            expected_end = started + min(estimates.runtime_s.get(key) or DEFAULT_RUNTIME_S, job.timeout_s)
-        attained, preemptions = history.get(job.pk, (0.0, 0))
+        else:  # never the timeout as an estimate: the model's, else the stated default
+            expected_end = started + (estimates.runtime_s.get(key) or DEFAULT_RUNTIME_S)
+        expected_end = min(expected_end, ends_by)
         running.append(Allocation(
             job_id=key, team=job.team.slug, user=job.user.username, node=job.node.name,
             gpu_indices=tuple(job.gpu_indices), gpu_share=job.gpu_share, gpu_memory_mb=job.gpu_memory_mb,
@@ -458,7 +463,7 @@ def cluster_state(now: datetime | None = None, rows: QueueRows | None = None) ->
             preemptible=(job.pk in with_checkpoint and job.state == JobState.RUNNING
                          and job.spec.get("preemptible", True)),
             attained_s=attained, preemptions=preemptions,
-            estimated=key in estimates.remaining_s or key in estimates.runtime_s,
+            estimated=key in estimates.remaining_s or key in estimates.runtime_s, ends_by=ends_by,
         ))
     running.extend(foreign_allocations(now))
     usage, usage_24h, expiry, urgent = usage_inputs(config, holding, now)

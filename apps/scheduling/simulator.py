@@ -701,6 +701,9 @@ def simulate_policy(
                 attained_s=job.done_before,
                 preemptions=job.preempted,
                 estimated=request.estimated,
+                # The live bound, as the policy sees it (no trace task comes near the year's
+                # timeout, and the replay never stops a job at it).
+                ends_by=t + request.limit,
             )
             running[start.job_id] = alloc
             busy_gpus += alloc.gpus

@@ -236,7 +236,8 @@ def test_a_preemption_refusal_holds_only_for_jobs_of_the_same_attained_bin() -> 
     victim = running("v", "n1", (0, 1), ran_s=10 * HOUR, left_s=30 * HOUR, preemptible=True, estimated=False)
     finder = VictimFinder([victim], fair(size_preemption=True), NOW, set())
     caps = capacities(cluster, [victim])
-    veteran = job("a", gpus=2, walltime_s=None, attained_s=35 * HOUR)  # 70 GPU-h: a bin above the victim's 20
+    # 70 GPU-h: a bin above the victim's 20 (under a timeout that leaves it room to run on)
+    veteran = job("a", gpus=2, walltime_s=None, attained_s=35 * HOUR, timeout_s=72 * HOUR)
     newcomer = job("b", gpus=2, walltime_s=None)  # nothing attained yet
     assert veteran.gpus * veteran.walltime == newcomer.gpus * newcomer.walltime  # the same work asked
     assert finder.find(veteran, "medium", caps, set()) is None

@@ -29,6 +29,7 @@ from .types import (
     QueueEntry,
     Start,
     TeamPolicy,
+    runtime_limit,
 )
 from .usage import DecayedUsage, RollingUsage
 
@@ -56,6 +57,7 @@ __all__ = [
     "fits_empty_cluster",
     "gc_paused",
     "plan",
+    "runtime_limit",
 ]
 
 

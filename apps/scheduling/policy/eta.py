@@ -35,7 +35,7 @@ from operator import attrgetter, itemgetter
 
 from .placement import EPS, NodeCapacity, Placer, Target
 from .priority import arrival_priorities
-from .types import Allocation, ClusterState, JobRequest
+from .types import Allocation, ClusterState, JobRequest, runtime_limit
 
 EtaRange = tuple[float, float, float]  # point, low, high
 # Lognormal sigma of a runtime that rests on the stated default (no estimate at all): such a
@@ -80,6 +80,7 @@ def _alloc_of(job: JobRequest, node: str, indices: tuple[int, ...], share: float
             "attained_s": 0.0,
             "preemptions": 0,
             "estimated": True,
+            "ends_by": math.inf,
         },
     )
     return alloc
@@ -388,7 +389,8 @@ class ArrivalStream:
             k = bisect.bisect_left(self._neg_priorities, -prio)
             walltime = sample.walltime * math.exp(rng.gauss(0.0, self._sigma))
             t = self._t
-            self._next = _Pending((k - 0.5, t), _renamed(sample, f"~inflow-{self._n}", t), t, False, walltime)
+            arrival = _renamed(sample, f"~inflow-{self._n}", t)
+            self._next = _Pending((k - 0.5, t), arrival, t, False, min(walltime, arrival.limit))
             self.next_t0 = t
             return
         self._rng = None  # exhausted
@@ -477,13 +479,15 @@ class EtaModel:
         gauss, exp = rng.gauss, math.exp
         unknown = max(sigma, UNKNOWN_RUNTIME_SIGMA)
         # What every scenario redraws, prepared once: a running job's time left (None = due
-        # now: it ends at ``now``, no draw) and spread, whether its node is schedulable.
+        # now: it ends at ``now``, no draw), spread, latest end (its timeout: no draw passes
+        # it), whether its node is schedulable.
         schedulable = {name for name, cap in self.caps.items() if cap.node.schedulable}
         held = [
             (
                 a,
                 a.expected_end - now if a.expected_end > now else None,
                 sigma if a.estimated else unknown,
+                a.ends_by,
                 a.node in schedulable,
             )
             for a in self.holding
@@ -494,8 +498,10 @@ class EtaModel:
             # Allocation copy per job with the drawn end, but without the copies).
             events: list[tuple[float, int, Allocation]] = []
             seq = 0
-            for a, left, spread, keep in held:
+            for a, left, spread, ends_by, keep in held:
                 end = now + left * exp(gauss(0.0, spread)) if left is not None else now
+                if end > ends_by:
+                    end = ends_by
                 if keep:
                     seq += 1
                     events.append((end if end > now else now, seq, a))
@@ -503,7 +509,7 @@ class EtaModel:
             # gives that order, on float keys (CPython compares those without the tuples).
             events.sort(key=_end_of)
             pending = [
-                _Pending((k,), job, t0, wanted, job.walltime * exp(gauss(0.0, spread)))
+                _Pending((k,), job, t0, wanted, min(job.walltime * exp(gauss(0.0, spread)), job.limit))
                 for k, ((job, t0, _prio, wanted), spread) in enumerate(zip(jobs, spreads, strict=True))
             ]
             arrivals = self._arrivals(rng, jobs, lowest, sigma)
@@ -569,13 +575,14 @@ def _renamed(job: JobRequest, job_id: str, at: float) -> JobRequest:
 
     A shallow copy with four fields set, not ``dataclasses.replace``: a scenario samples
     hundreds of arrivals per pass, and ``replace`` (``__init__`` + ``__post_init__``) was
-    most of the forward simulation's time. ``walltime`` (derived from ``walltime_s`` and
-    ``timeout_s``, both unchanged) stays valid.
+    most of the forward simulation's time. ``limit`` is the whole timeout again (no earlier
+    attempt); ``walltime`` (at most the sample's own limit, no more than that) stays valid.
     """
     out = copy.copy(job)
     set_field = object.__setattr__
     set_field(out, "job_id", job_id)
     set_field(out, "submitted_at", at)
     set_field(out, "attained_s", 0.0)
+    set_field(out, "limit", runtime_limit(job.timeout_s))
     set_field(out, "preemptions", 0)
     return out

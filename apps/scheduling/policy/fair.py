@@ -83,6 +83,7 @@ class FairPlanner:
             job.attained_s,
             job.preemptions,
             job.estimated,
+            self.now + job.limit,
         )
         self.started_allocs.append(alloc)
         self.quota.started(alloc)

@@ -13,6 +13,7 @@ GPU-seconds are the unit of usage everywhere: a job holding 2 GPUs for an hour u
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -72,12 +73,19 @@ class NodeInfo:
     whole_gpus_only: bool = False
 
 
-def assumed_walltime(walltime_s: float | None, timeout_s: float) -> float:
+def runtime_limit(timeout_s: float, attained_s: float = 0.0) -> float:
+    """The longest a job's next attempt can run: the worker stops it (timed out) once all its
+    attempts together ran ``timeout_s`` (``worker.tasks``: the budget is the timeout less the
+    earlier attempts' runtime), at least a second; ``inf`` without a timeout (0)."""
+    if not timeout_s:
+        return math.inf
+    return max(1.0, timeout_s - attained_s)
+
+
+def assumed_walltime(walltime_s: float | None, limit_s: float) -> float:
     """The runtime the planner assumes: the estimate when known, else ``DEFAULT_RUNTIME_S``,
-    never more than the timeout, at least a second."""
-    w = walltime_s or DEFAULT_RUNTIME_S
-    if timeout_s:
-        w = min(w, timeout_s)
+    never more than ``limit_s`` (:func:`runtime_limit`), at least a second."""
+    w = min(walltime_s or DEFAULT_RUNTIME_S, limit_s)
     return max(1.0, float(w))
 
 
@@ -102,8 +110,11 @@ class JobRequest:
     preemptible: bool = True  # the spec's ``preemptible: false`` makes it False
     attained_s: float = 0.0  # seconds of progress kept from earlier attempts (requeued jobs)
     preemptions: int = 0  # times this job has been preempted so far
+    # The longest its next attempt can run (:func:`runtime_limit`: the timeout less the
+    # earlier attempts' runtime; derived). Every runtime drawn for it is capped here too.
+    limit: float = field(init=False, repr=False, compare=False, default=math.inf)
     # Runtime the planner assumes: the estimate when known, else DEFAULT_RUNTIME_S, never
-    # more than the timeout (derived).
+    # more than ``limit`` (derived).
     walltime: float = field(init=False, repr=False, compare=False, default=0.0)
     # What placement looks at (``placement.shape_of``), derived once: a planning pass asks
     # for it several times per job (admission, the pass, placement, every ETA scenario).
@@ -114,7 +125,9 @@ class JobRequest:
     shape_id: int = field(init=False, repr=False, compare=False, default=-1)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "walltime", assumed_walltime(self.walltime_s, self.timeout_s))
+        limit = runtime_limit(self.timeout_s, self.attained_s)
+        object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "walltime", assumed_walltime(self.walltime_s, limit))
         shape = (self.gpus, self.gpu_models, self.gpu_memory_mb, self.cpu_milli, self.memory_mb, self.image, self.requires)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "shape_id", shape_id(shape))
@@ -130,7 +143,7 @@ class JobRequest:
         new = object.__new__(JobRequest)
         fields = dict(self.__dict__)
         fields["walltime_s"] = walltime_s
-        fields["walltime"] = assumed_walltime(walltime_s, self.timeout_s)
+        fields["walltime"] = assumed_walltime(walltime_s, self.limit)
         fields["shape_id"] = shape_id(self.shape)
         object.__setattr__(new, "__dict__", fields)
         return new
@@ -166,6 +179,10 @@ class Allocation:
     attained_s: float = 0.0  # seconds of progress kept from earlier attempts
     preemptions: int = 0  # times this job has been preempted so far
     estimated: bool = True  # False: ``expected_end`` rests on the stated default, not on an estimate
+    # The latest it can end: the worker stops it at its timeout (``started_at`` +
+    # ``runtime_limit``); a foreign job at its time limit. ``expected_end`` never passes it,
+    # nor does any end an ETA scenario draws. ``inf`` = no bound.
+    ends_by: float = math.inf
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds of service this job has had (earlier attempts and this one)."""
