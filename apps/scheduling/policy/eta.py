@@ -573,7 +573,7 @@ class EtaModel:
 def _renamed(job: JobRequest, job_id: str, at: float) -> JobRequest:
     """A sampled arrival: ``job`` under a new id, submitted at ``at``, never run.
 
-    A shallow copy with four fields set, not ``dataclasses.replace``: a scenario samples
+    A shallow copy with five fields set, not ``dataclasses.replace``: a scenario samples
     hundreds of arrivals per pass, and ``replace`` (``__init__`` + ``__post_init__``) was
     most of the forward simulation's time. ``limit`` is the whole timeout again (no earlier
     attempt); ``walltime`` (at most the sample's own limit, no more than that) stays valid.

@@ -76,7 +76,8 @@ class NodeInfo:
 def runtime_limit(timeout_s: float, attained_s: float = 0.0) -> float:
     """The longest a job's next attempt can run: the worker stops it (timed out) once all its
     attempts together ran ``timeout_s`` (``worker.tasks``: the budget is the timeout less the
-    earlier attempts' runtime), at least a second; ``inf`` without a timeout (0)."""
+    earlier attempts' runtime, which is what the live inputs pass as ``attained_s``), at
+    least a second; ``inf`` without a timeout (0)."""
     if not timeout_s:
         return math.inf
     return max(1.0, timeout_s - attained_s)
