@@ -48,14 +48,16 @@ def back_state() -> Case:
 def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory_mb: int, hostname: str,
                   worker_pid: int | None, executor: str = Node.Executor.LOCAL, images: Sequence[str] = (),
                   limits: dict | None = None, partition: str = "", host_cpu_count: int | None = None,
-                  host_memory_mb: int | None = None, features: Sequence[str] = ()) -> Node:
+                  host_memory_mb: int | None = None, features: Sequence[str] = (), storage_problem: str = "") -> Node:
     """Create or refresh the node and its GPUs; a lost node that comes back is active again
     (draining, if an operator drained it and has not resumed it: :func:`back_state`).
 
     ``images``: the images (environments) the node runs; ``limits``: what it enforces per
     attempt (``worker.executors.cgroups.Host.as_dict()``), shown in the cluster view.
     ``cpu_count``/``memory_mb`` are what it advertises (maybe more than ``host_*``, the
-    machine's own: an operator's explicit overcommit); ``features``: e.g. ``tensorrt``.
+    machine's own: an operator's explicit overcommit); ``features``: e.g. ``tensorrt``;
+    ``storage_problem``: why it cannot read the shared storage ('' = it can: a worker checked
+    before registering; the Slurm agent re-registers its nodes with what it found).
     """
     simulated = all(g.simulated for g in gpus)
     with transaction.atomic():
@@ -75,7 +77,7 @@ def node_register(*, name: str, gpus: Sequence[GpuFacts], cpu_count: int, memory
                 "images": sorted(set(images)),
                 "limits": limits or {},
                 "partition": partition,
-                "storage_problem": "",  # its worker checked the shared storage before registering
+                "storage_problem": storage_problem[:Node._meta.get_field("storage_problem").max_length],
             },
         )
         Node.objects.filter(pk=node.pk, state__in=[Node.State.LOST, Node.State.STOPPING]).update(state=back_state())

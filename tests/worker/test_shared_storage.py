@@ -199,3 +199,78 @@ def test_the_slurm_agent_refuses_to_start_without_the_shared_storage(demo_regist
     assert str(refused.value).startswith("slurm_agent for partition gpu not started: this machine's artifact "
                                          "storage lacks ")
     assert not Node.objects.exists()
+
+
+class PartitionOfOne:
+    """Slurm's answers for a partition of one idle node (the cluster itself is the live suite's)."""
+
+    def __init__(self) -> None:
+        self.submitted = []
+
+    def nodes(self, partition):
+        from worker.executors.slurm import SlurmNode
+
+        return [SlurmNode(name="gpu01", hostname="gpu01", cpus=8, memory_mb=32768, gpus=1, gpu_model="",
+                          state="idle", partitions=(partition,))]
+
+    def jobs(self):
+        return []
+
+    def task_plugin(self):
+        return "task/cgroup"
+
+    def submit(self, options, script):
+        self.submitted.append(script)
+        return str(100 + len(self.submitted))
+
+
+def test_the_slurm_agent_marks_its_nodes_while_the_shared_storage_is_gone_and_clears_them_when_it_is_back(
+        demo_registered, settings, tmp_path):
+    """Checked at the agent's start only, a mount that dropped later left the partition taking work."""
+    from apps.scheduling.inputs import cluster_nodes
+    from worker.executors.slurm import SlurmAgent
+
+    settings.SLURM_PORTAL_URL = "http://portal.example.com"
+    agent, shared = SlurmAgent("gpu", client=PartitionOfOne()), settings.DATASETS_DIR
+    agent.sync_nodes(force=True)
+    assert Node.objects.get(name="gpu01").storage_problem == ""
+
+    settings.DATASETS_DIR = tmp_path / "mountpoint" / "datasets"
+    agent.sync_nodes(force=True)
+    (info,) = cluster_nodes(Node.objects.filter(name="gpu01"))
+    assert (info.schedulable, info.unschedulable_because) == (False, "shared storage unreachable")
+
+    settings.DATASETS_DIR = shared
+    agent.sync_nodes(force=True)
+    (info,) = cluster_nodes(Node.objects.filter(name="gpu01"))
+    assert info.schedulable and Node.objects.get(name="gpu01").storage_problem == ""
+
+
+def test_a_slurm_submit_that_cannot_write_to_a_lost_storage_requeues_the_job_instead_of_failing_it(
+        demo_registered, alice, teams, settings, tmp_path):
+    from apps.jobs.models import Job, JobState
+    from apps.jobs.services import job_claim
+    from tests.jobs.factories import make_job
+    from worker.executors.slurm import SlurmAgent
+
+    settings.SLURM_PORTAL_URL = "http://portal.example.com"
+    client = PartitionOfOne()
+    agent = SlurmAgent("gpu", client=client)
+    agent.sync_nodes(force=True)
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=0)
+    assert job_claim(job, node=Node.objects.get(name="gpu01"), gpu_indices=[0], gpu_share=1.0, run_class="medium")
+
+    (tmp_path / "mountpoint").write_text("")  # what is left of DATA_DIR: no folder can be made under it
+    settings.DATASETS_DIR = tmp_path / "mountpoint" / "datasets"
+    settings.JOBS_DIR = tmp_path / "mountpoint" / "jobs"
+    agent.start_placed()
+
+    job = Job.objects.get(pk=job.pk)
+    assert (job.state, job.attempt, job.retries_left, client.submitted) == (JobState.QUEUED, 2, 0, [])
+    from apps.jobs.models import JobEvent
+
+    requeued = JobEvent.objects.filter(job=job).latest("seq")
+    assert requeued.kind == "storage_unavailable"
+    assert requeued.message.startswith("the slurm_agent cannot write to the shared storage (")
+    agent.sync_nodes()  # due at once (the next tick): it marks the partition
+    assert Node.objects.get(name="gpu01").storage_problem != ""

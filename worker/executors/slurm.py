@@ -287,6 +287,7 @@ class SlurmAgent:
         self.client = client or SlurmClient()
         self.last_sync = 0.0
         self.limits: dict = {}
+        self.storage_problem = ""  # what the last sync found of the shared storage ('' = readable)
 
     # --- 1. nodes -------------------------------------------------------------------------
 
@@ -303,6 +304,7 @@ class SlurmAgent:
         from worker.inventory import GpuReading
 
         slurm_jobs = self.client.jobs()
+        problem = self.storage_check()
         for sn in self.client.nodes(self.partition):
             simulated = settings.SLURM_SIMULATED_GPUS
             gpus = [GpuReading(index=i, uuid=f"{'SIM' if simulated else 'SLURM'}-{sn.name}-{i}",
@@ -311,10 +313,32 @@ class SlurmAgent:
             node = node_register(name=node_name(sn.name), gpus=gpus, cpu_count=sn.cpus, memory_mb=sn.memory_mb,
                                  hostname=sn.name, worker_pid=None, executor=Node.Executor.SLURM,
                                  images=settings.SLURM_IMAGES or settings.NODE_IMAGES, limits=self.limits,
-                                 partition=self.partition)
+                                 partition=self.partition, storage_problem=problem)
             node_state_set(node, schedulable=sn.schedulable, reason=f"Slurm: {sn.state}")
             self.sync_foreign(node, sn, slurm_jobs)
         return True
+
+    def storage_check(self) -> str:
+        """What this machine finds of the shared storage now ('' = readable), said once in the log
+        when it changes.
+
+        The agent writes every attempt's configs and batch script into the job's folder, and its
+        Slurm nodes read the inputs, at the shared paths. Checked at the start (slurm_agent) and
+        at every node sync since: a mount that dropped later made every submit fail its job for
+        good ("Slurm refused the attempt"). While it is gone the partition's nodes carry the
+        problem and take no new work (as a GPU server's heartbeat does, worker.node). The Slurm
+        nodes' own mounts are not checked from here: a node that lost it fails the job as a
+        dataset problem (docs/reliability.md).
+        """
+        from worker.artifacts import shared_storage_lost, shared_storage_problem
+
+        problem = shared_storage_lost()
+        if problem and not self.storage_problem:
+            log.warning("partition %s takes no new work: %s", self.partition, shared_storage_problem() or problem)
+        elif self.storage_problem and not problem:
+            log.warning("partition %s: the shared storage is readable again", self.partition)
+        self.storage_problem = problem
+        return problem
 
     def sync_foreign(self, node: Node, sn: SlurmNode, slurm_jobs: list[SlurmJob]) -> None:
         """Jobs started outside the portal on this node hold capacity: record them."""
@@ -361,6 +385,12 @@ class SlurmAgent:
         except (SlurmError, OSError) as exc:
             log.error("sbatch for job %s failed: %s", job.pk, exc)
             ExecutorAttempt.objects.filter(pk=record.pk).update(finalized_at=timezone.now(), external_state="REFUSED")
+            if isinstance(exc, OSError) and self.storage_check():
+                # Writing its files failed because the shared storage is gone: not the job's fault.
+                self.last_sync = 0.0  # the next tick marks the partition's nodes
+                attempt_finish(job, outcome="storage_lost",
+                               error=f"the slurm_agent cannot write to the shared storage ({self.storage_problem})")
+                return
             attempt_finish(job, outcome="failed", error=f"Slurm refused the attempt: {exc}")
             return
         now = timezone.now()
