@@ -62,6 +62,7 @@ from .models import (
 from .paths import ansi_strip, public_text, public_value
 from .selectors import job_may_requeue
 from .spec import JobSpec, SpecError, parse_spec
+from .spec_sweep import sweep_metric_problem
 
 log = logging.getLogger(__name__)
 
@@ -941,6 +942,13 @@ def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
         errors.update(train_args_limit_errors(spec))
     if spec.sweep and team is not None:
         errors.update(sweep_errors(spec, team))
+    if spec.sweep:
+        # The task the trials train: the model's own (weights, a registered version, a YAML's head),
+        # else the one the spec names; weights of unknown task leave it open.
+        task = resolved.get("task") or (spec.task if spec.task_named else "")
+        problem = sweep_metric_problem(spec.sweep["metric"], task)
+        if problem:
+            errors["sweep.metric"] = problem
     if spec.priority == "urgent" and team is not None and not trial:
         # A trial takes its sweep's class: checked at the sweep's submit, or a manager's (F23).
         errors.update(urgent_errors(team, user))

@@ -51,6 +51,30 @@ NOT_SWEPT = {
 }
 # Metrics Ultralytics reports per epoch that grow with quality (losses shrink: not maximisable).
 METRIC_PATTERN = re.compile(r"metrics/[A-Za-z0-9_.()-]{1,60}|fitness")
+# What each task's validator reports per epoch (Ultralytics 8.4 ``DetMetrics.keys`` and its
+# subclasses, ``ClassifyMetrics.keys``), besides ``fitness``. A sweep judged on a name its task
+# never reports would run every trial and rank none (trial21).
+_BOX_METRICS = ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)")
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "detect": _BOX_METRICS,
+    "obb": _BOX_METRICS,
+    "segment": (*_BOX_METRICS, *(k.replace("(B)", "(M)") for k in _BOX_METRICS)),
+    "pose": (*_BOX_METRICS, *(k.replace("(B)", "(P)") for k in _BOX_METRICS)),
+    "classify": ("metrics/accuracy_top1", "metrics/accuracy_top5"),
+}
+
+
+def sweep_metric_problem(metric: str, task: str) -> str:
+    """Why ``metric`` cannot judge trials of ``task`` (``""``: it can). An empty task (weights
+    whose task is unknown) allows any name some task reports."""
+    if metric == "fitness":
+        return ""
+    reported = TASK_METRICS.get(task) or tuple(dict.fromkeys(k for keys in TASK_METRICS.values() for k in keys))
+    if metric in reported:
+        return ""
+    what = f"a {task} training reports" if task in TASK_METRICS else "trainings report"
+    return (f"{metric} is not a metric {what}, so no trial would ever have a value; "
+            f"one of: {', '.join(reported)}, fitness")
 
 
 def _int_in(value: Any, lo: int, hi: int) -> int:

@@ -299,3 +299,30 @@ def test_a_sweep_cannot_be_requeued_it_runs_no_attempt(sweeper):
     response = api_client(sweeper).post(f"/api/v1/jobs/{parent.pk}/requeue/")
     assert response.status_code == 409 and "runs no attempt" in response.json()["state"][0]
     assert Job.objects.get(pk=parent.pk).state == JobState.RUNNING
+
+
+@pytest.mark.parametrize("metric, task_in_message", [
+    ("metrics/mAP50-95", "a detect training"),        # no (B): a typo Ultralytics never reports
+    ("metrics/mAP50-95(M)", "a detect training"),     # a mask metric, but yolov8n.yaml trains detect
+    ("metrics/accuracy_top1", "a detect training"),   # classify's
+])
+def test_a_metric_the_trials_never_report_is_refused_at_submit(sweeper, metric, task_in_message):
+    """Such a sweep ran every trial to the end, ranked none and registered nothing (trial21)."""
+    from tests.conftest import api_client
+
+    response = api_client(sweeper).post("/api/v1/jobs/", SWEEP_YAML + f"  metric: {metric}\n",
+                                        content_type="application/yaml")
+
+    assert response.status_code == 400
+    errors = response.json()
+    assert list(errors) == ["sweep.metric"], errors
+    assert f"{metric} is not a metric {task_in_message} reports" in errors["sweep.metric"][0]
+    assert "metrics/mAP50-95(B)" in errors["sweep.metric"][0]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("metric", ["metrics/mAP50(B)", "metrics/recall(B)", "fitness"])
+def test_a_metric_a_detect_training_reports_is_taken(sweeper, metric):
+    parent = submit_sweep(sweeper, parameters={"lr0": [0.01, 0.02]}, method="grid", metric=metric)
+
+    assert parent.spec["sweep"]["metric"] == metric
