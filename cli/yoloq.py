@@ -376,9 +376,10 @@ def outcome_lines(api: Api, outcome: dict) -> list[tuple[str, str]]:
     evaluation = outcome.get("evaluation")
     if evaluation:
         metrics = evaluation["metrics"] or {}
-        shown = [(label, next((metrics[k] for k in metrics if k.startswith(f"metrics/{key}(")), None))
-                 for label, key in (("mAP50-95", "mAP50-95"), ("mAP50", "mAP50"), ("P", "precision"), ("R", "recall"))]
+        shown = [(label, own_metric(metrics, key)) for label, key in
+                 (("mAP50-95", "mAP50-95"), ("mAP50", "mAP50"), ("P", "precision"), ("R", "recall"))]
         numbers = ", ".join(f"{label} {value_text(value)}" for label, value in shown if value is not None)
+        numbers += metric_of(metrics)
         where = f" on {evaluation['dataset']} {evaluation['split']} split" if evaluation.get("dataset") else ""
         lines.append(("evaluation", f"{numbers or 'no metrics'}{where}, {evaluation['classes']} classes"
                       + (f" (per class: {api.base}{evaluation['url']})" if evaluation.get("url") else "")))
@@ -786,9 +787,25 @@ def model_resolve(api: Api, ref: str, team: str | None) -> dict:
     return api.get(f"models/{matches[0]['id']}/")
 
 
+# A segment model's own figures are its masks' (M), a pose model's its keypoints' (P); their box
+# figures (B) come too. The first key found used to be the box one (trial21).
+OWN_SUFFIXES = {"M": " (mask)", "P": " (keypoints)", "B": ""}
+
+
+def own_metric(metrics: dict | None, key: str) -> float | None:
+    metrics = metrics or {}
+    return next((metrics[f"metrics/{key}({s})"] for s in OWN_SUFFIXES
+                 if isinstance(metrics.get(f"metrics/{key}({s})"), (int, float))), None)
+
+
+def metric_of(metrics: dict | None) -> str:
+    """`` (mask)`` / `` (keypoints)`` when :func:`own_metric` reads those, else ``""``."""
+    return next((text for s, text in OWN_SUFFIXES.items() if f"metrics/mAP50-95({s})" in (metrics or {})), "")
+
+
 def metric_text(metrics: dict | None, key: str = "mAP50-95") -> str:
-    value = next((v for k, v in (metrics or {}).items() if k.startswith(f"metrics/{key}(")), None)
-    return value_text(value) if isinstance(value, (int, float)) else "-"
+    value = own_metric(metrics, key)
+    return value_text(value) + metric_of(metrics) if value is not None else "-"
 
 
 def cmd_model_list(args: argparse.Namespace) -> int:

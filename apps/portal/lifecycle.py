@@ -31,7 +31,7 @@ from apps.registry.models import ModelVersion, PredictionRun, SharedWeights, Sta
 from apps.registry.selectors import model_list
 from apps.registry.services import STAGE_MOVES, StageRefused, model_stage_set
 
-from .selectors import headline_metrics
+from .selectors import headline_metrics, headline_of
 
 DATASET_NOT_VISIBLE = "No dataset with that id in your teams."
 MODEL_NOT_VISIBLE = "No model with that id in your teams."
@@ -39,7 +39,7 @@ GALLERY_PAGE = 48
 LARGEST_ID = 2**63 - 1  # a database id (BigAutoField) is never larger
 # Curves the compare page overlays (first key present wins, per task suffix).
 CURVES = [
-    ("mAP50-95", ("metrics/mAP50-95(B)", "metrics/mAP50-95(M)", "metrics/mAP50-95(P)", "metrics/accuracy_top1")),
+    ("mAP50-95", ("metrics/mAP50-95(M)", "metrics/mAP50-95(P)", "metrics/mAP50-95(B)", "metrics/accuracy_top1")),
     ("val box loss", ("val/box_loss", "val/loss")),
     ("train box loss", ("train/box_loss", "train/loss")),
 ]
@@ -197,8 +197,17 @@ def models_compare(request):
         curves["series"][label] = per_version
     return render(request, "portal/compare.html", {
         "versions": versions, "rows": rows, "curves": curves, "problem": problem,
-        "evaluations": {v.pk: v.evaluations.first() for v in versions},
+        "evaluations": {v.pk: evaluation_summary(v.evaluations.first()) for v in versions},
     }, status=400 if problem else 200)
+
+
+def evaluation_summary(evaluation) -> dict | None:
+    """A version's newest evaluation in one cell: its split and headline mAP50-95 (a segment model's
+    mask figure, named). Every ``mAP50-95`` key was printed before, box and mask run together."""
+    if evaluation is None:
+        return None
+    values = evaluation.metrics or {}
+    return {"split": evaluation.split, "map": headline_metrics(values)["mAP50-95"], "of": headline_of(values)}
 
 
 # --- predictions ----------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ from apps.scheduling.standing import TEAM_NOT_VISIBLE, standing_teams, team_stan
 from apps.sweeps.selectors import sweep_view
 
 from .forms import SWEEP_METRICS, TRAIN_ARG_NAMES, JobForm, SweepForm, YamlSpecForm
-from .selectors import headline_metrics, job_outcome, usage_by_day
+from .selectors import headline_metrics, headline_of, job_outcome, usage_by_day
 
 MODEL_SUGGESTIONS = ["yolov8n.yaml", "yolov8s.yaml", "yolov8m.yaml", "yolo11n.yaml", "yolo11s.yaml"]
 EXAMPLE_SPEC = """\
@@ -553,6 +553,7 @@ def models(request):
     versions = list(model_list(user=request.user)[:500])
     for version in versions:
         version.headline = headline_metrics(version.metrics or {})
+        version.headline_of = headline_of(version.metrics or {})
     return render(request, "portal/models.html", {"versions": versions})
 
 

@@ -128,3 +128,21 @@ def test_export_pull_saves_an_export_jobs_file_and_weights_pull_points_to_it(web
     assert f"is a train job that exports nothing; its weights: yoloq weights pull {str(pcb.job_id)[:8]}" in err
     code, out, _ = run(capsys, "model", "show", str(pcb.pk))
     assert f"export: onnx, 10 bytes, verified (yoloq export pull {str(job.pk)[:8]})" in out
+
+
+SEGMENT_METRICS = {"metrics/precision(B)": 0.9, "metrics/recall(B)": 0.8, "metrics/mAP50(B)": 0.85,
+                   "metrics/mAP50-95(B)": 0.61, "metrics/precision(M)": 0.7, "metrics/recall(M)": 0.6,
+                   "metrics/mAP50(M)": 0.55, "metrics/mAP50-95(M)": 0.33, "fitness": 0.94}
+
+
+def test_a_segment_models_figures_are_its_masks_and_say_so(web, config, bob, teams, capsys):
+    """Its box mAP (the first key of Ultralytics' results) was shown as the model's mAP50-95 (trial21)."""
+    ModelVersion.objects.create(team=teams["vision"], name="wires", version=1, task="segment", source="upload",
+                                metrics=SEGMENT_METRICS)
+    login(web, bob, capsys)
+
+    code, out, _ = run(capsys, "model", "list", "--name", "wires")
+    assert code == 0 and out.splitlines()[1].split()[1:8] == ["wires:v1", "vision", "none", "segment", "upload",
+                                                              "0.33", "(mask)"]
+    code, out, _ = run(capsys, "model", "show", "wires:v1")
+    assert code == 0 and "metrics: mAP50-95 0.33 (mask), mAP50 0.55 (mask)" in out

@@ -222,3 +222,32 @@ def test_an_export_of_a_version_whose_dataset_was_deleted_names_that_dataset(bob
     assert response.json()["command.data"] == [
         "is required here: the export is verified on validation images, and the dataset they were trained on, "
         "demo:v1, has been deleted; name one with data=<dataset>"]
+
+
+SEGMENT_METRICS = {"metrics/precision(B)": 0.9, "metrics/recall(B)": 0.8, "metrics/mAP50(B)": 0.85,
+                   "metrics/mAP50-95(B)": 0.61, "metrics/precision(M)": 0.7, "metrics/recall(M)": 0.6,
+                   "metrics/mAP50(M)": 0.55, "metrics/mAP50-95(M)": 0.33, "fitness": 0.94}
+
+
+def test_a_segment_models_headline_is_its_mask_figures_named_so(bob, pcb):
+    """The box figures were shown as a segment model's mAP50-95 … and the compare page ran both
+    mAP50-95 values together ("0.6100.330") (trial21)."""
+    job = submit(bob, f"yolo val model={pcb.reference} data=demo split=val", "val")
+    pcb.metrics, pcb.task = SEGMENT_METRICS, "segment"  # after the submit: demo's labels are boxes
+    pcb.save(update_fields=["metrics", "task"])
+    job = succeed(job, {
+        "mode": "val", "split": "val", "exports": [], "metrics": SEGMENT_METRICS, "per_class": [], "speed": {}})
+    other = ModelVersion.objects.create(team=pcb.team, name="boxes", version=1, task="detect", source="upload",
+                                        metrics={"metrics/mAP50-95(B)": 0.5})
+
+    html = page(bob, job)
+    for label, value in (("mAP50-95", "0.330"), ("mAP50", "0.550"), ("precision", "0.700"), ("recall", "0.600")):
+        assert f'data-metric="{label}">{label} (mask) <b>{value}</b>' in html, label
+    models = signed_in(bob).get("/models/").content.decode()
+    row = models[models.index(f'id="model-{pcb.pk}"'):]
+    row = row[:row.index("</tr>")]
+    assert '<td>0.330 <small class="muted">mask</small></td>' in row and "0.610" not in row
+    other_row = models[models.index(f'id="model-{other.pk}"'):]
+    assert "<td>0.500</td>" in other_row[:other_row.index("</tr>")]
+    compare = signed_in(bob).get(f"/models/compare/?ids={pcb.pk},{other.pk}").content.decode()
+    assert "val: mAP50-95 0.330 (mask)" in compare and "0.6100.330" not in compare
