@@ -104,14 +104,21 @@ def run_val(*, model_path: str, data: Path, split: str, device: str, args: dict[
                         name="val", exist_ok=True, **args)
     names = _names(metrics) or _names(model)
     per_class = []
+    # The task's own figures per class: a segment model's masks (``seg``), a pose model's keypoints
+    # (``pose``), else its boxes. ``box`` alone gave a segment model's per-class box mAP under the
+    # same headings as its mask mAP (trial21).
     box = getattr(metrics, "box", None)
+    own, of = box, "box"
+    for attribute, name in (("seg", "mask"), ("pose", "keypoints")):
+        if getattr(metrics, attribute, None) is not None:
+            own, of = getattr(metrics, attribute), name
     counts = getattr(metrics, "nt_per_class", None)
     image_counts = getattr(metrics, "nt_per_image", None)
-    if box is not None and getattr(box, "ap_class_index", None) is not None:
+    if own is not None and getattr(box, "ap_class_index", None) is not None:
         for i, cls in enumerate(box.ap_class_index):
-            precision, recall, map50, map50_95 = box.class_result(i)
+            precision, recall, map50, map50_95 = own.class_result(i)
             per_class.append({
-                "class": int(cls), "name": names.get(int(cls), str(cls)),
+                "class": int(cls), "name": names.get(int(cls), str(cls)), "of": of,
                 "images": int(image_counts[int(cls)]) if image_counts is not None else None,
                 "instances": int(counts[int(cls)]) if counts is not None else None,
                 "precision": float(precision), "recall": float(recall), "map50": float(map50),

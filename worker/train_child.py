@@ -79,7 +79,7 @@ Unix seconds)
                 if present, else the checkpoint itself. With ``export`` formats, each is
                 exported from ``weights`` after training; one that fails has an ``error``
                 in its entry, and the training still succeeded.
-                val: ``metrics``, ``per_class`` ([{class, name, images, instances,
+                val: ``metrics``, ``per_class`` ([{class, name, of (box/mask/keypoints: the task's own), images, instances,
                 precision, recall, map50, map50_95}]), ``speed``, ``split``.
                 predict: ``folder`` (annotated ``NNNNN.jpg`` + ``predictions.json``),
                 ``images``, ``boxes``.

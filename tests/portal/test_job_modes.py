@@ -236,13 +236,16 @@ def test_a_segment_models_headline_is_its_mask_figures_named_so(bob, pcb):
     pcb.metrics, pcb.task = SEGMENT_METRICS, "segment"  # after the submit: demo's labels are boxes
     pcb.save(update_fields=["metrics", "task"])
     job = succeed(job, {
-        "mode": "val", "split": "val", "exports": [], "metrics": SEGMENT_METRICS, "per_class": [], "speed": {}})
+        "mode": "val", "split": "val", "exports": [], "metrics": SEGMENT_METRICS, "speed": {},
+        "per_class": [{"class": 0, "name": "wire", "of": "mask", "images": 4, "instances": 5, "precision": 0.7,
+                       "recall": 0.6, "map50": 0.55, "map50_95": 0.33}]})
     other = ModelVersion.objects.create(team=pcb.team, name="boxes", version=1, task="detect", source="upload",
                                         metrics={"metrics/mAP50-95(B)": 0.5})
 
     html = page(bob, job)
     for label, value in (("mAP50-95", "0.330"), ("mAP50", "0.550"), ("precision", "0.700"), ("recall", "0.600")):
         assert f'data-metric="{label}">{label} (mask) <b>{value}</b>' in html, label
+    assert "<th>mAP50 (mask)</th><th>mAP50-95 (mask)</th>" in html  # the worker's per-class rows say whose
     models = signed_in(bob).get("/models/").content.decode()
     row = models[models.index(f'id="model-{pcb.pk}"'):]
     row = row[:row.index("</tr>")]

@@ -115,3 +115,51 @@ def test_the_child_checks_the_weights_again_right_before_loading_them(setup, tmp
     error = child(str(weights), "0" * 64)
     assert error["kind"] == "weights" and "changed since the job was submitted" in error["message"]
     assert file_sha256(weights) != "0" * 64
+
+
+class Events:
+    def emit(self, type_, **fields):
+        pass
+
+
+def polygon_dataset(root):
+    """Four 64×64 images a side, each with a filled triangle and its outline as the label."""
+    import random
+
+    from PIL import Image, ImageDraw
+
+    rng = random.Random(0)
+    for split in ("train", "val"):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "labels" / split).mkdir(parents=True)
+        for n in range(4):
+            image = Image.new("RGB", (64, 64), (20, 20, 20))
+            x, y = rng.randint(0, 30), rng.randint(0, 30)
+            points = [(x, y), (x + 30, y), (x + 15, y + 30)]
+            ImageDraw.Draw(image).polygon(points, fill=(250, 40, 40))
+            image.save(root / "images" / split / f"{n}.png")
+            (root / "labels" / split / f"{n}.txt").write_text(
+                "0 " + " ".join(f"{px / 64:.4f} {py / 64:.4f}" for px, py in points) + "\n")
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n  0: tri\n")
+    return root / "data.yaml"
+
+
+def test_a_segment_models_per_class_figures_are_its_masks(tmp_path):
+    """They were its boxes' (``metrics.box``), under the same headings as its mask mAP (trial21)."""
+    from ultralytics import YOLO
+
+    from worker.model_modes import run_val
+
+    data = polygon_dataset(tmp_path / "data")
+    weights = build_checkpoint("yolov8n-seg.yaml", tmp_path, names={0: "tri"})
+
+    finished = run_val(model_path=str(weights), data=data, split="val", device="cpu",
+                       args={"imgsz": 64, "conf": 0.001}, output_dir=tmp_path / "out", events=Events())
+
+    ours = YOLO(str(weights)).val(data=str(data), split="val", device="cpu", imgsz=64, conf=0.001, plots=False,
+                                  project=str(tmp_path), name="direct")
+    (row,) = finished["per_class"]
+    assert row["of"] == "mask" and row["name"] == "tri" and row["instances"] == 4
+    assert [row["precision"], row["recall"], row["map50"], row["map50_95"]] == pytest.approx(
+        [float(v) for v in ours.seg.class_result(0)])
+    assert finished["metrics"]["metrics/mAP50-95(M)"] == pytest.approx(ours.results_dict["metrics/mAP50-95(M)"])
