@@ -508,6 +508,16 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
     return plan
 
 
+CLASSIFY_SPLITS = ("train", "val", "test")
+
+
+def _classification_layout(relative_names) -> bool:
+    """Every image at ``<split>/<class>/<image>`` (split train, val or test), with a train split."""
+    parts = [name.split("/") for name in relative_names]
+    return (bool(parts) and all(len(p) == 3 and p[0] in CLASSIFY_SPLITS for p in parts)
+            and any(p[0] == "train" for p in parts))
+
+
 def _check_structure(archive, by_relative, members, dirs, skipped, declared, limits) -> ArchivePlan:
     problems: list[Problem] = []
     yaml_name = next((n for n in DATA_YAML_NAMES if n in by_relative), None)
@@ -518,6 +528,13 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         if deeper:
             where = (f"missing at the top; found {deeper[0]}: upload the folder that holds data.yaml, or a zip of "
                      "it (one top folder around everything is stripped, deeper ones are not)")
+        elif only_images and _classification_layout(members.values()):
+            # train/<class>/<image>: Ultralytics' classify layout, which the portal does not train (trial21).
+            where = ("missing: the archive is a classification dataset (train/<class>/<image>, a folder per "
+                     "class), and classify training is not supported: datasets here are YOLO detection, "
+                     "segment, pose or obb ones (data.yaml with images/ and labels/). To predict on these "
+                     "images instead, give the kind 'images' (the portal's Kind, yoloq dataset push --kind "
+                     "images, the API's kind=images)")
         elif only_images:
             # Images to predict on, sent without their kind (new-user trial 20).
             where = ("missing, and the archive holds only images: to upload images to predict on, give the kind "

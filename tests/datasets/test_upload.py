@@ -454,3 +454,14 @@ def test_images_under_ten_pixels_a_side_are_named_as_training_would_skip_them(bo
     files["images/train/0.jpg"], files["images/val/1.jpg"] = jpeg((10, 10)), jpeg((10, 12))
     assert post(bob, make_zip(files)).status_code == 201
     assert post(bob, make_zip({"shots/a.jpg": jpeg((4, 4))}), name="shots", kind="images").status_code == 201
+
+
+def test_a_classification_folder_is_told_classify_is_not_supported(bob, storage):
+    """trial21: train/<class>/ images read "to upload images to predict on, give the kind 'images'",
+    as if the folder were photos; the task `classify` is accepted by the spec, its datasets nowhere."""
+    files = {f"{split}/{name}/{n}.png": PNG for split in ("train", "val") for name in ("cat", "dog") for n in range(2)}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400
+    problem = {p["path"]: p["problem"] for p in response.json()["problems"]}["data.yaml"]
+    assert "is a classification dataset (train/<class>/<image>" in problem
+    assert "classify training is not supported" in problem and "kind=images" in problem
