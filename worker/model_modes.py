@@ -158,10 +158,21 @@ def run_predict(*, model_path: str, images: list[Path], source_root: Path, devic
         cv2.imwrite(str(output_dir / out_name), annotated)
         boxes = []
         if result.boxes is not None:
-            for xyxy, conf, cls in zip(result.boxes.xyxy.tolist(), result.boxes.conf.tolist(),
-                                       result.boxes.cls.tolist(), strict=True):
-                boxes.append({"class": int(cls), "name": names.get(int(cls), str(int(cls))),
-                              "conf": round(float(conf), 4), "xyxy": [round(float(v), 1) for v in xyxy]})
+            # A segment model's masks and a pose model's keypoints go with their boxes, in pixels of
+            # the original image: only the boxes were kept, so a segment job's JSON had no masks (trial21).
+            masks = getattr(result, "masks", None)
+            polygons = masks.xy if masks is not None else None
+            keypoints = getattr(result, "keypoints", None)
+            points = keypoints.xy.tolist() if keypoints is not None else None
+            for i, (xyxy, conf, cls) in enumerate(zip(result.boxes.xyxy.tolist(), result.boxes.conf.tolist(),
+                                                      result.boxes.cls.tolist(), strict=True)):
+                box = {"class": int(cls), "name": names.get(int(cls), str(int(cls))),
+                       "conf": round(float(conf), 4), "xyxy": [round(float(v), 1) for v in xyxy]}
+                if polygons is not None:
+                    box["polygon"] = [[round(float(x), 1), round(float(y), 1)] for x, y in polygons[i].tolist()]
+                if points is not None:
+                    box["keypoints"] = [[round(float(x), 1), round(float(y), 1)] for x, y in points[i]]
+                boxes.append(box)
         elif getattr(result, "probs", None) is not None:  # classification: the top-5 instead of boxes
             probs = result.probs
             boxes = [{"class": int(c), "name": names.get(int(c), str(c)), "conf": round(float(p), 4), "xyxy": None}

@@ -176,7 +176,7 @@ class PredictionRun(models.Model):
                                 related_name="prediction_runs")
     source = models.JSONField(default=dict, blank=True)
     # The folder holds the annotated images and predictions.json:
-    # [{"image": "<file in the folder>", "source": "<source image, relative>", "boxes": [{class, name, conf, xyxy}]}]
+    # [{"image": "<file in the folder>", "source": "<source image, relative>", "boxes": [{class, name, conf, xyxy, polygon (segment), keypoints (pose)}]}]
     key = models.CharField(max_length=500, help_text="artifact key of the predict/ folder")
     images = models.PositiveIntegerField(default=0)
     boxes = models.PositiveIntegerField(default=0)

@@ -163,3 +163,26 @@ def test_a_segment_models_per_class_figures_are_its_masks(tmp_path):
     assert [row["precision"], row["recall"], row["map50"], row["map50_95"]] == pytest.approx(
         [float(v) for v in ours.seg.class_result(0)])
     assert finished["metrics"]["metrics/mAP50-95(M)"] == pytest.approx(ours.results_dict["metrics/mAP50-95(M)"])
+
+
+def test_a_segment_models_predictions_keep_each_objects_mask_outline(tmp_path):
+    """predictions.json held boxes only: a segment job's masks were drawn on the images and dropped (trial21)."""
+    import json
+
+    from worker.model_modes import run_predict
+
+    polygon_dataset(tmp_path / "data")
+    weights = build_checkpoint("yolov8n-seg.yaml", tmp_path)  # its YAML's 80 classes: predict needs them all
+    images = sorted((tmp_path / "data" / "images" / "val").glob("*.png"))
+
+    # An untrained model: every candidate above a tiny confidence, so there are objects to outline.
+    finished = run_predict(model_path=str(weights), images=images, source_root=images[0].parent, device="cpu",
+                           args={"imgsz": 64, "conf": 0.0001, "max_det": 5}, output_dir=tmp_path / "out",
+                           events=Events())
+
+    results = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    objects = [box for result in results for box in result["boxes"]]
+    assert finished["boxes"] == len(objects) > 0
+    for box in objects:
+        assert len(box["polygon"]) >= 3 and all(0 <= x <= 64 and 0 <= y <= 64 for x, y in box["polygon"]), box
+        assert "keypoints" not in box
