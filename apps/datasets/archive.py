@@ -634,6 +634,14 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
                 problems.append(Problem(rel, bad))
         if len(problems) > MAX_REPORTED_PROBLEMS * 4:
             break
+    # A label file with no image is never read: Ultralytics looks for an image's label, not the other
+    # way round, so its objects left training without a word (trial21: a renamed or lost image).
+    expected = {_label_of(rel) for rel in image_files}
+    for rel in sorted(label_files):
+        if rel not in expected and "labels" in rel.split("/")[:-1]:
+            problems.append(Problem(rel, "has no image (images/…/<same name>.jpg, .png, …): Ultralytics reads "
+                                         "labels only for the images it finds, so these objects would be left "
+                                         "out of training; add the image or remove the label file"))
     placed: dict[str, zipfile.ZipInfo] = {}
     for rel in sorted(image_files):
         if "images" not in rel.split("/")[:-1]:
@@ -651,6 +659,17 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         num_images=len(image_files), num_labels=len(label_files), uncompressed_bytes=declared, skipped=skipped,
         kpt_shape=kpt_shape, flip_idx=flip_idx, kpt_names=kpt_names,
     )
+
+
+def _label_of(image: str) -> str:
+    """Where Ultralytics looks for an image's label (``img2label_paths``): the last ``images`` folder
+    of its path replaced by ``labels``, the suffix by ``.txt``."""
+    parts = image.split("/")
+    folders = parts[:-1]
+    if "images" in folders:
+        at = len(folders) - 1 - folders[::-1].index("images")
+        parts[at] = "labels"
+    return posixpath.splitext("/".join(parts))[0] + LABEL_SUFFIX
 
 
 def _split_folder(key: str, value: str, limits: ArchiveLimits, all_dirs: set[str]) -> tuple[str | None, str]:

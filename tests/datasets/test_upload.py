@@ -465,3 +465,14 @@ def test_a_classification_folder_is_told_classify_is_not_supported(bob, storage)
     problem = {p["path"]: p["problem"] for p in response.json()["problems"]}["data.yaml"]
     assert "is a classification dataset (train/<class>/<image>" in problem
     assert "classify training is not supported" in problem and "kind=images" in problem
+
+
+def test_a_label_file_without_its_image_is_refused_by_name(bob, storage):
+    """trial21: labels/train/ghost.txt beside no image was taken and never read (Ultralytics looks up
+    an image's label, not a label's image), so its objects silently left training."""
+    response = post(bob, make_zip(valid_files() | {"labels/train/ghost.txt": b"0 0.5 0.5 0.2 0.2\n",
+                                                   "images/val/Shot.PNG": PNG, "labels/val/Shot.txt": b""}))
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert list(problems) == ["labels/train/ghost.txt"], problems
+    assert problems["labels/train/ghost.txt"].startswith("has no image (images/…/<same name>.jpg, .png, …)")
