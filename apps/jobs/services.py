@@ -184,7 +184,8 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
 
 
 def job_requeue(
-    job: Job, *, reason: str, kind: str = "requeued", by=None, retry: bool = False, data: dict | None = None
+    job: Job, *, reason: str, kind: str = "requeued", by=None, retry: bool = False, data: dict | None = None,
+    charge_at: datetime | None = None,
 ) -> bool:
     """Put a starting/running job back in the queue; True if this call did (the attempt was current).
 
@@ -198,6 +199,11 @@ def job_requeue(
     Not charged as a retry unless ``retry``: then the same conditional update also takes one
     of ``retries_left`` (``retries_left > 0`` is part of the condition), so a retry is never
     spent without its requeue, nor twice for one attempt.
+
+    ``charge_at`` (and any person's requeue, ``by``): the ended attempt's GPU time is charged up
+    to then in the same transaction, from the row as the update finds it (locked), not from
+    ``job``: a ``job`` read while its placement was ``starting`` may have started since, and
+    charging that stale copy (no ``started_at``) charged nothing for an attempt that ran.
     """
     # A sweep parent runs no attempt: requeued, the scheduler would try to place it.
     query = Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES, attempt_id=job.attempt_id, is_sweep=False)
@@ -206,7 +212,15 @@ def job_requeue(
         query = query.filter(retries_left__gt=0)
         spend = {"retries_left": F("retries_left") - 1}
     before = job.attempt
+    if by is not None:
+        # A person's requeue ends the attempt here, and its fenced worker charges nothing: the
+        # GPU time it held was never in the ledger (once per attempt: a preemption that charged
+        # it already is not charged twice).
+        charge_at = charge_at or timezone.now()
     with transaction.atomic():
+        ending = query.select_for_update().first() if charge_at is not None else None
+        if ending is not None:
+            usage_charge(ending, ended_at=charge_at)
         moved = query.update(
             **spend,
             state=JobState.QUEUED,
@@ -222,11 +236,6 @@ def job_requeue(
         )
         if moved:  # the old attempt's slots go with it, started or not
             GpuSlot.objects.filter(job_id=job.pk, attempt_id=job.attempt_id).delete()
-            if by is not None:
-                # A person's requeue ends the attempt here, and its fenced worker charges nothing:
-                # the GPU time it held was never in the ledger (once per attempt: a preemption
-                # that charged it already is not charged twice).
-                usage_charge(job, ended_at=timezone.now())
     if moved:
         job.refresh_from_db()
         started = job.attempt != before
@@ -475,26 +484,36 @@ def attempt_lost(job: Job, *, reason: str, now: datetime) -> str:
     reporting, would otherwise be requeued forever (46 attempts in 6 minutes were seen).
     A placement that never started costs nothing here: that was the node's fault alone.
     """
-    if job.cancel_requested_at:
-        if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.CANCELLED, attempt_id=job.attempt_id):
-            usage_charge(job, ended_at=now)
-            job_event(job, "cancelled", f"cancelled; {reason}")
-            return "cancelled"
+    # The row as it is now, not as the reaper read it: a placement it saw ``starting`` may have
+    # started since (the fenced start), and is then an attempt to charge and to count.
+    job = Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id, state__in=HOLDING_STATES).first()
+    if job is None:
         return ""
-    usage_charge(job, ended_at=now)
+    if job.cancel_requested_at:
+        with transaction.atomic():
+            if job_transition(job.pk, expected=[job.state], to=JobState.CANCELLED, attempt_id=job.attempt_id):
+                usage_charge(job, ended_at=now)
+                job_event(job, "cancelled", f"cancelled; {reason}")
+                return "cancelled"
+        return ""
     if job.state == JobState.RUNNING:
         lost = 1 + JobEvent.objects.filter(job_id=job.pk, kind="node_lost", data__attempt_started=True).count()
         limit = settings.MAX_LOST_ATTEMPTS
         if lost >= limit:
             error = (f"{lost} attempts ended without their worker (MAX_LOST_ATTEMPTS={limit}); "
                      f"not requeued again. The last, attempt {job.attempt}: {reason}")
-            if job_transition(job.pk, expected=HOLDING_STATES, to=JobState.FAILED, attempt_id=job.attempt_id,
-                              error=error):
-                job_event(job, "failed", error)
+            with transaction.atomic():
+                failed = job_transition(job.pk, expected=HOLDING_STATES, to=JobState.FAILED,
+                                        attempt_id=job.attempt_id, error=error)
+                if failed:
+                    usage_charge(job, ended_at=now)
+                    job_event(job, "failed", error)
+            if failed:
                 kick_scheduler()
                 return "failed"
             return ""
-    moved = job_requeue(job, reason=f"{reason}; requeued (not counted as a retry)", kind="node_lost")
+    moved = job_requeue(job, reason=f"{reason}; requeued (not counted as a retry)", kind="node_lost",
+                        charge_at=now)
     return "requeued" if moved else ""
 
 

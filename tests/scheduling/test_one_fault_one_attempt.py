@@ -18,7 +18,8 @@ from django.utils import timezone
 from apps.cluster.models import Node
 from apps.cluster.services import node_register, node_stopping
 from apps.jobs.models import GpuSlot, Job, JobEvent, JobState
-from apps.jobs.services import attempt_finish, attempt_start, job_claim, job_requeue
+from apps.jobs.services import attempt_finish, attempt_lost, attempt_start, job_claim, job_requeue
+from apps.quotas.models import UsageRecord
 from apps.scheduling.loop import tick
 from tests.jobs.factories import make_job
 from worker.inventory import simulated_gpus
@@ -194,6 +195,35 @@ def test_a_requeue_racing_the_fenced_start_counts_the_attempt_the_start_won(alic
     assert attempt_start(job_id=job.pk, attempt_id=seen_starting.attempt_id, node_name="node-a")
     assert job_requeue(seen_starting, reason="reaped")
     assert current(job).attempt == 2
+
+
+def started_after_the_reaper_read_it(alice, teams) -> tuple[Job, Job]:
+    """A placement on node-a as the reaper read it (``starting``), and the job after its worker's
+    fenced start won meanwhile (``running``): the window between the reaper's read and its update."""
+    node = register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    seen_starting = current(job)
+    assert attempt_start(job_id=job.pk, attempt_id=seen_starting.attempt_id, node_name="node-a")
+    return seen_starting, current(job)
+
+
+def test_a_lost_placement_that_started_after_the_reaper_read_it_is_charged(alice, teams):
+    """Chaos run (bench/chaos.py): attempt 1 ran, was reaped with its node, and was never charged."""
+    seen_starting, started = started_after_the_reaper_read_it(alice, teams)
+    ended = started.started_at + 9 * S
+    assert attempt_lost(seen_starting, reason="node node-a stopped reporting for 9 s", now=ended) == "requeued"
+    assert current(started).attempt == 2
+    [charged] = UsageRecord.objects.filter(job_id=started.pk)
+    assert (charged.attempt, charged.gpu_seconds) == (1, pytest.approx(9.0))
+
+
+def test_a_lost_placement_that_started_after_the_reaper_read_it_counts_toward_max_lost(alice, teams, settings):
+    settings.MAX_LOST_ATTEMPTS = 1
+    seen_starting, started = started_after_the_reaper_read_it(alice, teams)
+    assert attempt_lost(seen_starting, reason="node node-a stopped reporting", now=timezone.now()) == "failed"
+    assert current(started).state == JobState.FAILED
+    assert UsageRecord.objects.filter(job_id=started.pk, attempt=1).exists()
 
 
 def test_a_horse_sees_its_worker_die():
