@@ -34,6 +34,7 @@ from apps.accounts.services import MANAGING_ROLES, actor_name, audit_prepare, au
 from apps.cluster.models import Node
 from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.errors import FieldErrors
+from apps.core.faults import fault_point
 from apps.core.hashing import file_sha256
 from apps.core.prepared import PreparedInsert, PreparedRead, value_preparer
 from apps.notifications.hooks import job_event_recorded
@@ -236,15 +237,19 @@ def job_requeue(
         )
         if moved:  # the old attempt's slots go with it, started or not
             GpuSlot.objects.filter(job_id=job.pk, attempt_id=job.attempt_id).delete()
+            job.refresh_from_db()
+            started = job.attempt != before
+            if not started:
+                reason = f"{reason}; attempt {job.attempt} had not started, so it keeps its number"
+            fault_point("job_requeue")
+            # The ended attempt's number and whether it had started: attempt_lost counts these, so
+            # the event is written with the requeue or not at all (a scheduler killed between the
+            # two left a lost attempt MAX_LOST_ATTEMPTS never counted).
+            job_event(job, kind, reason, {"ended_attempt": before, "attempt_started": started, **(data or {})})
+            if by is not None:
+                audit_record(actor=by, action=AuditEntry.Action.JOB_REQUEUE, team=job.team_id, target=job,
+                             message=reason)
     if moved:
-        job.refresh_from_db()
-        started = job.attempt != before
-        if not started:
-            reason = f"{reason}; attempt {job.attempt} had not started, so it keeps its number"
-        # The ended attempt's number and whether it had started: attempt_lost counts these.
-        job_event(job, kind, reason, {"ended_attempt": before, "attempt_started": started, **(data or {})})
-        if by is not None:
-            audit_record(actor=by, action=AuditEntry.Action.JOB_REQUEUE, team=job.team_id, target=job, message=reason)
         kick_scheduler()
     return bool(moved)
 
@@ -531,15 +536,19 @@ def attempt_start(*, job_id, attempt_id, node_name: str) -> Job | None:
     is no longer current or not this node's.
     """
     now = timezone.now()
-    won = Job.objects.filter(
-        pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node__name=node_name
-    ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
-             first_started_at=Coalesce(F("first_started_at"), Value(now)))
-    if not won:
-        return None
-    job = Job.objects.select_related("node", "team", "user").get(pk=job_id)
-    job_event(job, "running", f"running on {job.node.name} (GPU {','.join(map(str, job.gpu_indices))}"
-                              f"{', simulated on CPU' if job.node.simulated else ''}), attempt {job.attempt}")
+    # The start and its "running" event in one transaction: a work-horse killed between the two
+    # left an attempt that ran (and was charged) with no "running" in its timeline (chaos run).
+    with transaction.atomic():
+        won = Job.objects.filter(
+            pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node__name=node_name
+        ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
+                 first_started_at=Coalesce(F("first_started_at"), Value(now)))
+        if not won:
+            return None
+        job = Job.objects.select_related("node", "team", "user").get(pk=job_id)
+        fault_point("attempt_start")
+        job_event(job, "running", f"running on {job.node.name} (GPU {','.join(map(str, job.gpu_indices))}"
+                                  f"{', simulated on CPU' if job.node.simulated else ''}), attempt {job.attempt}")
     return job
 
 

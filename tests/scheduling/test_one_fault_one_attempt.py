@@ -226,6 +226,31 @@ def test_a_lost_placement_that_started_after_the_reaper_read_it_counts_toward_ma
     assert UsageRecord.objects.filter(job_id=started.pk, attempt=1).exists()
 
 
+def test_a_start_cut_short_before_its_event_leaves_the_placement_starting(alice, teams, monkeypatch):
+    """Chaos run: a work-horse killed between the fenced start and its "running" event left an
+    attempt that ran and was charged with no "running" in its timeline."""
+    node = register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    monkeypatch.setenv("YOLOPORTAL_FAULT", "attempt_start:raise")
+    with pytest.raises(RuntimeError, match="fault injection"):
+        attempt_start(job_id=job.pk, attempt_id=current(job).attempt_id, node_name="node-a")
+    assert (current(job).state, current(job).started_at) == (JobState.STARTING, None)
+    assert "running" not in kinds(job)
+
+
+def test_a_requeue_cut_short_before_its_event_is_not_half_done(running, monkeypatch):
+    """attempt_lost counts node_lost events: a requeue that committed without its event was a lost
+    attempt MAX_LOST_ATTEMPTS never counted."""
+    monkeypatch.setenv("YOLOPORTAL_FAULT", "job_requeue:raise")
+    with pytest.raises(RuntimeError, match="fault injection"):
+        attempt_lost(running, reason="node node-a stopped reporting", now=timezone.now())
+    job = current(running)
+    assert (job.state, job.attempt, job.attempt_id) == (JobState.RUNNING, 1, running.attempt_id)
+    assert slots(job) == {("node-a", 0, running.attempt_id)}
+    assert not UsageRecord.objects.filter(job_id=job.pk).exists()
+
+
 def test_a_horse_sees_its_worker_die():
     """worker.tasks.worker_died: the work-horse notices its RQ worker is gone (or stays)."""
     from worker.tasks import worker_died
