@@ -536,11 +536,18 @@ def attempt_start(*, job_id, attempt_id, node_name: str) -> Job | None:
     is no longer current or not this node's.
     """
     now = timezone.now()
+    # The node by id, not ``node__name``: a filter through a join makes Django's UPDATE a
+    # ``WHERE id IN (SELECT …)``, and PostgreSQL re-checks only ``id`` on a row another
+    # transaction changed while it waited: two deliveries of one attempt (two slots took the
+    # same RQ id 4 ms apart, chaos run seed 3) both "won" the start and both trained.
+    node_id = Node.objects.filter(name=node_name).values_list("pk", flat=True).first()
+    if node_id is None:
+        return None
     # The start and its "running" event in one transaction: a work-horse killed between the two
     # left an attempt that ran (and was charged) with no "running" in its timeline (chaos run).
     with transaction.atomic():
         won = Job.objects.filter(
-            pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node__name=node_name
+            pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node_id=node_id
         ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
                  first_started_at=Coalesce(F("first_started_at"), Value(now)))
         if not won:

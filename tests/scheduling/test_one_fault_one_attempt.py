@@ -10,9 +10,11 @@ on the dying node (it still counted as alive), and the node's loss requeued it a
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.utils import timezone
 
 from apps.cluster.models import Node
@@ -449,3 +451,42 @@ def test_a_node_whose_worker_got_sigterm_takes_no_new_work_but_keeps_what_it_run
     assert (current(running).attempt, kinds(running).count("node_lost")) == (2, 1)
     placed = [job for job in (current(running), current(new)) if job.state == JobState.STARTING]
     assert [job.node.name for job in placed] == ["node-c"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+                    reason="SQLite serializes the two writers whole (BEGIN IMMEDIATE): PostgreSQL only")
+def test_two_deliveries_of_one_attempt_start_it_once_on_postgresql(alice, teams):
+    """Chaos run, seed 3 (PostgreSQL): two slots took the same delivery 4 ms apart and both
+    starts won ("running" twice for attempt 1; one trained again after the job had succeeded).
+    The second start waits on the first's row lock; once it commits, the row is no longer starting."""
+    import threading
+
+    from django.db import connection, transaction
+
+    node = register("node-a")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    attempt_id = current(job).attempt_id
+    second: list = []
+
+    def deliver_again() -> None:
+        try:
+            second.append(attempt_start(job_id=job.pk, attempt_id=attempt_id, node_name="node-a"))
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        assert attempt_start(job_id=job.pk, attempt_id=attempt_id, node_name="node-a") is not None
+        other = threading.Thread(target=deliver_again)
+        other.start()
+        deadline = time.monotonic() + 30
+        with connection.cursor() as cursor:  # until the other start waits on our row lock
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                if cursor.fetchone()[0]:
+                    break
+                time.sleep(0.02)
+    other.join(30)
+    assert second == [None]
+    assert kinds(job).count("running") == 1
