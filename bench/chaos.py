@@ -489,6 +489,7 @@ def main() -> int:
             stack.dir = Path(stack.dir)
             keep = stack.dir
             stack.dir = Path("/nonexistent-chaos-keep")  # Stack.stop removes its folder
+            stack.pg_admin_url = None  # and drops its PostgreSQL database
             stack.stop()
             log(f"logs kept in {keep}")
         else:
