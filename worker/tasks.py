@@ -47,7 +47,7 @@ from apps.jobs.services import (
 from apps.monitoring import recorders
 from apps.quotas.models import UsageRecord
 from apps.scheduling.kick import kick_scheduler
-from yoloportal.logs import bind, log_context
+from yoloportal.logs import bind
 
 from .artifacts import (
     dataset_cache_entry,
@@ -121,14 +121,8 @@ def run_attempt(job_id: str, attempt_id: str) -> str:
         return "orphaned"
     close_old_connections()
     node_name = os.environ.get("YOLOPORTAL_NODE", "")
-    # Every log line of the attempt carries it. Reset at the end: the work-horse exits anyway,
-    # but a test that runs an attempt in its own process logged as that job from then on.
-    with log_context(job_id=job_id, node=node_name):
-        return attempt_run(job_id, attempt_id, node_name)
-
-
-def attempt_run(job_id: str, attempt_id: str, node_name: str) -> str:
-    """:func:`run_attempt`'s work, in its log context."""
+    # The work-horse runs one attempt and exits: every log line from here on carries it.
+    bind(job_id=job_id, node=node_name)
     if storage_lost_hand_back(job_id=job_id, attempt_id=attempt_id, node_name=node_name):
         kick_scheduler()  # placed elsewhere at once, not at the next tick
         return "storage_unavailable"

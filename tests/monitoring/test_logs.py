@@ -43,21 +43,6 @@ def test_bound_context_and_extra_fields_are_json_fields(json_log):
     assert "job_id" not in third
 
 
-@pytest.mark.django_db(transaction=True)  # run_attempt closes the connection, as a work-horse does
-def test_an_attempt_run_in_this_process_leaves_no_job_on_its_later_log_lines(json_log, alice, teams):
-    """The work-horse's job id stayed bound after ``run_attempt`` returned: every later line of a
-    process that ran one (a test's) carried that job (CI, ci5)."""
-    import uuid
-
-    from worker.tasks import run_attempt
-
-    job = make_job(team=teams["vision"], user=alice)
-    assert run_attempt(str(job.pk), str(uuid.uuid4())) == "refused"  # not its current attempt
-    logging.getLogger("yoloportal.test").warning("after")
-    refused, after = json_log()[-2:]
-    assert refused["job_id"] == str(job.pk) and "job_id" not in after
-
-
 @pytest.mark.django_db
 def test_a_request_id_is_minted_echoed_and_logged(json_log, bob):
     client = api_client(bob)
