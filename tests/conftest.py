@@ -91,6 +91,19 @@ def _no_redis_outage_seen():
     redis_outage._down_since = redis_outage._back_at = None
 
 
+@pytest.fixture(autouse=True)
+def _log_context_per_test():
+    """The log fields bound in this process (yoloportal/logs.py) are per test. ``run_attempt``
+    binds its job for the rest of its process on purpose (a work-horse: RQ's own lines after the
+    attempt carry the job too); a test that ran one in-process logged as that job from then on
+    (CI, 4 Dec: test_logs' "outside" line carried a job id)."""
+    from yoloportal.logs import _context
+
+    token = _context.set({})
+    yield
+    _context.reset(token)
+
+
 @pytest.fixture
 def own_redis(tmp_path, redis_server, monkeypatch):
     """A redis-server of this test's own, to kill and start again (the session's one afterwards);
