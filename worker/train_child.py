@@ -103,6 +103,7 @@ hash (kind ``checkpoint``): fall back to an older checkpoint; 5 stopped on reque
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -637,6 +638,28 @@ def configure_ultralytics(config: ChildConfig) -> None:
         return True
 
     ultralytics.engine.trainer.check_amp = offline_check_amp  # type: ignore[assignment]
+    hub_weights_only()
+
+
+def hub_weights_only() -> None:
+    """torch.hub loads the weights it caches with ``torch.load(weights_only=False)``: a file in the
+    node's hub cache would run as code when a ``TorchVision`` layer (named in a checkpoint's model YAML,
+    which fine-tuning rebuilds) asks for pretrained weights (sec22). Those files are plain state dicts,
+    so load them with ``weights_only=True``, here and where torchvision bound the function at import."""
+    import torch.hub
+
+    original = getattr(torch.hub.load_state_dict_from_url, "__wrapped__", torch.hub.load_state_dict_from_url)
+
+    @functools.wraps(original)
+    def load_state_dict_from_url(*args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        return original(*args, **kwargs)
+
+    torch.hub.load_state_dict_from_url = load_state_dict_from_url
+    for name in ("torchvision._internally_replaced_utils", "torchvision.models._api"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "load_state_dict_from_url"):
+            module.load_state_dict_from_url = load_state_dict_from_url
 
 
 def apply_limits(config: ChildConfig) -> None:

@@ -23,7 +23,8 @@ restricted loader (``ultralytics.nn.tasks._SafeLoad``):
 - exact names: tensor rebuild functions, storage and dtype types, ``torch.Size``,
   ``collections.OrderedDict``, ``set``, numpy scalars, ``IterableSimpleNamespace``,
   ``pathlib`` paths, the classification transforms, Ultralytics' legacy aliases, and
-  ``getattr`` (replaced by a stand-in that only hands back stand-ins);
+  ``getattr`` (a stand-in: an enum member, a layer class's attribute or a layer's ``forward``,
+  as Ultralytics' own loader allows, answered by a stand-in that cannot be called);
 - layer classes by exact name (:data:`apps.registry.checkpoint_layers.LAYER_CLASSES`):
   every ``nn.Module`` class of ``torch.nn.modules``, ``ultralytics.nn.modules`` and
   ``ultralytics.nn.tasks`` and the loss/assigner classes, generated from the installed
@@ -31,7 +32,13 @@ restricted loader (``ultralytics.nn.tasks._SafeLoad``):
   Classes only, never a function or an object, and never a dotted attribute path
   (``Module.register_forward_hook``).
 
-Zip layout checks come first: one top folder, exactly one ``data.pkl`` in it, no other
+Referencing a global is not calling it: the pickle may call only :data:`CALLABLE_GLOBALS` (plain-data
+constructors, tensor rebuild functions). A layer class is built the way torch.save pickles it
+(NEWOBJ, ``cls.__new__``), never called with the file's arguments, and nothing the pickle built is
+ever called (sec22: the child's weights_only loader runs those calls for real).
+
+Zip layout checks come first: the central directory exactly where the end record says (else
+Python's zipfile and torch's reader see different entries), no archive comment, one top folder, exactly one ``data.pkl`` in it, no other
 ``.pkl`` (``constants.pkl`` is a TorchScript archive), stored (uncompressed) members only,
 safe member names, declared sizes that add up to the file.
 
@@ -80,8 +87,32 @@ ALLOWED_GLOBALS = frozenset({
     # Ultralytics' legacy aliases (YOLOv9e, YOLOv10), as its temporary_modules() maps them.
     "ultralytics.nn.modules.block.Silence", "ultralytics.nn.tasks.YOLOv10DetectionModel",
     "ultralytics.utils.loss.v10DetectLoss",
-    "builtins.getattr",  # `Detect.forward`, `InterpolationMode.BILINEAR`: a stand-in, see _inert_getattr
+    # `Detect.forward`, `InterpolationMode.BILINEAR`: a stand-in, see _inert_getattr. Protocol 2 (torch.save)
+    # names builtins `__builtin__` and an overridden find_class sees that name unmapped.
+    "builtins.getattr", "__builtin__.getattr",
 })
+# What a real checkpoint *calls* (REDUCE): plain-data constructors and the tensor rebuild functions. Every
+# other allowed global is only referenced or built with NEWOBJ (``cls.__new__``, no ``__init__``), which is
+# how torch.save pickles a module. The child's loader (Ultralytics' weights_only allow-list) would run a
+# layer's constructor with the pickle's arguments: ``TorchVision("resnet18", "DEFAULT")`` fetches and
+# torch.hub-loads weights, ``Linear(200000, 200000)`` allocates 160 GB, ``DetectionModel(cfg)`` builds
+# whatever the pickle describes (sec22).
+CALLABLE_GLOBALS = frozenset({
+    "collections.OrderedDict",
+    "builtins.set", "__builtin__.set", "builtins.frozenset", "__builtin__.frozenset", "builtins.slice",
+    "builtins.complex", "builtins.bytearray", "_codecs.encode",
+    "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
+    "torch._utils._rebuild_parameter_with_state", "torch.Size", "torch.device",
+    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "numpy.dtype",
+    "ultralytics.utils.IterableSimpleNamespace", "ultralytics.yolo.utils.IterableSimpleNamespace",
+    "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib._local.PosixPath", "pathlib._local.WindowsPath",
+    "torchvision.transforms.functional.InterpolationMode",  # an Enum pickles as Enum(value) before Python 3.12
+})
+# getattr(cls, name) of these (an enum member, a layer's method), as Ultralytics' own loader allows it.
+_ENUMS = frozenset({"torchvision.transforms.functional.InterpolationMode"})
+_BOUND_METHODS = frozenset({"forward", "forward_fuse"})  # getattr(layer, name): a bound method the model keeps
+_STORAGE_TYPES = frozenset({"torch.storage.UntypedStorage", *(f"torch.{name}Storage" for name in _STORAGES)})
+_STORAGE_KEY = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 # numpy dtype classes (numpy.dtypes.Float64DType, …) arrive as GLOBALs too.
 _NUMPY_DTYPE = re.compile(r"^numpy\.dtypes\.[A-Z][A-Za-z0-9]*DType$")
 _SAFE_ATTR = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -129,15 +160,23 @@ def global_allowed(name: str) -> bool:
 
 
 class _Inert:
-    """Stands for an allowed object: takes any arguments, state and items; does nothing."""
+    """Stands for an allowed global, or for what the pickle built from one: takes any state and items and
+    does nothing. Calling it is refused unless real checkpoints call that global (:data:`CALLABLE_GLOBALS`):
+    ``__init__`` runs only when the pickle calls the class (REDUCE, INST/OBJ with arguments) — NEWOBJ runs
+    ``__new__`` alone — and ``__call__`` when it calls what it built."""
 
     __slots__ = ()
-
-    def __init__(self, *args, **kwargs) -> None:
-        pass
+    qualified = ""  # the global this class stands for (set on each generated subclass)
+    callable_global = False
 
     def __new__(cls, *args, **kwargs):
         return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs) -> None:
+        if not type(self).callable_global:
+            name = type(self).qualified or "an object"
+            raise CheckpointRefused(f"the checkpoint calls {name}(…), which would run its code with the file's "
+                                    "arguments: refused (torch.save never pickles a call of it)", offending=name)
 
     def __setstate__(self, state) -> None:
         pass
@@ -151,8 +190,18 @@ class _Inert:
     def extend(self, values) -> None:
         pass
 
-    def __call__(self, *args, **kwargs) -> _Inert:
-        return _Inert()
+    def add(self, value) -> None:
+        pass
+
+    def __call__(self, *args, **kwargs):
+        name = type(self).qualified or "a value it built: a getattr answer or a tensor storage"
+        raise CheckpointRefused(f"the checkpoint calls an object it built ({name}): refused",
+                                offending=type(self).qualified or "call")
+
+
+def _opaque() -> _Inert:
+    """A stand-in for a value (a tensor storage, a getattr answer): never callable."""
+    return object.__new__(_Inert)
 
 
 class _InertModel(_Inert):
@@ -183,11 +232,20 @@ def _class_names(checkpoint) -> list[str] | None:
 
 
 def _inert_getattr(obj, name, *default):
-    """``getattr`` in a checkpoint: only a plain attribute name, and the answer is a stand-in."""
-    if not isinstance(name, str) or not _SAFE_ATTR.match(name):
-        raise CheckpointRefused(f"the checkpoint calls getattr(…, {str(name)[:60]!r}), which is not allowed",
-                                offending="builtins.getattr")
-    return _Inert()
+    """``getattr`` in a checkpoint, as Ultralytics' own loader allows it and no further: an enum member
+    (``InterpolationMode.BILINEAR``), an attribute of a layer class, or ``forward``/``forward_fuse`` of a
+    layer. The answer is a stand-in that cannot be called. ``getattr(PosixPath(…), "write_text")`` would be a
+    file write when the pickle calls it (sec22)."""
+    shown = f"getattr(…, {str(name)[:60]!r})"
+    if default or not isinstance(name, str) or not _SAFE_ATTR.match(name):
+        raise CheckpointRefused(f"the checkpoint calls {shown}, which is not allowed", offending="builtins.getattr")
+    if isinstance(obj, type) and issubclass(obj, _Inert) and (obj.qualified in _ENUMS or obj.qualified in LAYER_CLASSES):
+        return _opaque()
+    if isinstance(obj, _Inert) and type(obj).qualified in LAYER_CLASSES and name in _BOUND_METHODS:
+        return _opaque()
+    what = getattr(obj, "qualified", "") or type(obj).__name__
+    raise CheckpointRefused(f"the checkpoint calls {shown} on {what}: only enum members, layer classes' "
+                            "attributes and a layer's forward are allowed", offending="builtins.getattr")
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -206,20 +264,24 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self.report.globals.add(qualified)
         if module == "ultralytics.nn.tasks":
             self.report.model_classes.append(qualified)
-        if qualified == "builtins.getattr":
+        if qualified in ("builtins.getattr", "__builtin__.getattr"):
             return _inert_getattr
         if qualified not in self.stand_ins:
             base = _InertModel if module == "ultralytics.nn.tasks" else _Inert
-            self.stand_ins[qualified] = type(name, (base,), {"__slots__": ()})
+            self.stand_ins[qualified] = type(name, (base,), {
+                "__slots__": (), "qualified": qualified, "callable_global": qualified in CALLABLE_GLOBALS})
         return self.stand_ins[qualified]
 
     def persistent_load(self, pid):
         # torch's persistent id for a tensor storage: ("storage", StorageType, key, location, numel)
-        if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+                and isinstance(pid[1], type) and getattr(pid[1], "qualified", "") in _STORAGE_TYPES
+                and isinstance(pid[2], str) and _STORAGE_KEY.match(pid[2]) and isinstance(pid[3], str)
+                and len(pid[3]) <= 32 and isinstance(pid[4], int) and pid[4] >= 0):
             raise CheckpointRefused(f"the checkpoint has an unknown persistent id {str(pid)[:80]!r}",
                                     offending="persistent_load")
         self.report.tensors += 1
-        return _Inert()
+        return _opaque()
 
 
 # --- the archive ----------------------------------------------------------------------------------
@@ -261,6 +323,25 @@ def _archive_problems(infos: list[zipfile.ZipInfo], size: int) -> tuple[str, str
     return top, f"{top}/data.pkl"
 
 
+def _directory_problems(archive: zipfile.ZipFile, path: Path) -> None:
+    """The archive's central directory must be exactly where its end record says, with as many entries,
+    and no archive comment. torch's zip reader (miniz) takes the declared offset as it is; Python's
+    zipfile, finding the directory elsewhere (bytes prepended, a second archive appended), shifts every
+    offset by the difference and reads *another* directory: a file built that way showed this scan one
+    ``data.pkl`` and ``torch.load`` a different one (sec22). torch.save writes no comment."""
+    with open(path, "rb") as handle:
+        # zipfile's own end-record reader (private, unchanged since Python 2): the declared values.
+        end = zipfile._EndRecData(handle)  # noqa: SLF001
+    if end is None:
+        raise CheckpointRefused("the checkpoint archive has no end record")
+    if end[zipfile._ECD_COMMENT]:  # noqa: SLF001
+        raise CheckpointRefused("the archive has a comment; torch.save writes none")
+    if archive.start_dir != end[zipfile._ECD_OFFSET] or end[zipfile._ECD_ENTRIES_TOTAL] != len(archive.infolist()):  # noqa: SLF001
+        raise CheckpointRefused("the archive's directory is not where its end record says (data before the "
+                                "archive, or two archives in one file): torch would read other entries than "
+                                "the ones checked")
+
+
 def scan_checkpoint(path: Path | str) -> CheckpointReport:
     """Check the file at ``path``; return what it references, or raise :class:`CheckpointRefused`."""
     path = Path(path)
@@ -280,6 +361,7 @@ def scan_checkpoint(path: Path | str) -> CheckpointReport:
     report = CheckpointReport()
     try:
         with zipfile.ZipFile(path) as archive:
+            _directory_problems(archive, path)
             top, member = _archive_problems(archive.infolist(), size)
             report.archive = top
             info = archive.getinfo(member)
