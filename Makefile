@@ -26,7 +26,7 @@ run: setup
 	@echo "  API token:  $(if $(DATA_DIR),DATA_DIR=$(DATA_DIR) )$(PY) manage.py issue_token alice"
 	@echo "  Ctrl-C stops everything."
 	@echo
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH YP_PORT=$(PORT) YP_HOST=$(HOST) \
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH YP_PORT=$(PORT) YP_HOST=$(HOST) METRICS_OPEN=$${METRICS_OPEN:-true} \
 	  $(VENV)/bin/honcho start -f Procfile $(if $(REDIS_URL),web scheduler worker notify,)
 
 # Two pytest-xdist workers (TEST_WORKERS), whole files to a worker (--dist loadfile: module

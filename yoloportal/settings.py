@@ -373,9 +373,12 @@ X_FRAME_OPTIONS = "DENY"
 # Only when the proxy in front sets X-Forwarded-Proto (and strips it from clients).
 if env_bool("SECURE_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-# Prometheus scrapes /metrics with "Authorization: Bearer <METRICS_TOKEN>". Without a token
-# /metrics is open (one machine, loopback) unless SECURE=true, which then closes it.
+# Prometheus scrapes /metrics with "Authorization: Bearer <METRICS_TOKEN>". Without a token,
+# anonymous scrapes are served only where asked for (METRICS_OPEN=true; `make run` does, and DEBUG
+# defaults it on), never under SECURE=true, and never with the per-job series (job id, team,
+# losses): those need the token (sec22).
 METRICS_TOKEN = env_str("METRICS_TOKEN")
+METRICS_OPEN = env_bool("METRICS_OPEN", DEBUG)
 # Health and metrics probes come over plain HTTP from inside the cluster.
 SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 

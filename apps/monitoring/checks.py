@@ -6,8 +6,13 @@ from django.core.checks import Warning, register
 
 @register(deploy=True)
 def metrics_token_check(app_configs, **kwargs):
-    if settings.SECURE and not settings.METRICS_TOKEN:
+    if settings.METRICS_TOKEN:
+        return []
+    hint = "Set METRICS_TOKEN and give Prometheus the same value as its bearer token."
+    if settings.SECURE:
         return [Warning("SECURE=true without METRICS_TOKEN: /metrics answers 403 until a token is set.",
-                        hint="Set METRICS_TOKEN and give Prometheus the same value as its bearer token.",
-                        id="yoloportal.W013")]
+                        hint=hint, id="yoloportal.W013")]
+    if settings.METRICS_OPEN and not settings.DEBUG:
+        return [Warning("METRICS_OPEN=true without METRICS_TOKEN: anyone who reaches the port can scrape /metrics.",
+                        hint=hint, id="yoloportal.W014")]
     return []

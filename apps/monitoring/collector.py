@@ -74,8 +74,9 @@ def _seconds(value) -> float:
 
 
 class YoloportalCollector(Collector):
-    def __init__(self, redis_url: str | None = None) -> None:
+    def __init__(self, redis_url: str | None = None, *, per_job: bool = True) -> None:
         self.redis_url = redis_url
+        self.per_job = per_job  # the running jobs' series (job id, team, losses): token scrapes only
 
     def families(self) -> dict[str, Metric]:
         """Empty families, keyed by name (their samples are added by collect)."""
@@ -156,7 +157,8 @@ class YoloportalCollector(Collector):
         self.collect_jobs(f, now)
         self.collect_ledger(f)
         self.collect_cluster(f, now)
-        self.collect_running(f)
+        if self.per_job:
+            self.collect_running(f)
         self.collect_redis(f)
         f["yoloportal_scrape_duration_seconds"].add_metric([], time.monotonic() - started)
         yield from f.values()
@@ -323,7 +325,7 @@ def _finite(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def registry() -> CollectorRegistry:
+def registry(*, per_job: bool = True) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(YoloportalCollector())
+    reg.register(YoloportalCollector(per_job=per_job))
     return reg

@@ -17,12 +17,17 @@ def token_error(request: HttpRequest) -> HttpResponse | None:
     """None when the caller may scrape; otherwise the response that says why not.
 
     With ``METRICS_TOKEN`` set, ``Authorization: Bearer <token>`` is required. Without it,
-    /metrics is open on a plain one-machine setup and closed under ``SECURE=true``.
+    /metrics answers anonymous callers only with ``METRICS_OPEN=true`` (``make run``; DEBUG's
+    default), and never under ``SECURE=true``.
     """
     expected = settings.METRICS_TOKEN
     if not expected:
         if settings.SECURE:
             return HttpResponse("/metrics is disabled: SECURE=true requires METRICS_TOKEN to be set.\n",
+                                status=403, content_type="text/plain")
+        if not settings.METRICS_OPEN:
+            return HttpResponse("/metrics is disabled: set METRICS_TOKEN and give Prometheus the same value as its "
+                                "bearer token (or METRICS_OPEN=true where only the operator reaches this port).\n",
                                 status=403, content_type="text/plain")
         return None
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
@@ -43,4 +48,6 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
     refused = token_error(request)
     if refused is not None:
         return refused
-    return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
+    # Each running job's id, team and losses only to the token's holder (the operator's Prometheus).
+    per_job = bool(settings.METRICS_TOKEN)
+    return HttpResponse(generate_latest(registry(per_job=per_job)), content_type=CONTENT_TYPE_LATEST)

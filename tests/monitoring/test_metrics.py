@@ -23,8 +23,17 @@ from .tools import run
 pytestmark = pytest.mark.django_db
 
 
-def scrape(client: Client | None = None, **headers) -> tuple[int, str]:
-    response = (client or Client()).get("/metrics", **headers)
+SCRAPE_TOKEN = "test-scrape-token"
+
+
+def scrape(client: Client | None = None, *, as_prometheus: bool = True, **headers) -> tuple[int, str]:
+    """GET /metrics as the deployment's Prometheus does (METRICS_TOKEN set, its bearer token), or
+    with exactly the settings in force and the ``headers`` given (``as_prometheus=False``)."""
+    if as_prometheus and not headers:
+        with override_settings(METRICS_TOKEN=SCRAPE_TOKEN):
+            response = (client or Client()).get("/metrics", HTTP_AUTHORIZATION=f"Bearer {SCRAPE_TOKEN}")
+    else:
+        response = (client or Client()).get("/metrics", **headers)
     return response.status_code, response.content.decode()
 
 
@@ -246,7 +255,7 @@ def test_promtool_finds_the_scrape_clean(busy_cluster):
 
 @override_settings(METRICS_TOKEN="s3cret-token")
 def test_a_configured_token_is_required(db):
-    assert scrape()[0] == 401
+    assert scrape(as_prometheus=False)[0] == 401
     assert scrape(HTTP_AUTHORIZATION="Bearer wrong")[0] == 403
     assert scrape(HTTP_AUTHORIZATION="Token s3cret-token")[0] == 401
     status, text = scrape(HTTP_AUTHORIZATION="Bearer s3cret-token")
@@ -255,8 +264,36 @@ def test_a_configured_token_is_required(db):
 
 @override_settings(SECURE=True, METRICS_TOKEN="", SECURE_SSL_REDIRECT=False)
 def test_secure_without_a_token_keeps_metrics_closed(db):
-    status, text = scrape()
+    status, text = scrape(as_prometheus=False)
     assert status == 403 and "METRICS_TOKEN" in text
+
+
+@override_settings(SECURE=True, METRICS_TOKEN="", METRICS_OPEN=True, SECURE_SSL_REDIRECT=False)
+def test_metrics_open_does_not_open_a_secure_deployment(db):
+    assert scrape(as_prometheus=False)[0] == 403
+
+
+@override_settings(METRICS_TOKEN="", METRICS_OPEN=False)
+def test_without_a_token_anonymous_callers_are_refused_unless_metrics_are_opened(db):
+    """sec22: a non-DEBUG deployment that set neither SECURE nor a token served every team's jobs."""
+    status, text = scrape(as_prometheus=False)
+    assert status == 403 and "METRICS_TOKEN" in text and "METRICS_OPEN" in text
+
+
+@override_settings(METRICS_TOKEN="", METRICS_OPEN=True)
+def test_an_open_anonymous_scrape_gets_no_per_job_series(busy_cluster):
+    """Job ids, teams and losses of running jobs go only to the token's holder."""
+    status, text = scrape(as_prometheus=False)
+    assert status == 200 and value(text, "yoloportal_jobs_running", team="vision") == 1
+    assert str(busy_cluster["running"].pk) not in text
+    assert "yoloportal_job_loss{" not in text and "yoloportal_job_epoch{" not in text
+
+
+def test_check_deploy_warns_about_metrics_opened_without_a_token(tmp_path):
+    from tests.security.test_deployment import deploy_check
+
+    result = deploy_check(tmp_path, ALLOWED_HOSTS="portal.example.com", DEBUG="false", METRICS_OPEN="true")
+    assert result.returncode != 0 and "W014" in result.stdout + result.stderr
 
 
 @override_settings(SECURE=True, METRICS_TOKEN="t0k", SECURE_SSL_REDIRECT=False)
