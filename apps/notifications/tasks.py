@@ -40,6 +40,21 @@ def preference_of(user) -> NotificationPreference:
     return NotificationPreference.objects.filter(user=user).first() or NotificationPreference(user=user)
 
 
+def still_member(user, team) -> bool:
+    """Whether ``user`` may still hear about ``team``'s work: an active account with a membership.
+    Someone removed from a team (or deactivated) whose job was left running there heard its
+    later events on their own channels (sec21's leftover, fixed in sec22)."""
+    from apps.accounts.models import Membership
+
+    return bool(user is not None and user.is_active and Membership.objects.filter(user=user, team=team).exists())
+
+
+# The one event a departed owner still hears on their own channels: their job cancelled by someone
+# else, which is what a removal does to their queued jobs ("cancelled by alice: its owner bob was
+# removed from vision").
+DEPARTED_HEAR = {Event.CANCELLED}
+
+
 def event_for(kind: str, wait_s: float | None, late_minutes: int) -> str | None:
     if kind == "running":
         return Event.STARTED_LATE if wait_s is not None and wait_s > late_minutes * 60 else None
@@ -71,10 +86,11 @@ def fan_out(job_id: str, kind: str, event_id: int, *, quota: bool = True) -> int
     # A sweep's trials are heard through the sweep's own message (one per trial was 25 messages
     # for a 24-trial sweep: trial 16, G18), unless their owner asked for them.
     trial = job.parent_id is not None
+    member = still_member(job.user, job.team)
     wanted: list[tuple[Channel, str]] = []
     for channel in channels.filter(user=job.user) if not trial or preference.on_sweep_trials else ():
         event = event_for(kind, wait_s, preference.started_late_minutes)
-        if event and preference.wants(event):
+        if event and preference.wants(event) and (member or event in DEPARTED_HEAR):
             wanted.append((channel, event))
     for channel in channels.filter(team=job.team) if not trial else ():
         event = event_for(kind, wait_s, channel.started_late_minutes)
@@ -84,7 +100,7 @@ def fan_out(job_id: str, kind: str, event_id: int, *, quota: bool = True) -> int
     queued = sum(queue_delivery(channel, event, job=job, cause=f"event:{event_id}",
                                 payload=job_payload(job, event, wait_s, cancellation=cancellation, sweep=sweep))
                  for channel, event in wanted)
-    if quota and kind in FINAL_KINDS:
+    if quota and kind in FINAL_KINDS and member:
         queued += quota_check(job, preference)
     return queued
 
@@ -208,12 +224,26 @@ def delivery_claim(delivery: Delivery) -> bool:
     return bool(claimed)
 
 
+def departed_recipient(delivery: Delivery) -> str | None:
+    """Why a personal delivery about a team's job must not go out now (its owner left the team, or
+    their account was deactivated, since it was queued: retries run for minutes); None when it may."""
+    channel, job = delivery.channel, delivery.job
+    if channel.user_id is None or job is None or delivery.event in DEPARTED_HEAR:
+        return None
+    if still_member(channel.user, job.team):
+        return None
+    return f"not sent: {channel.user.get_username()} is no longer a member of {job.team.slug}"
+
+
 def deliver(delivery_id: int) -> str:
-    delivery = Delivery.objects.select_related("channel").filter(pk=delivery_id).first()
+    delivery = Delivery.objects.select_related("channel__user", "job__team").filter(pk=delivery_id).first()
     if delivery is None or delivery.state != Delivery.State.PENDING:
         return delivery.state if delivery else "gone"
     if not delivery_claim(delivery):
         return "claimed by another run"
+    if departed := departed_recipient(delivery):
+        Delivery.objects.filter(pk=delivery.pk).update(state=Delivery.State.FAILED, last_error=departed)
+        return Delivery.State.FAILED
     try:
         status = send(delivery)
     except Exception as exc:
