@@ -862,7 +862,8 @@ def train(config: ChildConfig, events: EventLog) -> int:
             # Ultralytics pickles the trainer for its DDP workers and would try to pip-install this.
             raise RuntimeError("multi-GPU training needs the 'cloudpickle>=3.1.1' package") from e
 
-    if config.resume_from is None and config.model.endswith(".pt"):
+    if config.resume_from is None and not config.model.endswith((".yaml", ".yml")):
+        # Anything but a model YAML is weights to Ultralytics (".PT" too): checked before it loads.
         check_weights(Path(config.model), sha256=config.model_sha256)
 
     config.checkpoint_dir.mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,31 @@ def write_pt(path, payload: bytes):
     return path
 
 
+# --- names torch and numpy would load or run a second pickle through ------------------------------------
+
+
+@pytest.mark.parametrize(("module", "name"), [
+    ("torch.storage", "_load_from_bytes"), ("torch.serialization", "load"), ("torch", "load"), ("torch.hub", "load"),
+    ("torch.jit", "load"), ("torch._C", "import_ir_module"), ("numpy", "load"), ("numpy.lib.npyio", "load"),
+    ("operator", "attrgetter"), ("functools", "partial"), ("builtins", "exec"), ("__builtin__", "eval"),
+    ("copyreg", "_reconstructor"), ("numpy.core.multiarray", "_reconstruct"), ("torch.nn.modules.module", "Module.apply"),
+])
+@pytest.mark.parametrize("opcode", ["GLOBAL+REDUCE", "INST", "OBJ", "STACK_GLOBAL"])
+def test_loaders_and_call_helpers_are_refused_by_name_however_they_are_named(module, name, opcode, tmp_path):
+    marker = tmp_path / "ran"
+    arg = s(str(marker))
+    payload = {
+        "GLOBAL+REDUCE": b"\x80\x02" + g(module, name) + b"(" + arg + b"tR.",
+        "INST": b"(" + arg + b"i" + module.encode() + b"\n" + name.encode() + b"\n.",
+        "OBJ": b"(" + g(module, name) + arg + b"o.",
+        "STACK_GLOBAL": b"\x80\x04" + s(module) + s(name) + b"\x93(" + arg + b"tR.",
+    }[opcode]
+    with pytest.raises(CheckpointRefused) as refused:
+        scan_checkpoint(write_pt(tmp_path / "w.pt", payload))
+    assert refused.value.offending == f"{module}.{name}"
+    assert not marker.exists()
+
+
 # --- getattr on a plain object: a method of it called ------------------------------------------------
 
 
