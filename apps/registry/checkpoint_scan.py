@@ -69,28 +69,6 @@ _STORAGES = ("Float", "Half", "BFloat16", "Double", "Long", "Int", "Short", "Cha
              "ComplexFloat", "ComplexDouble")
 _DTYPES = ("float16", "float32", "float64", "bfloat16", "half", "float", "double", "int8", "int16", "int32",
            "int64", "uint8", "bool", "long", "int", "complex64", "complex128")
-ALLOWED_GLOBALS = frozenset({
-    "collections.OrderedDict",
-    "builtins.set", "__builtin__.set", "builtins.frozenset", "__builtin__.frozenset", "builtins.slice",
-    "builtins.complex", "builtins.bytearray", "_codecs.encode",
-    "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
-    "torch._utils._rebuild_parameter_with_state", "torch.Size", "torch.device",
-    "torch.storage.UntypedStorage",
-    *(f"torch.{name}Storage" for name in _STORAGES),
-    *(f"torch.{name}" for name in _DTYPES),
-    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "numpy.dtype",
-    "ultralytics.utils.IterableSimpleNamespace", "ultralytics.yolo.utils.IterableSimpleNamespace",
-    "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib._local.PosixPath", "pathlib._local.WindowsPath",
-    "torchvision.transforms.transforms.Compose", "torchvision.transforms.transforms.Normalize",
-    "torchvision.transforms.transforms.Resize", "torchvision.transforms.transforms.CenterCrop",
-    "torchvision.transforms.transforms.ToTensor", "torchvision.transforms.functional.InterpolationMode",
-    # Ultralytics' legacy aliases (YOLOv9e, YOLOv10), as its temporary_modules() maps them.
-    "ultralytics.nn.modules.block.Silence", "ultralytics.nn.tasks.YOLOv10DetectionModel",
-    "ultralytics.utils.loss.v10DetectLoss",
-    # `Detect.forward`, `InterpolationMode.BILINEAR`: a stand-in, see _inert_getattr. Protocol 2 (torch.save)
-    # names builtins `__builtin__` and an overridden find_class sees that name unmapped.
-    "builtins.getattr", "__builtin__.getattr",
-})
 # What a real checkpoint *calls* (REDUCE): plain-data constructors and the tensor rebuild functions. Every
 # other allowed global is only referenced or built with NEWOBJ (``cls.__new__``, no ``__init__``), which is
 # how torch.save pickles a module. The child's loader (Ultralytics' weights_only allow-list) would run a
@@ -107,6 +85,21 @@ CALLABLE_GLOBALS = frozenset({
     "ultralytics.utils.IterableSimpleNamespace", "ultralytics.yolo.utils.IterableSimpleNamespace",
     "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib._local.PosixPath", "pathlib._local.WindowsPath",
     "torchvision.transforms.functional.InterpolationMode",  # an Enum pickles as Enum(value) before Python 3.12
+})
+# Everything else a checkpoint may name: referenced, or built with NEWOBJ (``cls.__new__``, no ``__init__``).
+ALLOWED_GLOBALS = CALLABLE_GLOBALS | frozenset({
+    "torch.storage.UntypedStorage",
+    *(f"torch.{name}Storage" for name in _STORAGES),
+    *(f"torch.{name}" for name in _DTYPES),
+    "torchvision.transforms.transforms.Compose", "torchvision.transforms.transforms.Normalize",
+    "torchvision.transforms.transforms.Resize", "torchvision.transforms.transforms.CenterCrop",
+    "torchvision.transforms.transforms.ToTensor",
+    # Ultralytics' legacy aliases (YOLOv9e, YOLOv10), as its temporary_modules() maps them.
+    "ultralytics.nn.modules.block.Silence", "ultralytics.nn.tasks.YOLOv10DetectionModel",
+    "ultralytics.utils.loss.v10DetectLoss",
+    # `Detect.forward`, `InterpolationMode.BILINEAR`: a stand-in, see _inert_getattr. Protocol 2 (torch.save)
+    # names builtins `__builtin__` and an overridden find_class sees that name unmapped.
+    "builtins.getattr", "__builtin__.getattr",
 })
 # getattr(cls, name) of these (an enum member, a layer's method), as Ultralytics' own loader allows it.
 _ENUMS = frozenset({"torchvision.transforms.functional.InterpolationMode"})
