@@ -27,6 +27,7 @@ from rq.timeouts import JobTimeoutException
 
 from apps.cluster.services import node_storage_problem_set
 from apps.core.artifacts import artifact_path
+from apps.core.faults import fault_point
 from apps.core.storage import shared_filesystem
 from apps.jobs.models import Checkpoint, Job, JobState
 from apps.jobs.paths import traceback_strip
@@ -206,18 +207,6 @@ def attempt_error(job: Job, exc: Exception) -> str:
     node = job.node.name if job.node_id else os.environ.get("YOLOPORTAL_NODE", "")
     return attempt_finish(job, outcome="failed", error=f"the worker on {node} could not run the attempt: "
                                                        f"{type(exc).__name__}: {exc}"[:2000])
-
-
-def _fault(point: str) -> None:
-    """Fault injection for the tests, like apps.scheduling.loop's: YOLOPORTAL_FAULT=<point> ends
-    the work-horse there without a word (a dying worker), ``<point>:raise`` raises there (a bug
-    of ours)."""
-    wanted = os.environ.get("YOLOPORTAL_FAULT", "")
-    if wanted == point:
-        log.error("fault injection: exiting at %s", point)
-        os._exit(17)
-    if wanted == f"{point}:raise":
-        raise RuntimeError(f"fault injection: raised at {point}")
 
 
 __all__ = ["run_attempt", "set_parent_death_signal", "trainer_environment", "AttemptRunner", "ChildResult",
@@ -487,7 +476,7 @@ class AttemptRunner:
         return ""
 
     def train(self) -> str:
-        _fault("staging")
+        fault_point("staging")
         stop = self.stage_inputs()
         if stop:
             return self.finish(ChildResult(outcome=stop))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -19,6 +18,7 @@ from django.utils import timezone
 
 from apps.cluster.models import Node
 from apps.cluster.services import node_mark_lost
+from apps.core.faults import fault_point
 from apps.core.redis_outage import connection_error_of, redis_unreachable
 from apps.jobs.models import HOLDING_STATES, Job, JobState
 from apps.jobs.services import (
@@ -125,23 +125,8 @@ def repair_dispatch(now: datetime | None = None) -> bool:
     return did
 
 
-_fault_hits: dict[str, int] = {}
-
-
 class ClaimAbandoned(Exception):
     """A planned start whose claim or victims' requeue failed: its savepoint is rolled back."""
-
-
-def _fault(point: str) -> None:
-    """Fault injection for the tests: YOLOPORTAL_FAULT=<point> kills the process the first
-    time it gets there, ``<point>@N`` the N-th time."""
-    name, _, nth = os.environ.get("YOLOPORTAL_FAULT", "").partition("@")
-    if name != point:
-        return
-    _fault_hits[point] = _fault_hits.get(point, 0) + 1
-    if _fault_hits[point] >= int(nth or 1):
-        log.error("fault injection: exiting at %s (time %d)", point, _fault_hits[point])
-        os._exit(17)
 
 
 def plan_and_start(now: datetime | None = None, token: int | None = None, rows: QueueRows | None = None) -> bool:
@@ -190,7 +175,7 @@ def _plan_and_start(now: datetime | None, token: int | None, rows: QueueRows | N
     with fenced(token):
         for index, start in enumerate(plan.starts):
             if index == 1:
-                _fault("mid_claim")  # dies inside the claim transaction: nothing of it may remain
+                fault_point("mid_claim")  # dies inside the claim transaction: nothing of it may remain
             job = jobs_by_id[start.job_id]
             try:
                 with transaction.atomic():  # a start and the requeues of its victims: all or nothing
@@ -207,7 +192,7 @@ def _plan_and_start(now: datetime | None, token: int | None, rows: QueueRows | N
                 log.info("start of %s abandoned: %s", job.pk, why, extra={"job_id": str(job.pk)})
                 continue
             started.append(job.pk)
-    _fault("after_allocate")
+    fault_point("after_allocate")
     for job in Job.objects.filter(pk__in=started).select_related("node"):
         try:
             dispatch(job)
@@ -383,7 +368,7 @@ def tick(now: datetime | None = None, token: int | None = None, rows: QueueRows 
     did |= reap_silent_attempts(now)
     if sweeps_advance(now):
         did = True
-        _fault("after_sweep_step")  # trials just committed, not yet planned: the next scheduler must place them
+        fault_point("after_sweep_step")  # trials just committed, not yet planned: the next scheduler must place them
     try:
         did |= repair_dispatch(now)
         did |= plan_and_start(now, token, rows)
