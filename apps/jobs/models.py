@@ -170,7 +170,10 @@ class Job(models.Model):
 
     @property
     def rq_job_id(self) -> str:
-        return f"{self.id}-a{self.attempt}"
+        """Unique per placement: a placement requeued before it started keeps its attempt number
+        but not its ``attempt_id``, and the same RQ id for the next one overwrote the first's RQ
+        job (with the new arguments) while its queue entry stayed (chaos21: refused deliveries)."""
+        return f"{self.id}-a{self.attempt}-{str(self.attempt_id)[:8]}"
 
     @property
     def run_dir(self):

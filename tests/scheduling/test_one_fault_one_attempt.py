@@ -490,3 +490,20 @@ def test_two_deliveries_of_one_attempt_start_it_once_on_postgresql(alice, teams)
     other.join(30)
     assert second == [None]
     assert kinds(job).count("running") == 1
+
+
+def test_a_placement_requeued_before_it_started_is_delivered_under_a_new_rq_id(dispatched):
+    """It keeps its attempt number, not its attempt id: the same RQ id for the next placement
+    overwrote the first's RQ job while its queue entry stayed, so one queued job was delivered
+    twice with the new attempt's arguments (chaos21: refused deliveries)."""
+    from apps.core.redis_client import redis_client
+    from apps.scheduling.dispatch import node_queue
+
+    first, first_attempt_id = dispatched.rq_job_id, dispatched.attempt_id
+    assert job_requeue(dispatched, reason="taken back before it started")
+    tick()
+    again = current(dispatched)
+    assert (again.state, again.attempt) == (JobState.STARTING, 1) and again.attempt_id != first_attempt_id
+    assert again.rq_job_id != first
+    queued = node_queue("node-a", redis_client()).get_job_ids()
+    assert again.rq_job_id in queued and first in queued  # the stale entry is refused by its own attempt id
