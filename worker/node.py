@@ -99,10 +99,8 @@ class Heartbeat(threading.Thread):
         from .artifacts import shared_storage_lost, shared_storage_problem
 
         problem = shared_storage_lost()
-        if problem and not self.storage_lost:
+        if problem and not self.storage_lost:  # the path it lacks (node_storage_problem_set logs the change)
             log.warning("node %s: %s", self.node.name, shared_storage_problem() or problem)
-        elif not problem and self.storage_lost:
-            log.warning("node %s: the shared storage is readable again", self.node.name)
         self.storage_lost = bool(problem)
         return problem
 

@@ -172,7 +172,7 @@ def storage_lost_hand_back(*, job_id: str, attempt_id: str, node_name: str) -> b
 def storage_lost_now(job: Job) -> str:
     """If this node can no longer read the shared storage, mark the node and say so for the job
     (why its attempt ended: ``storage_lost``, requeued by attempt_finish), else ''."""
-    problem = shared_storage_lost() if shared_filesystem() else ""
+    problem = shared_storage_lost()  # '' with an object store
     if not problem:
         return ""
     node_storage_problem_set(job.node, problem=problem)
