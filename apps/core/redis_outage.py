@@ -178,6 +178,21 @@ class OutageTolerantWorker:
             return
         redis_reachable()
 
+    def unsubscribe(self):
+        """RQ (3.0) sends UNSUBSCRIBE, then stops the command-channel thread. redis-py 8.2's
+        ``PubSubWorkerThread.stop()`` waits for the thread, and a thread that read the reply
+        before its flag was cleared sits in ``get_message`` waiting for a new subscription for
+        RQ's ``sleep_time``, 60 s: every worker's exit (and every burst drain) could hang a
+        minute (CI: the notification tests took 60 s each). Clearing the flag first lets the
+        reply end the thread at once."""
+        thread = self.pubsub_thread
+        if thread is not None:
+            try:
+                thread.stop(timeout=0)  # clears the flag; does not wait
+            except TypeError:  # redis-py before 8.2: stop() takes no timeout and never waits
+                thread.stop()
+        super().unsubscribe()
+
     def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO", *args, **kwargs):
         self.scheduler = OutageTolerantScheduler(
             self.queues, connection=self.connection,

@@ -79,3 +79,33 @@ def test_a_busy_workers_command_thread_says_redis_is_back_on_its_next_retry(capl
     logged = messages(caplog)
     assert [level for level, _ in logged] == ["WARNING", "INFO"], logged
     assert logged[1][1].startswith("Redis reachable again at ")
+
+
+def test_a_worker_exits_without_waiting_for_its_command_thread():
+    """RQ 3.0 unsubscribes, then stops the command-channel thread, which redis-py 8.2 waits for. A
+    thread that read the UNSUBSCRIBE reply before it was told to stop sat 60 s waiting for a new
+    subscription: a race, lost often under load (CI: most notification tests, each a burst drain,
+    took 60 s). Here the thread always reads the reply first."""
+    import time
+
+    from rq import SimpleWorker
+
+    class Drain(redis_outage.OutageTolerantWorker, SimpleWorker):
+        def subscribe(self):
+            super().subscribe()
+            unsubscribe = self.pubsub.unsubscribe
+
+            def unsubscribe_and_let_the_thread_read_the_reply(*args, **kwargs):
+                answer = unsubscribe(*args, **kwargs)
+                deadline = time.monotonic() + 5
+                while self.pubsub.subscribed and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                time.sleep(0.1)  # the thread back in its loop
+                return answer
+
+            self.pubsub.unsubscribe = unsubscribe_and_let_the_thread_read_the_reply
+
+    connection = redis.Redis.from_url(settings.REDIS_URL)
+    started = time.monotonic()
+    Drain([Queue("redis-outage-test", connection=connection)], connection=connection).work(burst=True)
+    assert time.monotonic() - started < 10  # 60 s on the stuck thread; about 0.2 s here

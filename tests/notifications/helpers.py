@@ -6,12 +6,13 @@ import redis
 from django.conf import settings
 from rq import Queue, SimpleWorker
 
+from apps.core.redis_outage import OutageTolerantWorker
 from apps.notifications.hooks import QUEUE
 from apps.notifications.tasks import QuietRetries
 
 
-class NotifyWorker(QuietRetries, SimpleWorker):
-    """The notify worker's logging (manage.py notify_worker), without its fork."""
+class NotifyWorker(QuietRetries, OutageTolerantWorker, SimpleWorker):
+    """The notify worker (manage.py notify_worker), without its fork."""
 
 
 def run_notifications() -> None:
