@@ -11,6 +11,7 @@ from typing import Any, Literal, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 log = logging.getLogger(__name__)
 
@@ -37,3 +38,14 @@ def publish(job_id, message: LiveMessage) -> bool:
     except Exception as exc:  # noqa: BLE001 - delivery is best effort by design
         log.debug("live publish for job %s dropped: %s", job_id, exc)
         return False
+
+
+def publish_on_commit(job_id, message: LiveMessage) -> None:
+    """:func:`publish` once the caller's transaction commits (at once outside one).
+
+    A send waits on Redis (up to the channel layer's socket timeout when Redis hangs instead
+    of refusing): inside a transaction that wait held SQLite's write lock, and every other
+    writer with it. Callbacks run in the order they were registered, so a job's messages keep
+    their seq order; a rolled-back event is never announced.
+    """
+    transaction.on_commit(lambda: publish(job_id, message))

@@ -149,8 +149,10 @@ def job_event(job: Job, kind: str, message: str = "", data: dict | None = None) 
         job_id=job.pk, seq=seq, attempt=job.attempt, kind=kind, message=message, data=data or {}
     )
     state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
-    live.publish(job.pk, {"type": "status", "seq": seq, "job": str(job.pk),
-                          "data": {"state": state, "kind": kind, "message": message, "attempt": job.attempt}})
+    # After commit: many events are written inside the transaction of their state change.
+    live.publish_on_commit(job.pk, {"type": "status", "seq": seq, "job": str(job.pk),
+                                    "data": {"state": state, "kind": kind, "message": message,
+                                             "attempt": job.attempt}})
     job_event_recorded(job_id=job.pk, kind=kind, event_id=event.pk)  # notifications, after commit
     return event
 
