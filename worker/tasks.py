@@ -648,7 +648,7 @@ class AttemptRunner:
             return
         self.log_tail.extend(line for line in text.splitlines() if line.strip())
         self.log_tail = self.log_tail[-200:]
-        log_append(self.job, text)
+        log_append(self.job, text, from_attempt=True)
         if reader.offset > LOG_FILE_KEEP_BYTES and log_full(self.job):
             reader.truncate()  # nothing more is stored: keep the node's disk bounded too
 

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -132,12 +132,37 @@ class TooManyActiveJobs(Exception):
 # --- sequence numbers, events ------------------------------------------------------------
 
 
-def seq_allocate(job_id, count: int = 1) -> int:
-    """Reserve ``count`` sequence numbers for the job; returns the first."""
+def seq_allocate(job_id, count: int = 1, *, where: Q | None = None) -> int | None:
+    """Reserve ``count`` sequence numbers for the job; returns the first.
+
+    ``where``: only while the job's row matches it, else None and nothing is reserved (the
+    attempt fence of :func:`metrics_record`, checked in the update it needs anyway).
+    """
     with transaction.atomic():
-        Job.objects.filter(pk=job_id).update(seq=F("seq") + count)
+        if not Job.objects.filter(where or Q(), pk=job_id).update(seq=F("seq") + count):
+            return None
         last = Job.objects.filter(pk=job_id).values_list("seq", flat=True).get()
     return last - count + 1
+
+
+def attempt_may_record(job: Job) -> Q:
+    """The job rows on which ``job``'s attempt (``job.attempt_id``) may still write metrics,
+    checkpoints and log output: it is the current running attempt, or it was just requeued
+    and the attempt after it has not started (still queued or only placed).
+
+    The second case is graceful preemption: the victim's epoch-end checkpoint is recorded
+    after its requeue, by design, and the next attempt resumes from it. Once a later attempt
+    has started, whatever the old one still reports (a worker that was stopped and woke up,
+    a preempted child finishing its epoch late) is another attempt's past, not the job's: it
+    would land on the new attempt's rows of the same epochs (chaos21).
+    """
+    return (Q(attempt_id=job.attempt_id, state=JobState.RUNNING)
+            | Q(attempt=job.attempt + 1, state__in=[JobState.QUEUED, JobState.STARTING]))
+
+
+def attempt_row_refused(job: Job, what: str) -> None:
+    log.warning("job %s: %s of attempt %s refused: a later attempt has started (or the job ended)",
+                job.pk, what, job.attempt, extra={"job_id": str(job.pk)})
 
 
 def job_event(job: Job, kind: str, message: str = "", data: dict | None = None) -> JobEvent:
@@ -576,9 +601,13 @@ def attempt_check_in(job: Job) -> str:
     return ""
 
 
-def checkpoint_record(job: Job, *, epoch: int, path: str, sha256: str, size: int, best: bool = False) -> Checkpoint:
+def checkpoint_record(job: Job, *, epoch: int, path: str, sha256: str, size: int, best: bool = False,
+                      from_attempt: bool = False) -> Checkpoint | None:
     """Record the verified checkpoint of ``epoch``, keyed by epoch: an attempt that redoes
     epoch N replaces that file with new bytes. Rows whose files the child pruned go too.
+
+    ``from_attempt``: reported by the attempt ``job.attempt_id``; refused (None) once it may no
+    longer record (:func:`attempt_may_record`), checked under the job row's lock.
 
     On a shared filesystem the file already is where the artifact store keeps it, so its key
     is recorded at once; with an object store the node's uploader records it once the bytes
@@ -593,14 +622,19 @@ def checkpoint_record(job: Job, *, epoch: int, path: str, sha256: str, size: int
             key = artifact_key(path)
         except ArtifactKeyError:
             key = ""
-    checkpoint, _ = Checkpoint.objects.update_or_create(
-        job=job, epoch=epoch, defaults={"attempt": job.attempt, "path": path, "sha256": sha256, "size": size,
-                                        "key": key, "best": best})
-    for old in Checkpoint.objects.filter(job=job).exclude(pk=checkpoint.pk):
-        if old.key and not shared:
-            continue  # in the object store: kept until checkpoint_stored retires it
-        if not Path(old.path).exists():
-            old.delete()
+    with transaction.atomic():
+        if from_attempt and Job.objects.select_for_update().filter(
+                attempt_may_record(job), pk=job.pk).values_list("pk", flat=True).first() is None:
+            attempt_row_refused(job, f"checkpoint of epoch {epoch}")
+            return None
+        checkpoint, _ = Checkpoint.objects.update_or_create(
+            job=job, epoch=epoch, defaults={"attempt": job.attempt, "path": path, "sha256": sha256, "size": size,
+                                            "key": key, "best": best})
+        for old in Checkpoint.objects.filter(job=job).exclude(pk=checkpoint.pk):
+            if old.key and not shared:
+                continue  # in the object store: kept until checkpoint_stored retires it
+            if not Path(old.path).exists():
+                old.delete()
     return checkpoint
 
 
@@ -824,11 +858,12 @@ def attempt_event_record(job: Job, event: dict) -> None:
 
     The same for every executor: the local worker reads the events file, the Slurm relay
     posts them to the API. ``finished`` and ``error`` are the caller's (they decide the
-    outcome); unknown kinds are ignored. A checkpoint outside the job's folder is refused.
+    outcome); unknown kinds are ignored. A checkpoint outside the job's folder is refused, and
+    so are metrics and checkpoints once the attempt may no longer record (:func:`attempt_may_record`).
     """
     kind = event.get("type")
     if kind == "epoch":
-        metrics_record(job, epoch=int(event["epoch"]), values=event.get("values") or {})
+        metrics_record(job, epoch=int(event["epoch"]), values=event.get("values") or {}, from_attempt=True)
     elif kind == "progress":
         live.publish(job.pk, {"type": "progress", "seq": None, "job": str(job.pk),
                               "data": {k: v for k, v in event.items() if k != "type"}})
@@ -837,7 +872,7 @@ def attempt_event_record(job: Job, event: dict) -> None:
             log.warning("job %s: ignoring a checkpoint outside its folder: %r", job.pk, event.get("path"))
             return
         checkpoint_record(job, epoch=int(event["epoch"]), path=event["path"], sha256=str(event["sha256"]),
-                          size=int(event["size"]), best=event.get("best") is True)
+                          size=int(event["size"]), best=event.get("best") is True, from_attempt=True)
     elif kind == "started" and event.get("mode", "train") != "train":
         what = {"val": f"validating on the {event.get('split')} split",
                 "predict": f"predicting on {event.get('images')} images",
@@ -916,7 +951,7 @@ def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final:
         else:
             attempt_event_record(job, event)
     if log:
-        log_append(job, log)
+        log_append(job, log, from_attempt=True)
     if final is not None:
         ExecutorAttempt.objects.filter(attempt_id=attempt_id).update(report=final)
     return attempt_check_in(job)
@@ -1346,43 +1381,57 @@ def sweep_finish(parent: Job, *, state: str, message: str, error: str = "", best
 # --- telemetry written by the worker ---------------------------------------------------------
 
 
-def metrics_record(job: Job, *, epoch: int, values: dict[str, Any]) -> MetricPoint:
-    """Upsert one epoch's metrics (a redone epoch replaces its point) and publish it."""
-    seq = seq_allocate(job.pk)
-    point, _ = MetricPoint.objects.update_or_create(
-        job_id=job.pk, epoch=epoch, defaults={"attempt": job.attempt, "seq": seq, "values": values}
-    )
-    Job.objects.filter(pk=job.pk, epochs_done__lt=epoch).update(epochs_done=epoch)
-    live.publish(job.pk, {"type": "metrics", "seq": seq, "job": str(job.pk),
-                          "data": {"epoch": epoch, "attempt": job.attempt, "values": values}})
+def metrics_record(job: Job, *, epoch: int, values: dict[str, Any], from_attempt: bool = False) -> MetricPoint | None:
+    """Upsert one epoch's metrics (a redone epoch replaces its point) and publish it.
+
+    ``from_attempt``: reported by the attempt ``job.attempt_id``; refused (None) once it may no
+    longer record (:func:`attempt_may_record`), in the seq update the point needs anyway: no
+    extra query on the hot path.
+    """
+    with transaction.atomic():
+        seq = seq_allocate(job.pk, where=attempt_may_record(job) if from_attempt else None)
+        if seq is None:
+            attempt_row_refused(job, f"metrics of epoch {epoch}")
+            return None
+        point, _ = MetricPoint.objects.update_or_create(
+            job_id=job.pk, epoch=epoch, defaults={"attempt": job.attempt, "seq": seq, "values": values}
+        )
+        Job.objects.filter(pk=job.pk, epochs_done__lt=epoch).update(epochs_done=epoch)
+        live.publish_on_commit(job.pk, {"type": "metrics", "seq": seq, "job": str(job.pk),
+                                        "data": {"epoch": epoch, "attempt": job.attempt, "values": values}})
     if job.parent_id:
         kick_scheduler()  # a sweep's pruner judges each epoch of its trials (apps.sweeps)
     return point
 
 
-def log_append(job: Job, text: str) -> LogChunk | None:
+def log_append(job: Job, text: str, *, from_attempt: bool = False) -> LogChunk | None:
     """Store and publish a piece of the job's output, up to JOB_LOG_MAX_BYTES per job.
 
     The piece that crosses the cap is cut there and followed by one notice; later pieces
     are dropped (None). The count is a conditional update, so the notice is written once.
+    ``from_attempt``: the output of the attempt ``job.attempt_id``, dropped (None) once it may
+    no longer record (:func:`attempt_may_record`), in that same update.
     """
     if not text:
         return None
     text = public_text(text, job=job)
     limit = settings.JOB_LOG_MAX_BYTES
     size = len(text.encode())
+    fence = attempt_may_record(job) if from_attempt else Q()
     with transaction.atomic():
-        if not Job.objects.filter(pk=job.pk, log_bytes__lt=limit).update(log_bytes=F("log_bytes") + size):
+        if not Job.objects.filter(fence, pk=job.pk, log_bytes__lt=limit).update(log_bytes=F("log_bytes") + size):
+            if from_attempt and not Job.objects.filter(fence, pk=job.pk).exists():  # only when refused
+                attempt_row_refused(job, f"output ({size} bytes)")
             return None
         total = Job.objects.filter(pk=job.pk).values_list("log_bytes", flat=True).get()
-    if total > limit:
-        keep = size - (total - limit)
-        text = (text.encode()[:keep].decode("utf-8", "ignore")
-                + f"\n[log truncated: this job's log reached {limit} bytes (JOB_LOG_MAX_BYTES); "
-                  "later output is not stored]\n")
-    seq = seq_allocate(job.pk)
-    chunk = LogChunk.objects.create(job_id=job.pk, seq=seq, attempt=job.attempt, text=text)
-    live.publish(job.pk, {"type": "log", "seq": seq, "job": str(job.pk), "data": {"text": text}})
+        if total > limit:
+            keep = size - (total - limit)
+            text = (text.encode()[:keep].decode("utf-8", "ignore")
+                    + f"\n[log truncated: this job's log reached {limit} bytes (JOB_LOG_MAX_BYTES); "
+                      "later output is not stored]\n")
+        seq = seq_allocate(job.pk)
+        chunk = LogChunk.objects.create(job_id=job.pk, seq=seq, attempt=job.attempt, text=text)
+        live.publish_on_commit(job.pk, {"type": "log", "seq": seq, "job": str(job.pk), "data": {"text": text}})
     return chunk
 
 

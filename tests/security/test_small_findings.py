@@ -236,7 +236,8 @@ def test_the_worker_empties_the_output_file_once_the_stored_log_is_full(bob, tea
     settings.JOBS_DIR = tmp_path / "jobs"
     settings.JOB_LOG_MAX_BYTES = 1024
     monkeypatch.setattr(tasks, "LOG_FILE_KEEP_BYTES", 4096)
-    job = make_job(team=teams["vision"], user=bob, node=node, gpu_indices=[0])
+    # Running: the worker stores only its current attempt's output (jobs.services.attempt_may_record).
+    job = make_job(team=teams["vision"], user=bob, node=node, gpu_indices=[0], state="running")
     runner = tasks.AttemptRunner(job)
     with open(runner.log_path, "a") as out:
         out.write("x" * 60 + "\n" * 1)

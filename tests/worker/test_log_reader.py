@@ -54,7 +54,8 @@ def test_the_worker_stores_the_last_line_of_an_exited_child(bob, teams, node, se
     from worker import tasks
 
     settings.JOBS_DIR = tmp_path / "jobs"
-    job = make_job(team=teams["vision"], user=bob, node=node, gpu_indices=[0])
+    # Running: the worker stores only its current attempt's output (jobs.services.attempt_may_record).
+    job = make_job(team=teams["vision"], user=bob, node=node, gpu_indices=[0], state="running")
     runner = tasks.AttemptRunner(job)
     runner.log_path.write_text("Results saved to runs/train\nRuntimeError: the last words, unterminated")
     reader = tasks.LogReader(runner.log_path)
