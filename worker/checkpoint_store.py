@@ -54,10 +54,18 @@ def checkpoint_on_node(job: Job, checkpoint: Checkpoint) -> Path | None:
     or where a fetch put it): the recorded path is the writer's, and another node's DATA_DIR
     is neither this node's to read nor inside what the training may see (its sandbox).
     """
+    return checkpoint_on_node_check(job, checkpoint)[0]
+
+
+def checkpoint_on_node_check(job: Job, checkpoint: Checkpoint) -> tuple[Path | None, str]:
+    """(this node's file of ``checkpoint``, "") or (None, "missing" | "corrupt"): no file (deleted,
+    never here), or a file whose size or hash is not the recorded one (:func:`checkpoint_on_node`)."""
     path = Path(job.run_dir) / "checkpoints" / Path(checkpoint.path).name
-    if path.is_file() and path.stat().st_size == checkpoint.size and file_sha256(path) == checkpoint.sha256:
-        return path
-    return None
+    if not path.is_file():
+        return None, "missing"
+    if path.stat().st_size == checkpoint.size and file_sha256(path) == checkpoint.sha256:
+        return path, ""
+    return None, "corrupt"
 
 
 def checkpoint_fetch(job: Job, checkpoint: Checkpoint) -> Path | None:
@@ -208,4 +216,5 @@ def uploads_checkpoints(job: Job) -> bool:
     return job.spec.get("mode", "train") == "train" and not shared_filesystem()
 
 
-__all__ = ["CheckpointUploader", "best_restore", "checkpoint_fetch", "checkpoint_key", "checkpoint_on_node", "uploads_checkpoints"]
+__all__ = ["CheckpointUploader", "best_restore", "checkpoint_fetch", "checkpoint_key", "checkpoint_on_node",
+           "checkpoint_on_node_check", "uploads_checkpoints"]

@@ -68,6 +68,7 @@ from .checkpoint_store import (
     best_restore,
     checkpoint_fetch,
     checkpoint_on_node,
+    checkpoint_on_node_check,
     uploads_checkpoints,
 )
 from .executors.base import (
@@ -380,22 +381,42 @@ class AttemptRunner:
 
     def verified_checkpoints(self) -> list[Checkpoint]:
         """Newest first: on this node with its recorded size and hash, or in the artifact store
-        (fetched when tried); the others are dropped with an event."""
-        good = []
+        (fetched when tried); the others are dropped.
+
+        A file missing behind a usable newer checkpoint goes without an event: the child's
+        keep-N retention deleted it, and its row outlived a worker killed before the next
+        checkpoint_record removed it (chaos21: "missing or corrupt" read like corruption while
+        the attempt resumed from the newest one). One the resume falls back from is said, in
+        words that tell a deleted file from a corrupt one.
+        """
+        good: list[Checkpoint] = []
+        unusable: list[tuple[Checkpoint, str]] = []  # newer than any usable one: the resume falls back
         in_store = not shared_filesystem()
         for ckpt in Checkpoint.objects.filter(job=self.job).order_by("-epoch", "-created_at"):
             if ckpt.key and in_store:
                 good.append(ckpt)  # hashed when tried (checkpoint_local), not all of them now
                 continue
-            local = checkpoint_on_node(self.job, ckpt)
+            local, problem = checkpoint_on_node_check(self.job, ckpt)
             if local is not None:
                 self.verified[ckpt.pk] = local  # checkpoint_local need not hash it again
                 good.append(ckpt)
-                continue
-            why = ("never reached the artifact store and is not on this node" if in_store
-                   else "is missing or corrupt")
-            checkpoint_reject(self.job, ckpt, message=f"checkpoint of epoch {ckpt.epoch} {why}; "
-                                                      f"falling back to an older one")
+            elif problem == "missing" and good:
+                log.info("job %s: checkpoint of epoch %d was pruned (keeping the newest); forgetting its row",
+                         self.job.pk, ckpt.epoch)
+                ckpt.delete()
+            else:
+                unusable.append((ckpt, problem))
+        for ckpt, problem in unusable:
+            if problem == "corrupt":
+                why = "is corrupt (its size or hash is not the recorded one)"
+            elif in_store:
+                why = "never reached the artifact store and is not on this node"
+            else:
+                why = "is no longer on this node (its file was deleted)"
+            older = [c.epoch for c in good if c.epoch < ckpt.epoch]
+            then = (f"falling back to the checkpoint of epoch {older[0]}" if older
+                    else "no older checkpoint left: starting over")
+            checkpoint_reject(self.job, ckpt, message=f"checkpoint of epoch {ckpt.epoch} {why}; {then}")
         return good
 
     def checkpoint_local(self, checkpoint: Checkpoint) -> tuple[Path | None, str]:
@@ -491,8 +512,10 @@ class AttemptRunner:
                 if stop:
                     return self.finish(ChildResult(outcome=stop))
                 if resume_from is None:
-                    checkpoint_reject(self.job, checkpoint, message=f"checkpoint of epoch {checkpoint.epoch} is "
-                                                                    f"missing or corrupt; falling back to an older one")
+                    # Fetched from the artifact store (verified_checkpoints checked this node's files).
+                    checkpoint_reject(self.job, checkpoint, message=f"checkpoint of epoch {checkpoint.epoch} is not "
+                                                                    f"in the artifact store with its recorded bytes; "
+                                                                    f"trying an older one")
                     continue
                 # The run's best.pt too, when another node wrote it, or when the checkpoint is a
                 # continued job's (apps/jobs/continuation.py): its run folder starts without one.

@@ -16,7 +16,7 @@ import pytest
 from django.test import override_settings
 
 from apps.core.artifacts import artifact_path
-from apps.jobs.models import Checkpoint, Job
+from apps.jobs.models import Checkpoint, Job, JobEvent
 from apps.jobs.services import attempt_event_record, attempt_start, job_claim
 from tests.integration.live import wait_for
 from tests.jobs.factories import make_job
@@ -67,6 +67,41 @@ def test_on_a_shared_filesystem_a_checkpoint_s_key_is_its_own_file(running):
     runner = AttemptRunner(running)
     assert runner.uploader is None
     assert runner.checkpoint_local(Checkpoint.objects.get(job=running, epoch=1)) == (artifact_path(key), "")
+
+
+def rejections(job: Job) -> list[str]:
+    return list(JobEvent.objects.filter(job_id=job.pk, kind="checkpoint_rejected").order_by("seq")
+                .values_list("message", flat=True))
+
+
+def test_a_checkpoint_pruned_behind_a_newer_one_is_forgotten_without_an_event(running):
+    """The child's keep-N retention deleted epoch 1's file after reporting epoch 4, and its worker
+    was killed before the next checkpoint_record removed the row (chaos21)."""
+    paths = {epoch: write_checkpoint(running, epoch, size=10)[0] for epoch in (1, 2, 3, 4)}
+    os.unlink(paths[1])
+    runner = AttemptRunner(Job.objects.get(pk=running.pk))
+    assert [c.epoch for c in runner.verified_checkpoints()] == [4, 3, 2]
+    assert rejections(running) == []
+    assert sorted(Checkpoint.objects.filter(job=running).values_list("epoch", flat=True)) == [2, 3, 4]
+
+
+def test_a_resume_that_falls_back_says_whether_the_newest_was_deleted_or_corrupt(running):
+    paths = {epoch: write_checkpoint(running, epoch, size=10)[0] for epoch in (1, 2, 3)}
+    os.unlink(paths[3])
+    with open(paths[2], "r+b") as f:
+        f.truncate(4)
+    runner = AttemptRunner(Job.objects.get(pk=running.pk))
+    assert [c.epoch for c in runner.verified_checkpoints()] == [1]
+    assert rejections(running) == [
+        "checkpoint of epoch 3 is no longer on this node (its file was deleted); falling back to the checkpoint "
+        "of epoch 1",
+        "checkpoint of epoch 2 is corrupt (its size or hash is not the recorded one); falling back to the "
+        "checkpoint of epoch 1",
+    ]
+    os.unlink(paths[1])
+    assert AttemptRunner(Job.objects.get(pk=running.pk)).verified_checkpoints() == []
+    assert rejections(running)[-1] == ("checkpoint of epoch 1 is no longer on this node (its file was deleted); "
+                                       "no older checkpoint left: starting over")
 
 
 @pytest.mark.integration
