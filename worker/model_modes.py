@@ -90,6 +90,19 @@ def _names(model: Any) -> dict[int, str]:
     return {int(k): str(v) for k, v in (names.items() if isinstance(names, dict) else enumerate(names))}
 
 
+CPU_HALF_NOTE = "half precision needs a GPU: ran FP32"
+
+
+def cpu_half_note(device: str, args: dict[str, Any]) -> str:
+    """On a CPU (a simulated node) Ultralytics runs FP32 whatever ``half`` says, silently, while
+    the job's spec records half: the job says so once (its log and its "started" event). ``half``
+    leaves ``args``. '' on a GPU, or without half."""
+    if device != "cpu" or not args.pop("half", False):
+        return ""
+    print(f"{CPU_HALF_NOTE} (this node's GPUs are simulated on the CPU)", flush=True)
+    return CPU_HALF_NOTE
+
+
 # --- val -------------------------------------------------------------------------------------------
 
 
@@ -99,7 +112,8 @@ def run_val(*, model_path: str, data: Path, split: str, device: str, args: dict[
     from ultralytics import YOLO
 
     model = YOLO(model_path)
-    events.emit("started", mode="val", split=split)
+    note = cpu_half_note(device, args)
+    events.emit("started", mode="val", split=split, **({"note": note} if note else {}))
     metrics = model.val(data=str(data), split=split, device=device, plots=False, project=str(output_dir),
                         name="val", exist_ok=True, **args)
     names = _names(metrics) or _names(model)
@@ -143,7 +157,8 @@ def run_predict(*, model_path: str, images: list[Path], source_root: Path, devic
 
     model = YOLO(model_path)
     output_dir.mkdir(parents=True, exist_ok=True)
-    events.emit("started", mode="predict", images=len(images))
+    note = cpu_half_note(device, args)
+    events.emit("started", mode="predict", images=len(images), **({"note": note} if note else {}))
     where = "CPU" if device == "cpu" else f"GPU {device}"
     print(f"predict: {len(images)} image{'s' * (len(images) != 1)} with {Path(model_path).name} on {where}", flush=True)
     names = _names(model)

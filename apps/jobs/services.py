@@ -877,6 +877,8 @@ def attempt_event_record(job: Job, event: dict) -> None:
         what = {"val": f"validating on the {event.get('split')} split",
                 "predict": f"predicting on {event.get('images')} images",
                 "export": f"exporting to {', '.join(event.get('formats') or [])}"}.get(event.get("mode"), "started")
+        if event.get("note"):  # e.g. half precision asked on a CPU node (worker/model_modes.cpu_half_note)
+            what = f"{what}; {event['note']}"
         job_event(job, f"{event.get('mode')}_started", what, {k: v for k, v in event.items() if k != "type"})
     elif kind == "started":
         batch = f" with batch={event['batch']}" if event.get("batch") else ""

@@ -14,6 +14,7 @@ from apps.jobs.models import Checkpoint, GpuSlot, Job, JobEvent, JobState
 from apps.jobs.services import (
     MAX_INFRA_REQUEUES,
     attempt_check_in,
+    attempt_event_record,
     attempt_finish,
     attempt_lost,
     attempt_preempt,
@@ -269,3 +270,11 @@ def test_a_retry_requeue_of_a_stale_attempt_spends_nothing(running):
     assert not job_requeue(stale, reason="failed; retrying", kind="retry", retry=True)
     job = Job.objects.get(pk=running.pk)
     assert (job.retries_left, job.attempt) == (1, 2)
+
+
+def test_a_val_start_event_carries_the_child_s_note(running):
+    """The child's word on how it ran (half precision asked on a CPU node: worker/model_modes.cpu_half_note)."""
+    attempt_event_record(running, {"type": "started", "mode": "val", "split": "val",
+                                   "note": "half precision needs a GPU: ran FP32"})
+    event = JobEvent.objects.get(job=running, kind="val_started")
+    assert event.message == "validating on the val split; half precision needs a GPU: ran FP32"

@@ -118,8 +118,11 @@ def test_the_child_checks_the_weights_again_right_before_loading_them(setup, tmp
 
 
 class Events:
+    def __init__(self):
+        self.emitted = []
+
     def emit(self, type_, **fields):
-        pass
+        self.emitted.append({"type": type_, **fields})
 
 
 def polygon_dataset(root):
@@ -193,3 +196,22 @@ def test_a_segment_models_predictions_keep_each_objects_mask_outline(tmp_path):
     for box in objects:
         assert len(box["polygon"]) >= 3 and all(0 <= x <= 64 and 0 <= y <= 64 for x, y in box["polygon"]), box
         assert "keypoints" not in box
+
+
+@pytest.mark.parametrize("mode", ["val", "predict"])
+def test_half_precision_on_a_cpu_node_says_once_that_it_ran_fp32(mode, setup, tmp_path, capsys):
+    """Ultralytics runs FP32 on a CPU whatever half says; the spec records half, so the job says so."""
+    from worker.model_modes import CPU_HALF_NOTE, run_predict, run_val
+
+    weights, data, images, _ = setup
+    events = Events()
+    args = {"imgsz": 64, "half": True}
+    if mode == "val":
+        run_val(model_path=str(weights), data=data, split="val", device="cpu", args=args, output_dir=tmp_path,
+                events=events)
+    else:
+        run_predict(model_path=str(weights), images=images, source_root=images[0].parent, device="cpu", args=args,
+                    output_dir=tmp_path, events=events)
+    (started,) = [e for e in events.emitted if e["type"] == "started"]
+    assert started["note"] == CPU_HALF_NOTE == "half precision needs a GPU: ran FP32"
+    assert capsys.readouterr().out.count(CPU_HALF_NOTE) == 1
