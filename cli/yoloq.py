@@ -116,7 +116,8 @@ def config_save(url: str, token: str) -> Path:
 
 class Api:
     def __init__(self, url: str, token: str) -> None:
-        self.base = url.rstrip("/") + "/api/v1/"
+        self.portal = url.rstrip("/") + "/"  # the pages people read, beside the API
+        self.base = self.portal + "api/v1/"
         self.session = requests.Session()
         self.session.headers.update({"Authorization": f"Token {token}", "Accept": "application/json",
                                      "User-Agent": "yoloq"})
@@ -370,7 +371,7 @@ def sweep_text(sweep: dict) -> str:
     return "\n".join(lines)
 
 
-def outcome_lines(api: Api, outcome: dict) -> list[tuple[str, str]]:
+def outcome_lines(api: Api, outcome: dict, job_id: str) -> list[tuple[str, str]]:
     """What a succeeded val, predict or export job produced, as status lines (the job object's ``outcome``)."""
     lines: list[tuple[str, str]] = []
     evaluation = outcome.get("evaluation")
@@ -382,7 +383,9 @@ def outcome_lines(api: Api, outcome: dict) -> list[tuple[str, str]]:
         numbers += metric_of(metrics)
         where = f" on {evaluation['dataset']} {evaluation['split']} split" if evaluation.get("dataset") else ""
         lines.append(("evaluation", f"{numbers or 'no metrics'}{where}, {evaluation['classes']} classes"
-                      + (f" (per class: {api.base}{evaluation['url']})" if evaluation.get("url") else "")))
+                      # The job's page, whose outcome has the per-class table: the evaluation's "url" is
+                      # the model's API JSON, which a person following the link does not want to read.
+                      + (f" (per class: {api.portal}jobs/{job_id}/#per-class)" if evaluation["classes"] else "")))
     predictions = outcome.get("predictions")
     if predictions:
         lines.append(("predictions", f"{predictions['images']} images, {predictions['boxes']} boxes "
@@ -428,7 +431,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         reference = api.get(f"models/{version}/")["reference"]
         lines.append(("model", f"{reference} (id {version}; train from it: model={reference}; "
                                f"yoloq model pull {version})"))
-    lines += outcome_lines(api, job.get("outcome") or {})
+    lines += outcome_lines(api, job.get("outcome") or {}, job["id"])
     weights = job.get("weights") or {}
     if weights.get("available"):
         lines.append(("weights", f"{weights['note']} (yoloq weights pull {job['id'][:8]})"))

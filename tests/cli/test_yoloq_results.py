@@ -6,6 +6,7 @@ import hashlib
 
 import pytest
 from django.conf import settings
+from django.test import Client
 
 from apps.jobs.models import Job, JobState
 from apps.jobs.services import checkpoint_record
@@ -57,8 +58,12 @@ def test_status_of_a_val_job_prints_its_evaluation_and_no_epochs(bob, pcb, capsy
     code, out, _ = run(capsys, "status", str(job.pk)[:8])
 
     assert code == 0 and "epochs done" not in out
+    # The job's page with its per-class table, not the model's API JSON (chaos22).
     assert ("evaluation: mAP50-95 0.412, mAP50 0.634, P 0.71, R 0.52 on demo:v1 val split, 1 classes "
-            "(per class: http") in out and f"/api/v1/models/{pcb.pk}/)" in out
+            "(per class: http") in out and f"/jobs/{job.pk}/#per-class)" in out and "/api/v1/" not in out
+    page = Client()
+    page.force_login(bob)
+    assert 'id="per-class"' in page.get(f"/jobs/{job.pk}/").content.decode()
 
 
 @pytest.mark.usefixtures("logged_in")
