@@ -10,6 +10,8 @@ Real Redis (the session's redis-server), a real channel-layer listener.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 import uuid
 
 import pytest
@@ -76,3 +78,46 @@ def test_metrics_and_output_outside_a_transaction_are_published_at_once(job):
     point = metrics_record(job, epoch=1, values={"loss": 1.0})
     chunk = log_append(job, "epoch 1 done\n")
     assert [(m["type"], m["seq"]) for m in listener.received()] == [("metrics", point.seq), ("log", chunk.seq)]
+
+
+@pytest.fixture
+def hung_redis(redis_server):
+    """A server that accepts connections and never answers (a hung Redis, not a refusing one);
+    the channel layer points at it for the test, then back at the session's Redis."""
+    import socket
+    import threading
+
+    from channels.layers import channel_layers
+    from django.conf import settings
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    host = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
+    host["address"] = f"redis://127.0.0.1:{server.getsockname()[1]}/0"
+    channel_layers.backends.clear()
+    yield
+    host["address"] = redis_server.url
+    channel_layers.backends.clear()
+    server.close()
+    for connection in accepted:
+        connection.close()
+
+
+def test_a_hung_redis_holds_a_publisher_at_most_the_publish_timeout(job, hung_redis):
+    """The channel layer's own read timeout is 30 s (its consumers block in BZPOPMIN): a scheduler
+    or worker publishing an event waited that long per message."""
+    from apps.jobs import live
+
+    started = time.monotonic()
+    assert live.publish(job.pk, {"type": "status", "seq": 1, "job": str(job.pk), "data": {}}) is False
+    assert time.monotonic() - started < live.PUBLISH_TIMEOUT_S + 3
+
