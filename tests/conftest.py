@@ -126,6 +126,23 @@ def _flush_redis(redis_server):
     redis.Redis.from_url(redis_server.url).flushall()
 
 
+@pytest.fixture(autouse=True)
+def _no_storage_marks_left():
+    """Every test starts from an empty database, so its storage carries no installation marker
+    either (apps/core/storage_marks.py): one left by a test's scheduler would read as another
+    installation's to the next test's."""
+    from apps.core.artifacts import ROOTS, root_path
+    from apps.core.storage_marks import MARKER_NAME
+
+    def remove() -> None:
+        for root in ROOTS:
+            (root_path(root) / MARKER_NAME).unlink(missing_ok=True)
+
+    remove()  # an interrupted session's too
+    yield
+    remove()
+
+
 @pytest.fixture(scope="session")
 def demo_dataset_yaml() -> Path:
     from apps.datasets.demo import generate_demo_dataset

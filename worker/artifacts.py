@@ -43,6 +43,7 @@ from apps.core.storage import (
     artifact_upload,
     shared_filesystem,
 )
+from apps.core.storage_marks import roots_said, storage_marks_check
 from apps.jobs.models import Job
 
 from .cache import cache_entry
@@ -310,9 +311,11 @@ def shared_storage_missing() -> tuple[object, Path] | None:
     """(the newest dataset, the path this machine lacks) when none of the newest three registered
     datasets' files is here, else None: the shared DATA_DIR is not this machine's (or no longer).
 
-    One of the newest three found is enough (one file lost on the shared storage must not look
-    like a lost mount); an installation with no dataset yet has nothing to check (its first
-    dataset is made on a machine that has the storage). Without an object store only.
+    The fallback until the scheduler has written the storage markers (apps/core/storage_marks.py):
+    an installation upgraded before its scheduler ran, or tests without one. One of the newest
+    three found is enough (one file lost on the shared storage must not look like a lost mount);
+    an installation with no dataset yet has nothing to check (its first dataset is made on a
+    machine that has the storage). Without an object store only.
     """
     if not shared_filesystem():
         return None
@@ -336,29 +339,40 @@ def shared_storage_problem() -> str:
     Without an object store every machine reads the artifacts from one ``DATA_DIR`` mounted at
     the same path. A GPU server started with a ``DATA_DIR`` of its own (a local disk) registered,
     took jobs, and failed each one for good with "dataset YAML not found" (operator trial 20,
-    F6). So the worker looks, before it registers, for the newest registered dataset versions'
-    files where the database says they are (:func:`shared_storage_missing`).
+    F6). So the worker looks, before it registers, for the installation's marker in each shared
+    root (apps/core/storage_marks.py); before the scheduler wrote them, for the newest registered
+    dataset versions' files where the database says they are (:func:`shared_storage_missing`).
     """
+    advice = (f"without ARTIFACTS_S3_BUCKET every machine must mount the same DATA_DIR at the same path "
+              f"(DATA_DIR is {settings.DATA_DIR}; README, Multi-node deployment), or its jobs fail here. Mount "
+              f"the shared storage there, or set ARTIFACTS_S3_* (docs/deploy.md, Storage beyond one disk)")
+    problems = storage_marks_check()
+    if problems is not None:
+        if not problems:
+            return ""
+        said = "; ".join(f"{p.setting}: {p.path} ({p.what})" for p in problems)
+        return f"this machine's artifact storage lacks this installation's storage marker in {said}: {advice}"
     missing = shared_storage_missing()
     if missing is None:
         return ""
     dataset, path = missing
-    return (f"this machine's artifact storage lacks {path}, which dataset {dataset} is stored at: without "
-            f"ARTIFACTS_S3_BUCKET every machine must mount the same DATA_DIR at the same path (DATA_DIR is "
-            f"{settings.DATA_DIR}; README, Multi-node deployment), or its jobs fail here. Mount the shared "
-            f"storage there, or set ARTIFACTS_S3_* (docs/deploy.md, Storage beyond one disk)")
+    return f"this machine's artifact storage lacks {path}, which dataset {dataset} is stored at: {advice}"
 
 
 def shared_storage_lost() -> str:
     """Why a running worker can no longer read the shared storage (its mount dropped), or ''.
 
-    The same test as at start (:func:`shared_storage_missing`), said without paths or dataset
-    names: it becomes the node's ``storage_problem`` (apps.cluster), which every user sees in the
-    cluster view and in queued jobs' reasons (the worker's log names the missing file:
-    :func:`shared_storage_problem`).
+    The same test as at start, said without paths or dataset names: it becomes the node's
+    ``storage_problem`` (apps.cluster), which every user sees in the cluster view and in queued
+    jobs' reasons (the worker's log names the missing file: :func:`shared_storage_problem`).
+    With the markers it names the roots (``shared storage unreachable: JOBS_DIR (no storage
+    marker)``); deleted datasets' files alone no longer count.
     A hung mount makes this call hang too, and with it the heartbeat that makes it: the node is
     then suspected and lost by its silence, which is also right (no new work, its jobs requeued).
     """
+    problems = storage_marks_check()
+    if problems is not None:
+        return f"shared storage unreachable: {roots_said(problems)}" if problems else ""
     missing = shared_storage_missing()
     if missing is None:
         return ""

@@ -24,3 +24,21 @@ class VersionCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.team_id}/{self.name}: v{self.last}"
+
+
+class StorageMark(models.Model):
+    """This installation's storage id (one row, pk 1): what the marker file in each shared root
+    holds (apps/core/storage_marks.py).
+
+    The scheduler writes the markers; a GPU server (and the slurm_agent, and the Slurm relay)
+    compares its own view of each root with this row, so the reference lives in the database,
+    not on the storage being tested. ``written_at``: when the markers were first all in place;
+    until then nobody checks for them (an installation upgraded before its scheduler ran).
+    """
+
+    token = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    written_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"storage mark {self.token}"

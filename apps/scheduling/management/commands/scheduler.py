@@ -38,6 +38,9 @@ log = logging.getLogger("yoloportal.scheduler")
 
 
 UTILISATION_SAMPLE_S = 60.0
+# A storage marker deleted by hand is back this soon (until then every node's heartbeat says its
+# root is unreachable); four stat calls and one row read a minute cost nothing.
+STORAGE_MARKS_EVERY_S = 60.0
 _last_sample = -UTILISATION_SAMPLE_S
 
 
@@ -56,6 +59,9 @@ def timed_tick(token: int | None, rows: QueueRows | None = None) -> None:
 class Chores:
     """The leader's periodic chores, on a thread of their own, one run at a time:
 
+    - every ``STORAGE_MARKS_EVERY_S``, first: the installation's marker into each shared root
+      that lacks it (apps/core/storage_marks.py: the nodes' test of their mounts; this process
+      owns it);
     - every ``LOG_ARCHIVE_EVERY_S``: cold logs into the artifact storage
       (apps/jobs/log_archive.py) and the notification delivery log pruned to 90 days;
       ended jobs' resume checkpoints out of the store (apps/jobs/checkpoint_retention.py);
@@ -75,7 +81,7 @@ class Chores:
         self.thread: threading.Thread | None = None
 
     def every(self) -> dict[str, float]:
-        return {"logs": settings.LOG_ARCHIVE_EVERY_S, "checkpoints": settings.LOG_ARCHIVE_EVERY_S,
+        return {"storage_marks": STORAGE_MARKS_EVERY_S, "logs": settings.LOG_ARCHIVE_EVERY_S, "checkpoints": settings.LOG_ARCHIVE_EVERY_S,
                 "notifications": settings.NOTIFY_CATCH_UP_S}
 
     def maybe_start(self) -> None:
@@ -104,6 +110,11 @@ class Chores:
                         log.exception("%s chore failed; retried next time", name)
         finally:
             connections.close_all()  # this thread's own connections
+
+    def storage_marks(self) -> None:
+        from apps.core.storage_marks import storage_marks_write
+
+        storage_marks_write()  # logs what it wrote, and a root it must not write into
 
     def logs(self) -> None:
         from apps.jobs.log_archive import logs_housekeeping
