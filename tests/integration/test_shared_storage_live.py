@@ -26,14 +26,24 @@ def job_row(job_id) -> Job:
     return Job.objects.get(pk=job_id)
 
 
+def storage_marked(settings) -> None:
+    """The scheduler's first chore: the installation's marker in each shared root. A GPU server's
+    copy below is its mount of that storage, so it is made after, marker and all."""
+    from apps.core.storage_marks import MARKER_NAME
+
+    wait_for(lambda: all((folder / MARKER_NAME).exists() for folder in (settings.DATASETS_DIR, settings.JOBS_DIR)),
+             timeout=60, what="the scheduler to mark the shared storage")
+
+
 def test_a_node_that_lost_the_shared_storage_keeps_its_job_waiting_until_the_storage_is_back(live, alice, settings,
                                                                                              tmp_path):
     # The GPU server's own mount of the shared datasets (a copy here: its settings resolve symlinks);
     # the web machine keeps its view, as a real one does when one GPU server's NFS mount drops.
     mount = tmp_path / "gpu-server" / "datasets"
-    shutil.copytree(settings.DATASETS_DIR, mount)
     unmounted = mount.with_name("datasets.unmounted")
     live.start_scheduler()
+    storage_marked(settings)
+    shutil.copytree(settings.DATASETS_DIR, mount)
     live.start_worker(DATASETS_DIR=str(mount))
     wait_for(lambda: Node.objects.filter(name="node-a", state=Node.State.ACTIVE).exists(), timeout=180,
              what="the worker to register")
@@ -50,12 +60,13 @@ def test_a_node_that_lost_the_shared_storage_keeps_its_job_waiting_until_the_sto
     assert job.attempt == 1
 
     node = Node.objects.get(name="node-a")
-    assert "shared DATA_DIR is not readable" in node.storage_problem
+    assert node.storage_problem == "shared storage unreachable: DATASETS_DIR (no storage marker)"
     assert node.state == Node.State.ACTIVE  # reporting, and not drained: only unfit for work
     (shown,) = cluster_overview(user=alice)
     assert shown["storage_problem"] == node.storage_problem and not takes_work(shown)
     assert value(scrape()[1], "yoloportal_node_storage_problem", node="node-a") == 1
-    wait_for(lambda: "demo/data.yaml" in live.log("worker"), timeout=30, what="the worker's log to name what it lacks")
+    wait_for(lambda: f"{mount}/.yoloportal-storage" in live.log("worker"), timeout=30,
+             what="the worker's log to name what it lacks")
 
     unmounted.rename(mount)  # mounted again
     wait_for(lambda: job_row(job_id).state in TERMINAL_STATES, timeout=400, what="the job to finish")
@@ -76,9 +87,12 @@ def test_a_job_training_when_the_mount_drops_is_requeued_not_failed_and_resumes_
     from .live import fast_trainer
 
     server = tmp_path / "gpu-server"  # its mount of the shared storage: datasets and job folders
-    shutil.copytree(settings.DATASETS_DIR, server / "datasets")
     unmounted = server.with_name("gpu-server.unmounted")
     live.start_scheduler()
+    storage_marked(settings)
+    shutil.copytree(settings.DATASETS_DIR, server / "datasets")
+    (server / "jobs").mkdir()
+    shutil.copy2(settings.JOBS_DIR / ".yoloportal-storage", server / "jobs")
     live.start_worker(DATASETS_DIR=str(server / "datasets"), JOBS_DIR=str(server / "jobs"), **fast_trainer(1.0))
     spec = SEED_SPEC.replace("epochs=2", "epochs=8").replace("task_name: ", "retries: 1\ntask_name: ")
     job_id = api_client(alice).post("/api/v1/jobs/", spec, content_type="application/yaml").json()["id"]
