@@ -152,3 +152,106 @@ def test_with_an_object_store_nothing_is_marked_or_checked(demo_registered, sett
         Heartbeat(register(), 1.0, simulated=True).beat()
     assert not (settings.JOBS_DIR / MARKER_NAME).exists()
     assert Node.objects.get(name="node-a").storage_problem == ""
+
+
+# --- Slurm: the compute nodes run no worker of ours ------------------------------------------------
+# Before, a Slurm node that lost its mount failed each job placed there as a "dataset problem" (or
+# "ended FAILED without a report" when not even the relay could start), spending its retries.
+
+
+@pytest.fixture
+def slurm_placed(demo_registered, alice, teams, settings, live_server):
+    """A job the slurm_agent has submitted to the one node of its partition, the installation's
+    storage marked; the relay reports to a real portal."""
+    from apps.jobs.models import ExecutorAttempt, Job
+    from apps.jobs.services import job_claim
+    from tests.jobs.factories import make_job
+    from tests.worker.test_shared_storage import PartitionOfOne
+    from worker.executors.slurm import SlurmAgent
+
+    Chores().storage_marks()
+    settings.SLURM_PORTAL_URL = live_server.url
+    agent = SlurmAgent("gpu", client=PartitionOfOne())
+    agent.sync_nodes(force=True)
+    from apps.datasets.models import Dataset
+
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=0)
+    yaml_key = Dataset.objects.filter(team=teams["vision"]).values_list("yaml_key", flat=True).get()
+    job.spec["resolved"] = {"data_yaml": yaml_key, "model": {"yaml": "yolov8n.yaml"}}
+    Job.objects.filter(pk=job.pk).update(spec=job.spec)
+    assert job_claim(job, node=Node.objects.get(name="gpu01"), gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    assert agent.start_placed()
+    job = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
+    return agent, job, ExecutorAttempt.objects.get(job=job)
+
+
+def slurm_ended(agent, record, state: str):
+    """Slurm's word that the job ended (as the agent's watch reads it from squeue)."""
+    from django.utils import timezone
+
+    from apps.jobs.models import Job
+
+    job = Job.objects.select_related("node", "team", "user").get(pk=record.job_id)
+    agent.end(record, job, timezone.now(), state=state, current=True, exit_code=1)
+    return Job.objects.get(pk=record.job_id)
+
+
+@pytest.mark.django_db(transaction=True)  # the relay reports over HTTP to the live server
+def test_a_slurm_node_that_lost_its_datasets_mount_hands_the_job_back_and_takes_no_work_for_a_while(
+        slurm_placed, settings, monkeypatch):
+    import json
+
+    from apps.jobs.models import JobEvent, JobState
+    from worker.executors import slurm
+    from worker.executors.relay import Relay
+
+    agent, job, record = slurm_placed
+    attempt_dir = job.run_dir / "attempt-1"
+    config = json.loads((attempt_dir / "relay.json").read_text())
+    assert {mark["setting"] for mark in config["storage_marks"]} == {"DATASETS_DIR", "JOBS_DIR", "MODELS_DIR",
+                                                                      "WEIGHTS_DIR"}
+
+    # On the Slurm node: the same path, its mount gone (the agent's own is back before it looks).
+    (settings.DATASETS_DIR / MARKER_NAME).unlink()
+    assert Relay(config).run() == 1  # the training never started: it would fail as a dataset problem
+    Chores().storage_marks()
+
+    job = slurm_ended(agent, record, "FAILED")
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 0)  # no retry spent
+    requeued = JobEvent.objects.filter(job=job).latest("seq")
+    assert requeued.kind == "storage_unavailable"
+    assert requeued.message.startswith("Slurm node gpu01 lost the shared storage while the attempt ran: shared "
+                                       "storage unreachable: DATASETS_DIR (no storage marker)")
+    assert not (attempt_dir / "events-1.jsonl").exists()
+
+    agent.sync_nodes(force=True)  # the agent's own storage is fine: the node stays out all the same
+    assert placement("gpu01") == (False, "shared storage unreachable")
+    monkeypatch.setattr(slurm, "SLURM_NODE_STORAGE_RETRY_S", 0.0)  # no worker there to say it is back: a while
+    agent.sync_nodes(force=True)
+    assert placement("gpu01") == (True, "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slurm_job_that_could_not_even_open_its_output_file_is_requeued_as_the_nodes_lost_mount(slurm_placed):
+    """No relay ran: Slurm fails the job at launch (FAILED, JobLaunchFailure, checked with Slurm
+    22.05) when the node cannot open ``--output`` in the job's folder, which this machine sees."""
+    from apps.jobs.models import JobEvent, JobState
+
+    agent, job, record = slurm_placed
+    job = slurm_ended(agent, record, "FAILED")
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 0)
+    assert JobEvent.objects.filter(job=job).latest("seq").message.startswith(
+        "Slurm job 101 ended FAILED on gpu01, which lost the shared storage: shared storage unreachable: JOBS_DIR")
+    assert Node.objects.get(name="gpu01").storage_problem.startswith("shared storage unreachable: JOBS_DIR")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slurm_job_that_wrote_its_output_and_ended_without_a_report_still_fails_as_before(slurm_placed):
+    from apps.jobs.models import JobState
+
+    agent, job, record = slurm_placed
+    (job.run_dir / "attempt-1" / f"slurm-{record.external_id}.out").write_text("Traceback …\n")  # the relay crashed
+    job = slurm_ended(agent, record, "FAILED")
+    assert job.state == JobState.FAILED
+    assert "without a report from its relay" in job.error
+    assert Node.objects.get(name="gpu01").storage_problem == ""

@@ -16,6 +16,11 @@ portal accepts for this one attempt's reports and nothing else.
 4. At the end post the final report: exit code, the outcome as the local worker would
    judge it, the ``finished``/``error`` events, the batch size and the log's last lines.
    The slurm_agent combines it with Slurm's own word for the job.
+5. The shared storage: before the first child, and after one that failed, look for the
+   installation's marker in each shared root (``storage_marks`` in the config, as the agent
+   found them: apps/core/storage_marks.py). A root this Slurm node does not see is its lost
+   mount, not the job's fault: the outcome is ``storage_lost`` (requeued, no retry spent; the
+   agent takes the node out of placement for a while).
 
 Django-free (the Slurm node may not even have the portal's settings).
 """
@@ -39,6 +44,24 @@ from .base import EventReader, LogReader, kill_tree, run_outcome
 REPORT_INTERVAL_S = 1.0
 MAX_LOG_CHARS = 512 * 1024  # per report; the API takes up to 1 MiB
 MAX_BUFFERED_EVENTS = 1000
+
+
+def storage_problem(marks: list[dict]) -> str:
+    """The shared roots whose installation marker this Slurm node does not see, said as a GPU
+    server's heartbeat says it (apps/core/storage_marks.py, which needs Django), or ''."""
+    said = []
+    for mark in marks:
+        try:
+            found = Path(mark["path"]).read_text().strip()
+        except FileNotFoundError:
+            said.append(f"{mark['setting']} (no storage marker)")
+            continue
+        except OSError as exc:  # a soft NFS mount that went away: EIO, ESTALE
+            said.append(f"{mark['setting']} (unreadable ({exc.strerror or exc}))")
+            continue
+        if found != mark["token"]:
+            said.append(f"{mark['setting']} (another installation's storage marker)")
+    return f"shared storage unreachable: {', '.join(said)}" if said else ""
 
 
 class Relay:
@@ -114,9 +137,17 @@ class Relay:
 
     # --- the attempt -----------------------------------------------------------------------
 
+    def storage_lost(self) -> str:
+        return storage_problem(self.config.get("storage_marks") or [])
+
     def run(self) -> int:
         signal.signal(signal.SIGUSR1, self.on_usr1)
         signal.signal(signal.SIGTERM, self.on_term)
+        if lost := self.storage_lost():  # every child would fail as a "dataset problem" here
+            self.post(final={"exit_code": None, "outcome": "storage_lost", "finished": None, "batch": None,
+                             "error": {"type": "error", "kind": "storage", "message": lost},
+                             "log_tail": [], "terminated": False})
+            return 1
         env = dict(self.config["env"])
         for key in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_JOB_GPUS"):
             if os.environ.get(key):
@@ -163,6 +194,10 @@ class Relay:
                               stop_reason=self.stop_reason if self.stop_reason in ("cancelled", "fenced") else "")
         if exit_code == EXIT_STOPPED:
             outcome = "timed_out"  # it stopped after a checkpoint because Slurm's limit was near
+        if outcome == "failed" and (lost := self.storage_lost()):
+            # Its data or checkpoint writes failed because the mount went mid-run (its own
+            # error is in the log tail): the node's, not the job's.
+            outcome, error = "storage_lost", {"type": "error", "kind": "storage", "message": lost}
         final = {"exit_code": exit_code, "outcome": outcome, "finished": finished, "error": error, "batch": batch,
                  "log_tail": self.log_tail[-40:], "terminated": self.terminated}
         self.post(final=final)

@@ -48,7 +48,8 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from apps.cluster.models import Node
-from apps.cluster.services import node_foreign_set, node_register, node_state_set
+from apps.cluster.services import node_foreign_set, node_register, node_state_set, node_storage_problem_set
+from apps.core.storage_marks import storage_marks_expected
 from apps.jobs.models import HOLDING_STATES, Checkpoint, ExecutorAttempt, Job, JobState
 from apps.jobs.paths import traceback_strip
 from apps.jobs.services import (
@@ -279,6 +280,13 @@ def batch_script(*, python: str, code_dir: str, relay_config: Path, env: dict[st
     return "\n".join(lines)
 
 
+# A Slurm node found without the shared storage (its relay said so, or Slurm could not write the
+# job's output file there) takes no new work this long. No process of ours runs there to say when
+# the mount is back: after this the node is tried again, and a job placed there while the mount is
+# still gone is requeued again (no retry spent) and takes the node out again.
+SLURM_NODE_STORAGE_RETRY_S = 600.0
+
+
 class SlurmAgent:
     """Runs the portal's attempts on one Slurm partition; each step returns "did work?"."""
 
@@ -288,6 +296,9 @@ class SlurmAgent:
         self.last_sync = 0.0
         self.limits: dict = {}
         self.storage_problem = ""  # what the last sync found of the shared storage ('' = readable)
+        # portal node name -> (what its last attempt found of the shared storage, when): see
+        # SLURM_NODE_STORAGE_RETRY_S
+        self.node_storage: dict[str, tuple[str, float]] = {}
 
     # --- 1. nodes -------------------------------------------------------------------------
 
@@ -313,7 +324,8 @@ class SlurmAgent:
             node = node_register(name=node_name(sn.name), gpus=gpus, cpu_count=sn.cpus, memory_mb=sn.memory_mb,
                                  hostname=sn.name, worker_pid=None, executor=Node.Executor.SLURM,
                                  images=settings.SLURM_IMAGES or settings.NODE_IMAGES, limits=self.limits,
-                                 partition=self.partition, storage_problem=problem)
+                                 partition=self.partition,
+                                 storage_problem=problem or self.node_storage_problem(node_name(sn.name)))
             node_state_set(node, schedulable=sn.schedulable, reason=f"Slurm: {sn.state}")
             self.sync_foreign(node, sn, slurm_jobs)
         return True
@@ -327,8 +339,9 @@ class SlurmAgent:
         at every node sync since: a mount that dropped later made every submit fail its job for
         good ("Slurm refused the attempt"). While it is gone the partition's nodes carry the
         problem and take no new work (as a GPU server's heartbeat does, worker.node). The Slurm
-        nodes' own mounts are not checked from here: a node that lost it fails the job as a
-        dataset problem (docs/reliability.md).
+        nodes' own mounts are checked by each attempt's relay (worker/executors/relay.py) and,
+        when not even the relay could start, by what Slurm left in the job's folder
+        (:meth:`output_lost`); such a node is out for SLURM_NODE_STORAGE_RETRY_S.
         """
         from worker.artifacts import shared_storage_lost, shared_storage_problem
 
@@ -339,6 +352,39 @@ class SlurmAgent:
             log.warning("partition %s: the shared storage is readable again", self.partition)
         self.storage_problem = problem
         return problem
+
+    def node_storage_problem(self, name: str) -> str:
+        """What the Slurm node ``name`` was last found to lack of the shared storage, while that is
+        recent ('' after SLURM_NODE_STORAGE_RETRY_S: it is tried again)."""
+        problem, since = self.node_storage.get(name, ("", 0.0))
+        if problem and time.monotonic() - since < SLURM_NODE_STORAGE_RETRY_S:
+            return problem
+        self.node_storage.pop(name, None)
+        return ""
+
+    def node_storage_lost(self, node: Node, problem: str) -> None:
+        """The Slurm node ``node`` cannot read the shared storage: no new work there for a while."""
+        if not self.node_storage_problem(node.name):
+            log.warning("Slurm node %s takes no new work for %.0f s: %s", node.hostname, SLURM_NODE_STORAGE_RETRY_S,
+                        problem)
+        self.node_storage[node.name] = (problem, time.monotonic())
+        node_storage_problem_set(node, problem=problem)
+
+    def output_lost(self, record: ExecutorAttempt, job: Job, state: str) -> str:
+        """Why a Slurm job that ended without a report lost its node's mount of JOBS_DIR, or ''.
+
+        The batch script, the relay's config and Slurm's output file all live in the job's
+        folder. A Slurm node without that mount cannot open the output file, and Slurm fails the
+        job at launch (FAILED, JobLaunchFailure): no relay ever runs to report. Told apart from a
+        relay that crashed by what this machine sees: its own storage readable, the files it wrote
+        there, and no output file, which slurmd opens before anything else runs.
+        """
+        if state != "FAILED" or self.storage_check():
+            return ""
+        attempt_dir = Path(job.run_dir) / f"attempt-{job.attempt}"
+        if not (attempt_dir / "relay.json").exists() or (attempt_dir / f"slurm-{record.external_id}.out").exists():
+            return ""
+        return "shared storage unreachable: JOBS_DIR (Slurm could not write the job's output file there)"
 
     def sync_foreign(self, node: Node, sn: SlurmNode, slurm_jobs: list[SlurmJob]) -> None:
         """Jobs started outside the portal on this node hold capacity: record them."""
@@ -434,6 +480,8 @@ class SlurmAgent:
             "python": python,
             "cwd": code_dir,
             "stop_file": str(stop_file),
+            # What the relay looks for before and after the training (the Slurm node's mount):
+            "storage_marks": storage_marks_expected() or [],
         }
         relay_path = attempt_dir / "relay.json"
         fd = os.open(relay_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the token
@@ -550,10 +598,21 @@ class SlurmAgent:
             limit = (job.memory_mb or settings.SLURM_DEFAULT_MEM_MB) * 2**20
             attempt_finish(job, outcome="out_of_memory", exit_code=report.get("exit_code"),
                            error=oom_message(Usage(memory_peak_bytes=limit, memory_limit_bytes=limit, oom_kills=1)))
+        elif report.get("outcome") == "storage_lost":
+            problem = str((report.get("error") or {}).get("message") or "shared storage unreachable")[:400]
+            self.node_storage_lost(job.node, problem)
+            attempt_finish(job, outcome="storage_lost", exit_code=report.get("exit_code"),
+                           error=f"Slurm node {job.node.hostname} lost the shared storage while the attempt ran: "
+                                 f"{problem}")
         elif report.get("outcome"):
             finish_from_report(job, report)
         elif state == "CANCELLED":
             attempt_finish(job, outcome="killed", exit_code=-15)  # scancelled outside the portal
+        elif problem := self.output_lost(record, job, state):
+            self.node_storage_lost(job.node, problem)
+            attempt_finish(job, outcome="storage_lost", exit_code=exit_code,
+                           error=f"{external} ended {state} on {job.node.hostname}, which lost the shared storage: "
+                                 f"{problem}")
         else:
             attempt_finish(job, outcome="failed", exit_code=exit_code,
                            error=f"{external} ended {state} (exit code {exit_code}) without a report from its "
