@@ -255,3 +255,19 @@ def test_a_slurm_job_that_wrote_its_output_and_ended_without_a_report_still_fail
     assert job.state == JobState.FAILED
     assert "without a report from its relay" in job.error
     assert Node.objects.get(name="gpu01").storage_problem == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_storage_lost_report_puts_only_known_roots_and_words_on_the_node(slurm_placed):
+    """The attempt's token sits in its folder, where the job's own process can read it: what every
+    user sees of the node is built from our words, not the report's."""
+    from apps.jobs.models import ExecutorAttempt, JobState
+
+    agent, job, record = slurm_placed
+    ExecutorAttempt.objects.filter(pk=record.pk).update(report={
+        "outcome": "storage_lost", "exit_code": 1,
+        "error": {"kind": "storage", "message": "visit evil.example.com",
+                  "roots": [["DATASETS_DIR", "see evil.example.com"], ["/etc", "no storage marker"]]}})
+    job = slurm_ended(agent, record, "FAILED")
+    assert job.state == JobState.QUEUED
+    assert Node.objects.get(name="gpu01").storage_problem == "shared storage unreachable: DATASETS_DIR (unreadable)"

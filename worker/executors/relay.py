@@ -46,22 +46,22 @@ MAX_LOG_CHARS = 512 * 1024  # per report; the API takes up to 1 MiB
 MAX_BUFFERED_EVENTS = 1000
 
 
-def storage_problem(marks: list[dict]) -> str:
-    """The shared roots whose installation marker this Slurm node does not see, said as a GPU
-    server's heartbeat says it (apps/core/storage_marks.py, which needs Django), or ''."""
-    said = []
+def storage_roots_lost(marks: list[dict]) -> list[list[str]]:
+    """[setting, what] of each shared root whose installation marker this Slurm node does not see
+    (as a GPU server's heartbeat looks: apps/core/storage_marks.py, which needs Django)."""
+    lost = []
     for mark in marks:
         try:
             found = Path(mark["path"]).read_text().strip()
         except FileNotFoundError:
-            said.append(f"{mark['setting']} (no storage marker)")
+            lost.append([mark["setting"], "no storage marker"])
             continue
-        except OSError as exc:  # a soft NFS mount that went away: EIO, ESTALE
-            said.append(f"{mark['setting']} (unreadable ({exc.strerror or exc}))")
+        except OSError:  # a soft NFS mount that went away: EIO, ESTALE
+            lost.append([mark["setting"], "unreadable"])
             continue
         if found != mark["token"]:
-            said.append(f"{mark['setting']} (another installation's storage marker)")
-    return f"shared storage unreachable: {', '.join(said)}" if said else ""
+            lost.append([mark["setting"], "another installation's storage marker"])
+    return lost
 
 
 class Relay:
@@ -137,16 +137,20 @@ class Relay:
 
     # --- the attempt -----------------------------------------------------------------------
 
-    def storage_lost(self) -> str:
-        return storage_problem(self.config.get("storage_marks") or [])
+    def storage_lost(self) -> dict | None:
+        """The final report's ``error`` when a shared root is missing here, else None."""
+        roots = storage_roots_lost(self.config.get("storage_marks") or [])
+        if not roots:
+            return None
+        said = ", ".join(f"{setting} ({what})" for setting, what in roots)
+        return {"type": "error", "kind": "storage", "roots": roots, "message": f"shared storage unreachable: {said}"}
 
     def run(self) -> int:
         signal.signal(signal.SIGUSR1, self.on_usr1)
         signal.signal(signal.SIGTERM, self.on_term)
         if lost := self.storage_lost():  # every child would fail as a "dataset problem" here
             self.post(final={"exit_code": None, "outcome": "storage_lost", "finished": None, "batch": None,
-                             "error": {"type": "error", "kind": "storage", "message": lost},
-                             "log_tail": [], "terminated": False})
+                             "error": lost, "log_tail": [], "terminated": False})
             return 1
         env = dict(self.config["env"])
         for key in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_JOB_GPUS"):
@@ -197,7 +201,7 @@ class Relay:
         if outcome == "failed" and (lost := self.storage_lost()):
             # Its data or checkpoint writes failed because the mount went mid-run (its own
             # error is in the log tail): the node's, not the job's.
-            outcome, error = "storage_lost", {"type": "error", "kind": "storage", "message": lost}
+            outcome, error = "storage_lost", lost
         final = {"exit_code": exit_code, "outcome": outcome, "finished": finished, "error": error, "batch": batch,
                  "log_tail": self.log_tail[-40:], "terminated": self.terminated}
         self.post(final=final)

@@ -49,6 +49,7 @@ from django.utils import timezone
 
 from apps.cluster.models import Node
 from apps.cluster.services import node_foreign_set, node_register, node_state_set, node_storage_problem_set
+from apps.core.artifacts import ROOTS
 from apps.core.storage_marks import storage_marks_expected
 from apps.jobs.models import HOLDING_STATES, Checkpoint, ExecutorAttempt, Job, JobState
 from apps.jobs.paths import traceback_strip
@@ -599,7 +600,7 @@ class SlurmAgent:
             attempt_finish(job, outcome="out_of_memory", exit_code=report.get("exit_code"),
                            error=oom_message(Usage(memory_peak_bytes=limit, memory_limit_bytes=limit, oom_kills=1)))
         elif report.get("outcome") == "storage_lost":
-            problem = str((report.get("error") or {}).get("message") or "shared storage unreachable")[:400]
+            problem = reported_storage_problem(report)
             self.node_storage_lost(job.node, problem)
             attempt_finish(job, outcome="storage_lost", exit_code=report.get("exit_code"),
                            error=f"Slurm node {job.node.hostname} lost the shared storage while the attempt ran: "
@@ -638,6 +639,19 @@ def job_at(job: Job, record: ExecutorAttempt) -> Job:
     stale = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
     stale.attempt, stale.attempt_id = record.attempt, record.attempt_id
     return stale
+
+
+def reported_storage_problem(report: dict) -> str:
+    """The node's ``storage_problem`` from a relay's ``storage_lost`` report, built from the roots
+    and words we know only: every user sees it, and a job's own process could post the report
+    (the token is in its folder), so no text of the report goes there as it came."""
+    known = {"no storage marker", "another installation's storage marker", "unreadable"}
+    said = []
+    for item in ((report.get("error") or {}).get("roots") or [])[:len(ROOTS)]:
+        setting, what = (item if isinstance(item, list) and len(item) == 2 else ["", ""])
+        if setting in ROOTS.values():
+            said.append(f"{setting} ({what if what in known else 'unreadable'})")
+    return f"shared storage unreachable: {', '.join(said) or 'a shared root'}"
 
 
 def finish_from_report(job: Job, report: dict) -> str:
