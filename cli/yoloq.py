@@ -687,6 +687,11 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
     splits = ", ".join(f"{k} {v['images']}" for k, v in stats.items())
     print(f"Stored {answer['team']}/{answer['reference']}: {answer['num_images']} images ({splits}), "
           f"{answer['num_classes']} classes; sha256 {answer['sha256'][:16]}…")
+    if answer.get("kind") == "classify":
+        # A classification dataset trains -cls models only: say which, so the first submit is not a 400.
+        print(f"  a classification dataset: yolo classify train data={answer['name']} model=yolov8n-cls.yaml …   "
+              f"(this version: data={answer['reference']})")
+        return 0
     print(f"  train on it: yolo train data={answer['name']} …   (this version: data={answer['reference']})")
     return 0
 
@@ -1001,11 +1006,13 @@ def parser() -> argparse.ArgumentParser:
 
     dataset = commands.add_parser("dataset", help="datasets: push").add_subparsers(dest="verb", required=True)
     p = dataset.add_parser("push", help="upload a dataset folder or .zip (a new version of its name, unless unchanged)")
-    p.add_argument("path", help="a folder with data.yaml, images/ and labels/, or a .zip of one")
+    p.add_argument("path", help="a folder with data.yaml, images/ and labels/ (or a classification folder: "
+                                "train/<class>/…, val/<class>/…), or a .zip of one")
     p.add_argument("--team", help="the team it belongs to (optional when you are in one team)")
     p.add_argument("--name", help="how specs name it (default: the folder's name)")
-    p.add_argument("--kind", choices=["yolo", "images"], default="yolo",
-                   help="images: a set of images without labels, to predict on")
+    p.add_argument("--kind", choices=["yolo", "classify", "images"], default="yolo",
+                   help="images: a set of images without labels, to predict on; classify: only a classification "
+                        "folder (the default kind takes one too)")
     p.add_argument("--description", help="a short description")
     p.add_argument("-q", "--quiet", action="store_true", help="print only name:vN")
     p.set_defaults(func=cmd_dataset_push)

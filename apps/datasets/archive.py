@@ -132,6 +132,7 @@ class ArchivePlan:
     kpt_shape: list[int] | None = None  # a pose dataset's [keypoints, values per keypoint]
     flip_idx: list[int] | None = None  # which keypoint each one becomes when the image is mirrored
     kpt_names: dict[int, list[str]] | None = None  # each class's keypoint names (Ultralytics keeps them in the model)
+    kind: str = "yolo"  # "classify": Ultralytics' classification layout (splits map to the split folders)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -385,8 +386,10 @@ def _label_problems(text: str, num_classes: int, kpt_shape: list[int] | None = N
 def archive_inspect(upload: IO[bytes], *, size: int, limits: ArchiveLimits, kind: str = "yolo") -> ArchivePlan:
     """Check the archive without extracting anything. Raises :class:`ArchiveRejected`.
 
-    ``kind`` "yolo" is a YOLO dataset (data.yaml, images, labels); "images" is a set of
-    images to predict on (images only, in any folders).
+    ``kind`` "yolo" is a YOLO dataset (data.yaml, images, labels), or Ultralytics' classification
+    layout when the archive is one (no data.yaml, ``train/<class>/<image>``: the plan's ``kind``
+    says "classify"); "classify" is that layout only; "images" is a set of images to predict on
+    (images only, in any folders).
     """
     if size > limits.max_compressed_bytes:
         raise ArchiveRejected(f"is {_human(size)}; the upload limit is {_human(limits.max_compressed_bytes)}")
@@ -485,6 +488,10 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
         prefix = _common_root(list(files) + [d + "/" for d in directories])
     else:
         prefix, documentation, misplaced = _documentation(list(files), directories)
+        if prefix.rstrip("/") in CLASSIFY_SPLIT_FOLDERS and not any(prefix + n in files for n in DATA_YAML_NAMES):
+            # A classification archive with a single split (train/ only) is that split, not a folder
+            # around the dataset: kept, so the check can say which split is missing.
+            prefix = ""
         for name in misplaced:
             problems.append(Problem(name, f"unexpected file type {posixpath.splitext(name)[1] or '(none)'}: only "
                                           "images, .txt label files and data.yaml are accepted here (documentation "
@@ -508,19 +515,107 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
             raise ArchiveRejected(_with_heic_note(summary, unreadable), unreadable)
         return ArchivePlan(members=members, directories=dirs, data_yaml={}, names={}, splits={},
                            num_images=len(members), num_labels=0, uncompressed_bytes=declared, skipped=skipped)
-    plan = _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
-    plan.documentation = documentation
+    if upload_kind == "classify" or _classification_layout(by_relative):
+        plan = _check_classification(archive, by_relative, dirs, limits)
+    else:
+        plan = _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
+    plan.members, plan.directories, plan.uncompressed_bytes = members, dirs, declared
+    plan.skipped, plan.documentation = skipped, documentation
     return plan
 
 
-CLASSIFY_SPLITS = ("train", "val", "test")
+# --- classification datasets ------------------------------------------------------------------
+
+# Ultralytics' classify layout (check_cls_dataset): <split>/<class>/<image>, the classes being the
+# folder names of train/; it validates on val/ (or valid/, validation/, as a Roboflow export names it).
+CLASSIFY_SPLIT_FOLDERS = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
+CLASSIFY_LAYOUT = ("a classification dataset holds train/ and val/ (optionally test/), each with one folder of "
+                   "images per class (train/cat/001.jpg); the class names are the folder names")
 
 
-def _classification_layout(relative_names) -> bool:
-    """Every image at ``<split>/<class>/<image>`` (split train, val or test), with a train split."""
-    parts = [name.split("/") for name in relative_names]
-    return (bool(parts) and all(len(p) == 3 and p[0] in CLASSIFY_SPLITS for p in parts)
-            and any(p[0] == "train" for p in parts))
+def _classification_layout(by_relative: dict[str, zipfile.ZipInfo]) -> bool:
+    """An upload of the default kind that is Ultralytics' classify layout rather than a YOLO dataset:
+    no data.yaml, only images, each inside a split folder (train/, val/, …). Checked in full by
+    :func:`_check_classification`, which names what is out of place."""
+    return (bool(by_relative) and not any(rel in DATA_YAML_NAMES for rel in by_relative)
+            and all(posixpath.splitext(rel)[1].lower() in IMAGE_SUFFIXES
+                    and rel.split("/", 1)[0] in CLASSIFY_SPLIT_FOLDERS and "/" in rel for rel in by_relative))
+
+
+def _check_classification(archive: zipfile.ZipFile, by_relative: dict[str, zipfile.ZipInfo], dirs: set[str],
+                          limits: ArchiveLimits) -> ArchivePlan:
+    """Check a classification dataset (``<split>/<class>/<image>``); ArchiveRejected names each problem.
+
+    Each split's class folders must be train/'s: Ultralytics numbers the classes of every split
+    from that split's own folders (torchvision's ImageFolder), so a class missing from val/ would
+    shift the ids after it and validation would score the wrong labels without a word.
+    """
+    problems: list[Problem] = []
+    folder_of: dict[str, str] = {}  # split → its folder (val may be 'valid')
+    tops = sorted({rel.split("/", 1)[0] for rel in by_relative if "/" in rel} | {d.split("/", 1)[0] for d in dirs})
+    for top in tops:
+        split = CLASSIFY_SPLIT_FOLDERS.get(top)
+        if split is None:
+            problems.append(Problem(f"{top}/", f"is not a split folder: {CLASSIFY_LAYOUT}"))
+        elif split in folder_of:
+            problems.append(Problem(f"{top}/", f"is a second {split} folder beside {folder_of[split]}/: keep one"))
+        else:
+            folder_of[split] = top
+    split_of = {folder: split for split, folder in folder_of.items()}
+    counts: dict[str, dict[str, int]] = {split: {} for split in folder_of}
+    for directory in dirs:
+        parts = directory.split("/")
+        if len(parts) == 2 and parts[0] in split_of:
+            counts[split_of[parts[0]]].setdefault(parts[1], 0)
+    images: dict[str, zipfile.ZipInfo] = {}
+    for rel in sorted(by_relative):
+        parts = rel.split("/")
+        suffix = posixpath.splitext(rel)[1].lower()
+        if len(parts) == 1 and suffix in IMAGE_SUFFIXES:
+            problems.append(Problem(rel, f"images belong in a class folder inside train/ or val/ (train/<class>/{rel})"))
+            continue
+        if len(parts) > 1 and parts[0] not in split_of:
+            continue  # its folder is named above
+        if suffix not in IMAGE_SUFFIXES:
+            problems.append(Problem(rel, f"unexpected file type {suffix or '(none)'}: {CLASSIFY_LAYOUT}, so it has "
+                                         "no label files and no data.yaml"))
+        elif len(parts) != 3:
+            problems.append(Problem(rel, f"images belong in a class folder directly inside {parts[0]}/ "
+                                         f"({parts[0]}/<class>/{parts[-1]})"))
+        else:
+            counts[split_of[parts[0]]][parts[1]] = counts[split_of[parts[0]]].get(parts[1], 0) + 1
+            images[rel] = by_relative[rel]
+    for split, why in (("train", "the class folders to learn from"),
+                       ("val", "Ultralytics measures accuracy on it after every epoch")):
+        if split not in folder_of:
+            problems.append(Problem(f"{split}/", f"is missing ({why}): {CLASSIFY_LAYOUT}"))
+    for split, classes in counts.items():
+        for name in sorted(classes):
+            if not classes[name]:
+                problems.append(Problem(f"{folder_of[split]}/{name}/", "holds no images: every class folder needs "
+                                                                       "at least one image"))
+    trained = set(counts.get("train", {}))
+    for split in ("val", "test"):
+        if split not in counts or "train" not in counts:
+            continue
+        missing, extra = sorted(trained - set(counts[split])), sorted(set(counts[split]) - trained)
+        if missing or extra:
+            said = "; ".join(part for part in (
+                f"missing from it: {', '.join(missing)}" if missing else "",
+                f"not in train/: {', '.join(extra)}" if extra else "") if part)
+            problems.append(Problem(f"{folder_of[split]}/", (
+                f"has other class folders than train/ ({said}): Ultralytics numbers each split's classes by "
+                f"its own folders, so every split needs train/'s class folders, each with images")))
+    if not images and not problems:
+        problems.append(Problem("(archive)", f"holds no images: {CLASSIFY_LAYOUT}"))
+    problems.extend(_image_problems(archive, images, min_side=TRAINING_MIN_SIDE))
+    if problems:
+        summary = (f"is not a valid classification dataset ({len(problems)} "
+                   f"problem{'s' if len(problems) > 1 else ''})")
+        raise ArchiveRejected(_with_heic_note(summary, problems), problems)
+    names = dict(enumerate(sorted(trained)))  # Ultralytics' order: sorted folder names of train/
+    return ArchivePlan(members={}, directories=set(), data_yaml={}, names=names, splits=folder_of,
+                       num_images=len(images), num_labels=0, uncompressed_bytes=0, kind="classify")
 
 
 def _check_structure(archive, by_relative, members, dirs, skipped, declared, limits) -> ArchivePlan:
@@ -533,13 +628,6 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         if deeper:
             where = (f"missing at the top; found {deeper[0]}: upload the folder that holds data.yaml, or a zip of "
                      "it (one top folder around everything is stripped, deeper ones are not)")
-        elif only_images and _classification_layout(members.values()):
-            # train/<class>/<image>: Ultralytics' classify layout, which the portal does not train (trial21).
-            where = ("missing: the archive is a classification dataset (train/<class>/<image>, a folder per "
-                     "class), and classify training is not supported: datasets here are YOLO detection, "
-                     "segment, pose or obb ones (data.yaml with images/ and labels/). To predict on these "
-                     "images instead, give the kind 'images' (the portal's Kind, yoloq dataset push --kind "
-                     "images, the API's kind=images)")
         elif only_images:
             # Images to predict on, sent without their kind (new-user trial 20).
             where = ("missing, and the archive holds only images: to upload images to predict on, give the kind "

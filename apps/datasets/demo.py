@@ -189,3 +189,48 @@ def _background(rng: np.random.Generator, imgsz: int) -> np.ndarray:
     image = start * (1 - t) + end * t
     image += rng.normal(0, 12, size=image.shape).astype(np.float32)
     return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def generate_demo_classification_dataset(root: Path, *, train: int = 8, val: int = 2, imgsz: int = 32,
+                                         seed: int = 0) -> Path:
+    """Write a classification dataset in Ultralytics' layout into the empty (or missing) ``root`` and
+    return it: ``root/{train,val}/<class>/<n>.png``, ``train`` and ``val`` images per class of
+    :data:`CLASS_NAMES`, each one shape of its class on a noisy background. Deterministic.
+
+    Zipped (or pushed as a folder) it is what a classification upload looks like; the tests train
+    on it. A non-empty ``root`` is refused (FileExistsError).
+    """
+    if train < 1 or val < 1:
+        raise ValueError("train and val must each be at least 1 image per class")
+    if imgsz < 10:
+        raise ValueError("imgsz must be at least 10 (training skips smaller images)")
+    root = Path(root).expanduser().resolve()
+    if root.exists() and any(root.iterdir()):
+        raise FileExistsError(f"{root} exists and is not empty; refusing to write into it")
+    train_rng, val_rng = np.random.default_rng(seed).spawn(2)
+    for split, count, rng in (("train", train, train_rng), ("val", val, val_rng)):
+        for cls, name in CLASS_NAMES.items():
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for index in range(count):
+                _draw_one_shape(rng, imgsz, cls).save(folder / f"{index:04d}.png")
+    return root
+
+
+def _draw_one_shape(rng: np.random.Generator, imgsz: int, cls: int) -> Image.Image:
+    """One shape of class ``cls`` (rectangle, circle, triangle), large and centred enough to tell apart."""
+    image = Image.fromarray(_background(rng, imgsz))
+    draw = ImageDraw.Draw(image)
+    size = int(rng.integers(imgsz // 2, imgsz - 2))
+    x0, y0 = int(rng.integers(0, imgsz - size)), int(rng.integers(0, imgsz - size))
+    x1, y1 = x0 + size, y0 + size
+    colour = rng.integers(0, 176, size=3)
+    colour[int(rng.integers(0, 3))] += 80
+    fill = tuple(int(v) for v in colour)
+    if cls == 0:
+        draw.rectangle((x0, y0, x1, y1), fill=fill)
+    elif cls == 1:
+        draw.ellipse((x0, y0, x1, y1), fill=fill)
+    else:
+        draw.polygon([(x0 + size // 2, y0), (x0, y1), (x1, y1)], fill=fill)
+    return image

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from .stats import label_task_problem
+from .stats import classification_task_problem, label_task_problem
 
 
 class Dataset(models.Model):
@@ -19,6 +19,7 @@ class Dataset(models.Model):
     class Kind(models.TextChoices):
         YOLO = "yolo", "YOLO dataset (images and labels)"
         IMAGES = "images", "images to predict on"
+        CLASSIFY = "classify", "classification dataset (a folder of images per class)"
 
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="datasets")
     name = models.SlugField(max_length=100)
@@ -54,6 +55,8 @@ class Dataset(models.Model):
     def task_problem(self, task: str) -> str:
         """Why a ``task`` job (detect, segment, …) cannot train or validate on this version, as the
         end of a sentence about it; '' when it can, or when its labels were never recorded."""
+        if self.kind == self.Kind.CLASSIFY:
+            return "" if task == "classify" else classification_task_problem(task)
         if self.kind != self.Kind.YOLO:
             return ""
         stats = self.stats or {}

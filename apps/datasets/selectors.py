@@ -140,6 +140,9 @@ def _known_names(reference: str, names: list[str]) -> str:
 
 def _registered_ref(dataset: Dataset, kinds: tuple[str, ...]) -> DataRef:
     if dataset.kind not in kinds:
+        if dataset.kind == Dataset.Kind.CLASSIFY:
+            raise ValueError(f"dataset {dataset.reference} is a classification dataset (a folder of images per "
+                             "class), which only train and val jobs of classify models use")
         raise ValueError(f"dataset {dataset.reference} is an upload of images without labels; "
                          "only predict jobs can use it (source=…)")
     if not shared_filesystem():
@@ -149,7 +152,7 @@ def _registered_ref(dataset: Dataset, kinds: tuple[str, ...]) -> DataRef:
         # sha256 (every file, data.yaml included) goes into the job's spec now, and a GPU server
         # trains only from fetched files with that manifest (worker.artifacts.dataset_local).
         return DataRef(yaml_key=dataset.yaml_key, folder_key=dataset.key, dataset=dataset)
-    if dataset.kind == Dataset.Kind.YOLO:
+    if dataset.kind in (Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY):
         path = artifact_path(dataset.yaml_key)
         # A registered dataset is confined to its own folder (it may be shared, like the demo).
         data_yaml_check(path, root=path.parent.resolve())

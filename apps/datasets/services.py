@@ -36,7 +36,7 @@ from .archive import (
 )
 from .models import Dataset
 from .selectors import DATA_YAML_MAX_BYTES, data_yaml_check, team_dataset_root
-from .stats import dataset_stats, images_stats, manifest_sha256
+from .stats import classification_stats, dataset_stats, images_stats, manifest_sha256
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 
@@ -141,6 +141,8 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
     if not NAME.match(name):
         raise ArchiveRejected("has no usable name", [Problem("name", "use lowercase letters, digits, '-' and '_'")])
     plan = archive_inspect(upload, size=size, limits=upload_limits(), kind=kind)
+    if plan.kind == Dataset.Kind.CLASSIFY:
+        kind = Dataset.Kind.CLASSIFY  # the default kind's upload found to be a classification folder
     root = team_dataset_root(team)
     root.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
@@ -149,7 +151,9 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
     storage_reserve(team=team, key=charge, size=plan.uncompressed_bytes)
     try:
         archive_extract(upload, plan, destination=staging)
-        if kind == Dataset.Kind.YOLO:
+        if kind in (Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY):
+            # A classification version gets a data.yaml too (its splits and class names): Ultralytics
+            # reads the folder itself (worker/train_child.py), the rest of the platform reads the YAML.
             yaml_path = staging / "data.yaml"
             yaml_path.write_text(data_yaml_text(plan))
             try:
@@ -157,7 +161,10 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
             except ValueError as exc:
                 raise ArchiveRejected(str(exc), [Problem("data.yaml", str(exc))]) from None
             names = [plan.names[i] for i in sorted(plan.names)]
-            stats = dataset_stats(staging, names=names, splits=plan.splits, kpt_shape=plan.kpt_shape)
+            if kind == Dataset.Kind.CLASSIFY:
+                stats = classification_stats(staging, names=names, splits=plan.splits)
+            else:
+                stats = dataset_stats(staging, names=names, splits=plan.splits, kpt_shape=plan.kpt_shape)
         else:
             names, stats = [], images_stats(staging)
         skipped = skipped_summary(plan)
@@ -222,7 +229,7 @@ def _dataset_commit(*, team, name: str, kind: str, staging: Path, charge: str, v
         try:
             dataset = Dataset.objects.create(
                 team=team, name=name, version=version, kind=kind, key=key,
-                yaml_key=f"{key}/data.yaml" if kind == Dataset.Kind.YOLO else "", **values)
+                yaml_key=f"{key}/data.yaml" if kind != Dataset.Kind.IMAGES else "", **values)
             storage_adjust(key=charge, size=values["size_bytes"], new_key=key)
         except BaseException:
             final.rename(staging)

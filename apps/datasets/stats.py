@@ -145,6 +145,12 @@ def label_task_problem(labels: str, task: str, *, kpt_shape: bool = False) -> st
     return ""
 
 
+def classification_task_problem(task: str) -> str:
+    """Why a ``task`` job other than classify cannot use a classification dataset."""
+    return (f"is a classification dataset (a folder of images per class, no labels); {task} jobs need "
+            f"{TASK_NEEDS.get(task, 'a YOLO dataset')}: train a -cls model (e.g. yolov8n-cls.yaml) on it")
+
+
 def _images(folder: Path) -> list[Path]:
     return [p for p in _files(folder) if p.suffix.lower() in IMAGE_SUFFIXES] if folder.is_dir() else []
 
@@ -180,6 +186,27 @@ def dataset_stats(root: Path, *, names: list[str], splits: dict[str, str],
     stats["labels"] = label_format(shapes)
     if kpt_shape:
         stats["kpt_shape"] = list(kpt_shape)
+    return stats
+
+
+def classification_stats(root: Path, *, names: list[str], splits: dict[str, str]) -> dict[str, Any]:
+    """Counts, per-class histogram and samples of a classification dataset (``splits``: split → its
+    folder, holding a folder per class). Each image is one instance of its folder's class; a
+    sample's ``boxes`` is empty and ``class`` names its class id."""
+    stats: dict[str, Any] = {"splits": {}, "histogram": {}, "samples": [], "labels": "classes"}
+    sample_pool: list[tuple[str, Path, int]] = []
+    for split, folder in splits.items():
+        histogram, pool = [], []
+        for number, name in enumerate(names):
+            images = sorted(_images(root / folder / name))
+            histogram.append(len(images))
+            pool += [(split, image, number) for image in images]
+        stats["splits"][split] = {"images": len(pool), "labels": len(pool), "instances": len(pool)}
+        stats["histogram"][split] = histogram
+        if split == "val" or not sample_pool:
+            sample_pool = pool
+    stats["samples"] = [{"split": split, "image": image.relative_to(root).as_posix(), "boxes": [], "class": number}
+                        for split, image, number in _spread(sample_pool, SAMPLES)]
     return stats
 
 

@@ -392,7 +392,7 @@ def test_a_missing_split_is_shown_with_an_example_of_its_own_name(bob, storage):
 
 def test_a_kind_that_is_no_kind_is_refused_naming_the_kinds(bob, storage):
     response = post(bob, make_zip(valid_files()), kind="labels")
-    assert response.status_code == 400 and response.json()["kind"] == ["must be one of yolo, images, got 'labels'"]
+    assert response.status_code == 400 and response.json()["kind"] == ["must be one of yolo, images, classify, got 'labels'"]
 
 
 def test_images_without_a_kind_are_told_to_upload_as_images(bob, storage):
@@ -454,25 +454,3 @@ def test_images_under_ten_pixels_a_side_are_named_as_training_would_skip_them(bo
     files["images/train/0.jpg"], files["images/val/1.jpg"] = jpeg((10, 10)), jpeg((10, 12))
     assert post(bob, make_zip(files)).status_code == 201
     assert post(bob, make_zip({"shots/a.jpg": jpeg((4, 4))}), name="shots", kind="images").status_code == 201
-
-
-def test_a_classification_folder_is_told_classify_is_not_supported(bob, storage):
-    """trial21: train/<class>/ images read "to upload images to predict on, give the kind 'images'",
-    as if the folder were photos; the task `classify` is accepted by the spec, its datasets nowhere."""
-    files = {f"{split}/{name}/{n}.png": PNG for split in ("train", "val") for name in ("cat", "dog") for n in range(2)}
-    response = post(bob, make_zip(files))
-    assert response.status_code == 400
-    problem = {p["path"]: p["problem"] for p in response.json()["problems"]}["data.yaml"]
-    assert "is a classification dataset (train/<class>/<image>" in problem
-    assert "classify training is not supported" in problem and "kind=images" in problem
-
-
-def test_a_label_file_without_its_image_is_refused_by_name(bob, storage):
-    """trial21: labels/train/ghost.txt beside no image was taken and never read (Ultralytics looks up
-    an image's label, not a label's image), so its objects silently left training."""
-    response = post(bob, make_zip(valid_files() | {"labels/train/ghost.txt": b"0 0.5 0.5 0.2 0.2\n",
-                                                   "images/val/Shot.PNG": PNG, "labels/val/Shot.txt": b""}))
-    assert response.status_code == 400
-    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
-    assert list(problems) == ["labels/train/ghost.txt"], problems
-    assert problems["labels/train/ghost.txt"].startswith("has no image (images/…/<same name>.jpg, .png, …)")
