@@ -58,8 +58,14 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
             resolved["task"] = model.task
             task_refused = _model_task_refused(spec, model, errors)
 
+    if model is not None and model.task == "classify" and spec.mode in ("predict", "export"):
+        # Predict stores boxes and export verifies on a YOLO dataset's images: neither is written
+        # for a classifier's probabilities yet, so it is refused here rather than failing once it runs.
+        errors[_field(spec, "model")] = (
+            f"{args.get('model')} is a classify model, and {spec.mode} jobs are not supported for classify "
+            f"models yet (train and val are)")
     if spec.mode in ("train", "val"):
-        data = _data(spec, team, "data", errors)
+        data = _data(spec, team, "data", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY))
         if data is not None:
             resolved["data_yaml"] = data.yaml_key
             inputs["data"] = data.lineage()
@@ -67,7 +73,8 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
                 _task_check(spec, data, resolved, errors)
             if spec.mode == "val":
                 _split_check(spec, data, errors, "data")
-                _classes_check(spec, data, model, errors)
+                if _field(spec, "data") not in errors:  # a dataset of another task: its classes are beside the point
+                    _classes_check(spec, data, model, errors)
     elif spec.mode == "predict":
         source = _data(spec, team, "source", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.IMAGES))
         if source is not None:

@@ -1,0 +1,107 @@
+"""Submitting classify jobs: a classify task needs a classification dataset and a -cls model (its YAML
+or weights whose head classifies); every mismatch is refused naming the field. Val of a classify model
+is accepted; predict and export are refused (what they store is written for boxes)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from apps.jobs.models import Job
+from tests.conftest import api_client
+from tests.datasets.archives import PNG, make_zip, upload, valid_files
+from tests.registry.conftest import build_checkpoint
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def storage(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    settings.WEIGHTS_DIR = tmp_path / "weights"
+
+
+@pytest.fixture
+def pets(bob):
+    """A classification dataset (cat, dog) and a detection one (pcb), both the vision team's."""
+    files = {f"{split}/{name}/{n}.png": PNG for split in ("train", "val") for name in ("cat", "dog") for n in range(2)}
+    for name, content in (("pets", make_zip(files)), ("pcb", make_zip(valid_files()))):
+        response = api_client(bob).post("/api/v1/datasets/", {"file": upload(content), "name": name},
+                                        format="multipart")
+        assert response.status_code == 201, response.content
+
+
+@pytest.fixture(scope="module")
+def cls_pt(tmp_path_factory):
+    """Real classify weights (saved by Ultralytics from yolov8n-cls.yaml, nothing downloaded)."""
+    return build_checkpoint("yolov8n-cls.yaml", tmp_path_factory.mktemp("weights"), names={0: "cat", 1: "dog"})
+
+
+def submit(user, command: str):
+    return api_client(user).post("/api/v1/jobs/", {"task_name": "pets", "command": command}, format="json")
+
+
+def refusal(response, field: str) -> str:
+    assert response.status_code == 400, response.content
+    return response.json()[field][0]
+
+
+@pytest.mark.parametrize("command", [
+    "yolo classify train data=pets model=yolov8n-cls.yaml epochs=1 imgsz=32",
+    "yolo train data=pets model=yolov8n-cls.yaml epochs=1 imgsz=32",  # the task is the model's own
+])
+def test_a_classify_training_on_a_classification_dataset_is_accepted(bob, pets, command):
+    response = submit(bob, command)
+    assert response.status_code == 201, response.content
+    assert Job.objects.get(pk=response.json()["id"]).spec["resolved"]["task"] == "classify"
+
+
+def test_a_classify_task_with_a_detect_model_yaml_is_refused_on_the_model(bob, pets):
+    problem = refusal(submit(bob, "yolo classify train data=pets model=yolov8n.yaml"), "command.model")
+    assert "yolov8n.yaml builds a detect model, and the command's task is classify" in problem
+    assert "yolov8n-cls.yaml" in problem
+
+
+def test_a_detect_model_on_a_classification_dataset_is_refused_on_the_data(bob, pets):
+    problem = refusal(submit(bob, "yolo train data=pets model=yolov8n.yaml"), "command.data")
+    assert problem.startswith("dataset pets:v1 is a classification dataset (a folder of images per class, no labels); "
+                              "detect jobs need box or polygon labels: train a -cls model")
+
+
+def test_a_classify_model_on_a_detection_dataset_is_refused_on_the_data(bob, pets):
+    problem = refusal(submit(bob, "yolo classify train data=pcb model=yolov8n-cls.yaml"), "command.data")
+    assert "dataset pcb:v1 is a YOLO dataset (data.yaml, images and labels); classify jobs need a classification" \
+        in problem
+
+
+def test_a_classification_dataset_is_no_source_for_predict(bob, pets, tmp_path):
+    detect_pt = build_checkpoint("yolov8n.yaml", tmp_path)
+    file = SimpleUploadedFile("base.pt", detect_pt.read_bytes(), content_type="application/octet-stream")
+    assert api_client(bob).post("/api/v1/weights/", {"file": file}, format="multipart").status_code == 201
+    problem = refusal(submit(bob, "yolo predict model=base:v1 source=pets"), "command.source")
+    assert "pets:v1 is a classification dataset" in problem and "train and val jobs" in problem
+
+
+@pytest.fixture
+def cls_weights(bob, cls_pt):
+    file = SimpleUploadedFile("petnet.pt", cls_pt.read_bytes(), content_type="application/octet-stream")
+    response = api_client(bob).post("/api/v1/weights/", {"file": file}, format="multipart")
+    assert response.status_code == 201, response.content
+    assert response.json()["task"] == "classify", "the upload's scan reads the head's task"
+
+
+def test_a_val_of_classify_weights_on_a_classification_dataset_is_accepted(bob, pets, cls_weights):
+    assert submit(bob, "yolo val model=petnet:v1 data=pets").status_code == 201
+
+
+def test_a_val_of_classify_weights_on_a_detection_dataset_is_refused_on_the_data(bob, pets, cls_weights):
+    assert "classify jobs need a classification dataset" in refusal(
+        submit(bob, "yolo val model=petnet:v1 data=pcb"), "command.data")
+
+
+@pytest.mark.parametrize("command", ["yolo predict model=petnet:v1 source=pcb",
+                                     "yolo export model=petnet:v1 format=onnx data=pcb"])
+def test_predict_and_export_of_a_classify_model_are_refused_on_the_model(bob, pets, cls_weights, command):
+    assert "is a classify model, and" in refusal(submit(bob, command), "command.model")
+
+
