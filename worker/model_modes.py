@@ -111,10 +111,14 @@ def run_val(*, model_path: str, data: Path, split: str, device: str, args: dict[
     """Validate; return the ``finished`` fields: metrics, per_class, speed, split."""
     from ultralytics import YOLO
 
+    from worker.train_child import ultralytics_data
+
     model = YOLO(model_path)
     note = cpu_half_note(device, args)
     events.emit("started", mode="val", split=split, **({"note": note} if note else {}))
-    metrics = model.val(data=str(data), split=split, device=device, plots=False, project=str(output_dir),
+    # A classify model reads the dataset's folder; its metrics have no per-class table (no ``box``).
+    metrics = model.val(data=ultralytics_data(data, model.task), split=split, device=device, plots=False,
+                        project=str(output_dir),
                         name="val", exist_ok=True, **args)
     names = _names(metrics) or _names(model)
     per_class = []

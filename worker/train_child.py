@@ -720,6 +720,13 @@ def share_autobatch(share: float) -> None:
     autobatch_module.autobatch = autobatch
 
 
+def ultralytics_data(data_yaml: Path, task: str) -> str:
+    """What Ultralytics is given as ``data``: the data.yaml, or for a classify model the dataset's
+    folder (``train/<class>/…``): Ultralytics reads a classification dataset only as a folder
+    (check_cls_dataset refuses a file, and downloads a name it does not find)."""
+    return str(data_yaml.parent) if task == "classify" else str(data_yaml)
+
+
 def check_data_yaml(path: Path) -> None:
     """Refuse a dataset YAML Ultralytics would execute or cannot read."""
     import yaml
@@ -890,6 +897,7 @@ def train(config: ChildConfig, events: EventLog) -> int:
         if point.finished:
             return _report_already_finished(config, events, point)
         model = YOLO(str(config.resume_from))
+        forced["data"] = ultralytics_data(config.data, model.task)
         # Always the explicit path: a bare resume=True would pick "the latest run" on disk.
         # Resume restores the checkpoint's own args; Ultralytics lets only a few (imgsz,
         # batch, device, workers, ...) be overridden and warns about the rest. `save_dir`
@@ -902,6 +910,7 @@ def train(config: ChildConfig, events: EventLog) -> int:
         }
     else:
         model = YOLO(config.model, task=config.task)  # task None: inferred from the model
+        forced["data"] = ultralytics_data(config.data, model.task)
         kwargs = {
             **user_args,
             **forced,

@@ -1,0 +1,86 @@
+"""Classification end to end with real parts: a train/<class>/ folder uploaded through the API, a
+classify job run by the real scheduler and gpu_worker (Ultralytics on the CPU, imgsz 32), its
+top-1/top-5 accuracy per epoch, checkpoints, the registered version, and a val job of that version."""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from apps.jobs.models import Checkpoint, Job, JobState
+from apps.registry.models import Evaluation, ModelVersion
+from tests.conftest import api_client
+
+from .live import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+TERMINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
+
+
+def zipped(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(folder.parent).as_posix())  # one top folder, as a zip tool writes
+    return buffer.getvalue()
+
+
+def submit(client, command: str, name: str) -> str:
+    spec = {"task_name": name, "command": command, "resources": {"gpu": 1, "cpu": "1", "memory": "4Gi"},
+            "user": "vision"}
+    response = client.post("/api/v1/jobs/", spec, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()["id"]
+
+
+def finished(job_id: str) -> Job:
+    wait_for(lambda: Job.objects.get(pk=job_id).state in TERMINAL, timeout=400, interval=0.5,
+             what=f"job {job_id} to finish")
+    return Job.objects.get(pk=job_id)
+
+
+def test_a_classify_job_trains_to_success_with_accuracy_per_epoch_and_a_registered_version(live, alice, tmp_path):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    from apps.datasets.demo import generate_demo_classification_dataset
+
+    folder = generate_demo_classification_dataset(tmp_path / "shapescls", train=6, val=2, imgsz=32)
+    client = api_client(alice)
+    upload = SimpleUploadedFile("shapescls.zip", zipped(folder), content_type="application/zip")
+    dataset = client.post("/api/v1/datasets/", {"file": upload, "name": "shapescls", "team": "vision"},
+                          format="multipart")
+    assert dataset.status_code == 201, dataset.content
+    assert (dataset.json()["kind"], dataset.json()["names"]) == ("classify", ["circle", "rectangle", "triangle"])
+
+    live.start_scheduler()
+    live.start_worker()
+    job_id = submit(client, "yolo classify train data=shapescls model=yolov8n-cls.yaml epochs=2 imgsz=32 batch=6 "
+                            "seed=1", "shapes-cls")
+    job = finished(job_id)
+    assert job.state == JobState.SUCCEEDED, job.error
+
+    metrics = client.get(f"/api/v1/jobs/{job_id}/metrics/").json()["results"]
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    for point in metrics:
+        assert {"train/loss", "metrics/accuracy_top1", "metrics/accuracy_top5"} <= set(point["values"])
+        assert 0.0 <= point["values"]["metrics/accuracy_top1"] <= point["values"]["metrics/accuracy_top5"] <= 1.0
+    assert Checkpoint.objects.filter(job_id=job_id).exists(), "each epoch's checkpoint is kept for a resume"
+
+    version = ModelVersion.objects.get(job_id=job_id)
+    assert version.task == "classify" and version.dataset.reference == "shapescls:v1"
+    assert "metrics/accuracy_top1" in version.metrics and "metrics/mAP50-95(B)" not in version.metrics
+    assert version.class_names == ["circle", "rectangle", "triangle"]
+
+    # Val of the registered classifier on the same dataset: Ultralytics reads the folder here too.
+    val_id = submit(client, f"yolo val model={version.name}:v{version.version} data=shapescls imgsz=32",
+                    "shapes-cls-val")
+    val = finished(val_id)
+    assert val.state == JobState.SUCCEEDED, val.error
+    evaluation = Evaluation.objects.get(job_id=val_id)
+    assert 0.0 <= evaluation.metrics["metrics/accuracy_top1"] <= 1.0 and evaluation.per_class == []
