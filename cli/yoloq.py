@@ -381,6 +381,8 @@ def outcome_lines(api: Api, outcome: dict, job_id: str) -> list[tuple[str, str]]
                  (("mAP50-95", "mAP50-95"), ("mAP50", "mAP50"), ("P", "precision"), ("R", "recall"))]
         numbers = ", ".join(f"{label} {value_text(value)}" for label, value in shown if value is not None)
         numbers += metric_of(metrics)
+        if not numbers and "metrics/accuracy_top1" in metrics:
+            numbers = figures_text(metrics)
         where = f" on {evaluation['dataset']} {evaluation['split']} split" if evaluation.get("dataset") else ""
         lines.append(("evaluation", f"{numbers or 'no metrics'}{where}, {evaluation['classes']} classes"
                       # The job's page, whose outcome has the per-class table: the evaluation's "url" is
@@ -813,7 +815,18 @@ def metric_of(metrics: dict | None) -> str:
 
 def metric_text(metrics: dict | None, key: str = "mAP50-95") -> str:
     value = own_metric(metrics, key)
+    if value is None and key == "mAP50-95" and isinstance((metrics or {}).get("metrics/accuracy_top1"), (int, float)):
+        # A classifier has no mAP: its headline, in the same column, is its top-1 accuracy, named.
+        return value_text(metrics["metrics/accuracy_top1"]) + " (top-1)"
     return value_text(value) + metric_of(metrics) if value is not None else "-"
+
+
+def figures_text(metrics: dict) -> str:
+    """A model's headline figures: top-1 and top-5 accuracy for a classifier, else mAP50-95 and mAP50."""
+    if own_metric(metrics, "mAP50-95") is None and "metrics/accuracy_top1" in metrics:
+        return (f"top-1 accuracy {value_text(metrics.get('metrics/accuracy_top1'))}, top-5 "
+                f"{value_text(metrics.get('metrics/accuracy_top5'))}")
+    return f"mAP50-95 {metric_text(metrics)}, mAP50 {metric_text(metrics, 'mAP50')}"
 
 
 def cmd_model_list(args: argparse.Namespace) -> int:
@@ -854,12 +867,11 @@ def cmd_model_show(args: argparse.Namespace) -> int:
     if dataset.get("name"):
         lines.append(("dataset", f"{dataset['name']}:v{dataset.get('version')}"))
     if version.get("metrics"):
-        lines.append(("metrics", f"mAP50-95 {metric_text(version['metrics'])}, mAP50 "
-                                 f"{metric_text(version['metrics'], 'mAP50')}"))
+        lines.append(("metrics", figures_text(version["metrics"])))
     for evaluation in version.get("evaluations") or []:
         data = evaluation.get("dataset") or {}
         on = f" on {data['name']}:v{data.get('version')}" if data.get("name") else ""
-        lines.append(("evaluation", f"mAP50-95 {metric_text(evaluation['metrics'])}{on} {evaluation['split']} split"))
+        lines.append(("evaluation", f"{figures_text(evaluation['metrics'] or {})}{on} {evaluation['split']} split"))
     for export in version.get("exports") or []:
         passed = (export.get("verification") or {}).get("passed")
         verified = {True: "verified", False: "verification failed", None: "not verified"}[passed]

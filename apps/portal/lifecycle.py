@@ -207,7 +207,9 @@ def evaluation_summary(evaluation) -> dict | None:
     if evaluation is None:
         return None
     values = evaluation.metrics or {}
-    return {"split": evaluation.split, "map": headline_metrics(values)["mAP50-95"], "of": headline_of(values)}
+    of = headline_of(values)
+    figure = headline_metrics(values)["top1" if of == "top-1" else "mAP50-95"]  # a classifier's: its accuracy
+    return {"split": evaluation.split, "map": figure, "of": of}
 
 
 # --- predictions ----------------------------------------------------------------------------------

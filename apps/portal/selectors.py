@@ -102,6 +102,9 @@ def headline_metrics(values: dict) -> dict[str, float | None]:
 
 
 def headline_of(values: dict) -> str:
-    """What :func:`headline_metrics` measured: ``mask``, ``keypoints``, ``box``, or ``""`` (no mAP)."""
+    """What :func:`headline_metrics` measured: ``mask``, ``keypoints``, ``box``, ``top-1`` (a classifier:
+    no mAP, its accuracy instead), or ``""``."""
     key = next((k for k in METRIC_COLUMNS[0][1] if values.get(k) is not None), "")
+    if not key and values.get("metrics/accuracy_top1") is not None:
+        return "top-1"
     return HEADLINE_OF.get(key[-3:], "")

@@ -146,3 +146,19 @@ def test_a_segment_models_figures_are_its_masks_and_say_so(web, config, bob, tea
                                                               "0.33", "(mask)"]
     code, out, _ = run(capsys, "model", "show", "wires:v1")
     assert code == 0 and "metrics: mAP50-95 0.33 (mask), mAP50 0.55 (mask)" in out
+
+
+CLASSIFY_METRICS = {"metrics/accuracy_top1": 0.75, "metrics/accuracy_top5": 1.0, "fitness": 0.875}
+
+
+def test_a_classifiers_figures_are_its_accuracy_and_say_so(web, config, bob, teams, capsys):
+    """A classify model has no mAP: its list row and page showed "-" for every figure it has."""
+    ModelVersion.objects.create(team=teams["vision"], name="pets", version=1, task="classify", source="upload",
+                                metrics=CLASSIFY_METRICS)
+    login(web, bob, capsys)
+
+    code, out, _ = run(capsys, "model", "list", "--name", "pets")
+    assert code == 0 and out.splitlines()[1].split()[1:8] == ["pets:v1", "vision", "none", "classify", "upload",
+                                                              "0.75", "(top-1)"]
+    code, out, _ = run(capsys, "model", "show", "pets:v1")
+    assert code == 0 and "metrics: top-1 accuracy 0.75, top-5 1" in out

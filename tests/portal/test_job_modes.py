@@ -254,3 +254,12 @@ def test_a_segment_models_headline_is_its_mask_figures_named_so(bob, pcb):
     assert "<td>0.500</td>" in other_row[:other_row.index("</tr>")]
     compare = signed_in(bob).get(f"/models/compare/?ids={pcb.pk},{other.pk}").content.decode()
     assert "val: mAP50-95 0.330 (mask)" in compare and "0.6100.330" not in compare
+
+
+def test_a_classifiers_headline_is_its_top1_accuracy_named_so(bob, teams):
+    """A classify model has no mAP: the models list and the compare page show its top-1 accuracy, named."""
+    pets = ModelVersion.objects.create(team=teams["vision"], name="pets", version=1, task="classify", source="upload",
+                                       metrics={"metrics/accuracy_top1": 0.75, "metrics/accuracy_top5": 1.0})
+    models = signed_in(bob).get("/models/").content.decode()
+    row = models[models.index(f'id="model-{pets.pk}"'):]
+    assert '<td>0.750 <small class="muted">top-1 accuracy</small></td>' in row[:row.index("</tr>")]
