@@ -63,7 +63,7 @@ from .models import (
 from .paths import ansi_strip, public_text, public_value
 from .selectors import job_may_requeue
 from .spec import JobSpec, SpecError, parse_spec
-from .spec_sweep import sweep_metric_problem
+from .spec_sweep import sweep_default_metric, sweep_metric_problem
 
 log = logging.getLogger(__name__)
 
@@ -1020,6 +1020,8 @@ def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
         # The task the trials train: the model's own (weights, a registered version, a YAML's head),
         # else the one the spec names; weights of unknown task leave it open.
         task = resolved.get("task") or (spec.task if spec.task_named else "")
+        if not spec.sweep_metric_given:
+            spec.sweep["metric"] = sweep_default_metric(task)
         problem = sweep_metric_problem(spec.sweep["metric"], task)
         if problem:
             errors["sweep.metric"] = problem

@@ -376,10 +376,14 @@ class JobSpec:
     # client sent: `team: robotics` was refused as `user` (CI trial 17, H7). Not stored: it is how
     # the request was written, not what the job is.
     charge_field: str = field(default="user", compare=False)
+    # Whether ``sweep`` names its ``metric``: when it does not, submit replaces the parsed default
+    # with the task's own figure once the model's task is known (apps.jobs.services.spec_resolve).
+    # Not stored either: the stored sweep holds the metric it was judged on.
+    sweep_metric_given: bool = field(default=True, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         stored = asdict(self)
-        del stored["charge_field"]
+        del stored["charge_field"], stored["sweep_metric_given"]
         return stored
 
     def runtime_signature(self) -> str:
@@ -702,6 +706,7 @@ def parse_spec(document: Any) -> JobSpec:
         else:
             spec.sweep = sweep_parse(document["sweep"], args=TRAIN_ARGS, reserved=RESERVED_ARGS, errors=errors,
                                      base=train_args)
+            spec.sweep_metric_given = not isinstance(document["sweep"], dict) or "metric" in document["sweep"]
     if errors:
         raise SpecError(errors, partial=spec)
     return spec

@@ -15,7 +15,7 @@ field path: ``sweep.parameters.lr0.low``, ``sweep.parameters.batch[2]``, ``sweep
         optimizer: [SGD, AdamW]                       # choices (or {choices: [...]})
       trials: 8                  # grid: the number of combinations (may be left out)
       parallel: 2                # at most this many trials queued or running at once
-      metric: metrics/mAP50-95(B)   # maximised; the default
+      metric: metrics/mAP50-95(B)   # maximised; by default the task's own figure (TASK_DEFAULT_METRICS)
       prune: median              # median | asha | a mapping with options; default none
       seed: 7                    # optional; the platform draws one at submit otherwise
 
@@ -62,6 +62,18 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "pose": (*_BOX_METRICS, *(k.replace("(B)", "(P)") for k in _BOX_METRICS)),
     "classify": ("metrics/accuracy_top1", "metrics/accuracy_top5"),
 }
+
+
+# The metric a sweep maximises when its spec names none: the task's own figure (a segment engineer
+# means the masks, not the boxes around them); a task not known here (weights whose task the
+# registry could not read) keeps the box figure.
+TASK_DEFAULT_METRICS = {"detect": DEFAULT_METRIC, "obb": DEFAULT_METRIC, "segment": "metrics/mAP50-95(M)",
+                        "pose": "metrics/mAP50-95(P)", "classify": "metrics/accuracy_top1"}
+
+
+def sweep_default_metric(task: str) -> str:
+    """What a sweep of ``task`` trials maximises when its spec gives no ``metric``."""
+    return TASK_DEFAULT_METRICS.get(task, DEFAULT_METRIC)
 
 
 def sweep_metric_problem(metric: str, task: str) -> str:

@@ -184,7 +184,7 @@ class YamlSpecForm(forms.Form):
 
 SWEEP_ROWS = 4
 SWEEP_METRICS = [DEFAULT_METRIC, "metrics/mAP50(B)", "metrics/precision(B)", "metrics/recall(B)", "fitness",
-                 "metrics/mAP50-95(M)", "metrics/accuracy_top1"]
+                 "metrics/mAP50-95(M)", "metrics/mAP50-95(P)", "metrics/accuracy_top1", "metrics/accuracy_top5"]
 SWEEP_FIELDS = {"method": "method", "trials": "trials", "parallel": "parallel", "metric": "metric",
                 "prune": "prune", "seed": "method"}
 
@@ -199,8 +199,11 @@ class SweepForm(JobForm):
     trials = forms.CharField(required=False, initial="8", widget=text_input("grid: leave empty", inputmode="numeric"))
     parallel = forms.CharField(required=False, initial="2", label="At once",
                                widget=text_input("trials queued or running at once", inputmode="numeric"))
-    metric = forms.CharField(required=False, initial=DEFAULT_METRIC, label="Metric to maximise",
-                             widget=text_input(DEFAULT_METRIC, list="sweep-metrics"))
+    # Empty by default: the sweep then maximises its task's own figure (box mAP50-95 for detect, mask
+    # for segment, top-1 accuracy for classify); a prefilled box metric would be sent for every task.
+    metric = forms.CharField(required=False, initial="", label="Metric to maximise",
+                             widget=text_input("the task's own (detect: metrics/mAP50-95(B))", list="sweep-metrics"),
+                             help_text="empty: mAP50-95 of the task's masks, keypoints or boxes; top-1 for classify")
     prune = forms.ChoiceField(required=False, choices=[("", "no pruning")] + [(p, p) for p in PRUNERS],
                               initial="", label="Pruning")
     # Ultralytics' optimizer=auto ignores lr0 and momentum: a sweep names one (or sweeps it).
@@ -257,8 +260,9 @@ class SweepForm(JobForm):
                     continue
                 value["step"] = int(value["step"]) if value["step"].is_integer() else value["step"]
             parameters[name] = value
-        sweep: dict[str, Any] = {"method": data["method"] or "tpe", "parameters": parameters,
-                                 "metric": data["metric"].strip() or DEFAULT_METRIC}
+        sweep: dict[str, Any] = {"method": data["method"] or "tpe", "parameters": parameters}
+        if data["metric"].strip():  # else the task's own figure (apps.jobs.spec_sweep.sweep_default_metric)
+            sweep["metric"] = data["metric"].strip()
         for key in ("trials", "parallel"):
             if data[key].strip():
                 sweep[key] = typed(data[key])
