@@ -5,8 +5,8 @@ folder or file that is wrong."""
 
 from __future__ import annotations
 
-import yaml
 import pytest
+import yaml
 
 from apps.datasets.models import Dataset
 from tests.conftest import api_client
