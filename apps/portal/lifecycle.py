@@ -70,7 +70,9 @@ def dataset_detail(request, pk: int):
     samples = [{"url": reverse("api-dataset-sample", args=[dataset.pk, i]), "split": s.get("split"),
                 "image": s.get("image"), "boxes": [{"cls": b[0], "name": name_of(dataset.names, b[0]),
                                                    "x": b[1] - b[3] / 2, "y": b[2] - b[4] / 2, "w": b[3], "h": b[4]}
-                                                  for b in s.get("boxes") or []]}
+                                                  for b in s.get("boxes") or []],
+                # A classification sample has no boxes: its class is its folder's.
+                "class_name": name_of(dataset.names, s["class"]) if s.get("class") is not None else ""}
                for i, s in enumerate(stats.get("samples") or [])]
     return render(request, "portal/dataset.html", {
         "dataset": dataset,

@@ -119,3 +119,16 @@ def test_the_classify_kind_refuses_a_yolo_dataset_naming_its_files(bob):
 
 def test_a_yolo_dataset_still_uploads_as_a_yolo_dataset(bob):
     assert post(bob, make_zip(valid_files())).json()["kind"] == "yolo"
+
+
+def test_its_page_shows_each_sample_with_its_class_and_the_sample_image_is_served(bob):
+    from django.test import Client
+
+    dataset_id = post(bob, make_zip(classification_files())).json()["id"]
+    client = Client()
+    client.force_login(bob)
+    html = client.get(f"/datasets/{dataset_id}/").content.decode()
+    assert '<span class="pill">classify</span>' in html and " boxes</small>" not in html
+    assert "val · val/cat/0.png · class cat" in html
+    sample = client.get(f"/api/v1/datasets/{dataset_id}/samples/0/")
+    assert sample.status_code == 200 and b"".join(sample.streaming_content) == PNG
