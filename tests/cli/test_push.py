@@ -80,6 +80,30 @@ def test_an_images_only_push_advises_predicting_on_it_not_training(logged_in, tm
     assert "yolo train" not in out and "classes" not in out
 
 
+def test_a_classification_folder_push_stores_it_and_says_to_train_a_cls_model_on_it(logged_in, tmp_path, capsys):
+    """The default kind takes Ultralytics' train/<class>/ layout (trial21: it was refused)."""
+    from apps.datasets.demo import generate_demo_classification_dataset
+
+    folder = generate_demo_classification_dataset(tmp_path / "shapes", train=2, val=1, imgsz=16)
+    (folder / "train" / "circle.cache").write_bytes(b"pickled by ultralytics")  # left out, as for detect
+    code, out, err = run(capsys, "dataset", "push", str(folder), "--team", "vision")
+    assert code == 0, err
+    assert "Stored vision/shapes:v1: 9 images (train 6, val 3), 3 classes" in out
+    assert "a classification dataset: yolo classify train data=shapes model=yolov8n-cls.yaml" in out
+    assert Dataset.objects.get(name="shapes").kind == "classify"
+
+
+def test_a_refused_classification_folder_names_the_class_that_is_missing(logged_in, tmp_path, capsys):
+    from apps.datasets.demo import generate_demo_classification_dataset
+
+    folder = generate_demo_classification_dataset(tmp_path / "shapes", train=2, val=1, imgsz=16)
+    for image in (folder / "val" / "triangle").iterdir():
+        image.unlink()
+    (folder / "val" / "triangle").rmdir()
+    code, _, err = run(capsys, "dataset", "push", str(folder), "--team", "vision")
+    assert code == 1 and "val/: has other class folders than train/ (missing from it: triangle)" in err
+
+
 def test_a_refused_dataset_prints_each_problem(logged_in, tmp_path, capsys):
     archive = tmp_path / "bad.zip"
     archive.write_bytes(make_zip(valid_files() | {"labels/train/0.txt": b"7 0.5 0.5 0.2 0.2\n"}))
