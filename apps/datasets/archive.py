@@ -537,9 +537,11 @@ def _classification_layout(by_relative: dict[str, zipfile.ZipInfo]) -> bool:
     """An upload of the default kind that is Ultralytics' classify layout rather than a YOLO dataset:
     no data.yaml, only images, each inside a split folder (train/, val/, …). Checked in full by
     :func:`_check_classification`, which names what is out of place."""
+    # train/images/… is a YOLO export without its data.yaml and labels, not a class called "images".
     return (bool(by_relative) and not any(rel in DATA_YAML_NAMES for rel in by_relative)
             and all(posixpath.splitext(rel)[1].lower() in IMAGE_SUFFIXES
-                    and rel.split("/", 1)[0] in CLASSIFY_SPLIT_FOLDERS and "/" in rel for rel in by_relative))
+                    and rel.split("/", 1)[0] in CLASSIFY_SPLIT_FOLDERS and "/" in rel
+                    and rel.split("/")[1] not in ("images", "labels") for rel in by_relative))
 
 
 def _check_classification(archive: zipfile.ZipFile, by_relative: dict[str, zipfile.ZipInfo], dirs: set[str],
@@ -595,6 +597,10 @@ def _check_classification(archive: zipfile.ZipFile, by_relative: dict[str, zipfi
                 problems.append(Problem(f"{folder_of[split]}/{name}/", "holds no images: every class folder needs "
                                                                        "at least one image"))
     trained = set(counts.get("train", {}))
+    if len(trained) == 1:
+        problems.append(Problem(f"{folder_of['train']}/", f"has one class folder ({next(iter(trained))}/): a "
+                                                          "classifier learns to tell classes apart, so it needs "
+                                                          "at least two"))
     for split in ("val", "test"):
         if split not in counts or "train" not in counts:
             continue

@@ -98,6 +98,18 @@ def test_class_folders_that_differ_between_train_and_val_are_named(bob):
     assert "has other class folders than train/ (missing from it: owl; not in train/: yak)" in problem
 
 
+def test_a_single_class_is_refused(bob):
+    problems = problems_of(post(bob, make_zip(classification_files(classes=("cat",)))))
+    assert problems["train/"].startswith("has one class folder (cat/): a classifier learns to tell classes apart")
+
+
+def test_a_yolo_export_without_data_yaml_is_not_taken_for_classes_named_images(bob):
+    """train/images/… without labels or data.yaml: the YOLO answer (data.yaml missing), not a class "images"."""
+    files = {f"{split}/images/{n}.png": PNG for split in ("train", "valid") for n in range(2)}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400 and "has no data.yaml at its top" in response.json()["file"][0]
+
+
 def test_images_under_ten_pixels_a_side_are_refused_as_training_would_skip_them(bob):
     files = classification_files() | {"train/cat/small.jpg": jpeg((9, 30))}
     problem = problems_of(post(bob, make_zip(files)))["train/cat/small.jpg"]
