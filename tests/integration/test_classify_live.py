@@ -84,3 +84,35 @@ def test_a_classify_job_trains_to_success_with_accuracy_per_epoch_and_a_register
     assert val.state == JobState.SUCCEEDED, val.error
     evaluation = Evaluation.objects.get(job_id=val_id)
     assert 0.0 <= evaluation.metrics["metrics/accuracy_top1"] <= 1.0 and evaluation.per_class == []
+
+
+def test_a_classify_sweep_without_a_metric_ranks_its_trials_by_top1_and_registers_the_best(live, alice, tmp_path):
+    """Its default metric was box mAP50-95, which no classify trial reports: refused at submit since
+    trial21, and before that every trial ran and none was ranked."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    from apps.datasets.demo import generate_demo_classification_dataset
+    from apps.sweeps.models import Trial
+
+    folder = generate_demo_classification_dataset(tmp_path / "shapescls", train=4, val=2, imgsz=32)
+    client = api_client(alice)
+    upload = SimpleUploadedFile("shapescls.zip", zipped(folder), content_type="application/zip")
+    assert client.post("/api/v1/datasets/", {"file": upload, "name": "shapescls", "team": "vision"},
+                       format="multipart").status_code == 201
+    spec = {"task_name": "cls-sweep", "user": "vision", "resources": {"gpu": 1, "cpu": "1", "memory": "4Gi"},
+            "command": "yolo classify train data=shapescls model=yolov8n-cls.yaml epochs=1 imgsz=32 batch=6 "
+                       "optimizer=SGD",
+            "sweep": {"method": "grid", "parameters": {"lr0": [0.01, 0.02]}, "parallel": 2}}
+    response = client.post("/api/v1/jobs/", spec, format="json")
+    assert response.status_code == 201, response.content
+    parent = response.json()["id"]
+    assert Job.objects.get(pk=parent).spec["sweep"]["metric"] == "metrics/accuracy_top1"
+
+    live.start_scheduler()
+    live.start_worker()
+    assert finished(parent).state == JobState.SUCCEEDED
+    assert all(t.value is not None for t in Trial.objects.filter(sweep_id=parent)), "every trial was ranked"
+    version = ModelVersion.objects.get(name="cls-sweep")
+    assert version.task == "classify" and version.lineage["sweep"]["metric"] == "metrics/accuracy_top1"
+    assert version.lineage["sweep"]["value"] == version.metrics["metrics/accuracy_top1"]
