@@ -192,14 +192,20 @@ def run_predict(*, model_path: str, images: list[Path], source_root: Path, devic
                 if points is not None:
                     box["keypoints"] = [[round(float(x), 1), round(float(y), 1)] for x, y in points[i]]
                 boxes.append(box)
-        elif getattr(result, "probs", None) is not None:  # classification: the top-5 instead of boxes
+        top5 = []
+        if getattr(result, "probs", None) is not None:
+            # A classifier's answer: its five likeliest classes (no boxes). They were written as boxes
+            # without coordinates, counted as five boxes per image.
             probs = result.probs
-            boxes = [{"class": int(c), "name": names.get(int(c), str(c)), "conf": round(float(p), 4), "xyxy": None}
-                     for c, p in zip(probs.top5, probs.top5conf.tolist(), strict=True)]
+            top5 = [{"class": int(c), "name": names.get(int(c), str(c)), "conf": round(float(p), 4)}
+                    for c, p in zip(probs.top5, probs.top5conf.tolist(), strict=True)]
         total_boxes += len(boxes)
         source = image.relative_to(source_root).as_posix()
-        results_out.append({"image": out_name, "source": source,
-                            "size": [int(result.orig_shape[1]), int(result.orig_shape[0])], "boxes": boxes})
+        item = {"image": out_name, "source": source, "size": [int(result.orig_shape[1]), int(result.orig_shape[0])],
+                "boxes": boxes}
+        if top5:
+            item["top5"] = top5
+        results_out.append(item)
         print(f"image {index + 1}/{len(images)} {source}: {result.orig_shape[0]}x{result.orig_shape[1]} "
               f"{result.verbose() or '(no detections), '}{(result.speed or {}).get('inference') or 0:.1f}ms", flush=True)
         now = time.monotonic()

@@ -58,12 +58,12 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
             resolved["task"] = model.task
             task_refused = _model_task_refused(spec, model, errors)
 
-    if model is not None and model.task == "classify" and spec.mode in ("predict", "export"):
-        # Predict stores boxes and export verifies on a YOLO dataset's images: neither is written
-        # for a classifier's probabilities yet, so it is refused here rather than failing once it runs.
+    if model is not None and model.task == "classify" and spec.mode == "export":
+        # An export is verified on a YOLO dataset's images against the model's boxes: not written for a
+        # classifier's probabilities yet, so refused here rather than failing once it runs.
         errors[_field(spec, "model")] = (
-            f"{args.get('model')} is a classify model, and {spec.mode} jobs are not supported for classify "
-            f"models yet (train and val are)")
+            f"{args.get('model')} is a classify model, and export jobs are not supported for classify "
+            f"models yet (train, val and predict are)")
     if spec.mode in ("train", "val"):
         data = _data(spec, team, "data", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY))
         if data is not None:
@@ -76,7 +76,8 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
                 if _field(spec, "data") not in errors:  # a dataset of another task: its classes are beside the point
                     _classes_check(spec, data, model, errors)
     elif spec.mode == "predict":
-        source = _data(spec, team, "source", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.IMAGES))
+        source = _data(spec, team, "source", errors,
+                       kinds=(Dataset.Kind.YOLO, Dataset.Kind.IMAGES, Dataset.Kind.CLASSIFY))
         if source is not None:
             resolved["source"] = _source(spec, source, errors)
             inputs["source"] = {**source.lineage(), "split": resolved["source"].get("split", "")}

@@ -217,6 +217,14 @@ def evaluation_summary(evaluation) -> dict | None:
 # --- predictions ----------------------------------------------------------------------------------
 
 
+def _predicted_names(item: dict) -> set[str]:
+    """The classes an image's prediction found: its boxes', or a classifier's top-1."""
+    names = {b["name"] for b in item.get("boxes") or []}
+    if item.get("top5"):
+        names.add(item["top5"][0]["name"])
+    return names
+
+
 @login_required
 def predictions(request, job_id):
     job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
@@ -231,9 +239,9 @@ def predictions(request, job_id):
     for index, item in enumerate(results):
         item["index"] = index
         item["url"] = reverse("api-job-prediction-image", args=[job.pk, index])
-    classes = sorted({b["name"] for item in results for b in item.get("boxes") or []})
+    classes = sorted({name for item in results for name in _predicted_names(item)})
     wanted = request.GET.get("class", "")
-    shown = [r for r in results if not wanted or any(b["name"] == wanted for b in r.get("boxes") or [])]
+    shown = [r for r in results if not wanted or wanted in _predicted_names(r)]
     page = Paginator(shown, GALLERY_PAGE).get_page(request.GET.get("page"))
     return render(request, "portal/predictions.html", {
         "job": job, "run": run, "page": page, "classes": classes, "wanted": wanted, "total": len(results),

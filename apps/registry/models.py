@@ -176,7 +176,8 @@ class PredictionRun(models.Model):
                                 related_name="prediction_runs")
     source = models.JSONField(default=dict, blank=True)
     # The folder holds the annotated images and predictions.json:
-    # [{"image": "<file in the folder>", "source": "<source image, relative>", "boxes": [{class, name, conf, xyxy, polygon (segment), keypoints (pose)}]}]
+    # [{"image": "<file in the folder>", "source": "<source image, relative>", "boxes": [{class, name, conf, xyxy, polygon (segment), keypoints (pose)}],
+    #   "top5" (a classifier's, no boxes): [{class, name, conf}]}]
     key = models.CharField(max_length=500, help_text="artifact key of the predict/ folder")
     images = models.PositiveIntegerField(default=0)
     boxes = models.PositiveIntegerField(default=0)

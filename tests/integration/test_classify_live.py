@@ -1,6 +1,7 @@
 """Classification end to end with real parts: a train/<class>/ folder uploaded through the API, a
 classify job run by the real scheduler and gpu_worker (Ultralytics on the CPU, imgsz 32), its
-top-1/top-5 accuracy per epoch, checkpoints, the registered version, and a val job of that version."""
+top-1/top-5 accuracy per epoch, checkpoints, the registered version, and a val and a predict job of
+that version."""
 
 from __future__ import annotations
 
@@ -84,6 +85,17 @@ def test_a_classify_job_trains_to_success_with_accuracy_per_epoch_and_a_register
     assert val.state == JobState.SUCCEEDED, val.error
     evaluation = Evaluation.objects.get(job_id=val_id)
     assert 0.0 <= evaluation.metrics["metrics/accuracy_top1"] <= 1.0 and evaluation.per_class == []
+
+    # Predict with it on the val split: each image's top-5 classes, no boxes.
+    predict_id = submit(client, f"yolo predict model={version.name}:v{version.version} source=shapescls split=val "
+                                "imgsz=32", "shapes-cls-predict")
+    predict = finished(predict_id)
+    assert predict.state == JobState.SUCCEEDED, predict.error
+    results = client.get(f"/api/v1/jobs/{predict_id}/predictions/").json()["results"]
+    assert len(results) == 6 and all(item["boxes"] == [] for item in results)
+    for item in results:
+        assert sorted(c["name"] for c in item["top5"]) == version.class_names  # all three classes, ranked
+        assert item["top5"][0]["conf"] >= item["top5"][-1]["conf"]
 
 
 def test_a_classify_sweep_without_a_metric_ranks_its_trials_by_top1_and_registers_the_best(live, alice, tmp_path):

@@ -263,3 +263,22 @@ def test_a_classifiers_headline_is_its_top1_accuracy_named_so(bob, teams):
     models = signed_in(bob).get("/models/").content.decode()
     row = models[models.index(f'id="model-{pets.pk}"'):]
     assert '<td>0.750 <small class="muted">top-1 accuracy</small></td>' in row[:row.index("</tr>")]
+
+
+def test_a_classifiers_predictions_show_each_images_top1_and_filter_by_it(bob, pcb):
+    """A classify model's predict job writes each image's top-5 and no boxes: the pages show its class,
+    not "0 boxes", and the gallery's class filter keeps the images whose top-1 it is."""
+    job = submit(bob, f"yolo predict model={pcb.reference} source=demo split=val", "predict")
+    folder = job.run_dir / "predict"
+    folder.mkdir(parents=True)
+    results = []
+    for n, (first, second) in enumerate((("cat", "dog"), ("dog", "cat"))):
+        (folder / f"{n:05d}.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+        results.append({"image": f"{n:05d}.jpg", "source": f"val/{first}/{n}.png", "size": [32, 32], "boxes": [],
+                        "top5": [{"class": 0, "name": first, "conf": 0.875}, {"class": 1, "name": second, "conf": 0.125}]})
+    (folder / "predictions.json").write_text(json.dumps(results))
+    job = succeed(job, {"mode": "predict", "folder": str(folder), "images": 2, "boxes": 0, "exports": []})
+    assert "val/cat/0.png · cat 0.88</figcaption>" in page(bob, job)
+    gallery = signed_in(bob).get(f"/jobs/{job.pk}/predictions/?class=dog").content.decode()
+    assert "showing 1 of 2" in gallery and "val/dog/1.png" in gallery and "val/cat/0.png" not in gallery
+    assert "· top-5" in gallery
