@@ -278,7 +278,8 @@ def test_a_classifiers_predictions_show_each_images_top1_and_filter_by_it(bob, p
                         "top5": [{"class": 0, "name": first, "conf": 0.875}, {"class": 1, "name": second, "conf": 0.125}]})
     (folder / "predictions.json").write_text(json.dumps(results))
     job = succeed(job, {"mode": "predict", "folder": str(folder), "images": 2, "boxes": 0, "exports": []})
-    assert "val/cat/0.png · cat 0.88</figcaption>" in page(bob, job)
+    html = page(bob, job)
+    assert "val/cat/0.png · cat 0.88</figcaption>" in html and "2 images classified (top-5 classes each)" in html
     gallery = signed_in(bob).get(f"/jobs/{job.pk}/predictions/?class=dog").content.decode()
     assert "showing 1 of 2" in gallery and "val/dog/1.png" in gallery and "val/cat/0.png" not in gallery
     assert "· top-5" in gallery
