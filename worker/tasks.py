@@ -413,9 +413,16 @@ class AttemptRunner:
                 why = "never reached the artifact store and is not on this node"
             else:
                 why = "is no longer on this node (its file was deleted)"
-            older = [c.epoch for c in good if c.epoch < ckpt.epoch]
-            then = (f"falling back to the checkpoint of epoch {older[0]}" if older
-                    else "no older checkpoint left: starting over")
+            # The resume starts from the newest usable one: only a bad checkpoint newer than it is
+            # "fallen back from"; one behind it is dropped and said so (review22: a corrupt epoch 2
+            # behind a good epoch 3 read "falling back to epoch 1").
+            resumes = good[0].epoch if good else None
+            if resumes is not None and resumes > ckpt.epoch:
+                then = f"dropped; the attempt resumes from the newer checkpoint of epoch {resumes}"
+            elif resumes is not None:
+                then = f"falling back to the checkpoint of epoch {resumes}"
+            else:
+                then = "no older checkpoint left: starting over"
             checkpoint_reject(self.job, ckpt, message=f"checkpoint of epoch {ckpt.epoch} {why}; {then}")
         return good
 

@@ -338,3 +338,15 @@ def test_retention_removes_a_day_old_folder_of_a_job_that_has_no_row_on_the_shar
     assert_orphan_prefix_removed_after_a_day(
         prefixes, lambda prefix: sorted(path.name for path in artifact_path(prefix).rglob("*.pt")))
     assert not artifact_path(prefixes["no row"]).exists(), "its folders and hidden files go too"
+
+
+def test_a_corrupt_checkpoint_behind_the_one_resumed_from_is_said_dropped_not_fallen_back_from(running):
+    """Epoch 3 usable, epoch 2 corrupt: the attempt resumes from epoch 3, yet the event said it
+    fell back to epoch 1 (review22)."""
+    paths = {epoch: write_checkpoint(running, epoch, size=10)[0] for epoch in (1, 2, 3)}
+    with open(paths[2], "r+b") as f:
+        f.truncate(4)
+    runner = AttemptRunner(Job.objects.get(pk=running.pk))
+    assert [c.epoch for c in runner.verified_checkpoints()] == [3, 1]
+    assert rejections(running) == ["checkpoint of epoch 2 is corrupt (its size or hash is not the recorded one); "
+                                   "dropped; the attempt resumes from the newer checkpoint of epoch 3"]
