@@ -271,3 +271,63 @@ def test_a_storage_lost_report_puts_only_known_roots_and_words_on_the_node(slurm
     job = slurm_ended(agent, record, "FAILED")
     assert job.state == JobState.QUEUED
     assert Node.objects.get(name="gpu01").storage_problem == "shared storage unreachable: DATASETS_DIR (unreadable)"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_malformed_storage_lost_report_still_ends_the_attempt(slurm_placed):
+    """A list where a word belongs (a report the job's own process posted) raised in the agent after
+    it had finalized the attempt: the job stayed running, unwatched, until the reaper took it as a
+    lost node (review22)."""
+    from apps.jobs.models import ExecutorAttempt, JobState
+
+    agent, job, record = slurm_placed
+    ExecutorAttempt.objects.filter(pk=record.pk).update(report={
+        "outcome": "storage_lost", "exit_code": 1, "error": {"kind": "storage", "roots": [["DATASETS_DIR", ["x"]]]}})
+    job = slurm_ended(agent, record, "FAILED")
+    assert job.state == JobState.QUEUED
+    assert Node.objects.get(name="gpu01").storage_problem == "shared storage unreachable: DATASETS_DIR (unreadable)"
+
+    # A report the outcome cannot be read from at all fails the attempt, saying so.
+    agent, job, record = slurm_again(agent, job)
+    ExecutorAttempt.objects.filter(pk=record.pk).update(report={"outcome": "failed", "error": "x", "exit_code": 1})
+    job = slurm_ended(agent, record, "FAILED")
+    assert job.state == JobState.FAILED
+    assert "its relay's final report could not be read (AttributeError)" in job.error
+
+
+def slurm_again(agent, job):
+    """The job's next attempt, placed on the partition's node again (its storage problem cleared)."""
+    from apps.cluster.services import node_storage_problem_set
+    from apps.jobs.models import ExecutorAttempt, Job
+    from apps.jobs.services import job_claim
+
+    node = Node.objects.get(name="gpu01")
+    agent.node_storage.clear()
+    node_storage_problem_set(node, problem="")
+    assert job_claim(Job.objects.get(pk=job.pk), node=Node.objects.get(name="gpu01"), gpu_indices=[0],
+                     gpu_share=1.0, run_class="medium")
+    assert agent.start_placed()
+    job = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
+    return agent, job, ExecutorAttempt.objects.get(job=job, attempt=job.attempt)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_attempts_keep_reporting_lost_storage_is_not_believed_a_third_time(slurm_placed):
+    """The report comes from the compute node, where the job's own process can post one: unbounded,
+    one job took node after node out and requeued itself without end, no retry spent (review22)."""
+    from apps.jobs.models import ExecutorAttempt, JobState
+
+    agent, job, record = slurm_placed
+    lost = {"outcome": "storage_lost", "exit_code": 1,
+            "error": {"kind": "storage", "roots": [["DATASETS_DIR", "no storage marker"]]}}
+    for attempt in (1, 2):
+        ExecutorAttempt.objects.filter(pk=record.pk).update(report=lost)
+        job = slurm_ended(agent, record, "FAILED")
+        assert (job.state, job.attempt) == (JobState.QUEUED, attempt + 1)
+        agent, job, record = slurm_again(agent, job)
+
+    ExecutorAttempt.objects.filter(pk=record.pk).update(report=lost)
+    job = slurm_ended(agent, record, "FAILED")
+    assert job.state == JobState.FAILED  # retries_left 0: the job's own failure
+    assert "not believed again (SLURM_STORAGE_LOST_MAX)" in job.error
+    assert Node.objects.get(name="gpu01").storage_problem == ""  # the node stays in service

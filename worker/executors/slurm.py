@@ -51,7 +51,7 @@ from apps.cluster.models import Node
 from apps.cluster.services import node_foreign_set, node_register, node_state_set, node_storage_problem_set
 from apps.core.artifacts import ROOTS
 from apps.core.storage_marks import storage_marks_expected
-from apps.jobs.models import HOLDING_STATES, Checkpoint, ExecutorAttempt, Job, JobState
+from apps.jobs.models import HOLDING_STATES, Checkpoint, ExecutorAttempt, Job, JobEvent, JobState
 from apps.jobs.paths import traceback_strip
 from apps.jobs.services import (
     attempt_finish,
@@ -286,6 +286,12 @@ def batch_script(*, python: str, code_dir: str, relay_config: Path, env: dict[st
 # the mount is back: after this the node is tried again, and a job placed there while the mount is
 # still gone is requeued again (no retry spent) and takes the node out again.
 SLURM_NODE_STORAGE_RETRY_S = 600.0
+# A job whose Slurm attempts reported losing the shared storage this many times is not believed
+# again: its next such report fails it as its own failure and leaves the node alone. The report
+# comes from the compute node, where the job's own process can read the attempt's token and post
+# one (or delete its Slurm output file): unbounded, one job could take node after node out and
+# requeue itself for free (review22). Two real mount losses in a row are rare; a third is the job.
+SLURM_STORAGE_LOST_MAX = 2
 
 
 class SlurmAgent:
@@ -363,11 +369,12 @@ class SlurmAgent:
         self.node_storage.pop(name, None)
         return ""
 
-    def node_storage_lost(self, node: Node, problem: str) -> None:
-        """The Slurm node ``node`` cannot read the shared storage: no new work there for a while."""
+    def node_storage_lost(self, node: Node, problem: str, *, job: Job) -> None:
+        """The Slurm node ``node`` cannot read the shared storage (``job``'s attempt there said so, or
+        its Slurm job could not write its output): no new work there for a while."""
         if not self.node_storage_problem(node.name):
-            log.warning("Slurm node %s takes no new work for %.0f s: %s", node.hostname, SLURM_NODE_STORAGE_RETRY_S,
-                        problem)
+            log.warning("Slurm node %s takes no new work for %.0f s: %s (from job %s's attempt %s)", node.hostname,
+                        SLURM_NODE_STORAGE_RETRY_S, problem, job.pk, job.attempt)
         self.node_storage[node.name] = (problem, time.monotonic())
         node_storage_problem_set(node, problem=problem)
 
@@ -582,6 +589,33 @@ class SlurmAgent:
                 finalized_at=now, ended_at=now, external_state=state):
             return
         record.refresh_from_db()
+        try:
+            self.outcome(record, job, now, state=state, current=current, exit_code=exit_code)
+        except Exception as exc:  # noqa: BLE001 - the record is finalized: nothing would look at it again
+            # A report the agent cannot read (the job's own process can post one) must still end the
+            # attempt: else the job stayed running, unwatched, until the reaper took it as a lost node.
+            log.exception("Slurm job %s (job %s): cannot decide the attempt's outcome", record.external_id, job.pk)
+            if Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id, state__in=HOLDING_STATES).exists():
+                attempt_finish(job, outcome="failed", exit_code=exit_code,
+                               error=f"Slurm job {record.external_id} ended {state}; its relay's final report could "
+                                     f"not be read ({type(exc).__name__}): see the job's log")
+        kick_scheduler()
+
+    def storage_lost(self, job: Job, problem: str, *, exit_code: int | None, error: str) -> None:
+        """End the attempt whose compute node lost the shared storage (its report, or Slurm could not
+        write its output there): requeued, the node out for a while. Not believed past
+        :data:`SLURM_STORAGE_LOST_MAX` such requeues of the job (see there)."""
+        if JobEvent.objects.filter(job_id=job.pk, kind="storage_unavailable").count() >= SLURM_STORAGE_LOST_MAX:
+            attempt_finish(job, outcome="failed", exit_code=exit_code,
+                           error=f"{error}; after {SLURM_STORAGE_LOST_MAX} earlier such requeues of this job this is "
+                                 f"not believed again (SLURM_STORAGE_LOST_MAX): counted as the job's own failure, and "
+                                 f"the node left in service")
+            return
+        self.node_storage_lost(job.node, problem, job=job)
+        attempt_finish(job, outcome="storage_lost", exit_code=exit_code, error=error)
+
+    def outcome(self, record: ExecutorAttempt, job: Job, now: datetime, *, state: str, current: bool,
+                exit_code: int | None) -> None:
         report = record.report or {}
         external = f"Slurm job {record.external_id}"
         if not current:
@@ -601,25 +635,22 @@ class SlurmAgent:
                            error=oom_message(Usage(memory_peak_bytes=limit, memory_limit_bytes=limit, oom_kills=1)))
         elif report.get("outcome") == "storage_lost":
             problem = reported_storage_problem(report)
-            self.node_storage_lost(job.node, problem)
-            attempt_finish(job, outcome="storage_lost", exit_code=report.get("exit_code"),
-                           error=f"Slurm node {job.node.hostname} lost the shared storage while the attempt ran: "
-                                 f"{problem}")
+            self.storage_lost(job, problem, exit_code=report.get("exit_code"),
+                              error=f"Slurm node {job.node.hostname} lost the shared storage while the attempt ran: "
+                                    f"{problem}")
         elif report.get("outcome"):
             finish_from_report(job, report)
         elif state == "CANCELLED":
             attempt_finish(job, outcome="killed", exit_code=-15)  # scancelled outside the portal
         elif problem := self.output_lost(record, job, state):
-            self.node_storage_lost(job.node, problem)
-            attempt_finish(job, outcome="storage_lost", exit_code=exit_code,
-                           error=f"{external} ended {state} on {job.node.hostname}, which lost the shared storage: "
-                                 f"{problem}")
+            self.storage_lost(job, problem, exit_code=exit_code,
+                              error=f"{external} ended {state} on {job.node.hostname}, which lost the shared "
+                                    f"storage: {problem}")
         else:
             attempt_finish(job, outcome="failed", exit_code=exit_code,
                            error=f"{external} ended {state} (exit code {exit_code}) without a report from its "
                                  f"relay; see the job's log and {Path(job.run_dir).name}/attempt-{job.attempt}/"
                                  f"slurm-{record.external_id}.out")
-        kick_scheduler()
 
     def tick(self) -> bool:
         close_old_connections()
@@ -647,10 +678,12 @@ def reported_storage_problem(report: dict) -> str:
     (the token is in its folder), so no text of the report goes there as it came."""
     known = {"no storage marker", "another installation's storage marker", "unreadable"}
     said = []
-    for item in ((report.get("error") or {}).get("roots") or [])[:len(ROOTS)]:
+    error = report.get("error")
+    roots = error.get("roots") if isinstance(error, dict) else None
+    for item in (roots if isinstance(roots, list) else [])[:len(ROOTS)]:
         setting, what = (item if isinstance(item, list) and len(item) == 2 else ["", ""])
-        if setting in ROOTS.values():
-            said.append(f"{setting} ({what if what in known else 'unreadable'})")
+        if isinstance(setting, str) and setting in ROOTS.values():
+            said.append(f"{setting} ({what if isinstance(what, str) and what in known else 'unreadable'})")
     return f"shared storage unreachable: {', '.join(said) or 'a shared root'}"
 
 
