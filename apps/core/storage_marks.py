@@ -72,6 +72,18 @@ def storage_mark() -> StorageMark:
         return StorageMark.objects.get(pk=1)
 
 
+def storage_mark_renew() -> None:
+    """A restored installation is a new one (``manage.py restore``): its database brought the old
+    token, with ``written_at`` set, but no marker files (backups skip hidden files). Kept, every
+    node's check failed until the restored scheduler's first chore, and a copy restored beside
+    production shared production's token, so the markers could not tell the two apart (review22).
+    Now it gets a token of its own, nodes fall back to the datasets' files until its scheduler
+    has written the markers, and an old marker left in a root goes."""
+    StorageMark.objects.all().delete()
+    for _setting, folder in shared_roots():
+        (folder / MARKER_NAME).unlink(missing_ok=True)
+
+
 def _read(path: Path) -> str | None:
     """The marker's token, None when there is no such file; OSError when it cannot be read."""
     try:

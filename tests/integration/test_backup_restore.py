@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.core.artifacts import artifact_path
+from apps.core.models import StorageMark
 from apps.jobs.models import Job, JobState
 from apps.registry.models import ModelVersion
 from tests.conftest import SEED_SPEC
@@ -120,6 +121,12 @@ def test_a_backup_restored_into_a_fresh_stack_has_every_job_metric_and_weights_f
     env = fresh_env(live, DATA_DIR=str(fresh_dir), DATABASE_URL=url)
     try:
         manage(env, "restore", str(folder))
+        # Its own storage token, its markers not written yet: its nodes fall back to the datasets'
+        # files until its scheduler writes them (review22: every node's check failed till then).
+        assert StorageMark.objects.get(pk=1).written_at is not None  # the old one's scheduler wrote its markers
+        assert manage(env, "shell", "-c", "from apps.core.models import StorageMark; "
+                                          "print(list(StorageMark.objects.values_list('token', flat=True)))"
+                      ).strip().splitlines()[-1] == "[]"  # after Django's "N objects imported automatically"
         # The old installation's job files out of reach: what is served comes from the restore.
         shutil.move(settings.JOBS_DIR, tmp_path / "old-jobs")
         with fresh_web(env) as base:

@@ -6,6 +6,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.backup import BackupError, restore
+from apps.core.storage_marks import storage_mark_renew
 
 
 class Command(BaseCommand):
@@ -21,4 +22,5 @@ class Command(BaseCommand):
         except BackupError as exc:
             raise CommandError(str(exc)) from None
         call_command("migrate", "--noinput", verbosity=0)
+        storage_mark_renew()  # a new installation: its own storage token (apps/core/storage_marks.py)
         self.stdout.write(json.dumps(result))
