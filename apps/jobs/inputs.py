@@ -84,7 +84,12 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
             inputs["data"] = source.lineage()
     elif spec.mode == "export":
         _export_inputs(spec, team, model, resolved, inputs, errors)
-    if spec.export:
+    if spec.export and (resolved.get("task") or (spec.task if spec.mode == "train" else "")) == "classify":
+        # The export after training is verified like an export job's (boxes on a YOLO dataset's
+        # images): it would fail once the training is done (review22: only export jobs were refused).
+        errors["export"] = ("export after training is not supported for classify models yet: train, then "
+                            "download the weights (train, val and predict jobs work for them)")
+    elif spec.export:
         resolved["export"] = [{"format": fmt} for fmt in spec.export]
     return resolved, inputs, errors
 
