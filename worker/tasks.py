@@ -535,6 +535,11 @@ class AttemptRunner:
             result = self.run_child(number, resume_from)
             if result.outcome != "checkpoint_unusable":
                 break
+            if lost := storage_lost_now(self.job):
+                # Unloadable because the mount dropped, not because the file is bad: rejecting each
+                # candidate deleted good rows and failed the job, a retry spent (review22).
+                result.outcome, result.error = "storage_lost", {"kind": "storage", "message": lost}
+                break
             checkpoint_reject(self.job, checkpoint, message=f"Ultralytics could not load the checkpoint of epoch "
                                                             f"{checkpoint.epoch}; trying an older one")
         # The training tree is gone: its GPUs are free from here (dispatch latency starts).

@@ -331,3 +331,60 @@ def test_a_job_whose_attempts_keep_reporting_lost_storage_is_not_believed_a_thir
     assert job.state == JobState.FAILED  # retries_left 0: the job's own failure
     assert "not believed again (SLURM_STORAGE_LOST_MAX)" in job.error
     assert Node.objects.get(name="gpu01").storage_problem == ""  # the node stays in service
+
+
+@pytest.mark.django_db(transaction=True)  # the relay reports over HTTP to the live server
+def test_a_checkpoint_the_slurm_node_cannot_load_because_its_mount_went_is_kept(
+        demo_registered, alice, teams, settings, live_server):
+    """Resuming while the node's mount is gone, the child cannot load the checkpoint (exit 4): the
+    relay fell back to the next candidate, its report rejected the checkpoint (the row deleted),
+    and the run went on from scratch without the storage (review22). The mount is the problem:
+    the attempt is requeued, the checkpoint kept."""
+    import hashlib
+    import json
+    import threading
+    import time
+
+    from apps.datasets.models import Dataset
+    from apps.jobs.models import Checkpoint, ExecutorAttempt, Job, JobState
+    from apps.jobs.services import job_claim
+    from tests.jobs.factories import make_job
+    from tests.worker.test_shared_storage import PartitionOfOne
+    from worker.executors.relay import Relay
+    from worker.executors.slurm import SlurmAgent
+
+    Chores().storage_marks()
+    settings.SLURM_PORTAL_URL = live_server.url
+    agent = SlurmAgent("gpu", client=PartitionOfOne())
+    agent.sync_nodes(force=True)
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=0)
+    yaml_key = Dataset.objects.filter(team=teams["vision"]).values_list("yaml_key", flat=True).get()
+    job.spec["resolved"] = {"data_yaml": yaml_key, "model": {"yaml": "yolov8n.yaml"}}
+    Job.objects.filter(pk=job.pk).update(spec=job.spec)
+    checkpoint = job.run_dir / "checkpoints" / "epoch-0002.pt"
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint.write_bytes(b"half of a checkpoint, read through a mount that went away")
+    Checkpoint.objects.create(job=job, epoch=2, attempt=1, path=str(checkpoint), size=checkpoint.stat().st_size,
+                              sha256=hashlib.sha256(checkpoint.read_bytes()).hexdigest())
+    assert job_claim(job, node=Node.objects.get(name="gpu01"), gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    assert agent.start_placed()
+    record = ExecutorAttempt.objects.get(job=job)
+    config = json.loads((job.run_dir / "attempt-1" / "relay.json").read_text())
+    assert [run["epoch"] for run in config["runs"]] == [2, None]
+
+    relay = Relay(config)
+
+    def mount_goes_once_the_child_runs() -> None:  # past the relay's check before the training
+        while relay.child is None:
+            time.sleep(0.01)
+        (settings.DATASETS_DIR / MARKER_NAME).unlink()
+
+    threading.Thread(target=mount_goes_once_the_child_runs, daemon=True).start()
+    assert relay.run() == 1  # signal handlers: the relay runs on the main thread
+    assert ExecutorAttempt.objects.get(pk=record.pk).report["outcome"] == "storage_lost"
+    assert not (job.run_dir / "attempt-1" / "events-2.jsonl").exists(), "no run from scratch without the storage"
+    Chores().storage_marks()
+
+    job = slurm_ended(agent, record, "FAILED")
+    assert (job.state, job.attempt) == (JobState.QUEUED, 2)
+    assert Checkpoint.objects.filter(job=job, epoch=2).exists()

@@ -188,6 +188,8 @@ class Relay:
                 time.sleep(0.2)
             got_finished, got_error, got_batch = self.collect(events, final=True)
             finished, error, batch = got_finished or finished, got_error or error, got_batch or batch
+            if exit_code == EXIT_CHECKPOINT and resumed and self.storage_lost():
+                break  # unloadable because the mount went, not the file: the outcome below says so
             if exit_code == EXIT_CHECKPOINT and resumed and index + 1 < len(runs) and not self.stop_reason:
                 self.pending_events.append({"type": "checkpoint_rejected", "epoch": run["epoch"],
                                             "time": round(time.time(), 3)})
@@ -198,7 +200,7 @@ class Relay:
                               stop_reason=self.stop_reason if self.stop_reason in ("cancelled", "fenced") else "")
         if exit_code == EXIT_STOPPED:
             outcome = "timed_out"  # it stopped after a checkpoint because Slurm's limit was near
-        if outcome == "failed" and (lost := self.storage_lost()):
+        if outcome in ("failed", "checkpoint_unusable") and (lost := self.storage_lost()):
             # Its data or checkpoint writes failed because the mount went mid-run (its own
             # error is in the log tail): the node's, not the job's.
             outcome, error = "storage_lost", lost
