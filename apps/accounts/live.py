@@ -7,12 +7,7 @@ behind the services' back (a cascade, a deactivated account) still closes them i
 
 from __future__ import annotations
 
-import logging
-
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-
-log = logging.getLogger(__name__)
+from apps.core.channel_send import group_send
 
 
 def access_group(user_id) -> str:
@@ -20,13 +15,6 @@ def access_group(user_id) -> str:
 
 
 def access_changed(user_id) -> bool:
-    """Ask ``user_id``'s open sockets to re-check what they show; never raises."""
-    layer = get_channel_layer()
-    if layer is None:
-        return False
-    try:
-        async_to_sync(layer.group_send)(access_group(user_id), {"type": "access.changed"})
-        return True
-    except Exception as exc:  # noqa: BLE001 - delivery is best effort; the periodic re-check remains
-        log.debug("access change for user %s not delivered: %s", user_id, exc)
-        return False
+    """Ask ``user_id``'s open sockets to re-check what they show; never raises, never waits long
+    (apps.core.channel_send: a hung Redis held the request removing a member 30 s)."""
+    return group_send(access_group(user_id), {"type": "access.changed"})

@@ -6,15 +6,11 @@ message carries the job's ``seq`` so a page can notice a gap and refetch over RE
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any, Literal, TypedDict
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 
-log = logging.getLogger(__name__)
+from apps.core.channel_send import group_send
 
 
 class LiveMessage(TypedDict, total=False):
@@ -28,28 +24,10 @@ def group_name(job_id) -> str:
     return f"job.{job_id}"
 
 
-# The longest one publish may wait on Redis. The channel layer reads with a 30 s socket timeout
-# (its consumers block in BZPOPMIN: settings.CHANNEL_LAYERS), and a Redis that hangs instead of
-# refusing held every publisher (the scheduler's loop, a worker's monitor) that long per message.
-PUBLISH_TIMEOUT_S = 2.0
-
-
 def publish(job_id, message: LiveMessage) -> bool:
-    """Send to everyone watching the job; never raises (Redis may be down), never waits long."""
-    layer = get_channel_layer()
-    if layer is None:
-        return False
-
-    async def send() -> None:
-        await asyncio.wait_for(layer.group_send(group_name(job_id), {"type": "job.message", "message": message}),
-                               PUBLISH_TIMEOUT_S)
-
-    try:
-        async_to_sync(send)()
-        return True
-    except Exception as exc:  # noqa: BLE001 - delivery is best effort by design
-        log.debug("live publish for job %s dropped: %r", job_id, exc)
-        return False
+    """Send to everyone watching the job; never raises (Redis may be down), never waits long
+    (apps.core.channel_send)."""
+    return group_send(group_name(job_id), {"type": "job.message", "message": message})
 
 
 def publish_on_commit(job_id, message: LiveMessage) -> None:
