@@ -116,7 +116,7 @@ def run_val(*, model_path: str, data: Path, split: str, device: str, args: dict[
     model = YOLO(model_path)
     note = cpu_half_note(device, args)
     events.emit("started", mode="val", split=split, **({"note": note} if note else {}))
-    # A classify model reads the dataset's folder; its metrics have no per-class table (no ``box``).
+    # A classify model reads the dataset's folder.
     metrics = model.val(data=ultralytics_data(data, model.task), split=split, device=device, plots=False,
                         project=str(output_dir),
                         name="val", exist_ok=True, **args)
@@ -141,8 +141,29 @@ def run_val(*, model_path: str, data: Path, split: str, device: str, args: dict[
                 "instances": int(counts[int(cls)]) if counts is not None else None,
                 "precision": float(precision), "recall": float(recall), "map50": float(map50),
                 "map50_95": float(map50_95)})
+    if box is None and model.task == "classify":
+        per_class = classify_per_class(metrics.confusion_matrix.matrix, names)
     return {"metrics": dict(metrics.results_dict), "per_class": per_class, "split": split,
             "speed": dict(getattr(metrics, "speed", {}) or {})}
+
+
+def classify_per_class(matrix, names: dict[int, str]) -> list[dict[str, Any]]:
+    """A classifier's per-class rows from the confusion matrix its validator computed.
+
+    Ultralytics reports only overall top-1/top-5 accuracy for classify; its confusion matrix, indexed
+    ``[predicted, true]`` and counting each image's top-1 class, has the rest: a class's column sums to
+    its images, and the diagonal is those its top-1 got right. ``accuracy`` is that class's top-1
+    accuracy (``correct / images``: the recall of the class); ``of: "top1"`` names the figures. A
+    classify row has no instances (one label per image), precision or mAP.
+    """
+    rows = []
+    for cls in range(len(matrix)):
+        images = int(round(float(matrix[:, cls].sum())))
+        correct = int(round(float(matrix[cls, cls])))
+        rows.append({"class": cls, "name": names.get(cls, str(cls)), "of": "top1", "images": images,
+                     "instances": None, "correct": correct,
+                     "accuracy": correct / images if images else None})
+    return rows
 
 
 # --- predict ---------------------------------------------------------------------------------------

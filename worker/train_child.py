@@ -80,7 +80,9 @@ Unix seconds)
                 exported from ``weights`` after training; one that fails has an ``error``
                 in its entry, and the training still succeeded.
                 val: ``metrics``, ``per_class`` ([{class, name, of (box/mask/keypoints: the task's own), images, instances,
-                precision, recall, map50, map50_95}]), ``speed``, ``split``.
+                precision, recall, map50, map50_95}]; a classifier's: [{class, name, of: top1, images,
+                instances: null, correct, accuracy (correct / images, that class's top-1 accuracy)}]),
+                ``speed``, ``split``.
                 predict: ``folder`` (annotated ``NNNNN.jpg`` + ``predictions.json``),
                 ``images``, ``boxes``.
                 export: ``exports`` = [{``format``, ``path``, ``options``, ``seconds``,

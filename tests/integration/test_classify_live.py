@@ -84,7 +84,13 @@ def test_a_classify_job_trains_to_success_with_accuracy_per_epoch_and_a_register
     val = finished(val_id)
     assert val.state == JobState.SUCCEEDED, val.error
     evaluation = Evaluation.objects.get(job_id=val_id)
-    assert 0.0 <= evaluation.metrics["metrics/accuracy_top1"] <= 1.0 and evaluation.per_class == []
+    assert 0.0 <= evaluation.metrics["metrics/accuracy_top1"] <= 1.0
+    # Each class's row from Ultralytics' confusion matrix: its two val images, their top-1 accuracy.
+    assert [(row["name"], row["of"], row["images"]) for row in evaluation.per_class] == [
+        ("circle", "top1", 2), ("rectangle", "top1", 2), ("triangle", "top1", 2)]
+    assert sum(row["correct"] for row in evaluation.per_class) / 6 == pytest.approx(
+        evaluation.metrics["metrics/accuracy_top1"])
+    assert client.get(f"/api/v1/jobs/{val_id}/").json()["outcome"]["evaluation"]["classes"] == 3  # yoloq status's
 
     # Predict with it on the val split: each image's top-5 classes, no boxes.
     predict_id = submit(client, f"yolo predict model={version.name}:v{version.version} source=shapescls split=val "

@@ -265,6 +265,25 @@ def test_a_classifiers_headline_is_its_top1_accuracy_named_so(bob, teams):
     assert '<td>0.750 <small class="muted">top-1 accuracy</small></td>' in row[:row.index("</tr>")]
 
 
+def test_a_classifiers_per_class_table_is_each_classes_top1_accuracy(bob, pcb):
+    """A classify val's rows (from Ultralytics' confusion matrix) have no precision or mAP: the job page and
+    the model's page show each class's images, how many its top-1 got right and that accuracy, named."""
+    job = submit(bob, f"yolo val model={pcb.reference} data=demo split=val", "val")
+    pcb.metrics, pcb.task = {"metrics/accuracy_top1": 0.6, "metrics/accuracy_top5": 1.0}, "classify"
+    pcb.save(update_fields=["metrics", "task"])
+    job = succeed(job, {
+        "mode": "val", "split": "val", "exports": [], "speed": {}, "metrics": pcb.metrics,
+        "per_class": [{"class": 0, "name": "cat", "of": "top1", "images": 2, "instances": None, "correct": 2,
+                       "accuracy": 1.0},
+                      {"class": 1, "name": "dog", "of": "top1", "images": 3, "instances": None, "correct": 1,
+                       "accuracy": 1 / 3}]})
+
+    for html in (page(bob, job), signed_in(bob).get(f"/models/{pcb.pk}/").content.decode()):
+        assert "<th>Class</th><th>Images</th><th>Top-1 correct</th><th>Top-1 accuracy</th>" in html
+        assert "<td>dog</td><td>3</td><td>1</td><td>0.333</td>" in html
+        assert "<th>mAP50</th>" not in html and "<th>Precision</th>" not in html
+
+
 def test_a_classifiers_predictions_show_each_images_top1_and_filter_by_it(bob, pcb):
     """A classify model's predict job writes each image's top-5 and no boxes: the pages show its class,
     not "0 boxes", and the gallery's class filter keeps the images whose top-1 it is."""

@@ -5,6 +5,7 @@ this device fails with its reason; a disagreeing export fails."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -215,3 +216,51 @@ def test_half_precision_on_a_cpu_node_says_once_that_it_ran_fp32(mode, setup, tm
     (started,) = [e for e in events.emitted if e["type"] == "started"]
     assert started["note"] == CPU_HALF_NOTE == "half precision needs a GPU: ran FP32"
     assert capsys.readouterr().out.count(CPU_HALF_NOTE) == 1
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    """A classifier trained one epoch (imgsz 32, CPU) on the demo classification dataset, with the data.yaml
+    an upload stores beside its folders: trained so that its top-1 classes differ from image to image."""
+    from ultralytics import YOLO
+
+    from tests.worker.test_train_child_classify import classification_data
+
+    folder = tmp_path_factory.mktemp("classify")
+    data = classification_data(folder / "pets")
+    YOLO("yolov8n-cls.yaml").train(data=str(data.parent), epochs=1, imgsz=32, batch=6, device="cpu", workers=0,
+                                   plots=False, project=str(folder), name="train", exist_ok=True, verbose=False)
+    return folder / "train" / "weights" / "last.pt", data
+
+
+def test_a_classifiers_per_class_rows_are_each_classes_top1_accuracy_from_ultralytics_confusion_matrix(
+        classifier, tmp_path):
+    """Ultralytics gives no per-class table for classify: each row is its class's column of the confusion
+    matrix Ultralytics computed (``[predicted, true]``), its images and how many of them its top-1 got right."""
+    from ultralytics import YOLO
+
+    from worker.model_modes import run_val
+
+    weights, data = classifier
+    # One class with fewer val images than the others, so a row's images are its class's own count.
+    val_folder = tmp_path / "pets"
+    shutil.copytree(data.parent, val_folder)
+    (val_folder / "val" / "triangle" / "0001.png").unlink()
+    data = val_folder / "data.yaml"
+    finished = run_val(model_path=str(weights), data=data, split="val", device="cpu", args={"imgsz": 32},
+                       output_dir=tmp_path / "out", events=Events())
+
+    ours = YOLO(str(weights)).val(data=str(data.parent), split="val", device="cpu", imgsz=32, plots=False,
+                                  project=str(tmp_path), name="direct")
+    matrix = ours.confusion_matrix.matrix
+    rows = finished["per_class"]
+    assert [row["name"] for row in rows] == ["circle", "rectangle", "triangle"], "Ultralytics' (sorted) order"
+    assert [row["images"] for row in rows] == [2, 2, 1], "each class's val images"
+    for cls, row in enumerate(rows):
+        assert row["class"] == cls and row["of"] == "top1" and row["instances"] is None
+        assert row["images"] == matrix[:, cls].sum() and row["correct"] == matrix[cls, cls]
+        assert row["accuracy"] == pytest.approx(row["correct"] / row["images"])
+    # The rows add up to the overall top-1 accuracy Ultralytics reported.
+    correct = sum(row["correct"] for row in rows)
+    assert correct / 5 == pytest.approx(finished["metrics"]["metrics/accuracy_top1"])
+    assert finished["metrics"]["metrics/accuracy_top1"] == pytest.approx(ours.results_dict["metrics/accuracy_top1"])
