@@ -390,8 +390,10 @@ def outcome_lines(api: Api, outcome: dict, job_id: str) -> list[tuple[str, str]]
                       + (f" (per class: {api.portal}jobs/{job_id}/#per-class)" if evaluation["classes"] else "")))
     predictions = outcome.get("predictions")
     if predictions:
-        lines.append(("predictions", f"{predictions['images']} images, {predictions['boxes']} boxes "
-                                     f"({api.base}{predictions['url']})"))
+        # A classifier's predict job has no boxes: "N images, 0 boxes" read as if it found nothing.
+        found = (" classified (top-5 classes each)" if predictions.get("classified")
+                 else f", {predictions['boxes']} boxes")
+        lines.append(("predictions", f"{predictions['images']} images{found} ({api.base}{predictions['url']})"))
     for export in outcome.get("exports") or []:
         verified = {True: "verified", False: "verification failed", None: "not verified"}[export.get("passed")]
         lines.append(("export", f"{export['format']}, {export['size']} bytes, {verified} "

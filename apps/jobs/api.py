@@ -265,7 +265,8 @@ class JobOutcomeOut(serializers.Serializer):
     evaluation = serializers.DictField(allow_null=True, required=False,
                                        help_text="a val job's: id, version, dataset, split, metrics, classes, url")
     predictions = serializers.DictField(allow_null=True, required=False,
-                                        help_text="a predict job's: images, boxes, url (jobs/{id}/predictions/)")
+                                        help_text="a predict job's: images, boxes, classified (a classify model's: "
+                                                  "each image's top-5 classes, no boxes), url (jobs/{id}/predictions/)")
     exports = serializers.ListField(child=serializers.DictField(), required=False,
                                     help_text="each exported file: id, format, size, passed, download")
 
@@ -296,7 +297,10 @@ class JobDetailOut(JobOut):
                 "url": f"models/{evaluation.version_id}/" if evaluation.version_id else None}
         run = getattr(job, "prediction_run", None) if mode == "predict" else None
         if run is not None:
-            outcome["predictions"] = {"images": run.images, "boxes": run.boxes, "url": f"jobs/{job.pk}/predictions/"}
+            # A classifier's predictions are each image's top-5 classes, no boxes: "0 boxes" said nothing.
+            task = ((job.spec or {}).get("resolved") or {}).get("task") or (run.version.task if run.version else "")
+            outcome["predictions"] = {"images": run.images, "boxes": run.boxes, "classified": task == "classify",
+                                      "url": f"jobs/{job.pk}/predictions/"}
         exports = list(job.exports.order_by("created_at")) if mode == "export" or job.spec.get("export") else []
         if exports:
             outcome["exports"] = [{"id": e.pk, "format": e.format, "size": e.size,

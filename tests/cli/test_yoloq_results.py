@@ -12,7 +12,7 @@ from apps.jobs.models import Job, JobState
 from apps.jobs.services import checkpoint_record
 from tests.cli.test_yoloq import logged_in, run  # noqa: F401 - fixtures
 from tests.jobs.factories import make_job
-from tests.portal.test_job_modes import pcb  # noqa: F401 - fixture
+from tests.portal.test_job_modes import pcb, submit, succeed  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -64,6 +64,36 @@ def test_status_of_a_val_job_prints_its_evaluation_and_no_epochs(bob, pcb, capsy
     page = Client()
     page.force_login(bob)
     assert 'id="per-class"' in page.get(f"/jobs/{job.pk}/").content.decode()
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_status_of_a_classifiers_predict_job_says_its_images_were_classified_not_0_boxes(bob, pcb, capsys):  # noqa: F811
+    """A classify model's predictions are each image's top-5 classes: "6 images, 0 boxes" read as nothing found."""
+    pcb.task = "classify"  # before the submit, which records the task the job runs as
+    pcb.save(update_fields=["task"])
+    job = submit(bob, f"yolo predict model={pcb.reference} source=demo split=val", "predict")
+    folder = job.run_dir / "predict"
+    folder.mkdir(parents=True)
+    (folder / "predictions.json").write_text("[]")
+    job = succeed(job, {"mode": "predict", "folder": str(folder), "images": 6, "boxes": 0, "exports": []})
+
+    code, out, _ = run(capsys, "status", str(job.pk)[:8])
+
+    assert code == 0
+    assert "predictions: 6 images classified (top-5 classes each) (http" in out and "boxes" not in out
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_status_of_a_detect_predict_job_counts_its_boxes(bob, pcb, capsys):  # noqa: F811
+    job = submit(bob, f"yolo predict model={pcb.reference} source=demo split=val", "predict")
+    folder = job.run_dir / "predict"
+    folder.mkdir(parents=True)
+    (folder / "predictions.json").write_text("[]")
+    job = succeed(job, {"mode": "predict", "folder": str(folder), "images": 6, "boxes": 9, "exports": []})
+
+    code, out, _ = run(capsys, "status", str(job.pk)[:8])
+
+    assert code == 0 and "predictions: 6 images, 9 boxes (http" in out and "classified" not in out
 
 
 @pytest.mark.usefixtures("logged_in")

@@ -97,6 +97,7 @@ def test_a_classify_job_trains_to_success_with_accuracy_per_epoch_and_a_register
                                 "imgsz=32", "shapes-cls-predict")
     predict = finished(predict_id)
     assert predict.state == JobState.SUCCEEDED, predict.error
+    assert client.get(f"/api/v1/jobs/{predict_id}/").json()["outcome"]["predictions"]["classified"] is True
     results = client.get(f"/api/v1/jobs/{predict_id}/predictions/").json()["results"]
     assert len(results) == 6 and all(item["boxes"] == [] for item in results)
     for item in results:

@@ -43,7 +43,8 @@ def test_a_predict_jobs_object_links_its_predictions(bob, pcb):  # noqa: F811
 
     outcome = api_client(bob).get(f"/api/v1/jobs/{job.pk}/").json()["outcome"]
 
-    assert outcome["predictions"] == {"images": 3, "boxes": 7, "url": f"jobs/{job.pk}/predictions/"}
+    assert outcome["predictions"] == {"images": 3, "boxes": 7, "classified": False,
+                                      "url": f"jobs/{job.pk}/predictions/"}
 
 
 def test_an_export_jobs_object_has_its_files(bob, pcb):  # noqa: F811
