@@ -18,6 +18,13 @@ prove nothing when a tiny model detects nothing. Stored with the export:
 - ``passed``: every element within ``atol + rtol·|pytorch|`` (numpy ``allclose``), with
   the tolerance for the precision: FP32 ``rtol=atol=1e-3``, FP16 ``1e-2``, INT8 ``0.1``
   (stated in :data:`TOLERANCES`). An export that fails it fails the job.
+
+A classify model's output (its head in export mode) is each image's class probabilities (softmax);
+its inputs are the images as Ultralytics' classify predictor feeds them (resized, centre-cropped,
+``classify_transforms``), not letterboxed. The same element-wise tolerance applies to the
+probabilities, and each image's top-1 class must be the same: ``top1_same`` counts the images whose
+top-1 agrees; a different top-1 fails unless PyTorch's two likeliest classes are within the
+tolerance of each other (a tie either runtime may break its own way; ``top1_ties`` counts those).
 """
 
 from __future__ import annotations
@@ -256,6 +263,8 @@ def run_export(*, model_path: str, options: dict[str, Any], device: str, data: P
     from ultralytics import YOLO
     from ultralytics.engine.exporter import Exporter
 
+    from worker.train_child import ultralytics_data
+
     fmt = options["format"]
     # One device exports: the first of the job's GPUs ("0" of "0,1"), or "cpu" on a simulated node.
     # The whole list would reach torch.jit.load as map_location "cuda:0,1" when verifying.
@@ -270,7 +279,8 @@ def run_export(*, model_path: str, options: dict[str, Any], device: str, data: P
     imgsz = options.get("imgsz") or yolo.model.args.get("imgsz", 640)
     overrides = {**yolo.overrides, "imgsz": imgsz, "batch": options.get("batch", 1), "device": device,
                  "verbose": False, "mode": "export", "format": fmt,
-                 "data": str(data) if data is not None and options.get("int8") else None}
+                 # int8 calibrates on the dataset: a classifier's as the folder Ultralytics reads it as.
+                 "data": ultralytics_data(data, yolo.task) if data is not None and options.get("int8") else None}
     # half/int8 are the user's words; Ultralytics 8.4 reads them as quantize=16/8.
     quantize = 8 if options.get("int8") else 16 if options.get("half") else None
     if quantize:
@@ -287,8 +297,10 @@ def run_export(*, model_path: str, options: dict[str, Any], device: str, data: P
     entry = {"format": fmt, "path": str(exported), "options": {k: v for k, v in options.items() if k != "format"},
              "verification": verification, "seconds": round(seconds, 2)}
     if not verification["passed"]:
+        classes = (f"top-1 class the same on {verification['top1_same']} of {verification['images']} images, "
+                   if "top1_same" in verification else "")
         raise ExportVerificationFailed(
-            f"{fmt} export disagrees with the PyTorch model: max abs diff {verification['max_abs']:.3g}, "
+            f"{fmt} export disagrees with the PyTorch model: {classes}max abs diff {verification['max_abs']:.3g}, "
             f"max rel diff {verification['max_rel']:.3g} (tolerance rtol={verification['rtol']}, "
             f"atol={verification['atol']})", verification)
     return entry
@@ -334,7 +346,9 @@ def verify_export(*, exporter: Any, exported: Path, fmt: str, images: list[Path]
     rtol, atol = TOLERANCES[precision]
     reference = exporter.model
     batch = int(exporter.args.batch or 1)
-    inputs = _letterboxed(images[:VERIFY_IMAGES], tuple(exporter.imgsz), int(max(reference.stride)))
+    classify = getattr(reference, "task", "") == "classify"
+    inputs = (_classify_inputs(images[:VERIFY_IMAGES], tuple(exporter.imgsz)) if classify
+              else _letterboxed(images[:VERIFY_IMAGES], tuple(exporter.imgsz), int(max(reference.stride))))
     if not inputs:
         raise RuntimeError("no validation image could be read to verify the export")
     run = _runner(fmt, exported, exporter, device)
@@ -344,6 +358,7 @@ def verify_export(*, exporter: Any, exported: Path, fmt: str, images: list[Path]
     max_ref = 0.0
     passed = True
     shapes: list[list[int]] = []
+    top1_same = top1_ties = 0
     for array in inputs:
         if batch > 1:
             array = np.repeat(array, batch, axis=0)  # a static batch: fill it with copies
@@ -361,9 +376,40 @@ def verify_export(*, exporter: Any, exported: Path, fmt: str, images: list[Path]
             passed = passed and bool(np.all(diff <= atol + rtol * np.abs(e)))
             if len(shapes) < len(expected):
                 shapes.append(list(e.shape))
-    return {"runtime": _runtime_name(fmt), "images": len(inputs), "outputs": shapes, "precision": precision,
-            "max_abs": max_abs, "max_rel": max_abs / max_ref if max_ref else 0.0, "rtol": rtol, "atol": atol,
-            "passed": passed}
+        if classify:
+            probabilities, theirs = expected[0][0], got[0][0]  # the first of a filled static batch
+            first, second = np.sort(probabilities)[::-1][:2]
+            if int(np.argmax(probabilities)) == int(np.argmax(theirs)):
+                top1_same += 1
+            elif first - second <= atol + rtol * first:
+                top1_ties += 1
+            else:
+                passed = False
+    verification = {"runtime": _runtime_name(fmt), "images": len(inputs), "outputs": shapes, "precision": precision,
+                    "max_abs": max_abs, "max_rel": max_abs / max_ref if max_ref else 0.0, "rtol": rtol, "atol": atol,
+                    "passed": passed}
+    if classify:
+        verification.update(compared="class probabilities", top1_same=top1_same, top1_ties=top1_ties)
+    return verification
+
+
+def _classify_inputs(images: list[Path], imgsz: tuple[int, int]) -> list[Any]:
+    """Each image as Ultralytics' classify predictor feeds it: RGB, resized and centre-cropped to the
+    export size (``classify_transforms``), NCHW float32."""
+    import numpy as np
+    from PIL import Image
+    from ultralytics.data.augment import classify_transforms
+
+    transform = classify_transforms(size=imgsz)
+    batches = []
+    for image in images:
+        try:
+            with Image.open(image) as opened:
+                rgb = opened.convert("RGB")
+        except OSError:
+            continue
+        batches.append(np.ascontiguousarray(transform(rgb).numpy()[None], dtype=np.float32))
+    return batches
 
 
 def _runtime_name(fmt: str) -> str:

@@ -142,7 +142,7 @@ def _registered_ref(dataset: Dataset, kinds: tuple[str, ...]) -> DataRef:
     if dataset.kind not in kinds:
         if dataset.kind == Dataset.Kind.CLASSIFY:
             raise ValueError(f"dataset {dataset.reference} is a classification dataset (a folder of images per "
-                             "class), which only train, val and predict jobs use")
+                             "class), which only train, val and predict jobs and the export of a classify model use")
         raise ValueError(f"dataset {dataset.reference} is an upload of images without labels; "
                          "only predict jobs can use it (source=…)")
     if not shared_filesystem():

@@ -58,12 +58,6 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
             resolved["task"] = model.task
             task_refused = _model_task_refused(spec, model, errors)
 
-    if model is not None and model.task == "classify" and spec.mode == "export":
-        # An export is verified on a YOLO dataset's images against the model's boxes: not written for a
-        # classifier's probabilities yet, so refused here rather than failing once it runs.
-        errors[_field(spec, "model")] = (
-            f"{args.get('model')} is a classify model, and export jobs are not supported for classify "
-            f"models yet (train, val and predict are)")
     if spec.mode in ("train", "val"):
         data = _data(spec, team, "data", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY))
         if data is not None:
@@ -84,12 +78,7 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
             inputs["data"] = source.lineage()
     elif spec.mode == "export":
         _export_inputs(spec, team, model, resolved, inputs, errors)
-    if spec.export and (resolved.get("task") or (spec.task if spec.mode == "train" else "")) == "classify":
-        # The export after training is verified like an export job's (boxes on a YOLO dataset's
-        # images): it would fail once the training is done (review22: only export jobs were refused).
-        errors["export"] = ("export after training is not supported for classify models yet: train, then "
-                            "download the weights (train, val and predict jobs work for them)")
-    elif spec.export:
+    if spec.export:
         resolved["export"] = [{"format": fmt} for fmt in spec.export]
     return resolved, inputs, errors
 
@@ -244,7 +233,10 @@ def _export_inputs(spec: JobSpec, team, model: ModelRef | None, resolved: dict, 
     resolved["export"] = [{"format": args.get("format"), **{k: args[k] for k in (
         "half", "int8", "dynamic", "imgsz", "batch", "simplify", "opset") if k in args}}]
     if args.get("data"):
-        data = _data(spec, team, "data", errors)
+        # A classifier's export is verified on a classification dataset's images (or any YOLO dataset's).
+        kinds = ((Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY) if model is not None and model.task == "classify"
+                 else (Dataset.Kind.YOLO,))
+        data = _data(spec, team, "data", errors, kinds=kinds)
     else:
         version = model.weights.version if model is not None and model.weights else None
         dataset = _trained_on(version)
@@ -264,6 +256,6 @@ def _export_inputs(spec: JobSpec, team, model: ModelRef | None, resolved: dict, 
 def _trained_on(version: ModelVersion | None) -> Dataset | None:
     if version is None:
         return None
-    if version.dataset is not None and version.dataset.kind == Dataset.Kind.YOLO:
+    if version.dataset is not None and version.dataset.kind in (Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY):
         return version.dataset
     return None

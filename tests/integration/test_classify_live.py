@@ -1,7 +1,7 @@
 """Classification end to end with real parts: a train/<class>/ folder uploaded through the API, a
 classify job run by the real scheduler and gpu_worker (Ultralytics on the CPU, imgsz 32), its
-top-1/top-5 accuracy per epoch, checkpoints, the registered version, and a val and a predict job of
-that version."""
+top-1/top-5 accuracy per epoch, checkpoints, the registered version, and a val, a predict and an
+export job of that version."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from apps.jobs.models import Checkpoint, Job, JobState
-from apps.registry.models import Evaluation, ModelVersion
+from apps.registry.models import Evaluation, Export, ModelVersion
 from tests.conftest import api_client
 
 from .live import wait_for
@@ -31,9 +31,9 @@ def zipped(folder: Path) -> bytes:
     return buffer.getvalue()
 
 
-def submit(client, command: str, name: str) -> str:
+def submit(client, command: str, name: str, **more) -> str:
     spec = {"task_name": name, "command": command, "resources": {"gpu": 1, "cpu": "1", "memory": "4Gi"},
-            "user": "vision"}
+            "user": "vision", **more}
     response = client.post("/api/v1/jobs/", spec, format="json")
     assert response.status_code == 201, response.content
     return response.json()["id"]
@@ -62,9 +62,13 @@ def test_a_classify_job_trains_to_success_with_accuracy_per_epoch_and_a_register
     live.start_scheduler()
     live.start_worker()
     job_id = submit(client, "yolo classify train data=shapescls model=yolov8n-cls.yaml epochs=2 imgsz=32 batch=6 "
-                            "seed=1", "shapes-cls")
+                            "seed=1", "shapes-cls", export=["torchscript"])
     job = finished(job_id)
     assert job.state == JobState.SUCCEEDED, job.error
+    # The export after training, verified on the training's classification dataset like an export job.
+    (after,) = Export.objects.filter(job_id=job_id)
+    assert after.format == "torchscript" and after.verification["passed"]
+    assert after.verification["compared"] == "class probabilities"
 
     metrics = client.get(f"/api/v1/jobs/{job_id}/metrics/").json()["results"]
     assert [m["epoch"] for m in metrics] == [1, 2]
@@ -103,6 +107,16 @@ def test_a_classify_job_trains_to_success_with_accuracy_per_epoch_and_a_register
     for item in results:
         assert sorted(c["name"] for c in item["top5"]) == version.class_names  # all three classes, ranked
         assert item["top5"][0]["conf"] >= item["top5"][-1]["conf"]
+
+    # Export it without data=: verified on the dataset it was trained on (its val images), class
+    # probabilities and top-1 against the PyTorch model.
+    export_id = submit(client, f"yolo export model={version.name}:v{version.version} format=onnx imgsz=32",
+                       "shapes-cls-export")
+    export = finished(export_id)
+    assert export.state == JobState.SUCCEEDED, export.error
+    check = Export.objects.get(job_id=export_id).verification
+    assert check["passed"] and check["compared"] == "class probabilities" and check["outputs"] == [[1, 3]]
+    assert check["top1_same"] + check["top1_ties"] == check["images"] == 4
 
 
 def test_a_classify_sweep_without_a_metric_ranks_its_trials_by_top1_and_registers_the_best(live, alice, tmp_path):

@@ -1,13 +1,16 @@
 """Submitting classify jobs: a classify task needs a classification dataset and a -cls model (its YAML
 or weights whose head classifies); every mismatch is refused naming the field. Val of a classify model
-and predict are accepted; export is refused (its verification is written for boxes)."""
+and predict are accepted; so is export, verified on a classification dataset's images
+(worker.model_modes.verify_export compares class probabilities and top-1)."""
 
 from __future__ import annotations
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from apps.datasets.models import Dataset
 from apps.jobs.models import Job
+from apps.registry.models import ModelVersion
 from tests.conftest import api_client
 from tests.datasets.archives import PNG, make_zip, upload, valid_files
 from tests.registry.conftest import build_checkpoint
@@ -105,22 +108,33 @@ def test_a_predict_of_classify_weights_is_accepted_on_a_datasets_split(bob, pets
     assert submit(bob, f"yolo predict model=petnet:v1 source={source}").status_code == 201
 
 
-def test_an_export_of_a_classify_model_is_refused_on_the_model(bob, pets, cls_weights):
-    problem = refusal(submit(bob, "yolo export model=petnet:v1 format=onnx data=pcb"), "command.model")
-    assert problem == ("petnet:v1 is a classify model, and export jobs are not supported for classify models yet "
-                       "(train, val and predict are)")
+def test_an_export_of_a_classify_model_is_verified_on_the_classification_dataset_given(bob, pets, cls_weights):
+    response = submit(bob, "yolo export model=petnet:v1 format=onnx data=pets")
+    assert response.status_code == 201, response.content
+    resolved = Job.objects.get(pk=response.json()["id"]).spec["resolved"]
+    assert resolved["export"] == [{"format": "onnx"}] and resolved["data_yaml"].startswith("datasets/")
+    assert resolved["data_yaml"] == Dataset.objects.get(name="pets").yaml_key
 
 
+def test_an_export_of_a_classify_version_without_data_is_verified_on_its_training_dataset(bob, pets, cls_weights):
+    """As a detect version's export is: the dataset it was trained on (recorded as a training records it)."""
+    ModelVersion.objects.filter(name="petnet").update(dataset=Dataset.objects.get(name="pets"))
+    response = submit(bob, "yolo export model=petnet:v1 format=torchscript")
+    assert response.status_code == 201, response.content
+    assert Job.objects.get(pk=response.json()["id"]).spec["resolved"]["data_yaml"] == \
+        Dataset.objects.get(name="pets").yaml_key
 
 
-def test_a_classify_training_that_asks_for_an_export_after_it_is_refused_on_the_export(bob, pets):
-    """Only export jobs were refused: the export after training is verified the same way and would
-    fail once the training had run (review22)."""
+def test_an_export_of_uploaded_classify_weights_without_data_asks_for_a_dataset(bob, pets, cls_weights):
+    problem = refusal(submit(bob, "yolo export model=petnet:v1 format=onnx"), "command.data")
+    assert problem.startswith("is required here: the export is verified on validation images")
+
+
+def test_a_classify_training_may_ask_for_an_export_after_it(bob, pets):
+    """Verified on the training's own classification dataset (review22 refused it while exports were boxes only)."""
     response = api_client(bob).post("/api/v1/jobs/", {
         "task_name": "pets", "command": "yolo train data=pets model=yolov8n-cls.yaml epochs=1 imgsz=32",
-        "export": ["onnx"]}, format="json")
-    assert refusal(response, "export").startswith("export after training is not supported for classify models yet")
-    detect = api_client(bob).post("/api/v1/jobs/", {
-        "task_name": "pcb", "command": "yolo train data=pcb model=yolov8n.yaml epochs=1 imgsz=32",
-        "export": ["onnx"]}, format="json")
-    assert detect.status_code == 201, detect.content
+        "export": ["onnx", "torchscript"]}, format="json")
+    assert response.status_code == 201, response.content
+    assert Job.objects.get(pk=response.json()["id"]).spec["resolved"]["export"] == [
+        {"format": "onnx"}, {"format": "torchscript"}]

@@ -284,6 +284,22 @@ def test_a_classifiers_per_class_table_is_each_classes_top1_accuracy(bob, pcb):
         assert "<th>mAP50</th>" not in html and "<th>Precision</th>" not in html
 
 
+def test_a_classifiers_export_says_it_compared_class_probabilities_and_top1(bob, pcb):
+    job = submit(bob, f"yolo export model={pcb.reference} format=onnx", "export")
+    exported = job.run_dir / "export" / "pcb.onnx"
+    exported.parent.mkdir(parents=True)
+    exported.write_bytes(b"onnx bytes")
+    verification = {"runtime": "onnxruntime 1.20", "images": 4, "outputs": [[1, 3]], "precision": "fp32",
+                    "max_abs": 2e-7, "max_rel": 3e-7, "rtol": 0.001, "atol": 0.001, "passed": True,
+                    "compared": "class probabilities", "top1_same": 4, "top1_ties": 0}
+    job = succeed(job, {"mode": "export", "exports": [{"format": "onnx", "path": str(exported), "options": {},
+                                                       "verification": verification, "seconds": 1.0}]})
+
+    html = page(bob, job)
+    assert "onnxruntime 1.20 on 4 images (class probabilities; top-1 the same on 4) <span" in html
+    assert "a tie on" not in html
+
+
 def test_a_classifiers_predictions_show_each_images_top1_and_filter_by_it(bob, pcb):
     """A classify model's predict job writes each image's top-5 and no boxes: the pages show its class,
     not "0 boxes", and the gallery's class filter keeps the images whose top-1 it is."""

@@ -264,3 +264,53 @@ def test_a_classifiers_per_class_rows_are_each_classes_top1_accuracy_from_ultral
     correct = sum(row["correct"] for row in rows)
     assert correct / 5 == pytest.approx(finished["metrics"]["metrics/accuracy_top1"])
     assert finished["metrics"]["metrics/accuracy_top1"] == pytest.approx(ours.results_dict["metrics/accuracy_top1"])
+
+
+@pytest.mark.parametrize(("options", "precision"), [
+    ({"format": "onnx"}, "fp32"),
+    ({"format": "onnx", "half": True}, "fp16"),
+    ({"format": "torchscript"}, "fp32"),
+])
+def test_a_classifiers_export_agrees_on_each_images_class_probabilities_and_top1(options, precision, classifier,
+                                                                                  tmp_path):
+    """Verified on a classification dataset's images as its predictor feeds them (resized, centre-cropped):
+    the exported probabilities within the precision's tolerance of PyTorch's, and the same top-1 class."""
+    import numpy as np
+    import onnxruntime
+    from ultralytics import YOLO
+
+    from worker.model_modes import VERIFY_IMAGES, run_export, split_images
+
+    weights, data = classifier
+    images = split_images(data, "val")
+    entry = run_export(model_path=str(weights), options={**options, "imgsz": 32}, device="cpu", data=data,
+                       verify_images=images, output_dir=tmp_path, engine_allowed=False)
+
+    check = entry["verification"]
+    assert check["passed"] and check["precision"] == precision and check["compared"] == "class probabilities"
+    assert check["images"] == VERIFY_IMAGES and check["outputs"] == [[1, 3]], "one probability per class"
+    assert check["top1_same"] + check["top1_ties"] == VERIFY_IMAGES
+    assert (check["rtol"], check["atol"]) == {"fp32": (1e-3, 1e-3), "fp16": (1e-2, 1e-2)}[precision]
+    if options["format"] == "onnx":
+        # The file answers like the model on an image the predictor's own way: Ultralytics loading the
+        # export (its AutoBackend) gives the PyTorch model's top-1 class and probabilities.
+        exported = YOLO(entry["path"], task="classify").predict(str(images[0]), imgsz=32, device="cpu",
+                                                                verbose=False)[0].probs
+        pytorch = YOLO(str(weights)).predict(str(images[0]), imgsz=32, device="cpu", verbose=False)[0].probs
+        assert exported.top1 == pytorch.top1
+        assert np.allclose(exported.data.numpy(), pytorch.data.numpy(), rtol=check["rtol"], atol=check["atol"])
+        assert onnxruntime.InferenceSession(entry["path"]).get_outputs()[0].shape[1] == 3
+
+
+def test_a_classifiers_export_whose_probabilities_differ_fails_with_its_figures(classifier, tmp_path, monkeypatch):
+    """Tolerances of zero: the fp16 export's probabilities (which do differ a little) must be refused."""
+    from worker import model_modes
+
+    weights, data = classifier
+    monkeypatch.setitem(model_modes.TOLERANCES, "fp16", (0.0, 0.0))
+    with pytest.raises(model_modes.ExportVerificationFailed) as failed:
+        model_modes.run_export(model_path=str(weights), options={"format": "onnx", "half": True, "imgsz": 32},
+                               device="cpu", data=data, verify_images=model_modes.split_images(data, "val"),
+                               output_dir=tmp_path, engine_allowed=False)
+    assert failed.value.verification["passed"] is False and failed.value.verification["max_abs"] > 0
+    assert "max abs diff" in str(failed.value) and "top-1 class the same on" in str(failed.value)
