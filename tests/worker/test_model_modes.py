@@ -314,3 +314,16 @@ def test_a_classifiers_export_whose_probabilities_differ_fails_with_its_figures(
                                output_dir=tmp_path, engine_allowed=False)
     assert failed.value.verification["passed"] is False and failed.value.verification["max_abs"] > 0
     assert "max abs diff" in str(failed.value) and "top-1 class the same on" in str(failed.value)
+
+
+@pytest.mark.parametrize(("pytorch", "exported", "verdict"), [
+    ([0.7, 0.2, 0.1], [0.69, 0.21, 0.1], "same"),
+    # PyTorch's two likeliest 0.0005 apart, under fp32's atol + rtol·p (≈0.0015): either is its answer.
+    ([0.4, 0.3995, 0.2005], [0.3995, 0.4, 0.2005], "tie"),
+    # 0.1 apart: another top-1 is a different answer, even with each probability within 0.06 of PyTorch's.
+    ([0.45, 0.35, 0.2], [0.39, 0.41, 0.2], "different"),
+])
+def test_a_classifiers_top1_counts_as_changed_only_when_pytorch_was_not_torn(pytorch, exported, verdict):
+    from worker.model_modes import top1_verdict
+
+    assert top1_verdict(pytorch, exported, rtol=1e-3, atol=1e-3) == verdict
