@@ -160,11 +160,11 @@ def test_with_an_object_store_nothing_is_marked_or_checked(demo_registered, sett
 
 
 @pytest.fixture
-def slurm_placed(demo_registered, alice, teams, settings, live_server):
-    """A job the slurm_agent has submitted to the one node of its partition, the installation's
-    storage marked; the relay reports to a real portal."""
-    from apps.jobs.models import ExecutorAttempt, Job
-    from apps.jobs.services import job_claim
+def slurm_partition(demo_registered, alice, teams, settings, live_server):
+    """The slurm_agent of a one-node partition, the installation's storage marked, and a demo
+    training job not yet placed; the relay reports to a real portal."""
+    from apps.datasets.models import Dataset
+    from apps.jobs.models import Job
     from tests.jobs.factories import make_job
     from tests.worker.test_shared_storage import PartitionOfOne
     from worker.executors.slurm import SlurmAgent
@@ -173,16 +173,28 @@ def slurm_placed(demo_registered, alice, teams, settings, live_server):
     settings.SLURM_PORTAL_URL = live_server.url
     agent = SlurmAgent("gpu", client=PartitionOfOne())
     agent.sync_nodes(force=True)
-    from apps.datasets.models import Dataset
-
     job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=0)
     yaml_key = Dataset.objects.filter(team=teams["vision"]).values_list("yaml_key", flat=True).get()
     job.spec["resolved"] = {"data_yaml": yaml_key, "model": {"yaml": "yolov8n.yaml"}}
     Job.objects.filter(pk=job.pk).update(spec=job.spec)
+    return agent, job
+
+
+def slurm_submit(agent, job):
+    """Place ``job`` on the partition's node and let the agent submit it: (agent, job, its attempt's record)."""
+    from apps.jobs.models import ExecutorAttempt, Job
+    from apps.jobs.services import job_claim
+
     assert job_claim(job, node=Node.objects.get(name="gpu01"), gpu_indices=[0], gpu_share=1.0, run_class="medium")
     assert agent.start_placed()
     job = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
-    return agent, job, ExecutorAttempt.objects.get(job=job)
+    return agent, job, ExecutorAttempt.objects.get(job=job, attempt=job.attempt)
+
+
+@pytest.fixture
+def slurm_placed(slurm_partition):
+    """A job the slurm_agent has submitted to the one node of its partition."""
+    return slurm_submit(*slurm_partition)
 
 
 def slurm_ended(agent, record, state: str):
@@ -298,17 +310,11 @@ def test_a_malformed_storage_lost_report_still_ends_the_attempt(slurm_placed):
 def slurm_again(agent, job):
     """The job's next attempt, placed on the partition's node again (its storage problem cleared)."""
     from apps.cluster.services import node_storage_problem_set
-    from apps.jobs.models import ExecutorAttempt, Job
-    from apps.jobs.services import job_claim
+    from apps.jobs.models import Job
 
-    node = Node.objects.get(name="gpu01")
     agent.node_storage.clear()
-    node_storage_problem_set(node, problem="")
-    assert job_claim(Job.objects.get(pk=job.pk), node=Node.objects.get(name="gpu01"), gpu_indices=[0],
-                     gpu_share=1.0, run_class="medium")
-    assert agent.start_placed()
-    job = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
-    return agent, job, ExecutorAttempt.objects.get(job=job, attempt=job.attempt)
+    node_storage_problem_set(Node.objects.get(name="gpu01"), problem="")
+    return slurm_submit(agent, Job.objects.get(pk=job.pk))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -334,8 +340,7 @@ def test_a_job_whose_attempts_keep_reporting_lost_storage_is_not_believed_a_thir
 
 
 @pytest.mark.django_db(transaction=True)  # the relay reports over HTTP to the live server
-def test_a_checkpoint_the_slurm_node_cannot_load_because_its_mount_went_is_kept(
-        demo_registered, alice, teams, settings, live_server):
+def test_a_checkpoint_the_slurm_node_cannot_load_because_its_mount_went_is_kept(slurm_partition, settings):
     """Resuming while the node's mount is gone, the child cannot load the checkpoint (exit 4): the
     relay fell back to the next candidate, its report rejected the checkpoint (the row deleted),
     and the run went on from scratch without the storage (review22). The mount is the problem:
@@ -345,30 +350,16 @@ def test_a_checkpoint_the_slurm_node_cannot_load_because_its_mount_went_is_kept(
     import threading
     import time
 
-    from apps.datasets.models import Dataset
-    from apps.jobs.models import Checkpoint, ExecutorAttempt, Job, JobState
-    from apps.jobs.services import job_claim
-    from tests.jobs.factories import make_job
-    from tests.worker.test_shared_storage import PartitionOfOne
+    from apps.jobs.models import Checkpoint, ExecutorAttempt, JobState
     from worker.executors.relay import Relay
-    from worker.executors.slurm import SlurmAgent
 
-    Chores().storage_marks()
-    settings.SLURM_PORTAL_URL = live_server.url
-    agent = SlurmAgent("gpu", client=PartitionOfOne())
-    agent.sync_nodes(force=True)
-    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=0)
-    yaml_key = Dataset.objects.filter(team=teams["vision"]).values_list("yaml_key", flat=True).get()
-    job.spec["resolved"] = {"data_yaml": yaml_key, "model": {"yaml": "yolov8n.yaml"}}
-    Job.objects.filter(pk=job.pk).update(spec=job.spec)
+    agent, job = slurm_partition
     checkpoint = job.run_dir / "checkpoints" / "epoch-0002.pt"
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     checkpoint.write_bytes(b"half of a checkpoint, read through a mount that went away")
     Checkpoint.objects.create(job=job, epoch=2, attempt=1, path=str(checkpoint), size=checkpoint.stat().st_size,
                               sha256=hashlib.sha256(checkpoint.read_bytes()).hexdigest())
-    assert job_claim(job, node=Node.objects.get(name="gpu01"), gpu_indices=[0], gpu_share=1.0, run_class="medium")
-    assert agent.start_placed()
-    record = ExecutorAttempt.objects.get(job=job)
+    agent, job, record = slurm_submit(agent, job)
     config = json.loads((job.run_dir / "attempt-1" / "relay.json").read_text())
     assert [run["epoch"] for run in config["runs"]] == [2, None]
 
