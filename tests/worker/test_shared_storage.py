@@ -274,3 +274,30 @@ def test_a_slurm_submit_that_cannot_write_to_a_lost_storage_requeues_the_job_ins
     assert requeued.message.startswith("the slurm_agent cannot write to the shared storage (")
     agent.sync_nodes()  # due at once (the next tick): it marks the partition
     assert Node.objects.get(name="gpu01").storage_problem != ""
+
+
+@pytest.mark.django_db(transaction=True)  # train() and finish() close stale connections, as a work-horse must
+def test_a_checkpoint_unloadable_because_the_jobs_mount_dropped_requeues_the_job_and_keeps_the_checkpoint(placed):
+    """The pre-start check passed and the mount dropped as the resumed child loaded its checkpoint
+    (exit 4): before, the worker took it for the checkpoint's fault, rejected one candidate after
+    another (their rows deleted: the job's resume points gone for good) and started over from
+    scratch: with the storage really gone that fails the job, a retry spent (review22 #6)."""
+    from apps.core.storage_marks import MARKER_NAME
+    from apps.jobs.models import Checkpoint, Job, JobEvent, JobState
+    from apps.jobs.services import attempt_start
+    from apps.scheduling.management.commands.scheduler import Chores
+    from tests.jobs.factories import stored_checkpoint
+    from worker.tasks import AttemptRunner
+
+    Chores().storage_marks()  # the installation's markers: from now on nodes check them
+    job = attempt_start(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-a")
+    stored_checkpoint(job, 2)  # recorded with its bytes, which Ultralytics cannot load
+    (job.run_dir.parent / MARKER_NAME).unlink()  # this node's view: the jobs mount just went
+    assert AttemptRunner(job).train() == "requeued"
+    job = Job.objects.get(pk=placed.pk)
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 1)  # no retry spent
+    assert list(Checkpoint.objects.filter(job_id=job.pk).values_list("epoch", flat=True)) == [2]
+    assert "checkpoint_rejected" not in kinds(job)
+    requeued = JobEvent.objects.get(job_id=job.pk, kind="storage_unavailable")
+    assert "node-a lost the shared storage while the attempt ran" in requeued.message
+    assert "JOBS_DIR" in Node.objects.get(name="node-a").storage_problem
