@@ -702,7 +702,7 @@ class AttemptRunner:
                 self.uploader.abandon()  # the job is no longer this attempt's: another may be writing it
             else:  # the next attempt, on whichever node, resumes from the last epoch
                 self.uploader.close(self.check_in)
-        if result.outcome == "failed" and (result.error or {}).get("kind") != "oom":
+        if result.outcome == "succeeded" or (result.outcome == "failed" and (result.error or {}).get("kind") != "oom"):
             self.storage_lost_check(result)
         if result.outcome == "succeeded":
             # Results into the artifact store before the success is recorded (nothing to do on a
@@ -724,7 +724,14 @@ class AttemptRunner:
     def storage_lost_check(self, result: ChildResult) -> None:
         """A training that failed while this node cannot read the shared storage failed for that
         (a "dataset YAML not found" that raced the pre-check, a checkpoint write into a dropped
-        mount): the node is marked and the job requeued elsewhere (``storage_lost``), not failed."""
+        mount): the node is marked and the job requeued elsewhere (``storage_lost``), not failed.
+
+        One that *succeeded* meanwhile is requeued too: what it wrote after the mount went (its
+        weights, its last checkpoints) is on this node's empty mount point, where no other machine
+        and no download finds it, so recording the success would register weights nobody can
+        fetch. The next attempt resumes from the newest checkpoint that is on the storage; one of
+        the final epoch only reports the training finished (train_child), so a mount that
+        flickered after the results were written costs a restart, not the training."""
         lost = storage_lost_now(self.job)
         if lost:
             result.outcome, result.error = "storage_lost", {"kind": "storage", "message": lost}

@@ -301,3 +301,27 @@ def test_a_checkpoint_unloadable_because_the_jobs_mount_dropped_requeues_the_job
     requeued = JobEvent.objects.get(job_id=job.pk, kind="storage_unavailable")
     assert "node-a lost the shared storage while the attempt ran" in requeued.message
     assert "JOBS_DIR" in Node.objects.get(name="node-a").storage_problem
+
+
+@pytest.mark.django_db(transaction=True)  # train() and finish() close stale connections, as a work-horse must
+def test_a_training_that_succeeds_after_the_jobs_mount_dropped_is_requeued_not_recorded_as_a_success(placed):
+    """Its weights went to this node's empty mount point: recorded as a success, the job's weights
+    were registered where no other machine and no download finds them."""
+    from apps.core.storage_marks import MARKER_NAME
+    from apps.jobs.models import Job, JobEvent, JobState
+    from apps.jobs.services import attempt_start
+    from apps.registry.models import ModelVersion
+    from apps.scheduling.management.commands.scheduler import Chores
+    from worker.tasks import AttemptRunner
+
+    Chores().storage_marks()
+    job = attempt_start(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-a")
+    (job.run_dir.parent / MARKER_NAME).unlink()  # the jobs mount goes as the training runs
+    assert AttemptRunner(job).train() == "requeued"
+    job = Job.objects.get(pk=placed.pk)
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 1)
+    assert "succeeded" not in kinds(job) and not ModelVersion.objects.filter(job_id=job.pk).exists()
+    requeued = JobEvent.objects.get(job_id=job.pk, kind="storage_unavailable")
+    assert requeued.message.startswith("node node-a lost the shared storage while the attempt ran: shared storage "
+                                       "unreachable: JOBS_DIR (no storage marker)")
+    assert "JOBS_DIR" in Node.objects.get(name="node-a").storage_problem

@@ -379,3 +379,36 @@ def test_a_checkpoint_the_slurm_node_cannot_load_because_its_mount_went_is_kept(
     job = slurm_ended(agent, record, "FAILED")
     assert (job.state, job.attempt) == (JobState.QUEUED, 2)
     assert Checkpoint.objects.filter(job=job, epoch=2).exists()
+
+
+@pytest.mark.django_db(transaction=True)  # the relay reports over HTTP to the live server
+def test_a_slurm_training_that_succeeds_after_its_jobs_mount_went_is_requeued_not_a_success(
+        slurm_partition, settings):
+    """Its weights went to the compute node's empty mount point (worker/tasks.py storage_lost_check
+    is the local worker's side)."""
+    import json
+    import threading
+    import time
+
+    from apps.jobs.models import ExecutorAttempt, JobState
+    from worker.executors.relay import Relay
+
+    agent, job = slurm_partition
+    settings.SLURM_SIMULATED_GPUS = True  # it trains, on the CPU
+    agent.sync_nodes(force=True)
+    agent, job, record = slurm_submit(agent, job)
+    relay = Relay(json.loads((job.run_dir / "attempt-1" / "relay.json").read_text()))
+
+    def mount_goes_once_the_child_runs() -> None:  # past the relay's check before the training
+        while relay.child is None:
+            time.sleep(0.01)
+        (settings.JOBS_DIR / MARKER_NAME).unlink()
+
+    threading.Thread(target=mount_goes_once_the_child_runs, daemon=True).start()
+    assert relay.run() == 1
+    report = ExecutorAttempt.objects.get(pk=record.pk).report
+    assert (report["outcome"], report["exit_code"]) == ("storage_lost", 0), "\n".join(report["log_tail"])  # the training itself succeeded
+    Chores().storage_marks()
+
+    job = slurm_ended(agent, record, "COMPLETED")
+    assert (job.state, job.attempt) == (JobState.QUEUED, 2)

@@ -200,9 +200,10 @@ class Relay:
                               stop_reason=self.stop_reason if self.stop_reason in ("cancelled", "fenced") else "")
         if exit_code == EXIT_STOPPED:
             outcome = "timed_out"  # it stopped after a checkpoint because Slurm's limit was near
-        if outcome in ("failed", "checkpoint_unusable") and (lost := self.storage_lost()):
+        if outcome in ("failed", "checkpoint_unusable", "succeeded") and (lost := self.storage_lost()):
             # Its data or checkpoint writes failed because the mount went mid-run (its own
-            # error is in the log tail): the node's, not the job's.
+            # error is in the log tail): the node's, not the job's. A success too: its results
+            # went to the node's empty mount point (worker/tasks.py, storage_lost_check).
             outcome, error = "storage_lost", lost
         final = {"exit_code": exit_code, "outcome": outcome, "finished": finished, "error": error, "batch": batch,
                  "log_tail": self.log_tail[-40:], "terminated": self.terminated}
