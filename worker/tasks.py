@@ -23,6 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import Sum
+from django.utils import timezone
 from rq.timeouts import JobTimeoutException
 
 from apps.cluster.services import node_storage_problem_set
@@ -36,6 +37,8 @@ from apps.jobs.services import (
     attempt_event_record,
     attempt_finish,
     attempt_heartbeat,
+    attempt_previous_stop_by,
+    attempt_resume_choose,
     attempt_start,
     attempt_stop_grace,
     checkpoint_reject,
@@ -93,6 +96,11 @@ GPU_WAIT_S = 60.0
 # How long a horse whose training was killed by a signal it did not send waits to see
 # whether its own worker is dying too (then the node's loss, not the kill, is reported).
 WORKER_SETTLE_S = 1.0
+# How long past a preempted previous attempt's grace this attempt still waits for it to report
+# its stop before choosing a checkpoint: the old worker's check-in (at most 2 s), the kill of its
+# child (KILL_GRACE_S), its last events and output, and the clocks of two machines.
+PREVIOUS_STOP_MARGIN_S = 15.0
+PREVIOUS_STOP_POLL_S = 0.5
 # Once a job's stored log is full, its output file is emptied whenever it grows past this.
 LOG_FILE_KEEP_BYTES = 1 << 20
 
@@ -503,14 +511,64 @@ class AttemptRunner:
             self.local[key] = str(path)
         return ""
 
+    def previous_attempt_wait(self) -> str:
+        """Wait, before choosing a checkpoint, while the attempt before this one was preempted and
+        may still be finishing its epoch; '' or why to stop instead.
+
+        A gracefully preempted attempt stops at its next epoch end, within its grace, and records
+        that epoch's metrics and checkpoint after its requeue. This attempt is often placed and
+        started meanwhile: choosing now would resume from the checkpoint before and train that
+        epoch again. So it waits for the old attempt's stop report, at most until its grace ends
+        (plus PREVIOUS_STOP_MARGIN_S), then goes on with what was recorded and says so. Not at all
+        after a crash, a lost node or a retry, or once the old attempt has stopped
+        (jobs.services.attempt_previous_stop_by).
+        """
+        stop_by = attempt_previous_stop_by(self.job, margin_s=PREVIOUS_STOP_MARGIN_S)
+        if stop_by is None:
+            return ""
+        previous = self.job.attempt - 1
+        left = max((stop_by - timezone.now()).total_seconds(), 0.0)
+        job_event(self.job, "waiting_for_previous_attempt",
+                  f"attempt {previous} was preempted and may still be finishing its epoch: waiting up to {left:.0f} s "
+                  f"for it to stop before choosing a checkpoint", {"attempt": previous})
+        while stop_by is not None:
+            if timezone.now() >= stop_by:
+                job_event(self.job, "previous_attempt_silent",
+                          f"attempt {previous} did not report its stop within its preemption grace; resuming from "
+                          f"the checkpoints recorded so far", {"attempt": previous})
+                return ""
+            stop = self.check_in()
+            if stop:
+                return stop
+            time.sleep(PREVIOUS_STOP_POLL_S)
+            stop_by = attempt_previous_stop_by(self.job, margin_s=PREVIOUS_STOP_MARGIN_S)
+        return ""
+
+    def resume_candidates(self) -> tuple[list[Checkpoint | None], str]:
+        """What to try, in order: the verified checkpoints, newest first, then from scratch (None);
+        or why to stop instead.
+
+        1. Training only (val, predict and export start over): wait while the attempt before
+           this one may still record its epoch end (:meth:`previous_attempt_wait`).
+        2. Close the fence on it (jobs.services.attempt_resume_choose), then read the checkpoints:
+           whatever it recorded before is read here, whatever it reports after is refused.
+        """
+        resumable = self.job.spec.get("mode", "train") == "train"
+        if resumable:
+            stop = self.previous_attempt_wait()
+            if stop:
+                return [], stop
+        attempt_resume_choose(self.job)
+        return [*(self.verified_checkpoints() if resumable else []), None], ""
+
     def train(self) -> str:
         fault_point("staging")
         stop = self.stage_inputs()
         if stop:
             return self.finish(ChildResult(outcome=stop))
-        # Only training resumes from checkpoints; val, predict and export start over.
-        resumable = self.job.spec.get("mode", "train") == "train"
-        candidates: list[Checkpoint | None] = [*(self.verified_checkpoints() if resumable else []), None]
+        candidates, stop = self.resume_candidates()
+        if stop:
+            return self.finish(ChildResult(outcome=stop))
         result = ChildResult()
         for number, checkpoint in enumerate(candidates, start=1):
             resume_from = None

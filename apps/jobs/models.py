@@ -77,6 +77,9 @@ class Job(models.Model):
     first_started_at = models.DateTimeField(null=True, blank=True, help_text="start of the first attempt")
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When the current attempt chose the checkpoint it resumes from (or to start over): until
+    # then the attempt before it may still record its epoch end (jobs.services.attempt_may_record).
+    resume_chosen_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
     error = models.TextField(blank=True)

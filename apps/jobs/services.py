@@ -16,7 +16,7 @@ import secrets
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -147,21 +147,38 @@ def seq_allocate(job_id, count: int = 1, *, where: Q | None = None) -> int | Non
 
 def attempt_may_record(job: Job) -> Q:
     """The job rows on which ``job``'s attempt (``job.attempt_id``) may still write metrics,
-    checkpoints and log output: it is the current running attempt, or it was just requeued
-    and the attempt after it has not started (still queued or only placed).
+    checkpoints, log output and live progress: it is the current running attempt, or it was
+    just requeued and the attempt after it has not chosen its checkpoint yet (queued, only
+    placed, or running but still waiting for its GPUs, fetching inputs or for this attempt
+    to stop: ``resume_chosen_at`` is null until :func:`attempt_resume_choose`).
 
     The second case is graceful preemption: the victim's epoch-end checkpoint is recorded
-    after its requeue, by design, and the next attempt resumes from it. Once a later attempt
-    has started, whatever the old one still reports (a worker that was stopped and woke up,
-    a preempted child finishing its epoch late) is another attempt's past, not the job's: it
-    would land on the new attempt's rows of the same epochs (chaos21).
+    after its requeue, by design, and the next attempt resumes from it (review22, 4: fencing
+    on "started" refused it while the next attempt had not picked its resume point yet).
+    Once the next attempt has chosen, whatever the old one still reports (a worker that was
+    stopped and woke up, a preempted child finishing its epoch late) is another attempt's
+    past, not the job's: it would land on the new attempt's rows of the same epochs (chaos21).
     """
     return (Q(attempt_id=job.attempt_id, state=JobState.RUNNING)
-            | Q(attempt=job.attempt + 1, state__in=[JobState.QUEUED, JobState.STARTING]))
+            | Q(attempt=job.attempt + 1, state__in=[JobState.QUEUED, JobState.STARTING])
+            | Q(attempt=job.attempt + 1, state=JobState.RUNNING, resume_chosen_at__isnull=True))
+
+
+def attempt_resume_choose(job: Job) -> bool:
+    """The running attempt ``job.attempt_id`` is about to choose the checkpoint it resumes from:
+    from here on its previous attempt records nothing more (:func:`attempt_may_record`).
+
+    Written *before* the checkpoints are read: a row the previous attempt records is either
+    committed before this update (and read by the choice) or refused after it, under the job
+    row's lock (checkpoint_record) or in the seq update (metrics). False if the attempt is no
+    longer current.
+    """
+    return Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id, state=JobState.RUNNING).update(
+        resume_chosen_at=timezone.now()) == 1
 
 
 def attempt_row_refused(job: Job, what: str) -> None:
-    log.warning("job %s: %s of attempt %s refused: a later attempt has started (or the job ended)",
+    log.warning("job %s: %s of attempt %s refused: a later attempt has chosen its checkpoint (or the job ended)",
                 job.pk, what, job.attempt, extra={"job_id": str(job.pk)})
 
 
@@ -505,6 +522,31 @@ def attempt_stop_grace(job: Job) -> float:
     return float((event.data or {}).get("grace_s") or 0.0) if event else 0.0
 
 
+def attempt_previous_stop_by(job: Job, *, margin_s: float) -> datetime | None:
+    """Until when ``job``'s current attempt waits, before choosing its checkpoint, for the attempt
+    before it to stop at its epoch end; None when there is nothing to wait for.
+
+    Only after a graceful preemption (a ``preempted`` requeue of that started attempt, with a
+    ``grace_s``) that the old attempt has not reported the end of (``attempt_stopped``, written by
+    its worker's or Slurm agent's ``attempt_finish`` once its child has stopped, the epoch's
+    metrics, checkpoint and output recorded before). Then: the preemption's time plus its grace
+    (after which the old worker kills its child) plus ``margin_s`` (its check-in and kill delay).
+    A crash, a lost node, a retry, a person's requeue or a preemption without grace: None.
+    """
+    previous = job.attempt - 1
+    if previous < 1:
+        return None
+    preempted = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__ended_attempt=previous,
+                                         data__attempt_started=True)
+                 .order_by("-seq").only("created_at", "data", "seq").first())
+    grace_s = float((preempted.data or {}).get("grace_s") or 0.0) if preempted else 0.0
+    if grace_s <= 0:
+        return None
+    if JobEvent.objects.filter(job_id=job.pk, kind="attempt_stopped", attempt=previous, seq__gt=preempted.seq).exists():
+        return None
+    return preempted.created_at + timedelta(seconds=grace_s + margin_s)
+
+
 def attempt_lost(job: Job, *, reason: str, now: datetime) -> str:
     """An attempt died with its infrastructure (node silent, monitor silent): requeue it, not
     counted as a retry (a new attempt only if it had started), or cancel it if that was asked,
@@ -575,7 +617,7 @@ def attempt_start(*, job_id, attempt_id, node_name: str) -> Job | None:
     with transaction.atomic():
         won = Job.objects.filter(
             pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node_id=node_id
-        ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
+        ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now, resume_chosen_at=None,
                  first_started_at=Coalesce(F("first_started_at"), Value(now)))
         if not won:
             return None
@@ -859,9 +901,14 @@ def attempt_event_record(job: Job, event: dict) -> None:
     The same for every executor: the local worker reads the events file, the Slurm relay
     posts them to the API. ``finished`` and ``error`` are the caller's (they decide the
     outcome); unknown kinds are ignored. A checkpoint outside the job's folder is refused, and
-    so are metrics and checkpoints once the attempt may no longer record (:func:`attempt_may_record`).
+    so is everything once the attempt may no longer record (:func:`attempt_may_record`): metrics
+    and checkpoints in their own writes, live progress and the start of a mode with one read
+    (a woken old attempt's "epoch 3, batch 40/120" or "validating…" read as the job's now).
     """
     kind = event.get("type")
+    if kind in ("progress", "started") and not Job.objects.filter(attempt_may_record(job), pk=job.pk).exists():
+        attempt_row_refused(job, kind)
+        return
     if kind == "epoch":
         metrics_record(job, epoch=int(event["epoch"]), values=event.get("values") or {}, from_attempt=True)
     elif kind == "progress":

@@ -2,9 +2,11 @@
 
 A worker that was stopped (SIGSTOP, a partition) and wakes up, or a preempted child finishing
 its epoch, reports metrics, checkpoints and output for its attempt before its next check-in
-notices the fence. Once a later attempt has started, those rows are refused: a job's metrics,
-checkpoints and log are its current attempt's (chaos21 leftover). Until then they are kept:
-graceful preemption records the victim's epoch-end checkpoint after the requeue, by design.
+notices the fence. Once a later attempt has chosen the checkpoint it resumes from, those rows
+are refused: a job's metrics, checkpoints and log are its current attempt's (chaos21 leftover).
+Until then they are kept: graceful preemption records the victim's epoch-end checkpoint after
+the requeue, by design, and the next attempt may already be running, waiting for its GPUs or
+for the victim to stop (review22, 4).
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.cluster.models import Node
-from apps.jobs.models import Checkpoint, Job, LogChunk, MetricPoint
+from apps.jobs.models import Checkpoint, Job, JobEvent, LogChunk, MetricPoint
 from apps.jobs.services import (
     attempt_event_record,
+    attempt_finish,
     attempt_lost,
     attempt_preempt,
+    attempt_resume_choose,
     attempt_start,
     job_claim,
     log_append,
@@ -59,11 +63,12 @@ def checkpoint_event(job: Job, epoch: int, content: bytes) -> dict:
             "size": len(content)}
 
 
-def test_a_stale_attempt_s_rows_are_refused_once_a_later_attempt_has_started(running, caplog):
+def test_a_stale_attempt_s_rows_are_refused_once_a_later_attempt_has_chosen_its_checkpoint(running, caplog):
     old = running  # the woken worker's copy: attempt 1
     attempt_lost(Job.objects.get(pk=old.pk), reason="node-a silent for 9 s", now=timezone.now())
     new = place_and_start(old.pk)
     assert new.attempt == 2
+    assert attempt_resume_choose(new)  # worker.tasks.AttemptRunner.resume_candidates
     attempt_event_record(new, {"type": "epoch", "epoch": 3, "values": {"loss": 0.2}})
     attempt_event_record(new, checkpoint_event(new, 3, b"attempt 2"))
 
@@ -83,7 +88,7 @@ def test_a_stale_attempt_s_rows_are_refused_once_a_later_attempt_has_started(run
     assert log_append(new, "epoch 4/10 done\n", from_attempt=True) is not None
 
 
-def test_a_preempted_attempt_s_epoch_end_checkpoint_is_kept_until_the_next_attempt_starts(running):
+def test_a_preempted_attempt_s_epoch_end_checkpoint_is_kept_while_the_job_waits_in_the_queue(running):
     victim = running
     assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
     # The victim's child finishes its epoch and reports it while the job waits in the queue.
@@ -99,9 +104,51 @@ def test_a_preempted_attempt_s_epoch_end_checkpoint_is_kept_until_the_next_attem
     assert MetricPoint.objects.filter(job_id=victim.pk, epoch=3, attempt=1).exists()
 
 
-def test_a_stale_attempt_of_an_ended_job_records_nothing(running):
-    from apps.jobs.services import attempt_finish
+def test_a_preempted_attempt_s_epoch_end_is_kept_until_the_running_next_attempt_chooses_and_is_resumed_from(
+        running, caplog):
+    """review22, 4: the next attempt started (running) before the victim stopped: it waits for its
+    GPUs, inputs, the victim's stop, and only then chooses, so the victim's epoch end still counts."""
+    from worker.tasks import AttemptRunner
 
+    victim = running
+    assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+    new = place_and_start(victim.pk)
+    assert new.attempt == 2 and new.state == "running"
+    # The victim's child ends its epoch and stops there; its worker records that and ends.
+    attempt_event_record(victim, {"type": "epoch", "epoch": 2, "values": {"loss": 0.5}})
+    attempt_event_record(victim, checkpoint_event(victim, 2, b"epoch 2"))
+    assert log_append(victim, "stopped after epoch 2\n", from_attempt=True) is not None
+    assert attempt_finish(victim, outcome="fenced") == "fenced"
+    assert list(Checkpoint.objects.filter(job_id=victim.pk).values_list("epoch", "attempt")) == [(2, 1)]
+
+    candidates, stop = AttemptRunner(Job.objects.get(pk=new.pk)).resume_candidates()
+    assert stop == "" and [c.epoch if c else None for c in candidates] == [2, None]
+    # Chosen: a late report of the victim is the past now.
+    with caplog.at_level(logging.WARNING, logger="apps.jobs.services"):
+        attempt_event_record(victim, {"type": "epoch", "epoch": 3, "values": {"loss": 9.9}})
+        attempt_event_record(victim, checkpoint_event(victim, 3, b"late"))
+    assert not MetricPoint.objects.filter(job_id=victim.pk, epoch=3).exists()
+    assert list(Checkpoint.objects.filter(job_id=victim.pk).values_list("epoch", flat=True)) == [2]
+
+
+def test_a_stale_attempt_s_live_progress_and_mode_start_are_refused_once_the_next_attempt_has_chosen(
+        running, caplog):
+    """review22, 4: "epoch 3, batch 40/120" or "validating…" of a woken old attempt read as the job's now."""
+    old = running
+    attempt_lost(Job.objects.get(pk=old.pk), reason="node-a silent for 9 s", now=timezone.now())
+    new = place_and_start(old.pk)
+    assert attempt_resume_choose(new)
+    with caplog.at_level(logging.WARNING, logger="apps.jobs.services"):
+        attempt_event_record(old, {"type": "progress", "epoch": 3, "batch": 40, "batches": 120})
+        attempt_event_record(old, {"type": "started", "mode": "val", "split": "val"})
+    assert not JobEvent.objects.filter(job_id=old.pk, kind="val_started").exists()
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert [line.split(": ")[1].split(" of ")[0] for line in refused] == ["progress", "started"]
+    attempt_event_record(new, {"type": "started", "mode": "val", "split": "val"})
+    assert JobEvent.objects.filter(job_id=new.pk, kind="val_started", attempt=2).exists()
+
+
+def test_a_stale_attempt_of_an_ended_job_records_nothing(running):
     stale = Job.objects.get(pk=running.pk)
     assert attempt_finish(running, outcome="cancelled") == "cancelled"
     attempt_event_record(stale, {"type": "epoch", "epoch": 1, "values": {"loss": 1.0}})

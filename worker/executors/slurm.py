@@ -57,6 +57,8 @@ from apps.jobs.services import (
     attempt_finish,
     attempt_heartbeat,
     attempt_lost,
+    attempt_previous_stop_by,
+    attempt_resume_choose,
     attempt_start,
     attempt_token_issue,
     job_event,
@@ -414,11 +416,24 @@ class SlurmAgent:
     # --- 2. start -------------------------------------------------------------------------
 
     def start_placed(self) -> bool:
-        """Submit every attempt the scheduler placed on this partition's nodes."""
+        """Submit every attempt the scheduler placed on this partition's nodes.
+
+        One whose previous attempt was preempted and may still be finishing its epoch (its grace)
+        waits here, placed, as a local worker waits before choosing its checkpoint
+        (worker.tasks.AttemptRunner.previous_attempt_wait): the batch's checkpoints are chosen
+        at submit (:meth:`prepare`). Skipped for this tick, not awaited: one agent starts them all.
+        """
+        from worker.tasks import PREVIOUS_STOP_MARGIN_S
+
         did = False
         placed = Job.objects.filter(state=JobState.STARTING, node__executor=Node.Executor.SLURM,
                                     node__partition=self.partition).select_related("node")
         for job in placed:
+            stop_by = attempt_previous_stop_by(job, margin_s=PREVIOUS_STOP_MARGIN_S)
+            if stop_by is not None and stop_by > timezone.now():
+                log.info("job %s: waiting for its preempted attempt %d to stop before submitting", job.pk,
+                         job.attempt - 1)
+                continue
             try:
                 record = ExecutorAttempt.objects.create(job=job, attempt=job.attempt, attempt_id=job.attempt_id,
                                                         executor="slurm")
@@ -429,6 +444,10 @@ class SlurmAgent:
                 record.delete()
                 continue
             did = True
+            if stop_by is not None:
+                job_event(started, "previous_attempt_silent",
+                          f"attempt {started.attempt - 1} did not report its stop within its preemption grace; "
+                          f"resuming from the checkpoints recorded so far", {"attempt": started.attempt - 1})
             self.submit(started, record)
         return did
 
@@ -466,6 +485,8 @@ class SlurmAgent:
         stop_file.unlink(missing_ok=True)
         runs = []
         resumable = job.spec.get("mode", "train") == "train"  # val, predict and export start over
+        # From here the attempt before this one records nothing more (jobs.services.attempt_may_record).
+        attempt_resume_choose(job)
         candidates = [*(Checkpoint.objects.filter(job=job).order_by("-epoch", "-created_at") if resumable else []),
                       None]
         for number, checkpoint in enumerate(candidates, start=1):

@@ -1,0 +1,136 @@
+"""Before it chooses its checkpoint, an attempt waits for a gracefully preempted previous attempt
+to stop at its epoch end (worker.tasks.AttemptRunner.previous_attempt_wait, review22 finding 4):
+bounded by the preemption's grace, and not at all after a crash, a lost node or a retry.
+
+Transactional: the wait checks in (``close_old_connections``), as a work-horse does, and the
+victim reports from another thread while the next attempt waits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from apps.cluster.models import Node
+from apps.jobs.models import Job, JobEvent
+from apps.jobs.services import (
+    attempt_event_record,
+    attempt_finish,
+    attempt_lost,
+    attempt_preempt,
+    attempt_start,
+    job_claim,
+)
+from tests.jobs.factories import make_job
+from worker import tasks
+from worker.tasks import AttemptRunner
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def running(alice, teams, node, settings, tmp_path):
+    """Attempt 1 of a training job, started on node-a GPU 0, its epoch 1 checkpointed."""
+    settings.JOBS_DIR = tmp_path / "jobs"
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    job = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    epoch_end(job, 1)
+    return job
+
+
+def epoch_end(job: Job, epoch: int) -> None:
+    """What the child reports at an epoch's end (worker/train_child.on_model_save), file written."""
+    content = f"attempt {job.attempt} epoch {epoch}".encode()
+    path = job.run_dir / "checkpoints" / f"epoch-{epoch:04d}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    attempt_event_record(job, {"type": "epoch", "epoch": epoch, "values": {"loss": 1.0 / epoch}})
+    attempt_event_record(job, {"type": "checkpoint", "epoch": epoch, "path": str(path),
+                               "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)})
+
+
+def next_attempt_started(job_id) -> Job:
+    """The scheduler places the requeued job again and a worker starts it (running, nothing chosen)."""
+    job = Job.objects.get(pk=job_id)
+    assert job_claim(job, node=Node.objects.get(name="node-a"), gpu_indices=[1], gpu_share=1.0, run_class="medium")
+    return attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+
+
+def choose(job: Job) -> tuple[list[int | None], float, list[str]]:
+    """(the epochs the attempt would try, seconds it took, the wait's events)."""
+    began = time.monotonic()
+    candidates, stop = AttemptRunner(Job.objects.get(pk=job.pk)).resume_candidates()
+    assert stop == ""
+    events = list(JobEvent.objects.filter(job_id=job.pk, attempt=job.attempt,
+                                          kind__in=["waiting_for_previous_attempt", "previous_attempt_silent"])
+                  .order_by("seq").values_list("kind", flat=True))
+    return [c.epoch if c else None for c in candidates], time.monotonic() - began, events
+
+
+def test_it_waits_for_the_preempted_attempt_s_epoch_end_and_resumes_from_it(running):
+    victim = running
+    assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+    new = next_attempt_started(victim.pk)
+
+    def victim_stops_at_its_epoch_end():
+        time.sleep(1.5)  # the next attempt is waiting by now
+        try:
+            epoch_end(victim, 2)
+            assert attempt_finish(victim, outcome="fenced") == "fenced"
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=victim_stops_at_its_epoch_end)
+    thread.start()
+    epochs, took, events = choose(new)
+    thread.join()
+    assert epochs == [2, 1, None]
+    assert 1.0 < took < 10, took
+    assert events == ["waiting_for_previous_attempt"]
+
+
+def test_the_wait_ends_with_the_grace_when_the_preempted_attempt_never_reports(running, monkeypatch):
+    monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
+    victim = running  # its node went silent, say: it never reports its stop
+    assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=1)
+    new = next_attempt_started(victim.pk)
+    epochs, took, events = choose(new)
+    assert epochs == [1, None]  # what was recorded
+    assert 0.5 < took < 5, took
+    assert events == ["waiting_for_previous_attempt", "previous_attempt_silent"]
+
+
+def requeued_after_a_crash(job: Job) -> None:
+    assert attempt_finish(job, outcome="failed", exit_code=1, error="boom") == "retry"
+
+
+def requeued_after_its_node_was_lost(job: Job) -> None:
+    assert attempt_lost(Job.objects.get(pk=job.pk), reason="node-a silent for 9 s", now=timezone.now())
+
+
+def preempted_without_grace(job: Job) -> None:
+    assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=0)
+
+
+def preempted_and_already_stopped(job: Job) -> None:
+    assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+    assert attempt_finish(job, outcome="fenced") == "fenced"
+
+
+@pytest.mark.parametrize("requeue", [requeued_after_a_crash, requeued_after_its_node_was_lost,
+                                     preempted_without_grace, preempted_and_already_stopped])
+def test_nothing_is_awaited_when_the_previous_attempt_cannot_still_be_finishing_an_epoch(running, monkeypatch,
+                                                                                          requeue):
+    monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 30.0)  # a wait would show
+    requeue(running)
+    new = next_attempt_started(running.pk)
+    epochs, took, events = choose(new)
+    assert epochs == [1, None]
+    assert took < 1.0, took
+    assert events == []
