@@ -339,6 +339,7 @@ class ChildResult:
     log_tail: list[str] = field(default_factory=list)
     usage: Usage | None = None
     batch: int | None = None  # the batch size the child trained with (its "started" event)
+    stopped_epoch: int | None = None  # preempted: the child stopped after this epoch as asked ("stopped")
 
 
 def other_teams_weights(job: Job) -> tuple[Path, ...]:
@@ -527,10 +528,11 @@ class AttemptRunner:
         if stop_by is None:
             return ""
         previous = self.job.attempt - 1
-        left = max((stop_by - timezone.now()).total_seconds(), 0.0)
-        job_event(self.job, "waiting_for_previous_attempt",
-                  f"attempt {previous} was preempted and may still be finishing its epoch: waiting up to {left:.0f} s "
-                  f"for it to stop before choosing a checkpoint", {"attempt": previous})
+        left = (stop_by - timezone.now()).total_seconds()
+        if left > 0:
+            job_event(self.job, "waiting_for_previous_attempt",
+                      f"attempt {previous} was preempted and may still be finishing its epoch: waiting up to "
+                      f"{left:.0f} s for it to stop before choosing a checkpoint", {"attempt": previous})
         while stop_by is not None:
             if timezone.now() >= stop_by:
                 job_event(self.job, "previous_attempt_silent",
@@ -724,6 +726,7 @@ class AttemptRunner:
         elif kind == "error":
             result.error = event
         elif kind == "stopped":
+            result.stopped_epoch = int(event.get("epoch") or 0)
             job_event(self.job, "stopped_at_epoch_end", f"stopped after epoch {event.get('epoch')} as asked",
                       {"epoch": event.get("epoch")})
         else:
@@ -756,9 +759,12 @@ class AttemptRunner:
             return "orphaned"
         close_old_connections()
         if self.uploader is not None:
-            if result.outcome == "fenced":
+            if result.outcome == "fenced" and result.stopped_epoch is None:
                 self.uploader.abandon()  # the job is no longer this attempt's: another may be writing it
             else:  # the next attempt, on whichever node, resumes from the last epoch
+                # Also a preempted attempt that stopped at its epoch end: the next attempt waits for
+                # its attempt_stopped (below) to resume from that epoch, on another node through the
+                # store. Its key names this attempt, so no later attempt's object is touched.
                 self.uploader.close(self.check_in)
         if result.outcome == "succeeded" or (result.outcome == "failed" and (result.error or {}).get("kind") != "oom"):
             self.storage_lost_check(result)

@@ -121,3 +121,45 @@ def test_a_short_job_preempts_a_long_one_of_its_class_which_stops_at_an_epoch_en
     assert epochs == list(range(1, len(epochs) + 1)) and len(epochs) >= stopped.data["epoch"]
     attempt_stopped = JobEvent.objects.get(job_id=long_id, kind="attempt_stopped", attempt=1).created_at
     assert JobEvent.objects.get(job_id=short_id, kind="training_started").created_at >= attempt_stopped
+
+
+@pytest.mark.one_database
+def test_a_drained_job_started_on_another_node_waits_for_its_epoch_end_and_resumes_after_it(live, alice, bob):
+    """review22, 4: evacuated from a drained node (a graceful preemption), the job is placed on the
+    other node and may start there before the victim has stopped. It chooses its checkpoint only
+    once the victim has reported its stop, so the epoch the victim finished after its requeue is
+    recorded and resumed from, not refused and trained again."""
+    from apps.cluster.services import node_drain
+    from apps.jobs.services import job_evacuate
+
+    live.start_scheduler()
+    live.start_worker("worker-a", node="node-a", gpus=1)
+    live.start_worker("worker-b", node="node-b", gpus=1)
+    job_id = api_client(bob).post("/api/v1/jobs/", spec("drained", 1000, "low"),
+                                  content_type="application/yaml").json()["id"]
+    wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="the job's first checkpoint")
+    job = Job.objects.select_related("node", "team").get(pk=job_id)
+    first_node = job.node.name
+    assert node_drain(node=job.node, reason="disk swap")
+    assert job_evacuate(job, node_name=first_node, reason="disk swap", by=alice)
+    wait_for(lambda: JobEvent.objects.filter(job_id=job_id, kind="training_started", attempt=2).exists(), 180,
+             what="the job's second attempt")
+    api_client(bob).post(f"/api/v1/jobs/{job_id}/cancel/")  # the rest of its epochs is not the point
+    wait_for(lambda: Job.objects.get(pk=job_id).state in TERMINAL_STATES, 120, what="the job to stop")
+
+    events = JobEvent.objects.filter(job_id=job_id)
+    assert events.get(kind="running", attempt=2).message.startswith("running on node-")
+    assert first_node not in events.get(kind="running", attempt=2).message
+    stopped = events.get(kind="stopped_at_epoch_end", attempt=1)
+    resumed = events.get(kind="training_started", attempt=2)
+    assert resumed.data["start_epoch"] == stopped.data["epoch"] + 1
+    assert not events.filter(kind="previous_attempt_silent").exists()
+    epochs = list(MetricPoint.objects.filter(job_id=job_id).order_by("epoch").values_list("epoch", flat=True))
+    assert epochs == list(range(1, len(epochs) + 1)) and len(epochs) >= stopped.data["epoch"]
+    # When the second attempt ran before the victim had stopped (the case this is about), it waited.
+    victim_done = events.get(kind="attempt_stopped", attempt=1).created_at
+    if events.get(kind="running", attempt=2).created_at < victim_done:
+        assert events.filter(kind="waiting_for_previous_attempt", attempt=2).exists()
+        assert resumed.created_at >= victim_done
+    print("second attempt running at", events.get(kind="running", attempt=2).created_at, "victim stopped at",
+          victim_done, "resumed from epoch", stopped.data["epoch"])

@@ -350,3 +350,31 @@ def test_a_corrupt_checkpoint_behind_the_one_resumed_from_is_said_dropped_not_fa
     assert [c.epoch for c in runner.verified_checkpoints()] == [3, 1]
     assert rejections(running) == ["checkpoint of epoch 2 is corrupt (its size or hash is not the recorded one); "
                                    "dropped; the attempt resumes from the newer checkpoint of epoch 3"]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)  # the uploader's thread writes through its own connection
+def test_a_preempted_attempt_that_stopped_at_its_epoch_end_stores_that_checkpoint_before_it_reports_its_stop(
+        running, moto):
+    """review22, 4: the next attempt waits for attempt_stopped to resume from the victim's epoch end,
+    on another node through the store; abandoning the upload (as a fenced attempt does) lost it."""
+    from django.utils import timezone
+
+    from apps.jobs.services import attempt_preempt
+    from worker.tasks import ChildResult
+
+    with override_settings(STORAGES=s3_storages(moto)):
+        runner = AttemptRunner(Job.objects.get(pk=running.pk))
+        assert runner.uploader is not None
+        assert attempt_preempt(Job.objects.get(pk=running.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+        path = running.run_dir / "checkpoints" / "epoch-0002.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(200_000))
+        result = ChildResult()
+        runner.on_event({"type": "checkpoint", "epoch": 2, "path": str(path), "size": 200_000,
+                         "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}, result)
+        runner.on_event({"type": "stopped", "epoch": 2, "reason": "stop_file"}, result)
+        result.outcome, result.exit_code = "fenced", 5
+        assert runner.finish(result) == "fenced"
+        assert Checkpoint.objects.get(job=running, epoch=2).key == checkpoint_key(running, 2)
+        assert JobEvent.objects.filter(job=running, kind="attempt_stopped", attempt=1).exists()

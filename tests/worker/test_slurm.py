@@ -157,3 +157,44 @@ def test_an_attempt_ends_once(submitted):
     end(record, "NODE_FAIL")
     again = end(record, "NODE_FAIL")
     assert again.attempt == 2 and JobEvent.objects.filter(job=job, kind="node_lost").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_placement_waits_for_its_preempted_attempt_s_epoch_end_and_its_batch_resumes_from_it(
+        alice, teams, node, settings, tmp_path):
+    """review22, 4 on Slurm: the agent leaves the placement for a later tick (it starts them all and
+    blocks on none), and chooses the batch's checkpoints only at submit (prepare), closing the fence."""
+    import hashlib
+    import json
+
+    from apps.jobs.services import attempt_event_record, attempt_finish, attempt_preempt
+
+    settings.JOBS_DIR, settings.SLURM_PORTAL_URL = tmp_path / "jobs", "http://portal.test"
+    type(node).objects.filter(pk=node.pk).update(executor="slurm", partition="gpu")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    Job.objects.filter(pk=job.pk).update(spec={**job.spec, "resolved": {"model": {"yaml": "yolov8n.yaml"},
+                                                                        "data_yaml": "/data/demo/data.yaml"}})
+    job = Job.objects.get(pk=job.pk)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    victim = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+    assert job_claim(Job.objects.get(pk=job.pk), node=node, gpu_indices=[1], gpu_share=1.0, run_class="medium")
+    agent = SlurmAgent("gpu", client=object())  # nothing reaches Slurm while it waits
+
+    assert not agent.start_placed()
+    assert Job.objects.get(pk=job.pk).state == JobState.STARTING
+    assert not ExecutorAttempt.objects.filter(job=job).exists()
+
+    # The victim (a local worker, say) ends its epoch and stops; a later tick starts the placement.
+    path = victim.run_dir / "checkpoints" / "epoch-0002.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"epoch 2")
+    attempt_event_record(victim, {"type": "checkpoint", "epoch": 2, "path": str(path),
+                                  "sha256": hashlib.sha256(b"epoch 2").hexdigest(), "size": 7})
+    assert attempt_finish(victim, outcome="fenced") == "fenced"
+    started = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert Job.objects.get(pk=job.pk).resume_chosen_at is None
+    agent.prepare(started)
+    assert Job.objects.get(pk=job.pk).resume_chosen_at is not None
+    relay = json.loads((started.run_dir / "attempt-2" / "relay.json").read_text())
+    assert [run["epoch"] for run in relay["runs"]] == [2, None]
