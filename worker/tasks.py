@@ -375,6 +375,7 @@ class AttemptRunner:
         self.log_path = self.attempt_dir / "output.log"
         self.log_tail: list[str] = []
         self.previous_runtime_s = self._previous_runtime()
+        self.previous_wait_s = 0.0  # previous_attempt_wait: spent waiting for a preempted previous attempt
         self.local: dict[str, str] = {}  # artifact key → this node's file (worker/artifacts.py)
         self.executor = executor
         # Without a shared disk each checkpoint goes to the artifact store (worker/checkpoint_store.py).
@@ -528,6 +529,7 @@ class AttemptRunner:
         if stop_by is None:
             return ""
         previous = self.job.attempt - 1
+        began = time.monotonic()
         left = (stop_by - timezone.now()).total_seconds()
         if left > 0:
             job_event(self.job, "waiting_for_previous_attempt",
@@ -543,6 +545,7 @@ class AttemptRunner:
             if stop:
                 return stop
             time.sleep(PREVIOUS_STOP_POLL_S)
+            self.previous_wait_s = time.monotonic() - began
             stop_by = attempt_previous_stop_by(self.job, margin_s=PREVIOUS_STOP_MARGIN_S)
         return ""
 
@@ -644,7 +647,9 @@ class AttemptRunner:
     def run_child(self, number: int, resume_from: Path | None) -> ChildResult:
         config = self.child_config(number, resume_from)
         spec = self.attempt_spec(number, config)
-        budget = self.job.timeout_s - self.previous_runtime_s
+        # The wait for a preempted previous attempt held this attempt's GPUs (charged from its start)
+        # and may be as long as the preemption's grace, longer than RQ's backstop slack.
+        budget = self.job.timeout_s - self.previous_runtime_s - self.previous_wait_s
         started = time.monotonic()
         execution = (self.executor or node_executor()).start(spec)
         result = ChildResult()

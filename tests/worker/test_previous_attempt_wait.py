@@ -63,14 +63,18 @@ def next_attempt_started(job_id) -> Job:
 
 
 def choose(job: Job) -> tuple[list[int | None], float, list[str]]:
-    """(the epochs the attempt would try, seconds it took, the wait's events)."""
+    """(the epochs the attempt would try, seconds it took, the wait's events); the wait is taken
+    from the training's timeout budget (the attempt held, and is charged for, its GPUs)."""
     began = time.monotonic()
-    candidates, stop = AttemptRunner(Job.objects.get(pk=job.pk)).resume_candidates()
+    runner = AttemptRunner(Job.objects.get(pk=job.pk))
+    candidates, stop = runner.resume_candidates()
     assert stop == ""
+    took = time.monotonic() - began
+    assert took - 1.0 < runner.previous_wait_s <= took or took < 1.0
     events = list(JobEvent.objects.filter(job_id=job.pk, attempt=job.attempt,
                                           kind__in=["waiting_for_previous_attempt", "previous_attempt_silent"])
                   .order_by("seq").values_list("kind", flat=True))
-    return [c.epoch if c else None for c in candidates], time.monotonic() - began, events
+    return [c.epoch if c else None for c in candidates], took, events
 
 
 def test_it_waits_for_the_preempted_attempt_s_epoch_end_and_resumes_from_it(running):
