@@ -13,8 +13,10 @@
   usual time after the last epoch; before that, the same estimate as a queued job,
   counted from its start.
 - A val, predict or export job (no epochs): its ``expected_duration``, else the median
-  runtime of recently finished jobs of its mode, else nothing. The model is fitted on
-  training jobs only.
+  runtime of recently finished jobs of its mode, else the stated default of its mode,
+  ``MODE_DEFAULT_RUNTIME_S`` (minutes, not the training default's hour: on a new
+  installation six such jobs queued behind a training were told "start in 15.3 h" and all
+  finished within 40 s; new-user trial 23). The model is fitted on training jobs only.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ from .policy.runtime_model import EpochTiming, RunFeatures, RuntimeModel, model_
 
 FIT_SAMPLES = 500  # most recent succeeded jobs the model is fitted on
 MIN_HISTORY = 5  # below this many finished jobs a spec's expected_duration beats the model
+# What a val, predict or export job is assumed to take before any job of its mode has finished
+# (a pass over a validation split, a folder of images, one export with its check): a stated
+# default, replaced by the median of that mode's own runtimes from its first success on.
+MODE_DEFAULT_RUNTIME_S = {"val": 300.0, "predict": 300.0, "export": 300.0}
 ULTRALYTICS_DEFAULT_EPOCHS = 100
 ULTRALYTICS_DEFAULT_IMGSZ = 640
 
@@ -193,10 +199,10 @@ def runtime_estimate(basis: Basis, model: RuntimeModel | None, by_mode: dict[str
 
     ``by_mode``: median runtimes of non-training modes found so far (filled here as needed).
     """
-    if basis.x is None:  # no epochs: what was given, else how long such jobs took lately
+    if basis.x is None:  # no epochs: what was given, else how long such jobs took lately, else the mode's default
         if basis.mode not in by_mode:
             by_mode[basis.mode] = mode_median_runtime(basis.mode)
-        total = basis.given or by_mode[basis.mode] or 0.0
+        total = basis.given or by_mode[basis.mode] or MODE_DEFAULT_RUNTIME_S.get(basis.mode, 0.0)
         return max(1.0, total) if total > 0 else None
     if basis.given and (model is None or model.samples < MIN_HISTORY):
         return max(1.0, basis.given * basis.share)

@@ -75,6 +75,23 @@ def test_a_val_job_is_estimated_from_finished_val_jobs_not_from_the_training_mod
     assert walltimes[str(train.pk)] == pytest.approx((1000 * 2000 * 3000) ** (1 / 3), rel=0.1)  # no val jobs in it
 
 
+def test_a_val_predict_or_export_job_without_history_gets_its_modes_default_not_the_training_hour(
+        alice, demo_registered, node):
+    """On a new installation six such jobs behind a training were told "start in 15.3 h" and all
+    finished within 40 s (new-user trial 23): the hour is a training's default."""
+    from apps.scheduling.estimates import MODE_DEFAULT_RUNTIME_S
+
+    jobs = {}
+    for mode in ("val", "predict", "export"):
+        job = submit(alice, epochs=3)
+        Job.objects.filter(pk=job.pk).update(spec={**job.spec, "mode": mode})
+        jobs[mode] = job
+    state, _ = cluster_state()
+    walltimes = {j.job_id: j.walltime for j in state.queued}
+    for mode, job in jobs.items():
+        assert walltimes[str(job.pk)] == MODE_DEFAULT_RUNTIME_S[mode] < DEFAULT_RUNTIME_S / 10
+
+
 def test_a_running_job_ends_at_its_own_epoch_rate(alice, demo_registered, node):
     """Started 100 s ago, 2 of 10 epochs done at 40 s each: expected to end in 8 × 40 s."""
     job = submit(alice, epochs=10)
