@@ -204,13 +204,15 @@ def test_a_burst_that_reads_the_whole_queue_replaces_every_kept_row(alice, bob, 
 
 def test_a_kept_queue_estimates_again_after_a_success_even_with_no_model(alice, demo_registered, node):
     """No training job has succeeded (no fitted model), so a val job's estimate is the median
-    of finished val jobs: once some finish, the kept row has it too."""
+    of finished val jobs: once some finish, the kept row has it too (before, the mode's stated default)."""
+    from apps.scheduling.estimates import MODE_DEFAULT_RUNTIME_S
+
     from .test_inputs import as_val
 
     rows = QueueRows()
     val = as_val(submit(alice, epochs=3))
     state, _ = cluster_state(timezone.now(), rows)
-    assert [r.walltime_s for r in state.queued] == [None]
+    assert [r.walltime_s for r in state.queued] == [MODE_DEFAULT_RUNTIME_S["val"]]
     for runtime in (40.0, 60.0, 50.0):
         finish(as_val(submit(alice, epochs=3)), runtime_s=runtime)
     state, _ = cluster_state(timezone.now(), rows)
