@@ -138,3 +138,40 @@ def test_nothing_is_awaited_when_the_previous_attempt_cannot_still_be_finishing_
     assert epochs == [1, None]
     assert took < 1.0, took
     assert events == []
+
+
+def test_the_wait_is_bounded_by_the_grace_even_when_this_machine_s_clock_is_behind(running, monkeypatch):
+    """review23: the bound is the preemption's time as the scheduler's clock wrote it, compared with
+    this worker's clock: a worker one hour behind waited an hour (or until RQ's backstop ended the
+    job as timed out), not the grace plus its margin, for a victim that never reported."""
+    from datetime import timedelta
+
+    from apps.jobs.services import job_cancel
+
+    class BehindByAnHour:
+        @staticmethod
+        def now():
+            return timezone.now() - timedelta(hours=1)
+
+    monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
+    monkeypatch.setattr(tasks, "timezone", BehindByAnHour)
+    victim = running  # its worker died in the grace: it never reports its stop
+    assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=1)
+    new = next_attempt_started(victim.pk)
+    found = {}
+
+    def choose_in_a_thread():
+        try:
+            found["result"] = AttemptRunner(Job.objects.get(pk=new.pk)).resume_candidates()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=choose_in_a_thread)
+    thread.start()
+    thread.join(timeout=10)  # the grace (1 s) and the margin (0.5 s), with room to spare
+    still_waiting = thread.is_alive()
+    if still_waiting:  # end the wait (its check-in sees the cancel) so the test can tear down
+        job_cancel(job=Job.objects.get(pk=new.pk), by=None)
+        thread.join(timeout=10)
+    assert not still_waiting, "still waiting 10 s into a 1.5 s bound"
+    assert found["result"][1] == ""

@@ -325,3 +325,28 @@ def test_a_training_that_succeeds_after_the_jobs_mount_dropped_is_requeued_not_r
     assert requeued.message.startswith("node node-a lost the shared storage while the attempt ran: shared storage "
                                        "unreachable: JOBS_DIR (no storage marker)")
     assert "JOBS_DIR" in Node.objects.get(name="node-a").storage_problem
+
+
+@pytest.mark.django_db(transaction=True)  # finish() closes stale connections, as a work-horse must
+def test_a_long_preempted_job_that_succeeds_while_the_mount_flickers_is_not_failed(placed):
+    """review23: the storage check on a success requeues it within MAX_INFRA_REQUEUES, counted as the
+    attempt's number: a low-priority job preempted eleven times (no fault of its own, no retry left)
+    whose training then succeeded while its node's mount flickered was failed for good, "lost the
+    shared storage", though nothing of it failed: an infrastructure requeue, not its retries."""
+    from apps.core.storage_marks import MARKER_NAME
+    from apps.jobs.models import Job, JobState
+    from apps.jobs.services import attempt_start
+    from apps.scheduling.management.commands.scheduler import Chores
+    from worker.tasks import AttemptRunner, ChildResult
+
+    Chores().storage_marks()
+    job = attempt_start(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-a")
+    Job.objects.filter(pk=job.pk).update(attempt=12, retries_left=0)  # eleven preemptions before this one
+    job = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
+    weights = job.run_dir / "train" / "weights" / "best.pt"
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(b"weights")
+    (job.run_dir.parent / MARKER_NAME).unlink()  # the jobs mount flickers as the attempt ends
+    outcome = AttemptRunner(job).finish(ChildResult(outcome="succeeded", exit_code=0,
+                                                    finished={"mode": "train", "weights": str(weights)}))
+    assert (outcome, Job.objects.get(pk=job.pk).state) == ("requeued", JobState.QUEUED)

@@ -198,3 +198,26 @@ def test_a_placement_waits_for_its_preempted_attempt_s_epoch_end_and_its_batch_r
     assert Job.objects.get(pk=job.pk).resume_chosen_at is not None
     relay = json.loads((started.run_dir / "attempt-2" / "relay.json").read_text())
     assert [run["epoch"] for run in relay["runs"]] == [2, None]
+
+
+@pytest.mark.django_db
+def test_a_placement_waiting_for_its_preempted_attempt_is_cancelled_when_asked_not_after_the_grace(
+        alice, teams, node, settings, tmp_path):
+    """review23: the agent skips the placement for up to the grace plus 15 s (900 s by default); a
+    cancel asked meanwhile waited all that time, and then the attempt was submitted to Slurm only to
+    be scancelled at the next watch."""
+    from apps.jobs.services import attempt_preempt, job_cancel
+
+    settings.JOBS_DIR, settings.SLURM_PORTAL_URL = tmp_path / "jobs", "http://portal.test"
+    type(node).objects.filter(pk=node.pk).update(executor="slurm", partition="gpu")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=900)
+    assert job_claim(Job.objects.get(pk=job.pk), node=node, gpu_indices=[1], gpu_share=1.0, run_class="medium")
+    agent = SlurmAgent("gpu", client=object())  # nothing may reach Slurm
+    assert not agent.start_placed()  # waiting for the victim's epoch end
+
+    assert job_cancel(job=Job.objects.get(pk=job.pk), by=alice)
+    agent.start_placed()
+    assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
