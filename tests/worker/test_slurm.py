@@ -221,3 +221,24 @@ def test_a_placement_waiting_for_its_preempted_attempt_is_cancelled_when_asked_n
     assert job_cancel(job=Job.objects.get(pk=job.pk), by=alice)
     agent.start_placed()
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
+
+
+@pytest.mark.django_db
+def test_a_success_whose_lost_storage_is_not_believed_again_is_the_success_it_reported(submitted):
+    """review23: the relay now turns a success on a node whose mount went into ``storage_lost``. Past
+    SLURM_STORAGE_LOST_MAX earlier ``storage_unavailable`` events of the job (hand-backs of placements
+    that never started count too), the claim is "not believed" and "counted as the job's own
+    failure": a training that succeeded spent a retry (or failed for good). Not believed, the report
+    is what the training said: it succeeded."""
+    from apps.jobs.services import job_event
+
+    job, record = submitted
+    for _ in range(2):  # e.g. two placements handed back before they started (worker.tasks.storage_lost_hand_back)
+        job_event(job, "storage_unavailable", "node node-b cannot read the shared storage; handed back")
+    weights = job.run_dir / "train" / "weights" / "best.pt"
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(b"w")
+    job = end(record, "COMPLETED", outcome="storage_lost", exit_code=0,
+              finished={"weights": str(weights), "metrics": {"fitness": 0.3}},
+              error={"kind": "storage", "roots": [["JOBS_DIR", "no storage marker"]]})
+    assert (job.state, job.retries_left) == (JobState.SUCCEEDED, 1), job.error
