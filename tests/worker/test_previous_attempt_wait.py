@@ -175,3 +175,42 @@ def test_the_wait_is_bounded_by_the_grace_even_when_this_machine_s_clock_is_behi
         thread.join(timeout=10)
     assert not still_waiting, "still waiting 10 s into a 1.5 s bound"
     assert found["result"][1] == ""
+
+
+def test_an_evacuated_job_does_not_wait_out_the_grace_once_the_drained_node_s_worker_has_stopped(
+        running, monkeypatch):
+    """review23: "drain and requeue", then the operator stops the drained node's worker for its
+    maintenance. Its slots are killed with their work-horses, so the victim never reports
+    ``attempt_stopped``; the worker marks the node lost (cluster.services.node_stopped). Nothing of
+    the victim can record any more, yet its next attempt, on another node, held its GPUs idle (and
+    charged) for the whole grace plus margin: 15 min with the default preempt_grace_s."""
+    from apps.cluster.services import node_stopped
+    from apps.jobs.services import job_cancel
+    from worker.inventory import simulated_gpus
+    from worker.node import register_this_host
+
+    victim = running
+    register_this_host(name="node-b", gpus=simulated_gpus(1))
+    assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="node node-a is drained", now=timezone.now(),
+                           grace_s=900)
+    drained = Node.objects.get(name="node-a")
+    assert node_stopped(drained, hostname=drained.hostname, worker_pid=drained.worker_pid)
+    job = Job.objects.get(pk=victim.pk)
+    assert job_claim(job, node=Node.objects.get(name="node-b"), gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    new = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-b")
+    found = {}
+
+    def choose_in_a_thread():
+        try:
+            found["result"] = AttemptRunner(Job.objects.get(pk=new.pk)).resume_candidates()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=choose_in_a_thread)
+    thread.start()
+    thread.join(timeout=5)
+    still_waiting = thread.is_alive()
+    if still_waiting:  # end the wait (its check-in sees the cancel) so the test can tear down
+        job_cancel(job=Job.objects.get(pk=new.pk), by=None)
+        thread.join(timeout=10)
+    assert not still_waiting, "waiting for a victim whose node's worker has stopped"

@@ -330,9 +330,10 @@ def test_a_training_that_succeeds_after_the_jobs_mount_dropped_is_requeued_not_r
 @pytest.mark.django_db(transaction=True)  # finish() closes stale connections, as a work-horse must
 def test_a_long_preempted_job_that_succeeds_while_the_mount_flickers_is_not_failed(placed):
     """review23: the storage check on a success requeues it within MAX_INFRA_REQUEUES, counted as the
-    attempt's number: a low-priority job preempted eleven times (no fault of its own, no retry left)
-    whose training then succeeded while its node's mount flickered was failed for good, "lost the
-    shared storage", though nothing of it failed: an infrastructure requeue, not its retries."""
+    attempt's number: a job requeued eleven times for the infrastructure's reasons (withdrawn from a
+    busy Slurm partition, drains, lost nodes; no retry left) whose training then succeeded while its
+    node's mount flickered was failed for good, "lost the shared storage", though nothing of it
+    failed. Before the success check it was recorded as the success it was."""
     from apps.core.storage_marks import MARKER_NAME
     from apps.jobs.models import Job, JobState
     from apps.jobs.services import attempt_start
@@ -341,7 +342,7 @@ def test_a_long_preempted_job_that_succeeds_while_the_mount_flickers_is_not_fail
 
     Chores().storage_marks()
     job = attempt_start(job_id=placed.pk, attempt_id=placed.attempt_id, node_name="node-a")
-    Job.objects.filter(pk=job.pk).update(attempt=12, retries_left=0)  # eleven preemptions before this one
+    Job.objects.filter(pk=job.pk).update(attempt=12, retries_left=0)  # eleven infrastructure requeues before this one
     job = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
     weights = job.run_dir / "train" / "weights" / "best.pt"
     weights.parent.mkdir(parents=True, exist_ok=True)
