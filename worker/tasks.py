@@ -23,7 +23,6 @@ from pathlib import Path
 from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import Sum
-from django.utils import timezone
 from rq.timeouts import JobTimeoutException
 
 from apps.cluster.services import node_storage_problem_set
@@ -37,11 +36,13 @@ from apps.jobs.services import (
     attempt_event_record,
     attempt_finish,
     attempt_heartbeat,
-    attempt_previous_stop_by,
+    attempt_previous_stop,
+    attempt_previous_stopped,
     attempt_resume_choose,
     attempt_start,
     attempt_stop_grace,
     checkpoint_reject,
+    infra_requeues_left,
     inside_run_dir,
     job_event,
     job_requeue,
@@ -100,7 +101,8 @@ WORKER_SETTLE_S = 1.0
 # its stop before choosing a checkpoint: the old worker's check-in (at most 2 s), the kill of its
 # child (KILL_GRACE_S), its last events and output, and the clocks of two machines.
 PREVIOUS_STOP_MARGIN_S = 15.0
-PREVIOUS_STOP_POLL_S = 0.5
+PREVIOUS_STOP_POLL_S = 1.0  # two small reads: has it stopped, is its node still there
+PREVIOUS_STOP_CHECK_IN_S = 2.0  # the heartbeat and the cancel check meanwhile (run_child's pace)
 # Once a job's stored log is full, its output file is emptied whenever it grows past this.
 LOG_FILE_KEEP_BYTES = 1 << 20
 
@@ -521,32 +523,37 @@ class AttemptRunner:
         that epoch's metrics and checkpoint after its requeue. This attempt is often placed and
         started meanwhile: choosing now would resume from the checkpoint before and train that
         epoch again. So it waits for the old attempt's stop report, at most until its grace ends
-        (plus PREVIOUS_STOP_MARGIN_S), then goes on with what was recorded and says so. Not at all
+        (plus PREVIOUS_STOP_MARGIN_S, counted on this machine's monotonic clock: another machine's
+        clock bounds nothing here), or until nothing of it can report any more (its node stopping
+        or lost, its worker replaced), then goes on with what was recorded and says so. Not at all
         after a crash, a lost node or a retry, or once the old attempt has stopped
-        (jobs.services.attempt_previous_stop_by).
+        (jobs.services.attempt_previous_stop).
         """
-        stop_by = attempt_previous_stop_by(self.job, margin_s=PREVIOUS_STOP_MARGIN_S)
-        if stop_by is None:
+        stop = attempt_previous_stop(self.job, margin_s=PREVIOUS_STOP_MARGIN_S)
+        if stop is None:
             return ""
-        previous = self.job.attempt - 1
         began = time.monotonic()
-        left = (stop_by - timezone.now()).total_seconds()
-        if left > 0:
+        deadline = began + stop.left_s
+        if stop.left_s > 0:
             job_event(self.job, "waiting_for_previous_attempt",
-                      f"attempt {previous} was preempted and may still be finishing its epoch: waiting up to "
-                      f"{left:.0f} s for it to stop before choosing a checkpoint", {"attempt": previous})
-        while stop_by is not None:
-            if timezone.now() >= stop_by:
+                      f"attempt {stop.attempt} was preempted and may still be finishing its epoch: waiting up to "
+                      f"{stop.left_s:.0f} s for it to stop before choosing a checkpoint", {"attempt": stop.attempt})
+        checked_in = began
+        while not attempt_previous_stopped(self.job, stop):
+            now = time.monotonic()
+            if now >= deadline:
                 job_event(self.job, "previous_attempt_silent",
-                          f"attempt {previous} did not report its stop within its preemption grace; resuming from "
-                          f"the checkpoints recorded so far", {"attempt": previous})
+                          f"attempt {stop.attempt} did not report its stop within its preemption grace; resuming from "
+                          f"the checkpoints recorded so far", {"attempt": stop.attempt})
                 return ""
-            stop = self.check_in()
-            if stop:
-                return stop
-            time.sleep(PREVIOUS_STOP_POLL_S)
+            if now - checked_in >= PREVIOUS_STOP_CHECK_IN_S:  # a heartbeat and the cancel check, as run_child's
+                checked_in = now
+                why = self.check_in()
+                if why:
+                    return why
+            time.sleep(min(PREVIOUS_STOP_POLL_S, max(0.0, deadline - now)))
             self.previous_wait_s = time.monotonic() - began
-            stop_by = attempt_previous_stop_by(self.job, margin_s=PREVIOUS_STOP_MARGIN_S)
+        self.previous_wait_s = time.monotonic() - began
         return ""
 
     def resume_candidates(self) -> tuple[list[Checkpoint | None], str]:
@@ -563,7 +570,10 @@ class AttemptRunner:
             stop = self.previous_attempt_wait()
             if stop:
                 return [], stop
-        attempt_resume_choose(self.job)
+        if not attempt_resume_choose(self.job):
+            # Taken away meanwhile (cancelled, requeued): reading and rejecting the checkpoints now
+            # could drop rows the next attempt needs (review23).
+            return [], "fenced"
         return [*(self.verified_checkpoints() if resumable else []), None], ""
 
     def train(self) -> str:
@@ -645,11 +655,13 @@ class AttemptRunner:
         )
 
     def run_child(self, number: int, resume_from: Path | None) -> ChildResult:
-        config = self.child_config(number, resume_from)
-        spec = self.attempt_spec(number, config)
         # The wait for a preempted previous attempt held this attempt's GPUs (charged from its start)
         # and may be as long as the preemption's grace, longer than RQ's backstop slack.
         budget = self.job.timeout_s - self.previous_runtime_s - self.previous_wait_s
+        if budget <= 0:  # nothing left to train with: not started only to be stopped at its first poll
+            return ChildResult(outcome="timed_out")
+        config = self.child_config(number, resume_from)
+        spec = self.attempt_spec(number, config)
         started = time.monotonic()
         execution = (self.executor or node_executor()).start(spec)
         result = ChildResult()
@@ -771,8 +783,9 @@ class AttemptRunner:
                 # its attempt_stopped (below) to resume from that epoch, on another node through the
                 # store. Its key names this attempt, so no later attempt's object is touched.
                 self.uploader.close(self.check_in)
-        if result.outcome == "succeeded" or (result.outcome == "failed" and (result.error or {}).get("kind") != "oom"):
-            self.storage_lost_check(result)
+        if (result.outcome == "succeeded" and infra_requeues_left(self.job)) or (
+                result.outcome == "failed" and (result.error or {}).get("kind") != "oom"):
+            self.storage_lost_check(result)  # a success past that budget stays one, never failed (review23)
         if result.outcome == "succeeded":
             # Results into the artifact store before the success is recorded (nothing to do on a
             # shared filesystem); while the store is down the job waits here, holding its GPUs.

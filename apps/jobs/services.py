@@ -16,7 +16,7 @@ import secrets
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -489,8 +489,13 @@ def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.
     process tree at once. The checkpoint carries the work over.
     """
     usage_charge(job, ended_at=now)
-    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted", by=by,
-                       data={"attempt": job.attempt, "attempt_id": str(job.attempt_id), "grace_s": grace_s})
+    data = {"attempt": job.attempt, "attempt_id": str(job.attempt_id), "grace_s": grace_s}
+    if grace_s > 0 and job.node_id is not None:
+        # Which worker may still report the victim's epoch end: its next attempt stops waiting for it
+        # once that node is lost or its worker replaced (attempt_previous_stop).
+        node, worker_pid = Node.objects.filter(pk=job.node_id).values_list("name", "worker_pid").first() or ("", None)
+        data.update(node=node, worker_pid=worker_pid)
+    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted", by=by, data=data)
 
 
 def job_evacuate(job: Job, *, node_name: str, reason: str, by, now: datetime | None = None) -> bool:
@@ -522,16 +527,32 @@ def attempt_stop_grace(job: Job) -> float:
     return float((event.data or {}).get("grace_s") or 0.0) if event else 0.0
 
 
-def attempt_previous_stop_by(job: Job, *, margin_s: float) -> datetime | None:
-    """Until when ``job``'s current attempt waits, before choosing its checkpoint, for the attempt
-    before it to stop at its epoch end; None when there is nothing to wait for.
+@dataclass(frozen=True)
+class PreviousStop:
+    """A gracefully preempted previous attempt that may still be finishing its epoch
+    (:func:`attempt_previous_stop`)."""
+
+    attempt: int
+    preempted_seq: int  # its ``preempted`` event
+    left_s: float  # the longest still to wait, from now: never more than its grace plus the margin
+    node: str  # where it runs ('' when not recorded)
+    worker_pid: int | None  # the worker that ran it there (None: not recorded, or a Slurm node)
+
+
+def attempt_previous_stop(job: Job, *, margin_s: float) -> PreviousStop | None:
+    """What ``job``'s current attempt waits for, before choosing its checkpoint: the attempt before
+    it, gracefully preempted and not yet stopped at its epoch end; None when there is nothing to
+    wait for.
 
     Only after a graceful preemption (a ``preempted`` requeue of that started attempt, with a
-    ``grace_s``) that the old attempt has not reported the end of (``attempt_stopped``, written by
-    its worker's or Slurm agent's ``attempt_finish`` once its child has stopped, the epoch's
-    metrics, checkpoint and output recorded before). Then: the preemption's time plus its grace
-    (after which the old worker kills its child) plus ``margin_s`` (its check-in and kill delay).
-    A crash, a lost node, a retry, a person's requeue or a preemption without grace: None.
+    ``grace_s``) whose attempt has not reported its end (``attempt_stopped``, written by its
+    worker's or Slurm agent's ``attempt_finish`` once its child has stopped, the epoch's metrics,
+    checkpoint and output recorded before) and still can (:func:`attempt_previous_stopped`). At
+    most until the preemption's time plus its grace (after which the old worker kills its child)
+    plus ``margin_s`` (its check-in and kill delay); ``left_s`` is that, by this machine's clock,
+    but never more than the grace plus the margin: a clock behind the scheduler's must not make
+    the wait longer (review23). A crash, a lost node, a retry, a person's requeue or a preemption
+    without grace: None.
     """
     previous = job.attempt - 1
     if previous < 1:
@@ -539,12 +560,39 @@ def attempt_previous_stop_by(job: Job, *, margin_s: float) -> datetime | None:
     preempted = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__ended_attempt=previous,
                                          data__attempt_started=True)
                  .order_by("-seq").only("created_at", "data", "seq").first())
-    grace_s = float((preempted.data or {}).get("grace_s") or 0.0) if preempted else 0.0
+    data = (preempted.data or {}) if preempted else {}
+    grace_s = float(data.get("grace_s") or 0.0)
     if grace_s <= 0:
         return None
-    if JobEvent.objects.filter(job_id=job.pk, kind="attempt_stopped", attempt=previous, seq__gt=preempted.seq).exists():
-        return None
-    return preempted.created_at + timedelta(seconds=grace_s + margin_s)
+    bound = grace_s + margin_s
+    left = min(bound, bound - (timezone.now() - preempted.created_at).total_seconds())
+    stop = PreviousStop(attempt=previous, preempted_seq=preempted.seq, left_s=max(0.0, left),
+                        node=str(data.get("node") or ""), worker_pid=data.get("worker_pid"))
+    return None if attempt_previous_stopped(job, stop) else stop
+
+
+def attempt_previous_stopped(job: Job, stop: PreviousStop) -> bool:
+    """The preempted attempt ``stop`` reported its stop, or nothing of it can any more: its node is
+    stopping or lost (a drained node's worker stopped for maintenance kills its trainings, whose
+    work-horses die with them: their next attempt waited out the whole grace, its GPUs idle and
+    charged, review23), gone, or run by another worker than the one that ran it."""
+    if JobEvent.objects.filter(job_id=job.pk, kind="attempt_stopped", attempt=stop.attempt,
+                               seq__gt=stop.preempted_seq).exists():
+        return True
+    if not stop.node:
+        return False
+    node = Node.objects.filter(name=stop.node).values_list("state", "worker_pid").first()
+    if node is None:
+        return True
+    state, worker_pid = node
+    return state in (Node.State.STOPPING, Node.State.LOST) or (
+        stop.worker_pid is not None and worker_pid != stop.worker_pid)
+
+
+def infra_requeues_left(job: Job) -> bool:
+    """May the attempt still end in a requeue that is not counted as a retry (a killed training, a
+    node that lost the shared storage)? At most ``MAX_INFRA_REQUEUES`` beyond the retries."""
+    return job.attempt <= job.retries_left + MAX_INFRA_REQUEUES
 
 
 def attempt_lost(job: Job, *, reason: str, now: datetime) -> str:
@@ -796,7 +844,7 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
                 usage_charge(current, ended_at=now)
                 job_event(current, "timed_out", message)
         return "timed_out"
-    if outcome == "killed" and current.attempt <= current.retries_left + MAX_INFRA_REQUEUES:
+    if outcome == "killed" and infra_requeues_left(current):
         usage_charge(current, ended_at=now)
         # A worker stopped on purpose (Ctrl-C, systemctl stop, a deploy) marks its node stopping
         # first and then stops its trainings: "killed by signal 9" read like an out-of-memory kill
@@ -808,7 +856,7 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
         job_requeue(current, kind="requeued",
                     reason=f"{why}; requeued to resume from its last checkpoint (not counted as a retry)")
         return "requeued"
-    if outcome == "storage_lost" and current.attempt <= current.retries_left + MAX_INFRA_REQUEUES:
+    if outcome == "storage_lost" and infra_requeues_left(current):
         # Its node can no longer read the shared storage and is marked so (worker.tasks): the job
         # resumes from its last checkpoint on a node that can, as a killed training would.
         usage_charge(current, ended_at=now)

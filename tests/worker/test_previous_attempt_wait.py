@@ -146,17 +146,15 @@ def test_the_wait_is_bounded_by_the_grace_even_when_this_machine_s_clock_is_behi
     job as timed out), not the grace plus its margin, for a victim that never reported."""
     from datetime import timedelta
 
+    from django.db.models import F
+
     from apps.jobs.services import job_cancel
 
-    class BehindByAnHour:
-        @staticmethod
-        def now():
-            return timezone.now() - timedelta(hours=1)
-
     monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
-    monkeypatch.setattr(tasks, "timezone", BehindByAnHour)
     victim = running  # its worker died in the grace: it never reports its stop
     assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=1)
+    # The scheduler that wrote the preemption runs an hour ahead of this worker's clock.
+    JobEvent.objects.filter(job_id=victim.pk, kind="preempted").update(created_at=F("created_at") + timedelta(hours=1))
     new = next_attempt_started(victim.pk)
     found = {}
 
@@ -214,3 +212,13 @@ def test_an_evacuated_job_does_not_wait_out_the_grace_once_the_drained_node_s_wo
         job_cancel(job=Job.objects.get(pk=new.pk), by=None)
         thread.join(timeout=10)
     assert not still_waiting, "waiting for a victim whose node's worker has stopped"
+
+
+def test_an_attempt_whose_wait_used_up_its_timeout_ends_timed_out_without_starting_a_training(running):
+    """review23: the wait is taken from the training's time budget; with nothing left the child was
+    started only to be stopped at its first poll."""
+    runner = AttemptRunner(Job.objects.get(pk=running.pk))
+    runner.previous_wait_s = running.timeout_s + 1.0
+    result = runner.run_child(1, None)
+    assert result.outcome == "timed_out"
+    assert not (runner.attempt_dir / "config-1.json").exists()  # nothing was started

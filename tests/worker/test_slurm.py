@@ -182,8 +182,11 @@ def test_a_placement_waits_for_its_preempted_attempt_s_epoch_end_and_its_batch_r
     agent = SlurmAgent("gpu", client=object())  # nothing reaches Slurm while it waits
 
     assert not agent.start_placed()
+    assert not agent.start_placed()  # a later tick: still waiting, said once (review23: no event, a log line a tick)
     assert Job.objects.get(pk=job.pk).state == JobState.STARTING
     assert not ExecutorAttempt.objects.filter(job=job).exists()
+    assert list(JobEvent.objects.filter(job_id=job.pk, kind="waiting_for_previous_attempt")
+                .values_list("attempt", flat=True)) == [2]
 
     # The victim (a local worker, say) ends its epoch and stops; a later tick starts the placement.
     path = victim.run_dir / "checkpoints" / "epoch-0002.pt"
@@ -224,21 +227,40 @@ def test_a_placement_waiting_for_its_preempted_attempt_is_cancelled_when_asked_n
 
 
 @pytest.mark.django_db
-def test_a_success_whose_lost_storage_is_not_believed_again_is_the_success_it_reported(submitted):
-    """review23: the relay now turns a success on a node whose mount went into ``storage_lost``. Past
-    SLURM_STORAGE_LOST_MAX earlier ``storage_unavailable`` events of the job (hand-backs of placements
-    that never started count too), the claim is "not believed" and "counted as the job's own
-    failure": a training that succeeded spent a retry (or failed for good). Not believed, the report
-    is what the training said: it succeeded."""
-    from apps.jobs.services import job_event
-
-    job, record = submitted
-    for _ in range(2):  # e.g. two placements handed back before they started (worker.tasks.storage_lost_hand_back)
-        job_event(job, "storage_unavailable", "node node-b cannot read the shared storage; handed back")
+def lost_storage_success(record, job):
+    """The relay's report of a training that succeeded as its node's jobs mount went."""
     weights = job.run_dir / "train" / "weights" / "best.pt"
     weights.parent.mkdir(parents=True, exist_ok=True)
     weights.write_bytes(b"w")
-    job = end(record, "COMPLETED", outcome="storage_lost", exit_code=0,
-              finished={"weights": str(weights), "metrics": {"fitness": 0.3}},
-              error={"kind": "storage", "roots": [["JOBS_DIR", "no storage marker"]]})
+    return end(record, "COMPLETED", outcome="storage_lost", exit_code=0,
+               finished={"weights": str(weights), "metrics": {"fitness": 0.3}},
+               error={"kind": "storage", "roots": [["JOBS_DIR", "no storage marker"]]})
+
+
+def test_a_success_whose_lost_storage_is_not_believed_again_is_the_success_it_reported(submitted):
+    """review23: the relay now turns a success on a node whose mount went into ``storage_lost``. Past
+    SLURM_STORAGE_LOST_MAX earlier such requeues of the job, the claim is "not believed" and was
+    "counted as the job's own failure": a training that succeeded spent a retry (or failed for
+    good). Not believed, the report is what the training said: it succeeded."""
+    from apps.jobs.services import job_event
+
+    job, record = submitted
+    for attempt in (1, 2):  # two earlier attempts requeued because their node lost the storage
+        job_event(job, "storage_unavailable", "Slurm node gpu01 lost the shared storage while the attempt ran",
+                  {"ended_attempt": attempt, "attempt_started": True})
+    job = lost_storage_success(record, job)
     assert (job.state, job.retries_left) == (JobState.SUCCEEDED, 1), job.error
+
+
+def test_placements_handed_back_before_they_started_do_not_use_up_the_jobs_storage_claims(submitted):
+    """review23: a local worker's hand-back of a placement it never started (its node without the
+    storage) is no attempt's claim: the success on a node whose mount went is requeued, believed,
+    not a retry."""
+    from apps.jobs.services import job_event
+
+    job, record = submitted
+    for _ in range(2):  # worker.tasks.storage_lost_hand_back
+        job_event(job, "storage_unavailable", "node node-b cannot read the shared storage; handed back",
+                  {"ended_attempt": 1, "attempt_started": False})
+    job = lost_storage_success(record, job)
+    assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 1), job.error

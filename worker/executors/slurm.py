@@ -57,10 +57,11 @@ from apps.jobs.services import (
     attempt_finish,
     attempt_heartbeat,
     attempt_lost,
-    attempt_previous_stop_by,
+    attempt_previous_stop,
     attempt_resume_choose,
     attempt_start,
     attempt_token_issue,
+    infra_requeues_left,
     job_event,
     job_requeue,
 )
@@ -308,6 +309,8 @@ class SlurmAgent:
         # portal node name -> (what its last attempt found of the shared storage, when): see
         # SLURM_NODE_STORAGE_RETRY_S
         self.node_storage: dict[str, tuple[str, float]] = {}
+        # placement (attempt id) -> until when (monotonic) it waits for its preempted previous attempt
+        self.previous_waits: dict[str, float] = {}
 
     # --- 1. nodes -------------------------------------------------------------------------
 
@@ -418,21 +421,27 @@ class SlurmAgent:
     def start_placed(self) -> bool:
         """Submit every attempt the scheduler placed on this partition's nodes.
 
-        One whose previous attempt was preempted and may still be finishing its epoch (its grace)
-        waits here, placed, as a local worker waits before choosing its checkpoint
+        One whose cancel was asked meanwhile ends cancelled without reaching Slurm. One whose
+        previous attempt was preempted and may still be finishing its epoch (its grace) waits
+        here, placed, as a local worker waits before choosing its checkpoint
         (worker.tasks.AttemptRunner.previous_attempt_wait): the batch's checkpoints are chosen
         at submit (:meth:`prepare`). Skipped for this tick, not awaited: one agent starts them all.
         """
-        from worker.tasks import PREVIOUS_STOP_MARGIN_S
-
         did = False
         placed = Job.objects.filter(state=JobState.STARTING, node__executor=Node.Executor.SLURM,
                                     node__partition=self.partition).select_related("node")
+        waiting: dict[str, float] = {}
         for job in placed:
-            stop_by = attempt_previous_stop_by(job, margin_s=PREVIOUS_STOP_MARGIN_S)
-            if stop_by is not None and stop_by > timezone.now():
-                log.info("job %s: waiting for its preempted attempt %d to stop before submitting", job.pk,
-                         job.attempt - 1)
+            if job.cancel_requested_at:
+                # Before, only a submitted attempt was cancelled (scancel at the next watch): one kept
+                # waiting for its preempted attempt ignored a cancel for up to the grace (review23).
+                started = attempt_start(job_id=job.pk, attempt_id=job.attempt_id, node_name=job.node.name)
+                if started is not None:
+                    attempt_finish(started, outcome="cancelled")
+                    did = True
+                continue
+            silent = self.previous_attempt_waits(job, waiting)
+            if silent is None:
                 continue
             try:
                 record = ExecutorAttempt.objects.create(job=job, attempt=job.attempt, attempt_id=job.attempt_id,
@@ -444,12 +453,38 @@ class SlurmAgent:
                 record.delete()
                 continue
             did = True
-            if stop_by is not None:
+            if silent:
                 job_event(started, "previous_attempt_silent",
                           f"attempt {started.attempt - 1} did not report its stop within its preemption grace; "
                           f"resuming from the checkpoints recorded so far", {"attempt": started.attempt - 1})
             self.submit(started, record)
+        self.previous_waits = waiting  # placements gone meanwhile are forgotten
         return did
+
+    def previous_attempt_waits(self, job: Job, waiting: dict[str, float]) -> bool | None:
+        """None while ``job``'s placement waits for its preempted previous attempt to stop (see
+        :meth:`start_placed`); else whether it stopped waiting because that attempt stayed silent
+        past its grace. The wait's end is kept per placement on this machine's monotonic clock,
+        said once in the job's events when it begins."""
+        from worker.tasks import PREVIOUS_STOP_MARGIN_S
+
+        stop = attempt_previous_stop(job, margin_s=PREVIOUS_STOP_MARGIN_S)
+        if stop is None:
+            return False
+        key = str(job.attempt_id)
+        deadline = self.previous_waits.get(key)
+        if deadline is None:
+            deadline = time.monotonic() + stop.left_s
+            if stop.left_s > 0:
+                job_event(job, "waiting_for_previous_attempt",
+                          f"attempt {stop.attempt} was preempted and may still be finishing its epoch: waiting up to "
+                          f"{stop.left_s:.0f} s for it to stop before submitting to Slurm", {"attempt": stop.attempt})
+                log.info("job %s: waiting up to %.0f s for its preempted attempt %d to stop before submitting",
+                         job.pk, stop.left_s, stop.attempt)
+        if time.monotonic() >= deadline:
+            return True
+        waiting[key] = deadline
+        return None
 
     def submit(self, job: Job, record: ExecutorAttempt) -> None:
         try:
@@ -622,11 +657,23 @@ class SlurmAgent:
                                      f"not be read ({type(exc).__name__}): see the job's log")
         kick_scheduler()
 
-    def storage_lost(self, job: Job, problem: str, *, exit_code: int | None, error: str) -> None:
+    def storage_lost(self, job: Job, problem: str, *, exit_code: int | None, error: str,
+                     report: dict | None = None) -> None:
         """End the attempt whose compute node lost the shared storage (its report, or Slurm could not
         write its output there): requeued, the node out for a while. Not believed past
-        :data:`SLURM_STORAGE_LOST_MAX` such requeues of the job (see there)."""
-        if JobEvent.objects.filter(job_id=job.pk, kind="storage_unavailable").count() >= SLURM_STORAGE_LOST_MAX:
+        :data:`SLURM_STORAGE_LOST_MAX` such requeues of started attempts of the job (see there; a
+        placement handed back before it started is no attempt's claim).
+
+        A training that *succeeded* as the mount went (its report's ``finished``) is requeued too
+        (worker.executors.relay); when that is not believed, or the job has no requeue left that is
+        not a retry, it is the success the training reported, not a failure (review23)."""
+        believed = JobEvent.objects.filter(job_id=job.pk, kind="storage_unavailable",
+                                           data__attempt_started=True).count() < SLURM_STORAGE_LOST_MAX
+        if report and report.get("exit_code") == 0 and report.get("finished") and not (
+                believed and infra_requeues_left(job)):
+            finish_from_report(job, {**report, "outcome": "succeeded", "error": None})
+            return
+        if not believed:
             attempt_finish(job, outcome="failed", exit_code=exit_code,
                            error=f"{error}; after {SLURM_STORAGE_LOST_MAX} earlier such requeues of this job this is "
                                  f"not believed again (SLURM_STORAGE_LOST_MAX): counted as the job's own failure, and "
@@ -656,7 +703,7 @@ class SlurmAgent:
                            error=oom_message(Usage(memory_peak_bytes=limit, memory_limit_bytes=limit, oom_kills=1)))
         elif report.get("outcome") == "storage_lost":
             problem = reported_storage_problem(report)
-            self.storage_lost(job, problem, exit_code=report.get("exit_code"),
+            self.storage_lost(job, problem, exit_code=report.get("exit_code"), report=report,
                               error=f"Slurm node {job.node.hostname} lost the shared storage while the attempt ran: "
                                     f"{problem}")
         elif report.get("outcome"):
