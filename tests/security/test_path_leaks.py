@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from apps.jobs.models import Job, JobEvent
+from apps.jobs.models import Job, JobEvent, JobState
 from tests.conftest import SEED_SPEC, api_client
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +51,7 @@ def test_the_job_page_shows_no_resolved_paths_even_without_the_raw_spec(bob, sub
 def test_the_started_event_keeps_no_save_dir(bob, submitted, node):
     from worker.tasks import AttemptRunner, ChildResult
 
-    Job.objects.filter(pk=submitted.pk).update(node=node)
+    Job.objects.filter(pk=submitted.pk).update(node=node, state=JobState.RUNNING)  # only a running attempt records
     submitted.refresh_from_db()
     runner = AttemptRunner(submitted)
     save_dir = str(submitted.run_dir / "train")
