@@ -24,7 +24,8 @@ only the epochs the new job trains).
 Steps of :func:`job_continue`:
 
 1. refuse what cannot continue (:func:`continue_point`): not a training job, still active,
-   succeeded, no stored checkpoint, or a checkpoint of the final epoch;
+   succeeded, continued already by a job that has ended (continue that one), no stored
+   checkpoint, or a checkpoint of the final epoch;
 2. rebuild the spec from the job's own text (as Resubmit does), with the new ``timeout``,
    the job's own team (:func:`team_pinned`), ``data`` naming the version the job trained on
    and ``model`` the registered version it started from (refused when either version was
@@ -51,7 +52,7 @@ from apps.core.errors import FieldErrors
 from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_copy, artifact_delete, artifact_save_bytes
 from apps.core.strict_yaml import load_yaml
 
-from .models import ACTIVE_STATES, Checkpoint, Job, JobState, MetricPoint
+from .models import ACTIVE_STATES, TERMINAL_STATES, Checkpoint, Job, JobState, MetricPoint
 from .services import job_event, job_submit, seq_allocate, spec_parse
 from .spec import SpecError
 
@@ -89,8 +90,12 @@ def spec_epochs(job: Job) -> int:
     return int((job.spec.get("train_args") or {}).get("epochs") or DEFAULT_EPOCHS)
 
 
-def continue_point(job: Job) -> ContinuePoint:
-    """The checkpoint ``job`` would continue from; ContinueRefused saying why there is none."""
+def continue_point(job: Job, *, user=None, idempotency_key: str = "") -> ContinuePoint:
+    """The checkpoint ``job`` would continue from; ContinueRefused saying why there is none.
+
+    ``user`` and ``idempotency_key`` are the caller's: a replay of the request that made a
+    continuation is answered with that job by ``job_submit``, even once it has ended.
+    """
     mode = (job.spec or {}).get("mode") or "train"
     if job.is_sweep:
         raise ContinueRefused("mode", "the job is a sweep, which trains nothing itself: continue one of its trials", 400)
@@ -104,6 +109,7 @@ def continue_point(job: Job) -> ContinuePoint:
         version = getattr(job, "model_version", None)
         how = f" (a new training job with model={version.reference} starts from them)" if version else ""
         raise ContinueRefused("state", f"job succeeded: nothing left to train; use its weights{how}")
+    _refuse_continued(job, user=user, idempotency_key=idempotency_key)
     stored = job.checkpoints.exclude(key="")
     newest = stored.order_by("-epoch").first()
     if newest is None:
@@ -117,6 +123,33 @@ def continue_point(job: Job) -> ContinuePoint:
                                             "nothing left to train; use its weights")
     best = None if newest.best else stored.filter(best=True, epoch__lt=newest.epoch).order_by("-epoch").first()
     return ContinuePoint(checkpoint=newest, best=best, epochs=epochs)
+
+
+ENDED_AS = {JobState.CANCELLED: "was cancelled", JobState.TIMED_OUT: "timed out", JobState.FAILED: "failed"}
+
+
+def _refuse_continued(job: Job, *, user, idempotency_key: str) -> None:
+    """ContinueRefused when a continuation of ``job`` has ended: its epochs are trained from there.
+
+    Continuing the same job again trained the epochs its continuation had already trained (a
+    succeeded continuation's page said "nothing left to train" while the old job's page still
+    offered "Continue from epoch N": new-user trial 23). A failed, cancelled or timed-out
+    continuation holds a checkpoint at least as new, so that is the one to continue. An active
+    continuation is left to ``job_submit``: a duplicate naming it, or an idempotent replay.
+    """
+    later = (Job.objects.filter(team_id=job.team_id, spec__continued_from__job=str(job.pk), state__in=TERMINAL_STATES)
+             .select_related("model_version").order_by("-created_at").first())
+    if later is None:
+        return
+    if idempotency_key and later.user_id == getattr(user, "pk", None) and later.idempotency_key == idempotency_key:
+        return
+    if later.state == JobState.SUCCEEDED:
+        version = getattr(later, "model_version", None)
+        how = f" (a new training job with model={version.reference} starts from them)" if version else ""
+        raise ContinueRefused("state", f"job was continued as job {later.pk}, which succeeded: nothing left to train; "
+                                       f"use its weights{how}")
+    raise ContinueRefused("state", f"job was continued as job {later.pk}, which {ENDED_AS[later.state]}: continue "
+                                   "that one (it resumes from the same checkpoint or a newer one)")
 
 
 def continue_available(job: Job) -> ContinuePoint | None:
@@ -286,7 +319,7 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
     folder gone, a timeout over the limit), DuplicateJob, TooManyActiveJobs, IdempotencyKeyReused,
     StorageUnavailable.
     """
-    point = continue_point(job)
+    point = continue_point(job, user=user, idempotency_key=idempotency_key)
     document, raw_spec = _document(job, timeout_s, memory)
     try:
         spec = spec_parse(document, user=user)  # SpecError before anything is copied

@@ -183,6 +183,47 @@ def test_continuing_twice_is_refused_as_a_duplicate_of_the_active_continuation(c
     assert Job.objects.count() == 2
 
 
+def _continued_and_ended(cancelled, alice, outcome: str, **headers) -> Job:
+    """Continue ``cancelled`` through the API and end the continuation with ``outcome``."""
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/", **headers)
+    assert response.status_code == 201, response.content
+    Job.objects.filter(pk=response.json()["id"]).update(state=outcome, finished_at=timezone.now())
+    return Job.objects.get(pk=response.json()["id"])
+
+
+def test_a_job_whose_continuation_succeeded_is_not_continued_again(cancelled, alice, client):
+    """Trial 23: continuing it again trained the same epochs a second time (and its page still offered it)."""
+    later = _continued_and_ended(cancelled, alice, JobState.SUCCEEDED)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 409
+    assert response.json() == {"state": [f"job was continued as job {later.pk}, which succeeded: nothing left to "
+                                         "train; use its weights"]}
+    assert Job.objects.count() == 2
+    client.force_login(alice)
+    assert 'id="continue-button"' not in client.get(f"/jobs/{cancelled.pk}/").content.decode()
+
+
+def test_a_job_whose_continuation_was_cancelled_is_continued_from_that_one(cancelled, alice):
+    later = _continued_and_ended(cancelled, alice, JobState.CANCELLED)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert response.status_code == 409
+    assert response.json() == {"state": [f"job was continued as job {later.pk}, which was cancelled: continue that "
+                                         "one (it resumes from the same checkpoint or a newer one)"]}
+    assert api_client(alice).post(f"/api/v1/jobs/{later.pk}/continue/").status_code == 201
+
+
+def test_a_replay_of_the_continue_request_still_returns_its_job_once_it_has_ended(cancelled, alice):
+    later = _continued_and_ended(cancelled, alice, JobState.SUCCEEDED, HTTP_IDEMPOTENCY_KEY="k1")
+
+    again = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/", HTTP_IDEMPOTENCY_KEY="k1")
+
+    assert again.status_code == 200 and again.json()["id"] == str(later.pk)
+
+
 def test_the_same_idempotency_key_returns_the_same_continuation(cancelled, alice):
     client = api_client(alice)
     first = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", HTTP_IDEMPOTENCY_KEY="k1")
