@@ -149,6 +149,8 @@ def job_weights_find(job: Job) -> JobWeightsFound:
         return JobWeightsFound(key=checkpoint.key, sha256=checkpoint.sha256, epoch=checkpoint.epoch,
                                note=f"the job {ended} after {job.epochs_done} epochs: its {which} as of epoch "
                                     f"{checkpoint.epoch} (a training checkpoint)")
+    if job.first_started_at is None:  # cancelled while queued: "before its first epoch ended" read as if it ran
+        return JobWeightsFound(missing=f"The job {ended} before it started, so it has no weights.")
     if not job.epochs_done:
         return JobWeightsFound(missing=f"The job {ended} before its first epoch ended, so it has no weights.")
     return JobWeightsFound(missing=f"The job {ended} after {job.epochs_done} epochs, but none of its checkpoints is "

@@ -43,9 +43,9 @@ def test_weights_pull_of_a_job_cancelled_before_any_epoch_says_why(alice, teams,
     job = make_job(team=teams["vision"], user=alice, state=JobState.CANCELLED)
 
     code, out, _ = run(capsys, "status", str(job.pk)[:8])
-    assert "weights: The job was cancelled before its first epoch ended, so it has no weights." in out
+    assert "weights: The job was cancelled before it started, so it has no weights." in out  # never started
     code, _, err = run(capsys, "weights", "pull", str(job.pk)[:8])
-    assert code == 1 and "cancelled before its first epoch ended" in err
+    assert code == 1 and "cancelled before it started" in err
     assert Job.objects.count() == 1
 
 

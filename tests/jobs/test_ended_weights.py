@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from apps.jobs.services import attempt_finish, attempt_start, job_claim
+from apps.jobs.services import attempt_finish, attempt_start, job_cancel, job_claim
 from tests.conftest import api_client
 
 from .factories import make_job
@@ -71,6 +71,17 @@ def test_a_job_cancelled_before_its_first_epoch_says_so(running, alice):
 
     assert response.status_code == 404
     assert response.json()["detail"] == "The job was cancelled before its first epoch ended, so it has no weights."
+
+
+def test_a_job_cancelled_while_queued_says_it_never_started(alice, teams):
+    """Trial 23: a job cancelled in the queue said "cancelled before its first epoch ended"."""
+    job = make_job(team=teams["vision"], user=alice)
+    assert job_cancel(job=job, by=alice)
+
+    response = api_client(alice).get(f"/api/v1/jobs/{job.pk}/weights/")
+
+    assert response.status_code == 404
+    assert response.json()["detail"] == "The job was cancelled before it started, so it has no weights."
 
 
 def test_only_an_active_job_has_no_weights_yet(running, alice):
