@@ -113,7 +113,8 @@ def continue_point(job: Job, *, user=None, idempotency_key: str = "") -> Continu
     stored = job.checkpoints.exclude(key="")
     newest = stored.order_by("-epoch").first()
     if newest is None:
-        why = ("it ended before its first epoch did" if not job.epochs_done else
+        why = ("it never started" if job.first_started_at is None else
+               "it ended before its first epoch did" if not job.epochs_done else
                "none of its checkpoints is kept in the artifact store (they leave it CHECKPOINT_RETENTION_DAYS "
                "after the job ended, or stayed on the server that ran it)")
         raise ContinueRefused("checkpoint", f"the job has no stored checkpoint to continue from: {why}")

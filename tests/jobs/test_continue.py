@@ -158,6 +158,16 @@ def test_a_job_cancelled_before_its_first_checkpoint_cannot_be_continued(submit,
         response.json()["checkpoint"][0])
 
 
+def test_a_job_cancelled_while_queued_never_started(alice, demo_registered, node, clean_storage):
+    response = api_client(alice).post("/api/v1/jobs/", SPEC, content_type="application/yaml")
+    api_client(alice).post(f"/api/v1/jobs/{response.json()['id']}/cancel/")
+
+    response = api_client(alice).post(f"/api/v1/jobs/{response.json()['id']}/continue/")
+
+    assert response.status_code == 409
+    assert response.json() == {"checkpoint": ["the job has no stored checkpoint to continue from: it never started"]}
+
+
 def test_a_val_job_is_not_a_training_job(submit, alice, cancelled):
     Job.objects.filter(pk=cancelled.pk).update(spec={**cancelled.spec, "mode": "val"})
 
