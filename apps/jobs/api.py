@@ -384,7 +384,8 @@ class JobListCreate(APIView):
             return field_errors({"state": f"must be one of {', '.join(STATE_FILTERS)}, got {state[:50]!r}"})
         prefix = request.query_params.get("id")
         if prefix is not None and not ID_PREFIX.fullmatch(prefix):
-            return field_errors({"id": f"must be at least 4 characters of a job id (hex digits and dashes), "
+            # 'zzzz' was told "must be at least 4 characters" (new-user trial 23): say what a prefix is made of.
+            return field_errors({"id": f"must be the start of a job id: 4 to 36 hex digits (0-9, a-f) and dashes, "
                                        f"got {prefix[:50]!r}"})
         try:
             filters = list_filters(request)

@@ -149,7 +149,7 @@ def test_a_prefix_finds_a_job_older_than_the_newest_thousand(logged_in, alice, t
     code, out, err = run(capsys, "status", str(old.pk)[:8])
     assert code == 0 and str(old.pk) in out, err
     code, _, err = run(capsys, "status", "zzzz")
-    assert code == 1 and "at least 4 characters of a job id" in err
+    assert code == 1 and "id: must be the start of a job id: 4 to 36 hex digits (0-9, a-f) and dashes, got 'zzzz'" in err
 
 
 def test_queue_shows_a_running_sweep_as_a_sweep_not_on_a_node(logged_in, tmp_path, capsys):
