@@ -414,7 +414,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("state", job["state"] + (" (cancel requested)" if job.get("cancel_requested") and job["state"] not in TERMINAL else "")),
         ("team / user", f"{job['team']} / {job['user']}"),
         ("class", f"{job['priority_class']} (priority {job['priority']:.0f})"),  # whole points: the score orders the queue
-        ("resources", f"{gpus_text(job['resources']['gpu'])} GPU(s), timeout {job['timeout_s']} s"),
+        ("resources", f"{gpus_text((job.get('spec') or {}).get('gpus', 0))} GPU(s) and a timeout of {job['timeout_s']} s"
+                      " per trial" if sweep else f"{gpus_text(job['resources']['gpu'])} GPU(s), timeout {job['timeout_s']} s"),
         ("attempt", str(job["attempt"])),
     ]
     if job["state"] == "queued":
@@ -422,7 +423,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                   ("estimated start", eta_text(job)), ("why it waits", job["reason"] or "-")]
     if job["node"]:
         lines.append(("node", f"{job['node']} GPUs {job['gpus']}" + (" (simulated)" if job["simulated"] else "")))
-    if (job.get("spec") or {}).get("mode", "train") == "train":  # val, predict, export run no epochs
+    # val, predict and export run no epochs, nor does a sweep itself: its trials table has theirs
+    # (a sweep said "0 GPU(s)" and "epochs done: 0/2" after its trials had trained: new-user trial 23).
+    if (job.get("spec") or {}).get("mode", "train") == "train" and not sweep:
         lines.append(("epochs done", epochs))
     lines.append(("submitted", when(job["created_at"])))
     if job["started_at"]:

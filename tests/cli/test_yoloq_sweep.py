@@ -61,3 +61,18 @@ def test_status_of_a_sweep_says_why_a_trial_was_not_submitted(alice, tmp_path, c
     assert code == 0
     assert "not submitted" in out
     assert "trial 0: could not be submitted: train.data: dataset demo:v1 was deleted" in out
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_status_of_a_sweep_gives_its_trials_resources_and_no_epochs_of_its_own(tmp_path, capsys):
+    """Trial 23: "resources: 0 GPU(s)" and "epochs done: 0/3" for a sweep whose trials had trained."""
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(SWEEP_YAML)
+    assert run(capsys, "submit", str(spec))[0] == 0
+    parent = Job.objects.get(is_sweep=True)
+
+    code, out, _ = run(capsys, "status", str(parent.pk)[:8])
+
+    assert code == 0
+    assert f"resources: 1 GPU(s) and a timeout of {parent.timeout_s} s per trial" in out
+    assert "epochs done" not in out
