@@ -281,6 +281,18 @@ EXPORT_ARGS: dict[str, Callable[[Any], Any]] = {
 MODE_ARGS = {"train": TRAIN_ARGS, "val": VAL_ARGS, "predict": PREDICT_ARGS, "export": EXPORT_ARGS}
 MODE_REQUIRED = {"train": ("data", "model"), "val": ("data", "model"), "predict": ("model", "source"),
                  "export": ("model", "format")}
+# What a missing required argument is for: a bare "is required" left a user who knows `yolo val
+# model=…` (Ultralytics reads the model's own data.yaml) guessing what to give (new-user trial 23).
+_WEIGHTS = "trained weights (name.pt) or a registered model (name:v1)"
+MODE_REQUIRED_HINTS = {
+    "train": {"data": "the dataset to train on (data=NAME, one of your team's datasets, e.g. data=demo)",
+              "model": "a model YAML (e.g. model=yolov8n.yaml), weights (name.pt) or a registered model (name:v1)"},
+    "val": {"data": "the dataset to validate on (data=NAME, one of your team's datasets; split=val by default)",
+            "model": f"the model to validate: {_WEIGHTS}"},
+    "predict": {"model": f"the model to predict with: {_WEIGHTS}",
+                "source": "the images (source=NAME: an images upload, or a dataset with split=val/test/train)"},
+    "export": {"model": f"the model to export: {_WEIGHTS}", "format": "onnx, torchscript or engine (format=onnx)"},
+}
 MODE_DEFAULTS: dict[str, dict[str, Any]] = {"train": TRAIN_DEFAULTS, "val": {"split": "val"},
                                             "predict": {"split": "val"}, "export": {}}
 
@@ -495,7 +507,7 @@ def _typed_args(raw: dict[str, Any], path: str, errors: dict[str, str], mode: st
             errors[where] = str(exc)
     for required in MODE_REQUIRED[mode]:
         if required not in raw and f"{path}.{required}" not in errors:
-            errors[f"{path}.{required}"] = "is required"
+            errors[f"{path}.{required}"] = f"is required: {MODE_REQUIRED_HINTS[mode][required]}"
     for key, default in MODE_DEFAULTS[mode].items():
         typed.setdefault(key, default)
     if mode == "export" and typed.get("half") and typed.get("int8"):

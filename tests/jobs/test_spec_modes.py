@@ -61,6 +61,14 @@ def test_a_bad_argument_of_another_mode_is_named(command, field, words):
     assert words in errors(command)[field]
 
 
+def test_a_missing_argument_says_what_to_give():
+    """Trial 23: `yolo val model=x:v1` was answered "command.data: is required", nothing more."""
+    assert errors("yolo val model=pcb:v1")["command.data"] == (
+        "is required: the dataset to validate on (data=NAME, one of your team's datasets; split=val by default)")
+    assert errors("yolo export model=pcb:v1")["command.format"] == (
+        "is required: onnx, torchscript or engine (format=onnx)")
+
+
 def test_a_training_spec_may_export_after_success():
     parsed = spec("yolo train data=demo model=yolov8n.yaml", export=["onnx", "torchscript"])
     assert parsed.mode == "train" and parsed.export == ["onnx", "torchscript"]
