@@ -159,6 +159,9 @@ def job_detail(request, job_id):
         "continue_hours": request.GET.get("timeout_hours", f"{job.timeout_s / 3600:g}")[:32],
         "continue_memory": request.GET.get("memory", spec_memory(job) if point else "")[:32],
         "continued_from": (job.spec or {}).get("continued_from"),
+        # An ended job with no epoch said "curves appear after the first epoch" for ever (new-user trial 23).
+        "curves_empty": ("no epoch finished, so there are no curves" if job.state in TERMINAL_STATES
+                         and not job.metrics.exists() else "curves appear after the first epoch"),
         "scheduler": scheduler_status() if job.state == JobState.QUEUED else None,
         "trial": getattr(job, "trial", None) if job.parent_id else None,
         "page_config": {

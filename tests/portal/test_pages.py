@@ -341,6 +341,17 @@ def test_the_job_page_shows_the_socket_and_a_cancel_button_to_the_owner(alice, b
     assert 'id="cancel-button"' not in signed_in(bob).get(f"/jobs/{job.pk}/").content.decode()
 
 
+def test_an_ended_job_without_epochs_does_not_promise_curves(alice, demo_registered):
+    """Trial 23: a job cancelled in the queue said "curves appear after the first epoch"."""
+    job = submit(alice)
+    assert "curves appear after the first epoch" in signed_in(alice).get(f"/jobs/{job.pk}/").content.decode()
+    job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.CANCELLED)
+
+    html = signed_in(alice).get(f"/jobs/{job.pk}/").content.decode()
+
+    assert "curves appear after the first epoch" not in html and "no epoch finished, so there are no curves" in html
+
+
 def test_a_teammate_who_is_not_a_manager_cannot_cancel(alice, bob, demo_registered):
     job = submit(bob)
     signed_in(bob).get("/")
