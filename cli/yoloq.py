@@ -393,11 +393,15 @@ def outcome_lines(api: Api, outcome: dict, job_id: str) -> list[tuple[str, str]]
         # A classifier's predict job has no boxes: "N images, 0 boxes" read as if it found nothing.
         found = (" classified (top-5 classes each)" if predictions.get("classified")
                  else f", {predictions['boxes']} boxes")
-        lines.append(("predictions", f"{predictions['images']} images{found} ({api.base}{predictions['url']})"))
+        # The gallery for a person, the JSON for a script: only the JSON was printed (new-user trial 23).
+        lines.append(("predictions", f"{predictions['images']} images{found} (gallery: {api.portal}jobs/{job_id}/"
+                                     f"predictions/; JSON: {api.base}{predictions['url']})"))
     for export in outcome.get("exports") or []:
         verified = {True: "verified", False: "verification failed", None: "not verified"}[export.get("passed")]
+        # The command first, as `yoloq model show` prints it: the URL's export id read like what
+        # `yoloq export pull` takes (it takes the job's id; new-user trial 23).
         lines.append(("export", f"{export['format']}, {export['size']} bytes, {verified} "
-                                f"(download: {api.base}{export['download']})"))
+                                f"(yoloq export pull {job_id[:8]}; download: {api.base}{export['download']})"))
     return lines
 
 

@@ -128,6 +128,8 @@ def test_export_pull_saves_an_export_jobs_file_and_weights_pull_points_to_it(web
     assert f"is a train job that exports nothing; its weights: yoloq weights pull {str(pcb.job_id)[:8]}" in err
     code, out, _ = run(capsys, "model", "show", str(pcb.pk))
     assert f"export: onnx, 10 bytes, verified (yoloq export pull {str(job.pk)[:8]})" in out
+    code, out, _ = run(capsys, "status", str(job.pk)[:8])  # trial 23: only the download URL, whose id is no job's
+    assert f"export: onnx, 10 bytes, verified (yoloq export pull {str(job.pk)[:8]}; download: http" in out
 
 
 SEGMENT_METRICS = {"metrics/precision(B)": 0.9, "metrics/recall(B)": 0.8, "metrics/mAP50(B)": 0.85,

@@ -80,7 +80,7 @@ def test_status_of_a_classifiers_predict_job_says_its_images_were_classified_not
     code, out, _ = run(capsys, "status", str(job.pk)[:8])
 
     assert code == 0
-    assert "predictions: 6 images classified (top-5 classes each) (http" in out and "boxes" not in out
+    assert "predictions: 6 images classified (top-5 classes each) (gallery: http" in out and "boxes" not in out
 
 
 @pytest.mark.usefixtures("logged_in")
@@ -93,7 +93,8 @@ def test_status_of_a_detect_predict_job_counts_its_boxes(bob, pcb, capsys):  # n
 
     code, out, _ = run(capsys, "status", str(job.pk)[:8])
 
-    assert code == 0 and "predictions: 6 images, 9 boxes (http" in out and "classified" not in out
+    assert code == 0 and "predictions: 6 images, 9 boxes (gallery: http" in out and "classified" not in out
+    assert f"/jobs/{job.pk}/predictions/; JSON: http" in out and f"/api/v1/jobs/{job.pk}/predictions/)" in out
 
 
 @pytest.mark.usefixtures("logged_in")
