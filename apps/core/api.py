@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from django.http import Http404
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, ErrorDetail, Throttled, ValidationError
+from rest_framework.exceptions import APIException, ErrorDetail, Throttled, UnsupportedMediaType, ValidationError
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -80,7 +80,24 @@ def exception_handler(exc, context):
         field_lists(response.data)
     if isinstance(exc, Throttled):
         throttle_name(response, exc, context.get("view"), context.get("request"))
+    if isinstance(exc, UnsupportedMediaType):
+        media_types_name(response, context.get("view"))
     return response
+
+
+def media_types_name(response: Response, view) -> None:
+    """A 415 says which media types the endpoint takes.
+
+    ``curl --data-binary @job.yaml`` without a Content-Type header (curl sends a form's) was
+    answered 'Unsupported media type "application/x-www-form-urlencoded" in request.' and no
+    word of what to send (new-user trial 23).
+    """
+    if view is None or not isinstance(response.data, dict):
+        return
+    accepted = ", ".join(dict.fromkeys(parser.media_type for parser in view.get_parsers()))
+    if accepted:
+        detail = f"{str(response.data.get('detail', '')).rstrip('.')}: send {accepted} (the Content-Type header)."
+        response.data["detail"] = ErrorDetail(detail, code="unsupported_media_type")
 
 
 def field_lists(errors: dict) -> None:

@@ -201,6 +201,16 @@ def test_mass_assignment_of_platform_fields_is_refused(field, value, bob, demo_r
     assert not Job.objects.exists()
 
 
+def test_a_spec_sent_without_its_content_type_is_told_which_to_send(bob, demo_registered):
+    """Trial 23: curl --data-binary @job.yaml without -H Content-Type (a form's type) got a 415 naming no type."""
+    response = api_client(bob).post("/api/v1/jobs/", SEED_SPEC, content_type="application/x-www-form-urlencoded")
+
+    assert response.status_code == 415
+    assert response.json() == {"detail": 'Unsupported media type "application/x-www-form-urlencoded" in request: '
+                                         "send application/json, application/yaml, text/yaml, application/x-yaml "
+                                         "(the Content-Type header)."}
+
+
 def test_a_yaml_spec_naming_a_key_twice_is_refused_not_last_wins(bob, demo_registered):
     response = api_client(bob).post("/api/v1/jobs/", "task_name: a\n" + SEED_SPEC,
                                     content_type="application/yaml")
