@@ -226,6 +226,9 @@ def gpus_text(value: float) -> str:
 
 def cmd_login(args: argparse.Namespace) -> int:
     url = args.url.rstrip("/")
+    # The API's address, copied from a curl line, is the portal's plus /api/v1: it was answered
+    # "no API endpoint or object at /api/v1/api/v1/usage/" (new-user trial 23).
+    url = url.removesuffix("/api/v1").removesuffix("/api")
     if not url.startswith(("http://", "https://")):
         raise CliError("URL must start with http:// or https://")
     token = args.token or os.environ.get("YOLOQ_TOKEN") or getpass.getpass("API token (from the portal's API tokens page): ")

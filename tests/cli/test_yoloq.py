@@ -38,6 +38,16 @@ def test_login_keeps_the_url_and_token_readable_only_by_the_owner(logged_in, con
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
 
 
+def test_login_takes_the_api_address_too(web, alice, config, capsys):
+    """Trial 23: http://host/api/v1/ (the address curl lines use) became …/api/v1/api/v1/usage/, a 404."""
+    _, key = token_create(user=alice, name="cli")
+
+    code, out, err = run(capsys, "login", f"{web.url}/api/v1/", "--token", key)
+
+    assert code == 0, err
+    assert json.loads(config.read_text())["url"] == web.url and out.startswith(f"Logged in to {web.url} as alice")
+
+
 def test_login_refuses_a_bad_token(web, alice, config, capsys):
     code, _, err = run(capsys, "login", web.url, "--token", "yp_nonsense")
     assert code == 1 and "refused the token" in err and not config.exists()
