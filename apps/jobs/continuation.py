@@ -138,7 +138,11 @@ def _refuse_continued(job: Job, *, user, idempotency_key: str) -> None:
     continuation holds a checkpoint at least as new, so that is the one to continue. An active
     continuation is left to ``job_submit``: a duplicate naming it, or an idempotent replay.
     """
-    later = (Job.objects.filter(team_id=job.team_id, spec__continued_from__job=str(job.pk), state__in=TERMINAL_STATES)
+    # Submitted after the job ended: the team's jobs since then (job_team_recent), not all of them
+    # read for their spec (the job page asks this of every ended training).
+    since = job.finished_at or job.created_at
+    later = (Job.objects.filter(team_id=job.team_id, created_at__gte=since, spec__continued_from__job=str(job.pk),
+                                state__in=TERMINAL_STATES)
              .select_related("model_version").order_by("-created_at").first())
     if later is None:
         return
