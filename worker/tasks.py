@@ -42,6 +42,7 @@ from apps.jobs.services import (
     attempt_start,
     attempt_stop_grace,
     checkpoint_reject,
+    gpus_stopping_left_s,
     infra_requeues_left,
     inside_run_dir,
     job_event,
@@ -93,7 +94,11 @@ log = logging.getLogger("yoloportal.worker")
 
 POLL_S = 0.25
 LOG_FLUSH_S = 1.0
+# How long an attempt waits for its GPUs' locks (a stopping attempt's work-horse holds them) before
+# it starts anyway; longer while an attempt gracefully preempted on them may still be stopping.
 GPU_WAIT_S = 60.0
+GPU_POLL_S = 0.5
+GPU_CHECK_IN_S = 2.0  # as run_child: a cancel ends the wait within this
 # How long a horse whose training was killed by a signal it did not send waits to see
 # whether its own worker is dying too (then the node's loss, not the kill, is reported).
 WORKER_SETTLE_S = 1.0
@@ -378,6 +383,7 @@ class AttemptRunner:
         self.log_tail: list[str] = []
         self.previous_runtime_s = self._previous_runtime()
         self.previous_wait_s = 0.0  # previous_attempt_wait: spent waiting for a preempted previous attempt
+        self.gpu_wait_s = 0.0  # wait_for_gpus: spent waiting for the GPUs' locks
         self.local: dict[str, str] = {}  # artifact key → this node's file (worker/artifacts.py)
         self.executor = executor
         # Without a shared disk each checkpoint goes to the artifact store (worker/checkpoint_store.py).
@@ -465,22 +471,46 @@ class AttemptRunner:
             self.cache_holds.clear()
 
     def wait_for_gpus(self, locks: GpuLocks) -> str:
-        """Block until the previous attempts on our GPUs have stopped; '' or why to stop instead."""
-        deadline = time.monotonic() + GPU_WAIT_S
-        waited = False
-        while not locks.try_acquire():
-            if time.monotonic() > deadline:
-                job_event(self.job, "gpus_busy", f"GPU {','.join(map(str, self.job.gpu_indices))} still held by "
-                                                  f"another process after {GPU_WAIT_S:.0f} s; starting anyway")
-                return ""
-            if not waited:
-                log.info("job %s waits for GPU %s to be released", self.job.pk, self.job.gpu_indices)
-                waited = True
-            stop = self.check_in()
-            if stop:
-                return stop
-            time.sleep(0.5)
-        return ""
+        """Block until the previous attempts on our GPUs have stopped; '' or why to stop instead.
+
+        1. Free: go on. Busy: a stopping attempt's work-horse still holds the lock.
+        2. How long to wait, decided once: GPU_WAIT_S (an attempt killed at once stops in a few
+           seconds), or longer while an attempt gracefully preempted on these GPUs may still be
+           finishing its epoch (its grace plus PREVIOUS_STOP_MARGIN_S: jobs.services.
+           gpus_stopping_left_s), counted on this machine's monotonic clock from here.
+        3. Check in meanwhile (a cancel or fence ends the wait); past the deadline, start anyway
+           (``gpus_busy``) rather than hang.
+        The wait is taken from the training's timeout budget (run_child), as it is charged.
+        """
+        if locks.try_acquire():
+            return ""
+        began = time.monotonic()
+        gpus = ",".join(map(str, self.job.gpu_indices))
+        stopping_s = gpus_stopping_left_s(node_name=self.job.node.name, gpu_indices=list(self.job.gpu_indices),
+                                          margin_s=PREVIOUS_STOP_MARGIN_S)
+        wait_s = max(GPU_WAIT_S, stopping_s)
+        log.info("job %s waits up to %.0f s for GPU %s to be released", self.job.pk, wait_s, gpus)
+        if stopping_s > GPU_WAIT_S:
+            job_event(self.job, "waiting_for_gpus", f"GPU {gpus} still held by a preempted training finishing its "
+                                                    f"epoch: waiting up to {wait_s:.0f} s for it to stop",
+                      {"gpus": list(self.job.gpu_indices), "wait_s": round(wait_s)})
+        last_check_in = -math.inf
+        try:
+            while not locks.try_acquire():
+                now = time.monotonic()
+                if now - began > wait_s:
+                    job_event(self.job, "gpus_busy", f"GPU {gpus} still held by another process after "
+                                                      f"{now - began:.0f} s; starting anyway")
+                    return ""
+                if now - last_check_in >= GPU_CHECK_IN_S:
+                    last_check_in = now
+                    stop = self.check_in()
+                    if stop:
+                        return stop
+                time.sleep(GPU_POLL_S)
+            return ""
+        finally:
+            self.gpu_wait_s = time.monotonic() - began
 
     def stage_inputs(self) -> str:
         """This node's files for the job's dataset and weights ('' or why to stop): in place on a
@@ -655,9 +685,10 @@ class AttemptRunner:
         )
 
     def run_child(self, number: int, resume_from: Path | None) -> ChildResult:
-        # The wait for a preempted previous attempt held this attempt's GPUs (charged from its start)
-        # and may be as long as the preemption's grace, longer than RQ's backstop slack.
-        budget = self.job.timeout_s - self.previous_runtime_s - self.previous_wait_s
+        # The waits for a preempted previous attempt and for the GPUs' locks (a preempted attempt
+        # on them) held this attempt's GPUs (charged from its start) and may each be as long as the
+        # preemption's grace, longer than RQ's backstop slack.
+        budget = self.job.timeout_s - self.previous_runtime_s - self.previous_wait_s - self.gpu_wait_s
         if budget <= 0:  # nothing left to train with: not started only to be stopped at its first poll
             return ChildResult(outcome="timed_out")
         config = self.child_config(number, resume_from)

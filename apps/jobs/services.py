@@ -16,7 +16,7 @@ import secrets
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -486,7 +486,8 @@ def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.
     The victim's worker notices at its next check-in that the attempt is no longer current
     (fencing). With ``grace_s`` it lets the training stop at the end of its current epoch
     (:func:`attempt_stop_grace`), killing it only after ``grace_s``; without, it stops the
-    process tree at once. The checkpoint carries the work over.
+    process tree at once. The checkpoint carries the work over. The event names the node and
+    GPUs it keeps meanwhile: an attempt placed on them waits that long (:func:`gpus_stopping_left_s`).
     """
     usage_charge(job, ended_at=now)
     data = {"attempt": job.attempt, "attempt_id": str(job.attempt_id), "grace_s": grace_s}
@@ -494,7 +495,8 @@ def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.
         # Which worker may still report the victim's epoch end: its next attempt stops waiting for it
         # once that node is lost or its worker replaced (attempt_previous_stop).
         node, worker_pid = Node.objects.filter(pk=job.node_id).values_list("name", "worker_pid").first() or ("", None)
-        data.update(node=node, worker_pid=worker_pid)
+        # ...and which GPUs it keeps until then: an attempt placed on them waits (gpus_stopping_left_s).
+        data.update(node=node, worker_pid=worker_pid, gpu_indices=list(job.gpu_indices or []))
     return job_requeue(job, reason=f"preempted: {reason}", kind="preempted", by=by, data=data)
 
 
@@ -593,6 +595,38 @@ def infra_requeues_left(job: Job) -> bool:
     """May the attempt still end in a requeue that is not counted as a retry (a killed training, a
     node that lost the shared storage)? At most ``MAX_INFRA_REQUEUES`` beyond the retries."""
     return job.attempt <= job.retries_left + MAX_INFRA_REQUEUES
+
+
+def gpus_stopping_left_s(*, node_name: str, gpu_indices: list[int], margin_s: float) -> float:
+    """Seconds from now that an attempt gracefully preempted on any of ``gpu_indices`` of node
+    ``node_name`` may still hold them: the longest of its preemption's time plus its grace (then
+    its worker kills it) plus ``margin_s``, less the time since; 0 when none may.
+
+    None that has reported its stop (``attempt_stopped``) counts, nor a preemption without
+    grace or of an attempt that had not started. At most each one's grace plus ``margin_s``,
+    whatever the two machines' clocks say. Only preemptions within the scheduler
+    configuration's current ``preempt_grace_s`` are looked at (a grace the operator has shortened
+    since is not waited out). Read once per busy GPU lock, not in a loop.
+    """
+    from apps.scheduling.models import SchedulerConfig
+
+    now = timezone.now()
+    horizon = now - timedelta(seconds=SchedulerConfig.current().preempt_grace_s + margin_s)
+    wanted = set(gpu_indices)
+    left = 0.0
+    for event in (JobEvent.objects.filter(kind="preempted", created_at__gte=horizon, job__queued_at__gte=horizon,
+                                          data__node=node_name)
+                  .only("job_id", "seq", "data", "created_at")):
+        data = event.data or {}
+        grace_s = float(data.get("grace_s") or 0.0)
+        if grace_s <= 0 or data.get("attempt_started") is not True or not wanted & set(data.get("gpu_indices") or []):
+            continue
+        if JobEvent.objects.filter(job_id=event.job_id, kind="attempt_stopped", attempt=data.get("ended_attempt"),
+                                   seq__gt=event.seq).exists():
+            continue
+        bound = grace_s + margin_s
+        left = max(left, min(bound, bound - (now - event.created_at).total_seconds()))
+    return left
 
 
 def attempt_lost(job: Job, *, reason: str, now: datetime) -> str:

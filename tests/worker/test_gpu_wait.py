@@ -1,0 +1,172 @@
+"""An attempt placed on GPUs whose previous holder still has them waits for their node lock
+(worker.tasks.AttemptRunner.wait_for_gpus, review23 finding 3): GPU_WAIT_S for an attempt
+killed at once, but as long as a gracefully preempted attempt on those GPUs may still be
+finishing its epoch (its grace plus a margin), so the two trainings never share a GPU.
+
+Real parts: the node's flock()s (worker.gpulock) held as a victim's work-horse holds them, the
+services' preemption and claim, and a thread for the victim. Transactional: the wait checks in.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from apps.jobs.models import Job, JobEvent
+from apps.jobs.services import attempt_finish, attempt_preempt, attempt_start, job_cancel, job_claim
+from apps.scheduling.models import SchedulerConfig
+from tests.jobs.factories import make_job
+from worker import tasks
+from worker.gpulock import GpuLocks, lock_dir
+from worker.tasks import AttemptRunner
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+GRACE_S = 3.0
+
+
+@pytest.fixture
+def short_waits(monkeypatch, settings, tmp_path):
+    """A 3 s preemption grace, and waits short enough to see which one applies."""
+    settings.JOBS_DIR = tmp_path / "jobs"
+    settings.DATA_DIR = tmp_path / "data"  # this test's own lock folder (worker.gpulock.lock_dir)
+    monkeypatch.setattr(tasks, "GPU_WAIT_S", 0.5)
+    monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
+    config = SchedulerConfig.current()
+    config.preempt_grace_s = GRACE_S
+    config.save()
+
+
+def started_on(node, gpus: list[int], *, team, user) -> Job:
+    job = make_job(team=team, user=user, gpus=len(gpus))
+    assert job_claim(job, node=node, gpu_indices=gpus, gpu_share=1.0, run_class="medium")
+    return attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name=node.name)
+
+
+def held_lock(gpus: list[int]) -> GpuLocks:
+    """GPU locks as the victim's work-horse holds them until its training has stopped."""
+    locks = GpuLocks(lock_dir("node-a", settings.DATA_DIR), gpus, exclusive=True)
+    assert locks.try_acquire()
+    return locks
+
+
+def wait(job: Job) -> tuple[str, float, AttemptRunner, GpuLocks, list[str]]:
+    """(why to stop, seconds waited, the runner, its locks, the wait's events) of ``job``'s attempt."""
+    runner = AttemptRunner(Job.objects.select_related("node").get(pk=job.pk))
+    locks = GpuLocks(lock_dir("node-a", settings.DATA_DIR), list(job.gpu_indices), exclusive=True)
+    began = time.monotonic()
+    stop = runner.wait_for_gpus(locks)
+    took = time.monotonic() - began
+    events = list(JobEvent.objects.filter(job_id=job.pk, kind__in=["waiting_for_gpus", "gpus_busy"])
+                  .order_by("seq").values_list("kind", flat=True))
+    return stop, took, runner, locks, events
+
+
+def preempt(victim: Job, *, grace_s: float = GRACE_S) -> None:
+    assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=grace_s)
+
+
+def test_the_preemptor_waits_past_gpu_wait_s_while_the_preempted_attempt_finishes_its_epoch(
+        short_waits, node, teams, alice, bob):
+    victim = started_on(node, [0], team=teams["vision"], user=alice)
+    victim_locks = held_lock([0])
+    preempt(victim)
+    preemptor = started_on(node, [0], team=teams["vision"], user=bob)
+
+    def victim_stops_at_its_epoch_end():
+        time.sleep(1.5)  # three times GPU_WAIT_S: the old wait had given up and shared the GPU
+        try:
+            assert attempt_finish(victim, outcome="fenced") == "fenced"
+        finally:
+            victim_locks.release()
+            connection.close()
+
+    thread = threading.Thread(target=victim_stops_at_its_epoch_end)
+    thread.start()
+    stop, took, runner, locks, events = wait(preemptor)
+    thread.join()
+    assert stop == ""
+    assert locks.fds, "the preemptor holds the GPU now"
+    assert 1.4 < took < GRACE_S, took
+    assert events == ["waiting_for_gpus"]
+    assert took - 0.5 < runner.gpu_wait_s <= took  # taken from the training's budget (run_child)
+
+
+def test_the_wait_for_a_preempted_attempt_ends_with_its_grace_when_it_never_stops(short_waits, node, teams, alice,
+                                                                                   bob):
+    victim = started_on(node, [0], team=teams["vision"], user=alice)
+    victim_locks = held_lock([0])  # a child that ignores its stop file: killed only after the grace
+    preempt(victim)
+    preemptor = started_on(node, [0], team=teams["vision"], user=bob)
+    try:
+        stop, took, _, locks, events = wait(preemptor)
+    finally:
+        victim_locks.release()
+    assert stop == ""
+    assert not locks.fds
+    assert GRACE_S < took < GRACE_S + 3, took
+    assert events == ["waiting_for_gpus", "gpus_busy"]
+
+
+def another_process(node, team, user) -> None:
+    """Whatever holds the lock was never preempted with a grace here."""
+
+
+def preempted_on_another_gpu(node, team, user) -> None:
+    preempt(started_on(node, [1], team=team, user=user))
+
+
+def preempted_without_grace(node, team, user) -> None:
+    preempt(started_on(node, [0], team=team, user=user), grace_s=0)
+
+
+def preempted_and_already_stopped(node, team, user) -> None:
+    victim = started_on(node, [0], team=team, user=user)
+    preempt(victim)
+    assert attempt_finish(victim, outcome="fenced") == "fenced"
+
+
+@pytest.mark.parametrize("holder", [another_process, preempted_on_another_gpu, preempted_without_grace,
+                                    preempted_and_already_stopped])
+def test_a_holder_that_is_not_a_preempted_attempt_stopping_is_waited_for_gpu_wait_s(short_waits, node, teams, alice,
+                                                                                     bob, holder):
+    holder(node, teams["vision"], alice)
+    held = held_lock([0])
+    preemptor = started_on(node, [0], team=teams["vision"], user=bob)
+    try:
+        stop, took, _, _, events = wait(preemptor)
+    finally:
+        held.release()
+    assert stop == ""
+    assert 0.4 < took < 2.0, took
+    assert events == ["gpus_busy"]
+
+
+def test_a_cancel_ends_the_wait_for_a_preempted_attempt(short_waits, node, teams, alice, bob):
+    victim = started_on(node, [0], team=teams["vision"], user=alice)
+    victim_locks = held_lock([0])
+    preempt(victim)
+    preemptor = started_on(node, [0], team=teams["vision"], user=bob)
+
+    def owner_cancels():
+        time.sleep(0.8)
+        try:
+            assert job_cancel(job=Job.objects.get(pk=preemptor.pk), by=bob)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=owner_cancels)
+    thread.start()
+    try:
+        stop, took, _, locks, _ = wait(preemptor)
+    finally:
+        thread.join()
+        victim_locks.release()
+    assert stop == "cancelled"
+    assert not locks.fds
+    assert took < GRACE_S, took
