@@ -32,6 +32,7 @@ from apps.core.storage import shared_filesystem
 from apps.jobs.models import Checkpoint, Job, JobState
 from apps.jobs.paths import traceback_strip
 from apps.jobs.services import (
+    attempt_can_record,
     attempt_check_in,
     attempt_event_record,
     attempt_finish,
@@ -108,6 +109,8 @@ WORKER_SETTLE_S = 1.0
 PREVIOUS_STOP_MARGIN_S = 15.0
 PREVIOUS_STOP_POLL_S = 1.0  # two small reads: has it stopped, is its node still there
 PREVIOUS_STOP_CHECK_IN_S = 2.0  # the heartbeat and the cancel check meanwhile (run_child's pace)
+# How long a work-horse trusts its answer to "may this attempt still record?" for live progress.
+MAY_RECORD_CACHE_S = 1.0
 # Once a job's stored log is full, its output file is emptied whenever it grows past this.
 LOG_FILE_KEEP_BYTES = 1 << 20
 
@@ -384,6 +387,7 @@ class AttemptRunner:
         self.previous_runtime_s = self._previous_runtime()
         self.previous_wait_s = 0.0  # previous_attempt_wait: spent waiting for a preempted previous attempt
         self.gpu_wait_s = 0.0  # wait_for_gpus: spent waiting for the GPUs' locks
+        self.may_record_read: tuple[float, bool] | None = None  # may_record: (monotonic time, answer)
         self.local: dict[str, str] = {}  # artifact key → this node's file (worker/artifacts.py)
         self.executor = executor
         # Without a shared disk each checkpoint goes to the artifact store (worker/checkpoint_store.py).
@@ -767,6 +771,16 @@ class AttemptRunner:
         close_old_connections()
         return attempt_check_in(self.job)
 
+    def may_record(self) -> bool:
+        """Whether this attempt may still record live progress (jobs.services.attempt_can_record),
+        read at most once per MAY_RECORD_CACHE_S of this machine's monotonic clock: the child
+        reports progress up to 4 times a second, and a read each doubled a training's statements
+        (review23, 7). A work-horse woken from SIGSTOP reads again: CLOCK_MONOTONIC ran on."""
+        now = time.monotonic()
+        if self.may_record_read is None or now - self.may_record_read[0] >= MAY_RECORD_CACHE_S:
+            self.may_record_read = (now, attempt_can_record(self.job))
+        return self.may_record_read[1]
+
     def on_event(self, event: dict, result: ChildResult) -> None:
         kind = event.get("type")
         if kind == "finished":
@@ -780,7 +794,7 @@ class AttemptRunner:
         else:
             if kind == "started" and event.get("batch"):
                 result.batch = int(event["batch"])
-            attempt_event_record(self.job, event)
+            attempt_event_record(self.job, event, may_record=self.may_record() if kind == "progress" else None)
             # Only what was recorded: a checkpoint outside the job's folder is not this job's (sec21).
             if kind == "checkpoint" and self.uploader is not None and inside_run_dir(self.job, str(event.get("path") or "")):
                 self.uploader.offer(epoch=int(event["epoch"]), path=str(event["path"]), sha256=str(event["sha256"]))
