@@ -194,7 +194,10 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["seq"]
-        indexes = [models.Index(fields=["job", "seq"])]
+        indexes = [models.Index(fields=["job", "seq"]),
+                   # Recent events of one kind across jobs: the preemptions whose victims may still hold
+                   # a node's GPUs (jobs.services.gpus_stopping_left_s, asked whenever a GPU lock is busy).
+                   models.Index(fields=["kind", "created_at"], name="jobevent_kind_recent")]
 
 
 class MetricPoint(models.Model):
