@@ -518,15 +518,35 @@ def job_evacuate(job: Job, *, node_name: str, reason: str, by, now: datetime | N
                            now=now or timezone.now(), grace_s=grace_s, by=by)
 
 
-def attempt_stop_grace(job: Job) -> float:
-    """Seconds a fenced attempt may take to reach its epoch end: the grace of its preemption, else 0.
+def attempt_preemption(job: Job, *, attempt_id=None) -> JobEvent | None:
+    """The ``preempted`` requeue of the attempt ``attempt_id`` (default ``job.attempt_id``), or None.
 
     Matched on the attempt's id, not its number: a requeue of an attempt that never started
     keeps the number (job_requeue), and a later fence of that number must not inherit a grace.
     """
-    event = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__attempt_id=str(job.attempt_id))
-             .order_by("-seq").first())
+    return (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__attempt_id=str(attempt_id or job.attempt_id))
+            .order_by("-seq").first())
+
+
+def attempt_stop_grace(job: Job) -> float:
+    """Seconds a fenced attempt may take to reach its epoch end: the grace of its preemption, else 0."""
+    event = attempt_preemption(job)
     return float((event.data or {}).get("grace_s") or 0.0) if event else 0.0
+
+
+def attempt_stop_by(job: Job) -> datetime | None:
+    """Until when the fenced attempt ``job.attempt_id`` may go on to its epoch end: its preemption's
+    time plus its grace. None when it was not preempted with a grace, or a cancel of the job was
+    asked since (a person's cancel stops every attempt at once).
+
+    What a Slurm victim is held to (its relay hears "preempted", then "fenced": :func:`attempt_report`;
+    the agent scancels it after this plus a margin); a local worker counts the same grace itself.
+    """
+    event = attempt_preemption(job)
+    grace_s = float((event.data or {}).get("grace_s") or 0.0) if event else 0.0
+    if grace_s <= 0 or Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
+        return None
+    return event.created_at + timedelta(seconds=grace_s)
 
 
 @dataclass(frozen=True)
@@ -1068,14 +1088,20 @@ def attempt_token_check(token: str, *, attempt_id) -> Job:
 def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final: dict | None) -> str:
     """What an attempt's relay reports: its events and output, and at the end its final report.
 
-    Recorded only while ``attempt_id`` is the job's current attempt (else nothing is, and
-    the answer is "fenced"). Every report is also the attempt's heartbeat. Returns why the
-    attempt should stop ("cancelled", "fenced") or "" to go on.
+    Recorded while ``attempt_id`` is the job's current attempt, and for an attempt preempted with
+    a grace (its epoch end is recorded by design, as a local victim's: :func:`attempt_may_record`
+    decides each row). Every report of the current attempt is also its heartbeat. Returns why the
+    attempt should stop: "cancelled", "fenced", "preempted" (stop at the current epoch's end: the
+    victim's grace is not over; "fenced" after it), or "" to go on.
     """
     from .models import ExecutorAttempt
 
-    if str(job.attempt_id) != str(attempt_id) or job.state not in HOLDING_STATES:
-        return "fenced"
+    current = str(job.attempt_id) == str(attempt_id) and job.state in HOLDING_STATES
+    if not current:
+        victim = attempt_victim(job, attempt_id=attempt_id)
+        if victim is None:
+            return "fenced"
+        job = victim
     for event in events:
         kind = event.get("type")
         if kind in ("finished", "error"):
@@ -1086,6 +1112,12 @@ def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final:
                                                            f"{checkpoint.epoch}; trying an older one")
         elif kind == "time_limit":
             job_event(job, "time_limit", str(event.get("message") or "the time limit is near")[:500])
+        elif kind == "stopping" and not current:  # the relay touched the stop file on our "preempted"
+            job_event(job, "stopping", f"preempted: stopping at the end of the current epoch "
+                                       f"(at most {attempt_stop_grace(job):.0f} s)")
+        elif kind == "stopped":
+            job_event(job, "stopped_at_epoch_end", f"stopped after epoch {int(event.get('epoch') or 0)} as asked",
+                      {"epoch": int(event.get("epoch") or 0)})
         else:
             # Fenced above, from the row this report read: the current attempt records while running.
             attempt_event_record(job, event, may_record=job.state == JobState.RUNNING)
@@ -1093,7 +1125,24 @@ def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final:
         log_append(job, log, from_attempt=True)
     if final is not None:
         ExecutorAttempt.objects.filter(attempt_id=attempt_id).update(report=final)
-    return attempt_check_in(job)
+    if current:
+        return attempt_check_in(job)
+    if Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
+        return "cancelled"
+    stop_by = attempt_stop_by(job)
+    return "preempted" if stop_by is not None and timezone.now() < stop_by else "fenced"
+
+
+def attempt_victim(job: Job, *, attempt_id) -> Job | None:
+    """``job`` as it was during its earlier attempt ``attempt_id`` (its number and id) if that attempt
+    was preempted with a grace after it had started, else None (a relay told "fenced")."""
+    event = attempt_preemption(job, attempt_id=attempt_id)
+    data = (event.data or {}) if event else {}
+    if not data.get("attempt_started") or float(data.get("grace_s") or 0.0) <= 0:
+        return None
+    victim = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
+    victim.attempt, victim.attempt_id = int(data["ended_attempt"]), uuid.UUID(str(attempt_id))
+    return victim
 
 
 # --- submit -----------------------------------------------------------------------------------

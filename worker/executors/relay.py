@@ -8,8 +8,10 @@ portal accepts for this one attempt's reports and nothing else.
    the child says the checkpoint is unusable (exit 4), report ``checkpoint_rejected`` and
    try the next (older, then from scratch), as the local worker does.
 2. Every ``report_interval_s``: post the new events and output to the report URL. The
-   answer says whether to stop (the portal's cancel, or the attempt taken away): then the
-   child's process group is stopped (SIGTERM, grace, SIGKILL).
+   answer says whether to stop: "preempted" (the attempt was preempted with a grace) creates
+   the stop file, so the child ends after the current epoch's checkpoint, and the relay goes
+   on reporting until it has; any other word (the portal's cancel, the attempt taken away,
+   the grace over) stops the child's process group (SIGTERM, grace, SIGKILL).
 3. ``SIGUSR1`` (``sbatch --signal=B:USR1@…``, the time limit is near): create the stop
    file, so the child ends after its next checkpoint; ``SIGTERM`` (``scancel``, the limit
    itself): stop the child now.
@@ -78,6 +80,7 @@ class Relay:
         self.stop_reason = ""
         self.child: subprocess.Popen | None = None
         self.terminated = False
+        self.preempted = False  # the portal asked for a stop at the epoch end (not Slurm's time limit)
 
     # --- talking to the portal -------------------------------------------------------------
 
@@ -131,6 +134,15 @@ class Relay:
                                     "message": "Slurm's time limit is near: the attempt stops after its next "
                                                "checkpoint"})
 
+    def on_preempted(self) -> None:
+        """The portal says the attempt was preempted with a grace: stop after this epoch's checkpoint."""
+        if self.preempted:
+            return
+        self.preempted = True
+        if self.stop_file is not None:
+            self.stop_file.touch()
+        self.pending_events.append({"type": "stopping", "time": round(time.time(), 3)})
+
     def on_term(self, *_args) -> None:
         self.terminated = True
         self.stop_reason = self.stop_reason or "terminated"
@@ -183,14 +195,17 @@ class Relay:
                 if now - last >= self.interval:
                     last = now
                     answer = self.post()
-                    if answer:
+                    if answer == "preempted":
+                        self.on_preempted()
+                    elif answer:
                         self.stop_reason = answer
                 time.sleep(0.2)
             got_finished, got_error, got_batch = self.collect(events, final=True)
             finished, error, batch = got_finished or finished, got_error or error, got_batch or batch
             if exit_code == EXIT_CHECKPOINT and resumed and self.storage_lost():
                 break  # unloadable because the mount went, not the file: the outcome below says so
-            if exit_code == EXIT_CHECKPOINT and resumed and index + 1 < len(runs) and not self.stop_reason:
+            if exit_code == EXIT_CHECKPOINT and resumed and index + 1 < len(runs) and not (
+                    self.stop_reason or self.preempted):
                 self.pending_events.append({"type": "checkpoint_rejected", "epoch": run["epoch"],
                                             "time": round(time.time(), 3)})
                 error = None
@@ -199,7 +214,9 @@ class Relay:
         outcome = run_outcome(exit_code=exit_code, finished=finished, resumed=resumed,
                               stop_reason=self.stop_reason if self.stop_reason in ("cancelled", "fenced") else "")
         if exit_code == EXIT_STOPPED:
-            outcome = "timed_out"  # it stopped after a checkpoint because Slurm's limit was near
+            # It stopped after a checkpoint as asked: by the portal (preempted: the attempt is no
+            # longer current), else because Slurm's time limit was near (SIGUSR1).
+            outcome = "fenced" if self.preempted else "timed_out"
         if outcome in ("failed", "checkpoint_unusable", "succeeded") and (lost := self.storage_lost()):
             # Its data or checkpoint writes failed because the mount went mid-run (its own
             # error is in the log tail): the node's, not the job's. A success too: its results

@@ -18,7 +18,10 @@ node with munge), with database access; the Slurm nodes themselves get none:
    (``JOBS_DIR``, datasets, weights at the same paths on the Slurm nodes).
 3. **Watch** (every ``SLURM_POLL_S``): ``squeue --json -t all`` for our jobs (``yp-<attempt>``).
    Pending past ``SLURM_PENDING_LIMIT_S``: withdrawn (``scancel``) and requeued through the
-   portal. A cancel asked in the portal, or an attempt no longer current: ``scancel``.
+   portal. A cancel asked in the portal, or an attempt no longer current: ``scancel``; but a
+   running attempt preempted with a grace is left to its relay, which stops the training at
+   its epoch end (the portal answers its reports "preempted"), until the grace is over (plus
+   :data:`SLURM_STOP_MARGIN_S`).
 4. **End**: ``NODE_FAIL``/``PREEMPTED``/``BOOT_FAIL`` → requeued from the checkpoint as the
    next attempt (not a retry); ``TIMEOUT`` → timed_out; ``OUT_OF_MEMORY`` → failed with the
    reason; otherwise the relay's final report decides, exactly as for a local attempt.
@@ -39,7 +42,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -60,6 +63,7 @@ from apps.jobs.services import (
     attempt_previous_stop,
     attempt_resume_choose,
     attempt_start,
+    attempt_stop_by,
     attempt_token_issue,
     infra_requeues_left,
     job_event,
@@ -295,6 +299,11 @@ SLURM_NODE_STORAGE_RETRY_S = 600.0
 # one (or delete its Slurm output file): unbounded, one job could take node after node out and
 # requeue itself for free (review22). Two real mount losses in a row are rare; a third is the job.
 SLURM_STORAGE_LOST_MAX = 2
+# A running attempt preempted with a grace is scancelled only this long after its grace is over:
+# its relay hears "fenced" at its next report (every second) and stops the child itself (SIGTERM,
+# worker.executors.base.KILL_GRACE_S, SIGKILL), reporting what it wrote meanwhile; scancel is the
+# backstop for a relay that does not (an older one, or one cut off from the portal).
+SLURM_STOP_MARGIN_S = 10.0
 
 
 class SlurmAgent:
@@ -604,6 +613,9 @@ class SlurmAgent:
             self.end(record, attempt, now, state=sj.state, current=current, exit_code=sj.exit_code)
             return True
         if not current:
+            stop_by = attempt_stop_by(attempt) if sj.state == "RUNNING" else None
+            if stop_by is not None and now < stop_by + timedelta(seconds=SLURM_STOP_MARGIN_S):
+                return False  # preempted with a grace: its relay stops the training at its epoch end
             self.cancel(record, why="its attempt is no longer current")  # fenced: requeued, preempted, reaped
             return True
         if job.cancel_requested_at:
