@@ -135,6 +135,34 @@ def test_a_node_set_down_requeues_the_job_from_its_checkpoint(slurm, live, alice
     assert resumed.data["start_epoch"] >= 2  # from the checkpoint, not from scratch
 
 
+def test_a_preempted_job_stops_at_its_epoch_end_and_resumes_from_it(slurm, live, alice):
+    """Graceful preemption on Slurm: the relay hears "preempted" and the child stops after its
+    epoch's checkpoint; the agent does not scancel it, and attempt 2 resumes from that epoch.
+    Before, the relay's reports were refused and the agent scancelled it at once."""
+    from django.utils import timezone
+
+    from apps.jobs.services import attempt_preempt
+
+    start(live)
+    job_id = submit(api_client(alice), SEED_SPEC.replace("epochs=2", "epochs=8"))
+    first = slurm_job_of(job_id)
+    wait_for(lambda: Job.objects.get(pk=job_id).checkpoints.exists(), timeout=240, what="a checkpoint")
+    attempt_preempt(Job.objects.get(pk=job_id), reason="the test needs its GPU", now=timezone.now(), grace_s=300)
+    stopped = wait_for(lambda: JobEvent.objects.filter(job_id=job_id, kind="stopped_at_epoch_end").first(),
+                       timeout=240, what="the victim to stop at its epoch end")
+    wait_for(lambda: JobEvent.objects.filter(job_id=job_id, kind="attempt_stopped", attempt=1).exists(), timeout=60,
+             what="the agent to see the victim's Slurm job end")
+    assert slurm.jobs()[first]["job_state"] == "FAILED"  # its relay ended it (not a success), not scancel
+    assert ExecutorAttempt.objects.get(job_id=job_id, attempt=1).report["outcome"] == "fenced"  # not timed_out
+    assert slurm_job_of(job_id, attempt=2) != first
+    job = wait_for(lambda: (j := Job.objects.get(pk=job_id)).state in TERMINAL and j, timeout=300,
+                   what="attempt 2 to finish")
+    assert job.state == JobState.SUCCEEDED and job.attempt == 2, job.error
+    resumed = JobEvent.objects.filter(job_id=job_id, kind="training_started", attempt=2).get()
+    assert resumed.data["start_epoch"] == stopped.data["epoch"] + 1  # no finished epoch trained twice
+    assert "previous_attempt_silent" not in kinds(job_id)
+
+
 def test_a_job_stuck_pending_is_withdrawn_and_requeued_through_the_portal(slurm, live, alice):
     """Slurm holds the node for someone else (a reservation the portal cannot see)."""
     start(live, SLURM_PENDING_LIMIT_S="5")

@@ -4,10 +4,18 @@ a local worker; the answer says whether to stop."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.jobs.models import ExecutorAttempt, Job, JobState
-from apps.jobs.services import attempt_start, attempt_token_issue, job_cancel, job_claim, job_requeue
+from apps.jobs.services import (
+    attempt_preempt,
+    attempt_start,
+    attempt_token_issue,
+    job_cancel,
+    job_claim,
+    job_requeue,
+)
 
 from .factories import make_job
 
@@ -56,6 +64,20 @@ def test_the_token_expires_with_its_attempt(running):
                       attempt_id=old_attempt)
     assert response.json() == {"stop": "fenced"}
     assert Job.objects.get(pk=running.pk).epochs_done == 0  # nothing of a stale attempt is recorded
+
+
+def test_a_preempted_attempt_hears_preempted_and_its_epoch_end_is_recorded(running):
+    """Graceful preemption (worker/executors/relay.py stops the child at its epoch end): the
+    victim's rows are the fence's to refuse (attempt_may_record), not refused for being stale."""
+    token, old_attempt = attempt_token_issue(running), running.attempt_id
+    attempt_preempt(running, reason="a higher-priority job", now=timezone.now(), grace_s=60)
+    response = report(running, token, {"events": [{"type": "epoch", "epoch": 1, "values": {}},
+                                                  {"type": "stopped", "epoch": 1, "reason": "stop_file"}],
+                                       "log": "epoch 1 done\n"}, attempt_id=old_attempt)
+    assert response.json() == {"stop": "preempted"}
+    job = Job.objects.get(pk=running.pk)
+    assert (job.state, job.epochs_done) == (JobState.QUEUED, 1)
+    assert job.events.get(kind="stopped_at_epoch_end").attempt == 1
 
 
 def test_the_token_expires_after_the_timeout_in_any_case(running, settings, monkeypatch):
