@@ -21,6 +21,9 @@ from .services import AttemptTokenError, attempt_report, attempt_token_check
 
 MAX_EVENTS = 2000
 MAX_LOG_CHARS = 1 << 20
+STOP_HELP = ('"" to go on; "cancelled" or "fenced": stop the training now; "preempted": stop it after the current '
+             "epoch's checkpoint and go on reporting (the attempt was preempted with a grace). A relay stops at once "
+             "on a word it does not know.")
 
 
 class AttemptReportIn(serializers.Serializer):
@@ -36,7 +39,8 @@ class AttemptReport(APIView):
     permission_classes = [AllowAny]
 
     @extend_schema(request=AttemptReportIn, responses={
-        200: inline_serializer("AttemptReportOut", {"stop": serializers.CharField()}), 400: ERROR, 403: ERROR})
+        200: inline_serializer("AttemptReportOut", {"stop": serializers.CharField(help_text=STOP_HELP)}),
+        400: ERROR, 403: ERROR})
     def post(self, request, attempt_id):
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme != "Attempt" or not token:
