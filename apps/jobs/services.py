@@ -1113,11 +1113,11 @@ def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final:
         elif kind == "time_limit":
             job_event(job, "time_limit", str(event.get("message") or "the time limit is near")[:500])
         elif kind == "stopping" and not current:  # the relay touched the stop file on our "preempted"
-            job_event(job, "stopping", f"preempted: stopping at the end of the current epoch "
-                                       f"(at most {attempt_stop_grace(job):.0f} s)")
-        elif kind == "stopped":
-            job_event(job, "stopped_at_epoch_end", f"stopped after epoch {int(event.get('epoch') or 0)} as asked",
-                      {"epoch": int(event.get("epoch") or 0)})
+            attempt_event_once(job, "stopping", f"preempted: stopping at the end of the current epoch "
+                                                f"(at most {attempt_stop_grace(job):.0f} s)")
+        elif kind == "stopped":  # after the checkpoint, as asked (preempted, or Slurm's time limit near)
+            epoch = int(event.get("epoch") or 0)
+            attempt_event_once(job, "stopped_at_epoch_end", f"stopped after epoch {epoch} as asked", {"epoch": epoch})
         else:
             # Fenced above, from the row this report read: the current attempt records while running.
             attempt_event_record(job, event, may_record=job.state == JobState.RUNNING)
@@ -1131,6 +1131,13 @@ def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final:
         return "cancelled"
     stop_by = attempt_stop_by(job)
     return "preempted" if stop_by is not None and timezone.now() < stop_by else "fenced"
+
+
+def attempt_event_once(job: Job, kind: str, message: str, data: dict | None = None) -> None:
+    """``job_event`` for the attempt ``job.attempt``, unless it has one of ``kind`` already: a stop
+    happens once, and the report is the compute node's word (its job's process can post one)."""
+    if not JobEvent.objects.filter(job_id=job.pk, attempt=job.attempt, kind=kind).exists():
+        job_event(job, kind, message, data)
 
 
 def attempt_victim(job: Job, *, attempt_id) -> Job | None:

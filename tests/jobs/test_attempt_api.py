@@ -79,6 +79,11 @@ def test_a_preempted_attempt_hears_preempted_and_its_epoch_end_is_recorded(runni
     assert (job.state, job.epochs_done) == (JobState.QUEUED, 1)
     assert job.events.get(kind="stopped_at_epoch_end").attempt == 1
 
+    # Said once however often it is posted (the report is the compute node's word).
+    stop = {"type": "stopped", "epoch": 1, "reason": "stop_file"}
+    report(running, token, {"events": [stop, {"type": "stopping"}, stop, {"type": "stopping"}]}, attempt_id=old_attempt)
+    assert [job.events.filter(kind=kind).count() for kind in ("stopped_at_epoch_end", "stopping")] == [1, 1]
+
 
 def test_the_token_expires_after_the_timeout_in_any_case(running, settings, monkeypatch):
     import time as time_module
