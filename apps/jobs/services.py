@@ -1119,8 +1119,10 @@ def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final:
             epoch = int(event.get("epoch") or 0)
             attempt_event_once(job, "stopped_at_epoch_end", f"stopped after epoch {epoch} as asked", {"epoch": epoch})
         else:
-            # Fenced above, from the row this report read: the current attempt records while running.
-            attempt_event_record(job, event, may_record=job.state == JobState.RUNNING)
+            # The current attempt was fenced above, from the row this report read: it records while
+            # running. A preempted victim's progress asks the fence itself (its next attempt may have
+            # chosen its checkpoint since: attempt_may_record).
+            attempt_event_record(job, event, may_record=job.state == JobState.RUNNING if current else None)
     if log:
         log_append(job, log, from_attempt=True)
     if final is not None:
