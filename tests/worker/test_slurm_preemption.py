@@ -22,7 +22,7 @@ from apps.cluster.models import Node
 from apps.jobs.models import Checkpoint, ExecutorAttempt, Job, JobEvent, JobState
 from apps.jobs.services import (
     attempt_preempt,
-    attempt_previous_stop_by,
+    attempt_previous_stop,
     attempt_report,
     attempt_start,
     attempt_stop_by,
@@ -113,7 +113,7 @@ def test_a_preempted_slurm_attempt_stops_at_its_epoch_end_and_the_next_attempt_r
     client.states[record.external_id] = "FAILED"
     assert agent.watch()
     assert JobEvent.objects.filter(job_id=job.pk, kind="attempt_stopped", attempt=1).exists()
-    assert attempt_previous_stop_by(job, margin_s=PREVIOUS_STOP_MARGIN_S) is None
+    assert attempt_previous_stop(job, margin_s=PREVIOUS_STOP_MARGIN_S) is None
     assert client.cancelled == []
 
     assert job_claim(job, node=Node.objects.get(name="gpu01"), gpu_indices=[0], gpu_share=1.0, run_class="medium")
