@@ -77,6 +77,29 @@ def choose(job: Job) -> tuple[list[int | None], float, list[str]]:
     return [c.epoch if c else None for c in candidates], took, events
 
 
+def choose_within(job: Job, timeout_s: float) -> str | None:
+    """The attempt's choice made in a thread: why it stopped ('' = it chose), or None when it was
+    still waiting after ``timeout_s`` (then cancelled, which its check-in sees, so the test can end)."""
+    from apps.jobs.services import job_cancel
+
+    found = {}
+
+    def choose_in_a_thread():
+        try:
+            found["stop"] = AttemptRunner(Job.objects.get(pk=job.pk)).resume_candidates()[1]
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=choose_in_a_thread)
+    thread.start()
+    thread.join(timeout=timeout_s)
+    if not thread.is_alive():
+        return found["stop"]
+    job_cancel(job=Job.objects.get(pk=job.pk), by=None)
+    thread.join(timeout=10)
+    return None
+
+
 def test_it_waits_for_the_preempted_attempt_s_epoch_end_and_resumes_from_it(running):
     victim = running
     assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
@@ -148,7 +171,6 @@ def test_the_wait_is_bounded_by_the_grace_even_when_this_machine_s_clock_is_behi
 
     from django.db.models import F
 
-    from apps.jobs.services import job_cancel
 
     monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
     victim = running  # its worker died in the grace: it never reports its stop
@@ -156,23 +178,8 @@ def test_the_wait_is_bounded_by_the_grace_even_when_this_machine_s_clock_is_behi
     # The scheduler that wrote the preemption runs an hour ahead of this worker's clock.
     JobEvent.objects.filter(job_id=victim.pk, kind="preempted").update(created_at=F("created_at") + timedelta(hours=1))
     new = next_attempt_started(victim.pk)
-    found = {}
-
-    def choose_in_a_thread():
-        try:
-            found["result"] = AttemptRunner(Job.objects.get(pk=new.pk)).resume_candidates()
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=choose_in_a_thread)
-    thread.start()
-    thread.join(timeout=10)  # the grace (1 s) and the margin (0.5 s), with room to spare
-    still_waiting = thread.is_alive()
-    if still_waiting:  # end the wait (its check-in sees the cancel) so the test can tear down
-        job_cancel(job=Job.objects.get(pk=new.pk), by=None)
-        thread.join(timeout=10)
-    assert not still_waiting, "still waiting 10 s into a 1.5 s bound"
-    assert found["result"][1] == ""
+    # the grace (1 s) and the margin (0.5 s), with room to spare
+    assert choose_within(new, 10) == "", "still waiting 10 s into a 1.5 s bound"
 
 
 def test_an_evacuated_job_does_not_wait_out_the_grace_once_the_drained_node_s_worker_has_stopped(
@@ -183,7 +190,6 @@ def test_an_evacuated_job_does_not_wait_out_the_grace_once_the_drained_node_s_wo
     the victim can record any more, yet its next attempt, on another node, held its GPUs idle (and
     charged) for the whole grace plus margin: 15 min with the default preempt_grace_s."""
     from apps.cluster.services import node_stopped
-    from apps.jobs.services import job_cancel
     from worker.inventory import simulated_gpus
     from worker.node import register_this_host
 
@@ -196,22 +202,7 @@ def test_an_evacuated_job_does_not_wait_out_the_grace_once_the_drained_node_s_wo
     job = Job.objects.get(pk=victim.pk)
     assert job_claim(job, node=Node.objects.get(name="node-b"), gpu_indices=[0], gpu_share=1.0, run_class="medium")
     new = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-b")
-    found = {}
-
-    def choose_in_a_thread():
-        try:
-            found["result"] = AttemptRunner(Job.objects.get(pk=new.pk)).resume_candidates()
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=choose_in_a_thread)
-    thread.start()
-    thread.join(timeout=5)
-    still_waiting = thread.is_alive()
-    if still_waiting:  # end the wait (its check-in sees the cancel) so the test can tear down
-        job_cancel(job=Job.objects.get(pk=new.pk), by=None)
-        thread.join(timeout=10)
-    assert not still_waiting, "waiting for a victim whose node's worker has stopped"
+    assert choose_within(new, 5) == "", "waiting for a victim whose node's worker has stopped"
 
 
 def test_an_attempt_whose_wait_used_up_its_timeout_ends_timed_out_without_starting_a_training(running):
