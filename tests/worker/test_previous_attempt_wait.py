@@ -205,11 +205,12 @@ def test_an_evacuated_job_does_not_wait_out_the_grace_once_the_drained_node_s_wo
     assert choose_within(new, 5) == "", "waiting for a victim whose node's worker has stopped"
 
 
-def test_an_attempt_whose_wait_used_up_its_timeout_ends_timed_out_without_starting_a_training(running):
-    """review23: the wait is taken from the training's time budget; with nothing left the child was
-    started only to be stopped at its first poll."""
+def test_an_attempt_whose_waits_used_up_its_timeout_ends_timed_out_without_starting_a_training(running):
+    """review23: the waits (for the preempted previous attempt, for the GPUs' locks) are taken from
+    the training's time budget, each; with nothing left the child was started only to be stopped at
+    its first poll."""
     runner = AttemptRunner(Job.objects.get(pk=running.pk))
-    runner.previous_wait_s = running.timeout_s + 1.0
+    runner.previous_wait_s, runner.gpu_wait_s = running.timeout_s / 2 + 1.0, running.timeout_s / 2
     result = runner.run_child(1, None)
     assert result.outcome == "timed_out"
     assert not (runner.attempt_dir / "config-1.json").exists()  # nothing was started
