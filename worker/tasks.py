@@ -50,6 +50,8 @@ from apps.jobs.services import (
     job_requeue,
     log_append,
     log_full,
+    previous_stop_silent_said,
+    previous_stop_wait_said,
 )
 from apps.monitoring import recorders
 from apps.quotas.models import UsageRecord
@@ -568,17 +570,12 @@ class AttemptRunner:
             return ""
         began = time.monotonic()
         deadline = began + stop.left_s
-        if stop.left_s > 0:
-            job_event(self.job, "waiting_for_previous_attempt",
-                      f"attempt {stop.attempt} was preempted and may still be finishing its epoch: waiting up to "
-                      f"{stop.left_s:.0f} s for it to stop before choosing a checkpoint", {"attempt": stop.attempt})
+        previous_stop_wait_said(self.job, stop, before="choosing a checkpoint")
         checked_in = began
         while not attempt_previous_stopped(self.job, stop):
             now = time.monotonic()
             if now >= deadline:
-                job_event(self.job, "previous_attempt_silent",
-                          f"attempt {stop.attempt} did not report its stop within its preemption grace; resuming from "
-                          f"the checkpoints recorded so far", {"attempt": stop.attempt})
+                previous_stop_silent_said(self.job, stop.attempt)
                 return ""
             if now - checked_in >= PREVIOUS_STOP_CHECK_IN_S:  # a heartbeat and the cancel check, as run_child's
                 checked_in = now

@@ -528,10 +528,14 @@ def attempt_preemption(job: Job, *, attempt_id=None) -> JobEvent | None:
             .order_by("-seq").first())
 
 
+def preemption_grace_s(event: JobEvent | None) -> float:
+    """The grace a ``preempted`` event gave its attempt to reach its epoch end (0: none, or no event)."""
+    return float((event.data or {}).get("grace_s") or 0.0) if event else 0.0
+
+
 def attempt_stop_grace(job: Job) -> float:
     """Seconds a fenced attempt may take to reach its epoch end: the grace of its preemption, else 0."""
-    event = attempt_preemption(job)
-    return float((event.data or {}).get("grace_s") or 0.0) if event else 0.0
+    return preemption_grace_s(attempt_preemption(job))
 
 
 def attempt_stop_by(job: Job) -> datetime | None:
@@ -543,7 +547,7 @@ def attempt_stop_by(job: Job) -> datetime | None:
     the agent scancels it after this plus a margin); a local worker counts the same grace itself.
     """
     event = attempt_preemption(job)
-    grace_s = float((event.data or {}).get("grace_s") or 0.0) if event else 0.0
+    grace_s = preemption_grace_s(event)
     if grace_s <= 0 or Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
         return None
     return event.created_at + timedelta(seconds=grace_s)
@@ -581,26 +585,64 @@ def attempt_previous_stop(job: Job, *, margin_s: float) -> PreviousStop | None:
         return None
     preempted = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__ended_attempt=previous,
                                          data__attempt_started=True)
-                 .order_by("-seq").only("created_at", "data", "seq").first())
-    data = (preempted.data or {}) if preempted else {}
-    grace_s = float(data.get("grace_s") or 0.0)
-    if grace_s <= 0:
+                 .order_by("-seq").only("job_id", "created_at", "data", "seq").first())
+    left = preempted_attempt_left_s(preempted, margin_s=margin_s, now=timezone.now()) if preempted else None
+    if left is None:
+        return None
+    data = preempted.data or {}
+    stop = PreviousStop(attempt=previous, preempted_seq=preempted.seq, left_s=left,
+                        node=str(data.get("node") or ""), worker_pid=data.get("worker_pid"))
+    return None if previous_node_gone(stop) else stop
+
+
+def preempted_attempt_left_s(event: JobEvent, *, margin_s: float, now: datetime) -> float | None:
+    """How long from ``now`` the attempt a ``preempted`` event ended may still run to its epoch end
+    (holding its GPUs, recording its last epoch): the preemption's time plus its grace (then its
+    worker kills it) plus ``margin_s``, less the time since — never more than the grace plus the
+    margin, whatever the two machines' clocks say (review23), at least 0. None when it cannot: a
+    preemption without grace, of an attempt that had not started, or one that reported its stop
+    (``attempt_stopped``, written once its child stopped, the epoch's rows recorded before)."""
+    data = event.data or {}
+    grace_s = preemption_grace_s(event)
+    if grace_s <= 0 or data.get("attempt_started") is not True or preempted_attempt_stopped(event):
         return None
     bound = grace_s + margin_s
-    left = min(bound, bound - (timezone.now() - preempted.created_at).total_seconds())
-    stop = PreviousStop(attempt=previous, preempted_seq=preempted.seq, left_s=max(0.0, left),
-                        node=str(data.get("node") or ""), worker_pid=data.get("worker_pid"))
-    return None if attempt_previous_stopped(job, stop) else stop
+    return max(0.0, min(bound, bound - (now - event.created_at).total_seconds()))
+
+
+def preempted_attempt_stopped(event: JobEvent) -> bool:
+    """The attempt a ``preempted`` event ended has reported its stop since."""
+    return JobEvent.objects.filter(job_id=event.job_id, kind="attempt_stopped",
+                                   attempt=(event.data or {}).get("ended_attempt"), seq__gt=event.seq).exists()
+
+
+def previous_stop_wait_said(job: Job, stop: PreviousStop, *, before: str) -> None:
+    """The timeline's word that ``job``'s attempt waits for ``stop`` (``before``: what it waits to do)."""
+    if stop.left_s > 0:
+        job_event(job, "waiting_for_previous_attempt",
+                  f"attempt {stop.attempt} was preempted and may still be finishing its epoch: waiting up to "
+                  f"{stop.left_s:.0f} s for it to stop before {before}", {"attempt": stop.attempt})
+
+
+def previous_stop_silent_said(job: Job, attempt: int) -> None:
+    """The timeline's word that the preempted ``attempt`` never reported its stop within its grace."""
+    job_event(job, "previous_attempt_silent", f"attempt {attempt} did not report its stop within its preemption "
+                                              f"grace; resuming from the checkpoints recorded so far",
+              {"attempt": attempt})
 
 
 def attempt_previous_stopped(job: Job, stop: PreviousStop) -> bool:
-    """The preempted attempt ``stop`` reported its stop, or nothing of it can any more: its node is
-    stopping or lost (a drained node's worker stopped for maintenance kills its trainings, whose
-    work-horses die with them: their next attempt waited out the whole grace, its GPUs idle and
-    charged, review23), gone, or run by another worker than the one that ran it."""
-    if JobEvent.objects.filter(job_id=job.pk, kind="attempt_stopped", attempt=stop.attempt,
-                               seq__gt=stop.preempted_seq).exists():
-        return True
+    """The preempted attempt ``stop`` reported its stop, or nothing of it can any more
+    (:func:`previous_node_gone`)."""
+    return JobEvent.objects.filter(job_id=job.pk, kind="attempt_stopped", attempt=stop.attempt,
+                                   seq__gt=stop.preempted_seq).exists() or previous_node_gone(stop)
+
+
+def previous_node_gone(stop: PreviousStop) -> bool:
+    """Nothing of the preempted attempt ``stop`` can report any more: its node is stopping or lost
+    (a drained node's worker stopped for maintenance kills its trainings, whose work-horses die with
+    them: their next attempt waited out the whole grace, its GPUs idle and charged, review23), gone,
+    or run by another worker than the one that ran it."""
     if not stop.node:
         return False
     node = Node.objects.filter(name=stop.node).values_list("state", "worker_pid").first()
@@ -637,15 +679,8 @@ def gpus_stopping_left_s(*, node_name: str, gpu_indices: list[int], margin_s: fl
     left = 0.0
     for event in (JobEvent.objects.filter(kind="preempted", created_at__gte=horizon, data__node=node_name)
                   .only("job_id", "seq", "data", "created_at")):
-        data = event.data or {}
-        grace_s = float(data.get("grace_s") or 0.0)
-        if grace_s <= 0 or data.get("attempt_started") is not True or not wanted & set(data.get("gpu_indices") or []):
-            continue
-        if JobEvent.objects.filter(job_id=event.job_id, kind="attempt_stopped", attempt=data.get("ended_attempt"),
-                                   seq__gt=event.seq).exists():
-            continue
-        bound = grace_s + margin_s
-        left = max(left, min(bound, bound - (now - event.created_at).total_seconds()))
+        if wanted & set((event.data or {}).get("gpu_indices") or []):
+            left = max(left, preempted_attempt_left_s(event, margin_s=margin_s, now=now) or 0.0)
     return left
 
 
@@ -1147,7 +1182,7 @@ def attempt_victim(job: Job, *, attempt_id) -> Job | None:
     was preempted with a grace after it had started, else None (a relay told "fenced")."""
     event = attempt_preemption(job, attempt_id=attempt_id)
     data = (event.data or {}) if event else {}
-    if not data.get("attempt_started") or float(data.get("grace_s") or 0.0) <= 0:
+    if not data.get("attempt_started") or preemption_grace_s(event) <= 0:
         return None
     victim = Job.objects.select_related("node", "team", "user").get(pk=job.pk)
     victim.attempt, victim.attempt_id = int(data["ended_attempt"]), uuid.UUID(str(attempt_id))

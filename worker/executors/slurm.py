@@ -68,6 +68,8 @@ from apps.jobs.services import (
     infra_requeues_left,
     job_event,
     job_requeue,
+    previous_stop_silent_said,
+    previous_stop_wait_said,
 )
 from apps.quotas.models import UsageRecord
 from apps.quotas.services import usage_charge
@@ -463,9 +465,7 @@ class SlurmAgent:
                 continue
             did = True
             if silent:
-                job_event(started, "previous_attempt_silent",
-                          f"attempt {started.attempt - 1} did not report its stop within its preemption grace; "
-                          f"resuming from the checkpoints recorded so far", {"attempt": started.attempt - 1})
+                previous_stop_silent_said(started, started.attempt - 1)
             self.submit(started, record)
         self.previous_waits = waiting  # placements gone meanwhile are forgotten
         return did
@@ -484,10 +484,8 @@ class SlurmAgent:
         deadline = self.previous_waits.get(key)
         if deadline is None:
             deadline = time.monotonic() + stop.left_s
+            previous_stop_wait_said(job, stop, before="submitting to Slurm")
             if stop.left_s > 0:
-                job_event(job, "waiting_for_previous_attempt",
-                          f"attempt {stop.attempt} was preempted and may still be finishing its epoch: waiting up to "
-                          f"{stop.left_s:.0f} s for it to stop before submitting to Slurm", {"attempt": stop.attempt})
                 log.info("job %s: waiting up to %.0f s for its preempted attempt %d to stop before submitting",
                          job.pk, stop.left_s, stop.attempt)
         if time.monotonic() >= deadline:
