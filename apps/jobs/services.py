@@ -1162,11 +1162,17 @@ def attempt_report(job: Job, *, attempt_id, events: list[dict], log: str, final:
         log_append(job, log, from_attempt=True)
     if final is not None:
         ExecutorAttempt.objects.filter(attempt_id=attempt_id).update(report=final)
-    if current:
-        return attempt_check_in(job)
+    stop = attempt_check_in(job) if current else "fenced"
+    if stop != "fenced":
+        return stop
+    # Not current, or preempted between the job's read above and the check-in: a graceful victim
+    # hears "preempted" either way (a lone "fenced" made its relay kill the training mid-epoch).
+    victim = job if not current else attempt_victim(job, attempt_id=attempt_id)
+    if victim is None:
+        return "fenced"
     if Job.objects.filter(pk=job.pk, cancel_requested_at__isnull=False).exists():
         return "cancelled"
-    stop_by = attempt_stop_by(job)
+    stop_by = attempt_stop_by(victim)
     return "preempted" if stop_by is not None and timezone.now() < stop_by else "fenced"
 
 

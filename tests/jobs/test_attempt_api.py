@@ -85,6 +85,17 @@ def test_a_preempted_attempt_hears_preempted_and_its_epoch_end_is_recorded(runni
     assert [job.events.filter(kind=kind).count() for kind in ("stopped_at_epoch_end", "stopping")] == [1, 1]
 
 
+def test_a_victim_preempted_while_its_report_is_recorded_hears_preempted_not_fenced(running):
+    """The report read the job while its attempt was current and checked in after the preemption
+    committed: the check-in's "fenced" made the relay kill the training mid-epoch (seen as exit -15
+    under load in test_slurm_preemption), where any later report hears "preempted"."""
+    from apps.jobs.services import attempt_report
+
+    read_before = Job.objects.select_related("node", "team", "user").get(pk=running.pk)
+    attempt_preempt(Job.objects.get(pk=running.pk), reason="a higher-priority job", now=timezone.now(), grace_s=60)
+    assert attempt_report(read_before, attempt_id=running.attempt_id, events=[], log="", final=None) == "preempted"
+
+
 def test_the_token_expires_after_the_timeout_in_any_case(running, settings, monkeypatch):
     import time as time_module
 
