@@ -77,9 +77,10 @@ class Job(models.Model):
     first_started_at = models.DateTimeField(null=True, blank=True, help_text="start of the first attempt")
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # When the current attempt chose the checkpoint it resumes from (or to start over): until
-    # then the attempt before it may still record its epoch end (jobs.services.attempt_may_record).
-    resume_chosen_at = models.DateTimeField(null=True, blank=True)
+    # The latest attempt that chose the checkpoint it resumes from (or to start over; 0: none yet).
+    # Until a later one chooses, it may still record its epoch end (jobs.services.attempt_may_record):
+    # an attempt preempted before it chose hands that on to the next (review23, 12).
+    resume_chosen_attempt = models.PositiveIntegerField(default=0)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
     error = models.TextField(blank=True)

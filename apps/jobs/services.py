@@ -148,33 +148,35 @@ def seq_allocate(job_id, count: int = 1, *, where: Q | None = None) -> int | Non
 def attempt_may_record(job: Job) -> Q:
     """The job rows on which ``job``'s attempt (``job.attempt_id``) may still write metrics,
     checkpoints, log output and live progress: it is the current running attempt, or it was
-    just requeued and the attempt after it has not chosen its checkpoint yet (queued, only
-    placed, or running but still waiting for its GPUs, fetching inputs or for this attempt
-    to stop: ``resume_chosen_at`` is null until :func:`attempt_resume_choose`).
+    requeued and no attempt after it has chosen its checkpoint yet (the job queued, only placed,
+    or running but still waiting for its GPUs, fetching inputs or for this attempt to stop:
+    ``resume_chosen_attempt`` is the latest attempt that chose, :func:`attempt_resume_choose`).
 
     The second case is graceful preemption: the victim's epoch-end checkpoint is recorded
     after its requeue, by design, and the next attempt resumes from it (review22, 4: fencing
-    on "started" refused it while the next attempt had not picked its resume point yet).
-    Once the next attempt has chosen, whatever the old one still reports (a worker that was
+    on "started" refused it while the next attempt had not picked its resume point yet). An
+    attempt preempted in turn before it chose trained nothing: the one after it is the victim's
+    next attempt (review23, 12: the chain refused the victim's epoch end, and it was trained again).
+    Once a later attempt has chosen, whatever the old one still reports (a worker that was
     stopped and woke up, a preempted child finishing its epoch late) is another attempt's
     past, not the job's: it would land on the new attempt's rows of the same epochs (chaos21).
     """
     return (Q(attempt_id=job.attempt_id, state=JobState.RUNNING)
-            | Q(attempt=job.attempt + 1, state__in=[JobState.QUEUED, JobState.STARTING])
-            | Q(attempt=job.attempt + 1, state=JobState.RUNNING, resume_chosen_at__isnull=True))
+            | Q(attempt__gt=job.attempt, resume_chosen_attempt__lte=job.attempt,
+                state__in=[JobState.QUEUED, JobState.STARTING, JobState.RUNNING]))
 
 
 def attempt_resume_choose(job: Job) -> bool:
     """The running attempt ``job.attempt_id`` is about to choose the checkpoint it resumes from:
-    from here on its previous attempt records nothing more (:func:`attempt_may_record`).
+    from here on no attempt before it records anything more (:func:`attempt_may_record`).
 
-    Written *before* the checkpoints are read: a row the previous attempt records is either
+    Written *before* the checkpoints are read: a row a previous attempt records is either
     committed before this update (and read by the choice) or refused after it, under the job
     row's lock (checkpoint_record) or in the seq update (metrics). False if the attempt is no
     longer current.
     """
     return Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id, state=JobState.RUNNING).update(
-        resume_chosen_at=timezone.now()) == 1
+        resume_chosen_attempt=F("attempt")) == 1
 
 
 def attempt_row_refused(job: Job, what: str) -> None:
@@ -567,32 +569,44 @@ class PreviousStop:
 
 def attempt_previous_stop(job: Job, *, margin_s: float) -> PreviousStop | None:
     """What ``job``'s current attempt waits for, before choosing its checkpoint: the attempt before
-    it, gracefully preempted and not yet stopped at its epoch end; None when there is nothing to
-    wait for.
+    it that may still record (:func:`attempt_may_record`), gracefully preempted and not yet stopped
+    at its epoch end; None when there is nothing to wait for.
 
-    Only after a graceful preemption (a ``preempted`` requeue of that started attempt, with a
-    ``grace_s``) whose attempt has not reported its end (``attempt_stopped``, written by its
-    worker's or Slurm agent's ``attempt_finish`` once its child has stopped, the epoch's metrics,
-    checkpoint and output recorded before) and still can (:func:`attempt_previous_stopped`). At
-    most until the preemption's time plus its grace (after which the old worker kills its child)
-    plus ``margin_s`` (its check-in and kill delay); ``left_s`` is that, by this machine's clock,
-    but never more than the grace plus the margin: a clock behind the scheduler's must not make
-    the wait longer (review23). A crash, a lost node, a retry, a person's requeue or a preemption
+    That is the attempt before this one, or, when that one was preempted in turn before it chose
+    (it trained nothing, review23, 12), the latest that chose: the attempts from
+    ``resume_chosen_attempt`` (1 if none chose) to this one's previous, the oldest first, that
+    were requeued by a graceful preemption (a ``preempted`` requeue of that started attempt, with
+    a ``grace_s``), have not reported their end (``attempt_stopped``, written by the worker's or
+    Slurm agent's ``attempt_finish`` once the child has stopped, the epoch's metrics, checkpoint
+    and output recorded before) and still can (:func:`attempt_previous_stopped`). At most until
+    that preemption's time plus its grace (after which the old worker kills its child) plus
+    ``margin_s`` (its check-in and kill delay); ``left_s`` is that, by this machine's clock, but
+    never more than the grace plus the margin: a clock behind the scheduler's must not make the
+    wait longer (review23). A crash, a lost node, a retry, a person's requeue or a preemption
     without grace: None.
     """
     previous = job.attempt - 1
     if previous < 1:
         return None
-    preempted = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__ended_attempt=previous,
-                                         data__attempt_started=True)
-                 .order_by("-seq").only("job_id", "created_at", "data", "seq").first())
-    left = preempted_attempt_left_s(preempted, margin_s=margin_s, now=timezone.now()) if preempted else None
-    if left is None:
-        return None
-    data = preempted.data or {}
-    stop = PreviousStop(attempt=previous, preempted_seq=preempted.seq, left_s=left,
-                        node=str(data.get("node") or ""), worker_pid=data.get("worker_pid"))
-    return None if previous_node_gone(stop) else stop
+    chosen = Job.objects.filter(pk=job.pk).values_list("resume_chosen_attempt", flat=True).first() or 0
+    oldest = max(1, min(chosen, previous))
+    preemptions: dict[int, JobEvent] = {}
+    for event in (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__attempt_started=True)
+                  .order_by("seq").only("job_id", "created_at", "data", "seq")):
+        ended = (event.data or {}).get("ended_attempt")
+        if isinstance(ended, int) and oldest <= ended <= previous:
+            preemptions[ended] = event  # an attempt's latest preemption
+    now = timezone.now()
+    for attempt, preempted in sorted(preemptions.items()):
+        left = preempted_attempt_left_s(preempted, margin_s=margin_s, now=now)
+        if left is None:
+            continue
+        data = preempted.data or {}
+        stop = PreviousStop(attempt=attempt, preempted_seq=preempted.seq, left_s=left,
+                            node=str(data.get("node") or ""), worker_pid=data.get("worker_pid"))
+        if not previous_node_gone(stop):
+            return stop
+    return None
 
 
 def preempted_attempt_left_s(event: JobEvent, *, margin_s: float, now: datetime) -> float | None:
@@ -754,7 +768,7 @@ def attempt_start(*, job_id, attempt_id, node_name: str) -> Job | None:
     with transaction.atomic():
         won = Job.objects.filter(
             pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node_id=node_id
-        ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now, resume_chosen_at=None,
+        ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
                  first_started_at=Coalesce(F("first_started_at"), Value(now)))
         if not won:
             return None

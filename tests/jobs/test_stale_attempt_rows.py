@@ -131,6 +131,41 @@ def test_a_preempted_attempt_s_epoch_end_is_kept_until_the_running_next_attempt_
     assert list(Checkpoint.objects.filter(job_id=victim.pk).values_list("epoch", flat=True)) == [2]
 
 
+def test_a_preempted_attempt_s_epoch_end_is_kept_through_a_next_attempt_preempted_before_it_chose(running):
+    """review23, 12: attempt 2 was preempted while it waited for attempt 1 (it chose nothing, trained
+    nothing): attempt 1 may still record until attempt 3 chooses, not only while attempt 2 could."""
+    victim = running
+    assert attempt_resume_choose(victim)  # attempt 1 trained
+    assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+    second = place_and_start(victim.pk)
+    assert attempt_preempt(Job.objects.get(pk=second.pk), reason="a more urgent job", now=timezone.now(), grace_s=30)
+    third = place_and_start(victim.pk)
+    assert third.attempt == 3
+
+    attempt_event_record(victim, {"type": "epoch", "epoch": 2, "values": {"loss": 0.5}})
+    attempt_event_record(victim, checkpoint_event(victim, 2, b"epoch 2"))
+    assert list(Checkpoint.objects.filter(job_id=victim.pk).values_list("epoch", "attempt")) == [(2, 1)]
+    assert MetricPoint.objects.filter(job_id=victim.pk, epoch=2, attempt=1).exists()
+
+    assert attempt_resume_choose(third)
+    attempt_event_record(victim, {"type": "epoch", "epoch": 3, "values": {"loss": 9.9}})
+    attempt_event_record(victim, checkpoint_event(victim, 3, b"late"))
+    assert not MetricPoint.objects.filter(job_id=victim.pk, epoch=3).exists()
+    assert list(Checkpoint.objects.filter(job_id=victim.pk).values_list("epoch", flat=True)) == [2]
+
+
+def test_an_attempt_two_back_records_nothing_once_the_attempt_after_it_chose(running):
+    """An attempt that chose and is then preempted is the one that may still record, not the one before it."""
+    first = running
+    attempt_lost(Job.objects.get(pk=first.pk), reason="node-a silent for 9 s", now=timezone.now())
+    second = place_and_start(first.pk)
+    assert attempt_resume_choose(second)
+    assert attempt_preempt(Job.objects.get(pk=second.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+    attempt_event_record(first, {"type": "epoch", "epoch": 2, "values": {"loss": 9.9}})
+    attempt_event_record(second, {"type": "epoch", "epoch": 2, "values": {"loss": 0.5}})
+    assert list(MetricPoint.objects.filter(job_id=first.pk).values_list("epoch", "attempt")) == [(2, 2)]
+
+
 def test_a_stale_attempt_s_live_progress_and_mode_start_are_refused_once_the_next_attempt_has_chosen(
         running, caplog):
     """review22, 4: "epoch 3, batch 40/120" or "validating…" of a woken old attempt read as the job's now."""

@@ -122,6 +122,52 @@ def test_it_waits_for_the_preempted_attempt_s_epoch_end_and_resumes_from_it(runn
     assert events == ["waiting_for_previous_attempt"]
 
 
+def test_an_attempt_preempted_while_it_waits_hands_the_wait_on_and_the_next_resumes_from_the_first_victim(
+        running):
+    """review23, 12: attempt 2, still waiting for attempt 1's epoch end, is preempted in turn and
+    stops at once (it trained nothing). Attempt 3 did not wait for attempt 1, and attempt 1's epoch
+    end was refused (only the attempt right after it was let wait): that epoch was trained again."""
+    victim = running
+    assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+    second = next_attempt_started(victim.pk)
+    waiting = {}
+
+    def second_waits():
+        try:
+            waiting["stop"] = AttemptRunner(Job.objects.get(pk=second.pk)).resume_candidates()[1]
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=second_waits)
+    thread.start()
+    time.sleep(0.5)
+    assert attempt_preempt(Job.objects.get(pk=second.pk), reason="a more urgent job", now=timezone.now(),
+                           grace_s=30)
+    thread.join(timeout=10)
+    assert waiting == {"stop": "fenced"}  # its check-in saw the preemption
+    assert attempt_finish(second, outcome="fenced") == "fenced"  # what AttemptRunner.finish reports
+    third = next_attempt_started(victim.pk)
+    assert third.attempt == 3
+
+    def victim_stops_at_its_epoch_end():
+        time.sleep(1.5)  # attempt 3 is waiting by now
+        try:
+            epoch_end(victim, 2)
+            assert attempt_finish(victim, outcome="fenced") == "fenced"
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=victim_stops_at_its_epoch_end)
+    thread.start()
+    epochs, took, events = choose(third)
+    thread.join()
+    assert epochs == [2, 1, None]
+    assert 1.0 < took < 10, took
+    assert events == ["waiting_for_previous_attempt"]
+    assert JobEvent.objects.get(job_id=victim.pk, attempt=3, kind="waiting_for_previous_attempt").data == {
+        "attempt": 1}
+
+
 def test_the_wait_ends_with_the_grace_when_the_preempted_attempt_never_reports(running, monkeypatch):
     monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
     victim = running  # its node went silent, say: it never reports its stop

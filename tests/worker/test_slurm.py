@@ -196,9 +196,9 @@ def test_a_placement_waits_for_its_preempted_attempt_s_epoch_end_and_its_batch_r
                                   "sha256": hashlib.sha256(b"epoch 2").hexdigest(), "size": 7})
     assert attempt_finish(victim, outcome="fenced") == "fenced"
     started = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
-    assert Job.objects.get(pk=job.pk).resume_chosen_at is None
+    assert Job.objects.get(pk=job.pk).resume_chosen_attempt < started.attempt
     agent.prepare(started)
-    assert Job.objects.get(pk=job.pk).resume_chosen_at is not None
+    assert Job.objects.get(pk=job.pk).resume_chosen_attempt == started.attempt
     relay = json.loads((started.run_dir / "attempt-2" / "relay.json").read_text())
     assert [run["epoch"] for run in relay["runs"]] == [2, None]
 

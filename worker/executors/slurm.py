@@ -465,21 +465,21 @@ class SlurmAgent:
                 continue
             did = True
             if silent:
-                previous_stop_silent_said(started, started.attempt - 1)
+                previous_stop_silent_said(started, silent)
             self.submit(started, record)
         self.previous_waits = waiting  # placements gone meanwhile are forgotten
         return did
 
-    def previous_attempt_waits(self, job: Job, waiting: dict[str, float]) -> bool | None:
+    def previous_attempt_waits(self, job: Job, waiting: dict[str, float]) -> int | None:
         """None while ``job``'s placement waits for its preempted previous attempt to stop (see
-        :meth:`start_placed`); else whether it stopped waiting because that attempt stayed silent
-        past its grace. The wait's end is kept per placement on this machine's monotonic clock,
+        :meth:`start_placed`); else the number of that attempt if it stopped waiting because that
+        attempt stayed silent past its grace, 0 if not. The wait's end is kept per placement on this machine's monotonic clock,
         said once in the job's events when it begins."""
         from worker.tasks import PREVIOUS_STOP_MARGIN_S
 
         stop = attempt_previous_stop(job, margin_s=PREVIOUS_STOP_MARGIN_S)
         if stop is None:
-            return False
+            return 0
         key = str(job.attempt_id)
         deadline = self.previous_waits.get(key)
         if deadline is None:
@@ -489,7 +489,7 @@ class SlurmAgent:
                 log.info("job %s: waiting up to %.0f s for its preempted attempt %d to stop before submitting",
                          job.pk, stop.left_s, stop.attempt)
         if time.monotonic() >= deadline:
-            return True
+            return stop.attempt
         waiting[key] = deadline
         return None
 
