@@ -299,8 +299,11 @@ class ExecutorAttempt(models.Model):
     executor = models.CharField(max_length=20, default="slurm")
     external_id = models.CharField(max_length=100, blank=True, help_text="the Slurm job id")
     external_state = models.CharField(max_length=40, blank=True, help_text="e.g. PENDING, RUNNING, NODE_FAIL")
-    external_reason = models.CharField(max_length=200, blank=True)
+    external_reason = models.CharField(max_length=200, blank=True)  # Slurm's reason for its state
     submitted_at = models.DateTimeField(null=True, blank=True)
+    # When the agent last asked Slurm to end it (scancel), and why: asked once, not at every look.
+    scancel_sent_at = models.DateTimeField(null=True, blank=True)
+    scancel_reason = models.CharField(max_length=200, blank=True)
     running_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     # The relay's final report (exit code, outcome, finished/error events, log tail).

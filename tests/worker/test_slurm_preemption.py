@@ -33,7 +33,7 @@ from tests.jobs.factories import make_job
 from tests.worker.test_shared_storage import PartitionOfOne
 from tests.worker.test_storage_marks import slurm_partition, slurm_submit  # noqa: F401 - a fixture
 from worker.executors.relay import Relay
-from worker.executors.slurm import SLURM_STOP_MARGIN_S, SlurmAgent, SlurmJob
+from worker.executors.slurm import SLURM_SCANCEL_RESEND_S, SLURM_STOP_MARGIN_S, SlurmAgent, SlurmError, SlurmJob
 from worker.tasks import PREVIOUS_STOP_MARGIN_S
 
 
@@ -193,3 +193,31 @@ def test_a_preempted_slurm_attempt_whose_job_is_cancelled_during_its_grace_is_sc
     assert job_cancel(job=job, by=alice) and Job.objects.get(pk=job.pk).state == JobState.CANCELLED  # it was queued
     assert look(agent, record, timezone.now()) and agent.client.cancelled == ["42"]
     assert answer(job, record) == "cancelled"
+
+
+@pytest.mark.django_db
+def test_a_scancel_is_sent_once_and_again_only_if_slurm_still_lists_the_job_long_after(running, alice):
+    """slurmgrace23: the look after a scancel wrote Slurm's reason over the agent's "scancel:" mark,
+    so it scancelled again at every poll (each second) until the job ended."""
+    agent, job, record = running
+    job_cancel(job=job, by=alice)
+    asked = timezone.now()
+    assert look(agent, record, asked) and agent.client.cancelled == ["42"]
+    for seconds in (1, 2, 30, SLURM_SCANCEL_RESEND_S - 1):  # Slurm still says RUNNING, reason "None"
+        assert not look(agent, record, asked + timedelta(seconds=seconds))
+    assert agent.client.cancelled == ["42"]
+    assert ExecutorAttempt.objects.get(pk=record.pk).scancel_reason == "cancel requested"
+    assert look(agent, record, asked + timedelta(seconds=SLURM_SCANCEL_RESEND_S + 1))
+    assert not look(agent, record, asked + timedelta(seconds=SLURM_SCANCEL_RESEND_S + 2))
+    assert agent.client.cancelled == ["42", "42"]
+
+
+@pytest.mark.django_db
+def test_a_scancel_that_failed_is_sent_again_at_the_next_look(running, alice):
+    agent, job, record = running
+    job_cancel(job=job, by=alice)
+    cancel, agent.client.cancel = agent.client.cancel, lambda job_id: (_ for _ in ()).throw(
+        SlurmError("slurm_load_jobs error: Unable to contact slurm controller"))
+    assert not look(agent, record, timezone.now())
+    agent.client.cancel = cancel
+    assert look(agent, record, timezone.now()) and agent.client.cancelled == ["42"]

@@ -18,7 +18,8 @@ node with munge), with database access; the Slurm nodes themselves get none:
    (``JOBS_DIR``, datasets, weights at the same paths on the Slurm nodes).
 3. **Watch** (every ``SLURM_POLL_S``): ``squeue --json -t all`` for our jobs (``yp-<attempt>``).
    Pending past ``SLURM_PENDING_LIMIT_S``: withdrawn (``scancel``) and requeued through the
-   portal. A cancel asked in the portal, or an attempt no longer current: ``scancel``; but a
+   portal. A cancel asked in the portal, or an attempt no longer current: ``scancel`` (once:
+   :meth:`SlurmAgent.cancel`); but a
    running attempt preempted with a grace is left to its relay, which stops the training at
    its epoch end (the portal answers its reports "preempted"), until the grace is over (plus
    :data:`SLURM_STOP_MARGIN_S`).
@@ -306,6 +307,9 @@ SLURM_STORAGE_LOST_MAX = 2
 # worker.executors.base.KILL_GRACE_S, SIGKILL), reporting what it wrote meanwhile; scancel is the
 # backstop for a relay that does not (an older one, or one cut off from the portal).
 SLURM_STOP_MARGIN_S = 10.0
+# A job Slurm still lists this long after its scancel is asked to end again (once per this long):
+# well past Slurm's KillWait (30 s by default) and a slow epilog.
+SLURM_SCANCEL_RESEND_S = 300.0
 
 
 class SlurmAgent:
@@ -614,11 +618,10 @@ class SlurmAgent:
             stop_by = attempt_stop_by(attempt) if sj.state == "RUNNING" else None
             if stop_by is not None and now < stop_by + timedelta(seconds=SLURM_STOP_MARGIN_S):
                 return False  # preempted with a grace: its relay stops the training at its epoch end
-            self.cancel(record, why="its attempt is no longer current")  # fenced: requeued, preempted, reaped
-            return True
+            # fenced: requeued, preempted, reaped
+            return self.cancel(record, why="its attempt is no longer current", now=now)
         if job.cancel_requested_at:
-            self.cancel(record, why="cancel requested")
-            return True
+            return self.cancel(record, why="cancel requested", now=now)
         if sj.state == "PENDING" and record.submitted_at and \
                 (now - record.submitted_at).total_seconds() > settings.SLURM_PENDING_LIMIT_S:
             self.withdraw(record, job, sj, now)
@@ -626,21 +629,31 @@ class SlurmAgent:
         attempt_heartbeat(job)  # pending or running in Slurm: alive (the relay also reports)
         return False
 
-    def cancel(self, record: ExecutorAttempt, *, why: str) -> None:
-        if record.external_reason.startswith("scancel"):
-            return  # asked already; wait for Slurm to end it
+    def cancel(self, record: ExecutorAttempt, *, why: str, now: datetime) -> bool:
+        """Ask Slurm to end the attempt's job (scancel); whether this call asked.
+
+        Asked once: Slurm's reason, which the next look writes into ``external_reason``, does not
+        make it ask again (it did at every poll until the job ended). Asked again only when the
+        command failed (nothing is recorded, the next look retries) or when Slurm still lists the
+        job :data:`SLURM_SCANCEL_RESEND_S` after (a scancel lost with its controller, say)."""
+        if record.scancel_sent_at is not None and (
+                now - record.scancel_sent_at).total_seconds() < SLURM_SCANCEL_RESEND_S:
+            return False  # asked already; wait for Slurm to end it
         try:
             self.client.cancel(record.external_id)
         except SlurmError as exc:
             log.warning("scancel %s failed: %s", record.external_id, exc)
-            return
-        ExecutorAttempt.objects.filter(pk=record.pk).update(external_reason=f"scancel: {why}"[:200])
-        record.external_reason = f"scancel: {why}"
-        log.info("scancel %s (%s)", record.external_id, why)
+            return False
+        again = record.scancel_sent_at is not None
+        ExecutorAttempt.objects.filter(pk=record.pk).update(scancel_sent_at=now, scancel_reason=why[:200])
+        record.scancel_sent_at, record.scancel_reason = now, why[:200]
+        (log.warning if again else log.info)("scancel %s (%s)%s", record.external_id, why,
+                                             ": still listed by Slurm since the last one" if again else "")
+        return True
 
     def withdraw(self, record: ExecutorAttempt, job: Job, sj: SlurmJob, now: datetime) -> None:
         """Pending in Slurm past the limit: take it back and let the portal place it again."""
-        self.cancel(record, why="pending past SLURM_PENDING_LIMIT_S")
+        self.cancel(record, why="pending past SLURM_PENDING_LIMIT_S", now=now)
         waited = (now - record.submitted_at).total_seconds()
         usage_charge(job, ended_at=now)
         job_requeue(job, kind="slurm_withdrawn", reason=(

@@ -1,0 +1,21 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('jobs', '0024_remove_job_resume_chosen_at'),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name='executorattempt',
+            name='scancel_reason',
+            field=models.CharField(blank=True, max_length=200),
+        ),
+        migrations.AddField(
+            model_name='executorattempt',
+            name='scancel_sent_at',
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+    ]
