@@ -258,6 +258,38 @@ def test_a_slurm_job_that_could_not_even_open_its_output_file_is_requeued_as_the
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_slurm_node_taken_out_for_its_lost_mount_stays_out_when_the_agent_restarts(slurm_placed):
+    """slurmgrace23 leftover: the agent kept which nodes it took out in memory only; restarted, its
+    first sync put them back in service, and the next placement there failed the same way."""
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from apps.jobs.models import JobEvent
+    from tests.worker.test_shared_storage import PartitionOfOne
+    from worker.executors.slurm import SLURM_NODE_STORAGE_RETRY_S, SlurmAgent
+
+    agent, job, record = slurm_placed
+    slurm_ended(agent, record, "FAILED")  # it could not even open its output file (test above)
+    assert placement("gpu01") == (False, "shared storage unreachable")
+    said = JobEvent.objects.get(job=job, kind="node_storage_lost")
+    assert said.message.startswith("Slurm node gpu01 cannot read the shared storage (shared storage unreachable: "
+                                   "JOBS_DIR")
+
+    restarted = SlurmAgent("gpu", client=PartitionOfOne())
+    restarted.sync_nodes(force=True)
+    assert placement("gpu01") == (False, "shared storage unreachable")
+    assert Node.objects.get(name="gpu01").storage_problem.startswith("shared storage unreachable: JOBS_DIR")
+
+    # Taken out longer ago than SLURM_NODE_STORAGE_RETRY_S: tried again.
+    JobEvent.objects.filter(pk=said.pk).update(
+        created_at=F("created_at") - timedelta(seconds=SLURM_NODE_STORAGE_RETRY_S + 1))
+    restarted = SlurmAgent("gpu", client=PartitionOfOne())
+    restarted.sync_nodes(force=True)
+    assert placement("gpu01") == (True, "")
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_slurm_job_that_wrote_its_output_and_ended_without_a_report_still_fails_as_before(slurm_placed):
     from apps.jobs.models import JobState
 

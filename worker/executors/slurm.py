@@ -321,9 +321,10 @@ class SlurmAgent:
         self.last_sync = 0.0
         self.limits: dict = {}
         self.storage_problem = ""  # what the last sync found of the shared storage ('' = readable)
-        # portal node name -> (what its last attempt found of the shared storage, when): see
-        # SLURM_NODE_STORAGE_RETRY_S
+        # portal node name -> (what its last attempt found of the shared storage, when: monotonic):
+        # see SLURM_NODE_STORAGE_RETRY_S; recalled from the job events once (node_storage_recall)
         self.node_storage: dict[str, tuple[str, float]] = {}
+        self.node_storage_recalled = False
         # placement (attempt id) -> until when (monotonic) it waits for its preempted previous attempt
         self.previous_waits: dict[str, float] = {}
 
@@ -383,6 +384,7 @@ class SlurmAgent:
     def node_storage_problem(self, name: str) -> str:
         """What the Slurm node ``name`` was last found to lack of the shared storage, while that is
         recent ('' after SLURM_NODE_STORAGE_RETRY_S: it is tried again)."""
+        self.node_storage_recall()
         problem, since = self.node_storage.get(name, ("", 0.0))
         if problem and time.monotonic() - since < SLURM_NODE_STORAGE_RETRY_S:
             return problem
@@ -391,12 +393,36 @@ class SlurmAgent:
 
     def node_storage_lost(self, node: Node, problem: str, *, job: Job) -> None:
         """The Slurm node ``node`` cannot read the shared storage (``job``'s attempt there said so, or
-        its Slurm job could not write its output): no new work there for a while."""
+        its Slurm job could not write its output): no new work there for a while. Said in the job's
+        events (``node_storage_lost``), which are also what an agent started meanwhile recalls."""
         if not self.node_storage_problem(node.name):
             log.warning("Slurm node %s takes no new work for %.0f s: %s (from job %s's attempt %s)", node.hostname,
                         SLURM_NODE_STORAGE_RETRY_S, problem, job.pk, job.attempt)
         self.node_storage[node.name] = (problem, time.monotonic())
         node_storage_problem_set(node, problem=problem)
+        job_event(job, "node_storage_lost", f"Slurm node {node.hostname} cannot read the shared storage ({problem}): "
+                                            f"it takes no new work for {SLURM_NODE_STORAGE_RETRY_S:.0f} s",
+                  {"node": node.name, "storage_problem": problem})
+
+    def node_storage_recall(self) -> None:
+        """Once, at the agent's first look: the Slurm nodes of this partition another run of it took
+        out (``node_storage_lost`` events) less than SLURM_NODE_STORAGE_RETRY_S ago stay out for the
+        rest of that time. Before, a restarted agent put them back at its first sync, and the next
+        placement there failed the same way. Counted on this machine's clocks, at most the whole
+        SLURM_NODE_STORAGE_RETRY_S from now (an event written by a clock ahead of this one)."""
+        if self.node_storage_recalled:
+            return
+        self.node_storage_recalled = True
+        now, monotonic = timezone.now(), time.monotonic()
+        ours = set(Node.objects.filter(executor=Node.Executor.SLURM, partition=self.partition)
+                   .values_list("name", flat=True))
+        for created_at, data in (JobEvent.objects.filter(
+                kind="node_storage_lost", created_at__gte=now - timedelta(seconds=SLURM_NODE_STORAGE_RETRY_S))
+                .order_by("created_at").values_list("created_at", "data")):
+            name, problem = (data or {}).get("node"), (data or {}).get("storage_problem")
+            if name in ours and isinstance(problem, str) and problem:
+                age = min(SLURM_NODE_STORAGE_RETRY_S, max(0.0, (now - created_at).total_seconds()))
+                self.node_storage[name] = (problem, monotonic - age)
 
     def output_lost(self, record: ExecutorAttempt, job: Job, state: str) -> str:
         """Why a Slurm job that ended without a report lost its node's mount of JOBS_DIR, or ''.
