@@ -13,10 +13,11 @@ Checked, in this order, and all reported together where possible:
 3. member names: no absolute paths, drive letters, backslashes, ``..`` (zip slip),
    control characters, duplicates; no symlinks or other special files;
 4. member types: images, ``.txt`` labels and one ``data.yaml``; documentation beside
-   data.yaml (README.md, LICENSE, *.pdf, *.html, a top-level *.txt) is skipped, not stored;
+   data.yaml (README.md, LICENSE, *.pdf, *.html, *.json, a top-level *.txt) is skipped, not stored;
    Ultralytics' ``*.cache`` label caches (unpickled on load) are skipped, never stored; anything
    else is refused;
-5. structure: ``data.yaml`` (strict safe YAML: no ``download:``, relative train/val
+5. structure: ``data.yaml`` (strict safe YAML; ``download:`` and a ``path:`` other than ``.`` are
+   dropped and named in ``skipped``, never run or followed; relative train/val
    folders present in the archive; a pose dataset's ``kpt_shape`` [k, d] and ``flip_idx``),
    images under ``images/`` with labels beside them under ``labels/``; every label line
    ``class x y w h`` (or a polygon/keypoints; with ``kpt_shape`` exactly the box and k·d
@@ -60,7 +61,9 @@ SKIPPED_PARTS = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini"}
 # as HTML): skipped, not stored, when it sits beside data.yaml (or at the archive's top, above a single
 # top folder); inside the dataset's folders it is as unexpected as any other file. A top-level .txt
 # (README.roboflow.txt) is documentation too: labels live in a 'labels' folder.
-DOCUMENT_SUFFIXES = {".md", ".markdown", ".rst", ".pdf", ".html", ".htm", ".cff"}
+# A .json beside data.yaml is metadata (the demo generator's demo.json, an export tool's info): nothing
+# reads it, so it is skipped the same way.
+DOCUMENT_SUFFIXES = {".md", ".markdown", ".rst", ".pdf", ".html", ".htm", ".cff", ".json"}
 DOCUMENT_NAMES = {"license", "licence", "copying", "notice", "readme", "authors"}  # files without a suffix
 SPLIT_KEYS = ("train", "val", "test")
 MAX_REPORTED_PROBLEMS = 50
@@ -133,6 +136,7 @@ class ArchivePlan:
     flip_idx: list[int] | None = None  # which keypoint each one becomes when the image is mirrored
     kpt_names: dict[int, list[str]] | None = None  # each class's keypoint names (Ultralytics keeps them in the model)
     kind: str = "yolo"  # "classify": Ultralytics' classification layout (splits map to the split folders)
+    dropped_keys: list[str] = field(default_factory=list)  # data.yaml keys not kept ('download', 'path'), said why
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -220,11 +224,11 @@ def _documentation(files: list[str], directories: set[str]) -> tuple[str, list[s
 
 
 def skipped_summary(plan: ArchivePlan) -> list[str]:
-    """What the upload left out, for its answer: each document by name, then the OS clutter,
-    a ``__MACOSX/`` folder as one line (it holds an entry per file)."""
+    """What the upload left out, for its answer: data.yaml's ``download``/``path`` keys, each document
+    by name, then the OS clutter, a ``__MACOSX/`` folder as one line (it holds an entry per file)."""
     clutter = [n for n in plan.skipped if n not in plan.documentation]
     macos = [n for n in clutter if "__MACOSX" in n.split("/")]
-    lines = list(plan.documentation)
+    lines = list(plan.dropped_keys) + list(plan.documentation)
     lines += sorted({n for n in clutter if n not in macos and not n.endswith("/")})
     if macos:
         lines.append(f"__MACOSX/ ({len(macos)} entr{'y' if len(macos) == 1 else 'ies'} of macOS metadata)")
@@ -657,12 +661,17 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
                               [Problem(yaml_name, exc.errors.get("spec", str(exc)))]) from None
     if not isinstance(document, dict):
         raise ArchiveRejected("has a data.yaml that is not a mapping", [Problem(yaml_name, "must be a mapping")])
+    # Ultralytics' own dataset YAMLs (coco8.yaml) carry both; the stored data.yaml keeps neither
+    # (data_yaml_text), so they are dropped and named in the upload's `skipped`, never followed: a
+    # 'download' is never run, and the splits are read inside the archive, relative to data.yaml.
+    dropped: list[str] = []
     if "download" in document:
-        problems.append(Problem(f"{yaml_name}: download",
-                                "is not allowed: Ultralytics executes 'download' (shell or Python)"))
+        dropped.append(f"{yaml_name}: download (not kept: Ultralytics would execute it; the platform downloads "
+                       "nothing)")
     if document.get("path") not in (None, "", ".", "./"):
-        problems.append(Problem(f"{yaml_name}: path",
-                                "must be left out or '.': the platform sets it to where the dataset is stored"))
+        dropped.append(f"{yaml_name}: path (not kept: the splits are read inside the upload, relative to "
+                       f"{yaml_name})")
+    document = {key: value for key, value in document.items() if key not in ("download", "path")}
     names = _class_names(document)
     if isinstance(names, str):
         problems.append(Problem(f"{yaml_name}: names", names))
@@ -756,7 +765,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
     return ArchivePlan(
         members=members, directories=dirs, data_yaml=document, names=names, splits=splits,
         num_images=len(image_files), num_labels=len(label_files), uncompressed_bytes=declared, skipped=skipped,
-        kpt_shape=kpt_shape, flip_idx=flip_idx, kpt_names=kpt_names,
+        kpt_shape=kpt_shape, flip_idx=flip_idx, kpt_names=kpt_names, dropped_keys=dropped,
     )
 
 

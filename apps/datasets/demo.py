@@ -12,6 +12,9 @@ Layout written under ``root``::
 
 The dataset is built in a sibling temporary directory and renamed into place, so a
 crash part-way never leaves a ``root`` that looks complete.
+
+The folder uploads as it is (``yoloq dataset push root``): the upload drops data.yaml's ``path``
+and skips ``demo.json`` beside it, naming both in its ``skipped`` answer.
 """
 
 from __future__ import annotations

@@ -57,6 +57,18 @@ def test_a_folder_and_then_a_zip_become_two_versions(logged_in, tmp_path, capsys
     assert list(Dataset.objects.filter(name="pcb_defect").order_by("version").values_list("version", flat=True)) == [1, 2]
 
 
+def test_the_demo_generators_folder_pushes_as_it_is(logged_in, tmp_path, capsys):
+    """generate_demo_dataset's folder (data.yaml with an absolute `path`, demo.json beside it) was
+    refused (trial23): it is stored, and what was left out is said."""
+    from apps.datasets.demo import generate_demo_dataset
+
+    folder = generate_demo_dataset(tmp_path / "shapes", train=2, val=1, imgsz=32).parent
+    code, out, err = run(capsys, "dataset", "push", str(folder), "--team", "vision")
+    assert code == 0, err
+    assert "Stored vision/shapes:v1: 3 images (train 2, val 1), 3 classes" in out
+    assert "Skipped (not stored): data.yaml: path (not kept: " in err and "shapes/demo.json" in err
+
+
 def test_pushing_an_unchanged_folder_again_makes_no_version(logged_in, tmp_path, capsys):
     folder = dataset_folder(tmp_path)
     assert run(capsys, "dataset", "push", str(folder), "--team", "vision")[0] == 0

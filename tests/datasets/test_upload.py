@@ -454,3 +454,44 @@ def test_images_under_ten_pixels_a_side_are_named_as_training_would_skip_them(bo
     files["images/train/0.jpg"], files["images/val/1.jpg"] = jpeg((10, 10)), jpeg((10, 12))
     assert post(bob, make_zip(files)).status_code == 201
     assert post(bob, make_zip({"shots/a.jpg": jpeg((4, 4))}), name="shots", kind="images").status_code == 201
+
+
+# Ultralytics' own coco8.yaml, as it ships (its `download:` is a URL; others hold Python).
+COCO8_YAML = """path: ../datasets/coco8 # dataset root dir
+train: images/train # train images (relative to 'path') 4 images
+val: images/val # val images (relative to 'path') 4 images
+test: # test images (optional)
+names:
+  0: scratch
+  1: dent
+download: https://github.com/ultralytics/assets/releases/download/v0.0.0/coco8.zip
+"""
+
+
+def test_an_ultralytics_dataset_yaml_is_accepted_without_its_path_and_download(bob, storage):
+    """coco8.yaml has `path: ../datasets/coco8` and `download:` (trial23): both were refused. The stored
+    data.yaml keeps neither, so they are dropped and named in `skipped`; the splits are the archive's."""
+    response = post(bob, make_zip(valid_files("coco8/") | {"coco8/data.yaml": COCO8_YAML.encode()}))
+    assert response.status_code == 201, response.content
+    skipped = response.json()["skipped"]
+    assert skipped[0].startswith("data.yaml: download (not kept: Ultralytics would execute it")
+    assert skipped[1].startswith("data.yaml: path (not kept: the splits are read inside the upload")
+    document = yaml.safe_load((storage / "vision" / "pcb" / "v1" / "data.yaml").read_text())
+    assert document == {"train": "images/train", "val": "images/val", "names": {0: "scratch", 1: "dent"}}
+    assert response.json()["stats"]["skipped"] == skipped
+
+
+def test_the_demo_generators_folder_uploads_as_it_is(bob, storage, tmp_path):
+    """generate_demo_dataset writes `path: <absolute>` and demo.json beside data.yaml: zipped as it
+    is, both are skipped and named, and the images and labels are stored."""
+    from apps.datasets.demo import generate_demo_dataset
+
+    folder = generate_demo_dataset(tmp_path / "shapes", train=2, val=1, imgsz=32).parent
+    content = make_zip({f"shapes/{p.relative_to(folder).as_posix()}": p.read_bytes()
+                        for p in folder.rglob("*") if p.is_file()})
+    response = post(bob, content, name="shapes")
+    assert response.status_code == 201, response.content
+    assert response.json()["num_images"] == 3
+    assert response.json()["skipped"] == [
+        "data.yaml: path (not kept: the splits are read inside the upload, relative to data.yaml)", "shapes/demo.json"]
+    assert not (storage / "vision" / "shapes" / "v1" / "demo.json").exists()

@@ -166,10 +166,6 @@ HOSTILE_ARCHIVES = [
      "images/train/evil.png", "device, pipe"),
     ("script", lambda: make_zip(valid_files() | {"get.sh": b"curl evil | sh"}), "get.sh", "unexpected file type"),
     ("duplicate", lambda: make_zip(valid_files() | {"images/train/./0.png": b"x"}), "images/train/./0.png", "twice"),
-    ("download", lambda: make_zip(valid_files() | {"data.yaml": (DATA_YAML + 'download: "bash x.sh"\n').encode()}),
-     "data.yaml: download", "executes"),
-    ("path-root", lambda: make_zip(valid_files() | {"data.yaml": (DATA_YAML + "path: /\n").encode()}),
-     "data.yaml: path", "left out"),
     ("train-escape", lambda: make_zip(valid_files() | {"data.yaml": b"train: ../../etc\nval: images/val\nnames: [a]\n"}),
      "data.yaml: train", "'..'"),
     ("train-list-file", lambda: make_zip(valid_files() | {
@@ -221,6 +217,36 @@ def test_ultralytics_label_caches_in_an_archive_are_skipped_never_stored(bob, st
     assert response.status_code == 201, response.content[:500]
     assert response.json()["skipped"] == ["labels/train.cache", "labels/val.CACHE"]
     assert not [p for p in storage.rglob("*") if p.name.lower().endswith(".cache")]
+
+
+def test_an_archives_download_and_path_are_dropped_never_run_or_followed(bob, storage):
+    """Ultralytics executes data.yaml's `download` and resolves the splits against `path`: an
+    upload's are dropped (named in `skipped`), so the stored data.yaml has neither and nothing ran."""
+    marker = storage / "ran"
+    hostile = (DATA_YAML + f"path: /\ndownload: |\n  import os; os.system('touch {marker}')\n").encode()
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(make_zip(valid_files() | {
+        "data.yaml": hostile})), "name": "x"}, format="multipart")
+    assert response.status_code == 201, response.content[:500]
+    assert [line.split(" (")[0] for line in response.json()["skipped"]] == ["data.yaml: download", "data.yaml: path"]
+    stored = (storage / "datasets" / "vision" / "x" / "v1" / "data.yaml").read_text()
+    assert "download" not in stored and "path" not in stored and "os.system" not in stored
+    assert not marker.exists()
+
+
+def test_an_archives_path_never_makes_a_folder_outside_it_a_split(bob, storage):
+    """`path:` naming a folder outside the upload that holds images/val: the split is still looked
+    for inside the archive only, so one without images/val is refused naming the key."""
+    outside = storage / "elsewhere"
+    (outside / "images" / "val").mkdir(parents=True)
+    (outside / "images" / "val" / "0.png").write_bytes(PNG)
+    files = {k: v for k, v in valid_files().items() if not k.startswith(("images/val", "labels/val"))}
+    files["data.yaml"] = (DATA_YAML + f"path: {outside}\n").encode()
+    response = api_client(bob).post("/api/v1/datasets/", {"file": upload(make_zip(files)), "name": "x"},
+                                    format="multipart")
+    assert response.status_code == 400
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert "not in the archive" in problems["data.yaml: val"]
+    assert not Dataset.objects.exists() and not list((storage / "datasets").rglob("*.png"))
 
 
 @pytest.mark.parametrize(("content", "word"), [
