@@ -39,7 +39,8 @@ from apps.core.hashing import file_sha256
 from apps.core.prepared import PreparedInsert, PreparedRead, value_preparer
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
-from apps.registry.services import job_outputs_record
+from apps.registry.selectors import model_name_task
+from apps.registry.services import job_outputs_record, model_name_of
 from apps.scheduling.admission import job_admission_errors
 from apps.scheduling.kick import kick_scheduler, kick_scheduler_soon
 from apps.scheduling.policy import JobRequest
@@ -1264,6 +1265,8 @@ def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
         errors.update(input_errors)
     if spec.mode == "train":
         errors.update(train_args_limit_errors(spec))
+        if team is not None and not trial:  # a trial registers nothing: its sweep registers under its own name
+            errors.update(registry_task_errors(spec, team, resolved))
     if spec.sweep and team is not None:
         errors.update(sweep_errors(spec, team))
     if spec.sweep:
@@ -1291,6 +1294,28 @@ def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
     if errors:
         raise SpecError(errors)
     return ResolvedSpec(spec=spec, team=team, resolved=resolved, inputs=inputs)
+
+
+def registry_task_errors(spec: JobSpec, team: Team, resolved: dict) -> dict[str, str]:
+    """A training whose weights would become a version of a registered name of another task.
+
+    A training registers its weights as the next version of its task name (a sweep: its best
+    trial's, under the sweep's); ``model=NAME:latest`` would then silently become a model of
+    another task (trial23: detect v1, classify v2). The task is known now, as the registry will
+    record it (the model's own, else the spec's: ``_trained_task``), so the submit is refused, not
+    the registration of a finished training. Two such submits at once of a name with no version
+    yet can still both pass.
+    """
+    task = resolved.get("task") or spec.task
+    name = model_name_of(spec.task_name)
+    registered, versions = model_name_task(team=team, name=name)
+    if not task or not registered or registered == task:
+        return {}
+    shown = ", ".join(versions[:3]) + (" …" if len(versions) > 3 else "")
+    return {"task_name": (
+        f"registers its weights as model {name!r} of team {team.slug}, whose versions are {registered} models "
+        f"({shown}), but this job trains {task}: a name's versions are one task, so that {name}:latest never "
+        f"switches task. Give another task_name (e.g. {name}-{task})")}
 
 
 def urgent_errors(team: Team, user) -> dict[str, str]:

@@ -47,6 +47,18 @@ def prediction_list(*, user) -> QuerySet[PredictionRun]:
     return PredictionRun.objects.filter(job__team_id__in=team_ids(user=user)).select_related("job", "version")
 
 
+def model_name_task(*, team, name: str) -> tuple[str, list[str]]:
+    """(the task of the newest of ``name``'s versions that records one, their references), or
+    ("", []) when the name has no version of a known task yet. Every version of a name is one
+    task (apps.jobs.services.registry_task_errors), so ``name:latest`` never switches task."""
+    rows = list(ModelVersion.objects.filter(team=team, name=name).exclude(task="")
+                .order_by("-version").values_list("task", "version")[:50])
+    if not rows:
+        return "", []
+    task = rows[0][0]
+    return task, [f"{name}:v{version}" for known, version in rows if known == task]
+
+
 # --- what a spec's model= means ----------------------------------------------------------------
 
 

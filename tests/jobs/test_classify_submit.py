@@ -138,3 +138,29 @@ def test_a_classify_training_may_ask_for_an_export_after_it(bob, pets):
     assert response.status_code == 201, response.content
     assert Job.objects.get(pk=response.json()["id"]).spec["resolved"]["export"] == [
         {"format": "onnx"}, {"format": "torchscript"}]
+
+
+def registered(team, name: str, task: str, version: int = 1) -> ModelVersion:
+    return ModelVersion.objects.create(team=team, name=name, version=version, task=task, size=1,
+                                       weights_key=f"models/{team.slug}/{name}/v{version}/x.pt")
+
+
+def test_a_training_that_would_register_another_task_under_a_name_is_refused_on_task_name(bob, teams, pets):
+    """trial23: detect x:v1 then classify x:v2, and model=x:latest quietly became a classifier."""
+    registered(teams["vision"], "pets", "detect")
+    registered(teams["vision"], "pets", "detect", version=2)
+    problem = refusal(submit(bob, "yolo classify train data=pets model=yolov8n-cls.yaml epochs=1"), "task_name")
+    assert problem.startswith("registers its weights as model 'pets' of team vision, whose versions are detect models "
+                              "(pets:v2, pets:v1), but this job trains classify")
+    assert "Give another task_name (e.g. pets-classify)" in problem
+    assert not Job.objects.exists()
+
+
+def test_a_training_of_the_names_own_task_or_a_new_name_is_accepted(bob, teams, pets):
+    registered(teams["vision"], "pets", "classify")
+    registered(teams["robotics"], "pets-detect", "detect")  # another team's name is no concern of vision's
+    assert submit(bob, "yolo classify train data=pets model=yolov8n-cls.yaml epochs=1").status_code == 201
+    response = api_client(bob).post("/api/v1/jobs/", {
+        "task_name": "pets-detect", "command": "yolo classify train data=pets model=yolov8n-cls.yaml epochs=2"},
+        format="json")
+    assert response.status_code == 201, response.content
