@@ -202,6 +202,12 @@ def _source(spec: JobSpec, data: DataRef, errors: dict[str, str]) -> dict[str, A
     dataset = data.dataset
     if dataset is not None and dataset.kind == Dataset.Kind.IMAGES:
         count = dataset.num_images
+        if spec.split_given:
+            # It was accepted and ignored, and made a duplicate of the same job without it (trial23).
+            errors[_field(spec, "split")] = (
+                f"an images upload has no splits: {dataset.reference} is images to predict on, and a predict job "
+                f"annotates all {count} of them; leave split out (split chooses among a YOLO dataset's "
+                "train/val/test)")
         source = {"folder_key": data.folder_key, "split": ""}
     else:
         split = spec.train_args.get("split", "val")

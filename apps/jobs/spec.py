@@ -392,10 +392,14 @@ class JobSpec:
     # with the task's own figure once the model's task is known (apps.jobs.services.spec_resolve).
     # Not stored either: the stored sweep holds the metric it was judged on.
     sweep_metric_given: bool = field(default=True, compare=False)
+    # Whether the arguments name ``split`` (a val's or predict's default is val): an images upload
+    # has no splits, so a predict on one that names a split is refused (apps/jobs/inputs.py). Not
+    # stored either; False for a spec rebuilt from a stored one.
+    split_given: bool = field(default=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         stored = asdict(self)
-        del stored["charge_field"], stored["sweep_metric_given"]
+        del stored["charge_field"], stored["sweep_metric_given"], stored["split_given"]
         return stored
 
     def runtime_signature(self) -> str:
@@ -593,7 +597,7 @@ def parse_spec(document: Any) -> JobSpec:
     export_value = document.get("export")
     structured_modes = [m for m in MODES if isinstance(document.get(m), dict)]
     task = "detect"
-    task_named = False
+    task_named = split_given = False
     mode = "train"
     train_args: dict[str, Any] = {}
     export_after: list[str] = []
@@ -607,6 +611,7 @@ def parse_spec(document: Any) -> JobSpec:
     elif structured_modes:
         mode = structured_modes[0]
         train_args = _typed_args(document[mode], mode, errors, mode)
+        split_given = "split" in document[mode]
         try:
             task = _choice(*TASKS)(document.get("task", "detect"))
         except ValueError as exc:
@@ -619,6 +624,7 @@ def parse_spec(document: Any) -> JobSpec:
         errors.update(command_errors)
         if "command" not in command_errors:
             train_args = _typed_args(raw_args, "command", errors, mode)
+            split_given = "split" in raw_args
         if "task" in document:
             errors["task"] = "give the task inside command ('yolo detect train …')"
     elif "export" not in errors and not any(k in errors for k in ("train", "val", "predict")):
@@ -631,7 +637,8 @@ def parse_spec(document: Any) -> JobSpec:
 
     spec = JobSpec(task_name=str(task_name or ""), task=task, task_named=task_named, train_args=train_args, mode=mode,
                    export=export_after,
-                   command=command if isinstance(command, str) else "", requires=export_requires(mode, train_args))
+                   command=command if isinstance(command, str) else "", requires=export_requires(mode, train_args),
+                   split_given=split_given)
 
     resources = document.get("resources", {}) or {}
     if not isinstance(resources, dict):

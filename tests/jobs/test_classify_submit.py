@@ -164,3 +164,21 @@ def test_a_training_of_the_names_own_task_or_a_new_name_is_accepted(bob, teams, 
         "task_name": "pets-detect", "command": "yolo classify train data=pets model=yolov8n-cls.yaml epochs=2"},
         format="json")
     assert response.status_code == 201, response.content
+
+
+@pytest.fixture
+def shots(bob):
+    response = api_client(bob).post("/api/v1/datasets/", {
+        "file": upload(make_zip({"a.png": PNG, "b.png": PNG})), "name": "shots", "kind": "images"}, format="multipart")
+    assert response.status_code == 201, response.content
+
+
+def test_a_predict_naming_a_split_of_an_images_upload_is_refused_on_split(bob, cls_weights, shots):
+    """trial23: split=val was accepted, meant nothing, and made a duplicate of the job without it."""
+    problem = refusal(submit(bob, "yolo predict model=petnet:v1 source=shots split=val"), "command.split")
+    assert problem.startswith("an images upload has no splits: shots:v1 is images to predict on, and a predict job "
+                              "annotates all 2 of them; leave split out")
+    structured = api_client(bob).post("/api/v1/jobs/", {"task_name": "p", "predict": {
+        "model": "petnet:v1", "source": "shots", "split": "train"}}, format="json")
+    assert "an images upload has no splits" in refusal(structured, "predict.split")
+    assert submit(bob, "yolo predict model=petnet:v1 source=shots").status_code == 201
