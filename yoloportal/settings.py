@@ -240,6 +240,9 @@ REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
 MAX_ACTIVE_JOBS_PER_USER = env_int("MAX_ACTIVE_JOBS_PER_USER", 100, minimum=1)
 DEFAULT_JOB_TIMEOUT_S = env_int("DEFAULT_JOB_TIMEOUT_S", 24 * 3600, minimum=60)
 MAX_JOB_TIMEOUT_S = env_int("MAX_JOB_TIMEOUT_S", 7 * 24 * 3600, minimum=60)
+# A training's shortest timeout: its process starts and loads the model first, so 0.0001 hours on the
+# portal form (a 1-second job) only ever timed out (trial23). Val, predict and export keep 1 s.
+MIN_TRAIN_TIMEOUT_S = env_int("MIN_TRAIN_TIMEOUT_S", 60, minimum=1)
 # Fork training children from a preloaded interpreter (worker/zygote.py): "auto" uses it
 # on simulated (CPU) nodes only, until it is verified on NVIDIA nodes; true/false force it.
 TRAINER_PRELOAD = env_str("TRAINER_PRELOAD", "auto").lower()

@@ -1285,6 +1285,11 @@ def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
     timeout = spec.timeout_s or settings.DEFAULT_JOB_TIMEOUT_S
     if timeout > settings.MAX_JOB_TIMEOUT_S:
         errors["timeout"] = f"is {timeout} s; the limit is {settings.MAX_JOB_TIMEOUT_S} s"
+    elif spec.mode == "train" and timeout < settings.MIN_TRAIN_TIMEOUT_S:
+        minimum = settings.MIN_TRAIN_TIMEOUT_S
+        errors["timeout"] = (f"is {timeout} s; a training's timeout is at least {minimum} s "
+                             f"({minimum / 60:g} min, MIN_TRAIN_TIMEOUT_S): its process starts and loads the model "
+                             "first, so a shorter one ends it before it trains")
 
     request = JobRequest(job_id="?", team=team.slug if team else "", user="", submitted_at=0, gpus=spec.gpus,
                          gpu_memory_mb=spec.gpu_memory_mb, gpu_models=tuple(spec.gpu_models),

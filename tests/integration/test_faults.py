@@ -370,10 +370,11 @@ def test_it_changes_nothing_when_a_worker_pauses_within_the_grace_period(live, a
 
 
 @pytest.mark.one_database
-def test_it_times_out_a_job_and_stops_its_process_tree(live, alice):
+def test_it_times_out_a_job_and_stops_its_process_tree(live, alice, settings):
     """The job's own timeout ends it as timed_out within 10 s, GPUs freed, usage charged."""
     from apps.quotas.models import UsageRecord
 
+    settings.MIN_TRAIN_TIMEOUT_S = 1  # a 12-second training: under the 60 s a submit asks for by default
     live.start_scheduler()
     live.start_worker()
     job_id = submit(api_client(alice), epochs=300, name="too-long", timeout=12)

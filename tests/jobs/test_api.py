@@ -42,6 +42,26 @@ def test_the_same_spec_as_json_is_accepted(bob, demo_registered):
     assert response.status_code == 201, response.content
 
 
+def test_a_training_timeout_under_the_minimum_is_refused_naming_it_and_the_minimum(bob, demo_registered):
+    """A 1-second training only ever timed out while it started (trial23: 0.0001 hours on the form)."""
+    response = api_client(bob).post("/api/v1/jobs/", SEED_SPEC.replace("timeout: 3600", "timeout: 59"),
+                                    content_type="application/yaml")
+    assert response.status_code == 400
+    assert response.json()["timeout"] == [
+        "is 59 s; a training's timeout is at least 60 s (1 min, MIN_TRAIN_TIMEOUT_S): its process starts and loads "
+        "the model first, so a shorter one ends it before it trains"]
+    accepted = api_client(bob).post("/api/v1/jobs/", SEED_SPEC.replace("timeout: 3600", "timeout: 60"),
+                                    content_type="application/yaml")
+    assert accepted.status_code == 201, accepted.content
+
+
+def test_the_training_timeout_minimum_is_a_setting(bob, demo_registered, settings):
+    settings.MIN_TRAIN_TIMEOUT_S = 5
+    response = api_client(bob).post("/api/v1/jobs/", SEED_SPEC.replace("timeout: 3600", "timeout: 5"),
+                                    content_type="application/yaml")
+    assert response.status_code == 201, response.content
+
+
 @pytest.mark.parametrize("key", ["team", "user"])
 def test_a_team_the_submitter_is_not_in_is_refused_at_the_key_that_named_it(bob, demo_registered, key):
     """`team: robotics` was refused under `user` (CI trial 17, H7)."""

@@ -298,7 +298,8 @@ def test_the_pages_timeout_is_in_hours_as_on_the_submit_form(cancelled, alice, c
 @pytest.mark.parametrize(("hours", "expected"), [("0", "must be a number of hours above 0, got '0'"),
                                                  ("soon", "must be a number of hours above 0, got 'soon'"),
                                                  ("200", "the limit is 7200 s (2 hours)"),
-                                                 ("1e308", "the limit is 7200 s (2 hours)")])  # inf s: a 500 (sec19, F8)
+                                                 ("1e308", "the limit is 7200 s (2 hours)"),
+                                                 ("0.001", "is 4 s; a training's timeout is at least 60 s")])  # inf s: a 500 (sec19, F8)
 def test_a_bad_timeout_on_the_page_is_refused_naming_it_in_hours(cancelled, alice, client, settings, hours, expected):
     settings.MAX_JOB_TIMEOUT_S = 7200
     client.force_login(alice)

@@ -104,6 +104,16 @@ def test_a_timeout_of_no_hours_is_an_error_at_its_field_not_a_one_second_job(ali
     assert Job.objects.get().timeout_s == 1800
 
 
+def test_a_timeout_of_a_few_seconds_in_hours_is_an_error_at_its_field(alice, demo_registered):
+    """0.0001 hours was rounded to a 1-second training, which timed out at once (trial23)."""
+    response = signed_in(alice).post("/jobs/new/", {**FORM, "f-timeout_hours": "0.0001"})
+    assert response.status_code == 200
+    assert field_errors(response.content.decode()) == {"timeout_hours": (
+        "is 1 s; a training&#x27;s timeout is at least 60 s (1 min, MIN_TRAIN_TIMEOUT_S): its process starts and "
+        "loads the model first, so a shorter one ends it before it trains")}
+    assert not Job.objects.exists()
+
+
 @pytest.mark.parametrize("mode", ["form", "sweep"])
 def test_a_timeout_of_more_hours_than_a_float_holds_in_seconds_is_an_error_at_its_field(mode, alice, demo_registered,
                                                                                        settings):
