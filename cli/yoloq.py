@@ -15,7 +15,8 @@
     yoloq class ID low|medium|high|urgent   ~ scontrol update job=ID qos=… (team managers): a queued
                                       job's priority class, or a sweep's (its queued and later trials)
     yoloq dataset push PATH --team T  upload a dataset folder or .zip (a new version of its name
-                                      unless the newest already holds exactly these files)
+                                      unless the newest already holds exactly these files; a team
+                                      you are not in is refused before anything is zipped or sent)
     yoloq weights push FILE.pt --team T   upload pretrained weights (then model=FILE.pt in specs)
     yoloq weights pull ID [-o FILE]   download a job's weights (an ended job's: its newest stored
                                       best.pt/last.pt checkpoint, named by its epoch)
@@ -663,11 +664,28 @@ def upload(api: Api, endpoint: str, path: Path, filename: str, fields: dict[str,
     return answer
 
 
+def upload_team_check(api: Api, team: str | None) -> None:
+    """Refuse an upload the server would refuse for its team before zipping or sending anything:
+    it answers "not a member" (or, without --team, "you are in several teams") only once the whole
+    file has arrived, after the folder was zipped (trial23). One small request: the caller's teams."""
+    slugs = [row["team"] for row in api.get_all("teams/")]
+    yours = ", ".join(slugs) or "none"
+    if team and team not in slugs:
+        raise CliError(f"team: you are not a member of a team named {team!r} (your teams: {yours}); nothing was "
+                       "uploaded")
+    if not team and len(slugs) != 1:
+        raise CliError(f"team: give --team: you are in {'no team' if not slugs else 'several teams'} "
+                       f"(your teams: {yours}); nothing was uploaded")
+
+
 def cmd_dataset_push(args: argparse.Namespace) -> int:
     api = api_from_config()
     source = Path(args.path)
     name = args.name or re.sub(r"[^a-z0-9_-]+", "-", source.name.removesuffix(".zip").lower()).strip("-")
     fields = {"name": name, "team": args.team or "", "kind": args.kind, "description": args.description or ""}
+    if not source.exists():
+        raise CliError(f"{source}: no such file or folder")
+    upload_team_check(api, args.team)
     if source.is_dir():
         with tempfile.TemporaryDirectory(prefix="yoloq-") as temp:
             archive = Path(temp) / f"{name}.zip"
@@ -715,6 +733,7 @@ def cmd_weights_push(args: argparse.Namespace) -> int:
     source = Path(args.file)
     if not source.is_file():
         raise CliError(f"{source}: no such file")
+    upload_team_check(api, args.team)
     # --name travels as its own field: a multipart file name loses its folders on the way, so
     # "../../x.pt" was stored as x.pt while this printed model=../../x.pt (trial 16, G10).
     answer = upload(api, "weights/", source, source.name, {"team": args.team or "", "name": args.name or ""},
@@ -1032,7 +1051,8 @@ def parser() -> argparse.ArgumentParser:
     p = dataset.add_parser("push", help="upload a dataset folder or .zip (a new version of its name, unless unchanged)")
     p.add_argument("path", help="a folder with data.yaml, images/ and labels/ (or a classification folder: "
                                 "train/<class>/…, val/<class>/…), or a .zip of one")
-    p.add_argument("--team", help="the team it belongs to (optional when you are in one team)")
+    p.add_argument("--team", help="the team it belongs to (optional when you are in one team); checked before "
+                                  "the folder is zipped")
     p.add_argument("--name", help="how specs name it (default: the folder's name)")
     p.add_argument("--kind", choices=["yolo", "classify", "images"], default="yolo",
                    help="images: a set of images without labels, to predict on; classify: only a classification "

@@ -157,3 +157,18 @@ def test_weights_push_of_a_pickle_that_runs_code_names_the_global(logged_in, tmp
         archive.writestr("evil/data.pkl", pickle.dumps({"model": Boom()}, protocol=4))
     code, _, err = run(capsys, "weights", "push", str(evil), "--team", "vision")
     assert code == 1 and "posix.system" in err and not ModelVersion.objects.exists()
+
+
+def test_a_push_to_a_team_you_are_not_in_is_refused_before_zipping(logged_in, tmp_path, capsys, monkeypatch):
+    """trial23: the whole folder was zipped and sent before the server said "not a member"."""
+    monkeypatch.setattr(yoloq, "zip_folder", lambda *a: pytest.fail("zipped before the team was checked"))
+    monkeypatch.setattr(yoloq, "upload", lambda *a: pytest.fail("sent before the team was checked"))
+    folder = dataset_folder(tmp_path)
+    code, _, err = run(capsys, "dataset", "push", str(folder), "--team", "robotics")
+    assert code == 1
+    assert "team: you are not a member of a team named 'robotics' (your teams: vision); nothing was uploaded" in err
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"never read")
+    code, _, err = run(capsys, "weights", "push", str(weights), "--team", "robotics")
+    assert code == 1 and "not a member of a team named 'robotics'" in err
+    assert not Dataset.objects.filter(name="pcb_defect").exists() and not ModelVersion.objects.filter(name="w").exists()
