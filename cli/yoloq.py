@@ -5,7 +5,8 @@
     yoloq queue [--mine] [--team T] [--user U] [--state S]
                                       ~ squeue (--state succeeded|failed|…|finished: ended jobs,
                                       like sacct; --state active: running and queued, the default)
-    yoloq status ID [--json]          ~ scontrol show job (a sweep: its trials table too)
+    yoloq status ID [--json]          ~ scontrol show job (a sweep: its trials table too; a queued
+                                      job's class with its priority score, which orders the queue)
     yoloq logs [-f] ID                ~ tail -f slurm-ID.out (-f: exits as `wait` does)
     yoloq wait ID [--timeout S]       ~ sbatch --wait: exit 0 succeeded, 3 failed, 4 timed out,
                                       5 cancelled, 124 still active at --timeout, 1 yoloq's own error
@@ -421,7 +422,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("job", f"{job['id']}  {job['task_name']}"),
         ("state", job["state"] + (" (cancel requested)" if job.get("cancel_requested") and job["state"] not in TERMINAL else "")),
         ("team / user", f"{job['team']} / {job['user']}"),
-        ("class", f"{job['priority_class']} (priority {job['priority']:.0f})"),  # whole points: the score orders the queue
+        # The score (whole points) orders the queue: a number only while queued. A running attempt 2
+        # printed "priority 0" beside a first attempt's kept 23995 (new-user trial 23).
+        ("class", job["priority_class"] + (f" (priority {job['priority']:.0f})" if job["state"] == "queued" else "")),
         ("resources", f"{gpus_text((job.get('spec') or {}).get('gpus', 0))} GPU(s) and a timeout of {job['timeout_s']} s"
                       " per trial" if sweep else f"{gpus_text(job['resources']['gpu'])} GPU(s), timeout {job['timeout_s']} s"),
         ("attempt", str(job["attempt"])),

@@ -78,6 +78,17 @@ def test_submit_queue_status_and_cancel(logged_in, tmp_path, capsys):
     assert Job.objects.get().state == JobState.CANCELLED
 
 
+def test_status_gives_the_priority_score_of_a_queued_job_only(logged_in, alice, teams, capsys):
+    """The score orders the queue; once running it meant nothing (a requeued job's attempt 2 said 0: trial23)."""
+    queued = make_job(team=teams["vision"], user=alice, priority_class="high", priority_score=23995.4)
+    running = make_job(team=teams["vision"], user=alice, state=JobState.RUNNING, priority_class="high", attempt=2)
+
+    code, out, _ = run(capsys, "status", str(queued.pk)[:8])
+    assert code == 0 and "class: high (priority 23995)\n" in out
+    code, out, _ = run(capsys, "status", str(running.pk)[:8])
+    assert code == 0 and "priority" not in out and "high" in out
+
+
 def test_submit_again_under_the_same_idempotency_key_gives_the_same_job(logged_in, tmp_path, capsys):
     """A retried CI step: its second submit was a 409 "identical job already active", exit 1 (CI trial 17, H2)."""
     spec = tmp_path / "job.yaml"
