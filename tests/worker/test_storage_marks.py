@@ -290,6 +290,40 @@ def test_a_slurm_node_taken_out_for_its_lost_mount_stays_out_when_the_agent_rest
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_restarted_slurm_agent_whose_first_look_hit_a_database_blip_still_recalls_the_nodes_it_took_out(
+        slurm_placed, monkeypatch):
+    """review24: node_storage_recall marks itself done before it reads the events. The slurm_agent's
+    loop survives a failed pass ("keep the agent alive through a database blip"), but a blip at the
+    restarted agent's first look (the database restarting with the host, say) lost the recall for
+    good: its next sync put the node back in service, for the next placement to fail the same way.
+    FAILS on main. Fix: set node_storage_recalled only after the read succeeded."""
+    from django.db import OperationalError
+
+    from apps.jobs.models import JobEvent
+    from tests.worker.test_shared_storage import PartitionOfOne
+    from worker.executors.slurm import SlurmAgent
+
+    agent, job, record = slurm_placed
+    slurm_ended(agent, record, "FAILED")  # it could not even open its output file
+    assert placement("gpu01") == (False, "shared storage unreachable")
+
+    restarted = SlurmAgent("gpu", client=PartitionOfOne())
+    real_filter = JobEvent.objects.filter
+
+    def blip(*args, **kwargs):
+        if kwargs.get("kind") == "node_storage_lost":
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_filter(*args, **kwargs)
+
+    monkeypatch.setattr(JobEvent.objects, "filter", blip)
+    with pytest.raises(OperationalError):
+        restarted.sync_nodes(force=True)  # the pass fails; the agent's loop logs it and goes on
+    monkeypatch.setattr(JobEvent.objects, "filter", real_filter)
+    restarted.sync_nodes(force=True)
+    assert placement("gpu01") == (False, "shared storage unreachable")
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_slurm_job_that_wrote_its_output_and_ended_without_a_report_still_fails_as_before(slurm_placed):
     from apps.jobs.models import JobState
 
