@@ -292,10 +292,13 @@ def test_a_slurm_node_taken_out_for_its_lost_mount_stays_out_when_the_agent_rest
 @pytest.mark.django_db(transaction=True)
 def test_a_restarted_slurm_agent_whose_first_look_hit_a_database_blip_still_recalls_the_nodes_it_took_out(
         slurm_placed, monkeypatch):
-    """review24: node_storage_recall marks itself done before it reads the events. The slurm_agent's
-    loop survives a failed pass ("keep the agent alive through a database blip"), but a blip at the
-    restarted agent's first look (the database restarting with the host, say) lost the recall for
-    good: its next sync put the node back in service, for the next placement to fail the same way.
+    """review24: node_storage_recall marks itself done before it reads the events. A failure of
+    that read inside the slurm_agent's loop (which survives a failed pass: "keep the agent alive
+    through a database blip") lost the recall for good: the next sync put the node back in
+    service, for the next placement to fail the same way. (The command's very first sync runs
+    outside that try, so a blip there restarts the process and a fresh agent recalls; the recall
+    runs inside the loop when that first sync did not reach it: the agent's own storage unreadable
+    at its start, `problem or self.node_storage_problem(...)`, or Slurm listing no nodes yet.)
     FAILS on main. Fix: set node_storage_recalled only after the read succeeded."""
     from django.db import OperationalError
 
