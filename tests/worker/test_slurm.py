@@ -264,3 +264,42 @@ def test_placements_handed_back_before_they_started_do_not_use_up_the_jobs_stora
                   {"ended_attempt": 1, "attempt_started": False})
     job = lost_storage_success(record, job)
     assert (job.state, job.attempt, job.retries_left) == (JobState.QUEUED, 2, 1), job.error
+
+
+@pytest.mark.django_db
+def test_an_attempt_taken_away_before_its_batch_chose_its_checkpoints_is_not_submitted(
+        alice, teams, node, settings, tmp_path):
+    """review24: prepare() calls attempt_resume_choose and ignores its answer (the local worker
+    stops on it: "fenced", review23). An attempt preempted with a grace between attempt_start and
+    prepare (the scheduler's pass runs beside the agent's tick) is still submitted: its relay then
+    trains from the checkpoints read after the fence, as a "victim" (attempt_report answers it
+    "preempted" for the whole grace), on Slurm GPUs the job no longer holds, and its next attempt
+    waits for that victim's stop, up to the grace. A person's requeue or a cancel there costs a
+    batch that only hears "fenced".
+    FAILS on main. Fix: when attempt_resume_choose answers False, prepare/submit stop (finalize the
+    record, no sbatch), as AttemptRunner.resume_candidates does."""
+    from apps.jobs.services import attempt_preempt
+
+    settings.JOBS_DIR, settings.SLURM_PORTAL_URL = tmp_path / "jobs", "http://portal.test"
+    type(node).objects.filter(pk=node.pk).update(executor="slurm", partition="gpu")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    Job.objects.filter(pk=job.pk).update(spec={**job.spec, "resolved": {"model": {"yaml": "yolov8n.yaml"},
+                                                                        "data_yaml": "/data/demo/data.yaml"}})
+    job = Job.objects.get(pk=job.pk)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    started = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    record = ExecutorAttempt.objects.create(job=started, attempt=started.attempt, attempt_id=started.attempt_id,
+                                            executor="slurm")
+    # The scheduler's pass preempts it before the agent's submit (start_placed → submit → prepare).
+    assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=600)
+
+    class Slurm:
+        batches: list = []
+
+        def submit(self, options, script):
+            self.batches.append(script)
+            return "77"
+
+    agent = SlurmAgent("gpu", client=Slurm())
+    agent.submit(started, record)
+    assert Slurm.batches == []
