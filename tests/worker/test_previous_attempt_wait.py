@@ -260,3 +260,32 @@ def test_an_attempt_whose_waits_used_up_its_timeout_ends_timed_out_without_start
     result = runner.run_child(1, None)
     assert result.outcome == "timed_out"
     assert not (runner.attempt_dir / "config-1.json").exists()  # nothing was started
+
+
+def test_an_attempt_that_never_chose_is_not_waited_for_once_the_attempt_that_chose_has_stopped(running, monkeypatch):
+    """review24: attempt_previous_stop looks at every gracefully preempted attempt from the latest
+    chooser on, and when that one has stopped it waits for the next one in the range, which never
+    chose and so trained nothing: there is no epoch end to wait for. That attempt stops at its next
+    check-in, but a worker that is fetching a large input (or waiting for its GPU lock) checks in
+    late, and the new attempt sat on its GPUs, idle and charged, up to that preemption's whole grace
+    plus the margin (900 + 15 s by default). chain24 left this as "harmless, seconds"; with
+    resume_chosen_attempt the fix is now one line.
+    FAILS on main (waits the 3 s grace below). Fix: look only at attempt ``resume_chosen_attempt``
+    (when 1 <= it <= previous): the attempts after it never chose, so none of them can add a row."""
+    from apps.jobs.services import attempt_resume_choose
+
+    monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
+    first = running
+    assert attempt_resume_choose(first)  # attempt 1 chose (and trained its epoch 1)
+    assert attempt_preempt(Job.objects.get(pk=first.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
+    assert attempt_finish(first, outcome="fenced") == "fenced"  # it stopped at its epoch end: attempt_stopped
+    second = next_attempt_started(first.pk)
+    # Preempted before it chose, while its worker fetches the dataset: it reports its stop only later.
+    assert attempt_preempt(Job.objects.get(pk=second.pk), reason="a more urgent job", now=timezone.now(),
+                           grace_s=3)
+    third = next_attempt_started(first.pk)
+    assert third.attempt == 3
+
+    epochs, took, events = choose(third)
+    assert epochs == [1, None]
+    assert events == [] and took < 1.0, (events, took)
