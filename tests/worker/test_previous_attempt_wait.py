@@ -266,9 +266,10 @@ def test_an_attempt_that_never_chose_is_not_waited_for_once_the_attempt_that_cho
     """review24: attempt_previous_stop looks at every gracefully preempted attempt from the latest
     chooser on, and when that one has stopped it waits for the next one in the range, which never
     chose and so trained nothing: there is no epoch end to wait for. That attempt stops at its next
-    check-in, but a worker that is fetching a large input (or waiting for its GPU lock) checks in
-    late, and the new attempt sat on its GPUs, idle and charged, up to that preemption's whole grace
-    plus the margin (900 + 15 s by default). chain24 left this as "harmless, seconds"; with
+    check-in, but one fetching a large input hears the fence from its heartbeat thread and stops
+    only once the fetch returns (worker.artifacts.with_storage: ``if beat["stop"]`` after
+    ``action()``), and the new attempt sat on its GPUs, idle and charged, up to that preemption's
+    whole grace plus the margin (900 + 15 s by default). chain24 left this as "harmless, seconds"; with
     resume_chosen_attempt the fix is now one line.
     FAILS on main (waits the 3 s grace below). Fix: look only at attempt ``resume_chosen_attempt``
     (when 1 <= it <= previous): the attempts after it never chose, so none of them can add a row."""
