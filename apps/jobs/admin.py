@@ -98,7 +98,8 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
     readonly_fields = ["id", "state", "attempt", "attempt_id", "node", "gpu_indices", "gpu_share", "created_at",
                        "queued_at", "dispatched_at", "started_at", "finished_at", "heartbeat_at",
                        "queue_position", "estimated_start_at", "predicted_start_at", "reason", "priority_score",
-                       "priority_factors", "spec", "raw_spec", "spec_hash", "weights_path", "error", "seq"]
+                       "priority_factors", "spec", "raw_spec", "spec_hash", "weights_path", "error", "seq",
+                       "resume_chosen_attempt", "resume_chosen_at"]
     inlines = [JobEventInline]
     superuser_only_fields = ("team", "user")
     # Managers look and act through the actions (cancel, requeue, class), which go through

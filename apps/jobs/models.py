@@ -80,7 +80,13 @@ class Job(models.Model):
     # The latest attempt that chose the checkpoint it resumes from (or to start over; 0: none yet).
     # Until a later one chooses, it may still record its epoch end (jobs.services.attempt_may_record):
     # an attempt preempted before it chose hands that on to the next (review23, 12).
-    resume_chosen_attempt = models.PositiveIntegerField(default=0)
+    # A database default too: the previous release's processes, still running during ``migrate``
+    # (docs/deploy.md, Upgrades), insert jobs without naming it (review24, 2).
+    resume_chosen_attempt = models.PositiveIntegerField(default=0, db_default=0)
+    # The previous release's mark (the running attempt has chosen; cleared when an attempt starts),
+    # kept written and read for one release, for its workers still running during ``migrate``
+    # (review24, 1 and 3). Drop it in the release after this one.
+    resume_chosen_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
     error = models.TextField(blank=True)
@@ -303,7 +309,7 @@ class ExecutorAttempt(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     # When the agent last asked Slurm to end it (scancel), and why: asked once, not at every look.
     scancel_sent_at = models.DateTimeField(null=True, blank=True)
-    scancel_reason = models.CharField(max_length=200, blank=True)
+    scancel_reason = models.CharField(max_length=200, blank=True, db_default="")  # the old agent's inserts (review24, 2)
     running_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     # The relay's final report (exit code, outcome, finished/error events, log tail).

@@ -161,10 +161,15 @@ def attempt_may_record(job: Job) -> Q:
     Once a later attempt has chosen, whatever the old one still reports (a worker that was
     stopped and woke up, a preempted child finishing its epoch late) is another attempt's
     past, not the job's: it would land on the new attempt's rows of the same epochs (chaos21).
+
+    ``resume_chosen_at`` (the previous release's mark: the running attempt chose) closes the fence
+    too, for one release: a worker of that release still running during ``migrate`` (docs/deploy.md,
+    Upgrades) marks only it (review24, 3). This release writes both.
     """
     return (Q(attempt_id=job.attempt_id, state=JobState.RUNNING)
-            | Q(attempt__gt=job.attempt, resume_chosen_attempt__lte=job.attempt,
-                state__in=[JobState.QUEUED, JobState.STARTING, JobState.RUNNING]))
+            | (Q(attempt__gt=job.attempt, resume_chosen_attempt__lte=job.attempt,
+                 state__in=[JobState.QUEUED, JobState.STARTING, JobState.RUNNING])
+               & ~Q(state=JobState.RUNNING, resume_chosen_at__isnull=False)))
 
 
 def attempt_resume_choose(job: Job) -> bool:
@@ -177,7 +182,7 @@ def attempt_resume_choose(job: Job) -> bool:
     longer current.
     """
     return Job.objects.filter(pk=job.pk, attempt_id=job.attempt_id, state=JobState.RUNNING).update(
-        resume_chosen_attempt=F("attempt")) == 1
+        resume_chosen_attempt=F("attempt"), resume_chosen_at=timezone.now()) == 1
 
 
 def attempt_row_refused(job: Job, what: str) -> None:
@@ -573,41 +578,34 @@ def attempt_previous_stop(job: Job, *, margin_s: float) -> PreviousStop | None:
     it that may still record (:func:`attempt_may_record`), gracefully preempted and not yet stopped
     at its epoch end; None when there is nothing to wait for.
 
-    That is the attempt before this one, or, when that one was preempted in turn before it chose
-    (it trained nothing, review23, 12), the latest that chose: the attempts from
-    ``resume_chosen_attempt`` (1 if none chose) to this one's previous, the oldest first, that
-    were requeued by a graceful preemption (a ``preempted`` requeue of that started attempt, with
-    a ``grace_s``), have not reported their end (``attempt_stopped``, written by the worker's or
-    Slurm agent's ``attempt_finish`` once the child has stopped, the epoch's metrics, checkpoint
-    and output recorded before) and still can (:func:`attempt_previous_stopped`). At most until
-    that preemption's time plus its grace (after which the old worker kills its child) plus
-    ``margin_s`` (its check-in and kill delay); ``left_s`` is that, by this machine's clock, but
-    never more than the grace plus the margin: a clock behind the scheduler's must not make the
-    wait longer (review23). A crash, a lost node, a retry, a person's requeue or a preemption
-    without grace: None.
+    That is the latest attempt that chose its checkpoint (``resume_chosen_attempt``): the attempt
+    before this one, or, when that one was preempted in turn before it chose, the one before it
+    (an attempt that never chose trained nothing, so there is nothing to wait for: review23, 12;
+    review24, 5). It is waited for when it was requeued by a graceful preemption (a ``preempted``
+    requeue of that started attempt, with a ``grace_s``), has not reported its end
+    (``attempt_stopped``, written by the worker's or Slurm agent's ``attempt_finish`` once the child
+    has stopped, the epoch's metrics, checkpoint and output recorded before) and still can
+    (:func:`attempt_previous_stopped`). At most until that preemption's time plus its grace (after
+    which the old worker kills its child) plus ``margin_s`` (its check-in and kill delay);
+    ``left_s`` is that, by this machine's clock, but never more than the grace plus the margin: a
+    clock behind the scheduler's must not make the wait longer (review23). A crash, a lost node, a
+    retry, a person's requeue or a preemption without grace: None.
     """
-    previous = job.attempt - 1
-    if previous < 1:
+    # 0: no attempt of this job chose (rows from before the number, or an attempt started by hand):
+    # the attempt before this one, as before the number existed.
+    chosen = Job.objects.filter(pk=job.pk).values_list("resume_chosen_attempt", flat=True).first() or job.attempt - 1
+    if not 1 <= chosen < job.attempt:
         return None
-    chosen = Job.objects.filter(pk=job.pk).values_list("resume_chosen_attempt", flat=True).first() or 0
-    oldest = max(1, min(chosen, previous))
-    preemptions: dict[int, JobEvent] = {}
-    for event in (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__attempt_started=True)
-                  .order_by("seq").only("job_id", "created_at", "data", "seq")):
-        ended = (event.data or {}).get("ended_attempt")
-        if isinstance(ended, int) and oldest <= ended <= previous:
-            preemptions[ended] = event  # an attempt's latest preemption
-    now = timezone.now()
-    for attempt, preempted in sorted(preemptions.items()):
-        left = preempted_attempt_left_s(preempted, margin_s=margin_s, now=now)
-        if left is None:
-            continue
-        data = preempted.data or {}
-        stop = PreviousStop(attempt=attempt, preempted_seq=preempted.seq, left_s=left,
-                            node=str(data.get("node") or ""), worker_pid=data.get("worker_pid"))
-        if not previous_node_gone(stop):
-            return stop
-    return None
+    preempted = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__ended_attempt=chosen,
+                                         data__attempt_started=True)
+                 .order_by("-seq").only("job_id", "created_at", "data", "seq").first())
+    left = preempted_attempt_left_s(preempted, margin_s=margin_s, now=timezone.now()) if preempted else None
+    if left is None:
+        return None
+    data = preempted.data or {}
+    stop = PreviousStop(attempt=chosen, preempted_seq=preempted.seq, left_s=left,
+                        node=str(data.get("node") or ""), worker_pid=data.get("worker_pid"))
+    return None if previous_node_gone(stop) else stop
 
 
 def preempted_attempt_left_s(event: JobEvent, *, margin_s: float, now: datetime) -> float | None:
@@ -769,7 +767,7 @@ def attempt_start(*, job_id, attempt_id, node_name: str) -> Job | None:
     with transaction.atomic():
         won = Job.objects.filter(
             pk=job_id, attempt_id=attempt_id, state=JobState.STARTING, node_id=node_id
-        ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now,
+        ).update(state=JobState.RUNNING, started_at=now, heartbeat_at=now, resume_chosen_at=None,
                  first_started_at=Coalesce(F("first_started_at"), Value(now)))
         if not won:
             return None

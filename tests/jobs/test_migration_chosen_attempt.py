@@ -4,8 +4,8 @@ scheduler, workers and Slurm agent keep running ("Migrations are written so that
 with the old code still running: new columns are nullable or have defaults").
 
 The old code is stood in for by the historical models of the migration it was written against
-(the columns it SELECTs and INSERTs are exactly those): 0022 for the code before chain24, 0024
-for the Slurm agent before "scancel once".
+(the columns it SELECTs and INSERTs are exactly those): 0022 for the code before chain24, 0023
+for the Slurm agent before "scancel once" (0024).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = ("jobs", "0022_jobevent_kind_recent")
 FILLED = ("jobs", "0023_job_resume_chosen_attempt")
-DROPPED = ("jobs", "0024_remove_job_resume_chosen_at")
 
 
 def latest() -> list:
@@ -91,7 +90,7 @@ def test_0023_s_fill_leaves_the_ended_jobs_rows_alone(alice, teams):
     workers' heartbeats, check-ins and metric writes (the seq UPDATE of their job's row) wait for
     it. Only queued/starting/running rows matter to the fence (an ended job records nothing,
     whatever the number), a handful of the table.
-    FAILS on main (an ended job's row is written). Fix: ``.filter(state__in=("queued", "starting",
+    Failed before the lead fixed review24 (an ended job's row is written). Fix: ``.filter(state__in=("queued", "starting",
     "running"), attempt__gte=1)`` in the fill."""
     ended = [job_row(alice, teams, state=state, attempt=2)
              for state in ("succeeded", "failed", "cancelled", "timed_out")]
@@ -107,7 +106,7 @@ def test_the_old_code_still_reads_and_updates_jobs_after_migrate(back_at_0022):
     reads (and whose old attempt_start / attempt_resume_choose write it): from the moment 0024 is
     applied until each process is restarted, every job read of the old code fails with "no such
     column" (heartbeats, check-ins, metric writes, the scheduler's pass, the web's pages).
-    FAILS on main. Fix: drop the column from the model state only (SeparateDatabaseAndState, as
+    Failed before the lead fixed review24. Fix: drop the column from the model state only (SeparateDatabaseAndState, as
     apps/registry/migrations/0003 did for VersionCounter) and the column itself a release later."""
     old_apps, (job, _, _) = back_at_0022
     old_job = old_apps.get_model("jobs", "Job")
@@ -121,7 +120,7 @@ def test_the_old_code_still_submits_jobs_once_0023_has_added_resume_chosen_attem
     """The new column is NOT NULL with a default only in Django's model (not in the database):
     an INSERT by the old submit (which does not name the column) between migrate and the web's
     restart is refused (NOT NULL constraint failed: jobs_job.resume_chosen_attempt).
-    FAILS on main. Fix: ``db_default=0`` (Django 5) on the field, or keep the column nullable."""
+    Failed before the lead fixed review24. Fix: ``db_default=0`` (Django 5) on the field, or keep the column nullable."""
     old_apps, (_, template, _) = back_at_0022
     old_job = old_apps.get_model("jobs", "Job")
     migrate(FILLED)  # 0023 only: the old model's columns all still exist
@@ -137,10 +136,10 @@ def test_the_old_slurm_agent_still_submits_placements_once_0025_has_added_the_sc
     ``ExecutorAttempt.objects.create(...)`` in start_placed is refused, and it reads that
     IntegrityError as "already ours (or another agent's)": every placement of its partition stays
     unsubmitted, silently, until the agent is restarted.
-    FAILS on main. Fix: ``db_default=""`` on scancel_reason (or null=True)."""
+    Failed before the lead fixed review24. Fix: ``db_default=""`` on scancel_reason (or null=True)."""
     _, (_, _, job) = back_at_0022
-    migrate(DROPPED)
-    old_attempt = models_at(DROPPED).get_model("jobs", "ExecutorAttempt")
+    migrate(FILLED)
+    old_attempt = models_at(FILLED).get_model("jobs", "ExecutorAttempt")
     migrate(latest())
     record = old_attempt.objects.create(job_id=job.pk, attempt=job.attempt, attempt_id=job.attempt_id,
                                         executor="slurm")
@@ -154,7 +153,7 @@ def test_a_choice_the_old_code_made_after_0023_s_fill_still_closes_the_fence(bac
     attempt 1 — a woken stopped worker, say — records again onto the epochs attempt 2 is training,
     the chaos21 hazard the fence exists for, for as long as attempt 2 runs (and, through
     attempt_previous_stop's range, attempt 3 looks back at attempt 1 too).
-    FAILS on main. Fix: while old code may run, the new code must read the old column too (or 0024
+    Failed before the lead fixed review24. Fix: while old code may run, the new code must read the old column too (or 0024
     re-fills from it before anything drops it, and old workers are kept from choosing after it:
     e.g. the release notes require the workers stopped before migrate)."""
     from apps.jobs.services import attempt_can_record

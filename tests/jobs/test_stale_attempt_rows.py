@@ -206,7 +206,7 @@ def test_a_superuser_s_job_form_cannot_write_back_a_stale_resume_chosen_attempt(
     change form renders it as an input and its Save writes back the number it was rendered with.
     Rendered while attempt 1 ran, saved after attempt 2 chose: the fence reopens for attempt 1 (a
     woken worker's rows land on attempt 2's epochs). The old ``resume_chosen_at`` had the same hole.
-    FAILS on main. Fix: add it to JobAdmin.readonly_fields (with the other system-written fields)."""
+    Failed before the lead fixed review24. Fix: add it to JobAdmin.readonly_fields (with the other system-written fields)."""
     from tests.conftest import admin_client
 
     page = admin_client(superuser).get(f"/admin/jobs/job/{running.pk}/change/")

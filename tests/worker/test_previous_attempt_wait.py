@@ -23,6 +23,7 @@ from apps.jobs.services import (
     attempt_finish,
     attempt_lost,
     attempt_preempt,
+    attempt_resume_choose,
     attempt_start,
     job_claim,
 )
@@ -35,11 +36,13 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 @pytest.fixture
 def running(alice, teams, node, settings, tmp_path):
-    """Attempt 1 of a training job, started on node-a GPU 0, its epoch 1 checkpointed."""
+    """Attempt 1 of a training job, started on node-a GPU 0, chose to start over (as every attempt
+    chooses before it trains: AttemptRunner.resume_candidates), its epoch 1 checkpointed."""
     settings.JOBS_DIR = tmp_path / "jobs"
     job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=1)
     assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
     job = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert attempt_resume_choose(job)
     epoch_end(job, 1)
     return job
 
@@ -271,13 +274,10 @@ def test_an_attempt_that_never_chose_is_not_waited_for_once_the_attempt_that_cho
     ``action()``), and the new attempt sat on its GPUs, idle and charged, up to that preemption's
     whole grace plus the margin (900 + 15 s by default). chain24 left this as "harmless, seconds"; with
     resume_chosen_attempt the fix is now one line.
-    FAILS on main (waits the 3 s grace below). Fix: look only at attempt ``resume_chosen_attempt``
+    Failed before the lead fixed review24 (waits the 3 s grace below). Fix: look only at attempt ``resume_chosen_attempt``
     (when 1 <= it <= previous): the attempts after it never chose, so none of them can add a row."""
-    from apps.jobs.services import attempt_resume_choose
-
     monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
-    first = running
-    assert attempt_resume_choose(first)  # attempt 1 chose (and trained its epoch 1)
+    first = running  # attempt 1 chose (and trained its epoch 1)
     assert attempt_preempt(Job.objects.get(pk=first.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
     assert attempt_finish(first, outcome="fenced") == "fenced"  # it stopped at its epoch end: attempt_stopped
     second = next_attempt_started(first.pk)

@@ -276,7 +276,7 @@ def test_an_attempt_taken_away_before_its_batch_chose_its_checkpoints_is_not_sub
     "preempted" for the whole grace), on Slurm GPUs the job no longer holds, and its next attempt
     waits for that victim's stop, up to the grace. A person's requeue or a cancel there costs a
     batch that only hears "fenced".
-    FAILS on main. Fix: when attempt_resume_choose answers False, prepare/submit stop (finalize the
+    Failed before the lead fixed review24. Fix: when attempt_resume_choose answers False, prepare/submit stop (finalize the
     record, no sbatch), as AttemptRunner.resume_candidates does."""
     from apps.jobs.services import attempt_preempt
 

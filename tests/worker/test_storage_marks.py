@@ -299,7 +299,7 @@ def test_a_restarted_slurm_agent_whose_first_look_hit_a_database_blip_still_reca
     outside that try, so a blip there restarts the process and a fresh agent recalls; the recall
     runs inside the loop when that first sync did not reach it: the agent's own storage unreadable
     at its start, `problem or self.node_storage_problem(...)`, or Slurm listing no nodes yet.)
-    FAILS on main. Fix: set node_storage_recalled only after the read succeeded."""
+    Failed before the lead fixed review24. Fix: set node_storage_recalled only after the read succeeded."""
     from django.db import OperationalError
 
     from apps.jobs.models import JobEvent

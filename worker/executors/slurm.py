@@ -89,6 +89,10 @@ BUSY_NODE_STATES = {"down", "drain", "drained", "draining", "fail", "failing", "
                     "power_down", "powered_down", "reboot_requested", "unknown"}
 
 
+class AttemptTakenAway(Exception):
+    """The attempt stopped being current before its batch was submitted (SlurmAgent.prepare)."""
+
+
 class SlurmError(Exception):
     """A Slurm command failed (its stderr is the message)."""
 
@@ -412,7 +416,6 @@ class SlurmAgent:
         SLURM_NODE_STORAGE_RETRY_S from now (an event written by a clock ahead of this one)."""
         if self.node_storage_recalled:
             return
-        self.node_storage_recalled = True
         now, monotonic = timezone.now(), time.monotonic()
         ours = set(Node.objects.filter(executor=Node.Executor.SLURM, partition=self.partition)
                    .values_list("name", flat=True))
@@ -423,6 +426,9 @@ class SlurmAgent:
             if name in ours and isinstance(problem, str) and problem:
                 age = min(SLURM_NODE_STORAGE_RETRY_S, max(0.0, (now - created_at).total_seconds()))
                 self.node_storage[name] = (problem, monotonic - age)
+        # Only once the read went through: a database blip here is tried again at the next look
+        # (review24, 7), not taken as "nothing to recall".
+        self.node_storage_recalled = True
 
     def output_lost(self, record: ExecutorAttempt, job: Job, state: str) -> str:
         """Why a Slurm job that ended without a report lost its node's mount of JOBS_DIR, or ''.
@@ -527,6 +533,11 @@ class SlurmAgent:
         try:
             options, script = self.prepare(job)
             external_id = self.client.submit(options, script)
+        except AttemptTakenAway as exc:
+            log.info("job %s: not submitted: %s", job.pk, exc)
+            ExecutorAttempt.objects.filter(pk=record.pk).update(finalized_at=timezone.now(), external_state="FENCED")
+            attempt_finish(job, outcome="fenced")
+            return
         except (SlurmError, OSError) as exc:
             log.error("sbatch for job %s failed: %s", job.pk, exc)
             ExecutorAttempt.objects.filter(pk=record.pk).update(finalized_at=timezone.now(), external_state="REFUSED")
@@ -558,7 +569,11 @@ class SlurmAgent:
         runs = []
         resumable = job.spec.get("mode", "train") == "train"  # val, predict and export start over
         # From here the attempt before this one records nothing more (jobs.services.attempt_may_record).
-        attempt_resume_choose(job)
+        if not attempt_resume_choose(job):
+            # Taken away between its start and here (preempted, requeued, cancelled): a batch now would
+            # train as a victim on GPUs the job no longer holds (review24, 8), as the local worker's
+            # resume_candidates stops too.
+            raise AttemptTakenAway(f"attempt {job.attempt} was taken away before it chose its checkpoint")
         candidates = [*(Checkpoint.objects.filter(job=job).order_by("-epoch", "-created_at") if resumable else []),
                       None]
         for number, checkpoint in enumerate(candidates, start=1):
