@@ -260,3 +260,48 @@ def test_a_nul_character_anywhere_is_refused_by_name(changes, field):
 def test_every_word_that_is_no_key_value_is_named(command, message):
     """Trial 20: "--epochs 3" was refused naming only '3', the last stray word."""
     assert errors_of({"task_name": "t", "command": command})["command"] == message
+
+
+def test_a_command_is_split_into_the_words_shlex_gives():
+    """Property: the quick split (no quotes or backslashes) gives shlex's words, or shlex's error."""
+    import shlex
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from apps.jobs.spec import command_words
+
+    @given(st.text(alphabet=" \t\r\n\x0b\x0c\xa0\u2003ab=.'\"\\#;|\x00", max_size=20))
+    @settings(max_examples=400, deadline=None, database=None)
+    def check(command):
+        try:
+            expected = shlex.split(command)
+        except ValueError:
+            with pytest.raises(ValueError):
+                command_words(command)
+            return
+        assert command_words(command) == expected
+
+    check()
+
+
+def test_the_stored_spec_is_what_dataclasses_asdict_gives_and_shares_nothing_with_the_spec():
+    """as_dict copies what it keeps (submit writes a sweep's seed into the stored copy)."""
+    from dataclasses import asdict
+
+    spec = parse_spec({"task_name": "s", "command": "yolo train data=demo model=yolov8n.yaml epochs=3 optimizer=SGD",
+                       "resources": {"gpu_model": ["A100", "H100"]},
+                       "sweep": {"trials": 2, "seed": 7, "parameters": {"lr0": {"low": 0.001, "high": 0.01},
+                                                                       "batch": [8, 16]}}})
+    expected = asdict(spec)
+    del expected["charge_field"], expected["sweep_metric_given"]
+    stored = spec.as_dict()
+    assert stored == expected
+    stored["sweep"]["seed"] = 8
+    stored["sweep"]["parameters"]["batch"]["choices"].append(32)
+    stored["train_args"]["epochs"] = 99
+    stored["gpu_models"].append("T4")
+    assert spec.sweep["seed"] == 7
+    assert spec.sweep["parameters"]["batch"]["choices"] == [8, 16]
+    assert spec.train_args["epochs"] == 3
+    assert spec.gpu_models == ["A100", "H100"]
