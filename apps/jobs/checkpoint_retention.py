@@ -77,11 +77,17 @@ def checkpoints_housekeeping(now: datetime | None = None, batch: int = 200) -> d
             log.warning("checkpoint retention: storage unreachable, checkpoints kept for now: %s", exc)
             done["storage_unavailable"] = True
             return done
+        # On the shared filesystem each checkpoint file has its sidecar (epoch-NNNN.json: epoch,
+        # sha256, size; worker/train_child.py) beside it, which no row names: it goes with its
+        # checkpoint, and is not an upload a dying node cut short (optrial24: every succeeded
+        # job's retention logged its sidecars as such).
+        sidecars = {key for key in orphans if key.endswith(".json") and key[:-len(".json")] + ".pt" in named}
+        orphans -= sidecars
         if orphans:
             log.info("checkpoint retention: job %s: %d stored checkpoint(s) no row names (an upload cut short "
                      "by its node's end): %s", job_id, len(orphans), ", ".join(sorted(orphans)))
         failed = False
-        for key in sorted(named | orphans):
+        for key in sorted(named | sidecars | orphans):
             try:
                 artifact_delete(key)
             except StorageUnavailable as exc:  # stops the run

@@ -289,6 +289,29 @@ def test_retention_deletes_an_unnamed_checkpoint_file_on_the_shared_filesystem(a
     assert list(folder.iterdir()) == []
 
 
+def test_retention_deletes_the_sidecars_on_the_shared_filesystem_without_calling_them_orphans(
+        alice, teams, clean_storage, caplog):
+    """Each checkpoint file on the shared filesystem has its sidecar (epoch-NNNN.json) beside it,
+    which no row names: retention deletes it with its checkpoint and logs no "upload cut short"
+    line for it (optrial24: every succeeded job's housekeeping did)."""
+    from apps.jobs.checkpoint_retention import checkpoints_housekeeping
+
+    job = make_job(team=teams["vision"], user=alice, state="succeeded", task_name="sidecars")
+    folder = artifact_path(f"jobs/{job.pk}/checkpoints")
+    folder.mkdir(parents=True)
+    for epoch in (1, 2):
+        key = f"jobs/{job.pk}/checkpoints/epoch-{epoch:04d}.pt"
+        artifact_path(key).write_bytes(b"weights")
+        artifact_path(key).with_suffix(".json").write_text(json.dumps({"epoch": epoch, "sha256": "0", "size": 7}))
+        Checkpoint.objects.create(job=job, attempt=1, epoch=epoch, path=str(artifact_path(key)), sha256="0",
+                                  size=7, key=key)
+    with caplog.at_level("INFO", logger="apps.jobs.checkpoint_retention"):
+        assert checkpoints_housekeeping() == {"jobs": 1, "deleted": 4, "storage_unavailable": False,
+                                              "orphan_prefixes": 0, "orphan_objects": 0}
+    assert list(folder.iterdir()) == []
+    assert "no row names" not in caplog.text
+
+
 def orphan_prefixes(alice, teams) -> dict[str, str]:
     """Objects under jobs/<id>/ of a job with no row (its checkpoint cut short, its weights), of a
     job that has its row, and under a folder no job id names."""
