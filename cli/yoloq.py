@@ -505,6 +505,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     after = 0
     while True:
         body = api.get(f"jobs/{job_id}/logs/", after=after)
+        if body.get("note"):  # an ended job whose logs LOG_RETENTION_DAYS deleted
+            print(f"yoloq: {body['note']}", file=sys.stderr)
         for chunk in body["results"]:
             sys.stdout.write(chunk["text"] if plain is None else plain.feed(chunk["text"]))
             after = chunk["seq"]

@@ -618,24 +618,34 @@ class JobMetrics(_SeqList):
 
 
 @extend_schema(parameters=[OpenApiParameter("after", int)],
-               responses={200: seq_page("JobLogsPage", LogOut), 400: ERROR, 404: ERROR, 503: ERROR})
+               responses={200: inline_serializer("JobLogsPage", fields={
+                   "job": serializers.UUIDField(), "state": serializers.CharField(), "seq": serializers.IntegerField(),
+                   "results": LogOut(many=True),
+                   "note": serializers.CharField(required=False, help_text=(
+                       "only on a first page (no after) with no chunks, when LOG_RETENTION_DAYS deleted the "
+                       "ended job's logs: says so"))}),
+                          400: ERROR, 404: ERROR, 503: ERROR})
 class JobLogs(_SeqList):
     model, out, what = LogChunk, LogOut, "logs"
     limit = 500
 
     def get(self, request, job_id):
         # Hot logs from the database, cold ones from their archive (apps/jobs/log_archive.py).
-        from .log_archive import log_chunks
+        from .log_archive import log_chunks, logs_gone_note
 
         query_strict(request, takes=("after",), what="the job's logs")
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
+        after = query_int(request, "after")
         try:
-            rows = log_chunks(job, after=query_int(request, "after"), limit=self.limit)
+            rows = log_chunks(job, after=after, limit=self.limit)
         except StorageUnavailable:
             return Response({"detail": "This job's logs are archived in the artifact storage, which cannot be "
                                        "reached right now. Try again in a minute."},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
-        return Response({"job": str(job.pk), "state": job.state, "seq": job.seq, "results": self.out(rows, many=True).data})
+        body = {"job": str(job.pk), "state": job.state, "seq": job.seq, "results": self.out(rows, many=True).data}
+        if not rows and not after and (note := logs_gone_note(job)):
+            body["note"] = note  # retention deleted them: say so rather than an empty page (optrial24)
+        return Response(body)
 
 
 @extend_schema(parameters=[OpenApiParameter("after", int)],

@@ -89,6 +89,25 @@ def log_chunks(job: Job, *, after: int = 0, limit: int | None = None, newest: in
     return chunks[:limit] if limit is not None else chunks
 
 
+def logs_gone_note(job: Job, now: datetime | None = None) -> str:
+    """Why an ended job shows no log, when ``LOG_RETENTION_DAYS`` is what removed it ("" otherwise).
+
+    Retention deletes the archive and clears ``logs_key``, so the job then looks as if it had never
+    logged: the API's logs page, ``yoloq logs`` and the job page said nothing (optrial24). Derived,
+    not stored: a job that ended longer ago than the retention and has neither an archive nor
+    chunks. Callers ask only when they found no chunk at all.
+    """
+    if settings.LOG_RETENTION_DAYS <= 0 or job.logs_key or job.state not in TERMINAL_STATES or not job.finished_at:
+        return ""
+    now = now or timezone.now()
+    if job.finished_at >= now - timedelta(days=settings.LOG_RETENTION_DAYS):
+        return ""
+    if LogChunk.objects.filter(job=job).exists():
+        return ""
+    return (f"no log: logs are deleted {settings.LOG_RETENTION_DAYS:g} days after a job ends (LOG_RETENTION_DAYS), "
+            f"and this job ended {job.finished_at:%Y-%m-%d %H:%M} UTC")
+
+
 def logs_housekeeping(now: datetime | None = None, batch: int = 200) -> dict:
     """Archive the logs of jobs finished more than LOG_HOT_DAYS ago; apply LOG_RETENTION_DAYS."""
     now = now or timezone.now()

@@ -32,6 +32,7 @@ from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
 from apps.jobs.continuation import continue_available, job_continue, spec_memory, team_pinned
+from apps.jobs.log_archive import logs_gone_note
 from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, STATE_FILTERS, TERMINAL_STATES, JobState, PriorityClass
 from apps.jobs.selectors import (
     JOB_NOT_VISIBLE,
@@ -146,6 +147,7 @@ def job_detail(request, job_id):
     return render(request, "portal/job.html", {
         **outcome,
         "job": job,
+        "logs_gone": logs_gone_note(job),  # LOG_RETENTION_DAYS deleted them: say so under "Log" (optrial24)
         "inputs": (inputs := (job.spec or {}).get("inputs") or {}),
         # A version deleted since (its number is never reused): named, not linked to a 404.
         "input_dataset_gone": _gone(dataset_list(user=request.user), (inputs.get("data") or {}).get("id")),

@@ -252,3 +252,18 @@ def test_logs_to_a_terminal_keep_the_codes_unless_no_color_is_set(logged_in, ali
     monkeypatch.setenv("NO_COLOR", "1")
     code, out, _ = run(capsys, "logs", str(job.pk))
     assert code == 0 and out == "train: Scanning labels... 4 images\n      1/2  0.5G  1.23  ok\n"
+
+
+def test_logs_of_a_job_whose_logs_retention_deleted_say_so(monkeypatch, capsys):
+    """The API's note (LOG_RETENTION_DAYS deleted an ended job's logs) goes to stderr; before,
+    `yoloq logs` printed nothing at all (optrial24)."""
+    note = "no log: logs are deleted 30 days after a job ends (LOG_RETENTION_DAYS), and this job ended 2026-01-01 10:00 UTC"
+
+    class Api:
+        def get(self, path, **params):
+            return {"job": "j", "state": "succeeded", "seq": 9, "results": [], "note": note}
+
+    monkeypatch.setattr(yoloq, "api_from_config", Api)
+    monkeypatch.setattr(yoloq, "job_resolve", lambda api, prefix: "0b1c2d3e-0000-0000-0000-000000000000")
+    code, out, err = run(capsys, "logs", "0b1c")
+    assert code == 0 and out == "" and f"yoloq: {note}" in err

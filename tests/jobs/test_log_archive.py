@@ -126,3 +126,26 @@ def test_in_a_bucket_the_logs_read_back_the_same_and_say_when_it_is_unreachable(
         _, messages = load_history.func(alice, job.pk)
         assert [m["data"]["text"] for m in messages if m["type"] == "log"] == [
             "[this job's logs are archived and the storage cannot be reached right now]\n"]
+
+
+def test_logs_that_retention_deleted_are_said_to_be_gone(alice, teams, settings, clean_storage):
+    """Retention clears the archive and logs_key, so the job looked as if it had never logged:
+    the API gave an empty page, `yoloq logs` printed nothing and the page an empty box (optrial24).
+    Now the first page says why; a recent job, a later page and a site without retention say nothing."""
+    settings.LOG_HOT_DAYS = 30
+    settings.LOG_RETENTION_DAYS = 365
+    gone = job_with_logs(teams["vision"], alice, days_ago=400)
+    recent = job_with_logs(teams["vision"], alice, days_ago=2)
+    logs_housekeeping()
+    client = api_client(alice)
+    body = client.get(f"/api/v1/jobs/{gone.pk}/logs/").json()
+    assert body["results"] == []
+    assert body["note"].startswith("no log: logs are deleted 365 days after a job ends (LOG_RETENTION_DAYS)")
+    assert "note" not in client.get(f"/api/v1/jobs/{gone.pk}/logs/?after=3").json()
+    assert "note" not in client.get(f"/api/v1/jobs/{recent.pk}/logs/").json()
+    client.force_login(alice)
+    page = client.get(f"/jobs/{gone.pk}/").content.decode()
+    assert 'id="logs-gone"' in page and "LOG_RETENTION_DAYS" in page
+    assert 'id="logs-gone"' not in client.get(f"/jobs/{recent.pk}/").content.decode()
+    settings.LOG_RETENTION_DAYS = 0
+    assert "note" not in client.get(f"/api/v1/jobs/{gone.pk}/logs/").json()
