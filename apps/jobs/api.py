@@ -427,7 +427,9 @@ class JobListCreate(APIView):
                             status=status.HTTP_429_TOO_MANY_REQUESTS)
         except DuplicateJob as dup:
             return Response(
-                {"detail": "an identical job of your team is already active; set allow_duplicate: true to run it again",
+                {"detail": f"an identical job of your team is already active: {dup.job.task_name} ({str(dup.job.pk)[:8]}, "
+                           f"{dup.job.state}) runs the same command (task, mode and arguments), GPUs and image; its "
+                           f"name, class, timeout and memory do not count. Set allow_duplicate: true to run it again",
                  "job": JobOut(dup.job).data},
                 status=status.HTTP_409_CONFLICT,
             )

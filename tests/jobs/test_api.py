@@ -415,3 +415,19 @@ def test_a_sweep_names_every_problem_in_one_answer(bob, demo_registered):
     assert response.status_code == 400
     body = response.json()
     assert "optimizer" in body["sweep.parameters.lr0"][0] and "zzz.pt" in body["sweep.parameters.model[1]"][0], body
+
+
+def test_a_duplicate_409_names_the_active_job_and_what_counts(alice, demo_registered):
+    """Another task_name, class and timeout on the same command is still a duplicate; the 409 said only
+    "an identical job … is already active", and an operator resubmitting under a new name was left to
+    guess why (optrial24). It names the job and what is compared."""
+    first = api_client(alice).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
+    assert first.status_code == 201
+    again = SEED_SPEC.replace("task_name: yolo-v8s-industrial-inspection", "task_name: other-name").replace(
+        "priority: medium", "priority: high")
+    response = api_client(alice).post("/api/v1/jobs/", again, content_type="application/yaml")
+    assert response.status_code == 409
+    detail = response.json()["detail"]
+    assert f"yolo-v8s-industrial-inspection ({first.json()['id'][:8]}, queued)" in detail
+    assert "same command (task, mode and arguments), GPUs and image" in detail
+    assert "name, class, timeout and memory do not count" in detail and "allow_duplicate: true" in detail
