@@ -1004,7 +1004,7 @@ def parser() -> argparse.ArgumentParser:
     p = commands.add_parser("queue", help="running and queued jobs of your teams, like squeue")
     p.add_argument("--mine", action="store_true", help="only my jobs")
     p.add_argument("--team", help="only this team's jobs")
-    p.add_argument("--user", help="only this user's jobs (a member of your teams)")
+    p.add_argument("--user", help="only this user's jobs (a member of your teams, or someone with jobs in them who has left)")
     p.add_argument("--state", choices=["active", "queued", "starting", "running", "finished", *sorted(TERMINAL)],
                    help="only jobs in this state; active: running, starting and queued (the default); "
                         "finished: every ended state; an ended state lists the newest 500, like sacct")

@@ -63,3 +63,17 @@ def test_jobs_take_the_portals_active_and_finished_state_groups(teams, alice, bo
     schema = client.get("/api/v1/schema/", {"format": "json"}).json()
     parameters = schema["paths"]["/api/v1/jobs/"]["get"]["parameters"]
     assert {"active", "finished"} <= set(next(p for p in parameters if p["name"] == "state")["schema"]["enum"])
+
+
+def test_someone_who_left_the_team_is_still_a_filter_for_their_jobs_there(jobs, alice, bob):
+    """manage.py team remove-member leaves a member's running jobs to finish; the manager's (and the
+    operator's) `?user=` then answered "no member of your teams is named 'bob'" (optrial24)."""
+    from apps.accounts.models import Membership
+
+    Membership.objects.filter(user=bob).delete()
+    client = api_client(alice)
+    assert names(client.get("/api/v1/jobs/", {"user": "bob", "state": "running"})) == ["bob-running"]
+    assert names(client.get("/api/v1/queue/", {"user": "bob"})) == ["bob-queued"]
+    for username in ("carol", "nobody"):  # still one answer for another team's member and a name that does not exist
+        assert client.get("/api/v1/jobs/", {"user": username}).json() == {
+            "user": [f"no member of your teams is named '{username}'"]}
