@@ -170,7 +170,16 @@ def _database_empty() -> bool:
 def restore(source: Path) -> dict:
     """Load the backup folder ``source`` into this (empty) installation."""
     source = Path(source)
-    manifest = json.loads((source / "manifest.json").read_text())
+    # A typo'd or wrong folder was a FileNotFoundError traceback (optrial24).
+    if not source.is_dir():
+        raise BackupError(f"{source} is not a folder: give the folder manage.py backup wrote")
+    try:
+        manifest = json.loads((source / "manifest.json").read_text())
+    except FileNotFoundError:
+        raise BackupError(f"{source} is not a backup: it has no manifest.json (manage.py backup writes one "
+                          "last, so a backup that did not finish has none either)") from None
+    except (OSError, ValueError) as exc:
+        raise BackupError(f"{source}/manifest.json cannot be read: {exc}") from None
     vendor = connection.vendor
     if manifest["engine"] != vendor:
         raise BackupError(f"the backup is of a {manifest['engine']} database; this installation uses {vendor}")
