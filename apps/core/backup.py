@@ -117,9 +117,14 @@ def _addressable(key: str) -> bool:
 def backup(target: Path) -> dict:
     """Write a backup of this installation into the new folder ``target``."""
     target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise BackupError(f"{target} is a file: give a new (or empty) folder")
     if target.exists() and any(target.iterdir()):
         raise BackupError(f"{target} is not empty")
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only or missing mount: was a traceback (optrial24)
+        raise BackupError(f"cannot make the folder {target}: {exc.strerror or exc}") from None
     # Password and token hashes, the audit log, every team's data: the owner's alone (the database
     # copy was 0644 in a 0755 folder beside a 0600 secret_key; manager trial).
     target.chmod(0o700)

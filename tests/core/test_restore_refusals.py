@@ -1,4 +1,5 @@
-"""manage.py restore of a folder that is not a backup: a CommandError saying so, not a
+"""manage.py restore of a folder that is not a backup, and backup into a file or where no folder can
+be made: a CommandError saying so, not a
 FileNotFoundError traceback (optrial24). The whole round trip: tests/integration/test_backup_restore.py."""
 
 from __future__ import annotations
@@ -16,3 +17,11 @@ def test_a_missing_folder_an_empty_one_and_a_bad_manifest_are_refused_in_words(t
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(CommandError, match=r"manifest.json cannot be read"):
         call_command("restore", str(tmp_path))
+
+
+def test_a_backup_onto_a_file_or_where_no_folder_can_be_made_is_refused_in_words(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(CommandError, match=r"a-file is a file: give a new \(or empty\) folder"):
+        call_command("backup", str(tmp_path / "a-file"))
+    with pytest.raises(CommandError, match=r"cannot make the folder .*/a-file/below: Not a directory"):
+        call_command("backup", str(tmp_path / "a-file" / "below"))
