@@ -167,3 +167,57 @@ def test_a_choice_the_old_code_made_after_0023_s_fill_still_closes_the_fence(bac
     first = Job.objects.get(pk=job.pk)
     first.attempt, first.attempt_id = 1, uuid.uuid4()  # what attempt 1's woken worker holds
     assert not attempt_can_record(first)
+
+
+def test_a_choice_the_old_code_made_still_closes_the_fence_once_its_attempt_is_requeued(back_at_0022):
+    """review25: 2786901 reads the old mark (``resume_chosen_at``) only while the attempt that made
+    it is RUNNING (``~Q(state=RUNNING, resume_chosen_at__isnull=False)``), and job_requeue leaves
+    ``resume_chosen_attempt`` where the old worker could not move it. The rolling restart of
+    docs/deploy.md step 3 requeues exactly those attempts (the old worker is stopped: killed, or
+    lost when its server restarts; or the new scheduler preempts it): from the requeue until the
+    next attempt chooses (queued, placed, waiting for GPUs, fetching inputs), attempt 1 — the woken
+    stopped worker the fence exists for — records again onto the epochs attempt 2 trained.
+    Fails on main. Fix: job_requeue (the one place an attempt number grows) folds the old mark in,
+    in the same UPDATE: ``resume_chosen_attempt=Case(When(state=RUNNING, resume_chosen_at__isnull=False,
+    then=F("attempt")), default=F("resume_chosen_attempt"))`` (or attempt_may_record also reads a
+    non-null ``resume_chosen_at`` on a queued/starting row as "attempt - 1 chose", which needs
+    job_requeue to clear the mark for the attempts that had not chosen)."""
+    from apps.jobs.services import attempt_can_record, job_requeue
+
+    old_apps, (job, _, _) = back_at_0022
+    old_job = old_apps.get_model("jobs", "Job")
+    migrate(FILLED)
+    # The old worker running attempt 2 chooses its checkpoint (its attempt_resume_choose).
+    assert old_job.objects.filter(pk=job.pk, state="running").update(resume_chosen_at=timezone.now()) == 1
+    migrate(latest())
+    first = Job.objects.get(pk=job.pk)
+    first.attempt, first.attempt_id = 1, uuid.uuid4()  # what attempt 1's woken worker holds
+    assert not attempt_can_record(first)  # 2786901's fix: closed while attempt 2 runs
+    # Its server is restarted (step 3): the new code requeues attempt 2; the job waits as attempt 3.
+    assert job_requeue(Job.objects.get(pk=job.pk), kind="requeued", reason="its worker was stopped")
+    assert Job.objects.get(pk=job.pk).attempt == 3
+    assert not attempt_can_record(first)
+
+
+def test_the_next_attempt_waits_for_a_graceful_victim_that_chose_with_the_old_code(back_at_0022, node):
+    """review25: the same gap in attempt_previous_stop. An old worker's attempt 2 chose (old mark
+    only: resume_chosen_attempt stays 1), trains, and the new scheduler preempts it with a grace;
+    attempt 3 starts (attempt_start clears the old mark) and looks only at attempt
+    ``resume_chosen_attempt`` = 1, which was not preempted: no wait. Attempt 3 chooses before
+    attempt 2's epoch end, and that epoch (trained in the grace, up to 900 s of GPU) is refused and
+    trained again. Fails on main (returns None). Fix: the fold in job_requeue above."""
+    from apps.jobs.services import attempt_preempt, attempt_previous_stop, attempt_start, job_claim
+
+    old_apps, (job, _, _) = back_at_0022
+    old_job = old_apps.get_model("jobs", "Job")
+    migrate(FILLED)
+    assert old_job.objects.filter(pk=job.pk, state="running").update(resume_chosen_at=timezone.now()) == 1
+    migrate(latest())
+    assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=300)
+    queued = Job.objects.get(pk=job.pk)
+    assert queued.attempt == 3
+    assert job_claim(queued, node=node, gpu_indices=[1], gpu_share=1.0, run_class="medium")
+    third = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name=node.name)
+    assert third is not None
+    stop = attempt_previous_stop(third, margin_s=15)
+    assert stop is not None and stop.attempt == 2
