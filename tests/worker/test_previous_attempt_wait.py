@@ -290,3 +290,28 @@ def test_an_attempt_that_never_chose_is_not_waited_for_once_the_attempt_that_cho
     epochs, took, events = choose(third)
     assert epochs == [1, None]
     assert events == [] and took < 1.0, (events, took)
+
+
+def test_a_first_attempt_that_never_chose_is_not_waited_for(alice, teams, node, settings, tmp_path, monkeypatch):
+    """review25: review24's finding 5 for attempt 1. 2786901 looks only at attempt
+    ``resume_chosen_attempt``, but falls back to ``job.attempt - 1`` when it is 0 (``or job.attempt
+    - 1``), and 0 is exactly "no attempt of this job chose": attempt 1 preempted with a grace while
+    its worker fetched the dataset trained nothing, yet attempt 2 sits on its GPUs, idle and
+    charged, until attempt 1's worker hears the fence after the fetch (up to the grace plus the
+    margin, 900 + 15 s by default). Fails on main (waits the 3 s grace below).
+    Fix: 0 → None. The fallback's other use (a job inserted by the previous release during migrate,
+    db_default 0, whose attempt chose with the old mark only) is covered by folding the old mark
+    into resume_chosen_attempt in job_requeue (see tests/jobs/test_migration_chosen_attempt.py)."""
+    monkeypatch.setattr(tasks, "PREVIOUS_STOP_MARGIN_S", 0.5)
+    settings.JOBS_DIR = tmp_path / "jobs"
+    job = make_job(team=teams["vision"], user=alice, gpus=1, retries_left=1)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    first = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    # Preempted before it chose, while its worker fetches the dataset: it reports its stop only later.
+    assert attempt_preempt(Job.objects.get(pk=first.pk), reason="an urgent job", now=timezone.now(), grace_s=3)
+    second = next_attempt_started(first.pk)
+    assert second.attempt == 2 and Job.objects.get(pk=job.pk).resume_chosen_attempt == 0
+
+    epochs, took, events = choose(second)
+    assert epochs == [None]
+    assert events == [] and took < 1.0, (events, took)
