@@ -200,3 +200,20 @@ def test_a_prepared_insert_sends_each_value_as_the_compiler_would(bob, teams):
         assert any(_passthrough(f, connection) for f in insert.fields)  # the shortcut is taken for some fields
         if connection.vendor == "sqlite" and prepared.model is Job:  # and the UTC one for the job's stamps
             assert any(_utc_text(f, connection) for f in insert.fields)
+
+
+def test_the_submit_s_job_insert_is_still_prepared_with_the_fence_s_database_default():
+    """review25: 2786901 gave ``Job.resume_chosen_attempt`` a ``db_default`` (for the previous
+    release's inserts during migrate), and PreparedInsert falls back to ``create()`` for any model
+    with a field that has a database default: since then every submit's job INSERT takes
+    ``create()``'s way again, silently (docs/performance.md item 9). Measured in-process on SQLite,
+    2,000 inserts each way: 0.33-0.35 ms per insert through create() against 0.21 ms prepared, the
+    same row (only id, attempt_id, created_at differ): ~0.13 ms per submit, more than the gc.freeze
+    commit (2f5fdb5) saved. Fails on main.
+    Fix: fall back only for a field whose instance value would be the database's (``has_db_default()
+    and not has_default()``: Model.__init__ then holds a DatabaseDefault); a field with a Python
+    default as well is sent with that value by create() too."""
+    from apps.jobs.services import EVENT_INSERT, JOB_INSERT
+
+    assert EVENT_INSERT.plain
+    assert JOB_INSERT.plain
