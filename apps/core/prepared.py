@@ -140,7 +140,10 @@ class PreparedInsert:
         self.alias = using
         meta = model._meta
         self.plain = ((model.save is Model.save or save_guards_updates_only) and model.save_base is Model.save_base
-                      and not any(f.generated or f.has_db_default() for f in meta.local_concrete_fields))
+                      # A database default with a Python default too is sent like any value (Job's
+                      # resume_chosen_attempt: the default is there for the previous release's inserts).
+                      and not any(f.generated or (f.has_db_default() and not f.has_default())
+                                  for f in meta.local_concrete_fields))
         self._compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def __call__(self, **values: Any):

@@ -280,6 +280,11 @@ def job_requeue(
             attempt=Case(When(state=JobState.RUNNING, then=F("attempt") + 1), default=F("attempt"),
                          output_field=Job._meta.get_field("attempt")),
             attempt_id=uuid.uuid4(),
+            # A running attempt the previous release's worker let choose marked only resume_chosen_at
+            # (cleared at the next start): its choice is kept in the number (review25, 2).
+            resume_chosen_attempt=Case(When(state=JobState.RUNNING, resume_chosen_at__isnull=False, then=F("attempt")),
+                                       default=F("resume_chosen_attempt"),
+                                       output_field=Job._meta.get_field("resume_chosen_attempt")),
             node=None,
             gpu_indices=[],
             dispatched_at=None,
@@ -591,9 +596,9 @@ def attempt_previous_stop(job: Job, *, margin_s: float) -> PreviousStop | None:
     clock behind the scheduler's must not make the wait longer (review23). A crash, a lost node, a
     retry, a person's requeue or a preemption without grace: None.
     """
-    # 0: no attempt of this job chose (rows from before the number, or an attempt started by hand):
-    # the attempt before this one, as before the number existed.
-    chosen = Job.objects.filter(pk=job.pk).values_list("resume_chosen_attempt", flat=True).first() or job.attempt - 1
+    # 0: no attempt of this job chose, so none trained (review25, 3). A choice the previous release's
+    # worker made is folded into the number when its attempt is requeued (job_requeue).
+    chosen = Job.objects.filter(pk=job.pk).values_list("resume_chosen_attempt", flat=True).first() or 0
     if not 1 <= chosen < job.attempt:
         return None
     preempted = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__ended_attempt=chosen,

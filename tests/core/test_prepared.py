@@ -209,7 +209,7 @@ def test_the_submit_s_job_insert_is_still_prepared_with_the_fence_s_database_def
     ``create()``'s way again, silently (docs/performance.md item 9). Measured in-process on SQLite,
     2,000 inserts each way: 0.33-0.35 ms per insert through create() against 0.21 ms prepared, the
     same row (only id, attempt_id, created_at differ): ~0.13 ms per submit, more than the gc.freeze
-    commit (2f5fdb5) saved. Fails on main.
+    commit (2f5fdb5) saved. Failed before the lead fixed review25.
     Fix: fall back only for a field whose instance value would be the database's (``has_db_default()
     and not has_default()``: Model.__init__ then holds a DatabaseDefault); a field with a Python
     default as well is sent with that value by create() too."""

@@ -177,7 +177,7 @@ def test_a_choice_the_old_code_made_still_closes_the_fence_once_its_attempt_is_r
     lost when its server restarts; or the new scheduler preempts it): from the requeue until the
     next attempt chooses (queued, placed, waiting for GPUs, fetching inputs), attempt 1 — the woken
     stopped worker the fence exists for — records again onto the epochs attempt 2 trained.
-    Fails on main. Fix: job_requeue (the one place an attempt number grows) folds the old mark in,
+    Failed before the lead fixed review25. Fix: job_requeue (the one place an attempt number grows) folds the old mark in,
     in the same UPDATE: ``resume_chosen_attempt=Case(When(state=RUNNING, resume_chosen_at__isnull=False,
     then=F("attempt")), default=F("resume_chosen_attempt"))`` (or attempt_may_record also reads a
     non-null ``resume_chosen_at`` on a queued/starting row as "attempt - 1 chose", which needs
@@ -205,7 +205,7 @@ def test_the_next_attempt_waits_for_a_graceful_victim_that_chose_with_the_old_co
     attempt 3 starts (attempt_start clears the old mark) and looks only at attempt
     ``resume_chosen_attempt`` = 1, which was not preempted: no wait. Attempt 3 chooses before
     attempt 2's epoch end, and that epoch (trained in the grace, up to 900 s of GPU) is refused and
-    trained again. Fails on main (returns None). Fix: the fold in job_requeue above."""
+    trained again. Failed before the lead fixed review25 (returns None). Fix: the fold in job_requeue above."""
     from apps.jobs.services import attempt_preempt, attempt_previous_stop, attempt_start, job_claim
 
     old_apps, (job, _, _) = back_at_0022

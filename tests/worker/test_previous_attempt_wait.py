@@ -298,7 +298,7 @@ def test_a_first_attempt_that_never_chose_is_not_waited_for(alice, teams, node, 
     - 1``), and 0 is exactly "no attempt of this job chose": attempt 1 preempted with a grace while
     its worker fetched the dataset trained nothing, yet attempt 2 sits on its GPUs, idle and
     charged, until attempt 1's worker hears the fence after the fetch (up to the grace plus the
-    margin, 900 + 15 s by default). Fails on main (waits the 3 s grace below).
+    margin, 900 + 15 s by default). Failed before the lead fixed review25 (waits the 3 s grace below).
     Fix: 0 → None. The fallback's other use (a job inserted by the previous release during migrate,
     db_default 0, whose attempt chose with the old mark only) is covered by folding the old mark
     into resume_chosen_attempt in job_requeue (see tests/jobs/test_migration_chosen_attempt.py)."""

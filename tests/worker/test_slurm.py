@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from apps.jobs.models import ExecutorAttempt, Job, JobEvent, JobState
-from apps.jobs.services import attempt_start, job_claim
+from apps.jobs.services import attempt_resume_choose, attempt_start, job_claim
 from tests.jobs.factories import make_job
 from worker.executors.slurm import (
     SlurmAgent,
@@ -177,6 +177,7 @@ def test_a_placement_waits_for_its_preempted_attempt_s_epoch_end_and_its_batch_r
     job = Job.objects.get(pk=job.pk)
     assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
     victim = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert attempt_resume_choose(victim)  # it trained: it chose first
     assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
     assert job_claim(Job.objects.get(pk=job.pk), node=node, gpu_indices=[1], gpu_share=1.0, run_class="medium")
     agent = SlurmAgent("gpu", client=object())  # nothing reaches Slurm while it waits
@@ -215,7 +216,8 @@ def test_a_placement_waiting_for_its_preempted_attempt_is_cancelled_when_asked_n
     type(node).objects.filter(pk=node.pk).update(executor="slurm", partition="gpu")
     job = make_job(team=teams["vision"], user=alice, gpus=1)
     assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
-    attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    started = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    assert attempt_resume_choose(started)  # it trained: it chose first
     assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=900)
     assert job_claim(Job.objects.get(pk=job.pk), node=node, gpu_indices=[1], gpu_share=1.0, run_class="medium")
     agent = SlurmAgent("gpu", client=object())  # nothing may reach Slurm
