@@ -149,3 +149,25 @@ def test_logs_that_retention_deleted_are_said_to_be_gone(alice, teams, settings,
     assert 'id="logs-gone"' not in client.get(f"/jobs/{recent.pk}/").content.decode()
     settings.LOG_RETENTION_DAYS = 0
     assert "note" not in client.get(f"/api/v1/jobs/{gone.pk}/logs/").json()
+
+
+def test_a_job_that_never_ran_or_a_sweep_is_not_said_to_have_had_its_logs_deleted(alice, teams, settings,
+                                                                                    clean_storage):
+    """Logs come only from attempts (jobs.services.log_append, from_attempt): a job cancelled while
+    queued (first_started_at None, as continuation.py and selectors.py read "never started") and a
+    sweep's parent (is_sweep: it never runs itself; its trials log) never had one. Ended longer ago
+    than LOG_RETENTION_DAYS they were told "no log: logs are deleted 365 days after a job ends" — a
+    deletion that never happened (review26)."""
+    settings.LOG_HOT_DAYS = 30
+    settings.LOG_RETENTION_DAYS = 365
+    long_ago = timezone.now() - timedelta(days=400)
+    never_ran = make_job(team=teams["vision"], user=alice, state=JobState.CANCELLED, finished_at=long_ago)
+    sweep = make_job(team=teams["vision"], user=alice, state=JobState.SUCCEEDED, is_sweep=True,
+                     started_at=long_ago, first_started_at=long_ago, finished_at=long_ago)
+    logs_housekeeping()
+    client = api_client(alice)
+    client.force_login(alice)
+    for job in (never_ran, sweep):
+        body = client.get(f"/api/v1/jobs/{job.pk}/logs/").json()
+        assert body["results"] == [] and "note" not in body, (job.is_sweep, body)
+        assert 'id="logs-gone"' not in client.get(f"/jobs/{job.pk}/").content.decode(), job.is_sweep
