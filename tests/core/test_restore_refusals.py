@@ -25,3 +25,13 @@ def test_a_backup_onto_a_file_or_where_no_folder_can_be_made_is_refused_in_words
         call_command("backup", str(tmp_path / "a-file"))
     with pytest.raises(CommandError, match=r"cannot make the folder .*/a-file/below: Not a directory"):
         call_command("backup", str(tmp_path / "a-file" / "below"))
+
+
+@pytest.mark.parametrize("manifest", ['{"name": "site", "version": "1.0.0"}', "[]", '"x"'])
+def test_another_tools_manifest_json_is_refused_in_words(tmp_path, manifest):
+    """manifest.json is a common name (web app manifests, npm/asset-pipeline outputs, other backup
+    tools): a folder holding someone else's passed the new "has no manifest.json" check and then
+    failed with KeyError: 'engine' / TypeError tracebacks at manifest["engine"] (review26)."""
+    (tmp_path / "manifest.json").write_text(manifest)
+    with pytest.raises(CommandError, match=r"is not a backup|manifest.json cannot be read"):
+        call_command("restore", str(tmp_path))
