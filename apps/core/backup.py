@@ -185,6 +185,9 @@ def restore(source: Path) -> dict:
                           "last, so a backup that did not finish has none either)") from None
     except (OSError, ValueError) as exc:
         raise BackupError(f"{source}/manifest.json cannot be read: {exc}") from None
+    if not isinstance(manifest, dict) or "engine" not in manifest:
+        raise BackupError(f"{source} is not a backup: its manifest.json is not one manage.py backup wrote "
+                          "(it names no database engine)")
     vendor = connection.vendor
     if manifest["engine"] != vendor:
         raise BackupError(f"the backup is of a {manifest['engine']} database; this installation uses {vendor}")

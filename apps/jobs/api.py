@@ -439,8 +439,9 @@ class JobListCreate(APIView):
         except DuplicateJob as dup:
             return Response(
                 {"detail": f"an identical job of your team is already active: {dup.job.task_name} ({str(dup.job.pk)[:8]}, "
-                           f"{dup.job.state}) runs the same command (task, mode and arguments), GPUs and image; its "
-                           f"name, class, timeout and memory do not count. Set allow_duplicate: true to run it again",
+                           f"{dup.job.state}) runs the same command (task, mode, arguments, export settings, sweep), "
+                           f"GPUs (count, memory, models) and image; its name, class, timeout and host memory do not "
+                           f"count. Set allow_duplicate: true to run it again",
                  "job": JobOut(dup.job).data},
                 status=status.HTTP_409_CONFLICT,
             )

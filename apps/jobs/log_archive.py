@@ -99,6 +99,8 @@ def logs_gone_note(job: Job, now: datetime | None = None) -> str:
     """
     if settings.LOG_RETENTION_DAYS <= 0 or job.logs_key or job.state not in TERMINAL_STATES or not job.finished_at:
         return ""
+    if job.is_sweep or job.first_started_at is None:
+        return ""  # logs come only from attempts: a sweep's parent or a job that never started had none
     now = now or timezone.now()
     if job.finished_at >= now - timedelta(days=settings.LOG_RETENTION_DAYS):
         return ""

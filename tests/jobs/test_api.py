@@ -429,5 +429,5 @@ def test_a_duplicate_409_names_the_active_job_and_what_counts(alice, demo_regist
     assert response.status_code == 409
     detail = response.json()["detail"]
     assert f"yolo-v8s-industrial-inspection ({first.json()['id'][:8]}, queued)" in detail
-    assert "same command (task, mode and arguments), GPUs and image" in detail
-    assert "name, class, timeout and memory do not count" in detail and "allow_duplicate: true" in detail
+    assert "same command (task, mode, arguments, export settings, sweep), GPUs (count, memory, models) and image" in detail
+    assert "name, class, timeout and host memory do not count" in detail and "allow_duplicate: true" in detail

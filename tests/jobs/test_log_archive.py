@@ -26,7 +26,8 @@ def job_with_logs(team, user, *, state=JobState.SUCCEEDED, days_ago: float = 40,
     job = make_job(team=team, user=user, state=JobState.RUNNING)
     for n in range(lines):
         log_append(job, f"Epoch {n}/{lines}: box_loss {1 / (n + 1):.4f} — ünïcode ✓\n" + "x" * (n % 7) + "\n")
-    Job.objects.filter(pk=job.pk).update(state=state, finished_at=timezone.now() - timedelta(days=days_ago))
+    Job.objects.filter(pk=job.pk).update(state=state, finished_at=timezone.now() - timedelta(days=days_ago),
+                                         first_started_at=timezone.now() - timedelta(days=days_ago + 1))
     return Job.objects.get(pk=job.pk)
 
 
