@@ -539,8 +539,9 @@ class JobContinue(APIView):
             return Response({"detail": str(cap), "active_jobs": cap.count, "limit": cap.limit},
                             status=status.HTTP_429_TOO_MANY_REQUESTS)
         except DuplicateJob as dup:
-            return Response({"detail": "an identical job of your team is already active (continued or submitted "
-                                       "again already?)", "job": JobOut(dup.job).data},
+            return Response({"detail": f"an identical job of your team is already active: {dup.job.task_name} "
+                                       f"({str(dup.job.pk)[:8]}, {dup.job.state}); continued or submitted again "
+                                       f"already?", "job": JobOut(dup.job).data},
                             status=status.HTTP_409_CONFLICT)
         if created:
             new._state.fields_cache["model_version"] = None

@@ -627,3 +627,18 @@ def test_a_teammate_continues_a_job_whose_spec_names_its_submitter(vision_job, a
 
     assert response.status_code == 201, response.content
     assert response.json()["team"] == "vision" and response.json()["user"] == "alice"
+
+
+def test_continuing_again_while_the_continuation_is_active_names_it(cancelled, alice):
+    """Without an Idempotency-Key a second continue is a duplicate of the active continuation: the 409
+    names that job (its name, short id and state), as the submit's duplicate 409 does (review26)."""
+    client = api_client(alice)
+    first = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+    assert first.status_code == 201
+
+    again = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+
+    assert again.status_code == 409
+    body = again.json()
+    assert body["job"]["id"] == first.json()["id"]
+    assert f"({first.json()['id'][:8]}, queued)" in body["detail"] and "already active" in body["detail"]
