@@ -76,6 +76,18 @@ def public_display(name: str):
     return show
 
 
+def public_event_display(name: str):
+    """``public_<name>`` of an event: :meth:`JobEvent.public_message` or ``public_data``, which keep
+    what a person typed (an operator's drain reason) as typed."""
+
+    @admin.display(description=name)
+    def show(self, event):
+        return getattr(event, f"public_{name}")(job=_job_of(event))
+
+    show.__name__ = f"public_{name}"
+    return show
+
+
 class JobEventInline(SystemWritten, PublicPathsForManagers, TeamScopedInline, admin.TabularInline):
     model = JobEvent
     extra = 0
@@ -86,7 +98,7 @@ class JobEventInline(SystemWritten, PublicPathsForManagers, TeamScopedInline, ad
     readonly_fields = ["seq", "attempt", "kind", "message", "created_at"]
     fields = readonly_fields
     path_fields = ("message",)
-    public_message = public_display("message")
+    public_message = public_event_display("message")
 
 
 @admin.register(Job)
@@ -215,8 +227,8 @@ class JobEventAdmin(SystemWritten, PublicPathsForManagers, TeamScopedAdmin, admi
     team_field = "job__team"
     manager_can_change = False
     path_fields = ("message", "data")
-    public_message = public_display("message")
-    public_data = public_display("data")
+    public_message = public_event_display("message")
+    public_data = public_event_display("data")
 
 
 @admin.register(MetricPoint)

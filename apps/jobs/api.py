@@ -38,7 +38,6 @@ from apps.core.strict_yaml import YamlError, load_yaml
 
 from .continuation import ContinueRefused, job_continue
 from .models import STATE_FILTERS, Job, JobEvent, JobState, LogChunk, MetricPoint
-from .paths import public_text, public_value
 from .selectors import (
     JOB_NOT_VISIBLE,
     job_list,
@@ -600,8 +599,8 @@ class EventOut(serializers.ModelSerializer):
     def to_representation(self, event: JobEvent) -> dict:
         # Stored clean since job_event() scrubs; rows written before that are scrubbed here.
         data = super().to_representation(event)
-        data["message"] = public_text(data["message"])
-        data["data"] = public_value(data["data"])
+        data["message"] = event.public_message()
+        data["data"] = event.public_data()
         return data
 
 

@@ -199,12 +199,35 @@ class JobEvent(models.Model):
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # ``data[SAID]``: the parts of ``message`` a person typed for the team (an operator's drain
+    # reason), kept as written by every reader that scrubs server paths (apps.jobs.paths).
+    SAID = "said"
+
     class Meta:
         ordering = ["seq"]
         indexes = [models.Index(fields=["job", "seq"]),
                    # Recent events of one kind across jobs: the preemptions whose victims may still hold
                    # a node's GPUs (jobs.services.gpus_stopping_left_s, asked whenever a GPU lock is busy).
                    models.Index(fields=["kind", "created_at"], name="jobevent_kind_recent")]
+
+    def said(self) -> list[str]:
+        """What a person typed into :attr:`message` (``data["said"]``; none for most events)."""
+        said = (self.data or {}).get(self.SAID)
+        return [part for part in said if isinstance(part, str)] if isinstance(said, list) else []
+
+    def public_message(self, *, job: Job | None = None) -> str:
+        """The message with team-relative names only (also for rows stored before job_event
+        scrubbed), what a person typed kept as typed."""
+        from .paths import public_text
+
+        return public_text(self.message, job=job, said=self.said())
+
+    def public_data(self, *, job: Job | None = None) -> dict:
+        """The data with team-relative names only; ``said`` as typed."""
+        from .paths import public_value
+
+        data = public_value({key: value for key, value in (self.data or {}).items() if key != self.SAID}, job=job)
+        return {**data, self.SAID: self.said()} if self.said() else data
 
 
 class MetricPoint(models.Model):

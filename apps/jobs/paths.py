@@ -11,12 +11,14 @@ goes through :func:`public_text` (issue 9, finding 8):
    its last component (``…/trainer.py``).
 
 URLs (``https://…``) and ratios (``1/10``) are left alone: a path here starts with ``/``
-at the start of a word.
+at the start of a word. What a person wrote for the team to read (``said``: an operator's
+drain reason) is kept as written: "see /wiki/maint-42" is not a server path.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +67,21 @@ def public_path(path: str, *, job=None, team=None, roots: list[tuple[str, str]] 
     return f"…/{name}" if name else "…"
 
 
-def public_text(text: str, *, job=None, team=None) -> str:
-    """Replace every absolute path in ``text`` (see the module docstring)."""
+def public_text(text: str, *, job=None, team=None, said: Sequence[str] = ()) -> str:
+    """Replace every absolute path in ``text`` (see the module docstring).
+
+    ``said``: parts of ``text`` a person typed for its readers, kept whole wherever they occur;
+    only the text around them is scrubbed (optrial24, F5: a drain reason ``see /wiki/maint-42``
+    became ``see …/maint-42``). Pass people's words only, never text a path may come from.
+    """
     if not text or "/" not in text:
         return text
+    kept = sorted({part for part in said if part}, key=len, reverse=True)
+    if kept:
+        pieces = re.split("(" + "|".join(map(re.escape, kept)) + ")", text)
+        # re.split with one group: the odd pieces are the kept parts themselves.
+        return "".join(piece if index % 2 else public_text(piece, job=job, team=team)
+                       for index, piece in enumerate(pieces))
     roots = _roots(job, team)
     # Terminal colour codes ("\x1b[1m/abs/path\x1b[0m" in Ultralytics' output) would hide the
     # start of a path from the pattern: substitute between them, keep them as they are.

@@ -190,10 +190,16 @@ def attempt_row_refused(job: Job, what: str) -> None:
                 job.pk, what, job.attempt, extra={"job_id": str(job.pk)})
 
 
-def job_event(job: Job, kind: str, message: str = "", data: dict | None = None) -> JobEvent:
-    # Events are read by the team: team-relative names only (apps.jobs.paths).
-    message = public_text(message, job=job)
-    data = public_value(data or {}, job=job)
+def job_event(job: Job, kind: str, message: str = "", data: dict | None = None, *,
+              said: Sequence[str] = ()) -> JobEvent:
+    # Events are read by the team: team-relative names only (apps.jobs.paths), but for what a
+    # person typed for them (``said``, an operator's drain reason: optrial24, F5), kept as typed
+    # and named in the data so that readers scrubbing again keep it too (JobEvent.public_message).
+    said = [part for part in said if part]
+    message = public_text(message, job=job, said=said)
+    data = public_value({key: value for key, value in (data or {}).items() if key != JobEvent.SAID}, job=job)
+    if said:
+        data[JobEvent.SAID] = said
     seq = seq_allocate(job.pk)
     event = JobEvent.objects.create(
         job_id=job.pk, seq=seq, attempt=job.attempt, kind=kind, message=message, data=data or {}
@@ -238,7 +244,7 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
 
 def job_requeue(
     job: Job, *, reason: str, kind: str = "requeued", by=None, retry: bool = False, data: dict | None = None,
-    charge_at: datetime | None = None,
+    charge_at: datetime | None = None, said: Sequence[str] = (),
 ) -> bool:
     """Put a starting/running job back in the queue; True if this call did (the attempt was current).
 
@@ -257,6 +263,8 @@ def job_requeue(
     to then in the same transaction, from the row as the update finds it (locked), not from
     ``job``: a ``job`` read while its placement was ``starting`` may have started since, and
     charging that stale copy (no ``started_at``) charged nothing for an attempt that ran.
+
+    ``said``: the parts of ``reason`` a person typed, kept as typed in the event (:func:`job_event`).
     """
     # A sweep parent runs no attempt: requeued, the scheduler would try to place it.
     query = Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES, attempt_id=job.attempt_id, is_sweep=False)
@@ -302,7 +310,8 @@ def job_requeue(
             # The ended attempt's number and whether it had started: attempt_lost counts these, so
             # the event is written with the requeue or not at all (a scheduler killed between the
             # two left a lost attempt MAX_LOST_ATTEMPTS never counted).
-            job_event(job, kind, reason, {"ended_attempt": before, "attempt_started": started, **(data or {})})
+            job_event(job, kind, reason, {"ended_attempt": before, "attempt_started": started, **(data or {})},
+                      said=said)
             if by is not None:
                 audit_record(actor=by, action=AuditEntry.Action.JOB_REQUEUE, team=job.team_id, target=job,
                              message=reason)
@@ -493,7 +502,8 @@ def job_class_set(job: Job, *, priority_class: str, by) -> bool:
     return changed
 
 
-def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.0, by=None) -> bool:
+def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.0, by=None,
+                    said: Sequence[str] = ()) -> bool:
     """Take a running attempt's GPUs for another job: charge what it used, requeue it (not a retry).
 
     The victim's worker notices at its next check-in that the attempt is no longer current
@@ -510,7 +520,7 @@ def attempt_preempt(job: Job, *, reason: str, now: datetime, grace_s: float = 0.
         node, worker_pid = Node.objects.filter(pk=job.node_id).values_list("name", "worker_pid").first() or ("", None)
         # ...and which GPUs it keeps until then: an attempt placed on them waits (gpus_stopping_left_s).
         data.update(node=node, worker_pid=worker_pid, gpu_indices=list(job.gpu_indices or []))
-    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted", by=by, data=data)
+    return job_requeue(job, reason=f"preempted: {reason}", kind="preempted", by=by, data=data, said=said)
 
 
 def job_evacuate(job: Job, *, node_name: str, reason: str, by, now: datetime | None = None) -> bool:
@@ -528,7 +538,7 @@ def job_evacuate(job: Job, *, node_name: str, reason: str, by, now: datetime | N
     grace_s = SchedulerConfig.current().preempt_grace_s
     return attempt_preempt(job, reason=f"node {node_name} is drained by {by.get_username()} ({reason}); "
                                        f"resumes from its checkpoint",
-                           now=now or timezone.now(), grace_s=grace_s, by=by)
+                           now=now or timezone.now(), grace_s=grace_s, by=by, said=[reason])
 
 
 def attempt_preemption(job: Job, *, attempt_id=None) -> JobEvent | None:

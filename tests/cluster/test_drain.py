@@ -96,6 +96,21 @@ def test_drain_and_requeue_takes_running_jobs_off_like_a_preemption(superuser, m
     assert sorted(e.target_id for e in requeues) == sorted([str(first.pk), str(second.pk)])
 
 
+def test_an_operators_drain_reason_reaches_the_timeline_as_typed(superuser, manager, bob, teams, node):
+    """A reason with markup and a wiki path is neither cut as a server path nor rendered as HTML (optrial24, F5)."""
+    job = running_on(node, team=teams["vision"], user=bob, task_name="first")
+    reason = "NVLink swap <b>x</b>, see /wiki/maint-42"
+    drain(admin_client(superuser), node, action="evacuate", apply="yes", reason=reason)
+
+    said = f"node node-a is drained by root ({reason}); resumes from its checkpoint"
+    assert said in JobEvent.objects.get(job=job, kind="preempted").message
+    (event,) = [e for e in api_client(bob).get(f"/api/v1/jobs/{job.pk}/events/").json()["results"]
+                if e["kind"] == "preempted"]
+    assert said in event["message"]
+    page = admin_client(manager).get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert "NVLink swap &lt;b&gt;x&lt;/b&gt;, see /wiki/maint-42" in page and "<b>x</b>" not in page
+
+
 def test_what_the_worker_reports_is_read_only_in_the_change_form(superuser, node):
     client = admin_client(superuser)
     url = f"/admin/cluster/node/{node.pk}/change/"

@@ -125,6 +125,22 @@ def test_urls_and_ratios_are_left_alone():
     assert public_text(text) == text
 
 
+def test_what_a_person_typed_is_kept_and_only_that(bob, submitted):
+    """An operator's words stay as typed; a server path beside them, or named "said" by a caller's data, does not."""
+    from apps.jobs.services import job_event
+
+    leak = f"{settings.JOBS_DIR}/{submitted.pk}/train/weights/last.pt"
+    event = job_event(submitted, "note", f"see /wiki/maint-42, lost {leak}", {"said": [leak]},
+                      said=["see /wiki/maint-42"])
+    assert event.message == "see /wiki/maint-42, lost train/weights/last.pt"
+    assert event.data == {"said": ["see /wiki/maint-42"]}
+    smuggled = job_event(submitted, "note", f"lost {leak}", {"said": [leak]})
+    assert smuggled.message == "lost train/weights/last.pt" and "said" not in smuggled.data
+    served = api_client(bob).get(f"/api/v1/jobs/{submitted.pk}/events/").content.decode()
+    assert "see /wiki/maint-42" in served
+    assert_no_server_paths(served)
+
+
 def test_paths_inside_terminal_colour_codes_are_cut_too(bob, submitted):
     from apps.jobs.paths import public_text
 
