@@ -1,10 +1,27 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+# A node's name, as gpu_worker takes it (lower case, "_" as "-"): a host name's characters,
+# beginning and ending with a letter or digit. At most 80 characters, fewer than the column's
+# 100: the worker's zygote listens on "@yoloportal-zygote-<name>-<pid>", and Linux holds at most
+# 107 bytes of an abstract socket's name.
+NODE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?")
+NODE_NAME_MAX = 80
+
+
+def node_name_problem(name: str) -> str:
+    """Why ``name``, as typed, cannot name a node ("" when it can), saying the allowed form."""
+    taken = name.lower().replace("_", "-")
+    if NODE_NAME.fullmatch(taken) and len(taken) <= NODE_NAME_MAX:
+        return ""
+    return (f"{name!r} is not a node name: use letters, digits, '-', '_' and '.' (a host name), beginning "
+            f"and ending with a letter or digit, at most {NODE_NAME_MAX} characters; e.g. gpu-07")
 
 
 def suspect_after_s() -> float:

@@ -351,3 +351,26 @@ def test_a_long_preempted_job_that_succeeds_while_the_mount_flickers_is_not_fail
     outcome = AttemptRunner(job).finish(ChildResult(outcome="succeeded", exit_code=0,
                                                     finished={"mode": "train", "weights": str(weights)}))
     assert (outcome, Job.objects.get(pk=job.pk).state) == ("succeeded", JobState.SUCCEEDED)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["bad name!", "gpu-07/x", "-gpu", "gpu-07.", "g" * 81])
+def test_a_worker_with_a_name_no_node_may_have_refuses_to_start_and_says_the_form(name, demo_registered):
+    """``--name 'bad name!'`` registered a node (queue ``node.bad name!``) (optrial24, F13)."""
+    with pytest.raises(CommandError) as refused:
+        call_command("gpu_worker", f"--name={name}", "--simulate-gpus", "1")
+    said = str(refused.value)
+    assert said.startswith(f"--name (or NODE_NAME) {name!r} is not a node name: use letters, digits, '-', '_' and '.'")
+    assert "at most 80 characters" in said
+    assert not Node.objects.exists()
+
+
+def test_host_names_are_node_names_and_their_zygote_address_fits():
+    """Kubernetes gives NODE_NAME the node's DNS name (deploy/kubernetes/worker.yaml): dots are fine."""
+    from apps.cluster.models import NODE_NAME_MAX, node_name_problem
+    from worker.management.commands.gpu_worker import zygote_address
+
+    for name in ("gpu-07", "GPU_07", "local", "ip-10-0-1-23.eu-west-1.compute.internal", "n" * NODE_NAME_MAX):
+        assert node_name_problem(name) == ""
+    # Linux holds 107 bytes of an abstract socket's name (after its "@"), pids go up to 4194304.
+    assert len(zygote_address("n" * NODE_NAME_MAX, 4194304)) - 1 <= 107

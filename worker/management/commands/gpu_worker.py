@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from rq import Worker
 
-from apps.cluster.models import Node
+from apps.cluster.models import Node, node_name_problem
 from apps.cluster.services import node_stopped, node_stopping
 from apps.core.migrated import wait_until_migrated
 from apps.core.redis_outage import OutageTolerantWorker, redis_outage_consequence, redis_unreachable
@@ -79,6 +79,8 @@ class Command(BaseCommand):
             raise CommandError("--simulate-gpus must be between 1 and 64")
         if slots is not None and not 1 <= slots <= 256:
             raise CommandError("--slots must be between 1 and 256")
+        if problem := node_name_problem(name):
+            raise CommandError(f"--name (or NODE_NAME) {problem}")  # optrial24, F13: 'bad name!' registered
         name = name.lower().replace("_", "-")
         bind(component="worker", node=name)  # inherited by the slots and work-horses forked below
         redis_outage_consequence("training goes on")
