@@ -58,6 +58,14 @@ def test_mistakes_are_named(args, words):
         team(*args)
 
 
+def test_a_team_no_one_would_manage_is_refused_and_nothing_is_made():
+    """``team create x`` made a team only superusers could manage (optrial24, F13)."""
+    with pytest.raises(CommandError, match=r"team team-a would have no manager: give one with --manager USER"):
+        team("create", "team-a", "--member", "bob")
+    assert not Team.objects.filter(slug="team-a").exists()
+    assert not get_user_model().objects.filter(username="bob").exists()
+
+
 def test_creating_an_existing_team_adds_people_to_it():
     team("create", "team-a", "--manager", "alice")
     assert "already existed" in team("create", "team-a", "--member", "bob")

@@ -46,7 +46,7 @@ class Command(BaseCommand):
         create.add_argument("slug", help="lowercase letters, digits and '-', e.g. team-a")
         create.add_argument("--name", help="display name (default: from the slug)")
         create.add_argument("--manager", action="append", default=[], metavar="USER",
-                            help="a manager of the team (repeatable)")
+                            help="a manager of the team (repeatable; a team needs one)")
         create.add_argument("--member", action="append", default=[], metavar="USER",
                             help="a member of the team (repeatable)")
         create.add_argument("--create", action="store_true",
@@ -80,6 +80,11 @@ class Command(BaseCommand):
                 self.join(team, username, Membership.Role.MANAGER, create)
             for username in member:
                 self.join(team, username, Membership.Role.MEMBER, create)
+            # A team no one manages is run by superusers alone (optrial24, F13): refused, all of it undone.
+            if not team.memberships.filter(role=Membership.Role.MANAGER).exists():
+                raise CommandError(f"team {slug} {'has' if existed else 'would have'} no manager: give one with "
+                                   f"--manager USER (who manages its people, quotas and jobs; without one only "
+                                   f"a superuser can)")
         self.stdout.write(self.style.SUCCESS(f"team {slug} {'already existed' if existed else 'created'}"))
 
     def add_member(self, *, slug: str, username: str, manager: bool, create: bool, **_):
