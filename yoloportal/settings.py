@@ -223,8 +223,8 @@ WS_ACCESS_RECHECK_S = env_float("WS_ACCESS_RECHECK_S", 5.0, minimum=0.5)
 JOB_LOG_MAX_BYTES = env_int("JOB_LOG_MAX_BYTES", 20 * 1024**2, minimum=1024)
 # Hot/cold logs (apps/jobs/log_archive.py): the logs of jobs finished more than LOG_HOT_DAYS
 # ago move from the database into the artifact storage (gzip), read back transparently; the
-# scheduler does it every LOG_ARCHIVE_EVERY_S. Archives are deleted only when
-# LOG_RETENTION_DAYS (0 = keep forever) says so.
+# scheduler does it every LOG_ARCHIVE_EVERY_S. Logs (archived or not) are deleted only when
+# LOG_RETENTION_DAYS (0 = keep forever) says so; it may be shorter than LOG_HOT_DAYS.
 LOG_HOT_DAYS = env_float("LOG_HOT_DAYS", 30.0, minimum=0.0)
 LOG_RETENTION_DAYS = env_float("LOG_RETENTION_DAYS", 0.0, minimum=0.0)
 LOG_ARCHIVE_EVERY_S = env_float("LOG_ARCHIVE_EVERY_S", 3600.0, minimum=1.0)

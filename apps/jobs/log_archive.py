@@ -8,7 +8,8 @@ it every ``LOG_ARCHIVE_EVERY_S``) moves the chunks of each job finished more tha
 compared first, then — in one transaction — the job's ``logs_key`` is set and its chunks
 deleted. :func:`log_chunks` reads either, so the job page, the API and the CLI show the same
 chunks (seq, attempt, text, time) byte for byte, only slower. Nothing is deleted unless
-``LOG_RETENTION_DAYS`` says so (then the archives of jobs finished longer ago than that).
+``LOG_RETENTION_DAYS`` says so (then the logs of jobs finished longer ago than that, archived
+or still in the database).
 """
 
 from __future__ import annotations
@@ -111,9 +112,32 @@ def logs_gone_note(job: Job, now: datetime | None = None) -> str:
 
 
 def logs_housekeeping(now: datetime | None = None, batch: int = 200) -> dict:
-    """Archive the logs of jobs finished more than LOG_HOT_DAYS ago; apply LOG_RETENTION_DAYS."""
+    """Apply LOG_RETENTION_DAYS; archive the logs of jobs finished more than LOG_HOT_DAYS ago.
+
+    1. Retention first: the chunks of jobs finished longer ago than the retention that are still
+       in the database are deleted there (a retention shorter than LOG_HOT_DAYS kept them until
+       LOG_HOT_DAYS, then archived and deleted them in one pass: optrial24), and then the
+       archives of such jobs.
+    2. The remaining cold chunks are archived.
+    """
     now = now or timezone.now()
-    done = {"archived_jobs": 0, "archived_chunks": 0, "deleted_archives": 0, "storage_unavailable": False}
+    done = {"archived_jobs": 0, "archived_chunks": 0, "deleted_archives": 0, "deleted_hot_jobs": 0,
+            "storage_unavailable": False}
+    if settings.LOG_RETENTION_DAYS > 0:
+        expired_at = now - timedelta(days=settings.LOG_RETENTION_DAYS)
+        hot = list(Job.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=expired_at)
+                   .filter(Exists(LogChunk.objects.filter(job=OuterRef("pk")))).values_list("pk", flat=True)[:batch])
+        if hot:
+            LogChunk.objects.filter(job_id__in=hot).delete()
+            done["deleted_hot_jobs"] = len(hot)
+        for job in Job.objects.filter(finished_at__lt=expired_at).exclude(logs_key="")[:batch]:
+            try:
+                artifact_storage().delete(job.logs_key)
+            except Exception as exc:  # noqa: BLE001 - the storage's own errors vary; retried next time
+                log.warning("log retention: could not delete %s: %s", job.logs_key, exc)
+                continue
+            Job.objects.filter(pk=job.pk).update(logs_key="")
+            done["deleted_archives"] += 1
     # EXISTS, not a join + DISTINCT: the chunks table is the database's largest.
     cold = (Job.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=now - timedelta(days=settings.LOG_HOT_DAYS))
             .filter(Exists(LogChunk.objects.filter(job=OuterRef("pk")))).order_by("finished_at")[:batch])
@@ -126,15 +150,4 @@ def logs_housekeeping(now: datetime | None = None, batch: int = 200) -> dict:
             return done
         done["archived_jobs"] += 1 if moved else 0
         done["archived_chunks"] += moved
-    if settings.LOG_RETENTION_DAYS > 0:
-        expired = Job.objects.filter(finished_at__lt=now - timedelta(days=settings.LOG_RETENTION_DAYS)).exclude(
-            logs_key="")[:batch]
-        for job in expired:
-            try:
-                artifact_storage().delete(job.logs_key)
-            except Exception as exc:  # noqa: BLE001 - the storage's own errors vary; retried next time
-                log.warning("log retention: could not delete %s: %s", job.logs_key, exc)
-                continue
-            Job.objects.filter(pk=job.pk).update(logs_key="")
-            done["deleted_archives"] += 1
     return done

@@ -73,12 +73,31 @@ def test_retention_deletes_archives_only_when_set(alice, teams, settings, clean_
     logs_housekeeping()
     job.refresh_from_db()
     key = job.logs_key
-    assert key == ""  # archived, then its retention had passed too: deleted in the same pass
+    assert key == ""  # its retention had passed: deleted, not archived first
     assert not artifact_path(f"jobs/{job.pk}/logs/chunks.jsonl.gz").exists()
     kept = job_with_logs(teams["vision"], alice, days_ago=100)
     logs_housekeeping()
     kept.refresh_from_db()
     assert kept.logs_key and artifact_path(kept.logs_key).is_file()
+
+
+def test_a_retention_shorter_than_the_hot_days_deletes_logs_still_in_the_database(alice, teams, settings,
+                                                                                   clean_storage):
+    """LOG_RETENTION_DAYS 7 with LOG_HOT_DAYS 30 kept a job's logs 30 days, then archived and deleted them (optrial24)."""
+    settings.LOG_HOT_DAYS = 30
+    settings.LOG_RETENTION_DAYS = 7
+    expired = job_with_logs(teams["vision"], alice, days_ago=10)
+    kept = job_with_logs(teams["vision"], alice, days_ago=3)
+    running = job_with_logs(teams["vision"], alice, state=JobState.RUNNING, days_ago=10)
+
+    done = logs_housekeeping()
+    assert (done["deleted_hot_jobs"], done["archived_jobs"], done["deleted_archives"]) == (1, 0, 0)
+    expired.refresh_from_db()
+    assert not LogChunk.objects.filter(job=expired).exists() and expired.logs_key == ""
+    assert not artifact_path(f"jobs/{expired.pk}/logs/chunks.jsonl.gz").exists()  # never archived
+    assert LogChunk.objects.filter(job=kept).count() == 30 and LogChunk.objects.filter(job=running).count() == 30
+    page = api_client(alice).get(f"/api/v1/jobs/{expired.pk}/logs/").json()
+    assert page["results"] == [] and page["note"].startswith("no log: logs are deleted 7 days after a job ends")
 
 
 def test_while_the_store_is_unreachable_the_logs_stay_in_the_database(alice, teams, settings, clean_storage):

@@ -121,7 +121,7 @@ class Chores:
         from apps.notifications.tasks import prune_old
 
         done = logs_housekeeping(batch=50)
-        if done["archived_jobs"] or done["deleted_archives"]:
+        if done["archived_jobs"] or done["deleted_archives"] or done["deleted_hot_jobs"]:
             log.info("log housekeeping: %s", done)
         pruned = prune_old()
         if pruned:
