@@ -640,8 +640,12 @@ def preempted_attempt_left_s(event: JobEvent, *, margin_s: float, now: datetime)
 
 def preempted_attempt_stopped(event: JobEvent) -> bool:
     """The attempt a ``preempted`` event ended has reported its stop since."""
-    return JobEvent.objects.filter(job_id=event.job_id, kind="attempt_stopped",
-                                   attempt=(event.data or {}).get("ended_attempt"), seq__gt=event.seq).exists()
+    return attempt_stopped_since(event.job_id, attempt=(event.data or {}).get("ended_attempt"), seq=event.seq)
+
+
+def attempt_stopped_since(job_id, *, attempt, seq: int) -> bool:
+    """``attempt`` of the job wrote ``attempt_stopped`` (its child has stopped) after event ``seq``."""
+    return JobEvent.objects.filter(job_id=job_id, kind="attempt_stopped", attempt=attempt, seq__gt=seq).exists()
 
 
 def previous_stop_wait_said(job: Job, stop: PreviousStop, *, before: str) -> None:
@@ -662,8 +666,7 @@ def previous_stop_silent_said(job: Job, attempt: int) -> None:
 def attempt_previous_stopped(job: Job, stop: PreviousStop) -> bool:
     """The preempted attempt ``stop`` reported its stop, or nothing of it can any more
     (:func:`previous_node_gone`)."""
-    return JobEvent.objects.filter(job_id=job.pk, kind="attempt_stopped", attempt=stop.attempt,
-                                   seq__gt=stop.preempted_seq).exists() or previous_node_gone(stop)
+    return attempt_stopped_since(job.pk, attempt=stop.attempt, seq=stop.preempted_seq) or previous_node_gone(stop)
 
 
 def previous_node_gone(stop: PreviousStop) -> bool:
@@ -1325,9 +1328,11 @@ def registry_task_errors(spec: JobSpec, team: Team, resolved: dict) -> dict[str,
     yet can still both pass.
     """
     task = resolved.get("task") or spec.task
+    if not task:
+        return {}
     name = model_name_of(spec.task_name)
     registered, versions = model_name_task(team=team, name=name)
-    if not task or not registered or registered == task:
+    if not registered or registered == task:
         return {}
     shown = ", ".join(versions[:3]) + (" …" if len(versions) > 3 else "")
     return {"task_name": (
