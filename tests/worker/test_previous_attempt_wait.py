@@ -65,6 +65,25 @@ def next_attempt_started(job_id) -> Job:
     return attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
 
 
+def choose_while_the_victim_ends_its_epoch(job: Job, victim: Job, epoch: int):
+    """:func:`choose` for ``job`` while, 1.5 s in (``job`` is waiting by then), the preempted
+    ``victim`` records its epoch ``epoch`` and reports its stop, as its worker would."""
+    def victim_stops_at_its_epoch_end():
+        time.sleep(1.5)
+        try:
+            epoch_end(victim, epoch)
+            assert attempt_finish(victim, outcome="fenced") == "fenced"
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=victim_stops_at_its_epoch_end)
+    thread.start()
+    try:
+        return choose(job)
+    finally:
+        thread.join()
+
+
 def choose(job: Job) -> tuple[list[int | None], float, list[str]]:
     """(the epochs the attempt would try, seconds it took, the wait's events); the wait is taken
     from the training's timeout budget (the attempt held, and is charged for, its GPUs)."""
@@ -108,18 +127,7 @@ def test_it_waits_for_the_preempted_attempt_s_epoch_end_and_resumes_from_it(runn
     assert attempt_preempt(Job.objects.get(pk=victim.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
     new = next_attempt_started(victim.pk)
 
-    def victim_stops_at_its_epoch_end():
-        time.sleep(1.5)  # the next attempt is waiting by now
-        try:
-            epoch_end(victim, 2)
-            assert attempt_finish(victim, outcome="fenced") == "fenced"
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=victim_stops_at_its_epoch_end)
-    thread.start()
-    epochs, took, events = choose(new)
-    thread.join()
+    epochs, took, events = choose_while_the_victim_ends_its_epoch(new, victim, 2)
     assert epochs == [2, 1, None]
     assert 1.0 < took < 10, took
     assert events == ["waiting_for_previous_attempt"]
@@ -152,18 +160,7 @@ def test_an_attempt_preempted_while_it_waits_hands_the_wait_on_and_the_next_resu
     third = next_attempt_started(victim.pk)
     assert third.attempt == 3
 
-    def victim_stops_at_its_epoch_end():
-        time.sleep(1.5)  # attempt 3 is waiting by now
-        try:
-            epoch_end(victim, 2)
-            assert attempt_finish(victim, outcome="fenced") == "fenced"
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=victim_stops_at_its_epoch_end)
-    thread.start()
-    epochs, took, events = choose(third)
-    thread.join()
+    epochs, took, events = choose_while_the_victim_ends_its_epoch(third, victim, 2)
     assert epochs == [2, 1, None]
     assert 1.0 < took < 10, took
     assert events == ["waiting_for_previous_attempt"]
