@@ -1323,9 +1323,12 @@ def registry_task_errors(spec: JobSpec, team: Team, resolved: dict) -> dict[str,
     A training registers its weights as the next version of its task name (a sweep: its best
     trial's, under the sweep's); ``model=NAME:latest`` would then silently become a model of
     another task (trial23: detect v1, classify v2). The task is known now, as the registry will
-    record it (the model's own, else the spec's: ``_trained_task``), so the submit is refused, not
-    the registration of a finished training. Two such submits at once of a name with no version
-    yet can still both pass.
+    record it (the model's own, else the spec's: ``_trained_task``), so the submit is refused early
+    rather than the training registered elsewhere after its GPU time. This is a courtesy, not the
+    guarantee: it reads only the registry (one prepared query; the submit path is measured), so a
+    detect and a classify training queued under a name with no version yet both pass. The
+    registration keeps a name's versions one task (apps.registry.services.version_number_claim):
+    the later of the two is registered as ``NAME-TASK``, and its outcome says so.
     """
     task = resolved.get("task") or spec.task
     if not task:

@@ -31,6 +31,16 @@ from apps.datasets.models import Dataset
 
 from .checkpoint_scan import CheckpointRefused, member_name_ok, scan_checkpoint
 from .models import Evaluation, Export, ModelVersion, PredictionRun, SharedWeights, Stage, trained_class_names
+from .selectors import model_name_task
+
+
+class NameOfAnotherTask(ValueError):
+    """``name``'s versions are ``registered`` models; weights of ``task`` may not become one of them."""
+
+    def __init__(self, *, name: str, registered: str, task: str, versions: list[str]):
+        self.name, self.registered, self.task, self.versions = name, registered, task, versions
+        shown = ", ".join(versions[:3]) + (" …" if len(versions) > 3 else "")
+        super().__init__(f"{name}'s versions are {registered} models ({shown})")
 
 
 class WeightsRefused(ValueError):
@@ -73,6 +83,40 @@ def model_name_of(task_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", ascii_name).strip("-.") or "model"
 
 
+def version_number_claim(*, team, name: str, task: str) -> int:
+    """The next version number of model ``name`` for weights of ``task``: call it inside the
+    transaction that creates the version. NameOfAnotherTask (nothing claimed once that transaction
+    rolls back) when the name's versions are models of another task.
+
+    This, not the submit check (apps.jobs.services.registry_task_errors), is what keeps a name's
+    versions one task, so that ``name:latest`` never switches task: a detect and a classify
+    training queued one after the other under a new name both pass that check, neither having
+    registered yet. Every version — trained or uploaded — takes its number here, and
+    ``version_next``'s update of the name's counter row holds that row (PostgreSQL: a row lock;
+    SQLite: the write lock of the IMMEDIATE transaction) until the transaction ends; so two
+    registrations of a name pass here one at a time, and the task read after the update sees
+    every version committed before. Versions of unknown task (``task=""``: an upload whose head
+    the scan could not read) neither set a name's task nor are refused by it.
+    """
+    latest = ModelVersion.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"]
+    number = version_next(kind="model", team=team, name=name, floor=latest or 0)
+    registered, versions = model_name_task(team=team, name=name)
+    if task and registered and registered != task:
+        raise NameOfAnotherTask(name=name, registered=registered, task=task, versions=versions)
+    return number
+
+
+def _registration_names(name: str, task: str):
+    """``name``, then the names a training of ``task`` falls back to when ``name``'s versions are of
+    another task: ``name-task``, then ``name-task-2`` … (all within the column's 200 characters)."""
+    yield name
+    if task:
+        fallback = f"{name[:200 - len(task) - 4]}-{task}"
+        yield fallback
+        for n in range(2, 10):
+            yield f"{fallback}-{n}"
+
+
 def model_register(*, job, weights: Path, metrics: dict, code: dict | None = None, name: str = "",
                    lineage_extra: dict | None = None, key: str = "") -> ModelVersion:
     """Register a succeeded training job's weights as the next version of its task name (idempotent per job).
@@ -82,13 +126,21 @@ def model_register(*, job, weights: Path, metrics: dict, code: dict | None = Non
     versions the child reported. A sweep registers its best trial under the sweep's ``name``
     with ``lineage_extra`` = ``{"sweep": …}`` (apps.sweeps).
 
+    A name whose versions are of another task (:func:`version_number_claim`; registered since
+    the job's submit passed, by a job of another task queued under the same name or an upload)
+    does not fail the job: its GPU time is spent and its weights are good. They are registered
+    as ``NAME-TASK`` instead (``NAME-TASK-2`` … should that be another task's too), and the
+    version's ``lineage["name_taken"]`` says which name it was meant for and why it is not;
+    :func:`registration_note` words it for the job's outcome.
+
     ``key``: the weights' artifact key when ``weights`` is not the key's own file (a copy fetched
     from the artifact store into this machine's cache); by default the key of ``weights``.
     """
     existing = ModelVersion.objects.filter(job=job).first()
     if existing:
         return existing
-    name = model_name_of(name or job.task_name)
+    meant = model_name_of(name or job.task_name)
+    task = _trained_task(job)
     inputs = _job_inputs(job)
     parent, dataset = _lineage_links(inputs)
     lineage = {"parent": inputs.get("model") or {}, "dataset": inputs.get("data") or {},
@@ -96,20 +148,41 @@ def model_register(*, job, weights: Path, metrics: dict, code: dict | None = Non
     # Kept with the version: a val's class check must not depend on the dataset row surviving
     # (new-user trial 16, G17). Without a registered dataset, the checkpoint's own names.
     lineage["class_names"] = trained_class_names(lineage, dataset) or _checkpoint_class_names(weights)
-    for _ in range(5):
-        try:
-            with transaction.atomic():
-                latest = ModelVersion.objects.filter(team=job.team, name=name).aggregate(v=Max("version"))["v"]
-                version = version_next(kind="model", team=job.team, name=name, floor=latest or 0)
-                return ModelVersion.objects.create(
-                    team=job.team, name=name, version=version, job=job, source=ModelVersion.Source.TRAINING,
-                    filename=weights.name, weights_key=key or artifact_key(weights), sha256=file_sha256(weights),
-                    size=weights.stat().st_size, metrics=metrics, task=_trained_task(job),
-                    parent=parent, dataset=dataset, lineage=lineage,
-                )
-        except IntegrityError:
-            continue  # another job of the same name registered at the same moment
+    taken: NameOfAnotherTask | None = None
+    for candidate in _registration_names(meant, task):
+        for _ in range(5):
+            try:
+                with transaction.atomic():
+                    version = version_number_claim(team=job.team, name=candidate, task=task)
+                    if taken is not None:
+                        lineage["name_taken"] = {"name": meant, "task": taken.registered,
+                                                 "versions": taken.versions[:3]}
+                    return ModelVersion.objects.create(
+                        team=job.team, name=candidate, version=version, job=job,
+                        source=ModelVersion.Source.TRAINING, filename=weights.name,
+                        weights_key=key or artifact_key(weights), sha256=file_sha256(weights),
+                        size=weights.stat().st_size, metrics=metrics, task=task,
+                        parent=parent, dataset=dataset, lineage=lineage,
+                    )
+            except NameOfAnotherTask as exc:
+                if candidate == meant:
+                    taken = exc
+                break
+            except IntegrityError:
+                continue  # another job of the same name registered at the same moment
     raise RuntimeError(f"could not register a model version for job {job.pk}")
+
+
+def registration_note(version: ModelVersion) -> str:
+    """Why ``version`` is not under the name its job meant (:func:`model_register`); "" when it is."""
+    taken = (version.lineage or {}).get("name_taken")
+    if not taken:
+        return ""
+    name = taken["name"]
+    shown = ", ".join(taken.get("versions") or [])
+    return (f"not as {name}: while this job waited or trained, {name} got versions of another task "
+            f"({taken['task']}{': ' + shown if shown else ''}), and a name's versions are one task, so that "
+            f"{name}:latest never switches task; this {version.task} model is {version.reference} instead")
 
 
 def _checkpoint_class_names(weights: Path) -> list[str] | None:
@@ -192,8 +265,13 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int, b
             return newest, False
         storage_reserve(team=team, key=charge, size=received)
         with transaction.atomic():
-            latest = ModelVersion.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
-            number = version_next(kind="model", team=team, name=name, floor=latest)
+            try:
+                number = version_number_claim(team=team, name=name, task=scan["task"])
+            except NameOfAnotherTask as exc:
+                raise WeightsRefused(
+                    f"{filename} holds a {exc.task} model, and {exc}: a name's versions are one task, so that "
+                    f"{name}:latest never switches task. Upload it under another name (e.g. {name}-{exc.task}.pt)",
+                    field=filename_field) from None
             key = key_join("models", team.slug, name, f"v{number}", filename)
             final = artifact_path(key)
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -426,7 +504,8 @@ def job_outputs_record(*, job, finished: dict) -> str:
             return f"finished; weights at {weights.name} (a sweep trial: its sweep registers the best trial's)"
         target = model_register(job=job, weights=weights, metrics=finished.get("metrics") or {},
                                 code=finished.get("code"))
-        words.append(f"weights at {weights.name}, registered as {target}")
+        note = registration_note(target)
+        words.append(f"weights at {weights.name}, registered as {target}" + (f" ({note})" if note else ""))
     elif mode == "val":
         evaluation = evaluation_record(job=job, version=target, finished=finished)
         words.append(f"evaluation of {target or _weights_name(inputs)} on {evaluation.split} stored")

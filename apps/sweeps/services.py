@@ -42,7 +42,7 @@ from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_loca
 from apps.jobs.models import ACTIVE_STATES, Job, JobEvent, JobState, MetricPoint
 from apps.jobs.services import DuplicateJob, TooManyActiveJobs, job_cancel, job_event, job_submit, sweep_finish
 from apps.jobs.spec import SpecError, parse_spec
-from apps.registry.services import model_register
+from apps.registry.services import model_register, registration_note
 
 from .models import Trial
 from .search import COMPLETE, FAILED, PRUNED, RUNNING, TrialRecord, propose, prune_decide, trials_to_create
@@ -367,7 +367,8 @@ def best_register(parent: Job, config: dict, best: Trial, weights: Path | str, k
                                  "metric": config["metric"], "trials": config["trials"], "trial": best.number,
                                  "value": best.value, "params": best.params}})
     summary["model"] = version.reference
-    return f"its weights are registered as {version}"
+    note = registration_note(version)
+    return f"its weights are registered as {version}" + (f" ({note})" if note else "")
 
 
 # --- repair -------------------------------------------------------------------------------------

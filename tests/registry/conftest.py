@@ -5,6 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from apps.jobs.models import Job, JobState, MetricPoint
+from apps.jobs.services import attempt_finish, job_submit
+from apps.jobs.spec import parse_spec
+from apps.registry.models import ModelVersion
 from tests.security.fast import _fast_password_hashing  # noqa: F401
 
 
@@ -41,3 +45,26 @@ def trained_checkpoint(folder: Path) -> Path:
     model.train(data=str(data), epochs=1, imgsz=64, batch=4, workers=0, device="cpu", plots=False, val=False,
                 project=str(folder), name="run", exist_ok=True, verbose=False)
     return Path(model.trainer.last)
+
+
+def finish_training(job, content: bytes = b"weights", metrics: dict | None = None, epochs: int = 2) -> ModelVersion:
+    """What the worker reports when a training attempt succeeded (the real service path)."""
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    job.refresh_from_db()
+    weights = job.run_dir / "train" / "weights" / "best.pt"
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    weights.write_bytes(content)
+    for epoch in range(1, epochs + 1):
+        MetricPoint.objects.create(job=job, epoch=epoch, attempt=1, seq=epoch,
+                                   values={"metrics/mAP50-95(B)": 0.1 * epoch, "val/box_loss": 2.0 / epoch})
+    finished = {"mode": "train", "weights": str(weights), "metrics": metrics or {"metrics/mAP50-95(B)": 0.2},
+                "code": {"torch": "2.x", "ultralytics": "8.4"}, "exports": []}
+    assert attempt_finish(job, outcome="succeeded", exit_code=0, finished=finished) == "succeeded"
+    return ModelVersion.objects.get(job=job)
+
+
+def train(user, command: str, task_name: str = "pcb") -> Job:
+    document = {"task_name": task_name, "command": command, "user": "vision", "allow_duplicate": True,
+                "resources": {"gpu": 1}}
+    job, _ = job_submit(user=user, spec=parse_spec(document))
+    return job

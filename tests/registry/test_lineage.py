@@ -11,12 +11,12 @@ import pytest
 from django.test import Client
 
 from apps.accounts.models import AuditEntry
-from apps.jobs.models import Job, JobState, MetricPoint
-from apps.jobs.services import attempt_finish, job_submit
-from apps.jobs.spec import parse_spec
-from apps.registry.models import ModelVersion, PredictionRun
+from apps.jobs.models import Job, JobState
+from apps.jobs.services import attempt_finish
+from apps.registry.models import PredictionRun
 from apps.registry.services import model_version_delete
 from tests.conftest import api_client
+from tests.registry.conftest import finish_training, train
 
 pytestmark = pytest.mark.django_db
 
@@ -33,29 +33,6 @@ def page(user) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-def finish_training(job, content: bytes = b"weights", metrics: dict | None = None, epochs: int = 2) -> ModelVersion:
-    """What the worker reports when a training attempt succeeded (the real service path)."""
-    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
-    job.refresh_from_db()
-    weights = job.run_dir / "train" / "weights" / "best.pt"
-    weights.parent.mkdir(parents=True, exist_ok=True)
-    weights.write_bytes(content)
-    for epoch in range(1, epochs + 1):
-        MetricPoint.objects.create(job=job, epoch=epoch, attempt=1, seq=epoch,
-                                   values={"metrics/mAP50-95(B)": 0.1 * epoch, "val/box_loss": 2.0 / epoch})
-    finished = {"mode": "train", "weights": str(weights), "metrics": metrics or {"metrics/mAP50-95(B)": 0.2},
-                "code": {"torch": "2.x", "ultralytics": "8.4"}, "exports": []}
-    assert attempt_finish(job, outcome="succeeded", exit_code=0, finished=finished) == "succeeded"
-    return ModelVersion.objects.get(job=job)
-
-
-def train(user, command: str, task_name: str = "pcb") -> Job:
-    document = {"task_name": task_name, "command": command, "user": "vision", "allow_duplicate": True,
-                "resources": {"gpu": 1}}
-    job, _ = job_submit(user=user, spec=parse_spec(document))
-    return job
 
 
 @pytest.fixture
