@@ -28,11 +28,14 @@ DATA_DIR = env_path("DATA_DIR", BASE_DIR / "var" / (
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
+# What this process made to hold a generated SECRET_KEY (the file, the folders made for it): a
+# refused `manage.py restore` takes them back (apps/core/backup.py).
+SECRET_KEY_MADE: tuple[Path, ...] = ()
 if not SECRET_KEY:
     # One machine: a key generated once and kept under DATA_DIR, so sessions survive restarts.
     from yoloportal.secret import load_or_create_secret_key
 
-    SECRET_KEY = load_or_create_secret_key(DATA_DIR / "secret_key")
+    SECRET_KEY, SECRET_KEY_MADE = load_or_create_secret_key(DATA_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 

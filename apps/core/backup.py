@@ -35,6 +35,7 @@ from django.db import connection
 from apps.core.artifacts import ROOTS, ArtifactKeyError, key_check, root_path
 from apps.core.storage import (
     StorageUnavailable,
+    artifact_forget,
     artifact_listing,
     artifact_read,
     artifact_store_name,
@@ -169,12 +170,40 @@ def backup(target: Path) -> dict:
 
 
 def _database_empty() -> bool:
+    """No Django table in it. A SQLite file that is not there is empty, and is not opened: opening
+    it would make it, and a refused restore must leave none behind."""
+    if connection.vendor == "sqlite" and connection.connection is None \
+            and not Path(connection.settings_dict["NAME"]).exists():
+        return True
     return "django_migrations" not in connection.introspection.table_names()
 
 
-def restore(source: Path) -> dict:
-    """Load the backup folder ``source`` into this (empty) installation."""
-    source = Path(source)
+def _backup_database_check(source: Path, vendor: str) -> None:
+    """The backup's database file is there and, for SQLite, a database manage.py backup wrote: a
+    folder without one loaded an empty database and called it restored (and sqlite3 made an empty
+    ``database.sqlite3`` in the backup folder to read from)."""
+    if vendor != "sqlite":
+        if not (source / "database.dump").is_file():
+            raise BackupError(f"{source} has no database.dump: the backup is incomplete (or of another engine)")
+        return
+    path = source / "database.sqlite3"
+    if not path.is_file():
+        raise BackupError(f"{source} has no database.sqlite3: the backup is incomplete (or of another engine)")
+    try:
+        # immutable: read as it is, no lock, no -shm or -wal file made beside it.
+        reader = sqlite3.connect(f"{path.resolve().as_uri()}?immutable=1", uri=True)
+        try:
+            tables = {row[0] for row in reader.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            reader.close()
+    except sqlite3.DatabaseError as exc:
+        raise BackupError(f"{path} is not a SQLite database ({exc})") from None
+    if "django_migrations" not in tables:
+        raise BackupError(f"{path} is not a database manage.py backup wrote (it has no django_migrations table)")
+
+
+def _restore_refusal(source: Path, vendor: str) -> None:
+    """Every reason to refuse the restore, checked before anything is written (BackupError)."""
     # A typo'd or wrong folder was a FileNotFoundError traceback (optrial24).
     if not source.is_dir():
         raise BackupError(f"{source} is not a folder: give the folder manage.py backup wrote")
@@ -188,17 +217,16 @@ def restore(source: Path) -> dict:
     if not isinstance(manifest, dict) or "engine" not in manifest:
         raise BackupError(f"{source} is not a backup: its manifest.json is not one manage.py backup wrote "
                           "(it names no database engine)")
-    vendor = connection.vendor
     if manifest["engine"] != vendor:
         raise BackupError(f"the backup is of a {manifest['engine']} database; this installation uses {vendor}")
+    _backup_database_check(source, vendor)
     if not _database_empty():
         raise BackupError("the database is not empty: restore into a fresh one (see docs/deploy.md)")
     for root in ROOTS:
         folder = root_path(root)
         if folder.is_dir() and any(p for p in folder.iterdir() if not p.name.startswith(".")):
             raise BackupError(f"{folder} ({root}) is not empty: restore into a fresh storage")
-    into_store = not shared_filesystem()
-    if into_store:
+    if not shared_filesystem():
         try:
             for root in ROOTS:
                 if artifact_listing(root):
@@ -206,21 +234,35 @@ def restore(source: Path) -> dict:
                                       "restore into an empty bucket")
         except StorageUnavailable as exc:
             raise BackupError(str(exc)) from None
-    if vendor == "sqlite":
-        name = Path(settings.DATABASES["default"]["NAME"])
-        connection.close()
-        backup_db = sqlite3.connect(source / "database.sqlite3")
-        destination = sqlite3.connect(name)
-        with destination:
-            backup_db.backup(destination)
-        destination.close()
-        backup_db.close()
-    else:
-        connection.close()
-        result = subprocess.run(["pg_restore", "--no-owner", "--exit-on-error", *_pg_args(),
-                                 str(source / "database.dump")], env=_pg_env(), capture_output=True, text=True)
-        if result.returncode != 0:
-            raise BackupError(f"pg_restore failed: {result.stderr.strip()}")
+
+
+def _missing(path: Path) -> list[Path]:
+    """``path`` and those of its folders that are not there, deepest first: what making it makes."""
+    return [p for p in (path, *path.parents) if not p.exists()]
+
+
+def _remove(paths) -> None:
+    """Remove files, and folders if empty, in the order given (what a refused restore made)."""
+    for path in paths:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass  # a folder something else put a file into meanwhile stays
+
+
+def _sqlite_files(database: Path | None) -> list[Path]:
+    if database is None:
+        return []
+    return [database, *(database.with_name(database.name + end) for end in ("-wal", "-shm", "-journal"))]
+
+
+def _restore_files(source: Path, uploaded: list[str]) -> tuple[dict, dict]:
+    """The backup's files under this installation's roots and, with an object store, into it
+    (each key into ``uploaded`` before its upload, so a failure can take them back)."""
+    into_store = not shared_filesystem()
     files, objects = {}, {}
     for root in ROOTS:
         stored = source / "storage" / root
@@ -231,17 +273,111 @@ def restore(source: Path) -> dict:
             uploads = {key: path for key, path in _tree_keys(stored, root).items() if _addressable(key)} | from_store
             try:
                 for key, path in uploads.items():
+                    uploaded.append(key)
                     artifact_upload(key, path)
             except StorageUnavailable as exc:
-                raise BackupError(f"{exc}: the database is restored, the store is not complete; empty the database "
-                                  "and the bucket and restore again") from None
+                raise BackupError(str(exc)) from None
             objects[root] = len(uploads)
         elif from_store:  # an object store's backup restored onto a shared filesystem
             objects[root] = _copy_tree(source / "store" / root, root_path(root))
-    secret = source / "secret_key"
-    if secret.is_file() and not os.environ.get("SECRET_KEY"):
-        shutil.copy2(secret, Path(settings.DATA_DIR) / "secret_key")
-    result = {"engine": vendor, "files": files, "database": settings.DATABASES["default"]["NAME"]}
+    return files, objects
+
+
+def _restore_database(source: Path, vendor: str, database: Path | None) -> None:
+    connection.close()
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        # One transaction of the backup API: a failure leaves the destination as it was.
+        backup_db = sqlite3.connect(source / "database.sqlite3")
+        destination = sqlite3.connect(database)
+        try:
+            with destination:
+                backup_db.backup(destination)
+        finally:
+            destination.close()
+            backup_db.close()
+        return
+    result = subprocess.run(["pg_restore", "--no-owner", "--exit-on-error", "--single-transaction", *_pg_args(),
+                             str(source / "database.dump")], env=_pg_env(), capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BackupError(f"pg_restore failed: {result.stderr.strip()}")
+
+
+def restore(source: Path) -> dict:
+    """Load the backup folder ``source`` into this (empty) installation.
+
+    A refused restore leaves the installation as it found it (refusals left an empty database
+    file and the secret key generated at the command's start in DATA_DIR):
+
+    1. Every check before anything is written (:func:`_restore_refusal`): the folder, its
+       manifest, the engine, the backup's database file, an empty database (a SQLite file that
+       is not there is not opened: opening it makes it), empty roots and store.
+    2. The files, then the store's objects (the step an unreachable store can stop part-way),
+       then the database (one transaction: SQLite's backup API, ``pg_restore
+       --single-transaction``), then the backup's secret key.
+    3. Refused or failed at any step: what the restore wrote is taken back (the roots were
+       empty; the objects it uploaded are deleted where the store answers, else the refusal
+       counts them), with a database file it made and the key this process generated into
+       DATA_DIR at start (``settings.SECRET_KEY_MADE``, yoloportal/secret.py).
+    """
+    source = Path(source)
+    vendor = connection.vendor
+    database = Path(connection.settings_dict["NAME"]) if vendor == "sqlite" else None
+    made = [path for path in _sqlite_files(database) if not path.exists()]
+    made += list(getattr(settings, "SECRET_KEY_MADE", ()))
+    was_open = connection.connection is not None
+    try:
+        _restore_refusal(source, vendor)
+    except BaseException:
+        if not was_open:  # the check's own connection (closing the caller's would break its transaction)
+            connection.close()
+        _remove(made)
+        raise
+    roots = {root: _missing(root_path(root)) for root in ROOTS}
+    secret = Path(settings.DATA_DIR) / "secret_key"
+    secret_before = secret.read_bytes() if secret.is_file() else None
+    uploaded: list[str] = []
+    try:
+        files, objects = _restore_files(source, uploaded)
+        _restore_database(source, vendor, database)
+        backup_secret = source / "secret_key"
+        if backup_secret.is_file() and not os.environ.get("SECRET_KEY"):
+            shutil.copy2(backup_secret, secret)
+    except BaseException as exc:
+        connection.close()
+        left = _restore_take_back(roots, uploaded)
+        if secret_before is not None and secret not in made:
+            secret.write_bytes(secret_before)
+        _remove(made)
+        if isinstance(exc, BackupError):
+            raise BackupError(f"{exc}: nothing is restored{left}") from None
+        raise
+    result = {"engine": vendor, "files": files, "database": connection.settings_dict["NAME"]}
     if objects:
         result |= {"store": artifact_store_name(), "objects": objects}
     return result
+
+
+def _restore_take_back(roots: dict[str, list[Path]], uploaded: list[str]) -> str:
+    """Remove what a failed restore put under the roots (each was empty, or not there) and into the
+    store; "" or words for the objects that could not be deleted."""
+    for root, missing in roots.items():
+        folder = root_path(root)
+        if missing:
+            shutil.rmtree(folder, ignore_errors=True)
+            _remove(missing[1:])
+        elif folder.is_dir():
+            for child in folder.iterdir():
+                if child.name.startswith("."):
+                    continue  # was there before (the emptiness check passes hidden ones)
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+    if not uploaded:
+        return ""
+    left = len(uploaded) - artifact_forget(uploaded)
+    if not left:
+        return ""
+    return (f"; {left} objects it uploaded are still in {artifact_store_name()} (under "
+            f"{', '.join(f'{root}/' for root in ROOTS)}): empty the bucket before restoring again")
