@@ -146,6 +146,21 @@ def test_the_old_slurm_agent_still_submits_placements_once_0025_has_added_the_sc
     assert record.pk is not None
 
 
+def chosen_by_the_old_code_after_the_fill(back_at_0022) -> tuple[Job, Job]:
+    """The old worker running attempt 2 chooses its checkpoint (its attempt_resume_choose) once
+    0023 has filled the new column, then the rest of the migrations run: (the job, the job as
+    attempt 1's woken worker holds it)."""
+    old_apps, (job, _, _) = back_at_0022
+    old_job = old_apps.get_model("jobs", "Job")
+    migrate(FILLED)
+    # The old worker running attempt 2 chooses its checkpoint (its attempt_resume_choose).
+    assert old_job.objects.filter(pk=job.pk, state="running").update(resume_chosen_at=timezone.now()) == 1
+    migrate(latest())
+    first = Job.objects.get(pk=job.pk)
+    first.attempt, first.attempt_id = 1, uuid.uuid4()  # what attempt 1's woken worker holds
+    return job, first
+
+
 def test_a_choice_the_old_code_made_after_0023_s_fill_still_closes_the_fence(back_at_0022):
     """0023 fills resume_chosen_attempt once; an old worker that chooses after that (0024 runs
     moments later, the old workers run on until their server is restarted) writes only
@@ -158,14 +173,7 @@ def test_a_choice_the_old_code_made_after_0023_s_fill_still_closes_the_fence(bac
     e.g. the release notes require the workers stopped before migrate)."""
     from apps.jobs.services import attempt_can_record
 
-    old_apps, (job, _, _) = back_at_0022
-    old_job = old_apps.get_model("jobs", "Job")
-    migrate(FILLED)
-    # The old worker running attempt 2 chooses its checkpoint (its attempt_resume_choose).
-    assert old_job.objects.filter(pk=job.pk, state="running").update(resume_chosen_at=timezone.now()) == 1
-    migrate(latest())
-    first = Job.objects.get(pk=job.pk)
-    first.attempt, first.attempt_id = 1, uuid.uuid4()  # what attempt 1's woken worker holds
+    _, first = chosen_by_the_old_code_after_the_fill(back_at_0022)
     assert not attempt_can_record(first)
 
 
@@ -184,14 +192,7 @@ def test_a_choice_the_old_code_made_still_closes_the_fence_once_its_attempt_is_r
     job_requeue to clear the mark for the attempts that had not chosen)."""
     from apps.jobs.services import attempt_can_record, job_requeue
 
-    old_apps, (job, _, _) = back_at_0022
-    old_job = old_apps.get_model("jobs", "Job")
-    migrate(FILLED)
-    # The old worker running attempt 2 chooses its checkpoint (its attempt_resume_choose).
-    assert old_job.objects.filter(pk=job.pk, state="running").update(resume_chosen_at=timezone.now()) == 1
-    migrate(latest())
-    first = Job.objects.get(pk=job.pk)
-    first.attempt, first.attempt_id = 1, uuid.uuid4()  # what attempt 1's woken worker holds
+    job, first = chosen_by_the_old_code_after_the_fill(back_at_0022)
     assert not attempt_can_record(first)  # 2786901's fix: closed while attempt 2 runs
     # Its server is restarted (step 3): the new code requeues attempt 2; the job waits as attempt 3.
     assert job_requeue(Job.objects.get(pk=job.pk), kind="requeued", reason="its worker was stopped")

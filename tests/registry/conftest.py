@@ -47,6 +47,15 @@ def trained_checkpoint(folder: Path) -> Path:
     return Path(model.trainer.last)
 
 
+@pytest.fixture
+def stores(settings, tmp_path):
+    """Job folders, the registry's files and weights under the test's own folder: the settings."""
+    settings.JOBS_DIR = tmp_path / "jobs"
+    settings.MODELS_DIR = tmp_path / "models"
+    settings.WEIGHTS_DIR = tmp_path / "weights"
+    return settings
+
+
 def finish_training(job, content: bytes = b"weights", metrics: dict | None = None, epochs: int = 2) -> ModelVersion:
     """What the worker reports when a training attempt succeeded (the real service path)."""
     Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)

@@ -18,15 +18,7 @@ from apps.registry.services import model_version_delete
 from tests.conftest import api_client
 from tests.registry.conftest import finish_training, train
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def stores(settings, tmp_path):
-    settings.JOBS_DIR = tmp_path / "jobs"
-    settings.MODELS_DIR = tmp_path / "models"
-    settings.WEIGHTS_DIR = tmp_path / "weights"
-    return settings
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("stores")]
 
 
 def page(user) -> Client:

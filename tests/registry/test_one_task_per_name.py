@@ -19,13 +19,7 @@ from tests.conftest import api_client
 from tests.datasets.archives import PNG, make_zip, upload
 from tests.registry.conftest import finish_training, train
 
-
-@pytest.fixture(autouse=True)
-def stores(settings, tmp_path):
-    settings.JOBS_DIR = tmp_path / "jobs"
-    settings.MODELS_DIR = tmp_path / "models"
-    settings.WEIGHTS_DIR = tmp_path / "weights"
-    return settings
+pytestmark = pytest.mark.usefixtures("stores")
 
 
 @pytest.fixture

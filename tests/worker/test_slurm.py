@@ -103,6 +103,20 @@ def end(record, state: str, **report):
     return Job.objects.get(pk=record.job_id)
 
 
+@pytest.fixture
+def slurm_started(alice, teams, node, settings, tmp_path) -> Job:
+    """Alice's one-GPU training placed on the Slurm node's GPU 0 and started (attempt 1), its spec
+    resolved as a submit records it (what the batch's relay is given to train)."""
+    settings.JOBS_DIR, settings.SLURM_PORTAL_URL = tmp_path / "jobs", "http://portal.test"
+    type(node).objects.filter(pk=node.pk).update(executor="slurm", partition="gpu")
+    job = make_job(team=teams["vision"], user=alice, gpus=1)
+    Job.objects.filter(pk=job.pk).update(spec={**job.spec, "resolved": {"model": {"yaml": "yolov8n.yaml"},
+                                                                        "data_yaml": "/data/demo/data.yaml"}})
+    job = Job.objects.get(pk=job.pk)
+    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
+    return attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("state", ["NODE_FAIL", "PREEMPTED", "BOOT_FAIL"])
 def test_a_node_failure_requeues_from_the_checkpoint_without_spending_a_retry(submitted, state):
@@ -161,7 +175,7 @@ def test_an_attempt_ends_once(submitted):
 
 @pytest.mark.django_db
 def test_a_placement_waits_for_its_preempted_attempt_s_epoch_end_and_its_batch_resumes_from_it(
-        alice, teams, node, settings, tmp_path):
+        node, slurm_started):
     """review22, 4 on Slurm: the agent leaves the placement for a later tick (it starts them all and
     blocks on none), and chooses the batch's checkpoints only at submit (prepare), closing the fence."""
     import hashlib
@@ -169,14 +183,7 @@ def test_a_placement_waits_for_its_preempted_attempt_s_epoch_end_and_its_batch_r
 
     from apps.jobs.services import attempt_event_record, attempt_finish, attempt_preempt
 
-    settings.JOBS_DIR, settings.SLURM_PORTAL_URL = tmp_path / "jobs", "http://portal.test"
-    type(node).objects.filter(pk=node.pk).update(executor="slurm", partition="gpu")
-    job = make_job(team=teams["vision"], user=alice, gpus=1)
-    Job.objects.filter(pk=job.pk).update(spec={**job.spec, "resolved": {"model": {"yaml": "yolov8n.yaml"},
-                                                                        "data_yaml": "/data/demo/data.yaml"}})
-    job = Job.objects.get(pk=job.pk)
-    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
-    victim = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    job = victim = slurm_started
     assert attempt_resume_choose(victim)  # it trained: it chose first
     assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=30)
     assert job_claim(Job.objects.get(pk=job.pk), node=node, gpu_indices=[1], gpu_share=1.0, run_class="medium")
@@ -206,17 +213,13 @@ def test_a_placement_waits_for_its_preempted_attempt_s_epoch_end_and_its_batch_r
 
 @pytest.mark.django_db
 def test_a_placement_waiting_for_its_preempted_attempt_is_cancelled_when_asked_not_after_the_grace(
-        alice, teams, node, settings, tmp_path):
+        alice, node, slurm_started):
     """review23: the agent skips the placement for up to the grace plus 15 s (900 s by default); a
     cancel asked meanwhile waited all that time, and then the attempt was submitted to Slurm only to
     be scancelled at the next watch."""
     from apps.jobs.services import attempt_preempt, job_cancel
 
-    settings.JOBS_DIR, settings.SLURM_PORTAL_URL = tmp_path / "jobs", "http://portal.test"
-    type(node).objects.filter(pk=node.pk).update(executor="slurm", partition="gpu")
-    job = make_job(team=teams["vision"], user=alice, gpus=1)
-    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
-    started = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    job = started = slurm_started
     assert attempt_resume_choose(started)  # it trained: it chose first
     assert attempt_preempt(Job.objects.get(pk=job.pk), reason="an urgent job", now=timezone.now(), grace_s=900)
     assert job_claim(Job.objects.get(pk=job.pk), node=node, gpu_indices=[1], gpu_share=1.0, run_class="medium")
@@ -269,8 +272,7 @@ def test_placements_handed_back_before_they_started_do_not_use_up_the_jobs_stora
 
 
 @pytest.mark.django_db
-def test_an_attempt_taken_away_before_its_batch_chose_its_checkpoints_is_not_submitted(
-        alice, teams, node, settings, tmp_path):
+def test_an_attempt_taken_away_before_its_batch_chose_its_checkpoints_is_not_submitted(slurm_started):
     """review24: prepare() calls attempt_resume_choose and ignores its answer (the local worker
     stops on it: "fenced", review23). An attempt preempted with a grace between attempt_start and
     prepare (the scheduler's pass runs beside the agent's tick) is still submitted: its relay then
@@ -282,14 +284,7 @@ def test_an_attempt_taken_away_before_its_batch_chose_its_checkpoints_is_not_sub
     record, no sbatch), as AttemptRunner.resume_candidates does."""
     from apps.jobs.services import attempt_preempt
 
-    settings.JOBS_DIR, settings.SLURM_PORTAL_URL = tmp_path / "jobs", "http://portal.test"
-    type(node).objects.filter(pk=node.pk).update(executor="slurm", partition="gpu")
-    job = make_job(team=teams["vision"], user=alice, gpus=1)
-    Job.objects.filter(pk=job.pk).update(spec={**job.spec, "resolved": {"model": {"yaml": "yolov8n.yaml"},
-                                                                        "data_yaml": "/data/demo/data.yaml"}})
-    job = Job.objects.get(pk=job.pk)
-    assert job_claim(job, node=node, gpu_indices=[0], gpu_share=1.0, run_class="medium")
-    started = attempt_start(job_id=job.pk, attempt_id=Job.objects.get(pk=job.pk).attempt_id, node_name="node-a")
+    job = started = slurm_started
     record = ExecutorAttempt.objects.create(job=started, attempt=started.attempt, attempt_id=started.attempt_id,
                                             executor="slurm")
     # The scheduler's pass preempts it before the agent's submit (start_placed → submit → prepare).
