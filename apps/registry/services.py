@@ -180,9 +180,9 @@ def registration_note(version: ModelVersion) -> str:
         return ""
     name = taken["name"]
     shown = ", ".join(taken.get("versions") or [])
-    return (f"not as {name}: while this job waited or trained, {name} got versions of another task "
-            f"({taken['task']}{': ' + shown if shown else ''}), and a name's versions are one task, so that "
-            f"{name}:latest never switches task; this {version.task} model is {version.reference} instead")
+    return (f"not as {name}: {name}'s versions are {taken['task']} models{f' ({shown})' if shown else ''} and a "
+            f"name's versions are one task, so that {name}:latest never switches task; this {version.task} model "
+            f"is {version.reference} (task_name {version.name} adds to it)")
 
 
 def _checkpoint_class_names(weights: Path) -> list[str] | None:

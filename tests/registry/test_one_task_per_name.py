@@ -52,8 +52,9 @@ def test_a_training_whose_new_name_another_tasks_training_registered_first_regis
     assert version.lineage["name_taken"] == {"name": "pcb", "task": "detect", "versions": ["pcb:v1"]}
     assert set(ModelVersion.objects.filter(name="pcb").values_list("task", flat=True)) == {"detect"}
     said = JobEvent.objects.get(job=classify, kind="succeeded").message
-    assert "registered as vision/pcb-classify:v1 (not as pcb: while this job waited or trained, pcb got versions " \
-           "of another task (detect: pcb:v1), and a name's versions are one task" in said
+    assert "registered as vision/pcb-classify:v1 (not as pcb: pcb's versions are detect models (pcb:v1) and a " \
+           "name's versions are one task, so that pcb:latest never switches task; this classify model is " \
+           "pcb-classify:v1 (task_name pcb-classify adds to it))" in said
 
 
 @pytest.mark.django_db

@@ -80,6 +80,25 @@ def test_the_best_trials_weights_are_registered_with_the_sweep_as_lineage(sweepe
     assert "best: trial 1" in done.message and "registered as vision/lr-sweep:v1" in done.message
 
 
+def test_a_sweep_whose_name_another_task_took_while_it_ran_registers_its_best_as_name_task(sweeper, node):
+    """A name's versions are one task (apps.registry.services.version_number_claim): the sweep still
+    succeeds with its best weights, under lr-sweep-detect, and its final event says why."""
+    parent = submit_sweep(sweeper, parameters={"lr0": [0.01, 0.001]}, method="grid", parallel=2)
+    sweeps_advance()
+    ModelVersion.objects.create(team=parent.team, name="lr-sweep", version=1, task="classify",
+                                weights_key="models/vision/lr-sweep/v1/x.pt")
+    for job, final in zip(trial_jobs(parent), (0.30, 0.55), strict=True):
+        train(job, node, [final / 2, final], gpu=0)
+    sweeps_advance()
+    parent.refresh_from_db()
+    assert parent.state == JobState.SUCCEEDED
+    version = ModelVersion.objects.get(job_id=Trial.objects.get(sweep=parent, number=1).job_id)
+    assert (version.reference, version.task) == ("lr-sweep-detect:v1", "detect")
+    done = JobEvent.objects.filter(job=parent, kind="succeeded").get()
+    assert "registered as vision/lr-sweep-detect:v1 (not as lr-sweep: lr-sweep's versions are classify models" \
+        in done.message
+
+
 def test_a_succeeded_sweeps_weights_are_its_best_trials_registered_ones(sweeper, node):
     """jobs/{sweep}/weights/ said "The weights file is gone." while the job said they were there, and
     the sweep's model_version was null (CI trial 17, H5)."""
