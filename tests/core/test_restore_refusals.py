@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,13 +52,14 @@ def test_another_tools_manifest_json_is_refused_in_words(tmp_path, manifest):
 # at settings' import and the database file at its first connection, before restore() decides.
 
 
-def restore_in(data_dir: Path, folder: Path) -> str:
-    """``manage.py restore FOLDER`` on the SQLite installation in ``data_dir``; its refusal."""
+def restore_in(data_dir: Path, folder: Path, **extra: str) -> str:
+    """``manage.py restore FOLDER`` on the SQLite installation in ``data_dir`` (``extra``: more
+    environment); its refusal."""
     env = {key: value for key, value in os.environ.items()
            if key not in {"SECRET_KEY", "DATABASE_URL", "TEST_DATABASE_PATH", "ARTIFACTS_S3_BUCKET"}
            and not key.endswith("_DIR")}
     result = subprocess.run([sys.executable, "manage.py", "restore", str(folder)], cwd=settings.BASE_DIR,
-                            env={**env, "DATA_DIR": str(data_dir)}, capture_output=True, text=True, timeout=120)
+                            env={**env, "DATA_DIR": str(data_dir), **extra}, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0, result.stdout
     return result.stderr
 
@@ -137,35 +139,43 @@ def test_a_restore_refused_for_storage_in_use_makes_no_database_file_or_key(tmp_
     assert tree(data) == {"jobs": None, "jobs/7": None}
 
 
-@pytest.mark.django_db
-def test_a_restore_the_store_stops_part_way_takes_back_its_files_and_objects(tmp_path, settings, monkeypatch):
-    """The database was restored and the roots half full ("empty the database and the bucket and
-    restore again"): now the files, then the objects come first, and a failure takes them back."""
-    from apps.core import backup
-    from apps.core.storage import StorageUnavailable
+def test_a_restore_the_store_stops_part_way_takes_back_its_files_and_writes_no_database(tmp_path, backup_folder,
+                                                                                         moto):
+    """The store came before the database was restored and the roots half full ("empty the database
+    and the bucket and restore again"). Now the files, then the objects come first, and a failure
+    part-way takes back what it wrote: here the real S3 server (moto) dies once the first of the
+    backup's objects has reached it, so the restore also says that the objects it uploaded could
+    not be deleted."""
+    import threading
 
-    for root in ("datasets", "jobs", "models", "weights"):
-        setattr(settings, f"{root.upper()}_DIR", tmp_path / "data" / root)
-    (tmp_path / "data" / "jobs").mkdir(parents=True)
-    folder = tmp_path / "backup"
-    for key in ("jobs/1/a.txt", "jobs/2/b.txt", "models/vision/pcb/v1/best.pt"):
-        (folder / "storage" / key).parent.mkdir(parents=True, exist_ok=True)
-        (folder / "storage" / key).write_text(key)
-    (folder / "manifest.json").write_text('{"engine": "sqlite"}')
-    uploaded, forgotten = [], []
+    import boto3
 
-    def upload(key, path):
-        if key.startswith("models/"):
-            raise StorageUnavailable("artifact storage unreachable uploading it: timed out")
-        uploaded.append(key)
+    from tests.s3 import stop_moto
 
-    monkeypatch.setattr(backup, "_restore_refusal", lambda source, vendor: None)
-    monkeypatch.setattr(backup, "shared_filesystem", lambda: False)
-    monkeypatch.setattr(backup, "artifact_upload", upload)
-    monkeypatch.setattr(backup, "artifact_forget", lambda keys: forgotten.extend(keys) or len(keys))
-    monkeypatch.setattr(backup, "_restore_database", lambda *args: pytest.fail("the database comes after the store"))
-    with pytest.raises(backup.BackupError, match="timed out: nothing is restored$"):
-        backup.restore(folder)
-    assert uploaded == ["jobs/1/a.txt", "jobs/2/b.txt"]
-    assert forgotten == [*uploaded, "models/vision/pcb/v1/best.pt"]
-    assert tree(tmp_path / "data") == {"jobs": None}, "the roots as they were: jobs/ empty, models/ not there"
+    for n in range(300):
+        (backup_folder / "storage" / "jobs" / str(n)).mkdir(parents=True)
+        (backup_folder / "storage" / "jobs" / str(n) / "log.txt").write_text(f"job {n}")
+    s3 = boto3.client("s3", endpoint_url=moto["url"], aws_access_key_id="testing", aws_secret_access_key="testing",
+                      region_name="us-east-1")
+    stopped = threading.Event()
+
+    def stop_at_the_first_object():
+        while not stopped.is_set():
+            if s3.list_objects_v2(Bucket=moto["bucket"]).get("KeyCount"):
+                stop_moto(moto["process"])
+                stopped.set()
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=stop_at_the_first_object, daemon=True)
+    watcher.start()
+    data = tmp_path / "data"
+    try:
+        said = restore_in(data, backup_folder, ARTIFACTS_S3_BUCKET=moto["bucket"],
+                          ARTIFACTS_S3_ENDPOINT_URL=moto["url"], AWS_ACCESS_KEY_ID="testing",
+                          AWS_SECRET_ACCESS_KEY="testing")
+    finally:
+        stopped.set()
+        watcher.join(10)
+    assert "nothing is restored" in said and "objects it uploaded are still in s3://" in said, said
+    assert "Traceback" not in said, said
+    assert tree(data) is None, "no database file, no key, no files: the data folder as it was (not there)"
