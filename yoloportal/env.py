@@ -68,8 +68,11 @@ def env_path(name: str, default: Path) -> Path:
     return Path(raw).expanduser().resolve() if raw else default
 
 
-def parse_database_url(url: str) -> dict:
-    """``sqlite:///abs/path.db``, ``postgres://user:pw@host:port/name`` → Django DATABASES entry."""
+def parse_database_url(url: str, *, prepared_statements: bool = True) -> dict:
+    """``sqlite:///abs/path.db``, ``postgres://user:pw@host:port/name`` → Django DATABASES entry.
+
+    ``prepared_statements`` (PostgreSQL): whether apps/core/prepared.py's hot statements are
+    prepared on the server (DATABASE_PREPARED_STATEMENTS)."""
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         path = unquote(parsed.path)
@@ -105,6 +108,15 @@ def parse_database_url(url: str) -> dict:
             "HOST": parsed.hostname or "",
             "PORT": str(parsed.port or ""),
             "CONN_MAX_AGE": 60,
+            # psycopg prepares a statement on the server after this many runs on a connection,
+            # so the server stops parsing and planning it each time (about a third of its
+            # backend's CPU per submit: docs/performance.md, item 23). Only the statements that
+            # apps/core/prepared.py sends bind their parameters on the server and can be
+            # prepared; every other query keeps Django's default (client-side binding, never
+            # prepared). None (DATABASE_PREPARED_STATEMENTS=false): nothing is prepared, for a
+            # pooler that cannot keep prepared statements (PgBouncer in transaction mode
+            # before 1.21, or without max_prepared_statements).
+            "OPTIONS": {"prepare_threshold": 5 if prepared_statements else None},
         }
     raise EnvError(f"DATABASE_URL={url!r}: unsupported scheme {parsed.scheme!r} (use sqlite:// or postgres://)")
 

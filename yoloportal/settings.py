@@ -99,7 +99,10 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'yoloportal.sqlite3'}"
-DATABASES = {"default": parse_database_url(DATABASE_URL)}
+# PostgreSQL: the hot statements (apps/core/prepared.py) are prepared on the server; false
+# behind a pooler that cannot keep prepared statements (yoloportal/env.py, docs/deploy.md).
+DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
+DATABASES = {"default": parse_database_url(DATABASE_URL, prepared_statements=DATABASE_PREPARED_STATEMENTS)}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so test subprocesses (scheduler, worker, web) share it.
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_PATH") or str(DATA_DIR / "test.sqlite3")}

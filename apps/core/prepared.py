@@ -18,6 +18,13 @@ compiles each once per connection and then only runs it:
 
 The compiled query is kept on the connection object (each thread has its own), so
 converters and parameters always belong to the connection that runs them.
+
+On PostgreSQL the statements of this module (reads and inserts) are also *prepared on the
+server*: :func:`statement_cursor` binds their parameters on the server, so psycopg prepares
+each after a few runs on a connection (``prepare_threshold``, yoloportal/env.py) and the
+server then skips parsing, analysing and planning it — about a third of a submit's CPU in
+its PostgreSQL backend (docs/performance.md, item 23). Every other query keeps Django's
+client-side binding.
 """
 
 from __future__ import annotations
@@ -68,6 +75,10 @@ class _Compiled:
             raise ValueError(f"the query's SQL depends on its values; it cannot be prepared: {self.sql}")
         self.params = list(params)
         self.slots: dict[str, list[int]] = {name: [] for name in samples[0]}
+        # The type the ORM gave each value (PostgreSQL: psycopg's Int8 for a bigint column), so
+        # a value is sent as the ORM would send it: bound on the server, a plain int would be
+        # typed by its size, and each size would be another prepared statement.
+        self.kinds: dict[int, type] = {}
         for i, (a, b) in enumerate(zip(params, other_params, strict=True)):
             if a == b:
                 continue
@@ -75,6 +86,8 @@ class _Compiled:
             if len(names) != 1:
                 raise ValueError(f"parameter {i} of the prepared SQL is not one of the values as given: {self.sql}")
             self.slots[names[0]].append(i)
+            if type(a) not in (int, str):
+                self.kinds[i] = type(a)
         if not all(self.slots.values()):
             raise ValueError(f"a value does not reach the SQL: {self.slots}")
         self.compiler = compiler
@@ -93,10 +106,11 @@ class _Compiled:
 
     def run(self, values: dict[str, Any], connection) -> list:
         params = list(self.params)
+        kinds = self.kinds
         for name, positions in self.slots.items():
             for i in positions:
-                params[i] = values[name]
-        with connection.cursor() as cursor:
+                params[i] = kinds[i](values[name]) if i in kinds else values[name]
+        with statement_cursor(connection) as cursor:
             cursor.execute(self.sql, params)
             rows = cursor.fetchall()
         if self.converters:
@@ -234,7 +248,7 @@ class _Insert:
 
     def run(self, obj, params: list, connection) -> None:
         compiler = self.compiler
-        with connection.cursor() as cursor:
+        with statement_cursor(connection) as cursor:
             cursor.execute(self.sql, params)
             if not self.returning:
                 return
@@ -246,6 +260,29 @@ class _Insert:
             rows = list(compiler.apply_converters(rows, self.converters))
         for value, field in zip(rows[0], self.returning, strict=True):
             setattr(obj, field.attname, value)
+
+
+def statement_cursor(connection):
+    """A cursor for a hot statement: ``connection.cursor()``, except on PostgreSQL with
+    prepared statements on (OPTIONS ``prepare_threshold`` not None: yoloportal/env.py), where
+    it binds the parameters on the server (Django's ``server_side_binding`` cursor) instead of
+    quoting them into the SQL, so each statement is the same text every run and psycopg
+    prepares it on this connection once it has run ``prepare_threshold`` times.
+
+    Only for SQL whose every parameter the server can type (values compared with or stored
+    in a column, ``LIMIT``): the ORM's SQL for a filter or an insert is; a parameter in a
+    select list or a ``GROUP BY`` may not be (Django ticket #20516), which is why the rest of
+    the project keeps client-side binding. It is the same Django cursor otherwise (errors
+    translated, execute wrappers and query logging apply): what ``connection.cursor()``
+    does (``BaseDatabaseWrapper._cursor``), with another psycopg cursor class."""
+    if connection.vendor != "postgresql" or connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
+        return connection.cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        return connection._prepare_cursor(ServerBindingCursor(connection.connection))
 
 
 def value_preparer(field, connection, fallback: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:

@@ -36,7 +36,7 @@ from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.errors import FieldErrors
 from apps.core.faults import fault_point
 from apps.core.hashing import file_sha256
-from apps.core.prepared import PreparedInsert, PreparedRead, value_preparer
+from apps.core.prepared import PreparedInsert, PreparedRead, statement_cursor, value_preparer
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
 from apps.registry.selectors import model_name_task
@@ -1463,7 +1463,8 @@ def active_jobs_count(user_id: int, *, limit: int) -> int:
     uuid primary key made SQLite read every active job's table row (~1 ms at 1,500 queued).
     """
     states = [state.value for state in ACTIVE_STATES]
-    with connection.cursor() as cursor:
+    # Prepared on PostgreSQL like the submit's other statements (apps/core/prepared.py).
+    with statement_cursor(connection) as cursor:
         cursor.execute(_ACTIVE_COUNT_SQL.format(states=", ".join(["%s"] * len(states))), [user_id, *states, limit])
         return cursor.fetchone()[0]
 
