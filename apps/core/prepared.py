@@ -29,6 +29,7 @@ client-side binding.
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -90,6 +91,8 @@ class _Compiled:
                 self.kinds[i] = type(a)
         if not all(self.slots.values()):
             raise ValueError(f"a value does not reach the SQL: {self.slots}")
+        if binds_on_server(connection):
+            self._constants_into_text(connection)
         self.compiler = compiler
         self.models = queryset._iterable_class is ModelIterable
         self.converters = compiler.get_converters([s[0] for s in compiler.select])
@@ -103,6 +106,32 @@ class _Compiled:
                 "ValuesListIterable", "FlatValuesListIterable"):
             raise ValueError("only model rows and values_list() can be prepared")
         self.flat = queryset._iterable_class.__name__ == "FlatValuesListIterable"
+
+    def _constants_into_text(self, connection) -> None:
+        """Write the parameters that are the same on every call (the ORM's constants, as the
+        ``''`` of ``exclude(idempotency_key="")``) into the SQL as literals, and bind only the
+        call's values. Bound on the server, a prepared statement's generic plan (planned once
+        for any values) cannot see a bound constant: the replay check's ``NOT (key = $3)``
+        does not prove the partial unique index's ``key <> ''``, and that plan read every job
+        of the user (tests/jobs/test_indexes.py)."""
+        from psycopg.sql import Literal
+
+        connection.ensure_connection()  # the literals are quoted by the connection's adapters
+        kept: dict[int, int] = {}  # old position → new
+        pieces = re.split(r"(%%|%s)", self.sql)
+        position = 0
+        for n, piece in enumerate(pieces):
+            if piece != "%s":
+                continue
+            if any(position in slots for slots in self.slots.values()):
+                kept[position] = len(kept)
+            else:
+                pieces[n] = Literal(self.params[position]).as_string(connection.connection).replace("%", "%%")
+            position += 1
+        self.sql = "".join(pieces)
+        self.params = [self.params[old] for old in kept]
+        self.slots = {name: [kept[i] for i in positions] for name, positions in self.slots.items()}
+        self.kinds = {kept[i]: kind for i, kind in self.kinds.items()}
 
     def run(self, values: dict[str, Any], connection) -> list:
         params = list(self.params)
@@ -262,6 +291,11 @@ class _Insert:
             setattr(obj, field.attname, value)
 
 
+def binds_on_server(connection) -> bool:
+    """Whether :func:`statement_cursor` binds on the server (and so prepares) on ``connection``."""
+    return connection.vendor == "postgresql" and connection.settings_dict["OPTIONS"].get("prepare_threshold") is not None
+
+
 def statement_cursor(connection):
     """A cursor for a hot statement: ``connection.cursor()``, except on PostgreSQL with
     prepared statements on (OPTIONS ``prepare_threshold`` not None: yoloportal/env.py), where
@@ -275,7 +309,7 @@ def statement_cursor(connection):
     the project keeps client-side binding. It is the same Django cursor otherwise (errors
     translated, execute wrappers and query logging apply): what ``connection.cursor()``
     does (``BaseDatabaseWrapper._cursor``), with another psycopg cursor class."""
-    if connection.vendor != "postgresql" or connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
+    if not binds_on_server(connection):
         return connection.cursor()
     from django.db.backends.postgresql.base import ServerBindingCursor
 

@@ -217,3 +217,53 @@ def test_the_submit_s_job_insert_is_still_prepared_with_the_fence_s_database_def
 
     assert EVENT_INSERT.plain
     assert JOB_INSERT.plain
+
+
+def test_postgresql_prepares_the_hot_statements_unless_told_not_to():
+    from yoloportal.env import parse_database_url
+
+    url = "postgres://u:p@db:5432/portal"
+    assert parse_database_url(url)["OPTIONS"]["prepare_threshold"] == 5
+    assert parse_database_url(url, prepared_statements=False)["OPTIONS"]["prepare_threshold"] is None
+    assert "prepare_threshold" not in parse_database_url("sqlite:////tmp/x.sqlite3")["OPTIONS"]
+
+
+def prepared_statements() -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [statement for (statement,) in cursor.fetchall()]
+
+
+@pytest.fixture
+def postgresql():
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    return connection
+
+
+def test_a_prepared_read_is_prepared_on_the_server_after_a_few_runs(postgresql, bob):
+    """The submit's statements are parsed and planned once per connection, not per run."""
+    threshold = postgresql.settings_dict["OPTIONS"]["prepare_threshold"]
+    for _ in range(threshold + 1):
+        assert TOKEN(key_hash="f" * 64) == []
+    [statement] = [s for s in prepared_statements() if '"accounts_apitoken"."key_hash" = $1' in s]
+    assert TOKEN(key_hash="f" * 64) == []  # and runs prepared
+
+
+def test_other_queries_keep_client_side_binding(postgresql, bob):
+    """Only this module's statements bind on the server; an ORM query is never prepared."""
+    for _ in range(10):
+        list(ApiToken.objects.filter(key_hash="e" * 64))
+    assert not [s for s in prepared_statements() if "accounts_apitoken" in s]
+
+
+def test_nothing_is_prepared_when_prepared_statements_are_off(postgresql, bob, monkeypatch):
+    """DATABASE_PREPARED_STATEMENTS=false (a pooler that cannot keep them): the client cursor."""
+    monkeypatch.setitem(postgresql.settings_dict["OPTIONS"], "prepare_threshold", None)
+    for _ in range(10):
+        assert TOKEN(key_hash="d" * 64) == []
+    assert not [s for s in prepared_statements() if "accounts_apitoken" in s]

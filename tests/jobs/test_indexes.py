@@ -154,3 +154,45 @@ def test_my_jobs_page_reads_no_more_than_a_page_when_the_user_has_thousands_in_t
         return own + [n for child in node.get("Plans", []) for n in sorted_inputs(child)]
 
     assert all(rows <= SMALL_SORT for rows in sorted_inputs(plan)), plan
+
+
+def generic_plan(run) -> str:
+    """The plan PostgreSQL keeps for the statement that ``run()`` sends once it plans it for any
+    parameters (a prepared statement's generic plan: apps/core/prepared.py prepares the submit's
+    statements, and after five runs the server may plan them once for all values)."""
+    sent = []
+
+    def keep(execute, sql, params, many, context):
+        sent.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        run()
+    [(sql, params)] = sent
+    numbers = iter(range(1, len(params) + 1))
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute("PREPARE generic_check AS " + re.sub(r"%s", lambda _: f"${next(numbers)}", sql))
+        try:
+            cursor.execute("EXPLAIN EXECUTE generic_check(" + ", ".join(["%s"] * len(params)) + ")", params)
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE generic_check")
+
+
+@pytest.mark.parametrize("name", ["replay check", "active count"])
+def test_the_submits_prepared_reads_use_an_index_when_planned_for_any_values(big, name):
+    """Planned without the values, the replay check cannot use the partial unique index on
+    (user, key) — ``key <> ''`` cannot be proven from ``NOT (key = $3)`` — unless the empty
+    key is part of the statement's text."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's generic plans")
+    from apps.jobs.services import KEY_USED, active_jobs_count
+
+    member = big["member"]
+    run = {"replay check": lambda: KEY_USED(user_id=member.pk, key="no-such-key"),
+           "active count": lambda: active_jobs_count(member.pk, limit=1000)}[name]
+    plan = generic_plan(run)
+    assert_indexed(plan, paged=False)
+    if name == "replay check":
+        assert "one_job_per_idempotency_key" in plan, plan
