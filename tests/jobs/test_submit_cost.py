@@ -34,6 +34,26 @@ def test_a_second_submit_reads_no_cluster_or_quota_table(bob, demo_registered, n
     assert len(statements) <= 8 + (connection.vendor == "postgresql"), statements
 
 
+def test_a_submits_statements_are_all_prepared_on_postgresql(bob, demo_registered, node, settings):
+    """After a few submits on a connection PostgreSQL parses and plans none of a submit's
+    statements again: each is a prepared statement (docs/performance.md, item 23)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's prepared statements")
+    settings.ADMISSION_CACHE_S = 60
+    client = api_client(bob)
+    for n in range(connection.settings_dict["OPTIONS"]["prepare_threshold"] + 1):
+        assert submit(client, f"warm-{n}").status_code == 201
+    with CaptureQueriesContext(connection) as captured:
+        assert submit(client, "prepared").status_code == 201
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = {statement for (statement,) in cursor.fetchall()}
+    # The test's own transaction makes the view's a savepoint: those are not the submit's. The
+    # log holds each statement as the server got it ($1, $2 …), as pg_prepared_statements does.
+    sent = [q["sql"] for q in captured.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert len(sent) == 9 and not [sql[:80] for sql in sent if sql not in prepared], (sent, prepared)
+
+
 def test_the_replay_check_and_the_active_count_do_not_walk_the_users_history(bob, demo_registered, node,
                                                                             settings):
     """Each is one index search on SQLite: the user's past jobs are not read (they were, by
