@@ -323,12 +323,16 @@ def _server_binding_cursor_class() -> type:
     from django.db.backends.postgresql.base import ServerBindingCursor
 
     class StatementCursor(ServerBindingCursor):
-        def _send_query_prepared(self, name, pgq, *, binary=None):
+        def _send_query_prepared(self, *args, **kwargs):
             # Django's query log (DEBUG, CaptureQueriesContext) reads the statement from
             # ``cursor._query``, which psycopg 3.3 sets only when it sends a statement unprepared:
             # a prepared run was logged as None. tests/jobs/test_submit_cost.py reads the log.
-            self._query = pgq
-            super()._send_query_prepared(name, pgq, binary=binary)
+            # psycopg's private method (name, pgq, *, binary): whatever its signature becomes,
+            # the call passes through unchanged; only the log would lose the text again.
+            pgq = kwargs.get("pgq", args[1] if len(args) > 1 else None)
+            if hasattr(pgq, "query"):
+                self._query = pgq
+            return super()._send_query_prepared(*args, **kwargs)
 
     return StatementCursor
 
