@@ -103,16 +103,18 @@ class Problem:
 
 
 class ArchiveRejected(ValueError):
-    """The archive cannot be accepted. ``summary`` is one line; ``problems`` lists each finding."""
+    """The archive cannot be accepted. ``summary`` is one line; ``problems`` lists each finding;
+    ``field`` is the request field the summary is about (the archive, unless it is the name)."""
 
-    def __init__(self, summary: str, problems: list[Problem] | None = None):
+    def __init__(self, summary: str, problems: list[Problem] | None = None, *, field: str = "file"):
         self.summary = summary
         self.problems = problems or []
+        self.field = field
         super().__init__(summary)
 
     def report(self) -> dict[str, Any]:
         return {
-            "file": [self.summary],
+            self.field: [self.summary],
             "problems": [p.as_dict() for p in self.problems[:MAX_REPORTED_PROBLEMS]],
             "problem_count": len(self.problems),
         }

@@ -143,6 +143,7 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
     plan = archive_inspect(upload, size=size, limits=upload_limits(), kind=kind)
     if plan.kind == Dataset.Kind.CLASSIFY:
         kind = Dataset.Kind.CLASSIFY  # the default kind's upload found to be a classification folder
+    _refuse_kind_switch(team=team, name=name, kind=kind)
     root = team_dataset_root(team)
     root.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
@@ -191,6 +192,31 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
                  data={"name": name, "version": dataset.version, "images": plan.num_images,
                        "bytes": dataset.size_bytes, "sha256": dataset.sha256, "kind": kind})
     return DatasetUpload(dataset, True, skipped)
+
+
+KIND_PLURAL = {Dataset.Kind.YOLO: "YOLO datasets (data.yaml, images and labels)",
+               Dataset.Kind.CLASSIFY: "classification datasets (a folder of images per class)",
+               Dataset.Kind.IMAGES: "uploads of images to predict on"}
+KIND_ONE = {Dataset.Kind.YOLO: "a YOLO dataset", Dataset.Kind.CLASSIFY: "a classification dataset",
+            Dataset.Kind.IMAGES: "images to predict on"}
+
+
+def _refuse_kind_switch(*, team, name: str, kind: str) -> None:
+    """ArchiveRejected (on ``name``) when ``name``'s newest version is of another kind.
+
+    ``data=name`` means the newest version, so a classification folder or an images upload pushed
+    under a YOLO dataset's name (a wrong ``--name`` typed in a hurry) turned every spec naming it
+    into a refusal, and the other way round (trial25 F7), as a registered model name keeps one task
+    (apps.registry.services._refuse_task_switch).
+    """
+    newest = Dataset.objects.filter(team=team, name=name).order_by("-version").only("kind", "version").first()
+    if newest is None or newest.kind == kind:
+        return
+    other = {Dataset.Kind.CLASSIFY: "classify", Dataset.Kind.IMAGES: "images"}.get(kind, "yolo")
+    message = (f"{name}'s versions are {KIND_PLURAL.get(newest.kind, newest.kind)} ({name}:v{newest.version}), "
+               f"and this upload is {KIND_ONE.get(kind, kind)}: a name's versions are one kind, so that "
+               f"data={name} never switches kind. Give it another name (e.g. {name}-{other})")
+    raise ArchiveRejected(message, [Problem("name", message)], field="name")
 
 
 def _dataset_store(dataset: Dataset) -> None:

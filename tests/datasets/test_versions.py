@@ -120,6 +120,26 @@ def test_images_without_labels_upload_as_a_predict_source_only(bob):
     assert refused.status_code == 400 and refused.json()["problems"][0]["path"] == "notes.txt"
 
 
+def test_an_upload_of_another_kind_under_a_dataset_name_is_refused_naming_name(bob, storage):
+    # trial25 F7: images pushed as --name rects (a YOLO dataset) became rects:v4, and data=rects failed everywhere.
+    assert post(bob, make_zip(valid_files()), name="rects").status_code == 201
+    charged = list(StorageCharge.objects.values_list("bytes", flat=True))
+
+    response = post(bob, make_zip({"a.png": PNG, "b.png": PNG}), name="rects", kind="images")
+    assert response.status_code == 400, response.content
+    message = ("rects's versions are YOLO datasets (data.yaml, images and labels) (rects:v1), and this upload is "
+               "images to predict on: a name's versions are one kind, so that data=rects never switches kind. "
+               "Give it another name (e.g. rects-images)")
+    assert response.json() == {"name": [message], "problems": [{"path": "name", "problem": message}],
+                               "problem_count": 1}
+    assert list(Dataset.objects.values_list("name", "version", "kind")) == [("rects", 1, "yolo")]
+    assert list(StorageCharge.objects.values_list("bytes", flat=True)) == charged
+    assert sorted(p.name for p in (storage / "vision").iterdir()) == ["rects"]
+    assert submit(bob, "rects").status_code == 201
+
+    assert post(bob, make_zip({"a.png": PNG, "b.png": PNG}), name="rects-images", kind="images").status_code == 201
+
+
 def test_the_storage_quota_counts_every_version_and_a_delete_gives_it_back(bob, alice, teams, storage):
     first = post(bob, make_zip(valid_files())).json()
     teams["vision"].storage_quota_gb = 1.5 * first["size_bytes"] / 1024**3
