@@ -213,10 +213,10 @@ def _refuse_kind_switch(*, team, name: str, kind: str) -> None:
     if newest is None or newest.kind == kind:
         return
     other = {Dataset.Kind.CLASSIFY: "classify", Dataset.Kind.IMAGES: "images"}.get(kind, "yolo")
-    message = (f"{name}'s versions are {KIND_PLURAL.get(newest.kind, newest.kind)} ({name}:v{newest.version}), "
+    message = (f"{name}'s versions (newest {name}:v{newest.version}) are {KIND_PLURAL.get(newest.kind, newest.kind)}, "
                f"and this upload is {KIND_ONE.get(kind, kind)}: a name's versions are one kind, so that "
                f"data={name} never switches kind. Give it another name (e.g. {name}-{other})")
-    raise ArchiveRejected(message, [Problem("name", message)], field="name")
+    raise ArchiveRejected(message, field="name")
 
 
 def _dataset_store(dataset: Dataset) -> None:

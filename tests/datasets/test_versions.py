@@ -127,11 +127,10 @@ def test_an_upload_of_another_kind_under_a_dataset_name_is_refused_naming_name(b
 
     response = post(bob, make_zip({"a.png": PNG, "b.png": PNG}), name="rects", kind="images")
     assert response.status_code == 400, response.content
-    message = ("rects's versions are YOLO datasets (data.yaml, images and labels) (rects:v1), and this upload is "
-               "images to predict on: a name's versions are one kind, so that data=rects never switches kind. "
+    message = ("rects's versions (newest rects:v1) are YOLO datasets (data.yaml, images and labels), and this "
+               "upload is images to predict on: a name's versions are one kind, so that data=rects never switches kind. "
                "Give it another name (e.g. rects-images)")
-    assert response.json() == {"name": [message], "problems": [{"path": "name", "problem": message}],
-                               "problem_count": 1}
+    assert response.json() == {"name": [message], "problems": [], "problem_count": 0}
     assert list(Dataset.objects.values_list("name", "version", "kind")) == [("rects", 1, "yolo")]
     assert list(StorageCharge.objects.values_list("bytes", flat=True)) == charged
     assert sorted(p.name for p in (storage / "vision").iterdir()) == ["rects"]
