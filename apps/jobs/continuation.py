@@ -157,6 +157,17 @@ def _refuse_continued(job: Job, *, user, idempotency_key: str) -> None:
                                    "that one (it resumes from the same checkpoint or a newer one)")
 
 
+def continued_by(job: Job) -> Job | None:
+    """For pages: the newest job submitted to continue ``job`` (any state), or None.
+
+    The old job's page offered no word of it: "Continue" was gone once the continuation had
+    ended, and while it ran the button was there and its click a duplicate refusal (trial25 F3).
+    """
+    since = job.finished_at or job.created_at
+    return (Job.objects.filter(team_id=job.team_id, created_at__gte=since, spec__continued_from__job=str(job.pk))
+            .only("id", "task_name", "state", "epochs_done").order_by("-created_at").first())
+
+
 def continue_available(job: Job) -> ContinuePoint | None:
     """For pages: the point a "Continue from epoch N" button would start from, or None."""
     try:

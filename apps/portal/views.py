@@ -31,7 +31,7 @@ from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
-from apps.jobs.continuation import continue_available, job_continue, spec_memory, team_pinned
+from apps.jobs.continuation import continue_available, continued_by, job_continue, spec_memory, team_pinned
 from apps.jobs.log_archive import logs_gone_note
 from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, STATE_FILTERS, TERMINAL_STATES, JobState, PriorityClass
 from apps.jobs.selectors import (
@@ -156,7 +156,10 @@ def job_detail(request, job_id):
         **manager_actions(request.user, job),
         "model_version": model_version,
         "weights": job_weights_find(job),
-        "continue_point": (point := continue_available(job) if job.state in TERMINAL_STATES else None),
+        # A job continued already says by which job, and offers no second Continue (trial25 F3).
+        "continued_by": (later := continued_by(job) if job.state in TERMINAL_STATES else None),
+        "continue_point": (point := continue_available(job) if job.state in TERMINAL_STATES and later is None
+                           else None),
         # The submit form's unit (Timeout (hours)); after a refused Continue, what was typed.
         "continue_hours": request.GET.get("timeout_hours", f"{job.timeout_s / 3600:g}")[:32],
         "continue_memory": request.GET.get("memory", spec_memory(job) if point else "")[:32],

@@ -282,6 +282,23 @@ def test_the_job_page_offers_continue_from_epoch_n_and_the_new_page_names_its_or
     assert 'id="continue-button"' not in client.get(f"/jobs/{cancelled.pk}/").content.decode()
 
 
+def test_the_old_jobs_page_links_its_continuation_and_offers_no_second_continue(cancelled, alice, client):
+    """Trial25 F3: the old page said nothing of its continuation, and offered Continue while it ran."""
+    client.force_login(alice)
+    later = Job.objects.get(pk=api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/").json()["id"])
+
+    page = client.get(f"/jobs/{cancelled.pk}/").content.decode()
+    assert 'id="continue-button"' not in page  # its click would be a duplicate of the queued continuation
+    assert (f'id="continued-by">Continued by <a href="/jobs/{later.pk}/">{cancelled.task_name}</a> '
+            f"({str(later.pk)[:8]}, queued, 3 epochs done).</div>") in page  # the 3 it carries over
+
+    Job.objects.filter(pk=later.pk).update(state=JobState.CANCELLED, finished_at=timezone.now(), epochs_done=4)
+    page = client.get(f"/jobs/{cancelled.pk}/").content.decode()
+    assert 'id="continue-button"' not in page
+    assert f"({str(later.pk)[:8]}, cancelled, 4 epochs done): to train on, continue that one.</div>" in page
+    assert 'id="continued-by"' not in client.get(f"/jobs/{later.pk}/").content.decode()
+
+
 def test_the_pages_timeout_is_in_hours_as_on_the_submit_form(cancelled, alice, client):
     """A trial typed 2 into a box that meant seconds (beside a submit form that asks for hours):
     the continuation was killed after 2 s, before its first epoch."""
