@@ -71,7 +71,9 @@ def text_input(placeholder: str = "", **attrs: Any) -> forms.TextInput:
 class JobForm(forms.Form):
     """The common fields. Every field is optional here: the spec parser says what is missing."""
 
-    task_name = forms.CharField(required=False, max_length=300, widget=text_input("e.g. pcb-defects-v8s"))
+    # The spec's own limit (apps.jobs.spec: 200), so a browser stops there (300 let 201..300 through to
+    # a second refusal saying 200: trial25 F4).
+    task_name = forms.CharField(required=False, max_length=200, widget=text_input("e.g. pcb-defects-v8s"))
     team = forms.ChoiceField(required=False, choices=())
     dataset = forms.CharField(required=False, widget=text_input("a dataset of your team", list="datasets"))
     model = forms.CharField(required=False, initial="yolov8n.yaml",

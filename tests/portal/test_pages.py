@@ -155,6 +155,19 @@ def test_the_form_shows_every_problem_in_one_answer(alice, demo_registered):
     assert not Job.objects.exists()
 
 
+def test_the_task_names_limit_is_the_specs_on_the_form_too(alice, demo_registered):
+    """Trial25 F4: the box took 300 characters, 301 said "at most 300", 250 then "at most 200"."""
+    page = signed_in(alice).get("/jobs/new/").content.decode()
+    assert re.search(r'name="f-task_name"[^>]*maxlength="200"', page)
+    assert re.search(r'name="s-task_name"[^>]*maxlength="200"', page)
+    for length in (201, 250, 301):
+        response = signed_in(alice).post("/jobs/new/", {**FORM, "f-task_name": "x" * length})
+        assert "at most 200" in field_errors(response.content.decode())["task_name"], length
+    assert not Job.objects.exists()
+    response = signed_in(alice).post("/jobs/new/", {**FORM, "f-task_name": "x" * 200})
+    assert response.status_code == 302 and Job.objects.get().task_name == "x" * 200
+
+
 def test_the_form_submits_and_goes_to_the_job_page(alice, demo_registered):
     response = signed_in(alice).post("/jobs/new/", FORM)
     job = Job.objects.get()
