@@ -124,15 +124,19 @@ def jobs(request):
     if scope not in ("mine", "team"):
         scope = default_scope
     state = request.GET.get("state", "")
+    state = state if state in STATE_FILTERS else ""
+    teams = [t.slug for t in team_list(user=request.user)]
+    # A team that is none of the user's is no filter, as an unknown state is none: the page said
+    # "Every job of <it> … 0 jobs" with "all" in the Team box (trial25 F6).
     team = request.GET.get("team", "")
-    queryset = job_list(user=request.user, mine=scope == "mine", team=team or None,
-                        state=state if state in STATE_FILTERS else None)
+    team = team if team in teams else ""
+    queryset = job_list(user=request.user, mine=scope == "mine", team=team or None, state=state or None)
     page = Paginator(queryset.order_by("-created_at"), JOBS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "portal/jobs.html", {
         "page": page, "scope": scope, "default_scope": default_scope, "state": state, "team": team, "query": query.urlencode(),
-        "teams": [t.slug for t in team_list(user=request.user)],
+        "teams": teams,
         "states": STATE_FILTERS,
     })
 

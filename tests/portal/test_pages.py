@@ -337,6 +337,13 @@ def test_the_jobs_list_filters_mine_team_and_state(alice, bob, carol, demo_regis
     assert "alices" in active and "bobs" not in active
     unknown = client.get("/jobs/?scope=team&state=bogus").content.decode()
     assert "alices" in unknown and "bobs" in unknown
+    # A team that is none of hers filters nothing either, and the page does not name it (trial25 F6:
+    # "Every job of robotics … 0 jobs").
+    for other in ("robotics", "%F0%9F%9A%80"):
+        page = client.get(f"/jobs/?scope=team&team={other}").content.decode()
+        assert "alices" in page and "bobs" in page and "carols" not in page, other
+        assert "Every job of your teams" in page and "Every job of robotics" not in page
+    assert "Every job of vision" in client.get("/jobs/?scope=team&team=vision").content.decode()
 
 
 def test_the_jobs_list_shows_position_estimate_and_reason(alice, demo_registered):
