@@ -157,6 +157,7 @@ class YamlSpecForm(forms.Form):
     spec_text = forms.CharField(required=False, label="Job spec (YAML)",
                                 widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false", "class": "code"}))
     spec_file = forms.FileField(required=False, label="…or upload a .yaml file")
+    spec_file_used = ""  # the uploaded file's name once its text replaced the box's
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -171,6 +172,11 @@ class YamlSpecForm(forms.Form):
             except UnicodeDecodeError:
                 self.add_error("spec_file", "is not UTF-8 text")
                 return data
+            # A refused submit shows the text it read in the box, so that its problems point at what
+            # was used, not at a spec pasted there too, which the upload replaced (trial25 F5).
+            self.data = self.data.copy()
+            self.data[self.add_prefix("spec_text")] = data["spec_text"]
+            self.spec_file_used = upload.name
         if not (data.get("spec_text") or "").strip():
             self.add_error("spec_text", "paste a job spec or upload a file")
         return data

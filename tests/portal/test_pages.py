@@ -217,6 +217,28 @@ def test_an_uploaded_yaml_file_is_submitted(alice, demo_registered):
     assert Job.objects.get().raw_spec == SEED_SPEC
 
 
+def test_a_refused_uploaded_file_is_what_the_yaml_box_shows_and_says_so(alice, demo_registered):
+    """Trial25 F5: a pasted spec and a file both given: the problems were the file's, the box showed the paste."""
+    import html as html_lib
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from tests.conftest import SEED_SPEC
+
+    bad = 'task_name: "from the file"\ncommand: "yolo train data=demo model=yolov8n.yaml epochs=ten"\n'
+    upload = SimpleUploadedFile("job.yaml", bad.encode(), content_type="application/yaml")
+    page = signed_in(alice).post("/jobs/new/", {"mode": "yaml", "y-spec_text": SEED_SPEC,
+                                                "y-spec_file": upload}).content.decode()
+    assert re.search(r'data-path="command.epochs"><code>command.epochs</code> must be an integer', page)
+    box = html_lib.unescape(re.search(r'(?s)<textarea name="y-spec_text"[^>]*>(.*?)</textarea>', page).group(1))
+    assert box.strip() == bad.strip()
+    assert 'id="spec-file-used">The spec below is the text of the uploaded file job.yaml' in page
+    assert not Job.objects.exists()
+    # Without a file the box keeps what was typed, and says nothing of a file.
+    page = signed_in(alice).post("/jobs/new/", {"mode": "yaml", "y-spec_text": bad}).content.decode()
+    assert "spec-file-used" not in page
+
+
 def test_edit_and_resubmit_prefills_the_yaml_box(alice, demo_registered):
     job = submit(alice, task_name="again")
     html = signed_in(alice).get(f"/jobs/new/?from={job.pk}").content.decode()
