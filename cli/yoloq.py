@@ -683,6 +683,10 @@ def upload_team_check(api: Api, team: str | None) -> None:
                        f"(your teams: {yours}); nothing was uploaded")
 
 
+# The server's rule for a dataset name (apps/datasets/services.py NAME).
+DATASET_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
+
+
 def cmd_dataset_push(args: argparse.Namespace) -> int:
     api = api_from_config()
     source = Path(args.path)
@@ -690,6 +694,16 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
     fields = {"name": name, "team": args.team or "", "kind": args.kind, "description": args.description or ""}
     if not source.exists():
         raise CliError(f"{source}: no such file or folder")
+    # What the server would refuse only once the whole upload had arrived, said before zipping or
+    # sending anything (trial25: a bad --name, a .yaml, an empty folder each went up first).
+    if not DATASET_NAME.fullmatch(name):
+        raise CliError(f"name: {name!r} is no dataset name: use lowercase letters, digits, '-' and '_' "
+                       "(at most 100, starting with a letter or digit; --name NAME); nothing was uploaded")
+    if source.is_file() and not zipfile.is_zipfile(source):
+        raise CliError(f"{source}: is not a zip archive: push the dataset's folder, or a .zip of it; "
+                       "nothing was uploaded")
+    if source.is_dir() and not any(p.is_file() for p in source.rglob("*")):
+        raise CliError(f"{source}: the folder holds no files; nothing was uploaded")
     upload_team_check(api, args.team)
     if source.is_dir():
         with tempfile.TemporaryDirectory(prefix="yoloq-") as temp:

@@ -172,3 +172,23 @@ def test_a_push_to_a_team_you_are_not_in_is_refused_before_zipping(logged_in, tm
     code, _, err = run(capsys, "weights", "push", str(weights), "--team", "robotics")
     assert code == 1 and "not a member of a team named 'robotics'" in err
     assert not Dataset.objects.filter(name="pcb_defect").exists() and not ModelVersion.objects.filter(name="w").exists()
+
+
+def test_a_bad_name_a_file_that_is_no_zip_and_an_empty_folder_are_refused_before_sending(
+        logged_in, tmp_path, capsys, monkeypatch):
+    """trial25: each was zipped and sent, and refused by the server only then."""
+    monkeypatch.setattr(yoloq, "zip_folder", lambda *a: pytest.fail("zipped"))
+    monkeypatch.setattr(yoloq, "upload", lambda *a: pytest.fail("sent"))
+    before = Dataset.objects.count()
+    folder = dataset_folder(tmp_path)
+    code, _, err = run(capsys, "dataset", "push", str(folder), "--team", "vision", "--name", "Bad Name")
+    assert code == 1 and "name: 'Bad Name' is no dataset name: use lowercase letters" in err
+    assert "nothing was uploaded" in err
+    spec = tmp_path / "job.yaml"
+    spec.write_text("task_name: x\n")
+    code, _, err = run(capsys, "dataset", "push", str(spec), "--team", "vision")
+    assert code == 1 and f"{spec}: is not a zip archive: push the dataset's folder, or a .zip of it" in err
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    code, _, err = run(capsys, "dataset", "push", str(tmp_path / "empty"), "--team", "vision")
+    assert code == 1 and "the folder holds no files; nothing was uploaded" in err
+    assert Dataset.objects.count() == before
