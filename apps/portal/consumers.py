@@ -73,6 +73,11 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     closed = False
     live = True  # False once the channel layer (Redis) failed: history only, then close 1013
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Set once the groups are joined: only then does the channel-layer receive start.
+        self.joined = asyncio.Event()
+
     @property
     def channel_receive(self):
         return self._channel_receive
@@ -84,6 +89,13 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         the socket ends) instead of killing the consumer with a traceback."""
 
         async def tolerant_receive():
+            # Nothing can arrive before the groups are joined, and a refused socket (4401, 4404)
+            # joins none: its receive never starts. Started at once, as Channels does, a refused
+            # socket's receive — often its process's first use of the layer's Redis connection —
+            # could not be cancelled when the socket ended: the consumer hung on it for the life
+            # of the web process, which then could not stop gracefully (a traceback at Ctrl-C when
+            # Redis went; trial25). Waiting on an Event is cancelled cleanly.
+            await self.joined.wait()
             if self.live:
                 try:
                     return await receive()
@@ -118,6 +130,7 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             self.live = False
         else:
             redis_reachable()
+            self.joined.set()
         await self.accept()
         if self.live:
             self.counted = True
@@ -202,7 +215,11 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
 class NoSuchSocket(AsyncWebsocketConsumer):
     """Every other path under the WebSocket router (``/ws/jobs/not-a-uuid/``, ``/ws/x/``): refused as a
     job that is not there, accepted then closed 4404 (see ``JobConsumer.refuse``). Channels' own answer
-    was "No route found": a 500 at the handshake and a traceback in the web log, for anyone (sec19, F3)."""
+    was "No route found": a 500 at the handshake and a traceback in the web log, for anyone (sec19, F3).
+    It uses no channel layer (an alias that names none), so no receive is started for it (see
+    ``JobConsumer.channel_receive``)."""
+
+    channel_layer_alias = "none: a refused socket receives nothing"
 
     async def connect(self):
         await self.accept()

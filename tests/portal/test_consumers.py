@@ -163,6 +163,42 @@ def test_it_refuses_an_anonymous_socket(alice, demo_registered):
     assert async_to_sync(refusal)(socket_for(AnonymousUser(), job.pk)) == {"type": "websocket.close", "code": 4401}
 
 
+def test_a_refused_socket_never_starts_a_channel_layer_receive(alice, bob, carol, demo_registered, monkeypatch):
+    """Trial25: a refused socket's receive (often its web process's first use of the layer's Redis
+    connection) was not cancelled when the socket ended: its consumer hung for the life of the
+    process, which then could not stop gracefully. Nothing is received before joining now."""
+    from channels.layers import get_channel_layer
+    from django.contrib.auth.models import AnonymousUser
+
+    layer = type(get_channel_layer())
+    original, started = layer.receive, []
+
+    async def receive(self, channel):
+        started.append(channel)
+        return await original(self, channel)
+
+    monkeypatch.setattr(layer, "receive", receive)
+    job = submit(alice)
+    assert async_to_sync(refusal)(socket_for(carol, job.pk))["code"] == 4404
+    assert async_to_sync(refusal)(socket_for(AnonymousUser(), job.pk))["code"] == 4401
+    nowhere = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/jobs/not-a-uuid/")
+    nowhere.scope["user"] = alice
+    assert async_to_sync(refusal)(nowhere)["code"] == 4404
+    assert started == []
+
+    async def watch():
+        communicator = socket_for(bob, job.pk)
+        await communicator.connect()
+        await receive_until_history_end(communicator)
+        await sync_to_async(log_append)(job, "live\n")
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return message
+
+    assert async_to_sync(watch)()["data"] == {"text": "live\n"}
+    assert len(started) >= 1  # an accepted socket receives, once joined
+
+
 def test_it_lets_a_teammate_watch(alice, bob, demo_registered):
     job = submit(alice)
 
