@@ -207,7 +207,8 @@ def _refuse_kind_switch(*, team, name: str, kind: str) -> None:
     ``data=name`` means the newest version, so a classification folder or an images upload pushed
     under a YOLO dataset's name (a wrong ``--name`` typed in a hurry) turned every spec naming it
     into a refusal, and the other way round (trial25 F7), as a registered model name keeps one task
-    (apps.registry.services._refuse_task_switch).
+    (apps.registry.services.version_number_claim). Called before extracting (nothing done in vain)
+    and again in :func:`_dataset_commit` once the name's counter row is held (two uploads at once).
     """
     newest = Dataset.objects.filter(team=team, name=name).order_by("-version").only("kind", "version").first()
     if newest is None or newest.kind == kind:
@@ -242,6 +243,9 @@ def _dataset_commit(*, team, name: str, kind: str, staging: Path, charge: str, v
     with transaction.atomic():
         latest = Dataset.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
         version = version_next(kind="dataset", team=team, name=name, floor=latest)
+        # Again here, after the name's counter row is held (version_next), so that two uploads of
+        # different kinds under a new name cannot both pass the check made before extracting.
+        _refuse_kind_switch(team=team, name=name, kind=kind)
         key = key_join("datasets", team.slug, name, f"v{version}")
         final = artifact_path(key)
         final.parent.mkdir(parents=True, exist_ok=True)

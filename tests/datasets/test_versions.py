@@ -139,6 +139,27 @@ def test_an_upload_of_another_kind_under_a_dataset_name_is_refused_naming_name(b
     assert post(bob, make_zip({"a.png": PNG, "b.png": PNG}), name="rects-images", kind="images").status_code == 201
 
 
+def test_two_uploads_of_different_kinds_under_a_new_name_cannot_both_be_stored(bob, storage, monkeypatch):
+    """The check before extracting saw no version yet for either; the one made with the number is decisive."""
+    from apps.datasets import services
+
+    real = services.archive_extract
+
+    def extract_while_a_yolo_upload_lands(*args, **kwargs):
+        monkeypatch.setattr(services, "archive_extract", real)
+        assert post(bob, make_zip(valid_files()), name="rects").status_code == 201
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "archive_extract", extract_while_a_yolo_upload_lands)
+    response = post(bob, make_zip({"a.png": PNG, "b.png": PNG}), name="rects", kind="images")
+    assert response.status_code == 400, response.content
+    assert response.json()["name"][0].startswith("rects's versions (newest rects:v1) are YOLO datasets")
+    assert list(Dataset.objects.values_list("name", "version", "kind")) == [("rects", 1, "yolo")]
+    assert StorageCharge.objects.count() == 1
+    assert sorted(p.name for p in (storage / "vision").iterdir()) == ["rects"]
+    assert sorted(p.name for p in (storage / "vision" / "rects").iterdir()) == ["v1"]
+
+
 def test_the_storage_quota_counts_every_version_and_a_delete_gives_it_back(bob, alice, teams, storage):
     first = post(bob, make_zip(valid_files())).json()
     teams["vision"].storage_quota_gb = 1.5 * first["size_bytes"] / 1024**3
