@@ -169,11 +169,16 @@ def continued_by(job: Job) -> Job | None:
 
 
 def continue_available(job: Job) -> ContinuePoint | None:
-    """For pages: the point a "Continue from epoch N" button would start from, or None."""
+    """For pages: the point a "Continue from epoch N" button would start from, or None (also when
+    the dataset or model version the job used has been deleted since: the button's click was then
+    a refusal, trial25; the page names the deleted input)."""
     try:
-        return continue_point(job)
+        point = continue_point(job)
+        _data_kept(job)
+        _model_kept(job)
     except ContinueRefused:
         return None
+    return point
 
 
 def _document(job: Job, timeout_s: int | None, memory: str | None = None) -> tuple[dict, str]:
@@ -235,17 +240,24 @@ def _data_pinned(job: Job, document: dict) -> dict:
     A data folder that is no registered version has nothing to pin and is left as it is.
     ContinueRefused (``data``) when that version has been deleted.
     """
+    used = _data_kept(job)
+    return document if used is None else _pin(document, "data", f"{used[0]}:v{used[1]}")
+
+
+def _data_kept(job: Job) -> tuple[str, int] | None:
+    """(name, version) of the registered dataset version ``job`` trained on, None for a folder
+    that is no version; ContinueRefused (``data``) when that version has been deleted."""
     from apps.datasets.selectors import dataset_version_get
 
     used = ((job.spec or {}).get("inputs") or {}).get("data") or {}
     if not used.get("id"):
-        return document
+        return None
     name, version = used["name"], used["version"]
     if dataset_version_get(team=job.team, name=name, version=version) is None:
         raise ContinueRefused("data", f"the job trained on dataset {name} v{version}, which has been deleted since: "
                                       "a continuation trains on the same data as the epochs it continues (to train "
                                       "on another version, use Edit & resubmit: a new training)")
-    return _pin(document, "data", f"{name}:v{version}")
+    return name, version
 
 
 def _model_pinned(job: Job, document: dict) -> dict:
@@ -260,11 +272,18 @@ def _model_pinned(job: Job, document: dict) -> dict:
     shared filesystem, and ``train`` falls back to starting over from them when the checkpoint
     cannot be loaded), and an uploaded version's file goes with its row.
     """
+    used = _model_kept(job)
+    return document if used is None else _pin(document, "model", f"{used[0]}:v{used[1]}")
+
+
+def _model_kept(job: Job) -> tuple[str, int] | None:
+    """(name, version) of the registered model version ``job`` started from, None for weights
+    that are no version; ContinueRefused (``model``) when that version has been deleted."""
     from apps.registry.models import ModelVersion
 
     used = ((job.spec or {}).get("inputs") or {}).get("model") or {}
     if used.get("kind") != "version" or not used.get("id"):
-        return document
+        return None
     name, number = used["name"], used["version"]
     version = ModelVersion.objects.filter(pk=used["id"], team=job.team_id).first()
     if version is None or not version.weights_key:
@@ -272,7 +291,7 @@ def _model_pinned(job: Job, document: dict) -> dict:
                                        "a continuation needs its weights too (its worker fetches them, and starts "
                                        "over from them if the checkpoint cannot be loaded); to train from another "
                                        "model, use Edit & resubmit: a new training")
-    return _pin(document, "model", f"{name}:v{number}")
+    return name, number
 
 
 def _pin(document: dict, key: str, pinned: str) -> dict:

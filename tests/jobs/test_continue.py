@@ -519,7 +519,7 @@ def test_it_trains_on_the_dataset_version_the_old_job_did_not_a_newer_one(submit
     assert new.spec["train_args"]["data"] == "demo:v1" and "demo:v1" in new.raw_spec  # the page shows the version
 
 
-def test_a_deleted_dataset_version_is_refused_naming_data_even_with_a_newer_one(cancelled, alice, teams):
+def test_a_deleted_dataset_version_is_refused_naming_data_even_with_a_newer_one(cancelled, alice, teams, client):
     from apps.datasets.demo import generate_demo_dataset
     from apps.datasets.models import Dataset
     from apps.datasets.selectors import team_dataset_root
@@ -536,6 +536,10 @@ def test_a_deleted_dataset_version_is_refused_naming_data_even_with_a_newer_one(
         "the job trained on dataset demo v1, which has been deleted since: a continuation trains on the same data "
         "as the epochs it continues (to train on another version, use Edit & resubmit: a new training)"]}
     assert Job.objects.count() == 1 and not list(cancelled.run_dir.parent.glob("*/checkpoints/*.json"))
+    # The page offers no Continue whose click is that refusal (trial25); it names the deleted input.
+    client.force_login(alice)
+    page = client.get(f"/jobs/{cancelled.pk}/").content.decode()
+    assert 'id="continue-button"' not in page and "Resubmit" in page
 
 
 @pytest.fixture
@@ -576,7 +580,7 @@ def test_it_starts_from_the_model_version_the_old_job_did_not_a_newer_one(from_r
     assert "model=base:v1" in new.raw_spec  # the page shows the version
 
 
-def test_a_deleted_model_version_is_refused_naming_model_and_why_it_is_needed(from_registered_model, alice):
+def test_a_deleted_model_version_is_refused_naming_model_and_why_it_is_needed(from_registered_model, alice, client):
     """The resume loads the checkpoint, but the worker still fetches the model's weights and starts
     over from them if the checkpoint cannot be loaded; an uploaded version's file goes with its row."""
     from apps.registry.models import ModelVersion
@@ -591,6 +595,8 @@ def test_a_deleted_model_version_is_refused_naming_model_and_why_it_is_needed(fr
     assert list(response.json()) == ["model"], response.json()
     assert response.json()["model"][0].startswith("the job started from model base v1, which has been deleted since")
     assert Job.objects.count() == 1 and not list(cancelled.run_dir.parent.glob("*/checkpoints/*.json"))
+    client.force_login(alice)
+    assert 'id="continue-button"' not in client.get(f"/jobs/{cancelled.pk}/").content.decode()
 
 
 # --- the continuation stays in the job's team (sec19, F1) -------------------------------------------
