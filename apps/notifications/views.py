@@ -42,8 +42,17 @@ def notifications(request):
     if request.method == "POST" and request.POST.get("action") == "preferences":
         try:
             values = {f: f in request.POST for f in BOOLEAN_PREFERENCES}
-            values["started_late_minutes"] = int(request.POST.get("started_late_minutes") or 30)
-            values["quota_percent"] = int(request.POST.get("quota_percent") or 80)
+            # Each box that is no whole number is named (it said "preferences: minutes and percent
+            # must be whole numbers", whichever it was: trial25).
+            not_whole = {}
+            for field, default in (("started_late_minutes", 30), ("quota_percent", 80)):
+                typed = request.POST.get(field) or str(default)
+                try:
+                    values[field] = int(typed)
+                except ValueError:
+                    not_whole[field] = f"must be a whole number, got {typed[:20]!r}"
+            if not_whole:
+                raise FieldErrors(not_whole)
             preference_update(user=request.user, **values)
             messages.success(request, "Preferences saved.")
             return redirect("notifications")

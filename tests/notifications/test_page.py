@@ -99,6 +99,19 @@ def test_refused_preferences_come_back_as_typed_with_every_problem_named(bob):
     assert not NotificationPreference.objects.filter(user=bob).exists()
 
 
+def test_a_preference_that_is_no_whole_number_is_refused_naming_its_box(bob):
+    """Trial25: "preferences: minutes and percent must be whole numbers", whichever box it was."""
+    response = signed_in(bob).post("/notifications/", {"action": "preferences", "started_late_minutes": "abc",
+                                                       "quota_percent": "50"})
+    assert response.context["errors"] == {"started_late_minutes": "must be a whole number, got 'abc'"}
+    response = signed_in(bob).post("/notifications/", {"action": "preferences", "started_late_minutes": "1.5",
+                                                       "quota_percent": "x"})
+    assert response.context["errors"] == {"started_late_minutes": "must be a whole number, got '1.5'",
+                                          "quota_percent": "must be a whole number, got 'x'"}
+    assert 'name="started_late_minutes" value="1.5"' in response.content.decode()
+    assert not NotificationPreference.objects.filter(user=bob).exists()
+
+
 def test_a_refused_channel_comes_back_as_typed(alice):
     """Trial 20: a refused webhook (a private address, here no URL at all) came back with its name, kind
     and URL emptied."""
