@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from django.http import Http404
+from django.http import Http404, QueryDict
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ErrorDetail, Throttled, UnsupportedMediaType, ValidationError
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -163,6 +163,22 @@ class StrictInput(serializers.Serializer):
                     reason = self.forbidden.get(key) or PLATFORM_FIELDS.get(key) or "is not a known field"
                     errors[str(key)] = [ErrorDetail(f"cannot be set: {reason}" if reason != "is not a known field"
                                                     else reason, code="unknown_field")]
+                # The known fields' own problems in the same answer ({"timeout": "abc", "bogus": 1}
+                # named only bogus, then timeout on the next try: trial25).
+                # Not data.copy(): a QueryDict deep-copies its values, and a multipart body's are
+                # the uploaded files (a large one an open temporary file).
+                if hasattr(data, "getlist"):
+                    known = QueryDict(mutable=True)
+                    for key in data.keys():
+                        if key not in unknown:
+                            known.setlist(key, data.getlist(key))
+                else:
+                    known = {key: value for key, value in data.items() if key not in unknown}
+                try:
+                    super().to_internal_value(known)
+                except ValidationError as exc:
+                    if isinstance(exc.detail, dict):
+                        errors = {**exc.detail, **errors}
                 raise ValidationError(errors)
         return super().to_internal_value(data)
 

@@ -101,6 +101,16 @@ def test_fields_the_platform_sets_are_refused(field, bob):
     assert not Dataset.objects.exists()
 
 
+def test_an_unknown_field_and_a_bad_known_one_are_named_together_with_the_file_on_disk(bob, settings):
+    """trial25: an unknown field hid the known fields' problems; naming both must not copy the files
+    (a large upload is an open temporary file, which cannot be deep-copied)."""
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 0  # every uploaded file a TemporaryUploadedFile
+    response = post(bob, make_zip(valid_files()), bogus="1", kind="segmentation")
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == {"bogus", "kind"} and response.json()["bogus"] == ["is not a known field"]
+    assert not Dataset.objects.exists()
+
+
 def test_a_missing_file_names_the_field(bob):
     response = api_client(bob).post("/api/v1/datasets/", {"name": "x"}, format="multipart")
     assert response.status_code == 400 and "file" in response.json()

@@ -89,7 +89,8 @@ def test_a_timeout_over_the_limit_is_refused_naming_it(cancelled, alice, setting
     assert not list((cancelled.run_dir.parent).glob("*/checkpoints/*.json"))  # the copies went again
 
 
-@pytest.mark.parametrize("body", [{"timeout": "soon"}, {"timeout": 0}, {"epochs": 9}])
+@pytest.mark.parametrize("body", [{"timeout": "soon"}, {"timeout": 0}, {"epochs": 9},
+                                  {"timeout": "abc", "bogus": 1}])  # both named at once (trial25)
 def test_a_bad_body_is_refused_naming_the_field(cancelled, alice, body):
     response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/", body, format="json")
 
