@@ -519,7 +519,9 @@ def submit_page(request, *, job_form=None, yaml_form=None, sweep_form=None, mode
         "sweep_form": sweep_form or SweepForm(**teams, prefix="s"),
         "train_args": TRAIN_ARG_NAMES, "sweep_metrics": SWEEP_METRICS,
         "mode": mode, "duplicate_of": duplicate_of, "refused": refused,
-        "datasets": dataset_list(user=request.user).values_list("name", flat=True).distinct(),
+        # Each name once: the model's ordering (team, name, -version) made DISTINCT keep one row
+        # per version, so a name with two versions was offered twice (trial25).
+        "datasets": dataset_list(user=request.user).order_by("name").values_list("name", flat=True).distinct(),
         "models": MODEL_SUGGESTIONS + [f"{m.name}:v{m.version}" for m in model_list(user=request.user)[:50]],
         "idempotency_key": uuid.uuid4().hex,
     }, status=status)

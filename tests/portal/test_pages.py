@@ -168,6 +168,21 @@ def test_the_task_names_limit_is_the_specs_on_the_form_too(alice, demo_registere
     assert response.status_code == 302 and Job.objects.get().task_name == "x" * 200
 
 
+def test_the_dataset_box_offers_each_name_once(alice, demo_registered):
+    """Trial25: a name with two versions was offered twice (the list's ordering broke DISTINCT)."""
+    from tests.datasets.archives import make_zip, upload, valid_files
+
+    for extra in ({}, {"labels/val/0.txt": b"1 0.5 0.5 0.1 0.1\n"}):
+        response = api_client(alice).post("/api/v1/datasets/", {"file": upload(make_zip(valid_files() | extra)),
+                                                                "name": "rects", "team": "vision"},
+                                          format="multipart")
+        assert response.status_code == 201, response.content
+    page = signed_in(alice).get("/jobs/new/").content.decode()
+    options = re.findall(r'<option value="([^"]+)">', re.search(r'<datalist id="datasets">(.*?)</datalist>',
+                                                                 page).group(1))
+    assert options == sorted(set(options)) and options.count("rects") == 1 and "demo" in options
+
+
 def test_the_form_submits_and_goes_to_the_job_page(alice, demo_registered):
     response = signed_in(alice).post("/jobs/new/", FORM)
     job = Job.objects.get()
