@@ -412,6 +412,10 @@ def archive_inspect(upload: IO[bytes], *, size: int, limits: ArchiveLimits, kind
 
 def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits, upload_kind: str) -> ArchivePlan:
     infos = archive.infolist()
+    if not infos:
+        # It said "has no data.yaml at its top", as if only that were missing (trial25). (Folders
+        # without files go on: a classification layout's empty class folders are named one by one.)
+        raise ArchiveRejected("is a zip archive with nothing in it")
     if len(infos) > limits.max_files:
         raise ArchiveRejected(f"has {len(infos)} entries; the limit is {limits.max_files}")
     declared = sum(i.file_size for i in infos)

@@ -111,6 +111,19 @@ def test_an_unknown_field_and_a_bad_known_one_are_named_together_with_the_file_o
     assert not Dataset.objects.exists()
 
 
+def test_an_empty_zip_is_called_empty(bob, storage):
+    """Trial25: an empty zip "has no data.yaml at its top", as if only that were missing."""
+    import io
+
+    buffer = io.BytesIO()
+    zipfile.ZipFile(buffer, "w").close()
+    for kind in ("yolo", "images", "classify"):
+        response = post(bob, buffer.getvalue(), kind=kind)
+        assert response.status_code == 400, (kind, response.content)
+        assert response.json()["file"] == ["is a zip archive with nothing in it"], (kind, response.content)
+    assert not Dataset.objects.exists()
+
+
 def test_a_missing_file_names_the_field(bob):
     response = api_client(bob).post("/api/v1/datasets/", {"name": "x"}, format="multipart")
     assert response.status_code == 400 and "file" in response.json()
