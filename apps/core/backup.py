@@ -303,7 +303,7 @@ def _restore_database(source: Path, vendor: str, database: Path | None) -> None:
         raise BackupError(f"pg_restore failed: {result.stderr.strip()}")
 
 
-def restore(source: Path) -> dict:
+def restore(source: Path, *, key_made: tuple[Path, ...] = ()) -> dict:
     """Load the backup folder ``source`` into this (empty) installation.
 
     A refused restore leaves the installation as it found it (refusals left an empty database
@@ -318,13 +318,17 @@ def restore(source: Path) -> dict:
     3. Refused or failed at any step: what the restore wrote is taken back (the roots were
        empty; the objects it uploaded are deleted where the store answers, else the refusal
        counts them), with a database file it made and the key this process generated into
-       DATA_DIR at start (``settings.SECRET_KEY_MADE``, yoloportal/secret.py).
+       DATA_DIR at start when the caller passes it as ``key_made`` (``settings.SECRET_KEY_MADE``,
+       yoloportal/secret.py): only ``manage.py restore``, which exits right after, does; a
+       process that goes on signs with that key (attempt tokens), so it keeps it (review27).
     """
     source = Path(source)
     vendor = connection.vendor
     database = Path(connection.settings_dict["NAME"]) if vendor == "sqlite" else None
-    made = [path for path in _sqlite_files(database) if not path.exists()]
-    made += list(getattr(settings, "SECRET_KEY_MADE", ()))
+    # A database that is there owns its -wal/-shm (whoever has it open made them): only a file
+    # this restore makes takes its companions with it (review27).
+    made = [path for path in _sqlite_files(database) if not path.exists()] if database and not database.exists() else []
+    made += list(key_made)
     was_open = connection.connection is not None
     try:
         _restore_refusal(source, vendor)

@@ -24,7 +24,9 @@ server*: :func:`statement_cursor` binds their parameters on the server, so psyco
 each after a few runs on a connection (``prepare_threshold``, yoloportal/env.py) and the
 server then skips parsing, analysing and planning it — about a third of a submit's CPU in
 its PostgreSQL backend (docs/performance.md, item 23). Every other query keeps Django's
-client-side binding.
+client-side binding. psycopg forgets a connection's prepared statements at any rollback
+(a savepoint's too, e.g. a submit refused at the active-job cap); they are prepared again
+after ``prepare_threshold`` runs.
 """
 
 from __future__ import annotations

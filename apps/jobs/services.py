@@ -36,7 +36,7 @@ from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.errors import FieldErrors
 from apps.core.faults import fault_point
 from apps.core.hashing import file_sha256
-from apps.core.prepared import PreparedInsert, PreparedRead, statement_cursor, value_preparer
+from apps.core.prepared import PreparedInsert, PreparedRead, binds_on_server, statement_cursor, value_preparer
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
 from apps.registry.selectors import model_name_task
@@ -1463,7 +1463,13 @@ def active_jobs_count(user_id: int, *, limit: int) -> int:
     uuid primary key made SQLite read every active job's table row (~1 ms at 1,500 queued).
     """
     states = [state.value for state in ACTIVE_STATES]
-    # Prepared on PostgreSQL like the submit's other statements (apps/core/prepared.py).
+    if binds_on_server(connection):
+        # Prepared on PostgreSQL like the submit's other statements (apps/core/prepared.py). Bound
+        # on the server, a plain int is typed by its size (int2/int4/int8), and each type is
+        # another prepared statement (user ids below and above 32,768: review27).
+        from psycopg.types.numeric import Int8
+
+        user_id, limit = Int8(user_id), Int8(limit)
     with statement_cursor(connection) as cursor:
         cursor.execute(_ACTIVE_COUNT_SQL.format(states=", ".join(["%s"] * len(states))), [user_id, *states, limit])
         return cursor.fetchone()[0]

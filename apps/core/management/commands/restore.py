@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
@@ -16,9 +17,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("folder")
 
+    # Run as `manage.py restore` (not call_command), the process ends with the command: only then
+    # does a refusal take back the secret key this process generated at start. A process that goes
+    # on (a test session) signs with that key, and the processes it starts later read it (review27).
+    own_process = False
+
+    def run_from_argv(self, argv):
+        self.own_process = True
+        return super().run_from_argv(argv)
+
     def handle(self, *args, folder, **options):
         try:
-            result = restore(folder)
+            result = restore(folder, key_made=settings.SECRET_KEY_MADE if self.own_process else ())
         except BackupError as exc:
             raise CommandError(str(exc)) from None
         call_command("migrate", "--noinput", verbosity=0)
