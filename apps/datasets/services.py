@@ -206,12 +206,17 @@ def _refuse_kind_switch(*, team, name: str, kind: str) -> None:
 
     ``data=name`` means the newest version, so a classification folder or an images upload pushed
     under a YOLO dataset's name (a wrong ``--name`` typed in a hurry) turned every spec naming it
-    into a refusal, and the other way round (trial25 F7), as a registered model name keeps one task
-    (apps.registry.services.version_number_claim). Called before extracting (nothing done in vain)
+    into a refusal, and so does YOLO <-> classify (trial25 F7), as a registered model name keeps one
+    task (apps.registry.services.version_number_claim). An images name may take its labelled dataset. Called before extracting (nothing done in vain)
     and again in :func:`_dataset_commit` once the name's counter row is held (two uploads at once).
     """
     newest = Dataset.objects.filter(team=team, name=name).order_by("-version").only("kind", "version").first()
     if newest is None or newest.kind == kind:
+        return
+    if newest.kind == Dataset.Kind.IMAGES:
+        # Images labelled later, pushed under their name (what `yoloq dataset push` advises after an
+        # images push): a predict's source= takes a YOLO or classification dataset too, so no spec
+        # naming it breaks (review28). The other way, or YOLO <-> classify, breaks every training's data=.
         return
     other = {Dataset.Kind.CLASSIFY: "classify", Dataset.Kind.IMAGES: "images"}.get(kind, "yolo")
     message = (f"{name}'s versions (newest {name}:v{newest.version}) are {KIND_PLURAL.get(newest.kind, newest.kind)}, "

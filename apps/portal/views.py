@@ -155,6 +155,8 @@ def job_detail(request, job_id):
         "inputs": (inputs := (job.spec or {}).get("inputs") or {}),
         # A version deleted since (its number is never reused): named, not linked to a 404.
         "input_dataset_gone": _gone(dataset_list(user=request.user), (inputs.get("data") or {}).get("id")),
+        "input_model_gone": (inputs.get("model") or {}).get("kind") == "version"
+        and _gone(model_list(user=request.user), inputs["model"].get("id")),
         "epochs": (job.spec.get("train_args") or {}).get("epochs"),
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         **manager_actions(request.user, job),
