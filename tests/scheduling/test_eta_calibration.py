@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from dataclasses import replace
@@ -64,10 +65,16 @@ def test_each_predicted_wait_bucket_learns_its_own_error_and_falls_back_to_the_p
     _, low, high = cal.calibrate(NOW, NOW + 300)
     assert 250 <= low - NOW <= high - NOW <= 400
     point, low, high = cal.calibrate(NOW, NOW + 2 * 86400)
-    assert 5.5 * 86400 <= low - NOW <= point - NOW <= high - NOW <= 6.5 * 86400
-    # A 5-hour prediction's bucket is empty: it gets the pooled interval (both modes).
-    _, *pooled = cal.calibrate(NOW, NOW + 5 * HOUR)
-    assert pooled[1] - pooled[0] > high - low
+    assert 5.5 * 86400 <= point - NOW <= high - NOW <= 6.5 * 86400
+    # Its low end is no later than the next bucket's (the pooled one, which has both modes) at
+    # their edge: a longer predicted wait never shows an earlier low end (trial25 F1).
+    _, next_low, _ = cal.calibrate(NOW, NOW + EDGES_S[-1])
+    assert low == pytest.approx(next_low) and 2 * 86400 <= low - NOW < 5.5 * 86400
+    # A 5-hour prediction's bucket is empty: it gets the pooled interval (both modes; what it
+    # shows is then kept in order with its neighbours, as every bucket's).
+    pooled = Calibration._interval([math.log((a + OFFSET_S) / (p + OFFSET_S)) for p, a in history], 0.8)
+    assert cal.intervals[bisect.bisect_right(EDGES_S, 5 * HOUR)] == pytest.approx(pooled)
+    assert pooled[2] - pooled[1] > cal.intervals[-2][2] - cal.intervals[-2][1]
     assert len(cal.intervals) == len(EDGES_S) + 1
 
 
@@ -145,3 +152,82 @@ def test_the_simulator_calibrates_on_started_jobs_only_and_no_start_moves(monkey
     assert max(len(h) for _, h in seen) > 30
     assert on["eta_coverage_waiting"] > off["eta_coverage_waiting"] + 0.2
     assert on["eta_mae_s"] < off["eta_mae_s"]
+
+
+def _in_order(values: list[float]) -> bool:
+    return all(b >= a - 1e-6 for a, b in zip(values, values[1:], strict=False))
+
+
+def _edge_history() -> tuple[tuple[float, float], ...]:
+    """A track record whose < 10 min bucket says "ETAs were ~40 min early" and whose 10 min - 1 h
+    bucket says "ETAs were late": each bucket's own mapping is monotone, their seam is not."""
+    short = [(p, p + 2400.0 + 30.0 * (i % 9)) for i, p in enumerate(14.0 * k for k in range(1, 41))]
+    medium = [(p, 0.2 * p + 10.0 * (i % 9)) for i, p in enumerate(700.0 + 90.0 * k for k in range(30))]
+    return tuple(short + medium)
+
+
+def test_queued_jobs_that_cannot_overtake_are_shown_in_queue_order_across_a_calibration_bucket_edge() -> None:
+    """One GPU, one running job with 340 s left, then same-shape jobs of one user in a strict order
+    (nothing can backfill on one GPU): whatever the track record says, a later position never shows
+    an earlier start, nor an earlier low or high end (trial25 F1: "position 3: starts in 28 s,
+    position 1: in 33 s"). The model's points straddle the 600 s bucket edge; each bucket's
+    calibration maps its own points in order, but the short bucket's "40 min late" and the next
+    one's "early" put the job past the edge before the ones ahead of it."""
+    cluster = [node("n1", gpus=1)]
+    busy = [running("r30", "n1", (0,), left_s=340.0)]
+    queue = [job(f"q{i}", age_s=60.0 - i, walltime_s=w) for i, w in enumerate((40.0, 50.0, 60.0, 3000.0))]
+    history = _edge_history()
+    result = plan(state(cluster, queue, busy, eta_history=history), NOW)
+    assert [e.job_id for e in result.queue] == ["q0", "q1", "q2", "q3"]
+    model = [e.estimated_start_model - NOW for e in result.queue]
+    assert _in_order(model) and model[1] < EDGES_S[0] < model[-1]  # the model's own points straddle the edge
+    for field in ("estimated_start", "estimated_start_low", "estimated_start_high"):
+        shown = [getattr(e, field) for e in result.queue]
+        assert _in_order(shown), (field, [round(t - NOW) for t in shown], [round(m) for m in model])
+    for e in result.queue:
+        assert e.estimated_start_low <= e.estimated_start <= e.estimated_start_high
+        assert e.reason.endswith(fmt_time(e.estimated_start, NOW))
+
+
+def test_the_calibrated_mapping_never_shows_a_longer_predicted_wait_as_an_earlier_start() -> None:
+    """Calibration.calibrate is monotone in the predicted wait, point and both ends, across every
+    bucket edge, for any track record (seeded random records, including ones that disagree by
+    bucket); buckets that agree are each their own map, unchanged."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        history = [
+            (p, p * math.exp(rng.gauss(rng.choice((-1.5, 0.0, 1.5)), 0.5)) + rng.choice((0.0, 3000.0)))
+            for p in (rng.choice(EDGES_S) * rng.uniform(0.3, 1.7) for _ in range(rng.randint(30, 400)))
+        ]
+        cal = Calibration(history, 0.88, 30)
+        last = (0.0, 0.0, 0.0)
+        for wait in sorted([e + d for e in EDGES_S for d in (-1.0, -1e-3, 0.0, 1e-3, 1.0)] + [0.0, 5.0, 4e6]):
+            got = cal.calibrate(NOW, NOW + wait)
+            assert got[1] <= got[0] <= got[2]
+            assert all(g >= prev - 1e-6 for g, prev in zip(got, last, strict=True)), (seed, wait, got, last)
+            last = got
+    history = _edge_history()
+    cal = Calibration(history, 0.88, 30)
+    f_mid, f_lo, f_hi = cal.factors[0]
+    _, low, high = cal.calibrate(NOW, NOW + 300.0)  # the first bucket: nothing below it, the next says "early"
+    assert low - NOW <= max(0.0, (300.0 + OFFSET_S) * f_lo - OFFSET_S)
+    assert high - NOW == pytest.approx(max(0.0, (300.0 + OFFSET_S) * f_hi - OFFSET_S))  # nothing below to raise it
+    for seed in range(40):  # a range is only ever widened: every start its own bucket's map held, it holds
+        rng = random.Random(seed)
+        history = [(p, p * math.exp(rng.gauss(rng.choice((-1.5, 0.0, 1.5)), 0.5)))
+                   for p in (rng.choice(EDGES_S) * rng.uniform(0.3, 1.7) for _ in range(rng.randint(30, 400)))]
+        widened = Calibration(history, 0.88, 30)
+        for wait in (1.0, 500.0, 3000.0, 10_000.0, 40_000.0, 100_000.0, 300_000.0, 1e6):
+            factors = widened.factors[bisect.bisect_right(EDGES_S, wait)]
+            if factors is None:
+                continue
+            own_low, own_high = ((wait + OFFSET_S) * f - OFFSET_S for f in factors[1:])
+            _, low, high = widened.calibrate(NOW, NOW + wait)
+            assert low - NOW <= max(0.0, own_low) + 1e-6 and high - NOW >= max(0.0, own_high) - 1e-6, (seed, wait)
+    # every record late by the same score: the same map in every bucket, continuous at the edges
+    agreeing = Calibration([(p, 1.5 * (p + OFFSET_S) - OFFSET_S) for p in (300.0 * k for k in range(1, 400))], 0.88, 30)
+    for wait in (300.0, 5000.0, 20 * HOUR):  # buckets that agree: each its own map, unchanged
+        f_mid, f_lo, f_hi = agreeing.factors[bisect.bisect_right(EDGES_S, wait)]
+        got = agreeing.calibrate(NOW, NOW + wait)
+        assert [t - NOW for t in got] == pytest.approx(
+            [max(0.0, (wait + OFFSET_S) * f - OFFSET_S) for f in (f_mid, f_lo, f_hi)])

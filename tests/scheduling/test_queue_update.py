@@ -450,3 +450,37 @@ def test_queue_update_writes_what_the_plain_comparison_would(alice, bob, demo_re
         cases += 1
         written += bool(expected)
     assert cases == 300 and 0 < written < 300  # both outcomes exercised
+
+
+@pytest.mark.xfail(strict=True, reason="trial25 F1, not fixed: queue_update's ETA slack keeps a stale near ETA "
+                   "behind a rewritten one (see /work/notes/etaorder25.md)")
+def test_near_etas_stored_stay_in_the_order_the_pass_gives_them(alice, bob, demo_registered, node):
+    """trial25 F1 as the live pass stores it: three jobs that cannot overtake each other get ETAs
+    40, 50 and 60 s away, in order. The running job's end then slides 25 s (an epoch ran longer)
+    and the first one's row has other news too (its priority moved): it is rewritten (65 s),
+    while the others moved by less than ETA_SLACK_S (30 s) and keep 50 and 60 s. Shown: position
+    1 at +65 s, position 2 at +50 s ("start in 16 s" above "start in 9 s" in the trial); the pass
+    itself had them in order."""
+    from dataclasses import replace
+
+    from apps.scheduling.loop import queue_update
+
+    now, jobs_by_id, entries = queue_behind_a_long_job(alice, bob, 3)
+    now_s = now.timestamp()
+
+    def at(offsets, priority_bump=0.0):
+        out = []
+        for k, (e, off) in enumerate(zip(entries, offsets, strict=True)):
+            t = now_s + off
+            out.append(replace(e, estimated_start=t, estimated_start_low=t, estimated_start_high=t,
+                               estimated_start_model=t, reason=f"{e.reason.rsplit('expected ', 1)[0]}expected {time_text(t)}",
+                               priority=e.priority + (priority_bump if k == 0 else 0.0)))
+        return out
+
+    first = at((40.0, 50.0, 60.0))
+    queue_update(first, jobs_by_id, now)
+    second = at((65.0, 75.0, 85.0), priority_bump=5.0)
+    assert [e.estimated_start for e in second] == sorted(e.estimated_start for e in second)  # the pass: in order
+    queue_update(second, jobs_by_id, now)
+    stored = [Job.objects.get(pk=e.job_id).estimated_start_at for e in second]
+    assert stored == sorted(stored), [round(t.timestamp() - now_s) for t in stored]

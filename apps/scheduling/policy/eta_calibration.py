@@ -26,6 +26,8 @@ recently started jobs compared with their actual starts:
 - The point shown becomes the bucket's **median** score applied the same way (the best
   constant for the absolute error, and always inside the range); the model's own point
   is kept beside it (``QueueEntry.estimated_start_model``) for the record.
+- The map is kept monotone in the predicted wait across the buckets' edges
+  (:meth:`Calibration._bounds`), so jobs that cannot overtake each other are shown in order.
 
 Coverage holds where the process is roughly stationary over the history (the last
 :data:`HISTORY_N` starts within :data:`HISTORY_S`); a burst that makes waits jump is
@@ -88,6 +90,38 @@ class Calibration:
         self.factors: list[tuple[float, float, float] | None] = [
             None if got is None else tuple(math.exp(s) for s in got) for got in self.intervals
         ]
+        self.bounds = self._bounds(self.factors)
+
+    @staticmethod
+    def _bounds(factors: Sequence[tuple[float, float, float] | None]) -> list[tuple[float, float, float]]:
+        """Per bucket, (the least point wait, the most low wait, the least high wait) it may
+        show, so that the whole map is monotone in the predicted wait.
+
+        Each bucket maps its own predictions in order, but the buckets learn different errors,
+        so at an edge a longer predicted wait could be shown as an earlier start: a bucket
+        saying "late" below one saying "early" put positions 3 and 4 of a one-GPU queue before
+        positions 1 and 2 (trial25 F1). So the point and the range's high end are never below
+        what a lower bucket's map reaches at its upper edge, and the low end never above what a
+        higher bucket's map gives at its lower edge. A range is only ever widened by this, so no
+        start it held is lost; capping the high end instead (narrower) lost coverage on held-out
+        replays (docs/scheduling.md, "ETA calibration on the track record"). A bucket whose
+        neighbours agree with it is its own map unchanged.
+        """
+        inf = math.inf
+        n = len(factors)
+        floor, hi_floor, floors = -inf, -inf, []
+        for k, got in enumerate(factors):
+            floors.append((floor, hi_floor))
+            if got is not None and k < len(EDGES_S):
+                edge = EDGES_S[k] + OFFSET_S
+                floor, hi_floor = max(floor, edge * got[0] - OFFSET_S), max(hi_floor, edge * got[2] - OFFSET_S)
+        lo_cap, caps = inf, [inf] * n
+        for k in range(n - 1, -1, -1):
+            caps[k] = lo_cap
+            got = factors[k]
+            if got is not None and k > 0:
+                lo_cap = min(lo_cap, (EDGES_S[k - 1] + OFFSET_S) * got[1] - OFFSET_S)
+        return [(floors[k][0], caps[k], floors[k][1]) for k in range(n)]
 
     @staticmethod
     def _interval(scores: list[float], coverage: float) -> tuple[float, float, float]:
@@ -102,18 +136,31 @@ class Calibration:
         """(point, low, high) for a job whose model ETA is ``point``; None = too little history.
 
         The point is the bucket's median score applied to the model's point (the absolute
-        error's best constant; inside the range), the range its shortest interval.
+        error's best constant; inside the range), the range its shortest interval; both kept
+        monotone in the predicted wait across the buckets' edges (:meth:`_bounds`).
         """
         predicted = point - now  # max(0.0, …) here and below, without the calls
         if not predicted > 0.0:
             predicted = 0.0
-        got = self.factors[bisect.bisect_right(EDGES_S, predicted)]
+        bucket = bisect.bisect_right(EDGES_S, predicted)
+        got = self.factors[bucket]
         if got is None:
             return None
         offset = OFFSET_S
         base = predicted + offset
         f_mid, f_lo, f_hi = got
         mid, lo, hi = base * f_mid - offset, base * f_lo - offset, base * f_hi - offset
+        least, most_lo, least_hi = self.bounds[bucket]  # monotone across the buckets' edges
+        if mid < least:
+            mid = least
+        if lo > most_lo:
+            lo = most_lo
+        if hi < least_hi:
+            hi = least_hi
+        if mid < lo:
+            mid = lo
+        elif mid > hi:
+            mid = hi
         return (now + (mid if mid > 0.0 else 0.0), now + (lo if lo > 0.0 else 0.0), now + (hi if hi > 0.0 else 0.0))
 
 

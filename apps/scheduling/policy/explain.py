@@ -227,6 +227,7 @@ class Explainer:
                 ranges = eta_model.head(head)
         calibration: Calibration | None | bool = False  # built on first use (False = not yet)
         cal_factors: list = []  # Calibration.factors, for calibrate() inlined below
+        cal_bounds: list = []  # Calibration.bounds, the same
         entries: list[QueueEntry] = []
         append = entries.append
         reason = self.reason
@@ -282,6 +283,7 @@ class Explainer:
                             self.state.eta_history, config.eta_coverage, config.eta_calibration_min
                         )
                         cal_factors = calibration.factors if calibration else []
+                        cal_bounds = calibration.bounds if calibration else []
                     model = eta
                     # The track record sets the point and the range (Calibration.calibrate
                     # inlined, the same arithmetic); where it has nothing to say, the range
@@ -292,11 +294,25 @@ class Explainer:
                         predicted = eta - now
                         if not predicted > 0.0:
                             predicted = 0.0
-                        factors = cal_factors[bisect_right(EDGES_S, predicted)]
+                        bucket = bisect_right(EDGES_S, predicted)
+                        factors = cal_factors[bucket]
                     if factors is not None:
                         base = predicted + OFFSET_S
                         f_mid, f_lo, f_hi = factors
                         mid, lo, hi = base * f_mid - OFFSET_S, base * f_lo - OFFSET_S, base * f_hi - OFFSET_S
+                        # monotone across the buckets' edges (Calibration.bounds): their seams
+                        # showed later positions earlier (trial25 F1)
+                        least, most_lo, least_hi = cal_bounds[bucket]
+                        if mid < least:
+                            mid = least
+                        if lo > most_lo:
+                            lo = most_lo
+                        if hi < least_hi:
+                            hi = least_hi
+                        if mid < lo:
+                            mid = lo
+                        elif mid > hi:
+                            mid = hi
                         eta = now + (mid if mid > 0.0 else 0.0)
                         low = now + (lo if lo > 0.0 else 0.0)
                         high = now + (hi if hi > 0.0 else 0.0)
