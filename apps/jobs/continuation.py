@@ -168,17 +168,29 @@ def continued_by(job: Job) -> Job | None:
             .only("id", "task_name", "state", "epochs_done").order_by("-created_at").first())
 
 
-def continue_available(job: Job) -> ContinuePoint | None:
+def continue_available(job: Job, gone: frozenset[str] | None = None) -> ContinuePoint | None:
     """For pages: the point a "Continue from epoch N" button would start from, or None (also when
     the dataset or model version the job used has been deleted since: the button's click was then
-    a refusal, trial25; the page names the deleted input)."""
+    a refusal, trial25; the page names the deleted input). ``gone``: :func:`inputs_gone`, when the
+    caller has it already."""
+    if inputs_gone(job) if gone is None else gone:
+        return None
     try:
-        point = continue_point(job)
-        _data_kept(job)
-        _model_kept(job)
+        return continue_point(job)
     except ContinueRefused:
         return None
-    return point
+
+
+def inputs_gone(job: Job) -> frozenset[str]:
+    """Which of the registered inputs ``job`` used ("data", "model") have been deleted since: a page
+    names them instead of linking a 404, and offers no Continue (its click would be a refusal)."""
+    gone = set()
+    for field, kept in (("data", _data_kept), ("model", _model_kept)):
+        try:
+            kept(job)
+        except ContinueRefused:
+            gone.add(field)
+    return frozenset(gone)
 
 
 def _document(job: Job, timeout_s: int | None, memory: str | None = None) -> tuple[dict, str]:
@@ -402,5 +414,5 @@ def _forget(keys: list[str]) -> None:
             log.warning("continue: could not remove the copied %s: %s", key, exc)
 
 
-__all__ = ["ContinuePoint", "ContinueRefused", "SpecError", "continue_available", "continue_point", "job_continue",
+__all__ = ["ContinuePoint", "ContinueRefused", "SpecError", "continue_available", "continue_point", "inputs_gone", "job_continue",
            "spec_memory", "team_pinned"]

@@ -31,7 +31,7 @@ from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import load_yaml
 from apps.datasets.selectors import dataset_list
-from apps.jobs.continuation import continue_available, continued_by, job_continue, spec_memory, team_pinned
+from apps.jobs.continuation import continue_available, continued_by, inputs_gone, job_continue, spec_memory, team_pinned
 from apps.jobs.log_archive import logs_gone_note
 from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, STATE_FILTERS, TERMINAL_STATES, JobState, PriorityClass
 from apps.jobs.selectors import (
@@ -152,11 +152,10 @@ def job_detail(request, job_id):
         **outcome,
         "job": job,
         "logs_gone": logs_gone_note(job),  # LOG_RETENTION_DAYS deleted them: say so under "Log" (optrial24)
-        "inputs": (inputs := (job.spec or {}).get("inputs") or {}),
+        "inputs": (job.spec or {}).get("inputs") or {},
         # A version deleted since (its number is never reused): named, not linked to a 404.
-        "input_dataset_gone": _gone(dataset_list(user=request.user), (inputs.get("data") or {}).get("id")),
-        "input_model_gone": (inputs.get("model") or {}).get("kind") == "version"
-        and _gone(model_list(user=request.user), inputs["model"].get("id")),
+        "input_dataset_gone": "data" in (gone := inputs_gone(job)),
+        "input_model_gone": "model" in gone,
         "epochs": (job.spec.get("train_args") or {}).get("epochs"),
         "can_cancel": job.state in ACTIVE_STATES and job_may_cancel(user=request.user, job=job),
         **manager_actions(request.user, job),
@@ -164,7 +163,7 @@ def job_detail(request, job_id):
         "weights": job_weights_find(job),
         # A job continued already says by which job, and offers no second Continue (trial25 F3).
         "continued_by": (later := continued_by(job) if job.state in TERMINAL_STATES else None),
-        "continue_point": (point := continue_available(job) if job.state in TERMINAL_STATES and later is None
+        "continue_point": (point := continue_available(job, gone) if job.state in TERMINAL_STATES and later is None
                            else None),
         # The submit form's unit (Timeout (hours)); after a refused Continue, what was typed.
         "continue_hours": request.GET.get("timeout_hours", f"{job.timeout_s / 3600:g}")[:32],
@@ -483,10 +482,6 @@ def job_new(request):
                 refused, status = str(cap), 429
     return submit_page(request, job_form=job_form, yaml_form=yaml_form, sweep_form=sweep_form, mode=mode,
                        duplicate_of=duplicate_of, refused=refused, status=status)
-
-
-def _gone(rows, pk) -> bool:
-    return bool(pk) and not rows.filter(pk=pk).exists()
 
 
 MODEL_JOBS = {"val": "split=val", "predict": "", "export": "format=onnx"}
