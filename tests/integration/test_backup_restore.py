@@ -234,3 +234,40 @@ def test_a_backup_of_an_object_store_installation_restores_every_weights_file_in
     finally:
         drop()
 
+
+
+@pytest.mark.skipif(not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
+                    reason="pg_restore: PostgreSQL only (SQLite's one-transaction copy: tests/core/test_restore_refusals.py)")
+def test_a_pg_restore_that_fails_part_way_restores_nothing(live, alice, teams, tmp_path):
+    """PostgreSQL: a database with no Django table passes the "empty" check, but one of its own
+    tables has a name the dump creates late: ``pg_restore`` stops there. ``--single-transaction``
+    takes back the tables it made before it, and the files restored first are taken back too
+    (left25); the refusal says so."""
+    from tests.jobs.factories import make_job
+
+    job = make_job(team=teams["vision"], user=alice, state=JobState.SUCCEEDED, task_name="kept-in-backup")
+    (settings.JOBS_DIR / str(job.pk)).mkdir(parents=True, exist_ok=True)
+    (settings.JOBS_DIR / str(job.pk) / "train.log").write_text("epoch 1\n")
+    folder = tmp_path / "backup"
+    manage(live.env(), "backup", str(folder))
+
+    url, drop = fresh_database(tmp_path)
+    last = sorted(connection.introspection.table_names())[-1]  # the dump's tables are made in name order
+    fresh_dir = tmp_path / "fresh"
+    fresh_dir.mkdir()
+    env = fresh_env(live, DATA_DIR=str(fresh_dir), DATABASE_URL=url)
+    try:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute(f'CREATE TABLE "{last}" (note text)')
+            result = subprocess.run([sys.executable, "manage.py", "restore", str(folder)], cwd=settings.BASE_DIR,
+                                    env=env, capture_output=True, text=True, timeout=600)
+            assert result.returncode != 0
+            assert "pg_restore failed" in result.stderr and "nothing is restored" in result.stderr, result.stderr
+            tables = [row[0] for row in other.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")]
+            assert tables == [last]  # the tables pg_restore made before it failed are gone
+        assert not [path for path in fresh_dir.rglob("*") if path.is_file()]  # nor any restored file
+    finally:
+        drop()
