@@ -14,7 +14,8 @@ resolves, what would only fail once the job runs is refused here: a task the dat
 labels cannot serve (a segment job on boxes; ``Dataset.task_problem``), a task the model is not
 (``yolo segment train model=<detect weights>``: Ultralytics keeps the weights' task), a ``val`` of a model
 on a dataset with other classes (its per-class table would carry the model's names over the
-dataset's), an FP16 TorchScript export where no node has a real GPU.
+dataset's), an FP16 TorchScript export where no node has a real GPU, a ``freeze`` that leaves a model
+YAML nothing to train (``freeze=99``; :func:`~apps.jobs.weights.freeze_problem`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from apps.datasets.stats import label_task_problem
 from apps.registry.models import ModelVersion
 
 from .spec import JobSpec
-from .weights import ModelRef, model_resolve, model_yaml_known
+from .weights import ModelRef, freeze_problem, model_resolve, model_yaml_known
 
 
 def _field(spec: JobSpec, name: str) -> str:
@@ -57,6 +58,8 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
         if model.task:
             resolved["task"] = model.task
             task_refused = _model_task_refused(spec, model, errors)
+        if spec.mode == "train" and (problem := freeze_problem(freeze=args.get("freeze", 0), model=model.yaml)):
+            errors[_field(spec, "freeze")] = problem
 
     if spec.mode in ("train", "val"):
         data = _data(spec, team, "data", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY))

@@ -65,6 +65,7 @@ from .paths import ansi_strip, public_text, public_value
 from .selectors import job_may_requeue
 from .spec import JobSpec, SpecError, parse_spec
 from .spec_sweep import sweep_default_metric, sweep_metric_problem
+from .weights import freeze_problem
 
 log = logging.getLogger(__name__)
 
@@ -1432,6 +1433,8 @@ def sweep_errors(spec: JobSpec, team) -> dict[str, str]:
                 continue
             trial = replace(spec, train_args={**spec.train_args, name: value})
             problem = train_args_limit_errors(trial).get(f"{prefix}.{name}")
+            if name == "freeze" and not problem:
+                problem = freeze_problem(freeze=value, model=spec.train_args.get("model", ""))
             if problem:
                 errors[path] = problem
     return errors

@@ -64,6 +64,35 @@ def model_yaml_task(name: str) -> str:
     return next((task for word, task in _HEAD_TASKS if word in head), "")
 
 
+@lru_cache(maxsize=256)
+def model_yaml_layers(name: str) -> int:
+    """How many layers a model YAML builds: its backbone's rows and its head's, which Ultralytics numbers
+    ``model.0`` … ``model.N-1`` (the numbers ``freeze=`` counts); 0 when not known."""
+    path = _model_yaml_file(name)
+    try:
+        document = yaml.safe_load(path.read_text()) if path else {}
+        return len(document["backbone"]) + len(document["head"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return 0
+
+
+def freeze_problem(*, freeze: int, model: str) -> str:
+    """Why ``freeze=`` cannot train ``model`` ('' when it can, or when that is not known here).
+
+    Ultralytics' trainer freezes the parameters of ``model.{i}.`` for i in ``range(freeze)`` and stops
+    with "froze the entire model" when nothing is left to train, so ``freeze`` must be below the layer
+    count. (Its list form, layer indices, is refused by the spec parser: ``freeze`` is an integer here.)
+    Only a model YAML's layers are known without loading the model: weights (``name.pt``) or a registered
+    version would have to be read, or torch imported, on the submit path, so their ``freeze`` is left to
+    the trainer's own message at run time."""
+    layers = model_yaml_layers(model) if model.endswith((".yaml", ".yml")) else 0
+    if not layers or freeze < layers:
+        return ""
+    return (f"is {freeze}, and {model} has {layers} layers (0 to {layers - 1}): freeze={freeze} would freeze "
+            f"every one and leave nothing to train; give at most {layers - 1} (the head, layer {layers - 1}, "
+            f"keeps training)")
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """What a spec's ``model=`` resolved to: a model YAML to build, or weights in the store."""

@@ -1,6 +1,7 @@
 """Submits that used to be accepted and then failed (or worse, succeeded wrongly) once they ran are
 refused at submit with a 400 naming the field: a task the dataset's labels cannot serve, a val of a
-model on a dataset with other classes, an FP16 TorchScript export where no node has a real GPU."""
+model on a dataset with other classes, an FP16 TorchScript export where no node has a real GPU, a freeze
+of every layer of a model YAML."""
 
 from __future__ import annotations
 
@@ -362,6 +363,43 @@ def test_a_sweeps_trials_keep_a_task_the_sweep_left_to_its_model(bob, node):
     assert not Trial.objects.exclude(note="").values_list("note", flat=True).first()
     trials = Job.objects.filter(parent_id=response.json()["id"])
     assert [trial.spec["resolved"]["task"] for trial in trials] == ["segment", "segment"]
+
+
+# --- freeze against the model's layers (trial25 F13) ---------------------------------------------------
+
+
+def test_a_freeze_of_every_layer_of_a_model_yaml_is_refused_naming_the_layer_count(bob, demo_registered):
+    """Ultralytics freezes model.0 … model.{freeze-1}: freeze=99 on yolov8n.yaml's 23 layers left nothing to
+    train and failed once it ran ("froze the entire model")."""
+    response = submit(bob, "yolo train data=demo model=yolov8n.yaml epochs=1 freeze=99")
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body) == {"command.freeze"}, body
+    assert "is 99, and yolov8n.yaml has 23 layers (0 to 22)" in body["command.freeze"][0]
+    assert "give at most 22" in body["command.freeze"][0]
+    response = submit(bob, train={"data": "demo", "model": "yolov8n-cls.yaml", "freeze": 10})
+    assert "yolov8n-cls.yaml has 10 layers" in response.json()["train.freeze"][0]
+    assert not Job.objects.exists()
+
+
+def test_a_freeze_that_leaves_the_head_to_train_is_accepted(bob, demo_registered):
+    assert submit(bob, "yolo train data=demo model=yolov8n.yaml epochs=1 freeze=22").status_code == 201
+    assert submit(bob, "yolo train data=demo model=yolo11n.yaml epochs=1 freeze=10").status_code == 201
+
+
+def test_a_freeze_on_registered_weights_is_left_to_the_trainer(bob, shapes_v1):
+    """Their layer count is not known without loading them: accepted, the trainer's message stays."""
+    assert submit(bob, "yolo train data=demo model=pcb:v1 epochs=1 freeze=99").status_code == 201
+
+
+def test_a_sweep_whose_freeze_range_passes_the_model_is_refused_on_its_bound(bob, demo_registered):
+    response = submit(bob, "yolo train data=demo model=yolov8n.yaml epochs=1",
+                      sweep={"parameters": {"freeze": {"low": 0, "high": 30}}, "method": "random", "trials": 2})
+    assert response.status_code == 400
+    assert "is 30, and yolov8n.yaml has 23 layers" in response.json()["sweep.parameters.freeze.high"][0]
+    response = submit(bob, "yolo train data=demo model=yolov8n.yaml epochs=1",
+                      sweep={"parameters": {"freeze": [0, 10, 23]}, "method": "grid"})
+    assert "is 23, and yolov8n.yaml has 23 layers" in response.json()["sweep.parameters.freeze[2]"][0]
 
 
 # --- FP16 TorchScript needs a real GPU ----------------------------------------------------------------
