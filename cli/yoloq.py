@@ -370,6 +370,8 @@ def sweep_text(sweep: dict) -> str:
         params = " ".join(f"{k}={value_text(v)}" for k, v in best["params"].items())
         model = f"; registered as {best['model_reference']}" if best.get("model_reference") else ""
         lines += ["", f"best: trial {best['number']}, {sweep['metric']} {value_text(best['value'])}: {params}{model}"]
+        if best.get("tie_note"):  # absent from a server older than the note
+            lines.append(best["tie_note"])
     # Why a trial was pruned, or could not be submitted (its row says only "not submitted").
     explained = [r for r in sweep["rows"] if r["note"] and (r["pruned"] or r["state"] == "not submitted")]
     lines += [f"trial {r['number']}: {r['note']}" for r in explained]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from apps.jobs.models import ACTIVE_STATES, Job, JobState
@@ -9,6 +11,38 @@ from apps.jobs.models import ACTIVE_STATES, Job, JobState
 from .models import Trial
 
 TOP_CURVES = 5
+
+
+@dataclass(frozen=True)
+class BestTrial:
+    """The trial a sweep keeps: the highest metric, the first by trial number among equals."""
+
+    number: int
+    value: float
+    tied: tuple[int, ...]  # every completed trial with that value, in trial order (the kept one first)
+    completed: int
+
+    @property
+    def tie_note(self) -> str:
+        """The tie in words ('' when there is none): a sweep whose trials all scored 0 said "best: trial 0"
+        and no more, as if trial 0 had won (trial25 F12)."""
+        if len(self.tied) < 2:
+            return ""
+        if len(self.tied) == self.completed:
+            who = f"all {self.completed} completed trials"
+        else:
+            who = "trials " + ", ".join(map(str, self.tied[:-1])) + f" and {self.tied[-1]}"
+        return f"{who} tied at {self.value:.4g}: kept trial {self.number}, the first by trial number"
+
+
+def best_pick(scored: Iterable[tuple[int, float]]) -> BestTrial | None:
+    """The best of (trial number, metric) pairs of completed trials, with any tie; None when there are none."""
+    scored = sorted(scored)
+    if not scored:
+        return None
+    value = max(v for _, v in scored)
+    tied = tuple(n for n, v in scored if v == value)
+    return BestTrial(number=tied[0], value=value, tied=tied, completed=len(scored))
 
 
 def trial_state(trial: Trial) -> str:
@@ -23,7 +57,8 @@ def trial_state(trial: Trial) -> str:
 def sweep_view(parent: Job) -> dict[str, Any]:
     """The sweep as the parent's page, the API (``GET jobs/<id>/sweep/``) and ``yoloq status`` show it:
     its search, counts, every trial (parameters, state, metric, epochs run, pruned or not), the best
-    trial, best-so-far over trials, and the metric curves of the top trials."""
+    trial (with ``tied``, the trials that share its value, and ``tie_note``, that tie in words), best-so-far
+    over trials, and the metric curves of the top trials."""
     config = parent.spec["sweep"]
     trials = list(Trial.objects.filter(sweep=parent).select_related("job", "job__model_version").order_by("number"))
     rows = []
@@ -45,8 +80,9 @@ def sweep_view(parent: Job) -> dict[str, Any]:
             "note": trial.note,
             "curve": [{"epoch": e, "value": v} for e, v in curve],
         })
-    complete = [r for r in rows if r["value"] is not None]
-    best = max(complete, key=lambda r: (r["value"], -r["number"])) if complete else None
+    picked = best_pick((r["number"], r["value"]) for r in rows if r["value"] is not None)
+    best = None if picked is None else {**next(r for r in rows if r["number"] == picked.number),
+                                        "tied": list(picked.tied), "tie_note": picked.tie_note}
     best_so_far, running_best = [], None
     for row in rows:
         if row["value"] is not None and (running_best is None or row["value"] > running_best):

@@ -46,6 +46,7 @@ from apps.registry.services import model_register, registration_note
 
 from .models import Trial
 from .search import COMPLETE, FAILED, PRUNED, RUNNING, TrialRecord, propose, prune_decide, trials_to_create
+from .selectors import best_pick
 
 log = logging.getLogger(__name__)
 FAILED_STATES = (JobState.FAILED, JobState.TIMED_OUT)
@@ -289,18 +290,21 @@ def sweep_complete(parent: Job, config: dict, trials: list[Trial]) -> bool:
         error = first.note or (first.job.public_error if first.job else "")
         return sweep_finish(parent, state=JobState.FAILED, message=f"every trial failed ({counts})",
                             error=f"every trial failed; trial {first.number}: {error}", data=summary)
-    best = max(complete, key=lambda t: (t.value, -t.number)) if complete else None
-    if best is None:
+    picked = best_pick((t.number, t.value) for t in complete)
+    if picked is None:
         return sweep_finish(parent, state=JobState.SUCCEEDED, data=summary,
                             message=f"finished ({counts}); no trial completed, so there is no best one")
-    summary["best"] = {"trial": best.number, "job": str(best.job_id), "value": best.value, "params": best.params}
+    best = next(t for t in complete if t.number == picked.number)
+    summary["best"] = {"trial": best.number, "job": str(best.job_id), "value": best.value, "params": best.params,
+                       "tied": list(picked.tied)}
     finished = JobEvent.objects.filter(job=best.job, kind="succeeded").order_by("-seq").first()
     kept = (finished.data or {}) if finished else {}
     weights = best_weights(parent, best, kept)  # network I/O: here, never inside sweep_finish's transaction
     if weights is None:
         return False  # the store is unreachable: the sweep waits (its reason says so) and tries again
     return sweep_finish(parent, state=JobState.SUCCEEDED, best=best.job, data=summary,
-                        message=f"finished ({counts}); best: trial {best.number}, {metric} {best.value:.4g}",
+                        message=f"finished ({counts}); best: trial {best.number}, {metric} {best.value:.4g}"
+                                + (f" ({picked.tie_note})" if picked.tie_note else ""),
                         register=lambda: best_register(parent, config, best, weights, kept, summary))
 
 

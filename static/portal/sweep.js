@@ -79,6 +79,10 @@
       line.appendChild(document.createTextNode(" "));
     });
     best.appendChild(line);
+    if (data.best.tie_note) {
+      var tie = data.best.tie_note;
+      best.appendChild(el("p", { id: "best-tie" }, tie.charAt(0).toUpperCase() + tie.slice(1) + "."));
+    }
     if (data.best.model_reference) {
       var model = el("p", {}, "registered as ");
       model.appendChild(el("a", { href: "/models/" + data.best.model_version + "/" }, data.best.model_reference));

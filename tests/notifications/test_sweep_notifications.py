@@ -43,7 +43,8 @@ def test_a_sweep_sends_one_message_with_its_trials_best_and_registered_version(
     payload = payloads[0]
     best = trial_jobs(parent)[1]
     assert payload["sweep"] == {"trials": 2, "completed": 2, "pruned": 0, "failed": 0, "model": "lr-sweep:v1",
-                                "best": {"trial": 1, "job": str(best.pk), "value": 0.55, "params": {"lr0": 0.001}}}
+                                "best": {"trial": 1, "job": str(best.pk), "value": 0.55, "params": {"lr0": 0.001},
+                                         "tied": [1]}}
     assert payload["message"].startswith("lr-sweep succeeded: finished (2 completed, 0 pruned, 0 failed of 2); "
                                          f"best: trial 1, {METRIC} 0.55")
     assert "registered as vision/lr-sweep:v1" in payload["message"]

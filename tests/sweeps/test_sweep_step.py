@@ -10,6 +10,7 @@ from apps.jobs.services import job_cancel
 from apps.registry.models import ModelVersion
 from apps.scheduling.loop import plan_and_start
 from apps.sweeps.models import Trial
+from apps.sweeps.selectors import sweep_view
 from apps.sweeps.services import sweeps_advance, trial_submit
 
 from .conftest import METRIC, finish, report, start, submit_sweep, train, trial_jobs
@@ -78,6 +79,48 @@ def test_the_best_trials_weights_are_registered_with_the_sweep_as_lineage(sweepe
     assert parent.weights_path == best.job.weights_path
     done = JobEvent.objects.filter(job=parent, kind="succeeded").get()
     assert "best: trial 1" in done.message and "registered as vision/lr-sweep:v1" in done.message
+
+
+def test_a_sweep_whose_trials_all_tie_says_so_and_which_it_kept(sweeper, node):
+    """Every trial scored 0: "best: trial 0" alone read as if trial 0 had won (trial25 F12). The final
+    event, the API and the page say that all tied, at what, and which was kept."""
+    from django.test import Client
+
+    from cli.yoloq import sweep_text
+    from tests.conftest import api_client
+
+    parent = submit_sweep(sweeper, parameters={"lr0": [0.01, 0.001, 0.1]}, method="grid", parallel=3)
+    sweeps_advance()
+    for job in trial_jobs(parent):
+        train(job, node, [0.0, 0.0], gpu=0)
+    sweeps_advance()
+    parent.refresh_from_db()
+    assert parent.state == JobState.SUCCEEDED
+    note = "all 3 completed trials tied at 0: kept trial 0, the first by trial number"
+    done = JobEvent.objects.filter(job=parent, kind="succeeded").get()
+    assert f"best: trial 0, {METRIC} 0 ({note})" in done.message
+    assert done.data["best"]["tied"] == [0, 1, 2]
+    table = api_client(sweeper).get(f"/api/v1/jobs/{parent.pk}/sweep/").json()
+    assert (table["best"]["number"], table["best"]["tied"], table["best"]["tie_note"]) == (0, [0, 1, 2], note)
+    assert note in sweep_text(table).splitlines()  # yoloq status
+    browser = Client()
+    browser.force_login(sweeper)
+    assert "All 3 completed trials tied at 0: kept trial 0, the first by trial number." in \
+        browser.get(f"/jobs/{parent.pk}/").content.decode()
+
+
+def test_a_tie_of_some_trials_names_them_and_no_tie_says_nothing(sweeper, node):
+    parent = submit_sweep(sweeper, parameters={"lr0": [0.01, 0.001, 0.1]}, method="grid", parallel=3)
+    sweeps_advance()
+    first, second, third = trial_jobs(parent)
+    train(first, node, [0.2, 0.3], gpu=0)
+    sweeps_advance()
+    assert sweep_view(parent)["best"]["tie_note"] == ""
+    train(second, node, [0.5, 0.6], gpu=0)
+    train(third, node, [0.6, 0.6], gpu=0)
+    sweeps_advance()
+    best = sweep_view(parent)["best"]
+    assert (best["number"], best["tie_note"]) == (1, "trials 1 and 2 tied at 0.6: kept trial 1, the first by trial number")
 
 
 def test_a_sweep_whose_name_another_task_took_while_it_ran_registers_its_best_as_name_task(sweeper, node):
@@ -151,7 +194,8 @@ def test_a_lagging_trial_is_pruned_at_the_epoch_the_pruner_says_and_counts_as_fi
     assert parent.state == JobState.SUCCEEDED
     assert JobEvent.objects.filter(job=parent, kind="succeeded").get().data == {
         "trials": 3, "completed": 2, "pruned": 1, "failed": 0, "model": "lr-sweep:v1",
-        "best": {"trial": 0, "job": str(trial_jobs(parent)[0].pk), "value": 0.8, "params": {"lr0": 0.01}}}
+        "best": {"trial": 0, "job": str(trial_jobs(parent)[0].pk), "value": 0.8, "params": {"lr0": 0.01},
+                 "tied": [0]}}
 
 
 def test_cancelling_the_parent_cancels_its_queued_and_running_trials(sweeper, node, bob):
