@@ -74,8 +74,9 @@ def dataset_register(*, team, name: str, yaml_path: Path, description: str = "",
     """Register a data.yaml that is already in the data store (the demo, an operator's copy).
 
     The same file registered again under the same name refreshes that version (so
-    ``demo_setup`` can run twice); another file becomes the next version. Raises
-    ValueError for a file outside the data store or a YAML Ultralytics would execute.
+    ``demo_setup`` can run twice); another file becomes the next version, refused as an upload of
+    another kind is (:func:`_refuse_kind_switch`). Raises ValueError for that, for a file outside
+    the data store or a YAML Ultralytics would execute.
     """
     yaml_path = Path(yaml_path).resolve()
     try:
@@ -107,6 +108,9 @@ def dataset_register(*, team, name: str, yaml_path: Path, description: str = "",
             return existing
         latest = Dataset.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
         version = version_next(kind="dataset", team=team, name=name, floor=latest)
+        # The uploads' rule, once the name's counter row is held: a registered YAML made a YOLO version of
+        # a classification name, and data=NAME then failed every training.
+        _refuse_kind_switch(team=team, name=name, kind=Dataset.Kind.YOLO)
         return Dataset.objects.create(team=team, name=name, version=version, yaml_key=yaml_key, uploaded_by=by,
                                       **values)
 
@@ -208,7 +212,8 @@ def _refuse_kind_switch(*, team, name: str, kind: str) -> None:
     under a YOLO dataset's name (a wrong ``--name`` typed in a hurry) turned every spec naming it
     into a refusal, and so does YOLO <-> classify (trial25 F7), as a registered model name keeps one
     task (apps.registry.services.version_number_claim). An images name may take its labelled dataset. Called before extracting (nothing done in vain)
-    and again in :func:`_dataset_commit` once the name's counter row is held (two uploads at once).
+    and again in :func:`_dataset_commit` once the name's counter row is held (two uploads at once);
+    :func:`dataset_register` makes the same check for a registered data.yaml (a YOLO dataset).
     """
     newest = Dataset.objects.filter(team=team, name=name).order_by("-version").only("kind", "version").first()
     if newest is None or newest.kind == kind:

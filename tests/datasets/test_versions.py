@@ -269,3 +269,29 @@ def test_a_registered_yaml_with_string_class_ids_lists_its_names_in_class_id_ord
                          + "".join(f'  "{n}": {letters[n]}\n' for n in range(11)))
     dataset = dataset_register(team=teams["vision"], name="many", yaml_path=yaml_path)
     assert dataset.names == list(letters)
+
+
+def test_a_registered_yaml_under_a_classification_name_is_refused_as_an_upload_is(bob, teams):
+    """dataset_register (demo_setup's, an operator's copy) made a YOLO version of a name whose versions are
+    classification datasets, the switch an upload is refused (data=NAME then fails every training)."""
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.selectors import team_dataset_root
+    from apps.datasets.services import dataset_register
+
+    from .test_classify_upload import classification_files
+
+    assert post(bob, make_zip(classification_files()), name="shapes").status_code == 201
+    yaml_path = generate_demo_dataset(team_dataset_root(teams["vision"]) / "copy", train=2, val=1, imgsz=64, seed=1)
+    with pytest.raises(ValueError, match=r"shapes's versions \(newest shapes:v1\) are classification datasets"):
+        dataset_register(team=teams["vision"], name="shapes", yaml_path=yaml_path)
+    assert list(Dataset.objects.values_list("name", "version", "kind")) == [("shapes", 1, "classify")]
+
+
+def test_a_registered_yaml_may_take_an_images_name_as_an_upload_may(bob, teams):
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.selectors import team_dataset_root
+    from apps.datasets.services import dataset_register
+
+    assert post(bob, make_zip({"a.png": PNG, "b.png": PNG}), name="shots", kind="images").status_code == 201
+    yaml_path = generate_demo_dataset(team_dataset_root(teams["vision"]) / "copy", train=2, val=1, imgsz=64, seed=1)
+    assert dataset_register(team=teams["vision"], name="shots", yaml_path=yaml_path).version == 2

@@ -69,3 +69,17 @@ def test_a_missing_bucket_is_named_as_one_not_an_outage(moto):
         setup()
     said = str(refused.value)
     assert "the bucket 'never-made' does not exist" in said and "create it first" in said, said
+
+
+def test_a_team_whose_demo_name_is_another_kind_keeps_it_and_the_setup_goes_on(teams):
+    """dataset_register refuses a YOLO version of a classification name, as an upload is refused: demo_setup
+    (every `make run`) says so for that team and registers the others."""
+    from apps.datasets.models import Dataset
+
+    Dataset.objects.create(team=teams["robotics"], name="demo", kind=Dataset.Kind.CLASSIFY,
+                           key="datasets/robotics/demo/v1", yaml_key="datasets/robotics/demo/v1/data.yaml")
+    out = setup()
+    assert "dataset 'demo' registered for vision:" in out
+    assert "dataset 'demo' not registered for robotics: demo's versions (newest demo:v1) are classification" in out
+    assert list(Dataset.objects.filter(name="demo").order_by("team__slug").values_list("team__slug", "kind")) == [
+        ("robotics", "classify"), ("vision", "yolo")]
