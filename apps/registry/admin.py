@@ -19,6 +19,16 @@ class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     readonly_fields = ["stage", "stage_changed_at", "size_shown"]
     exclude = ["size"]  # the stored file's, shown in words (size_shown)
     actions = ["to_staging", "to_production", "to_archived"]
+    # What a version is, fixed once it exists: a superuser's edit of its task or name made a name's
+    # versions two tasks (services.version_number_claim keeps them one, so name:latest never switches
+    # task), one of its team moved it under another team's name, one of its number re-issued a number.
+    identity_fields = ("team", "name", "version", "task")
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None:  # on add (superusers) they are the new row's to give
+            fields += [f for f in self.identity_fields if f not in fields]
+        return fields
 
     @admin.display(description="size", ordering="size")
     def size_shown(self, version: ModelVersion) -> str:

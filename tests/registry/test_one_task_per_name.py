@@ -160,3 +160,40 @@ def test_the_weights_command_refuses_another_tasks_weights_under_a_name(teams, y
     registered(teams["vision"], "yolov8n", "classify")
     with pytest.raises(CommandError, match="holds a detect model, and yolov8n's versions are classify models"):
         call_command("weights", "add", str(yolov8n_pt), "--team", "vision", stdout=io.StringIO())
+
+
+# --- Django admin: a version's identity is read-only once it exists ------------------------------
+
+
+def admin_form(row: ModelVersion, **changes) -> dict:
+    """The change form's fields as a browser posts them, every model field given (read-only ones are ignored)."""
+    import json
+
+    from django.forms.models import model_to_dict
+
+    data = {}
+    for key, value in {**model_to_dict(row), **changes}.items():
+        data[key] = json.dumps(value) if isinstance(value, (dict, list)) else ("" if value is None else value)
+    return data
+
+
+def test_a_superuser_cannot_change_a_versions_task_or_name_in_the_admin(superuser, teams):
+    """The admin's change form let a superuser turn pcb:v1 from detect to classify (or move it to another
+    name), so pcb's versions were two tasks, which version_number_claim keeps from ever happening."""
+    from tests.conftest import admin_client
+
+    version = ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1, task="detect",
+                                          weights_key="models/vision/pcb/v1/best.pt")
+    ModelVersion.objects.create(team=teams["vision"], name="pets", version=1, task="classify",
+                                weights_key="models/vision/pets/v1/best.pt")
+    client = admin_client(superuser)
+    url = f"/admin/registry/modelversion/{version.pk}/change/"
+    response = client.post(url, admin_form(version, task="classify", name="pets", version=2,
+                                           team=teams["robotics"].pk, filename="renamed.pt"))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    version.refresh_from_db()
+    assert (version.team, version.name, version.version, version.task) == (teams["vision"], "pcb", 1, "detect")
+    assert version.filename == "renamed.pt"  # the rest of the form still saves
+    page = client.get(url).content.decode()
+    assert 'name="task"' not in page and 'name="name"' not in page
+    assert 'name="task"' in client.get("/admin/registry/modelversion/add/").content.decode()
