@@ -25,10 +25,13 @@ class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     identity_fields = ("team", "name", "version", "task")
 
     def get_readonly_fields(self, request, obj=None):
-        fields = list(super().get_readonly_fields(request, obj))
-        if obj is not None:  # on add (superusers) they are the new row's to give
-            fields += [f for f in self.identity_fields if f not in fields]
-        return fields
+        return [*super().get_readonly_fields(request, obj), *self.identity_fields]
+
+    def has_add_permission(self, request, *args):
+        # Not here, superusers included: an added row skipped what every other way in does (the file's
+        # checks, the name's number and task in version_number_claim). Versions come from trainings,
+        # sweeps, the weights upload (portal, API, yoloq) and `manage.py weights add FILE --team T`.
+        return False
 
     @admin.display(description="size", ordering="size")
     def size_shown(self, version: ModelVersion) -> str:
