@@ -193,7 +193,7 @@ def test_the_calibrated_mapping_never_shows_a_longer_predicted_wait_as_an_earlie
     """Calibration.calibrate is monotone in the predicted wait, point and both ends, across every
     bucket edge, for any track record (seeded random records, including ones that disagree by
     bucket); buckets that agree are each their own map, unchanged."""
-    for seed in range(40):
+    for seed in range(200):
         rng = random.Random(seed)
         history = [
             (p, p * math.exp(rng.gauss(rng.choice((-1.5, 0.0, 1.5)), 0.5)) + rng.choice((0.0, 3000.0)))
@@ -231,3 +231,50 @@ def test_the_calibrated_mapping_never_shows_a_longer_predicted_wait_as_an_earlie
         got = agreeing.calibrate(NOW, NOW + wait)
         assert [t - NOW for t in got] == pytest.approx(
             [max(0.0, (wait + OFFSET_S) * f - OFFSET_S) for f in (f_mid, f_lo, f_hi)])
+
+
+def _disagreeing_history(rng: random.Random) -> list[tuple[float, float]]:
+    """Records around every bucket edge whose buckets say "early", "right" or "late" at random
+    (some buckets empty, so they take the pooled interval)."""
+    edges = rng.sample(EDGES_S, rng.randint(1, len(EDGES_S)))
+    return [
+        (p, p * math.exp(rng.gauss(rng.choice((-1.5, 0.0, 1.5)), 0.5)) + rng.choice((0.0, 3000.0)))
+        for p in (rng.choice(edges) * rng.uniform(0.3, 1.7) for _ in range(rng.randint(30, 400)))
+    ]
+
+
+def test_the_pass_shows_exactly_what_calibrate_gives_for_the_model_point() -> None:
+    """Explainer.explain inlines Calibration.calibrate (no call per waiting job): both give the
+    same (point, low, high), bit for bit, for model points on, just below and just above every
+    bucket edge, whatever the track record. One node, each GPU busy until one of those waits (a
+    running job per GPU), one queued job per GPU: the pooled sweep gives the k-th job the k-th
+    earliest end, so the model's points are exactly those waits."""
+    tiny = 1 / 1024  # exact at NOW's magnitude: NOW + wait - NOW == wait
+    near_edges = {e + d for e in EDGES_S for d in (-1.0, -tiny, 0.0, tiny, 1.0)}
+    waits = sorted(near_edges | {1.0, 5.0, 300.0, 2e3, 1e4, 3e4, 1e5, 4e6})
+    cluster = [node("n1", gpus=len(waits))]
+    busy = [running(f"r{i}", "n1", (i,), left_s=w) for i, w in enumerate(waits)]
+    long = 1e7  # longer than every wait: no queued job's end is an earlier slot than the next running end
+    queue = [job(f"q{i}", user=f"u{i % 5}", walltime_s=long, timeout_s=2 * long) for i in range(len(waits))]
+    pooled_only = replace(bare_config(), eta_scenarios=0)
+    for seed in range(30):
+        history = tuple(_disagreeing_history(random.Random(seed)))
+        cal = Calibration(history, pooled_only.eta_coverage, pooled_only.eta_calibration_min)
+        result = plan(state(cluster, queue, busy, config=pooled_only, eta_history=history), NOW)
+        assert sorted(e.estimated_start_model - NOW for e in result.queue) == waits  # on the edges
+        for e in result.queue:
+            got = (e.estimated_start, e.estimated_start_low, e.estimated_start_high)
+            assert got == cal.calibrate(NOW, e.estimated_start_model), (seed, e.estimated_start_model - NOW)
+            assert got[1] <= got[0] <= got[2]  # no clamp keeps it there: see Calibration.calibrate
+    # Forward-simulated points at the head and coarse ones below it take the same path
+    inflow = tuple(job(f"f{i}", user=f"u{i % 7}", age_s=600.0 * i, walltime_s=HOUR * (1 + i % 4)) for i in range(60))
+    queue = [job(f"q{i}", user=f"u{i % 5}", walltime_s=HOUR * (1 + i % 3)) for i in range(40)]
+    config = replace(bare_config(), eta_head=10)
+    for seed in range(5):
+        history = tuple(_disagreeing_history(random.Random(seed)))
+        cal = Calibration(history, config.eta_coverage, config.eta_calibration_min)
+        result = plan(state(cluster, queue, busy, config=config, eta_history=history, inflow=inflow), NOW)
+        assert len(result.queue) == len(queue)
+        for e in result.queue:
+            got = (e.estimated_start, e.estimated_start_low, e.estimated_start_high)
+            assert got == cal.calibrate(NOW, e.estimated_start_model), (seed, e.job_id)

@@ -157,10 +157,10 @@ class Calibration:
             lo = most_lo
         if hi < least_hi:
             hi = least_hi
-        if mid < lo:
-            mid = lo
-        elif mid > hi:
-            mid = hi
+        # Still low <= point <= high, with no clamp: the bucket's own factors are in order
+        # (_interval), lowering low and raising point and high keep point >= low, and the
+        # least point is a lower bucket's point at its edge, never above that bucket's high
+        # there, which bounds least_hi (a random-history test holds it over many records).
         return (now + (mid if mid > 0.0 else 0.0), now + (lo if lo > 0.0 else 0.0), now + (hi if hi > 0.0 else 0.0))
 
 

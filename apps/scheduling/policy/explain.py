@@ -309,10 +309,7 @@ class Explainer:
                             lo = most_lo
                         if hi < least_hi:
                             hi = least_hi
-                        if mid < lo:
-                            mid = lo
-                        elif mid > hi:
-                            mid = hi
+                        # point in [low, high] with no clamp: see Calibration.calibrate
                         eta = now + (mid if mid > 0.0 else 0.0)
                         low = now + (lo if lo > 0.0 else 0.0)
                         high = now + (hi if hi > 0.0 else 0.0)
