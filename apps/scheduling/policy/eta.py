@@ -12,7 +12,11 @@ keep arriving (the drift Slurm's ``squeue --start`` has). So:
    (lognormal, ``config.eta_runtime_sigma``) and an inflow of new jobs (a Poisson stream
    at the rate of ``state.inflow``, each a copy of a recent arrival) that join the
    queue at their own priority and overtake whom they outrank. Point = median start over
-   the scenarios, range = their P10-P90, widened by ``config.eta_range_widen``.
+   the scenarios, range = their P10-P90, widened by ``config.eta_range_widen``. A scenario
+   stops after ``config.eta_max_steps`` events; a job one has not started by then gets the
+   coarse range (2.), but never earlier than where the scenarios stopped plus the pooled
+   sweep's wait from there (:meth:`ForwardSim.after_budget`), so never before a start a
+   scenario made for a job ahead of it.
 2. **Below the head**: the pooled list-scheduling sweep (every GPU a slot; node
    boundaries ignored), stretched by the higher-priority inflow — with inflow of
    ``λ`` GPU-seconds per second outranking a job on ``G`` GPUs, waiting takes
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import heapq
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -131,6 +136,8 @@ class ForwardSim:
         self._seq0 = self.seq
         # (node, end, whole GPUs only) of every start, in order: version - _seq0 indexes it
         self._pushed: list[tuple[str, float, bool]] = []
+        # Where run() used up its step budget: (the simulated time, what still waited, in order)
+        self.ran_out: tuple[float, list[_Pending]] | None = None
 
     def push(self, end: float, alloc: Allocation) -> None:
         self._pushed.append((alloc.node, end, alloc.gpu_share == 1.0))
@@ -301,6 +308,46 @@ class ForwardSim:
             if t is None:
                 break
             changed = self._release_until(t) or changed
+        else:  # the step budget ran out at t: nothing still waiting starts before it
+            self.ran_out = (t, order)
+        return starts
+
+    def after_budget(self) -> dict[str, float]:
+        """Where :meth:`run` used up its step budget: the pooled sweep's start (as
+        :meth:`.explain.Explainer.pooled_etas`: every GPU a slot, free when what holds it in
+        this scenario ends) of each job of interest still waiting, from the simulated state
+        then, in the scenario's order. Never before the time the budget ran out, so never
+        before a start the scenario already made."""
+        if self.ran_out is None:
+            return {}
+        t, order = self.ran_out
+        free: dict[tuple[str, int], float] = {}
+        for end, _, alloc in self.events[self.cursor :]:  # those still running at t (each ends after it)
+            node = alloc.node
+            for i in alloc.gpu_indices:
+                if free.get((node, i), t) < end:
+                    free[(node, i)] = end  # a shared GPU: free when its last share ends
+        slots = [free.get((name, g.index), t) for name, cap in self.caps.items() for g in cap.node.gpus]
+        heapq.heapify(slots)
+        wanted = sum(1 for p in order if p.interest)
+        starts: dict[str, float] = {}
+        for p in order:
+            if not wanted:
+                break
+            gpus = p.job.gpus
+            if gpus > len(slots):
+                continue
+            n = int(round(gpus)) if gpus > 1 else 1
+            for _ in range(n - 1):
+                heapq.heappop(slots)
+            start = slots[0] if slots[0] > p.t0 else p.t0
+            end = start + (p.walltime * gpus if gpus <= 1 else p.walltime)
+            heapq.heapreplace(slots, end)
+            for _ in range(n - 1):
+                heapq.heappush(slots, end)
+            if p.interest:
+                starts[p.job.job_id] = start
+                wanted -= 1
         return starts
 
     def _advance(self, t: float, next_t0: float, arrivals: ArrivalStream) -> float | None:
@@ -402,6 +449,12 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
+def _range(sorted_starts: Sequence[float], now: float, widen: float) -> EtaRange:
+    """Median start, and the P10-P90 widened by ``widen`` around now."""
+    lo, hi = quantile(sorted_starts, 0.1), quantile(sorted_starts, 0.9)
+    return quantile(sorted_starts, 0.5), now + (lo - now) / widen, now + (hi - now) * widen
+
+
 class EtaModel:
     """ETAs and ranges for one pass's waiting jobs (see the module docstring)."""
 
@@ -464,8 +517,11 @@ class EtaModel:
         self._inflow_priorities()
         return self._inflow_prio, self._inflow_work
 
-    def head(self, jobs: Sequence[tuple[JobRequest, float, float, bool]]) -> dict[str, EtaRange]:
-        """Forward-simulated ranges for ``jobs`` = (job, not-before, priority, interest), in order."""
+    def head(
+        self, jobs: Sequence[tuple[JobRequest, float, float, bool]], points: Mapping[str, float]
+    ) -> dict[str, EtaRange]:
+        """Forward-simulated ranges for ``jobs`` = (job, not-before, priority, interest), in order;
+        ``points``: each one's pooled sweep start (for :meth:`coarse`, where scenarios ran out of steps)."""
         config = self.config
         if not jobs or config.eta_scenarios <= 0:
             return {}
@@ -473,6 +529,9 @@ class EtaModel:
         rng = random.Random(20240601)
         sigma = self.state.runtime_sigma if self.state.runtime_sigma is not None else config.eta_runtime_sigma
         samples: dict[str, list[float]] = {}
+        # Starts past a scenario's step budget: that time plus the pooled sweep's wait from the
+        # state then (ForwardSim.after_budget)
+        past_budget: dict[str, list[float]] = {}
         interest = [j.job_id for j, _, _, wanted in jobs if wanted]
         lowest = min(prio for _, _, prio, _ in jobs)
         now = self.now
@@ -516,23 +575,35 @@ class EtaModel:
             sim = ForwardSim(self.caps, (), self.drain, now, config.eta_max_steps, events)
             for job_id, t in sim.run(pending, arrivals).items():
                 samples.setdefault(job_id, []).append(t)
+            for job_id, t in sim.after_budget().items():
+                past_budget.setdefault(job_id, []).append(t)
         out: dict[str, EtaRange] = {}
         lows, highs = [], []
         widen = config.eta_range_widen
         now = self.now
+        floors: dict[str, EtaRange] = {}
         for job_id in interest:
             got = sorted(samples.get(job_id, ()))
             if len(got) < config.eta_scenarios:
-                continue  # not started within the step budget in every scenario: coarse
-            point = quantile(got, 0.5)
-            lo, hi = quantile(got, 0.1), quantile(got, 0.9)
-            lo, hi = now + (lo - now) / widen, now + (hi - now) * widen
-            out[job_id] = (point, lo, hi)
+                # Not started within the step budget in every scenario: coarse, but no earlier
+                # than where those scenarios stopped plus the pooled sweep's wait from there
+                late = past_budget.get(job_id)
+                if late is not None and len(got) + len(late) == config.eta_scenarios:
+                    got = sorted(got + late)
+                    floors[job_id] = _range(got, now, widen)
+                continue
+            out[job_id] = point, lo, hi = _range(got, now, widen)
             if point - now > 60.0:
                 lows.append((lo - now) / (point - now))
                 highs.append((hi - now) / (point - now))
         if lows:
             self.spread = (sorted(lows)[len(lows) // 2], sorted(highs)[len(highs) // 2])
+        if floors:  # after the spread: the coarse range uses it
+            for job, _, prio, _ in jobs:
+                floor = floors.get(job.job_id)
+                if floor is not None:
+                    coarse = self.coarse(points[job.job_id], prio)
+                    out[job.job_id] = tuple(c if c > f else f for c, f in zip(coarse, floor, strict=True))
         return out
 
     def _arrivals(self, rng: random.Random, jobs, lowest: float, sigma: float) -> ArrivalStream:

@@ -215,16 +215,18 @@ class Explainer:
         ranges: dict[str, tuple[float, float, float]] = {}
         if eta_model is not None:
             head = []
+            head_points: dict[str, float] = {}
             for w, eta in zip(waiting, pooled, strict=True):
                 if eta is None:
                     continue
                 t0 = now if w.kind != "quota" else (w.until or now)
                 wanted = only is None or w.job.job_id in only
                 head.append((w.job, t0, w.row[0], wanted))
+                head_points[w.job.job_id] = eta
                 if len(head) >= self.state.config.eta_head:
                     break
             if any(wanted for *_, wanted in head):
-                ranges = eta_model.head(head)
+                ranges = eta_model.head(head, head_points)
         calibration: Calibration | None | bool = False  # built on first use (False = not yet)
         cal_factors: list = []  # Calibration.factors, for calibrate() inlined below
         cal_bounds: list = []  # Calibration.bounds, the same
