@@ -253,6 +253,11 @@ class SweepForm(JobForm):
                 continue
             self.row_of[name] = row
             choices = [typed(c) for c in data[f"p{row}_choices"].split(",") if c.strip()]
+            ranged = any(str(data[f"p{row}_{key}"]).strip() for key in ("low", "high", "step")) or data[f"p{row}_log"]
+            if choices and ranged:  # the API's refusal, at the row (the range was dropped silently: trial26)
+                self.add_error(f"p{row}_choices", "give choices or a range (low, high), not both")
+                parameters[name] = choices
+                continue
             if choices:
                 parameters[name] = choices
                 continue
@@ -262,11 +267,12 @@ class SweepForm(JobForm):
                 value["log"] = True
             if data[f"p{row}_step"].strip():
                 try:
-                    value["step"] = float(data[f"p{row}_step"])
+                    step = float(data[f"p{row}_step"])
                 except ValueError:
+                    # Kept without its step, so the row is not also reported missing ("parameters is required").
                     self.add_error(f"p{row}_step", f"must be a number, got {data[f'p{row}_step']!r}")
-                    continue
-                value["step"] = int(value["step"]) if value["step"].is_integer() else value["step"]
+                else:
+                    value["step"] = int(step) if step.is_integer() else step
             parameters[name] = value
         sweep: dict[str, Any] = {"method": data["method"] or "tpe", "parameters": parameters}
         if data["metric"].strip():  # else the task's own figure (apps.jobs.spec_sweep.sweep_default_metric)

@@ -290,6 +290,23 @@ def test_a_sweep_form_job_keeps_its_numbers_as_numbers(alice, demo_registered):
                                              "batch": [8, 16], "optimizer": ["SGD", "AdamW"]}
 
 
+def test_a_sweep_row_with_both_choices_and_a_range_is_refused_at_that_row(alice, demo_registered):
+    """trial26: a row with choices *and* low/high was submitted as the choices alone (the range
+    silently dropped: a random sweep over one value, every trial alike); the API refuses both."""
+    form = {f"s-{k.removeprefix('f-')}": v for k, v in FORM.items() if k.startswith("f-")}
+    sweep = {**form, "mode": "sweep", "s-method": "random", "s-trials": "2", "s-parallel": "2",
+             "s-optimizer": "SGD", "s-p1_name": "lr0"}
+    client = signed_in(alice)
+    response = client.post("/jobs/new/", {**sweep, "s-p1_low": "0.001", "s-p1_high": "0.1", "s-p1_choices": "0.01"})
+    assert response.status_code == 200 and not Job.objects.exists()
+    assert field_errors(response.content.decode()) == {
+        "p1_choices": "give choices or a range (low, high), not both"}
+    # A step that is no number is named once, at its box, without a "parameters is required" beside it.
+    response = client.post("/jobs/new/", {**sweep, "s-p1_low": "0.001", "s-p1_high": "0.1", "s-p1_step": "abc"})
+    assert response.status_code == 200 and not Job.objects.exists()
+    assert field_errors(response.content.decode()) == {"p1_step": "must be a number, got &#x27;abc&#x27;"}
+
+
 def test_a_word_in_a_number_box_still_reaches_the_parser_as_typed(alice, demo_registered):
     errors = field_errors(signed_in(alice).post("/jobs/new/", {**FORM, "f-epochs": "nan"}).content.decode())
     assert "nan" in errors["epochs"]
