@@ -298,6 +298,8 @@ def eta_text(entry: dict) -> str:
     if not (low and high) or passed(high):
         return start
     upper = when(high).removeprefix("in ")
+    if not passed(low) and when(low) == when(high):  # not "likely in 2 min to 2 min" (trial26)
+        return start if when(high) == start else f"{start} (likely {when(high)})"
     return f"{start} (likely {'within ' if passed(low) else when(low) + ' to '}{upper})"
 
 

@@ -21,6 +21,9 @@ def at(seconds: float) -> str:
     (-3, -60, -1, "any moment"),
     (1860, None, None, "in 31 min"),
     (None, None, None, "-"),
+    # Both ends of the range read alike once rounded: not "likely in 2 min to 2 min" (trial26).
+    (125, 100, 130, "in 2 min"),
+    (200, 100, 130, "in 3 min (likely in 2 min)"),
 ])
 def test_the_estimated_start_reads_as_a_sentence(point, low, high, text):
     entry = {"estimated_start_at": point and at(point), "estimated_start_low_at": low and at(low),
