@@ -330,6 +330,12 @@ def sweep_parse(value: Any, *, args: dict[str, Callable[[Any], Any]], reserved: 
                 trials = _int_in(value["trials"], 1, MAX_TRIALS)
             except ValueError as exc:
                 errors["sweep.trials"] = str(exc)
+    if (trials and trials > 1 and method != "grid" and parameters
+            and all(p["type"] == "categorical" and len(p["choices"]) == 1 for p in parameters.values())):
+        # Ultralytics trains deterministically: every trial would train the same configuration (trial26).
+        point = ", ".join(f"{name}={p['choices'][0]}" for name, p in parameters.items())
+        errors["sweep.trials"] = (f"is {trials}, but the search space has one point ({point}): every trial would "
+                                  f"train alike; give more choices or a range, or 1 trial")
     parallel = DEFAULT_PARALLEL
     if "parallel" in value:
         try:

@@ -93,6 +93,9 @@ def test_ranges_take_the_arguments_type_and_choices_their_parsed_values():
     ({"parameters": {"lr0": [0.1, 0.2]}, "trials": 2, "prune": {"method": "median", "patience": 3}},
      "sweep.prune.patience", "not an option of median"),
     ({"parameters": {"lr0": [0.1, 0.2]}, "trials": 2, "budget": 3}, "sweep.budget", "not a sweep field"),
+    # trial26: a search space of one point, sampled 3 times, was 3 trainings of the same configuration.
+    ({"parameters": {"lr0": [0.01]}, "trials": 3, "method": "random"}, "sweep.trials", "one point"),
+    ({"parameters": {"lr0": [0.01], "batch": [8]}, "trials": 2}, "sweep.trials", "lr0=0.01, batch=8"),
 ])
 def test_every_refusal_names_its_field(sweep, field, words):
     errors = refusal(**sweep)
