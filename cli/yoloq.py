@@ -689,6 +689,7 @@ def upload_team_check(api: Api, team: str | None) -> None:
 
 # The server's rule for a dataset name (apps/datasets/services.py NAME).
 DATASET_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
+WEIGHTS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\.pt")  # the server's (registry checkpoint_scan.member_name_ok)
 
 
 def cmd_dataset_push(args: argparse.Namespace) -> int:
@@ -757,6 +758,19 @@ def cmd_weights_push(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise CliError(f"{source}: no such file")
     upload_team_check(api, args.team)
+    # What the server would refuse only once the whole file had arrived (trial26), said before sending it.
+    field, filename = ("name", args.name) if args.name else ("file", source.name)
+    if not WEIGHTS_NAME.fullmatch(filename):
+        raise CliError(f"{field}: the file name must be a plain name ending in .pt, like yolov8s.pt (letters, digits, "
+                       f"'.', '_', '-'; no folders), got {filename!r}{'' if args.name else ' (--name NAME.pt)'}; "
+                       "nothing was uploaded")
+    with source.open("rb") as handle:
+        head = handle.read(4)
+    if head != b"PK\x03\x04":  # the server's messages (registry checkpoint_scan)
+        why = ("is empty" if not head else "is a bare pickle (the pre-1.6 torch.save format), not a zip checkpoint: "
+               "load and save it again with a current torch" if head[:1] == b"\x80"
+               else "is not a PyTorch checkpoint (torch.save writes a zip archive)")
+        raise CliError(f"file: {source} {why}; nothing was uploaded")
     # --name travels as its own field: a multipart file name loses its folders on the way, so
     # "../../x.pt" was stored as x.pt while this printed model=../../x.pt (trial 16, G10).
     answer = upload(api, "weights/", source, source.name, {"team": args.team or "", "name": args.name or ""},

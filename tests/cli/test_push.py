@@ -192,3 +192,22 @@ def test_a_bad_name_a_file_that_is_no_zip_and_an_empty_folder_are_refused_before
     code, _, err = run(capsys, "dataset", "push", str(tmp_path / "empty"), "--team", "vision")
     assert code == 1 and "the folder holds no files; nothing was uploaded" in err
     assert Dataset.objects.count() == before
+
+
+def test_weights_push_refuses_a_bad_file_name_and_a_file_that_is_no_checkpoint_before_sending(
+        logged_in, tmp_path, capsys, monkeypatch):
+    """trial26: "My Base.pt", best.pth and a text file were each sent whole, then refused by the server."""
+    monkeypatch.setattr(yoloq, "upload", lambda *a: pytest.fail("sent"))
+    weights = build_checkpoint("yolov8n.yaml", tmp_path)
+    spaced = tmp_path / "My Base.pt"
+    spaced.write_bytes(weights.read_bytes())
+    code, _, err = run(capsys, "weights", "push", str(spaced), "--team", "vision")
+    assert code == 1 and "file: the file name must be a plain name ending in .pt" in err, err
+    assert "'My Base.pt'" in err and "nothing was uploaded" in err
+    code, _, err = run(capsys, "weights", "push", str(weights), "--team", "vision", "--name", "best.pth")
+    assert code == 1 and "name: the file name must be a plain name ending in .pt" in err, err
+    text = tmp_path / "notes.pt"
+    text.write_text("hello\n")
+    code, _, err = run(capsys, "weights", "push", str(text), "--team", "vision")
+    assert code == 1 and f"file: {text} is not a PyTorch checkpoint (torch.save writes a zip archive)" in err, err
+    assert not ModelVersion.objects.exists()
