@@ -795,6 +795,9 @@ def download(api: Api, path: str, output: str | None, fallback: str, sha_header:
 
     Returns where it went, the response's headers and the line to print about its hash.
     """
+    folder = Path(output) if output and Path(output).is_dir() else Path(output or ".").parent
+    if not folder.is_dir():  # was a FileNotFoundError traceback, once the file had come (trial26)
+        raise CliError(f"-o: {folder} is no folder; nothing was downloaded")
     response = api.request("GET", path, stream=True, timeout=(TIMEOUT_S, 300))
     named = re.search(r'filename="?([^";]+)"?', response.headers.get("Content-Disposition", ""))
     name = Path(named.group(1)).name if named else fallback  # a name, never a path elsewhere
@@ -802,7 +805,11 @@ def download(api: Api, path: str, output: str | None, fallback: str, sha_header:
     if target.is_dir():  # -o into a folder: the name the server gives
         target = target / name
     digest = hashlib.sha256()
-    with tempfile.NamedTemporaryFile(dir=target.resolve().parent, prefix=".yoloq-", delete=False) as handle:
+    try:
+        handle = tempfile.NamedTemporaryFile(dir=target.resolve().parent, prefix=".yoloq-", delete=False)
+    except OSError as exc:  # a folder that cannot be written
+        raise CliError(f"-o: cannot write in {target.resolve().parent} ({exc.strerror}); nothing was saved") from None
+    with handle:
         try:
             for block in response.iter_content(1 << 20):
                 handle.write(block)

@@ -83,6 +83,12 @@ def test_model_pull_saves_a_versions_weights_verified_against_their_sha256(web, 
     assert code == 0, err
     assert (tmp_path / "pcb-v1.pt").read_bytes() == b"weights" and out.startswith(f"Saved {tmp_path / 'pcb-v1.pt'}")
 
+    # trial26: a folder that does not exist was a Python traceback (FileNotFoundError), after the download.
+    missing = tmp_path / "no-such-folder" / "x.pt"
+    code, out, err = run(capsys, "model", "pull", pcb.reference, "-o", str(missing))
+    assert code == 1 and "Traceback" not in err and not missing.parent.exists()
+    assert f"-o: {missing.parent} is no folder; nothing was downloaded" in err, err
+
     code, out, _ = run(capsys, "model", "show", pcb.reference)
     assert code == 0 and f"model: pcb:v1  (id {pcb.pk}, team vision)" in out
     assert f"from: job {pcb.job_id} (yoloq status {str(pcb.job_id)[:8]})" in out and "dataset: demo:v1" in out
