@@ -657,7 +657,10 @@ def zip_folder(folder: Path, into: Path) -> tuple[int, int]:
     return written, skipped
 
 
-def upload(api: Api, endpoint: str, path: Path, filename: str, fields: dict[str, str], quiet: bool) -> dict:
+def upload(api: Api, endpoint: str, path: Path, filename: str, fields: dict[str, str], quiet: bool,
+           shown: str | None = None) -> dict:
+    """POST ``path`` as ``filename``; a refusal names ``shown`` (what the user gave: the folder a
+    temporary zip was made of), else ``filename``."""
     body = UploadBody(fields, "file", path, filename, progress=not quiet and sys.stderr.isatty())
     response = api.request("POST", endpoint, data=body, headers={"Content-Type": body.content_type},
                            ok=(200, 201, 400, 413), timeout=(TIMEOUT_S, 3600))
@@ -669,7 +672,7 @@ def upload(api: Api, endpoint: str, path: Path, filename: str, fields: dict[str,
         for key, value in answer.items():
             if key not in ("problems", "problem_count", "offending_global"):
                 lines.insert(0, f"{key}: {' '.join(value) if isinstance(value, list) else value}")
-        raise CliError(f"{filename} was refused:\n  " + "\n  ".join(lines))
+        raise CliError(f"{shown or filename} was refused:\n  " + "\n  ".join(lines))
     return answer
 
 
@@ -717,7 +720,9 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
             if not args.quiet:
                 print(f"zipped {written} files of {source}" + (f" ({skipped} hidden/cache files left out)"
                                                               if skipped else ""), file=sys.stderr)
-            answer = upload(api, "datasets/", archive, archive.name, fields, args.quiet)
+            # A refusal names the folder pushed, not the temporary NAME.zip (trial26: "boxes.zip was refused"
+            # for `yoloq dataset push ./shots --name boxes`).
+            answer = upload(api, "datasets/", archive, archive.name, fields, args.quiet, shown=str(source))
     elif source.is_file():
         answer = upload(api, "datasets/", source, source.name, fields, args.quiet)
     else:

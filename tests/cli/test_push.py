@@ -121,6 +121,11 @@ def test_a_refused_dataset_prints_each_problem(logged_in, tmp_path, capsys):
     archive.write_bytes(make_zip(valid_files() | {"labels/train/0.txt": b"7 0.5 0.5 0.2 0.2\n"}))
     code, _, err = run(capsys, "dataset", "push", str(archive), "--team", "vision")
     assert code == 1 and "labels/train/0.txt: line 1: class id 7 is not in data.yaml names" in err
+    # A folder's refusal names the folder, not the temporary zip made of it (trial26: "other.zip was refused").
+    folder = dataset_folder(tmp_path)
+    (folder / "labels" / "train" / "0.txt").write_bytes(b"7 0.5 0.5 0.2 0.2\n")
+    code, _, err = run(capsys, "dataset", "push", str(folder), "--team", "vision", "--name", "other")
+    assert code == 1 and f"yoloq: {folder} was refused:" in err and "other.zip" not in err, err
 
 
 def test_weights_push_stores_a_checked_version(logged_in, tmp_path, capsys):
