@@ -178,6 +178,15 @@ def _cache(value: Any) -> bool | str:
 
 
 _unit = _float(0, 1)
+
+
+def _fraction(value: Any) -> float:
+    """Ultralytics' ``fraction``: a share of the training images in (0, 1]; 0 failed at the job's
+    start ("'fraction=0.0' invalid", trial26)."""
+    number = _unit(value)
+    if number == 0:
+        raise ValueError(f"must be above 0 and at most 1 (the share of the training images to use), got {value!r}")
+    return number
 TRAIN_ARGS: dict[str, Callable[[Any], Any]] = {
     "data": _name,
     "model": _name,
@@ -202,7 +211,7 @@ TRAIN_ARGS: dict[str, Callable[[Any], Any]] = {
     "cos_lr": bool_parse,
     "close_mosaic": _int(0, 10000),
     "amp": bool_parse,
-    "fraction": _unit,
+    "fraction": _fraction,
     "single_cls": bool_parse,
     "rect": bool_parse,
     "cache": _cache,

@@ -101,6 +101,8 @@ INVALID_FIELDS = [
     ({"command": "yolo train data=demo model=yolov8n.yaml optimizer=SGD;id"}, "command.optimizer"),
     ({"command": "yolo train data=demo model=yolov8n.yaml epochs=1 epochs=2"}, "command.epochs"),
     ({"command": "yolo train data=demo model=yolov8n.yaml batch=0"}, "command.batch"),
+    # trial26: passed submit, then failed at once ("'fraction=0.0' invalid. Use … ratio (0, 1]").
+    ({"command": "yolo train data=demo model=yolov8n.yaml fraction=0"}, "command.fraction"),
     ({"command": "yolo train data=demo model=yolov8n.yaml amp=maybe"}, "command.amp"),
     ({"command": "yolo train data=demo model=yolov8n.yaml epochs=None"}, "command.epochs"),
     ({"resources": "lots"}, "resources"),
