@@ -1529,6 +1529,15 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
     if not spec.allow_duplicate:
         twin = Job.objects.filter(team=resolved.team, spec_hash=fingerprint, state__in=ACTIVE_STATES).first()
         if twin:
+            # A retry that raced the first request under its key asked KEY_USED before that one
+            # committed: the key's job is the answer (as in the IntegrityError branch below), not a
+            # 409 naming it (trial26). Only read where a twin exists, so the usual submit pays nothing.
+            if idempotency_key and (mine := Job.objects.filter(user=user, idempotency_key=idempotency_key).first()):
+                if not job_visible_to(mine, user):
+                    raise IdempotencyKeyReused(mine, visible=False)
+                if not job_is_same_request(mine, spec, continued_from):
+                    raise IdempotencyKeyReused(mine)
+                return mine, False
             raise DuplicateJob(twin)
     stored = spec.as_dict()
     stored["resolved"] = resolved.resolved

@@ -276,6 +276,27 @@ def test_a_retry_of_a_job_stored_before_a_spec_field_existed_is_still_the_same_r
     assert renamed.status_code == 409, "what both sides have is still compared"
 
 
+def test_a_retry_racing_the_first_request_under_its_key_gets_that_job_not_a_duplicate_409(bob, demo_registered,
+                                                                                             monkeypatch):
+    """trial26: five concurrent submits of one spec under one Idempotency-Key made one job, but 1-3 of them
+    answered 409 "an identical job of your team is already active: … (<that job>)": each had asked whether
+    the key was used before the first committed, then met its job in the duplicate check. A CI retry
+    racing its first try (yoloq: exit 1) is what the key is for."""
+    from apps.jobs import services
+
+    client = api_client(bob)
+    first = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k1")
+    monkeypatch.setattr(services, "KEY_USED", lambda **kw: False)  # as read before the first one committed
+    again = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k1")
+    assert (first.status_code, again.status_code) == (201, 200), again.content
+    assert again.json()["id"] == first.json()["id"] and Job.objects.count() == 1
+    other = client.post("/api/v1/jobs/", SEED_SPEC.replace("task_name: yolo-v8s", "task_name: renamed"),
+                        content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k1")
+    assert other.status_code == 409 and "Idempotency-Key" in other.json(), "another request under the key"
+    plain = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k2")
+    assert plain.status_code == 409 and "identical job" in plain.json()["detail"], "a new key: still a duplicate"
+
+
 def test_an_idempotency_key_reused_for_another_request_is_a_conflict(bob, demo_registered):
     """A new task_name (outside spec_hash) is another request: 409 naming the header and the job it made."""
     client = api_client(bob)
