@@ -297,7 +297,7 @@ def test_a_sweep_row_with_both_choices_and_a_range_is_refused_at_that_row(alice,
     sweep = {**form, "mode": "sweep", "s-method": "random", "s-trials": "2", "s-parallel": "2",
              "s-optimizer": "SGD", "s-p1_name": "lr0"}
     client = signed_in(alice)
-    response = client.post("/jobs/new/", {**sweep, "s-p1_low": "0.001", "s-p1_high": "0.1", "s-p1_choices": "0.01"})
+    response = client.post("/jobs/new/", {**sweep, "s-p1_low": "0.001", "s-p1_high": "0.1", "s-p1_choices": "0.01, 0.02"})
     assert response.status_code == 200 and not Job.objects.exists()
     assert field_errors(response.content.decode()) == {
         "p1_choices": "give choices or a range (low, high), not both"}
