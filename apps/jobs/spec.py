@@ -187,6 +187,8 @@ def _fraction(value: Any) -> float:
     if number == 0:
         raise ValueError(f"must be above 0 and at most 1 (the share of the training images to use), got {value!r}")
     return number
+
+
 TRAIN_ARGS: dict[str, Callable[[Any], Any]] = {
     "data": _name,
     "model": _name,
