@@ -1239,15 +1239,19 @@ class ResolvedSpec:
 
 
 def spec_team(spec: JobSpec, user) -> tuple[Team | None, dict[str, str]]:
-    """The team the job is charged to (the spec's ``team``, else the user's first), or the error."""
+    """The team the job is charged to (the spec's ``team``, else the user's only one), or the error."""
     teams = team_rows(user=user)
     if spec.charge_to and spec.charge_to != user.username:
         team = next((t for t in teams if t.slug == spec.charge_to), None)
         if team is None:
             return None, {spec.charge_field: f"you are not a member of a team named {spec.charge_to!r}"}
         return team, {}
-    if teams:
+    if len(teams) == 1:
         return teams[0], {}
+    if teams:  # which one was a guess: the first by name took the job, its quota and its data= (trial26)
+        return None, {spec.charge_field: f"is required: you are in several teams "
+                                         f"({', '.join(t.slug for t in teams)}); say which one the job is for "
+                                         f"(team: {teams[0].slug})"}
     return None, {"user": "you belong to no team; ask a manager to add you to one"}
 
 

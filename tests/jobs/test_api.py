@@ -452,3 +452,25 @@ def test_a_duplicate_409_names_the_active_job_and_what_counts(alice, demo_regist
     assert f"yolo-v8s-industrial-inspection ({first.json()['id'][:8]}, queued)" in detail
     assert "same command (task, mode, arguments, export settings, sweep), GPUs (count, memory, models) and image" in detail
     assert "name, class, timeout and host memory do not count" in detail and "allow_duplicate: true" in detail
+
+
+def test_a_member_of_two_teams_says_which_one_a_job_is_for(teams, demo_registered):
+    """trial26: bob, added to robotics, sent a spec naming no team and it went to robotics (the first by
+    name): its quota, its queue, and `data=` looked up among robotics' datasets. Uploads already refuse
+    that guess; a submit now does too, naming the teams. One team, or a named one, is as before."""
+    from apps.accounts.services import membership_set
+
+    dana = make_user("dana", teams["vision"])
+    client = api_client(dana)
+    unnamed = SEED_SPEC.replace("user: vision\n", "")
+    assert client.post("/api/v1/jobs/", unnamed, content_type="application/yaml").status_code == 201
+    membership_set(user=dana, team=teams["robotics"], role="member")
+
+    for spec in (unnamed.replace("task_name: yolo", "task_name: second"),
+                 SEED_SPEC.replace("user: vision", "user: dana").replace("task_name: yolo", "task_name: third")):
+        refused = client.post("/api/v1/jobs/", spec, content_type="application/yaml")
+        assert refused.status_code == 400, refused.content
+        assert refused.json() == {"user": ["is required: you are in several teams (robotics, vision); say which one "
+                                           "the job is for (team: robotics)"]}
+    named = client.post("/api/v1/jobs/", SEED_SPEC.replace("epochs=2", "epochs=3"), content_type="application/yaml")
+    assert named.status_code == 201 and named.json()["team"] == "vision"

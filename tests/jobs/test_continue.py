@@ -625,7 +625,7 @@ def vision_job(bob, demo_registered, node, clean_storage):
 
 
 def test_a_member_of_two_teams_continues_a_job_in_its_own_team_not_their_first(vision_job, teams, carol):
-    """A spec without ``user:`` is charged to the submitter's first team; continuing it must not charge the
+    """A spec without ``user:`` is charged to the submitter's team (their only one then); continuing it must not charge the
     continuing person's first team (robotics, by slug) instead, carrying vision's checkpoint and curves there."""
     from apps.accounts.services import membership_set
     from tests.conftest import make_user
