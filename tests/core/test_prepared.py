@@ -267,3 +267,17 @@ def test_nothing_is_prepared_when_prepared_statements_are_off(postgresql, bob, m
     for _ in range(10):
         assert TOKEN(key_hash="d" * 64) == []
     assert not [s for s in prepared_statements() if "accounts_apitoken" in s]
+
+
+def test_numbered_placeholders_are_what_psycopg_would_send():
+    """The statement cursor sends ``$n`` as they are (a psycopg RawCursor): written once per
+    statement, the same text psycopg's own conversion makes."""
+    from apps.core.prepared import numbered_placeholders
+
+    assert numbered_placeholders('SELECT 1 FROM "t" WHERE "a" = %s AND "b" LIKE \'x%%\' AND "c" IN (%s, %s)') == (
+        'SELECT 1 FROM "t" WHERE "a" = $1 AND "b" LIKE \'x%\' AND "c" IN ($2, $3)')
+    with pytest.raises(ValueError):
+        numbered_placeholders('SELECT %(name)s')
+    with pytest.raises(ValueError):
+        numbered_placeholders("SELECT 5 % 2 = %s")
+
