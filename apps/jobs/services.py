@@ -36,7 +36,14 @@ from apps.core.artifacts import ArtifactKeyError, artifact_key
 from apps.core.errors import FieldErrors
 from apps.core.faults import fault_point
 from apps.core.hashing import file_sha256
-from apps.core.prepared import PreparedInsert, PreparedRead, binds_on_server, statement_cursor, value_preparer
+from apps.core.prepared import (
+    PreparedInsert,
+    PreparedRead,
+    binds_on_server,
+    rows_insert,
+    statement_cursor,
+    value_preparer,
+)
 from apps.notifications.hooks import job_event_recorded
 from apps.quotas.services import usage_charge
 from apps.registry.selectors import model_name_task
@@ -1501,8 +1508,9 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
        back) when the user now has more than MAX_ACTIVE_JOBS_PER_USER active jobs
        (TooManyActiveJobs), counted in the inserting transaction with the user's row locked
        (PostgreSQL; SQLite's IMMEDIATE transactions serialise writers anyway), so parallel
-       submits cannot pass it. The lock is taken last, so one user's submits wait for each
-       other only for the count and the commit, not for the inserts too.
+       submits cannot pass it. The rows are made before the transaction, which only sends
+       them with the lock (one statement on PostgreSQL), so one user's submits wait for each
+       other only for the count and the commit.
     5. Kick the scheduler after commit (from this process's kicker thread: apps.scheduling.kick).
 
     A sweep (``spec.sweep``) is inserted as its parent: running at once, on no node, with no
@@ -1593,15 +1601,14 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
                               message=job.task_name, data={"priority": spec.priority})
     try:
         with transaction.atomic():
-            job_row.run()
-            event_row.run()
-            audit_row.run()
-            if connection.features.has_select_for_update:
-                # SQLite has no row locks (the ORM would send a plain SELECT): its IMMEDIATE
-                # transaction already holds the database's one write lock. NO KEY UPDATE: the
-                # rows just inserted hold KEY SHARE locks on the user's row (their foreign
-                # keys), which FOR UPDATE would wait on — two submits would deadlock.
-                USER_LOCK(user_id=user.pk)
+            # SQLite has no row locks (the ORM would send a plain SELECT): its IMMEDIATE
+            # transaction already holds the database's one write lock. NO KEY UPDATE: the rows
+            # inserted hold KEY SHARE locks on the user's row (their foreign keys), which FOR
+            # UPDATE would wait on — two submits would deadlock. On PostgreSQL the three rows and
+            # the lock are one statement (rows_insert); the count below is the next one, so its
+            # snapshot is taken once the lock is held and sees the previous holder's job.
+            lock = USER_LOCK if connection.features.has_select_for_update else None
+            rows_insert((job_row, event_row, audit_row), lock=lock, lock_values={"user_id": user.pk})
             # The count includes the job just inserted (active: queued, or a running sweep).
             limit = settings.MAX_ACTIVE_JOBS_PER_USER
             if active_jobs_count(user.pk, limit=limit + 1) > limit:

@@ -281,3 +281,85 @@ def test_numbered_placeholders_are_what_psycopg_would_send():
     with pytest.raises(ValueError):
         numbered_placeholders("SELECT 5 % 2 = %s")
 
+
+def submit_rows(bob, team, name: str):
+    """A job, its first event and its audit entry, made as job_submit makes them."""
+    from apps.accounts.models import AuditEntry
+    from apps.accounts.services import audit_prepare
+    from apps.jobs.services import EVENT_INSERT, JOB_INSERT
+
+    job = JOB_INSERT.prepare(task_name=name, team=team, user=bob, spec={"a": [1]}, spec_hash="h", gpus=1.0,
+                             timeout_s=3600, seq=1)
+    event = EVENT_INSERT.prepare(job=job.obj, seq=1, attempt=1, kind="submitted", message=f"submitted {name}")
+    audit = audit_prepare(actor=bob, action=AuditEntry.Action.JOB_SUBMIT, team=team.pk, target=job.obj,
+                          message=name, data={"priority": "low"})
+    return job, event, audit
+
+
+def test_rows_inserted_together_are_the_rows_each_run_writes(bob, teams):
+    """rows_insert writes what run() writes, row by row, reads back the auto keys, and leaves the
+    instances saved; on PostgreSQL in one statement with the lock, elsewhere one statement each."""
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.accounts.models import AuditEntry
+    from apps.core.prepared import rows_insert
+    from apps.jobs.models import JobEvent
+    from apps.jobs.services import USER_LOCK
+
+    lock = USER_LOCK if connection.features.has_select_for_update else None
+    for n in range(7):  # past psycopg's prepare_threshold: the prepared statement is run too
+        alone = submit_rows(bob, teams["vision"], f"alone-{n}")
+        for pending in alone:
+            pending.run()
+        together = submit_rows(bob, teams["vision"], f"together-{n}")
+        with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+            rows_insert(together, lock=lock, lock_values={"user_id": bob.pk})
+        sent = [q["sql"] for q in captured.captured_queries if "SAVEPOINT" not in q["sql"]]
+        assert len(sent) == (1 if connection.vendor == "postgresql" else 3), sent
+        for model, first, second in zip((Job, JobEvent, AuditEntry), alone, together, strict=True):
+            assert not second.obj._state.adding and second.obj._state.db == "default"
+            assert isinstance(second.obj.pk, int) or model is Job
+            stored, expected = row(model, second.obj.pk), row(model, first.obj.pk)
+            differ = {k for k in stored if stored[k] != expected[k]}
+            assert differ <= {"id", "attempt_id", "created_at", "task_name", "job_id", "message", "target_id"}, differ
+            assert stored["id"] == second.obj.pk
+    assert JobEvent.objects.get(pk=together[1].obj.pk).job_id == together[0].obj.pk
+    assert AuditEntry.objects.get(pk=together[2].obj.pk).target_id == str(together[0].obj.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_inserted_together_hold_the_lock_until_the_transaction_ends(bob, teams):
+    """The lock read runs in the same statement as the inserts (PostgreSQL): another connection
+    cannot take the user's row until the inserting transaction ends."""
+    from django.db import OperationalError, connection, connections, transaction
+
+    from apps.core.prepared import rows_insert
+    from apps.jobs.services import USER_LOCK
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's (SQLite's IMMEDIATE transaction holds the database)")
+    results = []
+
+    def try_lock() -> None:
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("BEGIN")
+                try:
+                    cursor.execute('SELECT 1 FROM "auth_user" WHERE "id" = %s FOR NO KEY UPDATE NOWAIT', [bob.pk])
+                    results.append("locked")
+                except OperationalError:
+                    results.append("held by the other")
+                cursor.execute("ROLLBACK")
+        finally:
+            other.close()
+
+    with transaction.atomic():
+        rows_insert(submit_rows(bob, teams["vision"], "held"), lock=USER_LOCK, lock_values={"user_id": bob.pk})
+        thread = threading.Thread(target=try_lock)
+        thread.start()
+        thread.join(30)
+    try_lock()
+    assert results == ["held by the other", "locked"]
+    assert Job.objects.filter(task_name="held").count() == 1

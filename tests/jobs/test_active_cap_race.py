@@ -1,7 +1,9 @@
 """Parallel submits of one user cannot pass MAX_ACTIVE_JOBS_PER_USER together: each counts the
 user's active jobs in its inserting transaction under the user's row lock (PostgreSQL; SQLite's
-IMMEDIATE transactions serialise writers), and the lock is taken after the inserts — no
-deadlock between two submits that both hold their new rows' key locks on the user."""
+IMMEDIATE transactions serialise writers). On PostgreSQL the lock and the inserts are one
+statement (apps.core.prepared.rows_insert) and the count the next, with its own snapshot: no
+deadlock between two submits that both hold their new rows' key locks on the user, and no count
+that misses the job of the submit whose lock it waited for."""
 
 from __future__ import annotations
 
