@@ -267,13 +267,12 @@ def rows_insert(rows: Sequence[PendingRow], *, lock: PreparedRead | None = None,
 
     On PostgreSQL, when every row was prepared on this connection, it is one statement, one
     round trip: each INSERT a data-modifying ``WITH`` query, the lock one more, and a ``SELECT``
-    of what the inserts return (an auto key) — instead of one round trip each, every one a
-    wake-up of the server's backend and of the caller's thread (docs/performance.md, item 25).
-    PostgreSQL runs the parts of one statement in an order of its choosing, on one snapshot:
-    the lock may be taken before the rows are written, so it is for a lock whose holder reads
-    only in a *later* statement (a count under a row lock needs a snapshot taken after the
-    wait). Foreign keys are checked at the statement's end, so a row may refer to one written
-    beside it. Elsewhere (SQLite; a row ``create()``'s way) each statement is sent alone, in order.
+    that reads them in order (:func:`_together_sql`) — instead of one round trip each, every one
+    a wake-up of the server's backend and of the caller's thread (docs/performance.md, item 25).
+    One statement has one snapshot, taken before any wait for the lock: whoever reads under the
+    lock reads in a *later* statement (a count under a row lock must see what the lock's previous
+    holder committed). Foreign keys are checked at the statement's end, so a row may refer to
+    one written beside it. Elsewhere (SQLite; a row ``create()``'s way) each statement is sent alone, in order.
     """
     alias = rows[0].alias
     connection = connections[alias]
@@ -310,7 +309,7 @@ def rows_insert(rows: Sequence[PendingRow], *, lock: PreparedRead | None = None,
                 values = list(insert.compiler.apply_converters(values, insert.converters))
             for value, field in zip(values[0], insert.returning, strict=True):
                 setattr(obj, field.attname, value)
-            position += count
+        position += count or 1  # a row with nothing to return is counted (_together_sql)
         obj._state.db = alias
         obj._state.adding = False
 
@@ -319,16 +318,30 @@ _together: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection
 
 
 def _together_sql(inserts: tuple[_Insert, ...], read: _Compiled | None, connection) -> str:
+    """``WITH "inserted_0" AS (INSERT …), … "locked" AS (SELECT … FOR …) SELECT (SELECT … FROM
+    "inserted_0"), …, (SELECT COUNT(*) FROM "locked")``.
+
+    Every part is read by the final ``SELECT``, in the order given: PostgreSQL runs an uncorrelated
+    sub-select when the select list first needs its value, left to right, so the rows are written
+    and the lock taken in the order of separate statements (a part nobody reads would run at the
+    statement's end, and a plain ``WITH`` query not at all). The order matters for waits: two
+    submits racing with one Idempotency-Key each write the key (a unique index) before they lock
+    the user's row, as they always did; one writing it after the lock could deadlock with the other.
+    """
     quote = connection.ops.quote_name
     queries, returned = [], []
     for n, insert in enumerate(inserts):
-        queries.append(f"{quote(f'inserted_{n}')} AS ({insert.sql})")
-        returned += [f"(SELECT {quote(field.column)} FROM {quote(f'inserted_{n}')})" for field in insert.returning]
+        name = quote(f"inserted_{n}")
+        if insert.returning:
+            queries.append(f"{name} AS ({insert.sql})")
+            returned += [f"(SELECT {quote(field.column)} FROM {name})" for field in insert.returning]
+        else:
+            queries.append(f"{name} AS ({insert.sql} RETURNING 1)")
+            returned.append(f"(SELECT COUNT(*) FROM {name})")
     if read is not None:
-        # Referenced, or PostgreSQL would not run it (a plain WITH query runs only when read).
         queries.append(f"{quote('locked')} AS ({read.sql})")
         returned.append(f"(SELECT COUNT(*) FROM {quote('locked')})")
-    return f"WITH {', '.join(queries)} SELECT {', '.join(returned) or '1'}"
+    return f"WITH {', '.join(queries)} SELECT {', '.join(returned)}"
 
 
 class _Insert:

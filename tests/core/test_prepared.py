@@ -282,14 +282,14 @@ def test_numbered_placeholders_are_what_psycopg_would_send():
         numbered_placeholders("SELECT 5 % 2 = %s")
 
 
-def submit_rows(bob, team, name: str):
+def submit_rows(bob, team, name: str, key: str = ""):
     """A job, its first event and its audit entry, made as job_submit makes them."""
     from apps.accounts.models import AuditEntry
     from apps.accounts.services import audit_prepare
     from apps.jobs.services import EVENT_INSERT, JOB_INSERT
 
     job = JOB_INSERT.prepare(task_name=name, team=team, user=bob, spec={"a": [1]}, spec_hash="h", gpus=1.0,
-                             timeout_s=3600, seq=1)
+                             timeout_s=3600, seq=1, idempotency_key=key)
     event = EVENT_INSERT.prepare(job=job.obj, seq=1, attempt=1, kind="submitted", message=f"submitted {name}")
     audit = audit_prepare(actor=bob, action=AuditEntry.Action.JOB_SUBMIT, team=team.pk, target=job.obj,
                           message=name, data={"priority": "low"})
@@ -363,3 +363,60 @@ def test_rows_inserted_together_hold_the_lock_until_the_transaction_ends(bob, te
     try_lock()
     assert results == ["held by the other", "locked"]
     assert Job.objects.filter(task_name="held").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_inserted_together_write_the_job_before_they_wait_for_the_lock(bob, teams):
+    """The job's row (its Idempotency-Key, a unique index) is written before the statement waits
+    for the user's lock, as when they were separate statements: two submits racing with one key
+    then wait for each other in one order only (one taking the lock first could deadlock)."""
+    import time
+
+    from django.db import OperationalError, connection, connections, transaction
+
+    from apps.core.prepared import rows_insert
+    from apps.jobs.services import USER_LOCK
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's")
+    holder = connections.create_connection("default")
+    holder.ensure_connection()
+    holder.connection.autocommit = False
+    holder.connection.execute('SELECT 1 FROM "auth_user" WHERE "id" = %s FOR NO KEY UPDATE', [bob.pk])
+    pid, outcome = [], []
+
+    def submit() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pid.append(cursor.fetchone()[0])
+            with transaction.atomic():
+                rows_insert(submit_rows(bob, teams["vision"], "waits", key="k-1"), lock=USER_LOCK,
+                            lock_values={"user_id": bob.pk})
+            outcome.append("inserted")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    try:
+        waiting = False
+        for _ in range(200):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", pid[:1] or [0])
+                waiting = cursor.fetchone() == ("Lock",)
+            if waiting:
+                break
+            time.sleep(0.05)
+        assert waiting, "the inserting statement never waited for the user's lock"
+        # A job with the same key waits for the waiting statement's uncommitted one: it is written.
+        with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '300ms'")
+            submit_rows(bob, teams["vision"], "same key", key="k-1")[0].run()
+    finally:
+        holder.connection.rollback()
+        holder.close()
+        thread.join(30)
+    assert outcome == ["inserted"]
+    assert list(Job.objects.filter(idempotency_key="k-1").values_list("task_name", flat=True)) == ["waits"]
