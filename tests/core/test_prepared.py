@@ -420,3 +420,15 @@ def test_rows_inserted_together_write_the_job_before_they_wait_for_the_lock(bob,
         thread.join(30)
     assert outcome == ["inserted"]
     assert list(Job.objects.filter(idempotency_key="k-1").values_list("task_name", flat=True)) == ["waits"]
+
+
+def test_rows_inserted_together_with_prepared_statements_off(postgresql, bob, teams, monkeypatch):
+    """DATABASE_PREPARED_STATEMENTS=false: the one statement is sent with client-side binding."""
+    from apps.core.prepared import rows_insert
+    from apps.jobs.services import USER_LOCK
+
+    monkeypatch.setitem(postgresql.settings_dict["OPTIONS"], "prepare_threshold", None)
+    rows = submit_rows(bob, teams["vision"], "client-side")
+    rows_insert(rows, lock=USER_LOCK, lock_values={"user_id": bob.pk})
+    assert Job.objects.get(pk=rows[0].obj.pk).task_name == "client-side"
+    assert not [s for s in prepared_statements() if "inserted_0" in s]
