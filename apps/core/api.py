@@ -180,6 +180,12 @@ class StrictInput(serializers.Serializer):
                     if isinstance(exc.detail, dict):
                         errors = {**exc.detail, **errors}
                 raise ValidationError(errors)
+        else:  # DRF's answer named no field: {"non_field_errors": ["Invalid data. Expected a dictionary…"]}
+            kind = {list: "a list", str: "a string", bool: "true or false", int: "a number", float: "a number",
+                    type(None): "null"}.get(type(data), type(data).__name__)
+            names = ", ".join(self.fields)
+            raise ValidationError({"body": [ErrorDetail(f"must be a JSON object of the fields ({names}), got {kind}",
+                                                        code="invalid")]})
         return super().to_internal_value(data)
 
 

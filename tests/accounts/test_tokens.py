@@ -204,3 +204,12 @@ def test_issue_token_refuses_a_deactivated_user(alice):
     with pytest.raises(CommandError, match="alice is deactivated"):
         call_command("issue_token", "alice", stdout=io.StringIO())
     assert not ApiToken.objects.filter(user=alice).exists()
+
+
+@pytest.mark.parametrize(("body", "kind"), [([1, 2], "a list"), ("x", "a string"), (7, "a number")])
+def test_a_body_that_is_no_object_is_refused_naming_the_body(bob, body, kind):
+    """trial26: ``[1,2]`` got DRF's ``non_field_errors: Invalid data. Expected a dictionary``, a 400 that named
+    no field; every strict input now names the body and the fields it takes."""
+    response = api_client(bob).post("/api/v1/tokens/", body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"body": [f"must be a JSON object of the fields (name, expires_in_days), got {kind}"]}
