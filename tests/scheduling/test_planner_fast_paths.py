@@ -415,7 +415,8 @@ def test_a_time_on_another_day_says_its_date_even_within_24_hours() -> None:
 
 def test_the_entry_loops_coarse_eta_is_eta_model_coarse() -> None:
     """Below the head, explain() computes EtaModel.coarse inline (one call per waiting job
-    of a long queue): the same point and range, with and without inflow to stretch by."""
+    of a long queue): the same point and range, with and without inflow to stretch by, and
+    with the head's result carried across the seam (EtaModel.carry_from) or not."""
     from apps.scheduling.policy.eta import EtaModel
     from apps.scheduling.policy.explain import Explainer, Waiting
 
@@ -448,12 +449,15 @@ def test_the_entry_loops_coarse_eta_is_eta_model_coarse() -> None:
                    for k, j in enumerate(queued)]
         explainer = Explainer(state, NOW, caps, (), ())
         pooled, _ = explainer.pooled_etas(waiting)
-        entries, _ = explainer.explain(waiting, {}, model)
-        for w, eta, entry in zip(waiting, pooled, entries, strict=True):
-            want = model.coarse(eta, w.row[0])
-            got = (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high)
-            assert got == want, (inflow != (), w.job.job_id)
-        assert any(e.estimated_start > NOW for e in entries)
+        # no head (eta_scenarios 0): the carry across the seam as set here (none, ratios, offsets)
+        for carry in (model.carry, ((1.3, 0.0), (1.7, 0.0), (1.1, 0.0)), ((1.0, 600.0), (1.2, 0.0), (1.0, 90.5))):
+            model.carry = carry
+            entries, _ = explainer.explain(waiting, {}, model)
+            for w, eta, entry in zip(waiting, pooled, entries, strict=True):
+                want = model.coarse(eta, w.row[0])
+                got = (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high)
+                assert got == want, (inflow != (), carry, w.job.job_id)
+            assert any(e.estimated_start > NOW for e in entries)
 
 
 def _explain_setup(seed: int, history: tuple = ()):
