@@ -449,12 +449,15 @@ def test_the_entry_loops_coarse_eta_is_eta_model_coarse() -> None:
                    for k, j in enumerate(queued)]
         explainer = Explainer(state, NOW, caps, (), ())
         pooled, _ = explainer.pooled_etas(waiting)
-        # no head (eta_scenarios 0): the carry across the seam as set here (none, ratios, offsets)
-        for carry in (model.carry, ((1.3, 0.0), (1.7, 0.0), (1.1, 0.0)), ((1.0, 600.0), (1.2, 0.0), (1.0, 90.5))):
+        # no head (eta_scenarios 0): the carry across the seam as set here (none; ratios for
+        # one shape, offsets for another, none for the rest)
+        shapes = sorted({j.shape_id for j in queued})
+        ratios, offsets = ((1.3, 0.0), (1.7, 0.0), (1.1, 0.0)), ((1.0, 600.0), (1.2, 0.0), (1.0, 90.5))
+        for carry in ({}, {shapes[0]: ratios, shapes[-1]: offsets}):
             model.carry = carry
             entries, _ = explainer.explain(waiting, {}, model)
             for w, eta, entry in zip(waiting, pooled, entries, strict=True):
-                want = model.coarse(eta, w.row[0])
+                want = model.coarse(eta, w.row[0], w.job.shape_id)
                 got = (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high)
                 assert got == want, (inflow != (), carry, w.job.job_id)
             assert any(e.estimated_start > NOW for e in entries)
@@ -563,3 +566,34 @@ def test_arrival_priorities_are_the_plain_formula() -> None:
     ]
     assert arrival_priorities(jobs, fairshare, config) == plain
     assert any(size_factor(j, config) == 0.0 for j in jobs)
+
+
+def test_the_carry_across_the_seam_keeps_the_last_head_job_and_caps_the_ratio() -> None:
+    """EtaModel.carry_from: the head's last job, coarse again, is shown at its forward range;
+    below it a wait is multiplied by at most CARRY_RATIO_MAX (a shape the sweep starts at once
+    and the scenarios hours later: a 2,250x ratio multiplied every wait below), the rest of
+    the excess added; a forward range earlier than the coarse one carries nothing; a coarse
+    wait of 0 carries the forward wait as an offset; another shape carries nothing. Never
+    earlier than the coarse estimate."""
+    import pytest
+
+    from apps.scheduling.policy.eta import CARRY_RATIO_MAX, EtaModel
+
+    cluster = (node("n1", gpus=4),)
+    state = ClusterState(nodes=cluster, config=PolicyConfig(policy="fair"))
+    model = EtaModel(state, NOW, capacities(cluster, ()), (), None, None, {})
+    model.spread = (0.5, 2.0)
+    forward = (NOW + 36_000.0, NOW + 30_000.0, NOW + 40_000.0)
+    model.carry_from(forward, NOW + 16.0, 0.0, 7)
+    assert model.coarse(NOW + 16.0, 0.0, 7) == pytest.approx(forward, rel=1e-12)
+    below = model.coarse(NOW + 3600.0, 0.0, 7)
+    alone = (NOW + 3600.0, NOW + 1800.0, NOW + 7200.0)
+    assert below[0] == pytest.approx(NOW + 3600.0 * CARRY_RATIO_MAX + 36_000.0 - 16.0 * CARRY_RATIO_MAX)
+    assert all(b >= a and b >= f for a, b, f in zip(alone, below, forward, strict=True))
+    model.carry_from((NOW + 10.0, NOW + 5.0, NOW + 20.0), NOW + 16.0, 0.0, 7)  # forward earlier: no carry
+    assert model.coarse(NOW + 3600.0, 0.0, 7) == alone
+    model.carry_from((NOW + 1500.0, NOW + 600.0, NOW + 2600.0), NOW + 1000.0, 0.0, 7)  # within the cap: ratios
+    assert model.coarse(NOW + 3600.0, 0.0, 7) == pytest.approx((NOW + 5400.0, NOW + 2160.0, NOW + 9360.0), rel=1e-12)
+    model.carry_from((NOW + 900.0, NOW + 600.0, NOW + 1500.0), NOW, 0.0, 7)  # coarse wait 0: an offset
+    assert model.coarse(NOW + 3600.0, 0.0, 7) == (NOW + 4500.0, NOW + 2400.0, NOW + 8700.0)
+    assert model.coarse(NOW + 3600.0, 0.0, 8) == model.coarse(NOW + 3600.0, 0.0) == alone  # another shape: none

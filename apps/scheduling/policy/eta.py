@@ -21,8 +21,9 @@ keep arriving (the drift Slurm's ``squeue --start`` has). So:
    boundaries ignored), stretched by the higher-priority inflow — with inflow of
    ``λ`` GPU-seconds per second outranking a job on ``G`` GPUs, waiting takes
    ``1 / (1 - λ/G)`` times longer — and given the head's relative spread as its range;
-   then carried on from the head's last job (:meth:`EtaModel.carry_from`): each wait scaled
-   by that job's forward wait over its coarse one, where larger, so the seam keeps the order.
+   then carried on from the head's last job of the same shape (:meth:`EtaModel.carry_from`):
+   each wait scaled by that job's forward wait over its coarse one (where larger, at most
+   ``CARRY_RATIO_MAX``, the rest added), so a shape's line keeps its order across the seam.
 
 Deterministic: scenarios use a ``random.Random`` with a fixed seed (the same draws every
 pass, so an ETA moves when the state does, not with sampling noise), and every input is
@@ -49,6 +50,12 @@ EtaRange = tuple[float, float, float]  # point, low, high
 # job may well take a tenth or ten times as long, so its end is drawn at least this widely.
 # (Leaving it undrawn, as at first, gave a new install's queue ranges of zero width.)
 UNKNOWN_RUNTIME_SIGMA = 1.0
+# The most a wait below the head is multiplied by to carry on from the head's last job
+# (EtaModel.carry_from); the rest of that job's excess is added. Above the runtimes' own bias
+# (the mean of a lognormal error over its median: e^(σ²/2), 1.65 at σ = 1) with room; on the
+# 4x8 seed-1 replay the carried model waits were 1.005-1.97 times the coarse ones (no cap).
+CARRY_RATIO_MAX = 3.0
+_NO_CARRY = ((1.0, 0.0), (1.0, 0.0), (1.0, 0.0))
 
 
 @dataclass(slots=True)
@@ -488,9 +495,9 @@ class EtaModel:
         self._inflow_prio: list[float] = []
         self._inflow_work: list[float] = []
         self.spread = (0.5, 2.0)  # relative (low, high) below the head, refined from the head
-        # (ratio, offset) of the wait of the point, low and high below the head: the forward
-        # result carried across the seam (carry_from); none until then
-        self.carry: tuple[tuple[float, float], ...] = ((1.0, 0.0), (1.0, 0.0), (1.0, 0.0))
+        # Shape -> (ratio, offset) of the wait of the point, low and high below the head: the
+        # forward result of the head's last job of that shape carried across the seam (carry_from)
+        self.carry: dict[int, tuple[tuple[float, float], ...]] = {}
 
     def _inflow_priorities(self) -> list[float]:
         """Each recent arrival's priority on arrival, and the inflow work above each priority.
@@ -634,9 +641,9 @@ class EtaModel:
             4 * config.eta_head,
         )
 
-    def coarse(self, point: float, priority: float) -> EtaRange:
+    def coarse(self, point: float, priority: float, shape: int | None = None) -> EtaRange:
         """A job below the head: the pooled sweep's start, stretched by inflow, with the head's
-        spread, each wait carried on from the head's last job (:meth:`carry_from`; none before)."""
+        spread, each wait carried on from the head's last job of its ``shape`` (:meth:`carry_from`)."""
         now = self.now
         wait = max(0.0, point - now)
         if wait > 0 and self.total_gpus and self.inflow_rate > 0:  # no inflow: load 0, no stretch
@@ -644,19 +651,24 @@ class EtaModel:
             wait /= 1.0 - load
         lo_f, hi_f = self.spread
         widen = self.config.eta_range_widen
-        (r_mid, d_mid), (r_lo, d_lo), (r_hi, d_hi) = self.carry
+        (r_mid, d_mid), (r_lo, d_lo), (r_hi, d_hi) = self.carry.get(shape, _NO_CARRY)  # type: ignore[arg-type]
         return (
             now + (wait * r_mid + d_mid),
             now + (wait * lo_f / widen * r_lo + d_lo),
             now + (wait * hi_f * widen * r_hi + d_hi),
         )
 
-    def carry_from(self, forward: EtaRange, point: float, priority: float) -> None:
+    def carry_from(self, forward: EtaRange, point: float, priority: float, shape: int) -> None:
         """Carry the head's forward result across the seam: ``forward`` is the range
-        :meth:`head` gave the last job of the head (waiting for resources), ``point`` and
-        ``priority`` its pooled sweep start and priority. Below the head, each of the coarse
-        point's, low end's and high end's waits is then scaled by that job's forward wait over
-        its coarse one (never below 1: nothing is shown earlier than the coarse estimate alone).
+        :meth:`head` gave the head's last job of ``shape`` (waiting for resources), ``point``
+        and ``priority`` its pooled sweep start and priority. Below the head, each of the
+        coarse point's, low end's and high end's waits of a job of that shape is then scaled
+        by that job's forward wait over its coarse one (never below 1: nothing is shown
+        earlier than the coarse estimate alone).
+
+        Per shape: a job of another shape may rightly start earlier (a one-GPU job backfills
+        past a blocked eight-GPU one), and a blocked big job's ratio multiplied the small jobs'
+        waits below it; a shape's jobs of one user start in queue order.
 
         Why: the coarse sweep knows nothing the scenarios learnt (each runtime's drawn error,
         whose mean is above the estimate, so a long line of jobs ends later than the sum of
@@ -666,19 +678,26 @@ class EtaModel:
         number of jobs ahead, the arrivals with the time waited), so the head's last job's
         ratio is the best guess of how far the sweep is off below it; an offset would fix the
         seam but let the error grow again further down. Where that job's coarse wait is 0 (no
-        ratio), its forward wait is added instead. With one same-shape line the job below the
-        seam gets at least the last head job's (point, low, high): its coarse waits are at least
-        that job's, times the same factors."""
-        self.carry = ((1.0, 0.0), (1.0, 0.0), (1.0, 0.0))
+        ratio), its forward wait is added instead. The ratio is capped at ``CARRY_RATIO_MAX``
+        and what it leaves of that job's forward wait added: a shape the sweep starts at once
+        and the scenarios much later (a whole node it needs, pooled GPUs it cannot use) is a
+        one-off delay, not a rate, and an uncapped ratio of thousands multiplied every wait
+        below. So that job itself is still shown at its forward (point, low, high), and with
+        one same-shape line the job below the seam no earlier: its coarse waits are at least
+        that job's, carried the same way."""
+        self.carry.pop(shape, None)
         now = self.now
         carry = []
-        for f, c in zip(forward, self.coarse(point, priority), strict=True):
+        for f, c in zip(forward, self.coarse(point, priority, shape), strict=True):
             f_wait, c_wait = f - now, c - now
-            if c_wait > 0.0:
-                carry.append((f_wait / c_wait if f_wait > c_wait else 1.0, 0.0))
+            if f_wait <= c_wait:
+                carry.append((1.0, 0.0))
+            elif c_wait > 0.0:
+                ratio = f_wait / c_wait
+                carry.append((ratio, 0.0) if ratio <= CARRY_RATIO_MAX else (CARRY_RATIO_MAX, f_wait - c_wait * CARRY_RATIO_MAX))
             else:
-                carry.append((1.0, f_wait if f_wait > 0.0 else 0.0))
-        self.carry = tuple(carry)
+                carry.append((1.0, f_wait))
+        self.carry[shape] = tuple(carry)
 
 
 def _renamed(job: JobRequest, job_id: str, at: float) -> JobRequest:

@@ -216,7 +216,9 @@ class Explainer:
         if eta_model is not None:
             head = []
             head_points: dict[str, float] = {}
-            anchor = -1  # the head's last job waiting for resources: the coarse estimate below carries on from it
+            # Shape -> the head's last job of it waiting for resources: a coarse estimate of the
+            # shape below the head carries on from it (EtaModel.carry_from)
+            anchors: dict[int, int] = {}
             k = 0
             for k, (w, eta) in enumerate(zip(waiting, pooled, strict=True)):  # noqa: B007 (k: where the head ends)
                 if eta is None:
@@ -224,23 +226,27 @@ class Explainer:
                 t0 = now if w.kind != "quota" else (w.until or now)
                 wanted = only is None or w.job.job_id in only
                 if w.kind == "resources":
-                    anchor = len(head)
+                    anchors[w.job.shape_id] = len(head)
                 head.append((w.job, t0, w.row[0], wanted))
                 head_points[w.job.job_id] = eta
                 if len(head) >= self.state.config.eta_head:
                     break
-            if anchor >= 0 and not head[anchor][3] and any(w.job.job_id in only for w in waiting[k + 1 :]):
+            if only is not None and anchors:
                 # A pass that explains only some jobs (the simulator's) simulates the head as
-                # far as the anchor where one of them is below it: shown as the full pass would
-                job, t0, prio, _ = head[anchor]
-                head[anchor] = (job, t0, prio, True)
+                # far as the anchor of each one's shape below it: shown as the full pass would
+                for w in waiting[k + 1 :]:
+                    if w.job.job_id in only:
+                        a = anchors.get(w.job.shape_id)
+                        if a is not None and not head[a][3]:
+                            job, t0, prio, _ = head[a]
+                            head[a] = (job, t0, prio, True)
             if any(wanted for *_, wanted in head):
                 ranges = eta_model.head(head, head_points)
-                if anchor >= 0:
-                    job, _, prio, _ = head[anchor]
+                for shape, a in anchors.items():
+                    job, _, prio, _ = head[a]
                     got = ranges.get(job.job_id)
                     if got is not None:
-                        eta_model.carry_from(got, head_points[job.job_id], prio)
+                        eta_model.carry_from(got, head_points[job.job_id], prio, shape)
         calibration: Calibration | None | bool = False  # built on first use (False = not yet)
         cal_factors: list = []  # Calibration.factors, for calibrate() inlined below
         cal_bounds: list = []  # Calibration.bounds, the same
@@ -257,7 +263,7 @@ class Explainer:
         if coarse:
             lo_f, hi_f = eta_model.spread
             widen = eta_model.config.eta_range_widen
-            (r_mid, d_mid), (r_lo, d_lo), (r_hi, d_hi) = eta_model.carry
+            carry_get = eta_model.carry.get
             stretch = bool(eta_model.total_gpus and eta_model.inflow_rate > 0)
             total_gpus = eta_model.total_gpus
             if stretch:  # EtaModel.inflow_rate_above inlined: 1 - load for each place among the arrivals
@@ -293,7 +299,12 @@ class Explainer:
                             wait = 0.0
                         if wait > 0 and stretch:  # no inflow: load 0, no stretch
                             wait /= unloaded[bisect_left(inflow_neg_prios, -prio)]
-                        eta = now + (wait * r_mid + d_mid)
+                        carry = carry_get(job.shape_id)
+                        if carry is None:
+                            eta = now + wait
+                        else:  # EtaModel.coarse's carry across the seam
+                            (r_mid, d_mid), (r_lo, d_lo), (r_hi, d_hi) = carry
+                            eta = now + (wait * r_mid + d_mid)
                     if calibration is False:
                         config = self.state.config
                         calibration = calibration_for(
@@ -331,7 +342,11 @@ class Explainer:
                         low = now + (lo if lo > 0.0 else 0.0)
                         high = now + (hi if hi > 0.0 else 0.0)
                     elif got is None and coarse:
-                        low, high = now + (wait * lo_f / widen * r_lo + d_lo), now + (wait * hi_f * widen * r_hi + d_hi)
+                        if carry is None:
+                            low, high = now + wait * lo_f / widen, now + wait * hi_f * widen
+                        else:
+                            low = now + (wait * lo_f / widen * r_lo + d_lo)
+                            high = now + (wait * hi_f * widen * r_hi + d_hi)
                 else:
                     model = None
                 cls = w.cls
