@@ -660,7 +660,7 @@ class EtaModel:
 
     def carry_from(self, forward: EtaRange, point: float, priority: float, shape: int) -> None:
         """Carry the head's forward result across the seam: ``forward`` is the range
-        :meth:`head` gave the head's last job of ``shape`` (waiting for resources), ``point``
+        :meth:`head` gave the head's last job of ``shape`` (waiting for resources, reserved or not), ``point``
         and ``priority`` its pooled sweep start and priority. Below the head, each of the
         coarse point's, low end's and high end's waits of a job of that shape is then scaled
         by that job's forward wait over its coarse one (never below 1: nothing is shown

@@ -216,7 +216,7 @@ class Explainer:
         if eta_model is not None:
             head = []
             head_points: dict[str, float] = {}
-            # Shape -> the head's last job of it waiting for resources: a coarse estimate of the
+            # Shape -> the head's last job of it waiting for resources (reserved or not): a coarse estimate of the
             # shape below the head carries on from it (EtaModel.carry_from)
             anchors: dict[int, int] = {}
             k = 0
@@ -225,7 +225,7 @@ class Explainer:
                     continue
                 t0 = now if w.kind != "quota" else (w.until or now)
                 wanted = only is None or w.job.job_id in only
-                if w.kind == "resources":
+                if w.kind == "resources" or w.kind == "reserved":  # not held by its own quota
                     anchors[w.job.shape_id] = len(head)
                 head.append((w.job, t0, w.row[0], wanted))
                 head_points[w.job.job_id] = eta
