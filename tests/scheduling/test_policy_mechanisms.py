@@ -179,6 +179,38 @@ def test_random_one_gpu_queues_show_every_eta_and_range_end_in_queue_order() -> 
             assert _non_decreasing(shown), (seed, field, [round(t - NOW) for t in shown])
 
 
+def test_random_one_gpu_queues_keep_eta_order_across_the_forward_heads_end() -> None:
+    """The random one-GPU queues above (3-8 jobs) with ``eta_head`` 1 to n - 1: the jobs below
+    the head take the coarse estimate, carried on from the head's last job. On main 375 of
+    1,000 such queues had a point, range end or model point out of order at the seam (seed 0,
+    head 5: points 48,631 s for position 5, forward, then 45,743 s, coarse). A reserved head
+    job (the first blocked one) carries too: left out, 106 of 1,000 were still out of order."""
+    import random
+
+    for seed in range(300):
+        r = random.Random(seed)
+        left = r.choice([10, 30, 100, 600, 3000, HOUR, 5 * HOUR])
+        n = r.randint(3, 8)
+        scale = r.choice([1, 10, 100, 1000])
+        queue = [
+            job(f"q{i}", age_s=100 - i, walltime_s=(scale * r.uniform(1, 10) if r.random() < 0.8 else None))
+            for i in range(n)
+        ]
+        inflow = tuple(
+            job(f"f{i}", age_s=r.uniform(0, 80000), walltime_s=r.uniform(5, 5000), user=r.choice(["ann", "bob", "cat"]))
+            for i in range(r.choice([0, 5, 50]))
+        )
+        waits = (r.expovariate(1 / r.choice([30, 600, 5000, 30000])) for _ in range(r.choice([0, 40, 300])))
+        history = tuple((w, w * r.lognormvariate(0, 1)) for w in waits)
+        config = fair(eta_head=r.randint(1, n - 1))
+        st = state([node("n", gpus=1)], queue, [running("r", "n", (0,), left_s=left)], config=config, inflow=inflow,
+                   eta_history=history)
+        entries = plan(st, NOW).queue
+        for field in ("estimated_start", "estimated_start_low", "estimated_start_high", "estimated_start_model"):
+            shown = [getattr(e, field) for e in entries]
+            assert _non_decreasing(shown), (seed, config.eta_head, field, [round(t - NOW) for t in shown])
+
+
 def test_a_head_job_past_a_scenarios_step_budget_starts_no_earlier_than_where_the_scenario_stopped(
     monkeypatch,
 ) -> None:
