@@ -651,7 +651,7 @@ class EtaModel:
             wait /= 1.0 - load
         lo_f, hi_f = self.spread
         widen = self.config.eta_range_widen
-        (r_mid, d_mid), (r_lo, d_lo), (r_hi, d_hi) = self.carry.get(shape, _NO_CARRY)  # type: ignore[arg-type]
+        (r_mid, d_mid), (r_lo, d_lo), (r_hi, d_hi) = self.carry.get(shape, _NO_CARRY)  # type: ignore[arg-type]  # None: no shape, no carry
         return (
             now + (wait * r_mid + d_mid),
             now + (wait * lo_f / widen * r_lo + d_lo),
