@@ -377,9 +377,13 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
     new_id = uuid.uuid4()
     lineage = {"job": str(job.pk), "task_name": job.task_name, "epoch": point.epoch}
     written: list[str] = []
+    # A replay (the key made a job already): job_submit answers with that job or refuses the
+    # key; copying the checkpoints first only to delete them again cost a checkpoint's bytes
+    # twice per retry (and a store that hiccupped turned a replay into a 409).
+    replay = bool(idempotency_key) and Job.objects.filter(user=user, idempotency_key=idempotency_key).exists()
     try:
         copies = []
-        for checkpoint in filter(None, (point.checkpoint, point.best)):
+        for checkpoint in filter(None, () if replay else (point.checkpoint, point.best)):
             key, keys = _copy(job, new_id, checkpoint)
             written += keys
             copies.append((checkpoint, key))
@@ -389,6 +393,8 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
             if created:
                 from apps.core.artifacts import artifact_path
 
+                if replay:  # the key's job was deleted meanwhile: not a continuation without its checkpoint
+                    raise ContinueRefused("checkpoint", "the job this Idempotency-Key made is gone; send again")
                 for checkpoint, key in copies:
                     Checkpoint.objects.create(job=new, attempt=new.attempt, epoch=checkpoint.epoch,
                                               path=str(artifact_path(key)), sha256=checkpoint.sha256,

@@ -666,3 +666,18 @@ def test_continuing_again_while_the_continuation_is_active_names_it(cancelled, a
     body = again.json()
     assert body["job"]["id"] == first.json()["id"]
     assert f"({first.json()['id'][:8]}, queued)" in body["detail"] and "already active" in body["detail"]
+
+
+def test_a_replay_copies_no_checkpoint(cancelled, alice):
+    """A retry under the key answers with the job it made without copying the checkpoints again only to
+    delete them: a checkpoint's bytes twice per retry, and a copy that failed (here: the old job's file
+    gone from the store) made the replay a 409 "the stored checkpoint … cannot be used"."""
+    client = api_client(alice)
+    first = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", HTTP_IDEMPOTENCY_KEY="k1")
+    for stored in Checkpoint.objects.filter(job=cancelled):
+        artifact_path(stored.key).unlink()
+
+    again = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", HTTP_IDEMPOTENCY_KEY="k1")
+
+    assert (first.status_code, again.status_code) == (201, 200), again.content
+    assert again.json()["id"] == first.json()["id"]
