@@ -155,6 +155,14 @@ class StrictInput(serializers.Serializer):
     forbidden: dict[str, str] = {}
 
     def to_internal_value(self, data):
+        if hasattr(data, "getlist"):
+            # A form or multipart field given twice (`-F team=vision -F team=robotics`, two `file`
+            # parts): the last one won, silently, as query parameters given twice no longer do (trial26).
+            repeated = {key: [ErrorDetail(f"is given {len(data.getlist(key))} times; give it once", code="repeated")]
+                        for key in data.keys() if len(data.getlist(key)) > 1
+                        and not isinstance(self.fields.get(key), serializers.ListField)}
+            if repeated:
+                raise ValidationError(repeated)
         if hasattr(data, "keys"):
             unknown = [key for key in data.keys() if key not in self.fields and key not in IGNORED_FIELDS]
             if unknown:

@@ -223,3 +223,17 @@ def test_the_weights_command_stores_team_weights(yolov8n_pt, teams, alice):
     assert (entry.actor, entry.actor_name) == (None, "operator (manage.py weights add)")
     call_command("weights", "add", str(yolov8n_pt), "--shared", "--name", "base.pt", stdout=io.StringIO())
     assert AuditEntry.objects.get(action="weights.shared_add").actor_name == "operator (manage.py weights add)"
+
+
+def test_a_field_or_file_given_twice_is_refused_naming_it(bob, yolov8n_pt):
+    """trial26: ``-F team=vision -F team=robotics`` (or two ``file`` parts) was taken as the last one,
+    silently; query parameters given twice are a 400 everywhere, and so are these now."""
+    def upload():
+        return SimpleUploadedFile("mybase.pt", yolov8n_pt.read_bytes(), content_type="application/octet-stream")
+
+    twice = api_client(bob).post("/api/v1/weights/", {"file": upload(), "team": ["vision", "robotics"]},
+                                 format="multipart")
+    assert twice.status_code == 400 and twice.json() == {"team": ["is given 2 times; give it once"]}, twice.content
+    files = api_client(bob).post("/api/v1/weights/", {"file": [upload(), upload()]}, format="multipart")
+    assert files.status_code == 400 and files.json() == {"file": ["is given 2 times; give it once"]}, files.content
+    assert not ModelVersion.objects.exists() and not StorageCharge.objects.exists()
