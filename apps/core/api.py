@@ -154,6 +154,16 @@ class StrictInput(serializers.Serializer):
     #: field name → why the caller may not set it (overrides PLATFORM_FIELDS)
     forbidden: dict[str, str] = {}
 
+    def validate_empty_values(self, data):
+        if data is None:  # a `null` body: DRF's field-less "No data provided" (review29)
+            raise ValidationError({"body": [ErrorDetail(self.not_an_object(data), code="invalid")]})
+        return super().validate_empty_values(data)
+
+    def not_an_object(self, data) -> str:
+        kind = {list: "a list", str: "a string", bool: "true or false", int: "a number", float: "a number",
+                type(None): "null"}.get(type(data), type(data).__name__)
+        return f"must be a JSON object of the fields ({', '.join(self.fields)}), got {kind}"
+
     def to_internal_value(self, data):
         if hasattr(data, "getlist"):
             # A form or multipart field given twice (`-F team=vision -F team=robotics`, two `file`
@@ -189,11 +199,7 @@ class StrictInput(serializers.Serializer):
                         errors = {**exc.detail, **errors}
                 raise ValidationError(errors)
         else:  # DRF's answer named no field: {"non_field_errors": ["Invalid data. Expected a dictionary…"]}
-            kind = {list: "a list", str: "a string", bool: "true or false", int: "a number", float: "a number",
-                    type(None): "null"}.get(type(data), type(data).__name__)
-            names = ", ".join(self.fields)
-            raise ValidationError({"body": [ErrorDetail(f"must be a JSON object of the fields ({names}), got {kind}",
-                                                        code="invalid")]})
+            raise ValidationError({"body": [ErrorDetail(self.not_an_object(data), code="invalid")]})
         return super().to_internal_value(data)
 
 

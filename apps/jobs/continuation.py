@@ -233,7 +233,8 @@ def team_pinned(job: Job, document: dict) -> dict:
     """``document`` charged to ``job``'s own team by its slug (under the key it used, else ``team``).
 
     A spec that names no team, or its submitter's username (``user: bob``), is charged to the
-    submitter's first team. Sent again by someone else, the same text meant *their* first team:
+    submitter's team (a member of several must name one: trial26; before, the first by name).
+    Sent again by someone else, the same text meant *their* first team:
     a member of two teams continued one team's job into the other, checkpoint, curves and
     lineage included (sec19, F1), and a teammate got "not a member of a team named 'bob'".
     A continuation or a Resubmit is the job's again, so it stays in the job's team.

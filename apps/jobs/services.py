@@ -1248,11 +1248,12 @@ class ResolvedSpec:
 def spec_team(spec: JobSpec, user) -> tuple[Team | None, dict[str, str]]:
     """The team the job is charged to (the spec's ``team``, else the user's only one), or the error."""
     teams = team_rows(user=user)
-    if spec.charge_to and spec.charge_to != user.username:
+    if spec.charge_to:
         team = next((t for t in teams if t.slug == spec.charge_to), None)
-        if team is None:
+        if team is not None:  # a team's name first: a user named like one of their teams names it (review29)
+            return team, {}
+        if spec.charge_to != user.username:
             return None, {spec.charge_field: f"you are not a member of a team named {spec.charge_to!r}"}
-        return team, {}
     if len(teams) == 1:
         return teams[0], {}
     if teams:  # which one was a guess: the first by name took the job, its quota and its data= (trial26)

@@ -399,7 +399,7 @@ class JobSpec:
     # Which key named ``charge_to`` (``user`` or ``team``), so that a refusal names the field the
     # client sent: `team: robotics` was refused as `user` (CI trial 17, H7). Not stored: it is how
     # the request was written, not what the job is.
-    charge_field: str = field(default="user", compare=False)
+    charge_field: str = field(default="team", compare=False)
     # Whether ``sweep`` names its ``metric``: when it does not, submit replaces the parsed default
     # with the task's own figure once the model's task is known (apps.jobs.services.spec_resolve).
     # Not stored either: the stored sweep holds the metric it was judged on.

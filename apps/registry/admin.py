@@ -22,10 +22,13 @@ class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     # What a version is, fixed once it exists: a superuser's edit of its task or name made a name's
     # versions two tasks (services.version_number_claim keeps them one, so name:latest never switches
     # task), one of its team moved it under another team's name, one of its number re-issued a number.
-    identity_fields = ("team", "name", "version", "task")
+    # Nor what its file is and where it came from: weights_key/sha256 could point pcb:v3 at another
+    # team's file past the checkpoint checks, and job/dataset/parent offered other teams' rows (review29).
+    fixed_fields = ("team", "name", "version", "task", "weights_key", "sha256", "source", "job", "dataset",
+                       "parent", "lineage", "uploaded_by")
 
     def get_readonly_fields(self, request, obj=None):
-        return [*super().get_readonly_fields(request, obj), *self.identity_fields]
+        return [*super().get_readonly_fields(request, obj), *self.fixed_fields]
 
     def has_add_permission(self, request, *args):
         # Not here, superusers included: an added row skipped what every other way in does (the file's
