@@ -24,6 +24,7 @@ run: setup
 	@echo
 	@echo "  yoloportal: http://$(HOST):$(PORT)/   (admin: http://$(HOST):$(PORT)/admin/)"
 	@echo "  API token:  $(if $(DATA_DIR),DATA_DIR=$(DATA_DIR) )$(PY) manage.py issue_token alice"
+	@echo "  The page answers once the web workers below say 'Application startup complete' (up to a minute)."
 	@echo "  Ctrl-C stops everything."
 	@echo
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH YP_PORT=$(PORT) YP_HOST=$(HOST) METRICS_OPEN=$${METRICS_OPEN:-true} \
