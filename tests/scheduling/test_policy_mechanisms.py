@@ -149,6 +149,26 @@ def _non_decreasing(values: list[float]) -> bool:
     return all(b >= a - 1e-6 for a, b in zip(values, values[1:], strict=False))
 
 
+def _random_one_gpu_queue(r, fewest: int, most: int):
+    """One GPU, one running job with a random time left, ``fewest`` to ``most`` jobs of one user (none
+    can overtake another) with random runtimes (a fifth unknown), random inflow and track record:
+    (n, state()'s nodes, queue and running, its ``inflow`` and ``eta_history``), drawn in one order."""
+    left = r.choice([10, 30, 100, 600, 3000, HOUR, 5 * HOUR])
+    n = r.randint(fewest, most)
+    scale = r.choice([1, 10, 100, 1000])
+    queue = [
+        job(f"q{i}", age_s=100 - i, walltime_s=(scale * r.uniform(1, 10) if r.random() < 0.8 else None))
+        for i in range(n)
+    ]
+    inflow = tuple(
+        job(f"f{i}", age_s=r.uniform(0, 80000), walltime_s=r.uniform(5, 5000), user=r.choice(["ann", "bob", "cat"]))
+        for i in range(r.choice([0, 5, 50]))
+    )
+    waits = (r.expovariate(1 / r.choice([30, 600, 5000, 30000])) for _ in range(r.choice([0, 40, 300])))
+    history = tuple((w, w * r.lognormvariate(0, 1)) for w in waits)
+    return n, [node("n", gpus=1)], queue, [running("r", "n", (0,), left_s=left)], inflow, history
+
+
 def test_random_one_gpu_queues_show_every_eta_and_range_end_in_queue_order() -> None:
     """One GPU, one running job and 2-5 jobs of one user (none can overtake another), random
     runtimes, inflow and track records, seeded: point, low and high (shown and the model's own
@@ -159,20 +179,8 @@ def test_random_one_gpu_queues_show_every_eta_and_range_end_in_queue_order() -> 
 
     for seed in range(300):
         r = random.Random(seed)
-        left = r.choice([10, 30, 100, 600, 3000, HOUR, 5 * HOUR])
-        n = r.randint(2, 5)
-        scale = r.choice([1, 10, 100, 1000])
-        queue = [
-            job(f"q{i}", age_s=100 - i, walltime_s=(scale * r.uniform(1, 10) if r.random() < 0.8 else None))
-            for i in range(n)
-        ]
-        inflow = tuple(
-            job(f"f{i}", age_s=r.uniform(0, 80000), walltime_s=r.uniform(5, 5000), user=r.choice(["ann", "bob", "cat"]))
-            for i in range(r.choice([0, 5, 50]))
-        )
-        waits = (r.expovariate(1 / r.choice([30, 600, 5000, 30000])) for _ in range(r.choice([0, 40, 300])))
-        history = tuple((w, w * r.lognormvariate(0, 1)) for w in waits)
-        st = state([node("n", gpus=1)], queue, [running("r", "n", (0,), left_s=left)], inflow=inflow, eta_history=history)
+        _, nodes, queue, run, inflow, history = _random_one_gpu_queue(r, 2, 5)
+        st = state(nodes, queue, run, inflow=inflow, eta_history=history)
         entries = plan(st, NOW).queue
         for field in ("estimated_start", "estimated_start_low", "estimated_start_high", "estimated_start_model"):
             shown = [getattr(e, field) for e in entries]
@@ -189,22 +197,9 @@ def test_random_one_gpu_queues_keep_eta_order_across_the_forward_heads_end() -> 
 
     for seed in range(300):
         r = random.Random(seed)
-        left = r.choice([10, 30, 100, 600, 3000, HOUR, 5 * HOUR])
-        n = r.randint(3, 8)
-        scale = r.choice([1, 10, 100, 1000])
-        queue = [
-            job(f"q{i}", age_s=100 - i, walltime_s=(scale * r.uniform(1, 10) if r.random() < 0.8 else None))
-            for i in range(n)
-        ]
-        inflow = tuple(
-            job(f"f{i}", age_s=r.uniform(0, 80000), walltime_s=r.uniform(5, 5000), user=r.choice(["ann", "bob", "cat"]))
-            for i in range(r.choice([0, 5, 50]))
-        )
-        waits = (r.expovariate(1 / r.choice([30, 600, 5000, 30000])) for _ in range(r.choice([0, 40, 300])))
-        history = tuple((w, w * r.lognormvariate(0, 1)) for w in waits)
+        n, nodes, queue, run, inflow, history = _random_one_gpu_queue(r, 3, 8)
         config = fair(eta_head=r.randint(1, n - 1))
-        st = state([node("n", gpus=1)], queue, [running("r", "n", (0,), left_s=left)], config=config, inflow=inflow,
-                   eta_history=history)
+        st = state(nodes, queue, run, config=config, inflow=inflow, eta_history=history)
         entries = plan(st, NOW).queue
         for field in ("estimated_start", "estimated_start_low", "estimated_start_high", "estimated_start_model"):
             shown = [getattr(e, field) for e in entries]
