@@ -1545,11 +1545,7 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
             # A retry that raced the first request under its key asked KEY_USED before that one
             # committed: the key's job is the answer (as in the IntegrityError branch below), not a
             # 409 naming it (trial26). Only read where a twin exists, so the usual submit pays nothing.
-            if idempotency_key and (mine := Job.objects.filter(user=user, idempotency_key=idempotency_key).first()):
-                if not job_visible_to(mine, user):
-                    raise IdempotencyKeyReused(mine, visible=False)
-                if not job_is_same_request(mine, spec, continued_from):
-                    raise IdempotencyKeyReused(mine)
+            if (mine := _key_replay(user, idempotency_key, spec, continued_from)) is not None:
                 return mine, False
             raise DuplicateJob(twin)
     stored = spec.as_dict()
@@ -1621,15 +1617,25 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
             transaction.on_commit(kick_scheduler_soon)
     except IntegrityError:
         # Two requests with the same Idempotency-Key raced; the other one won.
-        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
-        if existing and idempotency_key:
-            if not job_visible_to(existing, user):
-                raise IdempotencyKeyReused(existing, visible=False) from None
-            if not job_is_same_request(existing, spec, continued_from):
-                raise IdempotencyKeyReused(existing) from None
-            return existing, False
-        raise
+        existing = _key_replay(user, idempotency_key, spec, continued_from)
+        if existing is None:
+            raise
+        return existing, False
     return job, True
+
+
+def _key_replay(user, idempotency_key: str, spec: JobSpec, continued_from: dict | None) -> Job | None:
+    """The job an earlier request under ``idempotency_key`` made, this request being its replay;
+    None when the key made none. IdempotencyKeyReused when that job is another request's, or one
+    the user can no longer see (the answer then names no job of it: sec19, F2)."""
+    existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first() if idempotency_key else None
+    if existing is None:
+        return None
+    if not job_visible_to(existing, user):
+        raise IdempotencyKeyReused(existing, visible=False) from None
+    if not job_is_same_request(existing, spec, continued_from):
+        raise IdempotencyKeyReused(existing) from None
+    return existing
 
 
 def job_cancel(*, job: Job, by, reason: str = "") -> bool:
