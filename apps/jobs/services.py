@@ -1380,6 +1380,10 @@ def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
     - ``workers``: dataloader processes, each with its own copy of the pipeline: at most
       ``TRAIN_MAX_WORKERS``, and at most the CPUs the job asked for (``resources.cpu``).
     - ``cache=ram`` (and ``true``, which means ram): the whole dataset in the node's RAM.
+    - ``cache=disk``: Ultralytics writes an ``.npy`` beside every image (``im_file.with_suffix('.npy')``),
+      ~24× the images' size, into the dataset's own folder: the team's registered dataset on the
+      shared DATA_DIR (a node's shared cache entry with an object store), which every job of the
+      team reads at once and no storage quota counts. So ``cache`` is ``false`` or left out.
 
     ``batch=-1`` or a fraction on a share of a GPU is allowed: the training child caps its
     GPU memory to the share and auto-batch sizes against it (``worker/train_child.py:
@@ -1408,7 +1412,12 @@ def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
     if args.get("cache") in (True, "ram"):
         errors[f"{prefix}.cache"] = (
             "cache=ram (or true) loads the whole dataset into the node's RAM, which other jobs share; "
-            "use cache=disk or false")
+            "leave cache out (or cache=false): images are read from the dataset as training goes")
+    elif args.get("cache") == "disk":
+        errors[f"{prefix}.cache"] = (
+            "cache=disk writes a .npy copy of every image, about 24 times the images' size, into the dataset's "
+            "own folder, which your team's other jobs read at the same time and no storage quota counts; "
+            "cache=ram is refused too (the node's RAM is shared): leave cache out (or cache=false)")
     return errors
 
 

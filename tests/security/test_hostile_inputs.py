@@ -82,6 +82,9 @@ HOSTILE_SPECS = [
      "RAM"),
     ("cache-true", seed_with(command='"yolo train data=demo model=yolov8n.yaml cache=true"'), "command.cache",
      "RAM"),
+    # cache=disk writes an .npy beside each image into the team's shared dataset folder.
+    ("cache-disk", seed_with(command='"yolo train data=demo model=yolov8n.yaml cache=disk"'), "command.cache",
+     "dataset's own folder"),
     # Finding 9: uploads in progress and deleted datasets sit in hidden folders of the team's root.
     ("hidden-dataset-folder", seed_with(command='"yolo train data=.deleted-abc/data.yaml model=yolov8n.yaml"'),
      "command.data", "hidden"),

@@ -59,7 +59,6 @@ def test_a_symlink_in_the_shared_store_into_a_team_folder_is_refused(bob, demo_r
     ("yolo train data=demo model=yolov8n.yaml workers=1", None),
     ("yolo train data=demo model=yolov8n.yaml workers=8", '{gpu: 1, cpu: "8"}'),
     ("yolo train data=demo model=yolov8n.yaml workers=8", "{gpu: 1}"),
-    ("yolo train data=demo model=yolov8n.yaml cache=disk", None),
     ("yolo train data=demo model=yolov8n.yaml cache=false", None),
     ("yolo train data=demo model=yolov8n.yaml batch=-1", "{gpu: 1}"),
     ("yolo train data=demo model=yolov8n.yaml batch=0.7", "{gpu: 2}"),
