@@ -1296,6 +1296,8 @@ def spec_resolve(*, spec: JobSpec, user, trial: bool = False) -> ResolvedSpec:
         errors.update(train_args_limit_errors(spec))
         if team is not None and not trial:  # a trial registers nothing: its sweep registers under its own name
             errors.update(registry_task_errors(spec, team, resolved))
+    elif spec.mode == "val" and (problem := workers_limit_error(spec)):
+        errors[f"{'command' if spec.command else 'val'}.workers"] = problem
     if spec.sweep and team is not None:
         errors.update(sweep_errors(spec, team))
     if spec.sweep:
@@ -1369,6 +1371,22 @@ def urgent_errors(team: Team, user) -> dict[str, str]:
                         "submit it as high, or ask a manager to raise its class once it is queued"}
 
 
+def workers_limit_error(spec: JobSpec) -> str | None:
+    """Why the spec's ``workers`` (dataloader processes, each with its own copy of the pipeline) is
+    refused, or None: the one limit is ``TRAIN_MAX_WORKERS`` (the parser checks only that it is a
+    count), and at most the CPUs the job asked for (``resources.cpu``). Training and val jobs alike."""
+    workers = spec.train_args.get("workers")
+    if not isinstance(workers, int):
+        return None
+    cpus = spec.cpu_milli // 1000 if spec.cpu_milli else None
+    if workers > settings.TRAIN_MAX_WORKERS:
+        return f"is {workers}; the limit is {settings.TRAIN_MAX_WORKERS} dataloader workers per job (TRAIN_MAX_WORKERS)"
+    if cpus is not None and workers > max(cpus, 1):
+        return (f"is {workers}, but the job asks for {spec.cpu_milli / 1000:g} CPU(s) (resources.cpu): "
+                f"use at most {max(cpus, 1)} workers, or ask for more CPUs")
+    return None
+
+
 def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
     """Training arguments that would take what a node shares with other jobs (issue 9, finding 6).
 
@@ -1399,16 +1417,8 @@ def train_args_limit_errors(spec: JobSpec) -> dict[str, str]:
         errors[f"{prefix}.save_period"] = (
             f"save_period={period} with epochs={epochs} keeps {epochs // period} weight files; the limit is {limit} "
             f"(use save_period >= {-(-epochs // limit)}, or -1: the platform keeps its own resume checkpoints)")
-    workers = args.get("workers")
-    if isinstance(workers, int):
-        cpus = spec.cpu_milli // 1000 if spec.cpu_milli else None
-        if workers > settings.TRAIN_MAX_WORKERS:
-            errors[f"{prefix}.workers"] = (
-                f"is {workers}; the limit is {settings.TRAIN_MAX_WORKERS} dataloader workers per job")
-        elif cpus is not None and workers > max(cpus, 1):
-            errors[f"{prefix}.workers"] = (
-                f"is {workers}, but the job asks for {spec.cpu_milli / 1000:g} CPU(s) (resources.cpu): "
-                f"use at most {max(cpus, 1)} workers, or ask for more CPUs")
+    if problem := workers_limit_error(spec):
+        errors[f"{prefix}.workers"] = problem
     if args.get("cache") in (True, "ram"):
         errors[f"{prefix}.cache"] = (
             "cache=ram (or true) loads the whole dataset into the node's RAM, which other jobs share; "

@@ -101,7 +101,10 @@ class SpecError(FieldErrors):
 # --- typed value parsers --------------------------------------------------------------------
 
 
-def _int(lo: int, hi: int) -> Callable[[Any], int]:
+def _int(lo: int, hi: int | None) -> Callable[[Any], int]:
+    """An integer in [lo, hi]; ``hi=None`` leaves the top to a limit from the settings, which
+    ``apps.jobs.services`` checks and names (``workers``: TRAIN_MAX_WORKERS)."""
+
     def parse(value: Any) -> int:
         if isinstance(value, bool):
             raise ValueError(f"must be an integer, got {value!r}")
@@ -115,7 +118,9 @@ def _int(lo: int, hi: int) -> Callable[[Any], int]:
             value = int(value)
         if not isinstance(value, int):
             raise ValueError(f"must be an integer, got {type(value).__name__}")
-        if not lo <= value <= hi:
+        if hi is None and value < lo:
+            raise ValueError(f"must be at least {lo}, got {value}")
+        if hi is not None and not lo <= value <= hi:
             raise ValueError(f"must be between {lo} and {hi}, got {value}")
         return value
 
@@ -195,7 +200,7 @@ TRAIN_ARGS: dict[str, Callable[[Any], Any]] = {
     "epochs": _int(1, 10000),
     "imgsz": _int(32, 8192),
     "batch": _batch,
-    "workers": _int(0, 64),
+    "workers": _int(0, None),  # at most TRAIN_MAX_WORKERS: services.workers_limit_error
     "patience": _int(0, 10000),
     "optimizer": _choice("SGD", "Adam", "Adamax", "AdamW", "NAdam", "RAdam", "RMSProp", "MuSGD", "auto"),
     "lr0": _float(0, 10),
@@ -259,7 +264,7 @@ VAL_ARGS: dict[str, Callable[[Any], Any]] = {
     "iou": _unit,
     "max_det": _int(1, 10000),
     "half": bool_parse,
-    "workers": _int(0, 64),
+    "workers": _int(0, None),  # at most TRAIN_MAX_WORKERS: services.workers_limit_error
     "rect": bool_parse,
     "single_cls": bool_parse,
     "verbose": bool_parse,

@@ -80,3 +80,15 @@ def test_the_limits_follow_their_settings(bob, demo_registered, settings):
     assert response.status_code == 400
     assert "the limit is 2" in errors["command.workers"][0]
     assert "the limit is 3" in errors["command.save_period"][0]
+
+
+def test_workers_has_one_limit_the_setting_named_in_the_refusal(bob, demo_registered, settings):
+    """The parser allowed 0–64 and TRAIN_MAX_WORKERS said 8: 65 was refused by the parser's "between
+    0 and 64", not by the limit, and raising the setting past 64 changed nothing."""
+    command = "yolo train data=demo model=yolov8n.yaml workers=65"
+    refused = submit(bob, command, "{gpu: 1}")
+    assert refused.status_code == 400
+    assert refused.json()["command.workers"] == [
+        "is 65; the limit is 8 dataloader workers per job (TRAIN_MAX_WORKERS)"]
+    settings.TRAIN_MAX_WORKERS = 100
+    assert submit(bob, command, "{gpu: 1}").status_code == 201
