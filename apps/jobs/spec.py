@@ -593,7 +593,7 @@ def _typed_train_args(raw: dict[str, Any], path: str, errors: dict[str, str]) ->
 
 def _export_after(value: Any, errors: dict[str, str]) -> list[str]:
     formats = [value] if isinstance(value, str) else value
-    if not isinstance(formats, list) or not formats:
+    if not isinstance(formats, list):
         errors["export"] = f"must be a list of formats to export after training, e.g. [onnx] ({', '.join(AUTO_EXPORT_FORMATS)})"
         return []
     chosen: list[str] = []
@@ -679,7 +679,8 @@ def parse_spec(document: Any) -> JobSpec:
             errors["task"] = "give the task inside command ('yolo detect train …')"
     elif "export" not in errors and not any(k in errors for k in ("train", "val", "predict")):
         errors["command"] = "is required: e.g. 'yolo train data=demo model=yolov8n.yaml epochs=3'"
-    if export_value is not None and not isinstance(export_value, dict):
+    # An empty list is "export nothing", as leaving the key out is (it was answered "must be a list").
+    if export_value is not None and export_value != [] and not isinstance(export_value, dict):
         if mode != "train":
             errors["export"] = "a list of formats to export after training belongs in a training spec"
         else:

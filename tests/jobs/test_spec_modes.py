@@ -78,11 +78,16 @@ def test_a_training_spec_may_export_after_success():
 @pytest.mark.parametrize(("value", "words"), [
     (["engine"], "export job of its own"),
     (["coreml"], "is not a format exported after training"),
-    ([], "must be a list of formats"),
     (7, "must be a list of formats"),
 ])
 def test_exports_after_training_are_checked(value, words):
     assert words in errors("yolo train data=demo model=yolov8n.yaml", export=value)["export"]
+
+
+def test_an_empty_list_of_exports_is_no_export():
+    """``export: []`` was answered "must be a list of formats" (it is a list): it means export nothing."""
+    assert spec("yolo train data=demo model=yolov8n.yaml", export=[]).export == []
+    assert spec("yolo val model=p:v1 data=d", export=[]).mode == "val"
 
 
 def test_a_list_of_exports_belongs_to_training_only():
