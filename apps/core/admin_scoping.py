@@ -77,7 +77,39 @@ class ManagedTeamFilter(admin.SimpleListFilter):
         super().__init__(request, params, model, model_admin)
 
 
-class TeamScopedAdmin:
+class UnseenAsMissing:
+    """Mixin for ModelAdmin: a row outside the viewer's ``get_queryset`` (another team's) answers
+    its change, delete and history pages exactly as a row that does not exist."""
+
+    def unseen_answer(self, request, object_id):
+        """Django's "doesn't exist" redirect when the row is not in the viewer's queryset (another
+        team's, or none at all), before any permission check; None otherwise.
+
+        Django checks the permission first on the delete page and on a change page's POST: where
+        managers may not delete (or change) a model, another team's row answered 403 there and a
+        redirect on its change and history pages. Now each page answers another team's row exactly
+        as a row that does not exist, and a 403 is only ever about a row the viewer can see."""
+        from django.contrib.admin.options import TO_FIELD_VAR
+        from django.contrib.admin.utils import unquote
+
+        if request.POST.get(TO_FIELD_VAR, request.GET.get(TO_FIELD_VAR)):
+            return None  # a popup's lookup by another field: Django checks that field first
+        if self.get_object(request, unquote(object_id)) is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        return None
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        return self.unseen_answer(request, object_id) or super().change_view(request, object_id, form_url,
+                                                                             extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        return self.unseen_answer(request, object_id) or super().delete_view(request, object_id, extra_context)
+
+    def history_view(self, request, object_id, extra_context=None):
+        return self.unseen_answer(request, object_id) or super().history_view(request, object_id, extra_context)
+
+
+class TeamScopedAdmin(UnseenAsMissing):
     """Mixin for ModelAdmin: permissions and rows follow the viewer's managed teams.
 
     ``team_field``           lookup path from the row to its Team ("team", "job__team"; "pk" for Team)

@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from apps.core.admin_scoping import TeamScopedAdmin
+from apps.core.admin_scoping import TeamScopedAdmin, UnseenAsMissing
 from apps.scheduling.kick import kick_scheduler
 
 from .models import TeamQuota, UsageRecord, UsageReport
@@ -60,7 +60,7 @@ class TeamQuotaAdmin(TeamScopedAdmin, admin.ModelAdmin):
 
 
 @admin.register(UsageReport)
-class UsageReportAdmin(admin.ModelAdmin):
+class UsageReportAdmin(UnseenAsMissing, admin.ModelAdmin):
     """Per team or per user over a period (?from=&to=&group=), scoped like the API's report:
     managers see their teams and their members' usage charged to them; superusers all."""
 

@@ -556,3 +556,23 @@ def test_a_removed_member_cannot_read_a_job_back_through_its_idempotency_key(spe
     assert job_id not in again.content.decode() and "vision" not in again.content.decode().replace(
         "a team named 'vision'", "")
     assert set(again.json()) == ({"user"} if spec_team else {"Idempotency-Key"})
+
+
+@pytest.mark.parametrize("label", sorted(label for label, kind in ADMIN_MODELS.items() if kind == "team"))
+def test_another_teams_row_answers_every_admin_page_as_a_missing_row(label, robotics_rows, alice):
+    """Change, delete and history pages, GET and POST: the "doesn't exist" redirect a row that was never
+    there gets. The delete page (and a change page's POST) answered 403 where managers may not delete
+    (or change) that model, and the change and history pages redirected."""
+    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+    alice.refresh_from_db()
+    row = robotics_rows[label]
+    base = f"/admin/{row._meta.app_label}/{row._meta.model_name}/{row.pk}"
+    client = session_client(alice)
+    answers = {}
+    for page in ("change", "delete", "history"):
+        answers[f"GET {page}"] = client.get(f"{base}/{page}/")
+        if page != "history":
+            answers[f"POST {page}"] = client.post(f"{base}/{page}/", {"post": "yes"})
+    seen = {what: (r.status_code, r.get("Location")) for what, r in answers.items()}
+    assert set(seen.values()) == {(302, "/admin/")}, seen
+    assert type(row).objects.filter(pk=row.pk).exists()
