@@ -24,8 +24,10 @@ class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     # task), one of its team moved it under another team's name, one of its number re-issued a number.
     # Nor what its file is and where it came from: weights_key/sha256 could point pcb:v3 at another
     # team's file past the checkpoint checks, and job/dataset/parent offered other teams' rows (review29).
+    # Nor what it scored and the file's name: an edited metrics made a version win a comparison or a
+    # sweep's ranking it never earned; the filename is the uploaded file's, what a download is named.
     fixed_fields = ("team", "name", "version", "task", "weights_key", "sha256", "source", "job", "dataset",
-                       "parent", "lineage", "uploaded_by")
+                    "parent", "lineage", "uploaded_by", "metrics", "filename")
 
     def get_readonly_fields(self, request, obj=None):
         return [*super().get_readonly_fields(request, obj), *self.fixed_fields]

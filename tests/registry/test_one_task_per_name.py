@@ -189,12 +189,30 @@ def test_a_superuser_cannot_change_a_versions_task_or_name_nor_add_one_in_the_ad
     client = admin_client(superuser)
     url = f"/admin/registry/modelversion/{version.pk}/change/"
     response = client.post(url, admin_form(version, task="classify", name="pets", version=2,
-                                           team=teams["robotics"].pk, filename="renamed.pt"))
+                                           team=teams["robotics"].pk))
     assert response.status_code == 302, response.content.decode()[:2000]
     version.refresh_from_db()
     assert (version.team, version.name, version.version, version.task) == (teams["vision"], "pcb", 1, "detect")
-    assert version.filename == "renamed.pt"  # the rest of the form still saves
     page = client.get(url).content.decode()
     assert 'name="task"' not in page and 'name="name"' not in page
     # Nor added here: an added row skipped the file's checks and the name's number and task.
     assert client.get("/admin/registry/modelversion/add/").status_code == 403
+
+
+def test_a_superuser_cannot_change_a_versions_metrics_or_filename_in_the_admin(superuser, teams):
+    """Both were still editable: a version's scores decide comparisons and rankings, and its filename
+    is the uploaded file's. Read-only like the other fields fixed once a version exists."""
+    from tests.conftest import admin_client
+
+    version = ModelVersion.objects.create(team=teams["vision"], name="pcb", version=1, task="detect",
+                                          weights_key="models/vision/pcb/v1/best.pt", filename="best.pt",
+                                          metrics={"metrics/mAP50-95(B)": 0.41})
+    client = admin_client(superuser)
+    url = f"/admin/registry/modelversion/{version.pk}/change/"
+    response = client.post(url, admin_form(version, metrics={"metrics/mAP50-95(B)": 0.99}, filename="renamed.pt"))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    version.refresh_from_db()
+    assert (version.metrics, version.filename) == ({"metrics/mAP50-95(B)": 0.41}, "best.pt")
+    page = client.get(url).content.decode()
+    assert 'name="metrics"' not in page and 'name="filename"' not in page
+    assert "0.41" in page and "best.pt" in page  # still shown
