@@ -22,9 +22,15 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # Under pytest (which sets PYTEST_VERSION, inherited by the processes tests start) the
 # default data folder is var/test, so a test run never touches `make run`'s data; under
 # pytest-xdist (`make test` runs two workers) var/test/gw0, var/test/gw1: each worker has its
-# own test database, storage and job folders (PYTEST_XDIST_WORKER is inherited too).
+# own test database, storage and job folders (PYTEST_XDIST_WORKER is inherited too). A run
+# given a test database of its own (TEST_DATABASE_PATH or TEST_DATABASE_NAME: runs side by side
+# in one checkout) gets folders of its own too, var/test/<database>/gwN: sharing them, one run's
+# clean_storage emptied the job folders under the other's tests (a continue's checkpoint copy
+# found its file gone).
+_TEST_RUN = Path(os.environ.get("TEST_DATABASE_PATH") or "").stem or os.environ.get("TEST_DATABASE_NAME") or ""
 DATA_DIR = env_path("DATA_DIR", BASE_DIR / "var" / (
-    str(Path("test", os.environ.get("PYTEST_XDIST_WORKER", ""))) if os.environ.get("PYTEST_VERSION") else ""))
+    str(Path("test", _TEST_RUN, os.environ.get("PYTEST_XDIST_WORKER", ""))) if os.environ.get("PYTEST_VERSION")
+    else ""))
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
