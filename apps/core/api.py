@@ -10,11 +10,20 @@ import math
 from collections.abc import Sequence
 
 from django.http import Http404, QueryDict
-from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, ErrorDetail, Throttled, UnsupportedMediaType, ValidationError
+from rest_framework import parsers, serializers, status
+from rest_framework.exceptions import (
+    APIException,
+    ErrorDetail,
+    ParseError,
+    Throttled,
+    UnsupportedMediaType,
+    ValidationError,
+)
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from .values import first_surrogate
 
 # Fields the platform owns. Naming them in a write is mass assignment: refused with this reason.
 PLATFORM_FIELDS = {
@@ -48,6 +57,27 @@ PLATFORM_FIELDS = {
     "num_images": "is counted by the platform",
     "num_classes": "is counted by the platform",
 }
+
+
+def surrogates_refuse(document, field: str = "body") -> None:
+    """A ParseError naming the first field of a decoded body that holds a lone UTF-16 surrogate
+    (``apps.core.values.first_surrogate``): such text cannot be answered, nor stored and read back."""
+    if found := first_surrogate(document):
+        path, problem = found
+        raise ParseError({path or field: [ErrorDetail(problem, code="invalid")]})
+
+
+class StrictJSONParser(parsers.JSONParser):
+    """DRF's JSON parser (``REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]``), refusing lone surrogates.
+
+    ``json.loads`` decodes ``"\\ud800"`` to a string UTF-8 cannot write: a key given so was echoed in
+    "is not a known field", and the answer itself failed to render (a 500, new-user trial 27, F1).
+    """
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        document = super().parse(stream, media_type, parser_context)
+        surrogates_refuse(document)
+        return document
 
 
 # Sent by browser forms; CSRF middleware has already checked it.

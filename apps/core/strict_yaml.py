@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from .errors import FieldErrors
+from .values import first_surrogate
 
 
 class YamlError(FieldErrors):
@@ -86,7 +87,7 @@ def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
     if len(raw) > max_bytes:
         raise YamlError({field: f"is {len(raw)} bytes; the limit is {max_bytes} bytes"})
     try:
-        return yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
+        document = yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
     except DuplicateKey as exc:
         # Named by the key's own path (the spec's field names), so the answer points at the field.
         raise YamlError({exc.path: exc.message}) from None
@@ -102,3 +103,9 @@ def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
             where = f" (line {mark.line + 1}, column {mark.column + 1})"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise YamlError({field: f"is not valid YAML{where}: {problem}"}) from None
+    # A "\ud800" escape loads as text UTF-8 cannot write (a spec's description, a class name): named by
+    # its path, as a duplicate key is (new-user trial 27, F1).
+    if found := first_surrogate(document):
+        path, problem = found
+        raise YamlError({path or field: problem})
+    return document

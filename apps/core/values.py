@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -32,3 +33,39 @@ def bytes_in_words(size: int | None) -> str:
     if unit == "bytes":
         return f"{size:,} bytes"
     return f"{value:.1f} {unit} ({size:,} bytes)"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_free(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape, so that the name can be answered."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def first_surrogate(value: Any, path: str = "") -> tuple[str, str] | None:
+    """(path, problem) of the first key or string holding a lone UTF-16 surrogate, else None.
+
+    A JSON ``"\\ud800"`` escape, or a YAML one, decodes to a string UTF-8 cannot write: stored in a
+    job's spec or a dataset's class names, every answer that included it was a 500 — the team's whole
+    job or dataset list, not only the request that sent it (new-user trial 27, F1). ``path`` is the
+    field's as the API names fields (``description``, ``resources.gpu``, ``names[0]``); a key holding
+    one is named with the surrogate escaped.
+    """
+    if isinstance(value, str):
+        if found := _SURROGATE.search(value):
+            return path, (f"holds a lone UTF-16 surrogate (U+{ord(found.group()):04X}), which is no character: "
+                          "send the text as UTF-8 (a JSON or YAML \\u escape of half a pair is refused)")
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and (found := first_surrogate(key, _surrogate_free(where))):
+                return found
+            if found := first_surrogate(item, _surrogate_free(where)):
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if found := first_surrogate(item, f"{path}[{index}]"):
+                return found
+    return None

@@ -28,7 +28,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.selectors import member_filter, team_filter, team_list
 from apps.accounts.throttles import SubmitThrottle
-from apps.core.api import StrictInput, field_errors, query_strict
+from apps.core.api import StrictInput, field_errors, query_strict, surrogates_refuse
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
@@ -103,13 +103,15 @@ class BoundedJSONParser(parsers.JSONParser):
         if len(raw) > settings.SPEC_MAX_BYTES:
             raise ParseError({"spec": f"is larger than the limit of {settings.SPEC_MAX_BYTES} bytes"})
         try:
-            return json.loads(raw.decode("utf-8"), object_pairs_hook=_one_of_each_key)
+            document = json.loads(raw.decode("utf-8"), object_pairs_hook=_one_of_each_key)
         except DuplicateJsonKey as exc:
             raise ParseError({"spec": str(exc)}) from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise ParseError({"spec": f"is not valid JSON: {exc}"}) from None
         except RecursionError:
             raise ParseError({"spec": "is nested too deeply"}) from None
+        surrogates_refuse(document, "spec")
+        return document
 
 
 def query_int(request, name: str, default: int = 0) -> int:
