@@ -30,7 +30,7 @@ from apps.core.selectors import get_or_404
 from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_local, artifact_read, shared_filesystem
 
 from .models import Export, ModelVersion, Stage
-from .selectors import export_list, model_list, prediction_list
+from .selectors import export_list, model_list, prediction_list, predictions_missing_why
 from .services import StageRefused, WeightsRefused, model_stage_set, weights_upload
 
 log = logging.getLogger(__name__)
@@ -317,7 +317,7 @@ class PredictionImageView(APIView):
 def prediction_run_or_404(user, job_id):
     run = prediction_list(user=user).filter(job_id=job_id).first()
     if run is None:
-        raise NotFound("No predictions for that job in your teams.")
+        raise NotFound(predictions_missing_why(user=user, job_id=job_id) or "No predictions for that job in your teams.")
     return run
 
 

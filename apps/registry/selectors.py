@@ -48,6 +48,28 @@ def prediction_list(*, user) -> QuerySet[PredictionRun]:
     return PredictionRun.objects.filter(job__team_id__in=team_ids(user=user)).select_related("job", "version")
 
 
+def predictions_missing_why(*, user, job_id) -> str | None:
+    """Why a job of the user's teams has no predictions, in words; None for a job they do not see.
+
+    ``jobs/{id}/predictions/`` of a queued predict job, or of a training, answered "No predictions for
+    that job in your teams." — read as "not your job" by the job's own submitter (new-user trial 27, F3).
+    """
+    job_model = PredictionRun._meta.get_field("job").related_model  # the jobs app's Job: registry imports no job app
+    job = job_model.objects.filter(pk=job_id, team_id__in=team_ids(user=user)).only(
+        "task_name", "state", "spec").first()
+    if job is None:
+        return None
+    name, mode = f"{job.task_name} ({str(job.pk)[:8]})", (job.spec or {}).get("mode") or "train"
+    state = job.state.replace("_", " ")
+    if mode != "predict":
+        return f"{name} is a {mode} job: only a predict job (yolo predict …) has predictions."
+    if job.state in ("queued", "starting", "running"):
+        return f"{name} is {state}: its predictions are here once it has succeeded."
+    if job.state != "succeeded":
+        return f"{name} {state}: a predict job keeps its predictions only when it succeeds (its log says why)."
+    return f"{name} succeeded but recorded no predictions."
+
+
 # Asked at every training's submit: compiled once per connection (apps.core.prepared; as a queryset
 # it added ~0.5 ms of CPU to a submit, a tenth of it).
 NAME_TASKS = PreparedRead(

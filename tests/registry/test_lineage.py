@@ -230,6 +230,25 @@ def test_the_prediction_gallery_shows_each_annotated_image_with_its_boxes(bob, b
     assert body["boxes"] == 3 and body["results"][2]["url"].endswith("/predictions/2/image/")
 
 
+def test_no_predictions_yet_says_why_to_the_team_and_nothing_to_an_outsider(bob, carol, base, stores):
+    """A queued predict job's or a training's predictions answered "No predictions for that job in
+    your teams." to their own submitter, who read it as "not your job" (new-user trial 27, F3)."""
+    job = train(bob, "yolo predict model=pcb:v1 source=demo")
+    for path in (f"/api/v1/jobs/{job.pk}/predictions/", f"/api/v1/jobs/{job.pk}/predictions/0/image/"):
+        response = api_client(bob).get(path)
+        assert response.status_code == 404
+        assert response.json()["detail"] == f"pcb ({str(job.pk)[:8]}) is queued: its predictions are here once it " \
+                                            "has succeeded."
+    Job.objects.filter(pk=job.pk).update(state=JobState.FAILED)
+    assert "keeps its predictions only when it succeeds" in api_client(bob).get(
+        f"/api/v1/jobs/{job.pk}/predictions/").json()["detail"]
+    training = base.job
+    assert "is a train job: only a predict job" in api_client(bob).get(
+        f"/api/v1/jobs/{training.pk}/predictions/").json()["detail"]
+    outsider = api_client(carol).get(f"/api/v1/jobs/{job.pk}/predictions/")
+    assert (outsider.status_code, outsider.json()["detail"]) == (404, "No predictions for that job in your teams.")
+
+
 def test_the_stage_endpoint_answers_the_version_with_what_else_it_changed(bob, alice, base):
     """Trial 14, F16: the 200 was a list of every version changed."""
     second = finish_training(train(bob, "yolo train data=demo model=yolov8n.yaml epochs=2"), b"2")
