@@ -28,8 +28,8 @@
     yoloq model pull VERSION [-o FILE]   download a version's weights
     yoloq export pull ID [--format F] [-o FILE]   download what an export job exported
 
-VERSION is a version's id (``yoloq model list`` prints it) or ``name:vN`` as a spec names it
-(``--team T`` where two of your teams have a model of that name). Every download is checked
+VERSION is a version's id (``yoloq model list`` prints it) or ``name:vN``, ``name:latest``,
+``name:staging`` or ``name:production`` as a spec names it (``--team T`` where two of your teams have a model of that name). Every download is checked
 against the sha256 the server sends with it (the one it recorded when the file was stored).
 
 Talks to the REST API (``/api/v1/``) with ``Authorization: Token …``. The server URL and
@@ -890,17 +890,31 @@ def stage_text(stage: str) -> str:
 
 
 def model_resolve(api: Api, ref: str, team: str | None) -> dict:
-    """A version as ``GET models/{id}/`` gives it, from its id (as `yoloq model list` prints) or the
-    ``name:vN`` a spec names it by (``--team`` when two of the caller's teams have one of that name)."""
+    """A version as ``GET models/{id}/`` gives it, from its id (as `yoloq model list` prints) or a
+    reference as a spec names it: ``name:vN``, ``name:latest`` (its newest version), ``name:staging`` or
+    ``name:production`` (the newest version in that stage), as ``model=`` reads them (trial27 F4:
+    `yoloq model pull pcb:production` was refused). ``--team`` when two of the caller's teams have one
+    of that name."""
     if ref.isdigit():
         return api.get(f"models/{ref}/")
-    named = re.fullmatch(r"(.+):v(\d+)", ref)
+    named = re.fullmatch(r"(.+):(?:v(\d+)|(latest|staging|production))", ref)
     if not named:
-        raise CliError(f"model {ref!r}: give a version's id, as `yoloq model list` prints it, or name:vN")
-    name, number = named.group(1), int(named.group(2))
-    matches = [v for v in api.get_all("models/", name=name, team=team) if v["version"] == number]
+        raise CliError(f"model {ref!r}: give a version's id, as `yoloq model list` prints it, or name:vN, "
+                       "name:latest, name:staging or name:production")
+    name, number, alias = named.groups()
+    stage = alias if alias in ("staging", "production") else None
+    versions = api.get_all("models/", name=name, team=team, stage=stage)
+    if number:
+        matches = [v for v in versions if v["version"] == int(number)]
+    else:  # each team's newest (of that stage)
+        newest: dict[str, dict] = {}
+        for v in versions:
+            if v["version"] > newest.get(v["team"], {"version": 0})["version"]:
+                newest[v["team"]] = v
+        matches = list(newest.values())
     if not matches:
-        raise CliError(f"no model {ref} in " + (f"team {team}" if team else "your teams")
+        where = f"team {team}" if team else "your teams"
+        raise CliError((f"no version of {name} is in {stage} in {where}" if stage else f"no model {ref} in {where}")
                        + f" (yoloq model list --name {name} lists its versions)")
     if len(matches) > 1:
         raise CliError(f"{ref} is a model of teams {', '.join(sorted(v['team'] for v in matches))}: give --team")
@@ -1153,7 +1167,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_weights_pull)
 
     # The registry was API-only from the CLI, though docs/lifecycle.md said it all works from yoloq (CI trial 17, H13).
-    version_help = "a version's id, as `yoloq model list` prints it, or name:vN as specs name it"
+    version_help = ("a version's id, as `yoloq model list` prints it, or name:vN, name:latest, name:staging or "
+                    "name:production as specs name it")
     team_help = "the team whose name:vN it is (when two of your teams have a model of that name)"
     model = commands.add_parser("model", help="the model registry: list, show, stage, pull").add_subparsers(
         dest="verb", required=True)

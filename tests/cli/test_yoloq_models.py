@@ -99,6 +99,23 @@ def test_model_pull_saves_a_versions_weights_verified_against_their_sha256(web, 
     assert code == 1 and "No model with that id in your teams." in err
 
 
+def test_a_version_is_named_by_latest_staging_or_production_as_specs_name_it(web, config, bob, teams, capsys):
+    """`yoloq model pull pcb:production` was refused ("give a version's id … or name:vN"), though a spec's
+    model=pcb:production names that version (new-user trial 27, F4)."""
+    for number, stage in ((1, "production"), (2, "staging"), (3, "staging"), (4, "none")):
+        ModelVersion.objects.create(team=teams["vision"], name="belt", version=number, stage=stage)
+    ModelVersion.objects.create(team=teams["robotics"], name="belt", version=9, stage="production")
+    login(web, bob, capsys)
+    for ref, shown in (("belt:production", "belt:v1"), ("belt:staging", "belt:v3"), ("belt:latest", "belt:v4")):
+        code, out, err = run(capsys, "model", "show", ref)
+        assert code == 0 and f"model: {shown}  (id" in out, (ref, out, err)
+    ModelVersion.objects.filter(name="belt", stage="staging").update(stage="archived")
+    code, _, err = run(capsys, "model", "show", "belt:staging")
+    assert code == 1 and "no version of belt is in staging in your teams" in err, err
+    code, _, err = run(capsys, "model", "show", "belt")
+    assert code == 1 and "name:vN, name:latest, name:staging or name:production" in err, err
+
+
 def export_job(bob, pcb):  # noqa: F811 - the fixture's value
     """An export job of pcb:v1 to onnx, recorded as the worker records it."""
     job = submit(bob, f"yolo export model={pcb.reference} format=onnx", "pcb-onnx")
