@@ -797,8 +797,8 @@ def cmd_weights_push(args: argparse.Namespace) -> int:
     field, filename = ("name", args.name) if args.name else ("file", source.name)
     if not WEIGHTS_NAME.fullmatch(filename):
         raise CliError(f"{field}: the file name must be a plain name ending in .pt, like yolov8s.pt (letters, digits, "
-                       f"'.', '_', '-'; no folders), got {filename!r}{'' if args.name else ' (--name NAME.pt)'}; "
-                       "nothing was uploaded")
+                       f"'.', '_', '-', at most 100 before .pt; no folders), got {filename!r}"
+                       f"{'' if args.name else ' (--name NAME.pt)'}; nothing was uploaded")
     with source.open("rb") as handle:
         head = handle.read(4)
     if head != b"PK\x03\x04":  # the server's messages (registry checkpoint_scan)

@@ -384,3 +384,18 @@ def scan_checkpoint(path: Path | str) -> CheckpointReport:
 def member_name_ok(name: str) -> bool:
     """A plain weights file name: ``yolov8s.pt``, ``my-model_v2.pt``."""
     return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\.pt", name)) and posixpath.basename(name) == name
+
+
+def member_name_problem(name: str) -> str | None:
+    """Why ``name`` is no plain weights file name (:func:`member_name_ok`), in words; None when it is one.
+
+    A name of 101+ characters before ``.pt`` got the rule for letters and folders, which it kept
+    (new-user trial 27, F5): its length is said instead.
+    """
+    if member_name_ok(name):
+        return None
+    stem = name.removesuffix(".pt")
+    if name.endswith(".pt") and len(stem) > 100 and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", stem):
+        return f"the file name has {len(stem)} characters before .pt; at most 100 are allowed"
+    return ("the file name must be a plain name ending in .pt, like yolov8s.pt (letters, digits, '.', '_', '-', "
+            "at most 100 before .pt; no folders)")

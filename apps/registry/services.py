@@ -29,7 +29,7 @@ from apps.core.hashing import file_sha256
 from apps.core.versions import version_next
 from apps.datasets.models import Dataset
 
-from .checkpoint_scan import CheckpointRefused, member_name_ok, scan_checkpoint
+from .checkpoint_scan import CheckpointRefused, member_name_problem, scan_checkpoint
 from .models import Evaluation, Export, ModelVersion, PredictionRun, SharedWeights, Stage, trained_class_names
 from .selectors import model_name_task
 
@@ -246,9 +246,8 @@ def weights_upload(*, user, team, upload: IO[bytes], filename: str, size: int, b
        operator's command) or else ``user``.
     ``model=<file>`` in a spec then resolves to the newest such upload of the team.
     """
-    if not member_name_ok(filename):
-        raise WeightsRefused("the file name must be a plain name ending in .pt, like yolov8s.pt "
-                             "(letters, digits, '.', '_', '-'; no folders)", field=filename_field)
+    if problem := member_name_problem(filename):
+        raise WeightsRefused(problem, field=filename_field)
     limit = settings.WEIGHTS_UPLOAD_MAX_BYTES
     if size > limit:
         raise WeightsRefused(f"the file is {size} bytes; the limit is {limit} bytes")
@@ -319,8 +318,8 @@ def shared_weights_add(*, source: Path, filename: str | None = None, by=None, re
     they used, so older jobs still say which bytes they trained from).
     """
     filename = filename or source.name
-    if not member_name_ok(filename):
-        raise WeightsRefused("the file name must be a plain name ending in .pt, like yolov8s.pt")
+    if problem := member_name_problem(filename):
+        raise WeightsRefused(problem)
     scan = weights_check(source)
     sha256 = file_sha256(source)
     key = key_join("weights", filename)

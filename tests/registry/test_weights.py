@@ -121,6 +121,15 @@ def test_a_bad_file_name_is_refused(name, bob, yolov8n_pt):
     assert response.status_code == 400 and ".pt" in response.json()["file"][0]
 
 
+def test_a_file_name_too_long_is_refused_saying_how_long_it_may_be(bob, yolov8n_pt):
+    """A 150-character name got the rule for letters and folders, which it kept (new-user trial 27, F5)."""
+    upload = SimpleUploadedFile("mybase.pt", yolov8n_pt.read_bytes(), content_type="application/octet-stream")
+    response = api_client(bob).post("/api/v1/weights/", {"file": upload, "name": "w" * 150 + ".pt"}, format="multipart")
+    assert response.status_code == 400, response.content
+    assert response.json()["name"] == ["the file name has 150 characters before .pt; at most 100 are allowed"]
+    assert not ModelVersion.objects.exists()
+
+
 def test_weights_over_the_size_limit_are_refused(bob, yolov8n_pt, settings):
     settings.WEIGHTS_UPLOAD_MAX_BYTES = 1024
     response = push(bob, yolov8n_pt)
