@@ -790,6 +790,9 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
 def cmd_weights_push(args: argparse.Namespace) -> int:
     api = api_from_config()
     source = Path(args.file)
+    if source.is_dir():  # "no such file" of a folder that is there (trial27)
+        raise CliError(f"{source}: is a folder; weights push sends one .pt file (a dataset's folder: "
+                       f"yoloq dataset push {source}); nothing was uploaded")
     if not source.is_file():
         raise CliError(f"{source}: no such file")
     upload_team_check(api, args.team)
