@@ -180,6 +180,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # DRF's two, the JSON one escaping lone surrogates stored before they were refused (apps.core.api).
+    "DEFAULT_RENDERER_CLASSES": [
+        "apps.core.api.EscapingJSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
     # DRF's three, the JSON one refusing lone surrogates ("\ud800": text no answer can hold).
     "DEFAULT_PARSER_CLASSES": [
         "apps.core.api.StrictJSONParser",

@@ -20,6 +20,7 @@ from rest_framework.exceptions import (
     ValidationError,
 )
 from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -78,6 +79,21 @@ class StrictJSONParser(parsers.JSONParser):
         document = super().parse(stream, media_type, parser_context)
         surrogates_refuse(document)
         return document
+
+
+class EscapingJSONRenderer(JSONRenderer):
+    """DRF's JSON renderer (``REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"]``); an answer holding a lone
+    surrogate — text stored before they were refused (:class:`StrictJSONParser`) — is written with
+    ``\\u`` escapes (``ensure_ascii``), still JSON, rather than failing as a 500 (new-user trial 27, F1:
+    one such job made every ``GET jobs/`` of its team a 500)."""
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        try:
+            return super().render(data, accepted_media_type, renderer_context)
+        except UnicodeEncodeError:
+            escaping = JSONRenderer()
+            escaping.ensure_ascii = True
+            return escaping.render(data, accepted_media_type, renderer_context)
 
 
 # Sent by browser forms; CSRF middleware has already checked it.

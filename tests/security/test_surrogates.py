@@ -15,6 +15,7 @@ from apps.datasets.models import Dataset
 from apps.jobs.models import Job
 from tests.conftest import api_client
 from tests.datasets.archives import make_zip, upload, valid_files
+from tests.jobs.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -77,3 +78,14 @@ def test_a_class_name_with_a_lone_surrogate_is_refused_and_nothing_stored(bob, s
     assert "surrogate" in problem["problem"]
     assert not Dataset.objects.exists()
     assert api_client(bob).get("/api/v1/datasets/").status_code == 200
+
+
+def test_a_job_stored_with_a_lone_surrogate_before_they_were_refused_is_still_listed(bob, teams):
+    """Rows written before the parsers refused them: the answer escapes it (still JSON), not a 500."""
+    job = make_job(team=teams["vision"], user=bob)
+    job.spec = {**job.spec, "description": "before \ud800"}
+    job.save(update_fields=["spec"])
+    response = api_client(bob).get("/api/v1/jobs/")
+    assert response.status_code == 200
+    assert b'"before \\ud800"' in response.content
+    assert response.json()["results"][0]["id"] == str(job.pk)
