@@ -269,8 +269,11 @@ def _class_names(document: dict) -> dict[int, str] | str:
             return f"'names' has a non-integer class id {key!r}"
         if number in out:
             return f"'names' gives class id {number} twice ({key!r} is the second)"
-        if not isinstance(value, (str, int, float)) or len(str(value)) > 200:
-            return f"'names' entry {key} must be a short name"
+        # "must be a short name" said neither what was wrong nor how short (new-user trial 27, F7).
+        if not isinstance(value, (str, int, float)):
+            return f"'names' entry {key} must be a class name (text), got {type(value).__name__} {str(value)[:40]!r}"
+        if len(str(value)) > 200:
+            return f"'names' entry {key} has {len(str(value))} characters; a class name has at most 200"
         out[number] = str(value)
     if sorted(out) != list(range(len(out))):
         return "'names' class ids must be 0, 1, 2, … without gaps"

@@ -453,6 +453,9 @@ def test_names_with_string_class_ids_are_taken_as_ultralytics_takes_them(bob, st
     ('{"0": scratch, "-1": dent}', "'names' has a non-integer class id '-1'"),
     ('{"0": scratch, "one": dent}', "'names' has a non-integer class id 'one'"),
     ('{"0": scratch, "2": dent}', "'names' class ids must be 0, 1, 2, … without gaps"),
+    # "must be a short name" said neither what was wrong nor how short (new-user trial 27, F7).
+    (f'[scratch, {"n" * 250}]', "'names' entry 1 has 250 characters; a class name has at most 200"),
+    ("[scratch, [a, b]]", "'names' entry 1 must be a class name (text), got list \"['a', 'b']\""),
 ])
 def test_string_class_ids_that_ultralytics_would_misread_are_still_refused(bob, storage, names, problem):
     data_yaml = f"train: images/train\nval: images/val\nnames: {names}\n".encode()
