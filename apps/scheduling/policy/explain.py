@@ -213,6 +213,7 @@ class Explainer:
         only = self.state.explain_only
         pooled, wake_at = self.pooled_etas(waiting)
         ranges: dict[str, tuple[float, float, float]] = {}
+        head_end = 0  # the head's jobs are among the first head_end waiting: none has a range below
         if eta_model is not None:
             head = []
             head_points: dict[str, float] = {}
@@ -231,6 +232,7 @@ class Explainer:
                 head_points[w.job.job_id] = eta
                 if len(head) >= self.state.config.eta_head:
                     break
+            head_end = k + 1
             if only is not None and anchors:
                 # A pass that explains only some jobs (the simulator's) simulates the head as
                 # far as the anchor of each one's shape below it: shown as the full pass would
@@ -256,6 +258,7 @@ class Explainer:
         waiting_text = self.waiting_text
         shape_texts = self._shape_texts
         fmt_cache_get = self._fmt_cache.get
+        fmt = self.fmt
         new_entry, set_dict = _new, _set
         # EtaModel.coarse inlined (the same arithmetic, in the same order): one call per job
         # below the head, most of a long queue. After head(), which refines the spread.
@@ -290,7 +293,7 @@ class Explainer:
                 prio, _, _, (f_share, f_age, f_size, f_class) = w.row
                 low = high = None
                 if eta is not None:
-                    got = ranges_get(job_id) if coarse else None
+                    got = ranges_get(job_id) if position <= head_end else None
                     if got is not None:
                         eta, low, high = got
                     elif coarse:
@@ -302,8 +305,8 @@ class Explainer:
                         carry = carry_get(job.shape_id)
                         if carry is None:
                             eta = now + wait
-                        else:  # EtaModel.coarse's carry across the seam
-                            (r_mid, d_mid), (r_lo, d_lo), (r_hi, d_hi) = carry
+                        else:  # EtaModel.coarse's carry across the seam (the point's; low and high below)
+                            r_mid, d_mid = carry[0]
                             eta = now + (wait * r_mid + d_mid)
                     if calibration is False:
                         config = self.state.config
@@ -345,6 +348,7 @@ class Explainer:
                         if carry is None:
                             low, high = now + wait * lo_f / widen, now + wait * hi_f * widen
                         else:
+                            _, (r_lo, d_lo), (r_hi, d_hi) = carry
                             low = now + (wait * lo_f / widen * r_lo + d_lo)
                             high = now + (wait * hi_f * widen * r_hi + d_hi)
                 else:
@@ -356,7 +360,12 @@ class Explainer:
                     # and waiting_text()'s common case with its lookups inline.
                     others = ahead - ahead_of_team.get(job.team, 0)
                     what = shape_texts.get(job.shape_id)
-                    when = fmt_cache_get(int(eta // 60)) if eta is not None else None
+                    if eta is not None:
+                        when = fmt_cache_get(int(eta // 60))
+                        if when is None:  # a minute not seen yet in this pass (~15 % of a long queue)
+                            when = fmt(eta)
+                    else:
+                        when = None
                     if what is not None and when is not None and others > 1:  # then ahead > 1 too
                         text = (f"behind {ahead} higher-priority jobs ({others} of other teams); "
                                 f"waiting for {what}; expected {when}")

@@ -185,21 +185,25 @@ def rank_queue(
     urgent_rows: list[Ranked] = []
     rows: list[Ranked] = []
     new_row = tuple.__new__  # Ranked(...) without the NamedTuple's Python-level __new__
+    log1p, class_factor = math.log1p, CLASS_FACTOR.get
     for job in state.queued:
-        cls = job.priority_class if job.priority_class in CLASS_FACTOR else "medium"
+        cls = job.priority_class
         if cls == "urgent":
             ok = urgent_cache.get(job.job_id)
             if ok is None:
                 ok = urgent_cache[job.job_id] = urgent_ok(job)
             if not ok:
                 cls = "high"
+        f_class = class_factor(cls)
+        if f_class is None:  # a class the policy does not know counts as medium
+            cls = "medium"
+            f_class = CLASS_FACTOR[cls]
         f_share = fairshare.get((job.team, job.user), 1.0)
         waited = now - job.submitted_at
         f_age = 0.0 if waited <= 0 else (1.0 if waited >= age_cap else waited / age_cap)
-        f_size = 1.0 - math.log1p(job.gpus * job.walltime / 3600.0) * size_norm
+        f_size = 1.0 - log1p(job.gpus * job.walltime / 3600.0) * size_norm
         if f_size < 0.0:
             f_size = 0.0
-        f_class = CLASS_FACTOR[cls]
         prio = wf * f_share + wa * f_age + ws * f_size + wc * f_class
         (urgent_rows if cls == "urgent" else rows).append(
             new_row(Ranked, (prio, job, cls, (f_share, f_age, f_size, f_class)))
