@@ -81,7 +81,12 @@ def test_a_class_name_with_a_lone_surrogate_is_refused_and_nothing_stored(bob, s
 
 
 def test_a_job_stored_with_a_lone_surrogate_before_they_were_refused_is_still_listed(bob, teams):
-    """Rows written before the parsers refused them: the answer escapes it (still JSON), not a 500."""
+    """Rows written before the parsers refused them: the answer escapes it (still JSON), not a 500.
+    Only SQLite kept such rows: PostgreSQL's jsonb refuses a lone surrogate, as its text columns do."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL never stored a lone surrogate (jsonb refuses \\ud800): nothing to list")
     job = make_job(team=teams["vision"], user=bob)
     job.spec = {**job.spec, "description": "before \ud800"}
     job.save(update_fields=["spec"])
