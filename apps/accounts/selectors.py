@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Q, QuerySet
 
 from apps.core.prepared import PreparedRead
@@ -28,6 +30,12 @@ def team_rows(*, user) -> list[Team]:
     if user.is_authenticated and not user.is_superuser:
         return _MEMBER_TEAMS(user_id=user.pk)
     return list(team_list(user=user))
+
+
+def team_rows_ahead(*, user) -> list[tuple[PreparedRead, dict[str, Any]]]:
+    """The prepared read :func:`team_rows` makes for ``user`` (none for a superuser's), so a submit
+    can read it ahead with its other reads (``apps.core.prepared.reads_ahead``)."""
+    return [(_MEMBER_TEAMS, {"user_id": user.pk})] if user.is_authenticated and not user.is_superuser else []
 
 
 def team_for_upload(*, user, slug: str | None) -> Team:

@@ -4,6 +4,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
@@ -64,11 +65,18 @@ _VERSION = PreparedRead(lambda team_id, name, version: Dataset.objects.filter(
     samples=({"team_id": 1, "name": "a", "version": 3}, {"team_id": 2, "name": "b", "version": 4}))
 
 
+def dataset_version_read(*, team, name: str, version: int | None = None) -> tuple[PreparedRead, dict[str, Any]]:
+    """The prepared read :func:`dataset_version_get` makes, with its values (for ``reads_ahead``)."""
+    if version:
+        return _VERSION, {"team_id": team.pk, "name": name, "version": version}
+    return _NEWEST, {"team_id": team.pk, "name": name}
+
+
 def dataset_version_get(*, team, name: str, version: int | None = None) -> Dataset | None:
     """The given version of a team's dataset, or its newest one (SQL compiled once per connection:
     submit's hot path)."""
-    rows = (_VERSION(team_id=team.pk, name=name, version=version) if version
-            else _NEWEST(team_id=team.pk, name=name))
+    read, values = dataset_version_read(team=team, name=name, version=version)
+    rows = read(**values)
     row = rows[0] if rows else None
     if row is not None:
         row.team = team  # the caller's row: no join to read it again
@@ -90,11 +98,8 @@ def dataset_resolve(*, team, reference: str, kinds: tuple[str, ...] = (Dataset.K
     match = _VERSIONED.match(reference)
     if match:
         name, version = match.group("name"), match.group("version")
-        number = int(version) if version else None
-        # v0 read as "the newest" (0 is falsy), and a number past the column's integers was an
-        # OverflowError from the database (a 500): neither names a version that can exist (sec19, F7).
-        possible = number is None or 1 <= number <= VERSION_MAX
-        registered = dataset_version_get(team=team, name=name, version=number) if possible else None
+        number = _version_number(version)
+        registered = dataset_version_get(team=team, name=name, version=number) if number != 0 else None
         if registered is None and version and Dataset.objects.filter(team=team, name=name).exists():
             known = ", ".join(f"v{v}" for v in Dataset.objects.filter(team=team, name=name)
                               .order_by("version").values_list("version", flat=True))
@@ -119,6 +124,22 @@ def dataset_resolve(*, team, reference: str, kinds: tuple[str, ...] = (Dataset.K
     if registered is not None:
         return _registered_ref(registered, kinds)
     return DataRef(yaml_key=yaml_key, folder_key=artifact_key(candidate.parent))
+
+
+def _version_number(version: str | None) -> int | None:
+    """A reference's version as the number to read (None: the newest), or 0 for one that no version
+    can have: v0 was read as "the newest" (0 is falsy), and a number past the column's integers was
+    an OverflowError from the database (a 500) (sec19, F7)."""
+    number = int(version) if version else None
+    return number if number is None or 1 <= number <= VERSION_MAX else 0
+
+
+def dataset_reads_ahead(*, team, reference: str) -> list[tuple[PreparedRead, dict[str, Any]]]:
+    """The read :func:`dataset_resolve` makes first for ``reference`` (none for a plain path), so a
+    submit can read it ahead with its other reads (``apps.core.prepared.reads_ahead``)."""
+    match = _VERSIONED.match(reference) if reference else None
+    number = _version_number(match.group("version")) if match else 0
+    return [dataset_version_read(team=team, name=match.group("name"), version=number)] if number != 0 else []
 
 
 KNOWN_NAMES_SHOWN = 10

@@ -27,7 +27,7 @@ from django.conf import settings
 
 from apps.cluster.models import Node
 from apps.datasets.models import Dataset
-from apps.datasets.selectors import DataRef, dataset_resolve
+from apps.datasets.selectors import DataRef, dataset_reads_ahead, dataset_resolve
 from apps.datasets.stats import label_task_problem
 from apps.registry.models import ModelVersion
 
@@ -84,6 +84,13 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
     if spec.export:
         resolved["export"] = [{"format": fmt} for fmt in spec.export]
     return resolved, inputs, errors
+
+
+def inputs_reads_ahead(*, spec: JobSpec, team) -> list[tuple[Any, dict[str, Any]]]:
+    """The dataset read :func:`inputs_resolve` makes first (``data=``, or a prediction's
+    ``source=``), so a submit can read it ahead with its other reads (apps.core.prepared.reads_ahead)."""
+    name = {"train": "data", "val": "data", "predict": "source"}.get(spec.mode)
+    return dataset_reads_ahead(team=team, reference=spec.train_args.get(name, "")) if name else []
 
 
 def _data(spec: JobSpec, team, name: str, errors: dict[str, str],

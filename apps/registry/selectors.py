@@ -4,6 +4,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.db.models import Q, QuerySet
 
@@ -76,6 +77,12 @@ NAME_TASKS = PreparedRead(
     lambda team_id, name: ModelVersion.objects.filter(team_id=team_id, name=name).exclude(task="")
     .order_by("-version").values_list("task", "version")[:50],
     samples=({"team_id": 1, "name": "a"}, {"team_id": 2, "name": "b"}))
+
+
+def model_name_task_ahead(*, team, name: str) -> list[tuple[PreparedRead, dict[str, Any]]]:
+    """The prepared read :func:`model_name_task` makes, so a submit can read it ahead with its other
+    reads (``apps.core.prepared.reads_ahead``)."""
+    return [(NAME_TASKS, {"team_id": team.pk, "name": name})]
 
 
 def model_name_task(*, team, name: str) -> tuple[str, list[str]]:

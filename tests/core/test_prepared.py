@@ -10,7 +10,7 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.accounts.models import ApiToken, hash_token
+from apps.accounts.models import ApiToken, Team, hash_token
 from apps.accounts.services import token_create
 from apps.core.prepared import PreparedRead
 from apps.jobs.models import ACTIVE_STATES, Job, JobState
@@ -432,3 +432,73 @@ def test_rows_inserted_together_with_prepared_statements_off(postgresql, bob, te
     rows_insert(rows, lock=USER_LOCK, lock_values={"user_id": bob.pk})
     assert Job.objects.get(pk=rows[0].obj.pk).task_name == "client-side"
     assert not [s for s in prepared_statements() if "inserted_0" in s]
+
+
+TEAMS = PreparedRead(lambda user_id: Team.objects.filter(memberships__user_id=user_id).order_by("-slug").distinct(),
+                     samples=({"user_id": 1}, {"user_id": 2}))
+JOB_STATES = PreparedRead(lambda user_id: Job.objects.filter(user_id=user_id).order_by("task_name")
+                          .values_list("task_name", "state"), samples=({"user_id": 1}, {"user_id": 2}))
+
+
+def fields(obj) -> dict:
+    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
+
+
+def test_reads_ahead_answer_what_each_read_returns(bob, alice, teams):
+    """Model rows with their select_related rows, values_list rows in the read's own order,
+    a read that finds nothing; each answered from one statement on PostgreSQL, none on SQLite."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.core.prepared import reads_ahead
+
+    _, key = token_create(user=bob, name="t")
+    for name in ("c", "a", "b"):
+        make_job(team=teams["vision"], user=bob, task_name=name)
+    calls = [(TOKEN, {"key_hash": hash_token(key)}), (TEAMS, {"user_id": bob.pk}), (JOB_STATES, {"user_id": bob.pk}),
+             (TOKEN, {"key_hash": "f" * 64})]
+    expected = [read(**values) for read, values in calls]
+    assert [t.slug for t in expected[1]] == sorted((t.slug for t in expected[1]), reverse=True)
+    assert [name for name, _ in expected[2]] == ["a", "b", "c"]
+    with CaptureQueriesContext(connection) as ahead, reads_ahead(calls):
+        with CaptureQueriesContext(connection) as asked:
+            answers = [read(**values) for read, values in calls]
+    assert len(ahead) - len(asked) == (1 if connection.vendor == "postgresql" else 0)
+    assert len(asked) == (0 if connection.vendor == "postgresql" else len(calls))
+    [token], [expected_token] = answers[0], expected[0]
+    assert fields(token) == fields(expected_token) and fields(token.user) == fields(expected_token.user)
+    assert [fields(t) for t in answers[1]] == [fields(t) for t in expected[1]]
+    assert answers[2] == expected[2] and answers[3] == []
+
+
+def test_a_read_ahead_answers_once_and_only_its_own_values_within_the_block(bob, alice, teams):
+    """A second call, a call with other values and a call after the block run as usual."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.core.prepared import reads_ahead
+
+    make_job(team=teams["vision"], user=bob, task_name="x")
+    with reads_ahead([(TEAMS, {"user_id": bob.pk}), (JOB_STATES, {"user_id": bob.pk})]):
+        assert JOB_STATES(user_id=bob.pk) == [("x", JobState.QUEUED)]
+        make_job(team=teams["vision"], user=bob, task_name="y")
+        with CaptureQueriesContext(connection) as asked:
+            assert JOB_STATES(user_id=bob.pk) == [("x", JobState.QUEUED), ("y", JobState.QUEUED)]
+            assert JOB_STATES(user_id=alice.pk) == []
+        assert len(asked) == 2
+    expected = [t.slug for t in Team.objects.filter(memberships__user=bob).order_by("-slug")]
+    with CaptureQueriesContext(connection) as after:
+        assert [t.slug for t in TEAMS(user_id=bob.pk)] == expected
+    assert len(after) == 1  # never asked within the block: forgotten at its end
+
+
+def test_reads_ahead_with_prepared_statements_off(postgresql, bob, teams, monkeypatch):
+    """DATABASE_PREPARED_STATEMENTS=false: the one statement is sent with client-side binding."""
+    from apps.core.prepared import reads_ahead
+
+    monkeypatch.setitem(postgresql.settings_dict["OPTIONS"], "prepare_threshold", None)
+    make_job(team=teams["vision"], user=bob, task_name="client-side")
+    expected = JOB_STATES(user_id=bob.pk), [t.pk for t in TEAMS(user_id=bob.pk)]
+    with reads_ahead([(JOB_STATES, {"user_id": bob.pk}), (TEAMS, {"user_id": bob.pk})]):
+        assert (JOB_STATES(user_id=bob.pk), [t.pk for t in TEAMS(user_id=bob.pk)]) == expected
+    assert not [s for s in prepared_statements() if '"ahead_row"' in s]
