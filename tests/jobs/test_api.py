@@ -282,11 +282,17 @@ def test_a_retry_racing_the_first_request_under_its_key_gets_that_job_not_a_dupl
     answered 409 "an identical job of your team is already active: … (<that job>)": each had asked whether
     the key was used before the first committed, then met its job in the duplicate check. A CI retry
     racing its first try (yoloq: exit 1) is what the key is for."""
+    from apps.core.prepared import PreparedRead
     from apps.jobs import services
 
     client = api_client(bob)
     first = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k1")
-    monkeypatch.setattr(services, "KEY_USED", lambda **kw: False)  # as read before the first one committed
+    # As read before the first one committed: a replay check that finds nothing (a prepared read, as
+    # the submit reads it ahead with the teams on PostgreSQL).
+    never = PreparedRead(lambda user_id, key: Job.objects.filter(user_id=user_id, idempotency_key=key)
+                         .exclude(user_id=user_id).values_list("pk", flat=True)[:1],
+                         samples=({"user_id": 1, "key": "a"}, {"user_id": 2, "key": "b"}))
+    monkeypatch.setattr(services, "KEY_USED", never)
     again = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml", HTTP_IDEMPOTENCY_KEY="k1")
     assert (first.status_code, again.status_code) == (201, 200), again.content
     assert again.json()["id"] == first.json()["id"] and Job.objects.count() == 1
