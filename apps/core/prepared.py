@@ -200,13 +200,13 @@ def reads_ahead(calls: Sequence[tuple[PreparedRead, dict[str, Any]]]) -> Iterato
     is the same rows the read would return, read a moment earlier (these reads run outside any
     transaction, so nothing is promised between them anyway)."""
     answers = _ahead.answers
-    keys = [(read, *sorted(values.items())) for read, values in calls]
-    together = [(read, values) for (read, values), key in zip(calls, keys, strict=True) if key not in answers]
+    pending = {key: (read, values) for read, values in calls
+               if (key := (read, *sorted(values.items()))) not in answers}  # an outer block's stay its own
     kept = []
-    if len(together) > 1 and _foldable(together):
-        for read, values in together:
+    if len(pending) > 1 and _foldable(list(pending.values())):
+        for read, values in pending.values():
             read.check(values)
-        for key, rows in zip(keys, _reads_together(together), strict=True):
+        for key, rows in zip(pending, _reads_together(list(pending.values())), strict=True):
             answers[key] = rows
             kept.append(key)
     try:

@@ -492,6 +492,21 @@ def test_a_read_ahead_answers_once_and_only_its_own_values_within_the_block(bob,
     assert len(after) == 1  # never asked within the block: forgotten at its end
 
 
+def test_a_block_inside_another_reads_only_what_the_outer_one_did_not(bob, alice, teams):
+    """Each read gets its own answer when one of the inner block's calls is the outer block's."""
+    from apps.core.prepared import reads_ahead
+
+    make_job(team=teams["vision"], user=alice, task_name="alices")
+    bobs_teams = [t.pk for t in TEAMS(user_id=bob.pk)]
+    with reads_ahead([(TEAMS, {"user_id": bob.pk}), (JOB_STATES, {"user_id": bob.pk})]):
+        with reads_ahead([(TEAMS, {"user_id": bob.pk}), (JOB_STATES, {"user_id": alice.pk}),
+                          (TOKEN, {"key_hash": "f" * 64})]):
+            assert JOB_STATES(user_id=alice.pk) == [("alices", JobState.QUEUED)]
+            assert TOKEN(key_hash="f" * 64) == []
+            assert [t.pk for t in TEAMS(user_id=bob.pk)] == bobs_teams
+        assert JOB_STATES(user_id=bob.pk) == []
+
+
 def test_reads_ahead_with_prepared_statements_off(postgresql, bob, teams, monkeypatch):
     """DATABASE_PREPARED_STATEMENTS=false: the one statement is sent with client-side binding."""
     from apps.core.prepared import reads_ahead
