@@ -35,7 +35,8 @@ from apps.scheduling.policy import PolicyConfig  # noqa: E402
 
 def replay(args) -> dict:
     """One simulator run; per-job records [submit, model point, low, high (as given), first start,
-    finished?, GPUs, GPU models constrained?, priority class] (the last three for conditioning studies)."""
+    finished?, GPUs, GPU models constrained?, priority class, queue position when the ETA was given]
+    (the last four for conditioning studies)."""
     tasks, _ = sim.load_trace(args.trace)
     tasks = tasks[: args.max_tasks] if args.max_tasks else tasks
     nodes = sim.load_nodes(args.nodes)
@@ -75,6 +76,7 @@ def replay(args) -> dict:
             j.task.gpus,
             bool(j.request.gpu_models),
             j.request.priority_class,
+            j.eta_position,
         ]
         for j in jobs.values()
     ]
@@ -82,24 +84,34 @@ def replay(args) -> dict:
 
 
 def evaluate(
-    data: dict, offset: float, level: float, min_records: int = 30, history: tuple[int, float] | None = None
+    data: dict,
+    offset: float,
+    level: float,
+    min_records: int = 30,
+    history: tuple[int, float] | None = None,
+    calibration=cal.Calibration,
 ) -> dict:
     """The online calibration replayed; ``history``: the record's (newest N, within S seconds),
-    default the shipped ``HISTORY_N``, ``HISTORY_S``."""
+    default the shipped ``HISTORY_N``, ``HISTORY_S``; ``calibration``: the class (a candidate's)."""
     history_n, history_s = history or (cal.HISTORY_N, cal.HISTORY_S)
-    recs = [r[:6] for r in data["records"] if r[1] is not None]
+    recs = [r for r in data["records"] if r[1] is not None]
     done = sorted(
-        (fs, max(0.0, eta - sub), fs - sub)
-        for sub, eta, _, _, fs, _ in recs
-        if fs is not None and fs > sub and fs - sub <= cal.HISTORY_MAX_WAIT_S
+        (r[4], max(0.0, r[1] - r[0]), r[4] - r[0])
+        for r in recs
+        if r[4] is not None and r[4] > r[0] and r[4] - r[0] <= cal.HISTORY_MAX_WAIT_S
     )
     hist: deque = deque(maxlen=history_n)
     k = 0
     old_offset, old_n = cal.OFFSET_S, cal.HISTORY_N
     cal.OFFSET_S, cal.HISTORY_N = offset, history_n  # the module's score, mapping and record use them
     rows = []
+    # Per waiting job that finished: (record, low, high, its bucket's own low and high before
+    # the monotone bounds, or None where uncalibrated) for decompose()
+    details = []
+    got, made_for = None, None  # the calibration, and the record (newest, oldest) it was made from
     try:
-        for sub, eta, given_low, given_high, fs, finished in sorted(recs, key=lambda r: r[0]):
+        for rec in sorted(recs, key=lambda r: r[0]):
+            sub, eta, given_low, given_high, fs, finished = rec[:6]
             while k < len(done) and done[k][0] < sub:
                 hist.append(done[k])
                 k += 1
@@ -108,13 +120,23 @@ def evaluate(
             if fs is not None and fs == sub:  # started in its submit pass
                 rows.append((sub, fs, finished, sub, sub, sub, eta))
                 continue
-            got = (
-                cal.Calibration([(p, a) for _, p, a in hist], level, min_records) if len(hist) >= min_records else None
-            )
+            if made_for != (k, len(hist)):  # the same record as the last submit's: the same calibration
+                made_for = (k, len(hist))
+                got = (
+                    calibration([(p, a) for _, p, a in hist], level, min_records) if len(hist) >= min_records else None
+                )
             out = got.calibrate(sub, eta) if got is not None else None
             # Too little record: the forward simulation's range stands (as given in the run).
             point, low, high = out if out is not None else (eta, given_low, given_high)
             rows.append((sub, fs, finished, point, low, high, eta))
+            if fs is not None and finished and low is not None:
+                own = None
+                if out is not None:
+                    predicted = max(0.0, eta - sub)
+                    f = got.factors[bisect.bisect_right(cal.EDGES_S, predicted)]
+                    base = predicted + offset
+                    own = (sub + max(0.0, base * f[1] - offset), sub + max(0.0, base * f[2] - offset))
+                details.append((rec, low, high, own))
     finally:
         cal.OFFSET_S, cal.HISTORY_N = old_offset, old_n
     started = [r for r in rows if r[1] is not None and r[2]]
@@ -136,7 +158,73 @@ def evaluate(
             str(b): sum(1 for r in waited if bisect.bisect_right(cal.EDGES_S, max(0.0, r[6] - r[0])) == b)
             for b in range(len(cal.EDGES_S) + 1)
         },
+        "details": details,
+        "ranged_n": len(ranged),
     }
+
+
+POSITION_BANDS = ((1, 1), (2, 8), (9, 32), (33, 128), (129, 512), (513, None))
+
+
+def _shape(gpus: float) -> str:
+    return "shared (< 1 GPU)" if gpus < 1 else "1 GPU" if gpus == 1 else "2-4 GPUs" if gpus <= 4 else "8 GPUs"
+
+
+def decompose(e: dict, mean_wait: float, ranged_n: int) -> list[str]:
+    """Where the mean width comes from: per predicted-wait bucket, queue position when the ETA was
+    given (the forward head is the first ``eta_head``), shape and GPU-model constraint, the waiting
+    jobs' count, coverage, mean width, their share of the mean width (in mean waits: the shares add
+    up to width / mean wait), and the part of it that the monotone bounds added."""
+    rows = e["details"]
+
+    def span(s: float) -> str:
+        return f"{s / 60:g} min" if s < 3600 else f"{s / 3600:g} h" if s < 86400 else f"{s / 86400:g} days"
+
+    edges = cal.EDGES_S
+    names = [f"< {span(edges[0])}"] + [f"{span(lo)} - {span(hi)}" for lo, hi in zip(edges, edges[1:], strict=False)]
+    names.append(f"> {span(edges[-1])}")
+
+    def position(r):
+        pos = r[0][9] if len(r[0]) > 9 else None
+        if pos is None:
+            return (len(POSITION_BANDS), "(not recorded)")
+        for k, (lo, hi) in enumerate(POSITION_BANDS):
+            if pos >= lo and (hi is None or pos <= hi):
+                return (k, f"{lo}-{hi}" if hi is not None and hi > lo else f"{lo}" if hi else f"> {lo - 1}")
+        raise AssertionError(pos)
+
+    def bucket(r):
+        b = bisect.bisect_right(cal.EDGES_S, max(0.0, r[0][1] - r[0][0]))
+        return (b, names[b])
+
+    shapes = ("shared (< 1 GPU)", "1 GPU", "2-4 GPUs", "8 GPUs")
+    groupings = {
+        "predicted wait": bucket,
+        "position": position,
+        "shape": lambda r: (shapes.index(_shape(r[0][6])), _shape(r[0][6])),
+        "GPU models constrained": lambda r: (int(bool(r[0][7])), "yes" if r[0][7] else "no"),
+    }
+    out = []
+    for title, key in groupings.items():
+        out.append(f"\nby {title}:")
+        out.append(
+            "| group | waiting jobs | coverage | mean width h | mean wait h | width share (× mean wait) | of it by the bounds |"
+        )
+        out.append("|---|---:|---:|---:|---:|---:|---:|")
+        groups: dict = {}
+        for r in rows:
+            groups.setdefault(key(r), []).append(r)
+        for order_name in sorted(groups):
+            g, name = groups[order_name], order_name[1]
+            width = sum(r[2] - r[1] for r in g)
+            own = sum(r[3][1] - r[3][0] for r in g if r[3] is not None) + sum(r[2] - r[1] for r in g if r[3] is None)
+            covered = sum(1 for r in g if r[1] - 1 <= r[0][4] <= r[2] + 1)
+            wait = sum(r[0][4] - r[0][0] for r in g)
+            out.append(
+                f"| {name} | {len(g):,} | {covered / len(g):.3f} | {width / len(g) / 3600:,.1f} | "
+                f"{wait / len(g) / 3600:,.1f} | {width / ranged_n / mean_wait:.3f} | {(width - own) / ranged_n / mean_wait:.3f} |"
+            )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         "--history",
         default=f"{cal.HISTORY_N}:{cal.HISTORY_S / 86400:g}",
         help="comma-separated N:DAYS track records (the newest N starts within DAYS)",
+    )
+    parser.add_argument(
+        "--decompose", action="store_true", help="where the first setting's width comes from (bucket, position, shape)"
     )
     args = parser.parse_args(argv)
     if args.records:
@@ -199,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{e['early']:.3f} | {e['late']:.3f} | {e['width_s']:,.0f} | {e['width_s'] / m['mean_wait_s']:.2f} | "
             f"{e['mae_s']:,.0f} | {e['mae_model_s']:,.0f} |"
         )
+        if args.decompose and ((n, days), offset, level) == settings[0]:
+            print("\n".join(decompose(e, m["mean_wait_s"], e["ranged_n"])))
     return 0
 
 

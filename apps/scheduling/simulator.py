@@ -287,6 +287,7 @@ class _Job:
     eta_model_at_submit: float | None = None  # the model's point before calibration (the ETA track record)
     eta_low: float | None = None
     eta_high: float | None = None
+    eta_position: int | None = None  # its queue position when its ETA was given (bench/eta_calibration.py)
     preempted: int = 0
     lost_s: float = 0.0  # seconds of progress lost to kills, plus restart overhead
     spec_preemptible: bool = True
@@ -732,6 +733,7 @@ def simulate_policy(
                     )
                     job.eta_low = entry.estimated_start_low
                     job.eta_high = entry.estimated_start_high
+                    job.eta_position = entry.position
         if queued:
             idle_rates = (*idle_while_waiting.rates(partial(_reserved_gpus, result)), 0.0)
         else:
