@@ -66,10 +66,11 @@ def test_each_predicted_wait_bucket_learns_its_own_error_and_falls_back_to_the_p
     assert 250 <= low - NOW <= high - NOW <= 400
     point, low, high = cal.calibrate(NOW, NOW + 2 * 86400)
     assert 5.5 * 86400 <= point - NOW <= high - NOW <= 6.5 * 86400
-    # Its low end is no later than the next bucket's (the pooled one, which has both modes) at
-    # their edge: a longer predicted wait never shows an earlier low end (trial25 F1).
+    # The next bucket is on the pooled interval (both modes): it yields to this one, whose range
+    # stays its own, and shows a low end no earlier at their edge (trial25 F1: a longer predicted
+    # wait never shows an earlier low end).
     _, next_low, _ = cal.calibrate(NOW, NOW + EDGES_S[-1])
-    assert low == pytest.approx(next_low) and 2 * 86400 <= low - NOW < 5.5 * 86400
+    assert 5.5 * 86400 <= low - NOW and low <= next_low
     # A 5-hour prediction's bucket is empty: it gets the pooled interval (both modes; what it
     # shows is then kept in order with its neighbours, as every bucket's).
     pooled = Calibration._interval([math.log((a + OFFSET_S) / (p + OFFSET_S)) for p, a in history], 0.8)
@@ -212,14 +213,17 @@ def test_the_calibrated_mapping_never_shows_a_longer_predicted_wait_as_an_earlie
     _, low, high = cal.calibrate(NOW, NOW + 300.0)  # the first bucket: nothing below it, the next says "early"
     assert low - NOW <= max(0.0, (300.0 + OFFSET_S) * f_lo - OFFSET_S)
     assert high - NOW == pytest.approx(max(0.0, (300.0 + OFFSET_S) * f_hi - OFFSET_S))  # nothing below to raise it
-    for seed in range(40):  # a range is only ever widened: every start its own bucket's map held, it holds
+    # A bucket with records of its own only ever has its range widened: every start its own map
+    # held, it holds (a bucket on the pooled interval is kept between those instead: clamps)
+    for seed in range(40):
         rng = random.Random(seed)
         history = [(p, p * math.exp(rng.gauss(rng.choice((-1.5, 0.0, 1.5)), 0.5)))
                    for p in (rng.choice(EDGES_S) * rng.uniform(0.3, 1.7) for _ in range(rng.randint(30, 400)))]
         widened = Calibration(history, 0.88, 30)
         for wait in (1.0, 500.0, 3000.0, 10_000.0, 40_000.0, 100_000.0, 300_000.0, 1e6):
-            factors = widened.factors[bisect.bisect_right(EDGES_S, wait)]
-            if factors is None:
+            bucket = bisect.bisect_right(EDGES_S, wait)
+            factors = widened.factors[bucket]
+            if factors is None or widened.clamps[bucket] is not None:
                 continue
             own_low, own_high = ((wait + OFFSET_S) * f - OFFSET_S for f in factors[1:])
             _, low, high = widened.calibrate(NOW, NOW + wait)
@@ -231,6 +235,28 @@ def test_the_calibrated_mapping_never_shows_a_longer_predicted_wait_as_an_earlie
         got = agreeing.calibrate(NOW, NOW + wait)
         assert [t - NOW for t in got] == pytest.approx(
             [max(0.0, (wait + OFFSET_S) * f - OFFSET_S) for f in (f_mid, f_lo, f_hi)])
+
+
+def test_a_bucket_on_the_pooled_interval_is_kept_between_its_neighbours_not_a_floor_for_them() -> None:
+    """Hours-ahead ETAs right, days-ahead ones 2.5x late-predicted (early starts), nothing in
+    between: the empty 16 h - 2.5 days bucket shows the pooled interval, but it does not raise the
+    days-ahead bucket's high end to the pool's (docs: half the width over the mean wait on 4x8);
+    it is clamped between its neighbours instead, and the map stays in order."""
+    history = [(8 * HOUR, 8 * HOUR * (1 + 0.01 * (i % 7))) for i in range(200)]
+    history += [(5 * 86400.0, 2 * 86400.0 * (1 + 0.01 * (i % 7))) for i in range(200)]
+    cal = Calibration(history, 0.8, 30)
+    long_bucket = bisect.bisect_right(EDGES_S, 3 * 86400.0)
+    assert cal.clamps[long_bucket] is None and cal.clamps[long_bucket - 1] is not None
+    f_mid, f_lo, f_hi = cal.factors[long_bucket]
+    _, _, high = cal.calibrate(NOW, NOW + 3 * 86400.0)
+    assert high - NOW == pytest.approx((3 * 86400.0 + OFFSET_S) * f_hi - OFFSET_S)  # its own map
+    pooled_at_edge = (EDGES_S[-1] + OFFSET_S) * cal.factors[long_bucket - 1][2] - OFFSET_S
+    assert high - NOW < pooled_at_edge  # what the pooled bucket below would have floored it to
+    shown = [cal.calibrate(NOW, NOW + w) for w in (10 * HOUR, 16 * HOUR, 30 * HOUR, 59 * HOUR, 61 * HOUR, 3 * 86400.0)]
+    for field in range(3):
+        assert _in_order([got[field] for got in shown])
+    for got in shown:
+        assert got[1] <= got[0] <= got[2]
 
 
 def _disagreeing_history(rng: random.Random) -> list[tuple[float, float]]:

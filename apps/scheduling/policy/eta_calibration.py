@@ -90,10 +90,15 @@ class Calibration:
         self.factors: list[tuple[float, float, float] | None] = [
             None if got is None else tuple(math.exp(s) for s in got) for got in self.intervals
         ]
-        self.bounds = self._bounds(self.factors)
+        # Which buckets have records enough of their own (the others show the pooled interval)
+        own = [len(b) >= enough for b in by_bucket]
+        self.bounds = self._bounds(self.factors, own)
+        self.clamps = self._clamps(self.factors, own)
 
     @staticmethod
-    def _bounds(factors: Sequence[tuple[float, float, float] | None]) -> list[tuple[float, float, float]]:
+    def _bounds(
+        factors: Sequence[tuple[float, float, float] | None], own: Sequence[bool] | None = None
+    ) -> list[tuple[float, float, float]]:
         """Per bucket, (the least point wait, the most low wait, the least high wait) it may
         show, so that the whole map is monotone in the predicted wait.
 
@@ -106,22 +111,67 @@ class Calibration:
         start it held is lost; capping the high end instead (narrower) lost coverage on held-out
         replays (docs/scheduling.md, "ETA calibration on the track record"). A bucket whose
         neighbours agree with it is its own map unchanged.
+
+        Only buckets with records enough of their ``own`` (all, where not given) bound others:
+        a bucket on the pooled interval is kept between them instead (:meth:`_clamps`). The
+        pooled interval mixes every bucket's errors, so its high end is wide, and as a floor
+        at its upper edge it raised every longer prediction's high end to weeks: half of the
+        width over the mean wait on the 4x8 replays (docs/scheduling.md, "Where the ETA
+        ranges' width comes from").
         """
         inf = math.inf
         n = len(factors)
+        own = own if own is not None else [True] * n
         floor, hi_floor, floors = -inf, -inf, []
         for k, got in enumerate(factors):
             floors.append((floor, hi_floor))
-            if got is not None and k < len(EDGES_S):
+            if got is not None and own[k] and k < len(EDGES_S):
                 edge = EDGES_S[k] + OFFSET_S
                 floor, hi_floor = max(floor, edge * got[0] - OFFSET_S), max(hi_floor, edge * got[2] - OFFSET_S)
         lo_cap, caps = inf, [inf] * n
         for k in range(n - 1, -1, -1):
             caps[k] = lo_cap
             got = factors[k]
-            if got is not None and k > 0:
+            if got is not None and own[k] and k > 0:
                 lo_cap = min(lo_cap, (EDGES_S[k - 1] + OFFSET_S) * got[1] - OFFSET_S)
         return [(floors[k][0], caps[k], floors[k][1]) for k in range(n)]
+
+    @staticmethod
+    def _clamps(
+        factors: Sequence[tuple[float, float, float] | None], own: Sequence[bool]
+    ) -> list[tuple[float, float, float] | None]:
+        """Per bucket on the pooled interval, (the most point wait, the least low wait, the most
+        high wait) it may show before :meth:`_bounds` applies: its point and high end no later
+        than any bucket above with records of its own shows at that bucket's lower edge, its low
+        end no earlier than any such bucket below shows at its upper edge. None for a bucket with
+        records of its own (its map is bounded by :meth:`_bounds` alone).
+
+        So the map stays monotone: a bucket with records of its own starts at or above these
+        caps and ends at or below these floors, and a run of pooled buckets is one map (the same
+        factors) clamped by the same values. And low <= point <= high still holds: the floors
+        and caps are the neighbours' own (low <= point <= high) values at their edges.
+        """
+        inf = math.inf
+        n = len(factors)
+        out: list[tuple[float, float, float] | None] = [None] * n
+        for k in range(n):
+            if own[k] or factors[k] is None:
+                continue
+            most_mid = most_hi = inf
+            least_lo = -inf
+            for j in range(n):
+                got = factors[j]
+                if got is None or not own[j] or j == k:
+                    continue
+                if j > k:
+                    edge = EDGES_S[j - 1] + OFFSET_S
+                    most_mid = min(most_mid, edge * got[0] - OFFSET_S)
+                    most_hi = min(most_hi, edge * got[2] - OFFSET_S)
+                else:
+                    least_lo = max(least_lo, (EDGES_S[j] + OFFSET_S) * got[1] - OFFSET_S)
+            if most_mid < inf or most_hi < inf or least_lo > -inf:
+                out[k] = (most_mid, least_lo, most_hi)
+        return out
 
     @staticmethod
     def _interval(scores: list[float], coverage: float) -> tuple[float, float, float]:
@@ -150,6 +200,15 @@ class Calibration:
         base = predicted + offset
         f_mid, f_lo, f_hi = got
         mid, lo, hi = base * f_mid - offset, base * f_lo - offset, base * f_hi - offset
+        clamp = self.clamps[bucket]  # a bucket on the pooled interval: between its neighbours
+        if clamp is not None:
+            most_mid, least_lo, most_hi = clamp
+            if mid > most_mid:
+                mid = most_mid
+            if lo < least_lo:
+                lo = least_lo
+            if hi > most_hi:
+                hi = most_hi
         least, most_lo, least_hi = self.bounds[bucket]  # monotone across the buckets' edges
         if mid < least:
             mid = least

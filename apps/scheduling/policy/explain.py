@@ -252,6 +252,7 @@ class Explainer:
         calibration: Calibration | None | bool = False  # built on first use (False = not yet)
         cal_factors: list = []  # Calibration.factors, for calibrate() inlined below
         cal_bounds: list = []  # Calibration.bounds, the same
+        cal_clamps: list = []  # Calibration.clamps, the same
         entries: list[QueueEntry] = []
         append = entries.append
         reason = self.reason
@@ -315,6 +316,7 @@ class Explainer:
                         )
                         cal_factors = calibration.factors if calibration else []
                         cal_bounds = calibration.bounds if calibration else []
+                        cal_clamps = calibration.clamps if calibration else []
                     model = eta
                     # The track record sets the point and the range (Calibration.calibrate
                     # inlined, the same arithmetic); where it has nothing to say, the range
@@ -331,6 +333,15 @@ class Explainer:
                         base = predicted + OFFSET_S
                         f_mid, f_lo, f_hi = factors
                         mid, lo, hi = base * f_mid - OFFSET_S, base * f_lo - OFFSET_S, base * f_hi - OFFSET_S
+                        clamp = cal_clamps[bucket]  # a bucket on the pooled interval (Calibration.clamps)
+                        if clamp is not None:
+                            most_mid, least_lo, most_hi = clamp
+                            if mid > most_mid:
+                                mid = most_mid
+                            if lo < least_lo:
+                                lo = least_lo
+                            if hi > most_hi:
+                                hi = most_hi
                         # monotone across the buckets' edges (Calibration.bounds): their seams
                         # showed later positions earlier (trial25 F1)
                         least, most_lo, least_hi = cal_bounds[bucket]
