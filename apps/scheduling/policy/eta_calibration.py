@@ -22,7 +22,8 @@ recently started jobs compared with their actual starts:
   skewed and the width target counts), mapped back: ``low = (p + c)·e^lo − c``,
   ``high = (p + c)·e^hi − c`` (never before now). A bucket with fewer than
   ``config.eta_calibration_min`` records uses all records; with fewer than that in all,
-  the forward simulation's range stands.
+  the forward simulation's range stands. A bucket on the pooled interval does not bound the
+  others (below); it is kept between the buckets with records of their own (:meth:`Calibration._clamps`).
 - The point shown becomes the bucket's **median** score applied the same way (the best
   constant for the absolute error, and always inside the range); the model's own point
   is kept beside it (``QueueEntry.estimated_start_model``) for the record.
