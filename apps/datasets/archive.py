@@ -274,6 +274,8 @@ def _class_names(document: dict) -> dict[int, str] | str:
             return f"'names' entry {key} must be a class name (text), got {type(value).__name__} {str(value)[:40]!r}"
         if len(str(value)) > 200:
             return f"'names' entry {key} has {len(str(value))} characters; a class name has at most 200"
+        if not str(value).strip():  # taken until new-user trial 27 (F10): a class no plot or prediction tells apart
+            return f"'names' entry {key} is blank ({value!r}); a class name needs a character other than spaces"
         out[number] = str(value)
     if sorted(out) != list(range(len(out))):
         return "'names' class ids must be 0, 1, 2, … without gaps"

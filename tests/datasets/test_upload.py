@@ -456,6 +456,9 @@ def test_names_with_string_class_ids_are_taken_as_ultralytics_takes_them(bob, st
     # "must be a short name" said neither what was wrong nor how short (new-user trial 27, F7).
     (f'[scratch, {"n" * 250}]', "'names' entry 1 has 250 characters; a class name has at most 200"),
     ("[scratch, [a, b]]", "'names' entry 1 must be a class name (text), got list \"['a', 'b']\""),
+    # A blank name was taken (new-user trial 27, F10): a class nobody can tell apart in a plot or a prediction.
+    ('[scratch, "  "]', "'names' entry 1 is blank ('  '); a class name needs a character other than spaces"),
+    ('{0: scratch, 1: ""}', "'names' entry 1 is blank (''); a class name needs a character other than spaces"),
 ])
 def test_string_class_ids_that_ultralytics_would_misread_are_still_refused(bob, storage, names, problem):
     data_yaml = f"train: images/train\nval: images/val\nnames: {names}\n".encode()
