@@ -54,7 +54,7 @@ from apps.core.strict_yaml import load_yaml
 
 from .models import ACTIVE_STATES, TERMINAL_STATES, Checkpoint, Job, JobState, MetricPoint
 from .services import job_event, job_submit, seq_allocate, spec_parse
-from .spec import SpecError
+from .spec import SpecError, parse_memory_mb
 
 log = logging.getLogger(__name__)
 
@@ -367,6 +367,11 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
     folder gone, a timeout over the limit), DuplicateJob, TooManyActiveJobs, IdempotencyKeyReused,
     StorageUnavailable.
     """
+    if memory:  # the request's own field before the job's state (trial27 F11); "" removes the limit
+        try:
+            parse_memory_mb(memory)
+        except ValueError as exc:
+            raise SpecError({"memory": str(exc)}) from None
     point = continue_point(job, user=user, idempotency_key=idempotency_key)
     document, raw_spec = _document(job, timeout_s, memory)
     try:

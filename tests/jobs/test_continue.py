@@ -159,6 +159,19 @@ def test_a_job_cancelled_before_its_first_checkpoint_cannot_be_continued(submit,
         response.json()["checkpoint"][0])
 
 
+@pytest.mark.parametrize("memory", ["-1Gi", "lots"])
+def test_a_bad_memory_is_named_before_the_job_s_own_refusal(submit, alice, memory):
+    """The request's own field first (trial27 F11: the 409 about the checkpoint came before the 400 on
+    memory, which a second try then got); a timeout of -1 already was a 400 first (the serializer)."""
+    job = submit()
+    attempt_finish(job, outcome="cancelled", exit_code=-15)
+
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/", {"memory": memory}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == {"memory"} and "16Gi" in response.json()["memory"][0]
+
+
 def test_a_job_cancelled_while_queued_never_started(alice, demo_registered, node, clean_storage):
     response = api_client(alice).post("/api/v1/jobs/", SPEC, content_type="application/yaml")
     api_client(alice).post(f"/api/v1/jobs/{response.json()['id']}/cancel/")
