@@ -59,6 +59,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apps.core.values import first_surrogate
+
 from .checkpoint_layers import LAYER_CLASSES
 
 MAX_PICKLE_BYTES = 64 * 1024**2  # data.pkl of YOLO11x with optimizer state is ~2 MB
@@ -219,7 +221,8 @@ def _class_names(checkpoint) -> list[str] | None:
             and not any(isinstance(key, bool) for key in names):
         names = [names[i] for i in range(len(names))]
     if (not isinstance(names, list) or not 0 < len(names) <= MAX_CLASSES
-            or not all(isinstance(name, str) and len(name) <= MAX_CLASS_NAME for name in names)):
+            or not all(isinstance(name, str) and len(name) <= MAX_CLASS_NAME for name in names)
+            or first_surrogate(names)):  # half a UTF-16 pair, which pickle keeps: no page can show it (trial27 F1)
         return None
     return names
 
