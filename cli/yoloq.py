@@ -646,22 +646,31 @@ def folder_files(folder: Path) -> list[tuple[Path, str, bool]]:
     dataset whose images folder is a link to where the images are is that dataset (trial27 F2: a
     linked file was left out as a "hidden/cache file", a linked folder without a word, and the server
     then said "folder 'images/val' is not in the archive"). A link to nothing, or to a folder that
-    holds the link (a loop), is a CliError naming it: nothing is left out silently."""
+    holds the link (a loop), is a CliError naming it: nothing is left out silently. Among the
+    hidden/cache files (``SKIPPED``), which are left out anyway, such a link is listed as it is and
+    left out with them: an editor's lock file (Emacs' ``.#data.yaml``) is a link to nothing."""
     found: list[tuple[Path, str, bool]] = []
 
     def visit(directory: Path, prefix: str, chain: frozenset[str], linked: bool) -> None:
         for entry in os.scandir(directory):
             path, relative = Path(entry.path), prefix + entry.name
             through = linked or entry.is_symlink()
+            hidden = bool(SKIPPED.search(relative) or SKIPPED.search(relative + "/"))
             if entry.is_symlink() and not path.exists():
+                if hidden:
+                    found.append((path, relative, through))
+                    continue
                 raise CliError(f"{path}: is a symbolic link to {os.readlink(path)}, which does not exist; "
                                "nothing was uploaded")
             if entry.is_dir():
                 real = os.path.realpath(path)
-                if real in chain:
+                if real not in chain:
+                    visit(path, relative + "/", chain | {real}, through)
+                elif hidden:
+                    found.append((path, relative, through))
+                else:
                     raise CliError(f"{path}: is a symbolic link to a folder that holds it ({real}), a loop; "
                                    "nothing was uploaded")
-                visit(path, relative + "/", chain | {real}, through)
             elif entry.is_file():
                 found.append((path, relative, through))
 

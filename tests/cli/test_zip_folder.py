@@ -59,3 +59,17 @@ def test_push_refuses_a_folder_with_a_link_to_nothing_before_sending(tmp_path, c
     (folder / "labels" / "val" / "9.txt").symlink_to(tmp_path / "gone.txt")
     assert yoloq.main(["dataset", "push", str(folder)]) == 1
     assert "9.txt: is a symbolic link to" in capsys.readouterr().err
+
+
+def test_a_link_to_nothing_or_a_loop_among_the_hidden_files_is_left_out_with_them(tmp_path):
+    """An editor's lock file (Emacs' ``.#name``, a link to nothing) or a loop inside a hidden folder
+    is left out as every hidden/cache file is, not a reason to refuse the whole folder."""
+    folder = dataset_folder(tmp_path)
+    (folder / ".#data.yaml").symlink_to("user@host.4242:1700000000")  # what Emacs leaves while editing
+    (folder / ".venv" / "lib").mkdir(parents=True)
+    (folder / ".venv" / "lib" / "again").symlink_to(folder / ".venv")
+
+    written, skipped, _ = yoloq.zip_folder(folder, tmp_path / "out.zip")
+
+    assert sorted(zipfile.ZipFile(tmp_path / "out.zip").namelist()) == sorted(f"pcb/{n}" for n in valid_files())
+    assert (written, skipped) == (len(valid_files()), 2)
