@@ -119,12 +119,20 @@ def _int(lo: int, hi: int | None) -> Callable[[Any], int]:
         if not isinstance(value, int):
             raise ValueError(f"must be an integer, got {type(value).__name__}")
         if hi is None and value < lo:
-            raise ValueError(f"must be at least {lo}, got {value}")
+            raise ValueError(f"must be at least {lo}, got {_given(value)}")
         if hi is not None and not lo <= value <= hi:
-            raise ValueError(f"must be between {lo} and {hi}, got {value}")
+            raise ValueError(f"must be between {lo} and {hi}, got {_given(value)}")
         return value
 
     return parse
+
+
+def _given(value: Any) -> str:
+    """``repr(value)``, or words for an integer too long to write out: a YAML hex integer loads past
+    Python's 4300-digit limit for ``str()`` (review27)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**100:
+        return "a number of more than 100 digits"
+    return repr(value)
 
 
 def _float(lo: float, hi: float) -> Callable[[Any], float]:
@@ -133,6 +141,8 @@ def _float(lo: float, hi: float) -> Callable[[Any], float]:
             raise ValueError(f"must be a number, got {value!r}")
         try:
             number = float(value)
+        except OverflowError:  # an integer past a float's range (a YAML hex one): was a 500 (review27)
+            raise ValueError(f"must be between {lo:g} and {hi:g}, got {_given(value)}") from None
         except (TypeError, ValueError):
             raise ValueError(f"must be a number, got {value!r}") from None
         if not math.isfinite(number) or not lo <= number <= hi:
@@ -364,7 +374,7 @@ def parse_gpus(value: Any) -> float:
         return number
     fractions = ", ".join(f"{f:g}" for f in FRACTIONS[:-1]) + f" or {FRACTIONS[-1]:g}"
     raise ValueError(f"must be a whole number of GPUs from 1 to {MAX_GPUS}, or {fractions} of one GPU; "
-                     f"got {value!r}")
+                     f"got {_given(value)}")
 
 
 # --- the spec -------------------------------------------------------------------------------

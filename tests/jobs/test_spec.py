@@ -307,3 +307,22 @@ def test_the_stored_spec_is_what_dataclasses_asdict_gives_and_shares_nothing_wit
     assert spec.sweep["parameters"]["batch"]["choices"] == [8, 16]
     assert spec.train_args["epochs"] == 3
     assert spec.gpu_models == ["A100", "H100"]
+
+
+def test_a_number_too_large_for_a_float_is_refused_naming_its_field():
+    """``lr0: 0xfff…`` or ``resources: {gpu: 0xfff…}`` (a YAML hex integer): float() of it raised
+    OverflowError, which no parser caught (a 500 at submit, review27)."""
+    huge = int("f" * 4000, 16)
+    errors = errors_of(seed(train={"data": "demo", "model": "yolov8n.yaml", "lr0": huge}, command=None,
+                            resources={"gpu": huge}))
+    assert errors["train.lr0"] == "must be between 0 and 10, got a number of more than 100 digits"
+    assert errors["resources.gpu"].startswith("must be a whole number of GPUs from 1 to")
+    assert errors["resources.gpu"].endswith("got a number of more than 100 digits")
+
+
+def test_an_integer_too_long_to_write_out_is_refused_in_words():
+    """``epochs: 0xfff…``: the refusal was Python's own "Exceeds the limit (4300 digits) for integer
+    string conversion", the error its formatting raised (review27)."""
+    huge = int("f" * 4000, 16)
+    errors = errors_of(seed(train={"data": "demo", "model": "yolov8n.yaml", "epochs": huge}, command=None))
+    assert errors["train.epochs"] == "must be between 1 and 10000, got a number of more than 100 digits"
