@@ -335,14 +335,17 @@ def parse_memory_mb(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"must be a quantity like 16Gi or 512Mi, got {value!r}")
     if isinstance(value, (int, float)):
-        mib = value / 2**20
+        try:
+            mib = value / 2**20
+        except OverflowError:  # an integer past a float's range: was a 500 (review27)
+            mib = math.inf
     else:
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGTkmgt]i?)?[bB]?\s*", str(value))
         if not match:
             raise ValueError(f"must be a quantity like 16Gi or 512Mi, got {value!r}")
         mib = float(match.group(1)) * _MEMORY_UNITS[(match.group(2) or "").lower()]
     if not 0 <= mib <= 64 * 1024 * 1024:
-        raise ValueError(f"is out of range: {value!r}")
+        raise ValueError(f"is out of range: {_given(value)}")
     return int(math.ceil(mib))
 
 

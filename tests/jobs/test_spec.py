@@ -326,3 +326,11 @@ def test_an_integer_too_long_to_write_out_is_refused_in_words():
     huge = int("f" * 4000, 16)
     errors = errors_of(seed(train={"data": "demo", "model": "yolov8n.yaml", "epochs": huge}, command=None))
     assert errors["train.epochs"] == "must be between 1 and 10000, got a number of more than 100 digits"
+
+
+@pytest.mark.parametrize("key", ["memory", "gpu_memory"])
+def test_a_memory_past_a_floats_range_is_refused_naming_its_field(key):
+    """``resources: {memory: 10**400}`` (a JSON integer of 401 digits): dividing it into MiB raised
+    OverflowError, a 500 at submit (review27)."""
+    errors = errors_of(seed(resources={"gpu": 1, key: 10**400}))
+    assert errors[f"resources.{key}"] == "is out of range: a number of more than 100 digits"
