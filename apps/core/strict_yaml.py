@@ -108,4 +108,29 @@ def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
     if found := first_surrogate(document):
         path, problem = found
         raise YamlError({path or field: problem})
+    # A hex integer (0xfff…) loads past Python's 4300-digit limit for str(): every message that quoted
+    # it failed to format, a 500 (review27). No field takes a number of that size.
+    if (path := _first_long_number(document)) is not None:
+        raise YamlError({path or field: f"is a number of more than {LONG_NUMBER_DIGITS} digits; no field takes one"})
     return document
+
+
+LONG_NUMBER_DIGITS = 100
+
+
+def _first_long_number(value: Any, path: str = "") -> str | None:
+    """The path (as :func:`apps.core.values.first_surrogate` names it; "" for the document itself) of
+    the first integer, or key, of more than ``LONG_NUMBER_DIGITS`` digits; None when there is none."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return path if abs(value) >= 10**LONG_NUMBER_DIGITS else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if (found := _first_long_number(key, path)) is not None:
+                return found
+            if (found := _first_long_number(item, f"{path}.{key}" if path else str(key))) is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if (found := _first_long_number(item, f"{path}[{index}]")) is not None:
+                return found
+    return None
