@@ -92,9 +92,11 @@ class UnseenAsMissing:
         from django.contrib.admin.options import TO_FIELD_VAR
         from django.contrib.admin.utils import unquote
 
-        if request.POST.get(TO_FIELD_VAR, request.GET.get(TO_FIELD_VAR)):
-            return None  # a popup's lookup by another field: Django checks that field first
-        if self.get_object(request, unquote(object_id)) is None:
+        to_field = request.POST.get(TO_FIELD_VAR, request.GET.get(TO_FIELD_VAR))
+        if to_field and not self.to_field_allowed(request, to_field):
+            return None  # Django refuses the field itself (DisallowedModelAdminToField), row or no row
+        # A popup's lookup (?_to_field=id) is answered the same way: skipping it, its POST was a 403.
+        if self.get_object(request, unquote(object_id), to_field) is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         return None
 

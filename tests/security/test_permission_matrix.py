@@ -576,3 +576,18 @@ def test_another_teams_row_answers_every_admin_page_as_a_missing_row(label, robo
     seen = {what: (r.status_code, r.get("Location")) for what, r in answers.items()}
     assert set(seen.values()) == {(302, "/admin/")}, seen
     assert type(row).objects.filter(pk=row.pk).exists()
+
+
+@pytest.mark.parametrize("label", sorted(label for label, kind in ADMIN_MODELS.items() if kind == "team"))
+def test_another_teams_row_asked_for_by_a_popup_answers_as_a_missing_row(label, robotics_rows, alice):
+    """A related-object popup's change page (``?_to_field=id&_popup=1``) skipped UnseenAsMissing: its
+    POST answered 403 where managers may not change that model, not the "doesn't exist" redirect."""
+    type(alice).objects.filter(pk=alice.pk).update(is_staff=True)
+    alice.refresh_from_db()
+    row = robotics_rows[label]
+    url = f"/admin/{row._meta.app_label}/{row._meta.model_name}/{row.pk}/change/?_to_field=id&_popup=1"
+    client = session_client(alice)
+    seen = {method: getattr(client, method)(url) for method in ("get", "post")}
+    assert {m: (r.status_code, r.get("Location")) for m, r in seen.items()} == dict.fromkeys(
+        ("get", "post"), (302, "/admin/"))
+    assert type(row).objects.filter(pk=row.pk).exists()
