@@ -531,6 +531,37 @@ def test_the_entry_loops_calibration_is_calibrate() -> None:
         assert len(buckets) >= 4, buckets
 
 
+def test_the_entry_loops_calibration_clamps_a_pooled_bucket_as_calibrate_does() -> None:
+    """The inlined copy of Calibration.calibrate clamps a bucket on the pooled interval between its
+    neighbours (Calibration.clamps), as calibrate does: with the random history above no clamp
+    changed any entry, so the inlined clamp could be left out and that test still passed (review27).
+    Here the buckets between 10 min and 2.5 days disagree (starts 0.2x to 12x the prediction) and the
+    first and last buckets, with no records of their own, are clamped."""
+    import copy
+
+    from apps.scheduling.policy.eta import EtaModel
+    from apps.scheduling.policy.eta_calibration import EDGES_S, calibration_for
+
+    rng = random.Random(0)
+    history: list[tuple[float, float]] = []
+    for b in range(1, len(EDGES_S)):
+        factor, mid = rng.choice((0.2, 1.0, 4.0, 12.0)), (EDGES_S[b - 1] + EDGES_S[b]) / 2
+        history += [(mid, mid * factor * rng.uniform(0.9, 1.1)) for _ in range(40)]
+    state, caps, busy, waiting, explainer = _explain_setup(3, tuple(history))
+    calibration = calibration_for(tuple(history), state.config.eta_coverage, state.config.eta_calibration_min)
+    assert calibration is not None
+    unclamped = copy.copy(calibration)
+    unclamped.clamps = [None] * len(calibration.clamps)
+    entries, _ = explainer.explain(waiting, {}, EtaModel(state, NOW, caps, busy, None, None, {}))
+    clamped = 0
+    for entry in entries:
+        point = entry.estimated_start_model
+        got = (entry.estimated_start, entry.estimated_start_low, entry.estimated_start_high)
+        assert got == calibration.calibrate(NOW, point), entry.job_id
+        clamped += got != unclamped.calibrate(NOW, point)
+    assert clamped >= 5  # the clamp decides these entries
+
+
 def test_a_forward_scenarios_allocation_is_an_allocation_with_every_field() -> None:
     from apps.scheduling.policy import Allocation
     from apps.scheduling.policy.eta import _alloc_of
