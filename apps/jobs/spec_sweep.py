@@ -173,11 +173,14 @@ def _range(name: str, value: dict, parser: Callable[[Any], Any], path: str, erro
             return None
         try:
             raw = value["step"]
-            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw <= 0:
+            # An int is finite however long; float() of one past a float's range (a JSON integer of
+            # 309+ digits) raised OverflowError, a 500 (review27): it is larger than any range.
+            if (isinstance(raw, bool) or not isinstance(raw, (int, float))
+                    or isinstance(raw, float) and not math.isfinite(raw) or raw <= 0):
                 raise ValueError(f"must be a number above 0, got {raw!r}")
-            if kind == "int" and not float(raw).is_integer():
+            if kind == "int" and isinstance(raw, float) and not raw.is_integer():
                 raise ValueError(f"must be a whole number: {name} is an integer, got {raw!r}")
-            step = int(raw) if kind == "int" else float(raw)
+            step = int(raw) if kind == "int" else float(raw) if raw < 2**1023 else math.inf
         except ValueError as exc:
             errors[f"{path}.step"] = str(exc)
             return None

@@ -129,3 +129,11 @@ def test_lr0_is_not_swept_where_ultralytics_would_ignore_it():
     swept = parse_spec({**document, "sweep": {"parameters": {"lr0": [0.01], "optimizer": ["SGD", "AdamW"]},
                                               "trials": 2}})
     assert swept.sweep["parameters"]["optimizer"]["choices"] == ["SGD", "AdamW"]
+
+
+@pytest.mark.parametrize(("name", "low", "high"), [("imgsz", 64, 128), ("momentum", 0.1, 0.3)])
+def test_a_step_past_a_floats_range_is_refused_naming_it(name, low, high):
+    """``step: 10**400`` (a JSON integer of 401 digits): math.isfinite() of it raised OverflowError,
+    a 500 at submit (review27). It is larger than any range."""
+    errors = refusal(method="grid", parameters={name: {"low": low, "high": high, "step": 10**400}})
+    assert errors == {f"sweep.parameters.{name}.step": f"is larger than the range ({high - low:g})"}
