@@ -116,13 +116,14 @@ def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
 
 
 LONG_NUMBER_DIGITS = 100
+_LONG_NUMBER = 10**LONG_NUMBER_DIGITS  # computed once: the walk meets every integer of a spec
 
 
 def _first_long_number(value: Any, path: str = "") -> str | None:
     """The path (as :func:`apps.core.values.first_surrogate` names it; "" for the document itself) of
     the first integer, or key, of more than ``LONG_NUMBER_DIGITS`` digits; None when there is none."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return path if abs(value) >= 10**LONG_NUMBER_DIGITS else None
+        return path if abs(value) >= _LONG_NUMBER else None
     if isinstance(value, dict):
         for key, item in value.items():
             if (found := _first_long_number(key, path)) is not None:
