@@ -54,15 +54,16 @@ def first_surrogate(value: Any, path: str = "") -> tuple[str, str] | None:
     """
     if isinstance(value, str):
         if found := _SURROGATE.search(value):
-            return path, (f"holds a lone UTF-16 surrogate (U+{ord(found.group()):04X}), which is no character: "
+            # The path is escaped here, once it is answered: a key on it may hold the surrogate.
+            return _surrogate_free(path), (f"holds a lone UTF-16 surrogate (U+{ord(found.group()):04X}), which is no character: "
                           "send the text as UTF-8 (a JSON or YAML \\u escape of half a pair is refused)")
         return None
     if isinstance(value, dict):
         for key, item in value.items():
             where = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and (found := first_surrogate(key, _surrogate_free(where))):
+            if isinstance(key, str) and (found := first_surrogate(key, where)):
                 return found
-            if found := first_surrogate(item, _surrogate_free(where)):
+            if found := first_surrogate(item, where):
                 return found
     elif isinstance(value, list):
         for index, item in enumerate(value):
