@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import re
 import threading
 import weakref
@@ -41,7 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import QuerySet
+from django.db.models import Field, QuerySet
 from django.db.models.query import ModelIterable, get_related_populators
 
 
@@ -463,6 +464,14 @@ class _Insert:
         self.compiler = compiler = query.get_compiler(connection=connection)
         self.plan = [(f, value_preparer(f, connection, lambda value, f=f: compiler.prepare_value(f, value)))
                      for f in self.fields]
+        # What ``params`` runs per row, worked out here once: every field's attribute read in one
+        # ``attrgetter`` call (``Field.pre_save`` is that read; a field with a ``pre_save`` of its
+        # own, as an ``auto_now`` stamp, is asked after), and a value the field sends unchanged
+        # kept without calling its preparer (value_preparer's first test, taken inline).
+        read = operator.attrgetter(*[f.attname for f in self.fields]) if self.fields else None
+        self.read = read if len(self.fields) > 1 else lambda obj: (read(obj),) if read else ()
+        self.pre_saving = [(n, f) for n, f in enumerate(self.fields) if type(f).pre_save is not Field.pre_save]
+        self.steps = [(_passthrough(f, connection), prepare) for f, prepare in self.plan]
         self.returning = meta.db_returning_fields
         compiler.returning_fields = self.returning
         (self.sql, _params), = compiler.as_sql()
@@ -475,8 +484,13 @@ class _Insert:
 
         A value the field would send unchanged (see :func:`_passthrough`) is taken as it is;
         every other goes through the compiler's ``prepare_value`` (``get_db_prep_save``)."""
-        # field.pre_save is what compiler.pre_save_val does (an insert is never raw)
-        params = [prepare(field.pre_save(obj, True)) for field, prepare in self.plan]
+        values = self.read(obj)
+        if self.pre_saving:
+            values = list(values)
+            for n, field in self.pre_saving:  # what compiler.pre_save_val does (an insert is never raw)
+                values[n] = field.pre_save(obj, True)
+        params = [value if type(value) in same or value is None and same else prepare(value)
+                  for value, (same, prepare) in zip(values, self.steps, strict=True)]
         return None if any(hasattr(p, "as_sql") for p in params) else params
 
     def run(self, obj, params: list, connection) -> None:
@@ -621,18 +635,29 @@ def _passthrough(field, connection) -> tuple[type, ...]:
     CharField/TextField ``to_python`` returns a str as it is; IntegerField ``int(v)``, FloatField
     ``float(v)`` and BooleanField ``bool(v)`` of a value of that very type are the value, and
     the integer adaptation is the base one (returns it) unless the database's ops override it;
-    None stays None for each of these and for dates, UUIDs and foreign keys. tests/core/
+    None stays None for each of these and for dates, UUIDs and foreign keys; a foreign key to an
+    integer key sends an int as it is (the target's conversion, above). tests/core/
     test_prepared.py compares the result with the compiler's for every field of a job."""
     from django.db import models
     from django.db.backends.base.operations import BaseDatabaseOperations
 
     kind = type(field)
+    integers = (models.IntegerField, models.BigIntegerField, models.SmallIntegerField, models.PositiveIntegerField,
+                models.PositiveBigIntegerField, models.PositiveSmallIntegerField)
+    ops = type(connection.ops)
+    plain = ops.adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
     if kind in (models.CharField, models.TextField):
         return (str,)
-    if kind in (models.IntegerField, models.BigIntegerField, models.SmallIntegerField, models.PositiveIntegerField,
-                models.PositiveBigIntegerField, models.PositiveSmallIntegerField):
-        plain = type(connection.ops).adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
+    if kind in integers:
         return (int,) if plain else (type(None),)
+    if kind is models.ForeignKey and plain:
+        # The target's conversion of an int: an integer field's int(v), or an auto field's int(v)
+        # through ``validate_autopk_value``, which returns it unless the database's ops override it.
+        target = type(field.target_field)
+        autos = (models.AutoField, models.BigAutoField, models.SmallAutoField)
+        if target in integers or target in autos and (
+                ops.validate_autopk_value is BaseDatabaseOperations.validate_autopk_value):
+            return (type(None), int)
     if kind is models.FloatField:
         return (float,)
     if kind is models.BooleanField:
