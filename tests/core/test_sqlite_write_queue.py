@@ -149,3 +149,26 @@ def test_a_writer_of_another_process_is_waited_for_then_past_the_timeout_refused
         other.close()
     with transaction.atomic():  # nothing left held
         Team.objects.create(slug="after-timeout", name="after-timeout")
+
+
+def test_placeholders_are_converted_as_django_does_once_per_statement():
+    """Django's cursor rewrites ``%s`` as ``?`` with a regular expression on every execute; the
+    backend's cursor remembers the rewrite per statement text (docs/performance.md, item 27)."""
+    from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+
+    from yoloportal.backends.sqlite3.base import QMARK_CACHED_CHARS, CursorWrapper, qmark_sql
+
+    with connection.cursor() as cursor:
+        assert isinstance(cursor.cursor, CursorWrapper)
+        cursor.execute("SELECT %s || '%%s' || '%%', %s", ["a", "b"])
+        assert cursor.fetchone() == ("a%s%", "b")
+        cursor.execute("SELECT %(x)s, %(y)s", {"x": 1, "y": 2})  # Django's named style: converted as before
+        assert cursor.fetchone() == (1, 2)
+    django = SQLiteCursorWrapper.convert_query
+    for sql in ("SELECT %s, '%%s', '%%', %s", "INSERT INTO t VALUES (%s)", "SELECT 1"):
+        assert qmark_sql(sql) == django(None, sql)
+    qmark_sql.cache_clear()
+    long = "SELECT " + " + ".join(["%s"] * (QMARK_CACHED_CHARS // 4))
+    with connection.cursor() as cursor:
+        assert cursor.cursor.convert_query(long) == django(None, long)
+    assert qmark_sql.cache_info().currsize == 0  # a long statement is converted, not kept

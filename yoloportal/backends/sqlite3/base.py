@@ -15,11 +15,19 @@ was free, and the waits make the tail of the latency (a submit's p95 at 16 clien
    (docs/performance.md, item 20).
 
 Both waits are bounded by the connection's ``timeout`` (the same as SQLite's own wait) and
-end in the same "database is locked" error. Everything else is Django's backend.
+end in the same "database is locked" error.
+
+3. A statement's ``%s`` placeholders become SQLite's ``?`` once per statement text
+   (:func:`qmark_sql`), not at every run: Django's cursor rewrites them with a regular
+   expression on each ``execute`` (~20 µs for a job's 51-column INSERT, a few µs for a short
+   read; docs/performance.md, item 27).
+
+Everything else is Django's backend.
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 import time
@@ -36,9 +44,31 @@ def _write_lock_for(name: str) -> threading.Lock:
         return _locks.setdefault(name, threading.Lock())
 
 
+# Statements longer than this are converted at each run, as by Django: a bulk INSERT of many
+# rows is rarely run twice with the same text, and the cache below should stay small.
+QMARK_CACHED_CHARS = 8192
+
+
+@functools.lru_cache(maxsize=512)
+def qmark_sql(query: str) -> str:
+    """``query`` with Django's "format" placeholders as SQLite's (what ``SQLiteCursorWrapper.
+    convert_query`` returns for positional parameters), remembered per statement text."""
+    return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
+
+
+class CursorWrapper(base.SQLiteCursorWrapper):
+    def convert_query(self, query, *, param_names=None):
+        if param_names is None and len(query) <= QMARK_CACHED_CHARS:
+            return qmark_sql(query)
+        return super().convert_query(query, param_names=param_names)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     _write_lock: threading.Lock | None = None  # held from BEGIN IMMEDIATE to COMMIT/ROLLBACK/close
     _busy_ms = 5000  # the connection's busy timeout once open (its init commands may set it)
+
+    def create_cursor(self, name=None):
+        return self.connection.cursor(factory=CursorWrapper)
 
     def get_new_connection(self, conn_params):
         connection = super().get_new_connection(conn_params)
