@@ -7,6 +7,7 @@ calls :func:`job_admission_errors`. The rules themselves are the pure policy's
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -30,6 +31,12 @@ class AdmissionInputs:
     largest_node_gpus: int
     config: PolicyConfig
     teams: dict[str, TeamPolicy]
+    # job_admission_errors' answers for these inputs, by the request's shape: most submits ask
+    # the same few questions, and placing a job on every node made idle is per submit otherwise.
+    answers: dict[tuple, dict[str, str]] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+
+ANSWERS_KEPT = 1024  # shapes remembered per AdmissionInputs (then forgotten all at once)
 
 
 _cached: tuple[float, AdmissionInputs] | None = None
@@ -114,6 +121,19 @@ def job_admission_errors(request: JobRequest, *, team_known: bool) -> dict[str, 
     inputs = admission_inputs()
     if not inputs.nodes:
         return {}
+    # Everything below reads only these fields of the request (and the inputs).
+    shape = (team_known, request.team if team_known else None, request.gpus, request.gpu_memory_mb,
+             request.gpu_models, request.cpu_milli, request.memory_mb, request.image, request.requires)
+    answer = inputs.answers.get(shape)
+    if answer is None:
+        if len(inputs.answers) >= ANSWERS_KEPT:
+            inputs.answers.clear()
+        answer = inputs.answers[shape] = _admission_errors(request, inputs, team_known=team_known)
+    return dict(answer)
+
+
+def _admission_errors(request: JobRequest, inputs: AdmissionInputs, *, team_known: bool) -> dict[str, str]:
+    """:func:`job_admission_errors`' answer, worked out (steps 2–5)."""
     if request.image:
         available = sorted(inputs.images)
         if request.image not in available:

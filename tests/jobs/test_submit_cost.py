@@ -173,3 +173,35 @@ def test_a_change_is_forgotten_again_when_its_transaction_commits(node, teams, s
             assert reads_admission_tables()  # read between the save and the commit, and kept
             assert not reads_admission_tables()
     assert reads_admission_tables()
+
+
+def test_admission_answers_a_request_s_shape_once_per_read_of_the_cluster(node, teams, settings, monkeypatch):
+    """The verdict is kept with what admission read (docs/performance.md, item 27): the same shape is
+    placed once, another shape or team is placed anew, and the answers are the uncached ones."""
+    from apps.scheduling import admission
+    from apps.scheduling.policy import JobRequest
+
+    settings.ADMISSION_CACHE_S = 60
+    placed = []
+    fits = admission.fits_empty_cluster
+    monkeypatch.setattr(admission, "fits_empty_cluster", lambda nodes, job: placed.append(job) or fits(nodes, job))
+
+    def ask(team: str = "vision", **shape) -> tuple[dict, bool]:
+        """The answer, and whether it placed the job to give it."""
+        request = JobRequest(job_id="?", team=team, user="", submitted_at=0, **shape)
+        placed.clear()
+        answer = admission.job_admission_errors(request, team_known=True)
+        was_placed = bool(placed)
+        assert answer == admission._admission_errors(request, admission.admission_inputs(), team_known=True)
+        return answer, was_placed
+
+    assert ask(gpus=1) == ({}, True)
+    assert ask(gpus=1) == ({}, False)  # the same shape: the answer kept
+    answer, was_placed = ask(gpus=2, memory_mb=10**9)  # another shape: placed
+    assert "resources.memory" in answer and was_placed
+    assert ask(team="robotics", gpus=1) == ({}, True)  # another team (its quota): placed
+    answer, _ = ask(gpus=64)
+    answer["resources.gpu"] = "changed by the caller"
+    assert ask(gpus=64)[0] != answer  # a caller's copy, not the kept one
+    settings.ADMISSION_CACHE_S = 0  # read again: nothing kept from before
+    assert ask(gpus=1) == ({}, True)
