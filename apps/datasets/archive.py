@@ -172,6 +172,19 @@ def _name_problem(name: str, limits: ArchiveLimits) -> str | None:
     return None
 
 
+def _file_and_folder_problems(files: dict[str, zipfile.ZipInfo], directories: set[str]) -> list[Problem]:
+    """A file whose name is also a folder of other entries (``a.txt`` and ``a.txt/b.txt``): both
+    cannot be written, and extraction failed on it (a 500: trial28 F1)."""
+    inside: dict[str, str] = {}  # folder → one entry in it
+    for name in [*files, *directories]:
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            inside.setdefault("/".join(parts[:depth]), name)
+    return [Problem(files[name].filename, f"is a file, but {inside[name]!r} is inside a folder of that name: "
+                                          "a file and a folder cannot share a name")
+            for name in files if name in inside]
+
+
 def _normalize(name: str) -> str:
     """``./a//b/`` → ``a/b``; the archive root → ''."""
     normalized = posixpath.normpath(name)
@@ -498,6 +511,7 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
             problems.append(Problem(name, f"unexpected file type {suffix or '(none)'}: {why}"))
             continue
         files[normalized] = info
+    problems.extend(_file_and_folder_problems(files, directories))
     documentation: list[str] = []
     if upload_kind == "images":
         prefix = _common_root(list(files) + [d + "/" for d in directories])

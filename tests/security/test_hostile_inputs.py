@@ -178,6 +178,12 @@ HOSTILE_ARCHIVES = [
     ("yaml-laughs", lambda: make_zip(valid_files() | {"data.yaml": BILLION_LAUGHS.encode()}), "data.yaml", "anchors"),
     ("no-data-yaml", lambda: make_zip({k: v for k, v in valid_files().items() if k != "data.yaml"}), "data.yaml",
      "missing"),
+    # A file and a folder of one name: extraction could not make the folder (a 500: trial28 F1).
+    ("file-and-folder", lambda: make_zip(valid_files() | {"images/train/0.txt/1.png": PNG,
+                                                          "labels/train/0.txt/1.txt": b"0 0.5 0.5 0.2 0.2\n"}),
+     "labels/train/0.txt", "a folder of that name"),
+    ("file-and-folder-entry", lambda: make_zip(valid_files() | {"labels/train/0.txt/more/": b""}),
+     "labels/train/0.txt", "a folder of that name"),
 ]
 
 
@@ -206,6 +212,17 @@ def test_a_hostile_archive_is_a_fast_400_naming_the_entry(build, path, word, bob
     assert path in problems, problems
     assert word in problems[path], problems[path]
     assert elapsed < 2.0
+    assert not Dataset.objects.exists()
+    assert_nothing_written(storage)
+
+
+def test_an_upload_of_images_with_a_file_and_a_folder_of_one_name_is_a_400_naming_the_file(bob, storage):
+    response = api_client(bob).post("/api/v1/datasets/", {
+        "file": upload(make_zip({"a.png": PNG, "a.png/b.png": PNG})), "name": "x", "kind": "images"},
+        format="multipart")
+    assert response.status_code == 400, response.content[:500]
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert "a folder of that name" in problems["a.png"], problems
     assert not Dataset.objects.exists()
     assert_nothing_written(storage)
 
