@@ -208,8 +208,10 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.send_json(message)
 
-    async def receive_json(self, content, **kwargs):
-        pass  # the socket is one-way; clients use REST to act
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """The socket is one-way (clients use REST to act): what a client sends is dropped unread.
+        It was decoded as JSON first, so a frame that was not JSON, or a binary one, raised here: the
+        connection was cut without a close and its client stayed counted (trial28 F2)."""
 
 
 class NoSuchSocket(AsyncWebsocketConsumer):

@@ -199,6 +199,29 @@ def test_a_refused_socket_never_starts_a_channel_layer_receive(alice, bob, carol
     assert len(started) >= 1  # an accepted socket receives, once joined
 
 
+@pytest.mark.parametrize("frame", [{"text_data": "not json"}, {"bytes_data": b"\x00\xff"}, {"text_data": "[1, 2"}],
+                         ids=["text-not-json", "binary", "text-cut-short"])
+def test_a_frame_from_the_client_is_ignored_and_the_socket_goes_on(frame, alice, demo_registered):
+    """The socket is one-way: what a client sends is dropped. A frame that was not JSON (or a binary
+    one) raised in the consumer: a traceback in the web log, the connection cut without a close, and
+    its client left counted in yoloportal_websocket_clients (trial28 F2)."""
+    job = submit(alice)
+
+    async def run():
+        communicator = socket_for(alice, job.pk)
+        await communicator.connect()
+        history = await receive_until_history_end(communicator)
+        await communicator.send_to(**frame)
+        await sync_to_async(log_append)(job, "still here\n")
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return history, message
+
+    history, message = async_to_sync(run)()
+    assert message["type"] == "log" and message["seq"] == history[-1]["seq"] + 1
+    assert message["data"]["text"] == "still here\n"
+
+
 def test_it_lets_a_teammate_watch(alice, bob, demo_registered):
     job = submit(alice)
 
