@@ -464,6 +464,26 @@ def test_a_nul_in_a_query_parameter_is_a_400_naming_it(query, bob):
     assert field in {"team", "state", "na\\x00me"} and "NUL" in response.json()[field][0]
 
 
+@pytest.mark.parametrize(("path", "form", "field"), [
+    ("/notifications/", {"action": "channel", "name": "my\x00phone", "kind": "email", "target": "bob@example.com"},
+     "name"),
+    ("/jobs/new/", {"mode": "yaml", "y-spec_text": SEED_SPEC, "idempotency_key": "k\x00"}, "idempotency_key"),
+], ids=["channel-name", "idempotency-key"])
+def test_a_nul_in_a_portal_form_is_a_400_naming_it_and_nothing_is_stored(path, form, field, bob, demo_registered):
+    """A portal form's text went to the database as typed: a channel named with a NUL was stored (on
+    PostgreSQL, which stores no NUL in text, a 500), as was a submit's idempotency key (trial28 F3)."""
+    from django.test import Client
+
+    from apps.notifications.models import Channel
+
+    client = Client()
+    client.force_login(bob)
+    response = client.post(path, form)
+    assert response.status_code == 400, response.content[:300]
+    assert "NUL" in response.json()[field][0]
+    assert not Channel.objects.exists() and not Job.objects.exists()
+
+
 @pytest.mark.parametrize("ids", ["99999999999999999999999", "1,99999999999999999999999", "\u00b2", "1,\u00b2", "\u0661"])
 def test_a_hostile_compare_id_is_a_404_like_any_id_not_yours(ids, bob):
     """An id past SQLite's integers was an OverflowError, a digit str.isdigit takes and int() does not ('²') a
