@@ -289,6 +289,11 @@ def _class_names(document: dict) -> dict[int, str] | str:
             return f"'names' entry {key} has {len(str(value))} characters; a class name has at most 200"
         if not str(value).strip():  # taken until new-user trial 27 (F10): a class no plot or prediction tells apart
             return f"'names' entry {key} is blank ({value!r}); a class name needs a character other than spaces"
+        if control := next((c for c in str(value) if ord(c) < 32 or ord(c) == 127), None):
+            # A NUL was stored in the version's row: a 500 on PostgreSQL (trial28 F4); the archive's own
+            # names (a classification dataset's folders) are refused control characters the same way.
+            return (f"'names' entry {key} holds a control character (U+{ord(control):04X}); a class name is one "
+                    "line of printable text")
         out[number] = str(value)
     if sorted(out) != list(range(len(out))):
         return "'names' class ids must be 0, 1, 2, … without gaps"

@@ -459,6 +459,11 @@ def test_names_with_string_class_ids_are_taken_as_ultralytics_takes_them(bob, st
     # A blank name was taken (new-user trial 27, F10): a class nobody can tell apart in a plot or a prediction.
     ('[scratch, "  "]', "'names' entry 1 is blank ('  '); a class name needs a character other than spaces"),
     ('{0: scratch, 1: ""}', "'names' entry 1 is blank (''); a class name needs a character other than spaces"),
+    # Stored in the version's row: a NUL was a 500 on PostgreSQL, which stores none in JSON text (trial28 F4).
+    ('[scratch, "d\\0ent"]', "'names' entry 1 holds a control character (U+0000); a class name is one line of "
+                             "printable text"),
+    ('[scratch, "d\\nent"]', "'names' entry 1 holds a control character (U+000A); a class name is one line of "
+                             "printable text"),
 ])
 def test_string_class_ids_that_ultralytics_would_misread_are_still_refused(bob, storage, names, problem):
     data_yaml = f"train: images/train\nval: images/val\nnames: {names}\n".encode()
