@@ -222,7 +222,9 @@ def _class_names(checkpoint) -> list[str] | None:
         names = [names[i] for i in range(len(names))]
     if (not isinstance(names, list) or not 0 < len(names) <= MAX_CLASSES
             or not all(isinstance(name, str) and len(name) <= MAX_CLASS_NAME for name in names)
-            or first_surrogate(names)):  # half a UTF-16 pair, which pickle keeps: no page can show it (trial27 F1)
+            or first_surrogate(names)  # half a UTF-16 pair, which pickle keeps: no page can show it (trial27 F1)
+            # A NUL went into the version's lineage: a 500 on PostgreSQL (trial28 F5); a data.yaml's are refused.
+            or any(ord(c) < 32 or ord(c) == 127 for name in names for c in name)):
         return None
     return names
 

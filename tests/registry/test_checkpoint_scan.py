@@ -44,10 +44,12 @@ def test_the_scan_reads_the_models_class_names_by_id(tmp_path):
 
 
 @pytest.mark.parametrize("names", [{0: "scratch", 2: "dent"}, {0: ["not", "a", "name"]}, {"0": "scratch"},
-                                   {0: "scratch", 1: "dent \ud800"}])
+                                   {0: "scratch", 1: "dent \ud800"}, {0: "scratch", 1: "de\x00nt"},
+                                   {0: "scratch", 1: "de\nnt"}])
 def test_names_that_are_not_a_plain_mapping_from_ids_are_not_known(names, tmp_path):
     """A name holding a lone UTF-16 surrogate (pickle keeps one; no page or answer can show it:
-    trial27 F1) is not plain either."""
+    trial27 F1) is not plain either, nor one holding a control character (a NUL was a 500 on
+    PostgreSQL: trial28 F5; a data.yaml's class names are refused them)."""
     assert scan_checkpoint(build_checkpoint("yolov8n.yaml", tmp_path, names=names)).class_names is None
 
 

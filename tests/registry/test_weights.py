@@ -77,6 +77,15 @@ def test_a_second_upload_of_a_name_is_the_next_version_and_specs_take_the_newest
     assert Job.objects.get().spec["inputs"]["model"]["version"] == 2
 
 
+def test_weights_whose_class_names_hold_a_nul_are_stored_with_their_names_unknown(bob, tmp_path):
+    """The scan's class names went into the version's lineage as the pickle had them: a NUL in one was a
+    500 on PostgreSQL, which stores none in JSON text (trial28 F5). Such names are not plain: unknown."""
+    odd = build_checkpoint("yolov8n.yaml", tmp_path, names={0: "wid\x00get", 1: "dent"})
+    response = push(bob, odd, "odd.pt")
+    assert response.status_code == 201, response.content
+    assert ModelVersion.objects.get().class_names is None
+
+
 def test_pushing_the_same_bytes_under_the_same_name_again_answers_the_version_it_made(bob, yolov8n_pt):
     first = push(bob, yolov8n_pt, "base.pt")
     again = push(bob, yolov8n_pt, "base.pt")
