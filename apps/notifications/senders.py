@@ -22,16 +22,21 @@ class DeliveryError(Exception):
         self.status = status
 
 
-def internal_address_error(host: str | None) -> str | None:
+def internal_address_error(host: str | None, *, unresolved_ok: bool = False) -> str | None:
     """Refuse targets on loopback, private, link-local or reserved addresses (SSRF: a user's
     webhook must not reach Redis, the database or a cloud metadata service), unless
-    NOTIFY_ALLOW_PRIVATE_TARGETS is on (a closed network, the tests' local receivers)."""
+    NOTIFY_ALLOW_PRIVATE_TARGETS is on (a closed network, the tests' local receivers).
+
+    ``unresolved_ok``: a name that does not resolve reaches nothing, inside or out, so it is let
+    through (apprise's ``host`` of a cloud service is a token: Slack's ``slack://T1JJ3T3L2/…`` posts
+    to hooks.slack.com, and "T1JJ3T3L2 does not resolve" refused every such channel: trial28 F6).
+    A webhook's host is the one it posts to: one that does not resolve is refused as a typo."""
     if not host or settings.NOTIFY_ALLOW_PRIVATE_TARGETS:
         return None
     try:
         addresses = {info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None)}
     except (OSError, UnicodeError):
-        return f"{host} does not resolve"
+        return None if unresolved_ok else f"{host} does not resolve"
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%")[0])
         if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_multicast \
@@ -54,7 +59,7 @@ def send(delivery: Delivery) -> int | None:
     """Send or raise DeliveryError; returns the HTTP status for webhooks."""
     channel = delivery.channel
     for host in target_hosts(channel.kind, channel.target):
-        if problem := internal_address_error(host):
+        if problem := internal_address_error(host, unresolved_ok=channel.kind == Channel.Kind.APPRISE):
             raise DeliveryError(problem)
     if channel.kind == Channel.Kind.WEBHOOK:
         return send_webhook(delivery)

@@ -40,7 +40,7 @@ def target_error(kind: str, target: str) -> str | None:
     from .senders import internal_address_error, target_hosts
 
     for host in target_hosts(kind, target):
-        if problem := internal_address_error(host):
+        if problem := internal_address_error(host, unresolved_ok=kind == Channel.Kind.APPRISE):
             return problem
     return None
 

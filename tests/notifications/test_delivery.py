@@ -390,3 +390,51 @@ def test_internal_addresses_are_refused_unless_allowed(running_job, bob, receive
     assert receiver.received == []
     delivery = Delivery.objects.get()
     assert delivery.state == "failed" and "internal address" in delivery.last_error
+
+
+# A cloud service's apprise URL carries a token where a host would be: Slack's workspace token,
+# Discord's webhook id, Pushover's user key. None is a host, so none resolves.
+CLOUD_SERVICE_TARGETS = ["slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ",
+                         "discord://4174216298123456789/JHMHI8qBe7bk2ZwO5U711o3dV_js",
+                         "pover://uuuuuuuuuuuuuuuuuuuuuuuuuuuuuu@aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"]
+
+
+def no_such_host(host, *args, **kwargs):
+    import socket
+
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+@pytest.mark.parametrize("target", CLOUD_SERVICE_TARGETS, ids=["slack", "discord", "pushover"])
+def test_a_cloud_services_apprise_channel_is_taken_and_sent_with_private_targets_refused(
+        target, bob, settings, monkeypatch):
+    """The address check resolved apprise's ``host``, which for these services is a token: "T1JJ3T3L2
+    does not resolve" refused every Slack, Discord or Pushover channel (the refusal's own examples),
+    and failed each delivery to one made while private targets were allowed (trial28 F6). What does
+    not resolve reaches nothing inside; the check is made again at send time."""
+    import socket
+
+    import apprise
+
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    response = api_client(bob).post("/api/v1/notifications/channels/", {"name": "chat", "kind": "apprise",
+                                                                        "target": target}, format="json")
+    assert response.status_code == 201, response.json()
+    sent = []
+    monkeypatch.setattr(apprise.Apprise, "notify", lambda self, **kwargs: sent.append(kwargs) or True)
+    answer = api_client(bob).post(f"/api/v1/notifications/channels/{response.json()['id']}/test/").json()
+    assert answer["delivered"] is True, answer
+    assert len(sent) == 1
+
+
+def test_a_webhook_whose_host_does_not_resolve_is_still_refused(bob, settings, monkeypatch):
+    """A webhook's URL names the host it posts to: one that does not resolve is a typo, said at once."""
+    import socket
+
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    response = api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "hook", "kind": "webhook", "target": "https://hooks.exmaple.org/x"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["target"] == ["hooks.exmaple.org does not resolve"]
