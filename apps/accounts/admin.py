@@ -9,7 +9,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
-from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserOnlyAdmin, TeamScopedAdmin, TeamScopedInline
+from apps.core.admin_scoping import (
+    GuardedDeleteAdmin,
+    SelectionChecked,
+    SuperuserOnlyAdmin,
+    TeamScopedAdmin,
+    TeamScopedInline,
+)
 
 from .models import ApiToken, AuditEntry, Membership, Team
 from .services import (
@@ -238,7 +244,7 @@ class AuditEntryAdmin(TeamScopedAdmin, admin.ModelAdmin):
         return False
 
 
-class DeactivatingUserAdmin(UserAdmin):
+class DeactivatingUserAdmin(SelectionChecked, UserAdmin):
     """Django's user admin; deactivating an account also deals with what it leaves behind
     (:func:`apps.accounts.services.user_deactivated`): its queued jobs would still run, charged
     to its teams, and a team could be left with no active manager (manager trial F40)."""
