@@ -73,7 +73,12 @@ def public_text(text: str, *, job=None, team=None, said: Sequence[str] = ()) -> 
     ``said``: parts of ``text`` a person typed for its readers, kept whole wherever they occur;
     only the text around them is scrubbed (optrial24, F5: a drain reason ``see /wiki/maint-42``
     became ``see …/maint-42``). Pass people's words only, never text a path may come from.
+
+    A NUL becomes U+FFFD, as undecodable bytes of the output already do: what passes here is stored,
+    and PostgreSQL stores no NUL in text (a worker's write of such a log line failed: trial28 F8).
     """
+    if text and "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
     if not text or "/" not in text:
         return text
     kept = sorted({part for part in said if part}, key=len, reverse=True)
