@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import os
 import sys
 from collections import deque
@@ -224,7 +225,27 @@ def decompose(e: dict, mean_wait: float, ranged_n: int) -> list[str]:
                 f"| {name} | {len(g):,} | {covered / len(g):.3f} | {width / len(g) / 3600:,.1f} | "
                 f"{wait / len(g) / 3600:,.1f} | {width / ranged_n / mean_wait:.3f} | {(width - own) / ranged_n / mean_wait:.3f} |"
             )
+    out.append(_hindsight(rows, mean_wait, ranged_n))
     return out
+
+
+def _hindsight(rows: list, mean_wait: float, ranged_n: int, level: float = 0.8) -> str:
+    """How narrow the longest bucket's ranges could be in hindsight: the narrowest single range
+    of waits that holds ``level`` of its waiting jobs' actual waits (no predictor: what a bucket
+    can do that knows only that a job is in it), against the whole width budget per such job (the
+    mean wait times the started jobs over their count: the mean width each could have if every
+    other job's range were empty)."""
+    waits = sorted(r[0][4] - r[0][0] for r in rows if r[0][1] - r[0][0] >= cal.EDGES_S[-1])
+    n = len(waits)
+    if n == 0:
+        return "\nhindsight: no waiting job in the longest bucket"
+    k = max(1, math.ceil(level * n))
+    narrowest = min(waits[i + k - 1] - waits[i] for i in range(n - k + 1))
+    return (
+        f"\nhindsight, the {n:,} waiting jobs predicted over {cal.EDGES_S[-1] / 86400:g} days: the narrowest single "
+        f"range holding {level:.0%} of their waits is {narrowest / 86400:,.1f} days; the whole width budget per such "
+        f"job is {mean_wait * ranged_n / n / 86400:,.1f} days"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated N:DAYS track records (the newest N starts within DAYS)",
     )
     parser.add_argument(
-        "--decompose", action="store_true", help="where the first setting's width comes from (bucket, position, shape)"
+        "--decompose",
+        action="store_true",
+        help="where the first setting's width comes from (bucket, position, shape) and how narrow the longest bucket could be in hindsight",
     )
     args = parser.parse_args(argv)
     if args.records:
