@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from .errors import FieldErrors
-from .values import first_surrogate
+from .values import first_found, first_surrogate
 
 
 class YamlError(FieldErrors):
@@ -110,7 +110,9 @@ def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
         raise YamlError({path or field: problem})
     # A hex integer (0xfff…) loads past Python's 4300-digit limit for str(): every message that quoted
     # it failed to format, a 500 (review27). No field takes a number of that size.
-    if (path := _first_long_number(document)) is not None:
+    # A key is named by its mapping's path: one past 4300 digits cannot be written into a path at all.
+    if found := first_found(document, _too_long, among=int, key_named="by_its_mapping"):
+        path, _ = found
         raise YamlError({path or field: f"is a number of more than {LONG_NUMBER_DIGITS} digits; no field takes one"})
     return document
 
@@ -119,19 +121,6 @@ LONG_NUMBER_DIGITS = 100
 _LONG_NUMBER = 10**LONG_NUMBER_DIGITS  # computed once: the walk meets every integer of a spec
 
 
-def _first_long_number(value: Any, path: str = "") -> str | None:
-    """The path (as :func:`apps.core.values.first_surrogate` names it; "" for the document itself) of
-    the first integer, or key, of more than ``LONG_NUMBER_DIGITS`` digits; None when there is none."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return path if abs(value) >= _LONG_NUMBER else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if (found := _first_long_number(key, path)) is not None:
-                return found
-            if (found := _first_long_number(item, f"{path}.{key}" if path else str(key))) is not None:
-                return found
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            if (found := _first_long_number(item, f"{path}[{index}]")) is not None:
-                return found
-    return None
+def _too_long(number: int) -> bool:
+    """More than ``LONG_NUMBER_DIGITS`` digits (a bool is an int too: never)."""
+    return not -_LONG_NUMBER < number < _LONG_NUMBER

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from apps.core.errors import FieldErrors
-from apps.core.values import bool_parse
+from apps.core.values import bool_parse, first_found
 
 from .spec_sweep import sweep_parse
 
@@ -582,22 +582,8 @@ def _typed_args(raw: dict[str, Any], path: str, errors: dict[str, str], mode: st
     return typed
 
 
-def _first_nul(value: Any, path: str) -> str | None:
-    """The path of the first key or string holding a NUL character, else None."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = str(key) if path == "spec" else f"{path}.{key}"
-            if isinstance(key, str) and "\x00" in key:
-                return path
-            if found := _first_nul(item, where):
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            if found := _first_nul(item, f"{path}[{index}]"):
-                return found
-    return None
+def _holds_nul(text: str) -> bool:
+    return "\x00" in text
 
 
 def _typed_train_args(raw: dict[str, Any], path: str, errors: dict[str, str]) -> dict[str, Any]:
@@ -638,9 +624,11 @@ def parse_spec(document: Any) -> JobSpec:
     """Validate a decoded document (dict from YAML or JSON). Raises :class:`SpecError`."""
     if not isinstance(document, dict):
         raise SpecError({"spec": "must be a mapping of fields (task_name, command, resources, …)"})
-    if nul := _first_nul(document, "spec"):
-        # PostgreSQL stores no NUL in text or jsonb; no field has a use for one anyway.
-        raise SpecError({nul: "must not contain a NUL character"})
+    if found := first_found(document, _holds_nul, among=str, key_named="by_its_mapping"):
+        # PostgreSQL stores no NUL in text or jsonb; no field has a use for one anyway. A key holding one
+        # is named by its mapping ("spec" for the document's own).
+        path, _ = found
+        raise SpecError({path or "spec": "must not contain a NUL character"})
     errors: dict[str, str] = {}
     for key in document:
         if key in PLATFORM_FIELDS:
