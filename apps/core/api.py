@@ -210,6 +210,14 @@ class StrictInput(serializers.Serializer):
                 type(None): "null"}.get(type(data), type(data).__name__)
         return f"must be a JSON object of the fields ({', '.join(self.fields)}), got {kind}"
 
+    def numbers_in_other_digits(self, data) -> dict[str, list[ErrorDetail]]:
+        """The number fields given as text in another script's digits ("５０"), each with the field's own
+        message: DRF parses them with int() and float(), which read them (apps.core.values.ascii_int)."""
+        return {key: [ErrorDetail(field.error_messages["invalid"], code="invalid")]
+                for key, field in self.fields.items()
+                if isinstance(field, (serializers.IntegerField, serializers.FloatField, serializers.DecimalField))
+                and isinstance(value := data.get(key), str) and not value.isascii()}
+
     def to_internal_value(self, data):
         if hasattr(data, "getlist"):
             # A form or multipart field given twice (`-F team=vision -F team=robotics`, two `file`
@@ -221,12 +229,13 @@ class StrictInput(serializers.Serializer):
                 raise ValidationError(repeated)
         if hasattr(data, "keys"):
             unknown = [key for key in data.keys() if key not in self.fields and key not in IGNORED_FIELDS]
-            if unknown:
+            if unknown or self.numbers_in_other_digits(data):
                 errors = {}
                 for key in unknown:
                     reason = self.forbidden.get(key) or PLATFORM_FIELDS.get(key) or "is not a known field"
                     errors[str(key)] = [ErrorDetail(f"cannot be set: {reason}" if reason != "is not a known field"
                                                     else reason, code="unknown_field")]
+                errors |= self.numbers_in_other_digits(data)
                 # The known fields' own problems in the same answer ({"timeout": "abc", "bogus": 1}
                 # named only bogus, then timeout on the next try: trial25).
                 # Not data.copy(): a QueryDict deep-copies its values, and a multipart body's are

@@ -12,6 +12,8 @@ from __future__ import annotations
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 
+from .values import ascii_int
+
 # Parameters of other pagination styles (DRF's page numbers and cursors, common habits).
 OTHER_STYLES = ("page", "page_size", "per_page", "cursor")
 
@@ -39,7 +41,7 @@ class ListPage(LimitOffsetPagination):
         if raw == "":
             return self.default_limit
         try:
-            limit = int(raw)
+            limit = ascii_int(raw)
         except ValueError:
             limit = 0
         if limit < 1:
@@ -53,7 +55,7 @@ class ListPage(LimitOffsetPagination):
         if raw == "":
             return 0
         try:
-            offset = int(raw)
+            offset = ascii_int(raw)
         except ValueError:
             offset = -1
         if offset < 0:

@@ -21,6 +21,25 @@ def bool_parse(value: Any) -> bool:
     raise ValueError(f"must be true or false, got {value!r}")
 
 
+def ascii_int(text: str) -> int:
+    """``int(text)`` of ASCII text only; a ValueError otherwise, as ``int()`` raises for text.
+
+    ``int()`` and ``float()`` read any script's digits and any Unicode space around them: ``?limit=２``
+    (fullwidth) or ``epochs: "٣"`` were taken as 2 and 3, while every page and answer showed the text.
+    Every parse of a caller's text into a number goes through these two.
+    """
+    if not text.isascii():
+        raise ValueError(f"not ASCII digits: {text[:50]!r}")
+    return int(text)
+
+
+def ascii_float(text: str) -> float:
+    """``float(text)`` of ASCII text only (see :func:`ascii_int`)."""
+    if not text.isascii():
+        raise ValueError(f"not ASCII digits: {text[:50]!r}")
+    return float(text)
+
+
 def bytes_in_words(size: int | None) -> str:
     """A file size as people read it, with the exact count: "5.9 MiB (6,190,186 bytes)" (binary
     units, as the portal shows GPU memory; admin showed a bare "6190186", manager trial 15, F27)."""

@@ -35,6 +35,7 @@ from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import YamlError, load_yaml
+from apps.core.values import ascii_int
 
 from .continuation import ContinueRefused, job_continue
 from .models import STATE_FILTERS, Job, JobEvent, JobState, LogChunk, MetricPoint
@@ -119,7 +120,7 @@ def query_int(request, name: str, default: int = 0) -> int:
     if raw in (None, ""):
         return default
     try:
-        value = int(raw)
+        value = ascii_int(raw)
     except ValueError:
         raise ParseError({name: f"must be an integer, got {raw!r}"}) from None
     if value < 0:

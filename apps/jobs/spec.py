@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from apps.core.errors import FieldErrors
-from apps.core.values import bool_parse, first_found
+from apps.core.values import ascii_float, bool_parse, first_found
 
 from .spec_sweep import sweep_parse
 
@@ -109,7 +109,7 @@ def _int(lo: int, hi: int | None) -> Callable[[Any], int]:
         if isinstance(value, bool):
             raise ValueError(f"must be an integer, got {value!r}")
         if isinstance(value, str):
-            if not re.fullmatch(r"[+-]?\d+", value.strip()):
+            if not re.fullmatch(r"[+-]?[0-9]+", value.strip()):  # int() reads any script's digits
                 raise ValueError(f"must be an integer, got {value!r}")
             value = int(value)
         if isinstance(value, float):
@@ -140,7 +140,7 @@ def _float(lo: float, hi: float) -> Callable[[Any], float]:
         if isinstance(value, bool):
             raise ValueError(f"must be a number, got {value!r}")
         try:
-            number = float(value)
+            number = ascii_float(value) if isinstance(value, str) else float(value)
         except OverflowError:  # an integer past a float's range (a YAML hex one): was a 500 (review27)
             raise ValueError(f"must be between {lo:g} and {hi:g}, got {_given(value)}") from None
         except (TypeError, ValueError):
@@ -340,7 +340,7 @@ def parse_memory_mb(value: Any) -> int:
         except OverflowError:  # an integer past a float's range: was a 500 (review27)
             mib = math.inf
     else:
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGTkmgt]i?)?[bB]?\s*", str(value))
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGTkmgt]i?)?[bB]?\s*", str(value), re.ASCII)
         if not match:
             raise ValueError(f"must be a quantity like 16Gi or 512Mi, got {value!r}")
         mib = float(match.group(1)) * _MEMORY_UNITS[(match.group(2) or "").lower()]
@@ -354,7 +354,7 @@ def parse_cpu_milli(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"must be a CPU count like 4 or 500m, got {value!r}")
     text = str(value).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text)
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text, re.ASCII)
     if not match:
         raise ValueError(f"must be a CPU count like 4 or 500m, got {value!r}")
     milli = float(match.group(1)) * (1 if match.group(2) else 1000)

@@ -13,6 +13,7 @@ from django.conf import settings
 
 from apps.core.errors import FieldErrors
 from apps.core.strict_yaml import load_yaml
+from apps.core.values import ascii_float
 from apps.jobs.spec import PRIORITIES, TRAIN_ARGS
 from apps.jobs.spec_sweep import DEFAULT_METRIC, PRUNERS
 
@@ -45,7 +46,7 @@ def form_field_for(path: str) -> str | None:
     return None
 
 
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)  # float() reads any script's digits
 
 
 def typed(text: str) -> int | float | str:
@@ -61,7 +62,7 @@ def typed(text: str) -> int | float | str:
     number = float(text)
     if not math.isfinite(number):
         return text
-    return int(text) if re.fullmatch(r"[+-]?\d+", text) else number
+    return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else number
 
 
 def text_input(placeholder: str = "", **attrs: Any) -> forms.TextInput:
@@ -127,7 +128,7 @@ class JobForm(forms.Form):
         hours = data["timeout_hours"].strip()
         if hours:
             try:
-                value = float(hours)
+                value = ascii_float(hours)
             except ValueError:
                 value = math.nan
             if not math.isfinite(value):
@@ -267,7 +268,7 @@ class SweepForm(JobForm):
                 value["log"] = True
             if data[f"p{row}_step"].strip():
                 try:
-                    step = float(data[f"p{row}_step"])
+                    step = ascii_float(data[f"p{row}_step"])
                 except ValueError:
                     # Kept without its step, so the row is not also reported missing ("parameters is required").
                     self.add_error(f"p{row}_step", f"must be a number, got {data[f'p{row}_step']!r}")

@@ -30,6 +30,7 @@ from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import load_yaml
+from apps.core.values import ascii_float
 from apps.datasets.selectors import dataset_list
 from apps.jobs.continuation import continue_available, continued_by, inputs_gone, job_continue, spec_memory, team_pinned
 from apps.jobs.log_archive import logs_gone_note
@@ -357,7 +358,7 @@ def job_continue_view(request, job_id):
     # in hours turned a 2 (meant as hours) into a 2-second job killed before its first epoch.
     hours = (request.POST.get("timeout_hours") or "").strip()
     try:
-        value = float(hours) if hours else None
+        value = ascii_float(hours) if hours else None
     except ValueError:
         value = math.nan
     if value is not None and (not math.isfinite(value) or value <= 0):

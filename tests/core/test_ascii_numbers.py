@@ -1,0 +1,82 @@
+"""Numbers written in other scripts' digits are refused, naming the field: Python's int() and float()
+read ``"２"`` (fullwidth), ``"٣"`` (Arabic-Indic) and digits padded with a Unicode space as numbers,
+so ``?limit=２`` or a spec's ``epochs: "３"`` were taken as 2 and 3 while every page shows the text."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.core.values import ascii_float, ascii_int
+from apps.jobs.spec import SpecError, parse_spec
+from apps.portal.forms import typed
+from tests.conftest import api_client
+
+FULLWIDTH_TWO = "\uff12"
+ARABIC_THREE = "\u0663"
+
+
+@pytest.mark.parametrize("text", [FULLWIDTH_TWO, ARABIC_THREE, "1" + ARABIC_THREE, "\u20035"])
+def test_the_shared_parsers_refuse_what_only_unicode_makes_a_number(text):
+    with pytest.raises(ValueError):
+        ascii_int(text)
+    with pytest.raises(ValueError):
+        ascii_float(text)
+
+
+def test_the_shared_parsers_read_ascii_as_int_and_float_do():
+    assert ascii_int(" -12 ") == -12 and ascii_float("1e-4") == 0.0001
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [(f"limit={FULLWIDTH_TWO}", "limit"), (f"offset={ARABIC_THREE}", "offset")],
+)
+def test_a_page_asked_for_in_other_digits_is_a_400_naming_the_parameter(query, field, alice):
+    response = api_client(alice).get(f"/api/v1/jobs/?{query}")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [field]
+
+
+@pytest.mark.django_db
+def test_a_metrics_cursor_in_other_digits_is_a_400_naming_it(bob, teams):
+    from tests.jobs.factories import make_job
+
+    job = make_job(team=teams["vision"], user=bob)
+    response = api_client(bob).get(f"/api/v1/jobs/{job.pk}/metrics/?after={FULLWIDTH_TWO}")
+    assert response.json() == {"after": [f"must be an integer, got {FULLWIDTH_TWO!r}"]}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"train": {"data": "demo", "model": "yolov8n.yaml", "epochs": "\uff13"}}, "train.epochs"),
+        ({"train": {"data": "demo", "model": "yolov8n.yaml", "lr0": "0.\uff15"}}, "train.lr0"),
+        ({"timeout": ARABIC_THREE + "600"}, "timeout"),
+        ({"resources": {"gpu": FULLWIDTH_TWO}}, "resources.gpu"),
+        ({"resources": {"gpu": 1, "memory": "\uff11\uff16Gi"}}, "resources.memory"),
+        ({"resources": {"gpu": 1, "cpu": FULLWIDTH_TWO}}, "resources.cpu"),
+        ({"command": f"yolo train data=demo model=yolov8n.yaml epochs={FULLWIDTH_TWO}"}, "command.epochs"),
+    ],
+)
+def test_a_spec_number_in_other_digits_is_refused_at_its_field(changes, field):
+    document = {"task_name": "t", "command": "yolo train data=demo model=yolov8n.yaml"} | changes
+    if "train" in changes:
+        document.pop("command")
+    with pytest.raises(SpecError) as refused:
+        parse_spec(document)
+    assert field in refused.value.errors, refused.value.errors
+
+
+@pytest.mark.django_db
+def test_a_form_field_in_other_digits_is_a_400_naming_it(bob):
+    response = api_client(bob).patch(
+        "/api/v1/notifications/preferences/", {"quota_percent": "\uff15\uff10"}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["quota_percent"]
+
+
+def test_the_submit_form_keeps_other_digits_as_text_for_the_parser_to_name():
+    assert typed(FULLWIDTH_TWO) == FULLWIDTH_TWO
+    assert typed("2") == 2 and typed("0.5") == 0.5
