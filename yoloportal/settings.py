@@ -213,6 +213,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # A job's id in a path, in either case (apps.core.converters): a UUID, as Django's own <uuid:>.
+    "PATH_CONVERTER_OVERRIDES": {"any_uuid": {"type": "string", "format": "uuid"}},
     # priority_class and run_class share one choice set: one enum in the schema.
     "ENUM_NAME_OVERRIDES": {"PriorityClassEnum": "apps.jobs.models.PriorityClass", "JobStateEnum": "apps.jobs.models.JobState",
                             "ChannelKindEnum": "apps.notifications.models.Channel.Kind",

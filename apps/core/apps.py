@@ -6,3 +6,11 @@ class CoreConfig(AppConfig):
 
     name = "apps.core"
     label = "core"
+
+    def ready(self) -> None:
+        from django.urls import register_converter
+
+        from .converters import AnyCaseUUIDConverter
+
+        # Before any URLconf is read: a path() compiles its converters when it is made.
+        register_converter(AnyCaseUUIDConverter, "any_uuid")
