@@ -199,7 +199,10 @@ def reads_ahead(calls: Sequence[tuple[PreparedRead, dict[str, Any]]]) -> Iterato
     On SQLite, which has no round trips, every read runs when it is made, as without the block.
     The caller names only reads its own code would make next, with the same values: an answer
     is the same rows the read would return, read a moment earlier (these reads run outside any
-    transaction, so nothing is promised between them anyway)."""
+    transaction, so nothing is promised between them anyway).
+
+    A write within the block (any statement on the connection but a SELECT or a savepoint's) forgets
+    the answers not yet asked for: a read made after it runs as usual, and sees it."""
     answers = _ahead.answers
     pending = {key: (read, values) for read, values in calls
                if (key := (read, *sorted(values.items()))) not in answers}  # an outer block's stay its own
@@ -210,11 +213,27 @@ def reads_ahead(calls: Sequence[tuple[PreparedRead, dict[str, Any]]]) -> Iterato
         for key, rows in zip(pending, _reads_together(list(pending.values())), strict=True):
             answers[key] = rows
             kept.append(key)
-    try:
+    if not kept:
         yield
+        return
+
+    def forget_at_a_write(execute, sql, params, many, context):
+        if not (isinstance(sql, str) and _NOT_A_WRITE.match(sql)):
+            for key in kept:
+                answers.pop(key, None)
+        return execute(sql, params, many, context)
+
+    try:
+        with connections[calls[0][0].alias].execute_wrapper(forget_at_a_write):
+            yield
     finally:
         for key in kept:
             answers.pop(key, None)
+
+
+# What leaves the rows read ahead as they are: a read, a savepoint made or released (every other
+# statement may change them: an INSERT, an UPDATE, a ROLLBACK TO SAVEPOINT after a write, ...).
+_NOT_A_WRITE = re.compile(r"\s*(SELECT\b|SAVEPOINT\b|RELEASE\s+SAVEPOINT\b)", re.IGNORECASE)
 
 
 def _foldable(calls: Sequence[tuple[PreparedRead, dict[str, Any]]]) -> bool:

@@ -517,3 +517,30 @@ def test_reads_ahead_with_prepared_statements_off(postgresql, bob, teams, monkey
     with reads_ahead([(JOB_STATES, {"user_id": bob.pk}), (TEAMS, {"user_id": bob.pk})]):
         assert (JOB_STATES(user_id=bob.pk), [t.pk for t in TEAMS(user_id=bob.pk)]) == expected
     assert not [s for s in prepared_statements() if '"ahead_row"' in s]
+
+
+def test_a_read_after_a_write_within_the_block_sees_the_write(bob, teams):
+    """A write within the block forgets what was read ahead and not yet asked for: the read runs then."""
+    from apps.core.prepared import reads_ahead
+
+    make_job(team=teams["vision"], user=bob, task_name="x")
+    bobs_teams = [t.pk for t in TEAMS(user_id=bob.pk)]
+    with reads_ahead([(TEAMS, {"user_id": bob.pk}), (JOB_STATES, {"user_id": bob.pk})]):
+        assert [t.pk for t in TEAMS(user_id=bob.pk)] == bobs_teams
+        make_job(team=teams["vision"], user=bob, task_name="y")
+        assert JOB_STATES(user_id=bob.pk) == [("x", JobState.QUEUED), ("y", JobState.QUEUED)]
+
+
+def test_reads_ahead_still_answer_after_a_savepoint(postgresql, bob, teams):
+    """A savepoint (a submit's atomic block) writes nothing: the answers stay, one statement in all."""
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.core.prepared import reads_ahead
+
+    with reads_ahead([(TEAMS, {"user_id": bob.pk}), (JOB_STATES, {"user_id": bob.pk})]):
+        with CaptureQueriesContext(postgresql) as asked:
+            with transaction.atomic():
+                assert JOB_STATES(user_id=bob.pk) == []
+                TEAMS(user_id=bob.pk)
+    assert not [q for q in asked if "SAVEPOINT" not in q["sql"]]
