@@ -26,8 +26,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # given a test database of its own (TEST_DATABASE_PATH or TEST_DATABASE_NAME: runs side by side
 # in one checkout) gets folders of its own too, var/test/<database>/gwN: sharing them, one run's
 # clean_storage emptied the job folders under the other's tests (a continue's checkpoint copy
-# found its file gone).
-_TEST_RUN = Path(os.environ.get("TEST_DATABASE_PATH") or "").stem or os.environ.get("TEST_DATABASE_NAME") or ""
+# found its file gone). Named after the database the run uses: with both variables set, TEST_DATABASE_NAME
+# on PostgreSQL, TEST_DATABASE_PATH on SQLite (a PostgreSQL run was named after the unused file).
+_TEST_SQLITE = Path(os.environ.get("TEST_DATABASE_PATH") or "").stem
+_TEST_POSTGRES = os.environ.get("TEST_DATABASE_NAME") or ""
+if (os.environ.get("DATABASE_URL") or "sqlite:").startswith("sqlite:"):
+    _TEST_RUN = _TEST_SQLITE or _TEST_POSTGRES
+else:
+    _TEST_RUN = _TEST_POSTGRES or _TEST_SQLITE
 DATA_DIR = env_path("DATA_DIR", BASE_DIR / "var" / (
     str(Path("test", _TEST_RUN, os.environ.get("PYTEST_XDIST_WORKER", ""))) if os.environ.get("PYTEST_VERSION")
     else ""))
