@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import parse_qsl, quote, unquote, urlparse
 
 
 class EnvError(ValueError):
@@ -72,8 +72,20 @@ def parse_database_url(url: str, *, prepared_statements: bool = True) -> dict:
     """``sqlite:///abs/path.db``, ``postgres://user:pw@host:port/name`` → Django DATABASES entry.
 
     ``prepared_statements`` (PostgreSQL): whether apps/core/prepared.py's hot statements are
-    prepared on the server (DATABASE_PREPARED_STATEMENTS)."""
+    prepared on the server (DATABASE_PREPARED_STATEMENTS).
+
+    A query (``?sslmode=require``) is refused rather than dropped: nothing reads it, and an
+    operator who asked for TLS must not get a plain connection. PostgreSQL's connection options
+    come from libpq's environment variables (``PGSSLMODE``, ``PGSSLROOTCERT``, …), which psycopg
+    and ``pg_dump`` (``manage.py backup``) both read."""
     parsed = urlparse(url)
+    if parsed.query:
+        names = ", ".join(sorted({key for key, _ in parse_qsl(parsed.query, keep_blank_values=True)}))
+        raise EnvError(
+            f"DATABASE_URL has query parameters ({names or parsed.query[:50]}), which are not read: give "
+            "PostgreSQL's connection options as libpq environment variables instead (PGSSLMODE=require, "
+            "PGSSLROOTCERT=..., PGCONNECT_TIMEOUT=...)"
+        )
     if parsed.scheme == "sqlite":
         path = unquote(parsed.path)
         if url.startswith("sqlite:////"):

@@ -228,6 +228,20 @@ def test_postgresql_prepares_the_hot_statements_unless_told_not_to():
     assert "prepare_threshold" not in parse_database_url("sqlite:////tmp/x.sqlite3")["OPTIONS"]
 
 
+def test_a_database_url_query_is_refused_not_dropped():
+    """``?sslmode=require`` was silently dropped (a plain connection for an operator who asked for
+    TLS): it is refused naming the parameters, never the password, and pointing at PGSSLMODE."""
+    from yoloportal.env import EnvError, parse_database_url
+
+    with pytest.raises(EnvError) as refused:
+        parse_database_url("postgres://u:s3cret@db:5432/portal?sslmode=require&connect_timeout=5")
+    assert "connect_timeout, sslmode" in str(refused.value) and "PGSSLMODE" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+    with pytest.raises(EnvError):
+        parse_database_url("sqlite:////tmp/x.sqlite3?mode=ro")
+    assert parse_database_url("postgres://u:p@db:5432/portal")["NAME"] == "portal"
+
+
 def prepared_statements() -> list[str]:
     from django.db import connection
 
