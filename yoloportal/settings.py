@@ -140,7 +140,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
-# Daphne serves /static/ itself on one machine (no collectstatic step); turn off behind a proxy that does.
+# The ASGI app serves /static/ itself (ASGIStaticFilesHandler, yoloportal/asgi.py; no collectstatic step);
+# turn off behind a proxy that does.
 SERVE_STATIC = env_bool("SERVE_STATIC", True)
 # Threads per web process that run Django's synchronous code, each keeping its database
 # connection between requests (yoloportal/asgi_threads.py). Processes: WEB_WORKERS (Procfile).
@@ -274,8 +275,9 @@ MAX_JOB_TIMEOUT_S = env_int("MAX_JOB_TIMEOUT_S", 7 * 24 * 3600, minimum=60)
 # A training's shortest timeout: its process starts and loads the model first, so 0.0001 hours on the
 # portal form (a 1-second job) only ever timed out (trial23). Val, predict and export keep 1 s.
 MIN_TRAIN_TIMEOUT_S = env_int("MIN_TRAIN_TIMEOUT_S", 60, minimum=1)
-# Fork training children from a preloaded interpreter (worker/zygote.py): "auto" uses it
-# on simulated (CPU) nodes only, until it is verified on NVIDIA nodes; true/false force it.
+# Fork training children from a preloaded interpreter (worker/zygote.py): "auto" (= true) uses it
+# on every node since it was verified on an NVIDIA H200 (docs/gpu-check.md); false starts a fresh
+# interpreter per job.
 TRAINER_PRELOAD = env_str("TRAINER_PRELOAD", "auto").lower()
 if TRAINER_PRELOAD not in {"auto", "true", "false", "1", "0"}:
     raise EnvError(f"TRAINER_PRELOAD={TRAINER_PRELOAD!r} must be auto, true or false")
