@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlparse
 
@@ -53,6 +54,22 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         raise EnvError(f"{name}={raw!r} is not a number") from None
     if minimum is not None and value < minimum:
         raise EnvError(f"{name}={value} is below the minimum {minimum}")
+    return value
+
+
+RATE = re.compile(r"[0-9]+/[smhd][a-z]*")
+
+
+def env_rate(name: str, default: str) -> str:
+    """A throttle rate as DRF reads it (``120/min``: a count, ``/``, a period whose first letter is
+    s, m, h or d). DRF reads it only at a request, so a bad one was a 500 on every request it
+    throttles (every submit, every sign-in) instead of a refusal to start."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip()
+    if not RATE.fullmatch(value):
+        raise EnvError(f"{name}={raw!r} is not a rate: use a count per s, min, hour or day, e.g. 120/min")
     return value
 
 

@@ -13,6 +13,7 @@ from yoloportal.env import (
     env_int,
     env_list,
     env_path,
+    env_rate,
     env_str,
     parse_database_url,
 )
@@ -205,14 +206,14 @@ REST_FRAMEWORK = {
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "apps.core.api.FormatNamedNegotiation",
     # Counted in the shared cache (Redis, CACHES below), so they hold across web processes.
     "DEFAULT_THROTTLE_RATES": {
-        "submit": env_str("THROTTLE_SUBMIT", "120/min"),
+        "submit": env_rate("THROTTLE_SUBMIT", "120/min"),
         # New versions stored per user (refused and unchanged uploads count apart, at 5×: throttles.py).
         # Disk is bounded by TEAM_STORAGE_QUOTA_GB and each body by *_UPLOAD_MAX_BYTES; this only stops
         # a flood, so it leaves room to iterate on a dataset (20/hour was hit fixing labels in a loop).
-        "upload": env_str("THROTTLE_UPLOAD", "60/hour"),
-        "auth": env_str("THROTTLE_AUTH", "20/min"),
-        "login": env_str("THROTTLE_LOGIN", "10/min"),
-        "channel_test": env_str("THROTTLE_CHANNEL_TEST", "10/min"),
+        "upload": env_rate("THROTTLE_UPLOAD", "60/hour"),
+        "auth": env_rate("THROTTLE_AUTH", "20/min"),
+        "login": env_rate("THROTTLE_LOGIN", "10/min"),
+        "channel_test": env_rate("THROTTLE_CHANNEL_TEST", "10/min"),
     },
 }
 SPECTACULAR_SETTINGS = {

@@ -1,0 +1,55 @@
+"""Settings from the environment: a bad value stops the process naming the variable (README)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from yoloportal.env import EnvError, env_rate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("rate", ["120/min", "10/m", "60/hour", "5/s", "1000000/day", " 3/min "])
+def test_a_throttle_rate_drf_reads_is_taken(monkeypatch, rate):
+    monkeypatch.setenv("THROTTLE_SUBMIT", rate)
+    assert env_rate("THROTTLE_SUBMIT", "120/min") == rate.strip()
+
+
+@pytest.mark.parametrize("rate", ["abc", "10", "10/x", "ten/min", "10/Min", "10 / min", "-1/min"])
+def test_a_throttle_rate_drf_cannot_read_is_refused_naming_the_variable(monkeypatch, rate):
+    """DRF parses a rate only when a request is throttled: THROTTLE_SUBMIT=abc was a 500 on every
+    submit (and THROTTLE_LOGIN=abc on every sign-in) rather than a process that would not start."""
+    monkeypatch.setenv("THROTTLE_LOGIN", rate)
+    with pytest.raises(EnvError, match="THROTTLE_LOGIN=.* is not a rate"):
+        env_rate("THROTTLE_LOGIN", "10/min")
+
+
+def test_unset_or_empty_is_the_default(monkeypatch):
+    monkeypatch.delenv("THROTTLE_AUTH", raising=False)
+    assert env_rate("THROTTLE_AUTH", "20/min") == "20/min"
+    monkeypatch.setenv("THROTTLE_AUTH", "")
+    assert env_rate("THROTTLE_AUTH", "20/min") == "20/min"
+
+
+def test_the_settings_refuse_a_bad_throttle_rate_at_start(tmp_path):
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "yoloportal.settings",
+        "DATA_DIR": str(tmp_path),
+        "THROTTLE_UPLOAD": "lots",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "THROTTLE_UPLOAD='lots' is not a rate" in done.stderr
