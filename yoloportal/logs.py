@@ -96,6 +96,12 @@ def logging_config(*, log_format: str, level: str) -> dict:
         from yoloportal.env import EnvError
 
         raise EnvError(f"LOG_FORMAT={log_format!r} must be plain or json")
+    if not isinstance(logging.getLevelName(level.upper()), int):
+        from yoloportal.env import EnvError
+
+        # dictConfig said only "Unable to configure root logger", naming no variable.
+        raise EnvError(f"LOG_LEVEL={level!r} must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    level = level.upper()
     return {
         "version": 1,
         "disable_existing_loggers": False,

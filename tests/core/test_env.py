@@ -53,3 +53,14 @@ def test_the_settings_refuse_a_bad_throttle_rate_at_start(tmp_path):
     )
     assert done.returncode != 0
     assert "THROTTLE_UPLOAD='lots' is not a rate" in done.stderr
+
+
+def test_log_level_names_the_variable_and_takes_any_case():
+    """LOG_LEVEL=loud stopped the process with dictConfig's "Unable to configure root logger",
+    naming no variable (and LOG_LEVEL=info, lower case, the same way)."""
+    from yoloportal.logs import logging_config
+
+    with pytest.raises(EnvError, match="LOG_LEVEL='loud' must be"):
+        logging_config(log_format="plain", level="loud")
+    assert logging_config(log_format="plain", level="info")["root"]["level"] == "INFO"
+    assert logging_config(log_format="json", level="WARNING")["root"]["level"] == "WARNING"
