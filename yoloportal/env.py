@@ -85,6 +85,16 @@ def env_path(name: str, default: Path) -> Path:
     return Path(raw).expanduser().resolve() if raw else default
 
 
+def shown_url(url: str) -> str:
+    """``url`` with its password as ``***``: what an error about it may print (logs, a pod's events)."""
+    parsed = urlparse(url)
+    if parsed.password is None:
+        return url
+    netloc = parsed.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return parsed._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
+
+
 def parse_database_url(url: str, *, prepared_statements: bool = True) -> dict:
     """``sqlite:///abs/path.db``, ``postgres://user:pw@host:port/name`` → Django DATABASES entry.
 
@@ -128,7 +138,7 @@ def parse_database_url(url: str, *, prepared_statements: bool = True) -> dict:
     if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
         name = parsed.path.lstrip("/")
         if not name:
-            raise EnvError(f"DATABASE_URL={url!r} names no database")
+            raise EnvError(f"DATABASE_URL={shown_url(url)!r} names no database")
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(name),
@@ -147,7 +157,9 @@ def parse_database_url(url: str, *, prepared_statements: bool = True) -> dict:
             # before 1.21, or without max_prepared_statements).
             "OPTIONS": {"prepare_threshold": 5 if prepared_statements else None},
         }
-    raise EnvError(f"DATABASE_URL={url!r}: unsupported scheme {parsed.scheme!r} (use sqlite:// or postgres://)")
+    raise EnvError(
+        f"DATABASE_URL={shown_url(url)!r}: unsupported scheme {parsed.scheme!r} (use sqlite:// or postgres://)"
+    )
 
 
 def database_url(entry: dict) -> str:

@@ -64,3 +64,14 @@ def test_log_level_names_the_variable_and_takes_any_case():
         logging_config(log_format="plain", level="loud")
     assert logging_config(log_format="plain", level="info")["root"]["level"] == "INFO"
     assert logging_config(log_format="json", level="WARNING")["root"]["level"] == "WARNING"
+
+
+def test_a_refused_database_url_never_shows_its_password():
+    from yoloportal.env import parse_database_url, shown_url
+
+    for url in ("postgres://yolo:s3cret@db:5432/", "mysql://yolo:s3cret@db/x", "postgres://yolo:s3cret@db:5432/x?a=1"):
+        with pytest.raises(EnvError) as refused:
+            parse_database_url(url)
+        assert "s3cret" not in str(refused.value) and "DATABASE_URL" in str(refused.value)
+    assert shown_url("postgres://yolo:p@ss@db:5432/x") == "postgres://yolo:***@db:5432/x"
+    assert shown_url("postgres://db:5432/x") == "postgres://db:5432/x"
