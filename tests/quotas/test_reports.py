@@ -197,6 +197,24 @@ def test_dates_out_of_the_calendar_name_the_field_on_the_api_and_both_pages(para
         assert "out of range" in response.content.decode() and "<td>vision</td>" in response.content.decode(), url
 
 
+@pytest.mark.parametrize(("params", "field", "given"), [
+    ({"to": "0001-01-01"}, "to", "'0001-01-01'"),  # said "0001-01-02 is out of range": the day after, not sent
+    ({"from": "1969-12-31", "to": "1970-01-05"}, "from", "'1969-12-31'"),
+    ({"to": "9001-01-01T00:00:00"}, "to", "'9001-01-01T00:00:00'"),
+])
+def test_a_date_out_of_range_is_quoted_as_given_with_the_allowed_range(params, field, given, alice):
+    """The message names what the user sent and the dates allowed (new-user trial 28)."""
+    response = api_client(alice).get("/api/v1/usage/", params)
+    assert response.status_code == 400, response.content
+    assert response.json() == {field: [f"{given} is out of range: give a date from 1970-01-01 to 9000-12-31"]}
+
+
+def test_the_last_day_allowed_is_taken_though_its_end_is_the_next_year(alice):
+    """``to=9000-12-31`` (inclusive) ends at 9001-01-01 00:00: the range check looked at that."""
+    response = api_client(alice).get("/api/v1/usage/", {"from": "9000-12-01", "to": "9000-12-31"})
+    assert response.status_code == 200, response.content
+
+
 def test_a_small_quota_is_shown_with_its_digits(teams, bob):
     TeamQuota.objects.create(team=teams["vision"], user_gpu_hours_per_day=0.02)
     page = Client()
