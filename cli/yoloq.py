@@ -9,7 +9,8 @@
                                       job's class with its priority score, which orders the queue)
     yoloq logs [-f] ID                ~ tail -f slurm-ID.out (-f: exits as `wait` does)
     yoloq wait ID [--timeout S]       ~ sbatch --wait: exit 0 succeeded, 3 failed, 4 timed out,
-                                      5 cancelled, 124 still active at --timeout, 1 yoloq's own error
+                                      5 cancelled, 124 still active at --timeout, 1 yoloq's own error,
+                                      2 a usage error (--timeout nan, -1: no number of seconds, 0 or more)
     yoloq cancel ID                   ~ scancel
     yoloq requeue ID                  ~ scontrol requeue (team managers): a running job goes back to
                                       the queue and resumes from its checkpoint
@@ -44,6 +45,7 @@ import argparse
 import getpass
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -51,6 +53,7 @@ import tempfile
 import time
 import uuid
 import zipfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -1080,6 +1083,30 @@ def cmd_export_pull(args: argparse.Namespace) -> int:
 # --- entry point -----------------------------------------------------------------------------
 
 
+def seconds(low: float, high: float | None = None) -> Callable[[str], float]:
+    """An option's type: a finite number of seconds from ``low`` (up to ``high``).
+
+    float() takes "nan", "inf" and "1e400" (inf): ``wait --timeout nan`` waited forever, ``--timeout -1``
+    said "still queued after -1 s" and a bad ``--interval`` ended in time.sleep's traceback (trial28)."""
+    wanted = f" from {low:g} to {high:g}" if high is not None else f", {low:g} or more"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < low or high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be a number of seconds{wanted}; got {text!r}")
+        return value
+
+    return parse
+
+
+# How often `logs -f` and `wait` ask (hidden options, for tests): not so often that it hammers the
+# server, not so seldom that time.sleep refuses it.
+INTERVAL = seconds(0.1, 3600)
+
+
 # Every job-id argument says so: `yoloq requeue -h` said nothing of its id (manager trial 15, F10).
 JOB_ID_HELP = "the job's id, or any unique prefix of it as `yoloq queue` prints"
 
@@ -1119,14 +1146,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("id", help=JOB_ID_HELP)
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing until the job ends; then exit as `yoloq wait` does (0 only if it succeeded)")
-    p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--interval", type=INTERVAL, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_logs)
 
     p = commands.add_parser("wait", help="wait until a job ends; exit 0 if it succeeded, 3 failed, "
                                          "4 timed out, 5 cancelled (124: --timeout ran out)")
     p.add_argument("id", help=JOB_ID_HELP)
-    p.add_argument("--timeout", type=float, help="give up after this many seconds")
-    p.add_argument("--interval", type=float, default=5.0, help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=seconds(0), help="give up after this many seconds (0 or more)")
+    p.add_argument("--interval", type=INTERVAL, default=5.0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_wait)
 
     p = commands.add_parser("cancel", help="cancel a job, like scancel")
