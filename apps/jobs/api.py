@@ -59,7 +59,7 @@ from .services import (
     job_submit,
     spec_parse,
 )
-from .spec import SpecError
+from .spec import SpecError, parse_memory_mb
 
 
 class YAMLParser(parsers.BaseParser):
@@ -504,9 +504,18 @@ class JobRequeue(APIView):
 class JobContinueIn(StrictInput):
     timeout = serializers.IntegerField(required=False, min_value=1,
                                        help_text="seconds; the new job's timeout (default: the job's own)")
-    memory = serializers.CharField(required=False, max_length=32,
+    # Blank and untrimmed reach the spec's own parser: `yoloq continue ID --memory ""` got DRF's "may
+    # not be blank", where a spec's resources.memory says what a quantity looks like (trial28).
+    memory = serializers.CharField(required=False, max_length=32, allow_blank=True, trim_whitespace=False,
                                    help_text="the new job's resources.memory, e.g. 16Gi (default: the job's own); "
                                              "for a job that ran out of memory")
+
+    def validate_memory(self, value: str) -> str:
+        try:
+            parse_memory_mb(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        return value
 
 
 class JobContinue(APIView):

@@ -380,6 +380,23 @@ def test_a_bad_memory_is_refused_naming_memory(out_of_memory, alice):
     assert not Job.objects.exclude(pk=out_of_memory.pk).exists()
 
 
+@pytest.mark.parametrize("memory", ["", "  "])
+def test_an_empty_memory_gets_the_words_a_spec_s_memory_gets(out_of_memory, alice, memory):
+    """``yoloq continue ID --memory ""`` got DRF's "This field may not be blank." (trial28); a spec's
+    ``resources.memory: ""`` says what a quantity looks like."""
+    client = api_client(alice)
+    submitted = client.post("/api/v1/jobs/", SPEC.replace("memory: 4Gi", f'memory: "{memory}"'),
+                            content_type="application/yaml")
+    assert submitted.status_code == 400, submitted.content
+
+    response = client.post(f"/api/v1/jobs/{out_of_memory.pk}/continue/", {"memory": memory}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert response.json() == {"memory": submitted.json()["resources.memory"]}
+    assert response.json()["memory"] == [f"must be a quantity like 16Gi or 512Mi, got {memory!r}"]
+    assert not Job.objects.exclude(pk=out_of_memory.pk).exists()
+
+
 def test_the_page_continues_with_the_memory_typed_in_its_box(out_of_memory, alice, client):
     client.force_login(alice)
     page = client.get(f"/jobs/{out_of_memory.pk}/").content.decode()
