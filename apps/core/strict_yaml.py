@@ -25,14 +25,38 @@ class DuplicateKey(yaml.YAMLError):
         super().__init__(f"{path}: {self.message}")
 
 
+_STANDARD = "tag:yaml.org,2002:"
+# Tags the safe loader builds into Python values JSON has no type for (a set, bytes, a date, lists
+# of pairs): they were echoed back as reprs ("got {'b', 'a'}", trial28), or stored as text by luck.
+# Tags it knows no constructor for (!!python/…, !local) stay "not valid YAML" from the constructor.
+NOT_JSON_TAGS = frozenset(_STANDARD + name for name in ("set", "binary", "timestamp", "omap", "pairs"))
+
+
+class NotJson(yaml.YAMLError):
+    """A node is tagged with a type JSON has not; ``path`` as :class:`DuplicateKey` names it."""
+
+    def __init__(self, path: str, tag: str):
+        self.path = path
+        short = tag.replace(_STANDARD, "!!", 1) if tag.startswith(_STANDARD) else tag
+        self.message = f"is tagged {short}; give text, a number, true or false, null, a list or a mapping"
+        super().__init__(f"{path}: {self.message}")
+
+
 class _StrictSafeLoader(yaml.SafeLoader):
-    """Safe loader that refuses anchors/aliases (billion laughs), deep nesting and duplicate keys.
+    """Safe loader that refuses anchors/aliases (billion laughs), deep nesting, duplicate keys and
+    tags JSON has no type for.
 
     PyYAML keeps the last of two equal keys without a word, so ``task_name: a`` then
     ``task_name: b`` would silently submit "b"; a spec is a request, so both are refused.
     """
 
     max_depth = 20
+    # A date written without a tag (``description: 2026-01-01``) is the text written, not a
+    # datetime.date: the resolver guessed, the author asked for no type.
+    yaml_implicit_resolvers = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag != _STANDARD + "timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -60,8 +84,11 @@ class _StrictSafeLoader(yaml.SafeLoader):
         return super().construct_document(node)
 
     def _refuse_duplicate_keys(self, node, path: str) -> None:
-        """Walk the composed tree before building it; keys compare as the values they construct
-        to (``1``/``01``, ``yes``/``true``), the way the dict would merge them."""
+        """Walk the composed tree before building it: a tag JSON has no type for is refused, and
+        keys compare as the values they construct to (``1``/``01``, ``yes``/``true``), the way the
+        dict would merge them."""
+        if node.tag in NOT_JSON_TAGS:
+            raise NotJson(path, node.tag)
         if isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
                 self._refuse_duplicate_keys(item, f"{path}[{index}]")
@@ -71,6 +98,8 @@ class _StrictSafeLoader(yaml.SafeLoader):
                 if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                     self._refuse_duplicate_keys(value_node, path)  # the constructor refuses these itself
                     continue
+                if key_node.tag in NOT_JSON_TAGS:  # named by the mapping: the key is no name yet
+                    raise NotJson(path, key_node.tag)
                 key = self.construct_object(key_node)
                 key_path = f"{path}.{key}" if path else str(key)
                 line = key_node.start_mark.line + 1
@@ -88,9 +117,9 @@ def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
         raise YamlError({field: f"is {len(raw)} bytes; the limit is {max_bytes} bytes"})
     try:
         document = yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
-    except DuplicateKey as exc:
+    except (DuplicateKey, NotJson) as exc:
         # Named by the key's own path (the spec's field names), so the answer points at the field.
-        raise YamlError({exc.path: exc.message}) from None
+        raise YamlError({exc.path or field: exc.message}) from None
     except UnicodeDecodeError:
         raise YamlError({field: "is not UTF-8 text"}) from None
     except (ValueError, OverflowError, RecursionError) as exc:
