@@ -1,5 +1,5 @@
-"""Parsing untrusted YAML: a size cap first, then a safe loader without anchors, aliases, deep nesting
-or duplicate mapping keys."""
+"""Parsing untrusted YAML: a size cap first, then a safe loader without anchors, aliases, merge keys,
+deep nesting, duplicate mapping keys or values JSON has no type for."""
 
 from __future__ import annotations
 
@@ -42,9 +42,20 @@ class NotJson(yaml.YAMLError):
         super().__init__(f"{path}: {self.message}")
 
 
+class MergeKey(yaml.YAMLError):
+    """A mapping merges another in (``<<:``): refused as the anchors and aliases it exists for are,
+    and a merge of an inline mapping too (``<<: {gpu: 1}``), which was taken (trial28)."""
+
+    message = "is a YAML merge key (<<); write the keys out in the mapping itself"
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(f"{path}: {self.message}")
+
+
 class _StrictSafeLoader(yaml.SafeLoader):
-    """Safe loader that refuses anchors/aliases (billion laughs), deep nesting, duplicate keys and
-    tags JSON has no type for.
+    """Safe loader that refuses anchors/aliases (billion laughs), merge keys, deep nesting, duplicate
+    keys and tags JSON has no type for.
 
     PyYAML keeps the last of two equal keys without a word, so ``task_name: a`` then
     ``task_name: b`` would silently submit "b"; a spec is a request, so both are refused.
@@ -95,7 +106,9 @@ class _StrictSafeLoader(yaml.SafeLoader):
         elif isinstance(node, yaml.MappingNode):
             first_lines: dict[Any, int] = {}
             for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                if key_node.tag == _STANDARD + "merge":
+                    raise MergeKey(f"{path}.{key_node.value}" if path else key_node.value)
+                if not isinstance(key_node, yaml.ScalarNode):
                     self._refuse_duplicate_keys(value_node, path)  # the constructor refuses these itself
                     continue
                 if key_node.tag in NOT_JSON_TAGS:  # named by the mapping: the key is no name yet
@@ -117,7 +130,7 @@ def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
         raise YamlError({field: f"is {len(raw)} bytes; the limit is {max_bytes} bytes"})
     try:
         document = yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
-    except (DuplicateKey, NotJson) as exc:
+    except (DuplicateKey, NotJson, MergeKey) as exc:
         # Named by the key's own path (the spec's field names), so the answer points at the field.
         raise YamlError({exc.path or field: exc.message}) from None
     except UnicodeDecodeError:

@@ -53,3 +53,23 @@ def test_a_spec_with_a_set_is_a_400_naming_the_field_not_a_python_repr(bob, demo
                                     content_type="application/yaml")
     assert response.status_code == 400, response.content
     assert response.json() == {"priority": [f"is tagged !!set{NOT_JSON}"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("resources:\n  <<: {gpu: 1}\n  cpu: '4'\n", "resources.<<"),
+        ("<<: [{task_name: a}, {priority: high}]\n", "<<"),
+        ("args: [{<<: {x: 1}}]\n", "args[0].<<"),
+        ("resources: {? !!merge m : {gpu: 1}}\n", "resources.m"),
+    ],
+)
+def test_a_merge_key_is_refused_naming_its_path_like_the_aliases_it_would_merge(text, path):
+    """Anchors and aliases are refused; ``<<: {gpu: 1}`` (a merge without an alias) was taken (trial28)."""
+    with pytest.raises(YamlError) as refused:
+        load_yaml(text, max_bytes=1024)
+    assert refused.value.errors == {path: "is a YAML merge key (<<); write the keys out in the mapping itself"}
+
+
+def test_a_quoted_double_less_than_is_an_ordinary_key():
+    assert load_yaml("'<<': {gpu: 1}\n", max_bytes=1024) == {"<<": {"gpu": 1}}
