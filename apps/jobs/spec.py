@@ -29,7 +29,7 @@ from typing import Any
 from apps.core.errors import FieldErrors
 from apps.core.values import ascii_float, bool_parse, first_found
 
-from .spec_sweep import sweep_parse
+from .spec_sweep import DECIMALS, SMALLEST, sweep_parse
 
 TASKS = ("detect", "segment", "classify", "pose", "obb")
 PRIORITIES = ("low", "medium", "high", "urgent")
@@ -147,6 +147,9 @@ def _float(lo: float, hi: float) -> Callable[[Any], float]:
             raise ValueError(f"must be a number, got {value!r}") from None
         if not math.isfinite(number) or not lo <= number <= hi:
             raise ValueError(f"must be between {lo:g} and {hi:g}, got {value!r}")
+        if 0 < abs(number) < SMALLEST:
+            raise ValueError(f"is too close to 0 (a grid keeps {DECIMALS} decimals): give 0 or at least "
+                             f"{SMALLEST:g} in size; got {value!r}")
         return number
 
     return parse
@@ -346,6 +349,10 @@ def parse_memory_mb(value: Any) -> int:
         mib = float(match.group(1)) * _MEMORY_UNITS[(match.group(2) or "").lower()]
     if not 0 <= mib <= 64 * 1024 * 1024:
         raise ValueError(f"is out of range: {_given(value)}")
+    if 0 < mib < 1:
+        # Memory is kept in MiB: "0.0000000001Gi" was rounded up to a 1 MiB limit, which no
+        # training survives, where the writer surely meant something else (trial28).
+        raise ValueError(f"is less than 1Mi: give 0 for none, or at least 1Mi; got {_given(value)}")
     return int(math.ceil(mib))
 
 

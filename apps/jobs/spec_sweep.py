@@ -41,6 +41,11 @@ MAX_TRIALS = 500
 MAX_PARAMETERS = 20
 MAX_CHOICES = 100
 DEFAULT_PARALLEL = 2
+# A grid keeps its float values to DECIMALS decimals (grid_values): a value or a step nearer 0 than
+# SMALLEST rounds to 0 there. A range from 5e-324 trained every trial with lr0 5e-324, no learning
+# rate at all (trial28); spec._float refuses such a value in every training argument.
+DECIMALS = 12
+SMALLEST = 10.0**-DECIMALS
 # Arguments a sweep may not vary: what every trial must share for their metrics to compare.
 NOT_SWEPT = {
     "data": "every trial trains on the same dataset, or their metrics do not compare (one sweep per dataset)",
@@ -181,6 +186,8 @@ def _range(name: str, value: dict, parser: Callable[[Any], Any], path: str, erro
             if kind == "int" and isinstance(raw, float) and not raw.is_integer():
                 raise ValueError(f"must be a whole number: {name} is an integer, got {raw!r}")
             step = int(raw) if kind == "int" else float(raw) if raw < 2**1023 else math.inf
+            if step < SMALLEST:
+                raise ValueError(f"must be at least {SMALLEST:g} (a grid keeps {DECIMALS} decimals), got {raw!r}")
         except ValueError as exc:
             errors[f"{path}.step"] = str(exc)
             return None
@@ -240,7 +247,7 @@ def grid_values(parameter: dict) -> list[Any]:
     count = int(math.floor((high - low) / step + 1e-9)) + 1
     if parameter["type"] == "int":
         return [low + i * step for i in range(count)]
-    return [round(low + i * step, 12) for i in range(count)]
+    return [round(low + i * step, DECIMALS) for i in range(count)]
 
 
 def grid_expand(parameters: dict[str, dict]) -> list[dict[str, Any]]:

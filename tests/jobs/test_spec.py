@@ -334,3 +334,24 @@ def test_a_memory_past_a_floats_range_is_refused_naming_its_field(key):
     OverflowError, a 500 at submit (review27)."""
     errors = errors_of(seed(resources={"gpu": 1, key: 10**400}))
     assert errors[f"resources.{key}"] == "is out of range: a number of more than 100 digits"
+
+
+@pytest.mark.parametrize("lr0", ["5e-324", "1e-13"])
+def test_a_training_number_that_rounds_to_zero_is_refused_naming_it(lr0):
+    """trial28: lr0 of 5e-324 was taken (a sweep of them trained with no learning rate at all)."""
+    errors = errors_of(seed(command=f"yolo train data=demo model=yolov8n.yaml lr0={lr0}"))
+    assert errors == {"command.lr0": "is too close to 0 (a grid keeps 12 decimals): give 0 or at least 1e-12 in "
+                                     f"size; got {lr0!r}"}
+
+
+@pytest.mark.parametrize("key", ["memory", "gpu_memory"])
+@pytest.mark.parametrize("memory", ["0.0000000001Gi", "1Ki", "1000", 1, 1e-300, "0.5Mi"])
+def test_a_memory_below_one_mebibyte_is_refused_not_rounded_up(key, memory):
+    """trial28: "0.0000000001Gi" was taken as a 1 MiB limit, which no training survives."""
+    errors = errors_of(seed(resources={"gpu": 1, key: memory}))
+    assert errors == {f"resources.{key}": f"is less than 1Mi: give 0 for none, or at least 1Mi; got {memory!r}"}
+
+
+@pytest.mark.parametrize(("memory", "mib"), [(0, 0), ("0Gi", 0), ("1Mi", 1), ("1.5Mi", 2), (2**20, 1), ("96Mi", 96)])
+def test_no_memory_and_a_mebibyte_or_more_are_taken(memory, mib):
+    assert parse_spec(seed(resources={"gpu": 1, "memory": memory})).memory_mb == mib

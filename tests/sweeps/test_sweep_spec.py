@@ -137,3 +137,29 @@ def test_a_step_past_a_floats_range_is_refused_naming_it(name, low, high):
     a 500 at submit (review27). It is larger than any range."""
     errors = refusal(method="grid", parameters={name: {"low": low, "high": high, "step": 10**400}})
     assert errors == {f"sweep.parameters.{name}.step": f"is larger than the range ({high - low:g})"}
+
+
+TOO_CLOSE = "is too close to 0 (a grid keeps 12 decimals): give 0 or at least 1e-12 in size; got "
+
+
+@pytest.mark.parametrize(("parameters", "field", "given"), [
+    # trial28: accepted, and every trial trained with lr0=5e-324: no learning rate at all.
+    ({"lr0": {"low": 5e-324, "high": 1e-3, "log": True}}, "sweep.parameters.lr0.low", "5e-324"),
+    ({"lr0": {"low": 1e-13, "high": 0.1, "log": True}}, "sweep.parameters.lr0.low", "1e-13"),
+    ({"lr0": [0.01, 5e-324]}, "sweep.parameters.lr0[1]", "5e-324"),
+    ({"degrees": {"low": -1e-300, "high": 10}}, "sweep.parameters.degrees.low", "-1e-300"),
+])
+def test_a_value_that_rounds_to_zero_is_refused_naming_it(parameters, field, given):
+    assert refusal(parameters=parameters, trials=1) == {field: TOO_CLOSE + given}
+
+
+def test_a_float_step_that_rounds_to_zero_is_refused_naming_it():
+    """A grid keeps 12 decimals: a step of 1e-13 made its values equal, trials of one configuration."""
+    assert refusal(method="grid", parameters={"lr0": {"low": 1e-12, "high": 2e-12, "step": 1e-13}}) == {
+        "sweep.parameters.lr0.step": "must be at least 1e-12 (a grid keeps 12 decimals), got 1e-13"}
+
+
+def test_the_smallest_value_and_step_are_taken():
+    config = sweep_of(method="grid", parameters={"lr0": {"low": 1e-12, "high": 3e-12, "step": 1e-12}})
+    assert [row["lr0"] for row in grid_expand(config["parameters"])] == [1e-12, 2e-12, 3e-12]
+    assert sweep_of(parameters={"lr0": [0, 0.01]}, trials=2)["parameters"]["lr0"]["choices"] == [0.0, 0.01]
