@@ -27,10 +27,17 @@ def test_wait_refuses_a_timeout_that_is_no_finite_number_of_seconds(capsys, valu
     assert f"argument --timeout: must be a number of seconds, 0 or more; got {value!r}" in err
 
 
-@pytest.mark.parametrize(("command", "value"), [
-    (("wait", "abcd1234"), "nan"), (("wait", "abcd1234"), "0"), (("wait", "abcd1234"), "-1"),
-    (("logs", "-f", "abcd1234"), "inf"), (("logs", "-f", "abcd1234"), "0"), (("logs", "-f", "abcd1234"), "1e10"),
-])
+@pytest.mark.parametrize(
+    ("command", "value"),
+    [
+        (("wait", "abcd1234"), "nan"),
+        (("wait", "abcd1234"), "0"),
+        (("wait", "abcd1234"), "-1"),
+        (("logs", "-f", "abcd1234"), "inf"),
+        (("logs", "-f", "abcd1234"), "0"),
+        (("logs", "-f", "abcd1234"), "1e10"),
+    ],
+)
 def test_a_poll_interval_must_be_a_sensible_number_of_seconds(capsys, command, value):
     err = refusal(capsys, *command, f"--interval={value}")
     assert f"argument --interval: must be a number of seconds from 0.1 to 3600; got {value!r}" in err

@@ -39,8 +39,10 @@ def test_a_tag_json_has_no_type_for_is_refused_naming_its_path(text, path, tag):
         ("when: 2026-01-01\n", {"when": "2026-01-01"}),
         ("when: 2026-01-01 10:00:00\n", {"when": "2026-01-01 10:00:00"}),
         ("2026-01-01: x\n", {"2026-01-01": "x"}),
-        ("n: !!int '3'\nf: !!float '0.5'\ns: !!str 5\nb: !!bool 'true'\nz: !!null ''\n",
-         {"n": 3, "f": 0.5, "s": "5", "b": True, "z": None}),
+        (
+            "n: !!int '3'\nf: !!float '0.5'\ns: !!str 5\nb: !!bool 'true'\nz: !!null ''\n",
+            {"n": 3, "f": 0.5, "s": "5", "b": True, "z": None},
+        ),
     ],
 )
 def test_an_untagged_date_is_its_text_and_json_tags_still_load(text, loaded):
@@ -49,8 +51,11 @@ def test_an_untagged_date_is_its_text_and_json_tags_still_load(text, loaded):
 
 @pytest.mark.django_db
 def test_a_spec_with_a_set_is_a_400_naming_the_field_not_a_python_repr(bob, demo_registered):
-    response = api_client(bob).post("/api/v1/jobs/", SEED_SPEC.replace("priority: medium", "priority: !!set {a, b}"),
-                                    content_type="application/yaml")
+    response = api_client(bob).post(
+        "/api/v1/jobs/",
+        SEED_SPEC.replace("priority: medium", "priority: !!set {a, b}"),
+        content_type="application/yaml",
+    )
     assert response.status_code == 400, response.content
     assert response.json() == {"priority": [f"is tagged !!set{NOT_JSON}"]}
 
