@@ -27,10 +27,11 @@ def internal_address_error(host: str | None, *, unresolved_ok: bool = False) -> 
     webhook must not reach Redis, the database or a cloud metadata service), unless
     NOTIFY_ALLOW_PRIVATE_TARGETS is on (a closed network, the tests' local receivers).
 
-    ``unresolved_ok``: a name that does not resolve reaches nothing, inside or out, so it is let
-    through (apprise's ``host`` of a cloud service is a token: Slack's ``slack://T1JJ3T3L2/…`` posts
-    to hooks.slack.com, and "T1JJ3T3L2 does not resolve" refused every such channel: trial28 F6).
-    A webhook's host is the one it posts to: one that does not resolve is refused as a typo."""
+    ``unresolved_ok``: for a host that is no host (apprise's ``host`` of a cloud service is a token:
+    Slack's ``slack://T1JJ3T3L2/…`` posts to hooks.slack.com, and "T1JJ3T3L2 does not resolve" refused
+    every such channel: trial28 F6; see :func:`checked_hosts`). A host that is connected to (a webhook's,
+    apprise's json://, xml://, form://, a mail server) is refused when it does not resolve: the sender
+    looks it up again, and a name that failed here may then resolve to an internal address."""
     if not host or settings.NOTIFY_ALLOW_PRIVATE_TARGETS:
         return None
     try:
@@ -46,20 +47,29 @@ def internal_address_error(host: str | None, *, unresolved_ok: bool = False) -> 
 
 
 def target_hosts(kind: str, target: str) -> list[str | None]:
+    return [host for host, _ in checked_hosts(kind, target)]
+
+
+def checked_hosts(kind: str, target: str) -> list[tuple[str | None, bool]]:
+    """Each host of ``target`` with whether it is a token rather than a host: an apprise service whose
+    URL has no ``{host}`` (slack://, discord://, pover://) keeps its first token there. Told per
+    service: one target may hold several URLs, and a token may be spelled as another's host."""
     if kind == Channel.Kind.WEBHOOK:
-        return [urlsplit(target).hostname]
+        return [(urlsplit(target).hostname, False)]
     if kind == Channel.Kind.APPRISE:
         notifier = apprise.Apprise()
         notifier.add(target)
-        return [getattr(server, attr, None) for server in notifier for attr in ("host", "smtp_host")]
+        return [(getattr(server, attr, None),
+                 attr == "host" and "host" not in getattr(server, "template_tokens", {"host": None}))
+                for server in notifier for attr in ("host", "smtp_host")]
     return []  # email goes through the configured SMTP server
 
 
 def send(delivery: Delivery) -> int | None:
     """Send or raise DeliveryError; returns the HTTP status for webhooks."""
     channel = delivery.channel
-    for host in target_hosts(channel.kind, channel.target):
-        if problem := internal_address_error(host, unresolved_ok=channel.kind == Channel.Kind.APPRISE):
+    for host, token in checked_hosts(channel.kind, channel.target):
+        if problem := internal_address_error(host, unresolved_ok=token):
             raise DeliveryError(problem)
     if channel.kind == Channel.Kind.WEBHOOK:
         return send_webhook(delivery)

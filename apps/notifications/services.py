@@ -37,10 +37,10 @@ def target_error(kind: str, target: str) -> str | None:
             return "is not a URL apprise supports (e.g. slack://…, msteams://…, ntfy://…, mailto://…)"
     else:
         return f"kind must be one of {', '.join(Channel.Kind.values)}"
-    from .senders import internal_address_error, target_hosts
+    from .senders import checked_hosts, internal_address_error
 
-    for host in target_hosts(kind, target):
-        if problem := internal_address_error(host, unresolved_ok=kind == Channel.Kind.APPRISE):
+    for host, token in checked_hosts(kind, target):
+        if problem := internal_address_error(host, unresolved_ok=token):
             return problem
     return None
 

@@ -438,3 +438,46 @@ def test_a_webhook_whose_host_does_not_resolve_is_still_refused(bob, settings, m
         "name": "hook", "kind": "webhook", "target": "https://hooks.exmaple.org/x"}, format="json")
     assert response.status_code == 400
     assert response.json()["target"] == ["hooks.exmaple.org does not resolve"]
+
+
+# apprise URLs whose host is the one they connect to: a JSON/XML/form post, a mail server.
+REAL_HOST_TARGETS = ["json://hooks.exmaple.org/x", "xml://hooks.exmaple.org/x", "form://hooks.exmaple.org/x",
+                     "mailtos://u:p@example.org?smtp=mail.exmaple.org", "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazk "
+                                                                         "json://T1JJ3T3L2/x"]
+
+
+@pytest.mark.parametrize("target", REAL_HOST_TARGETS, ids=["json", "xml", "form", "smtp", "slack-and-json"])
+def test_an_apprise_channel_whose_host_is_real_and_does_not_resolve_is_refused(target, bob, settings, monkeypatch):
+    """json://, xml:// and form:// post to their host and mail goes to its SMTP host, as a webhook posts
+    to its own: one that does not resolve at the check may resolve for apprise's own lookup a moment
+    later, to an internal address. Only a cloud service's token is let through (review28)."""
+    import socket
+
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: (
+        [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 0))] if host == "example.org"
+        else no_such_host(host)))
+    response = api_client(bob).post("/api/v1/notifications/channels/", {"name": "hook", "kind": "apprise",
+                                                                        "target": target}, format="json")
+    assert response.status_code == 400, response.json()
+    assert "does not resolve" in response.json()["target"][0]
+
+
+def test_an_apprise_channel_whose_host_stops_resolving_is_not_sent(bob, settings, monkeypatch):
+    """The check is made again at send time, with the same rule."""
+    import socket
+
+    import apprise
+
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    public = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: public)
+    response = api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "hook", "kind": "apprise", "target": "json://hooks.example.org/x"}, format="json")
+    assert response.status_code == 201, response.json()
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    sent = []
+    monkeypatch.setattr(apprise.Apprise, "notify", lambda self, **kwargs: sent.append(kwargs) or True)
+    answer = api_client(bob).post(f"/api/v1/notifications/channels/{response.json()['id']}/test/").json()
+    assert answer["delivered"] is False, answer
+    assert sent == []
