@@ -86,13 +86,15 @@ def env_path(name: str, default: Path) -> Path:
 
 
 def shown_url(url: str) -> str:
-    """``url`` with its password as ``***``: what an error about it may print (logs, a pod's events)."""
-    parsed = urlparse(url)
-    if parsed.password is None:
-        return url
-    netloc = parsed.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return parsed._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
+    """``url`` with its password as ``***``: what an error about it may print (logs, a pod's events).
+
+    Everything from the user's ``:`` to the last ``@`` is masked, not only what urlparse reads as the
+    password: a ``#``, ``?`` or ``/`` left in one (not percent-encoded) ends the authority there, and
+    the rest of the password was printed as a path, a query or a fragment."""
+    return _PASSWORD.sub(r"\1:***@", url, count=1)
+
+
+_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):.*@", re.DOTALL)
 
 
 def parse_database_url(url: str, *, prepared_statements: bool = True) -> dict:
@@ -107,9 +109,12 @@ def parse_database_url(url: str, *, prepared_statements: bool = True) -> dict:
     and ``pg_dump`` (``manage.py backup``) both read."""
     parsed = urlparse(url)
     if parsed.query:
-        names = ", ".join(sorted({key for key, _ in parse_qsl(parsed.query, keep_blank_values=True)}))
+        # Named from the URL as shown: a '?' in a password (not percent-encoded) starts a "query" too.
+        query = urlparse(shown_url(url)).query
+        names = ", ".join(sorted({key for key, _ in parse_qsl(query, keep_blank_values=True)}))
         raise EnvError(
-            f"DATABASE_URL has query parameters ({names or parsed.query[:50]}), which are not read: give "
+            f"DATABASE_URL has query parameters ({names or query[:50] or 'a ? in its password: write it as %3F'}), "
+            "which are not read: give "
             "PostgreSQL's connection options as libpq environment variables instead (PGSSLMODE=require, "
             "PGSSLROOTCERT=..., PGCONNECT_TIMEOUT=...)"
         )
@@ -139,13 +144,18 @@ def parse_database_url(url: str, *, prepared_statements: bool = True) -> dict:
         name = parsed.path.lstrip("/")
         if not name:
             raise EnvError(f"DATABASE_URL={shown_url(url)!r} names no database")
+        try:
+            port = parsed.port
+        except ValueError:  # urllib's message quotes the "port": a password's start where it holds a '/'
+            raise EnvError(f"DATABASE_URL={shown_url(url)!r} has a port that is no number up to 65535 (a '/' in a "
+                           "password is written %2F)") from None
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(name),
             "USER": unquote(parsed.username or ""),
             "PASSWORD": unquote(parsed.password or ""),
             "HOST": parsed.hostname or "",
-            "PORT": str(parsed.port or ""),
+            "PORT": str(port or ""),
             "CONN_MAX_AGE": 60,
             # psycopg prepares a statement on the server after this many runs on a connection,
             # so the server stops parsing and planning it each time (about a third of its

@@ -75,3 +75,16 @@ def test_a_refused_database_url_never_shows_its_password():
         assert "s3cret" not in str(refused.value) and "DATABASE_URL" in str(refused.value)
     assert shown_url("postgres://yolo:p@ss@db:5432/x") == "postgres://yolo:***@db:5432/x"
     assert shown_url("postgres://db:5432/x") == "postgres://db:5432/x"
+
+
+@pytest.mark.parametrize("url", ["postgres://yolo:s3cr#et@db:5432/x", "postgres://yolo:s3cr?et@db:5432/x",
+                                 "postgres://yolo:s3cr/et@db:5432/x", "mysql://yolo:s3cr#et@db/x"])
+def test_a_password_not_percent_encoded_is_not_shown_either(url):
+    """A '#', '?' or '/' left in a password ends the URL's authority where urlparse reads it: the
+    password was printed whole (no password found to mask), or its tail as a query (review28)."""
+    from yoloportal.env import parse_database_url
+
+    with pytest.raises(EnvError) as refused:
+        parse_database_url(url)
+    assert "s3cr" not in str(refused.value) and "et@db" not in str(refused.value), str(refused.value)
+    assert "DATABASE_URL" in str(refused.value)
