@@ -30,7 +30,7 @@ from apps.core.errors import FieldErrors
 from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import load_yaml
-from apps.core.values import ascii_float
+from apps.core.values import ascii_float, ascii_int
 from apps.datasets.selectors import dataset_list
 from apps.jobs.continuation import continue_available, continued_by, inputs_gone, job_continue, spec_memory, team_pinned
 from apps.jobs.log_archive import logs_gone_note
@@ -589,7 +589,7 @@ def tokens(request):
         days = None
         if days_raw:
             try:
-                days = int(days_raw)
+                days = ascii_int(days_raw)
             except ValueError:
                 errors["ttl_days"] = f"must be a whole number of days between 1 and {TOKEN_MAX_DAYS}"
         wait = None if errors else throttle_wait(AuthThrottle(), request)

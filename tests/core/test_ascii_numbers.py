@@ -80,3 +80,18 @@ def test_a_form_field_in_other_digits_is_a_400_naming_it(bob):
 def test_the_submit_form_keeps_other_digits_as_text_for_the_parser_to_name():
     assert typed(FULLWIDTH_TWO) == FULLWIDTH_TWO
     assert typed("2") == 2 and typed("0.5") == 0.5
+
+
+@pytest.mark.django_db
+def test_the_portal_token_lifetime_in_other_digits_is_refused_at_its_field(alice):
+    """The token page read ``ttl_days`` with int(): "３０" made a 30-day token (review28)."""
+    from django.test import Client
+
+    from apps.accounts.models import ApiToken
+
+    client = Client()
+    client.force_login(alice)
+    html = client.post("/tokens/", {"name": "x", "ttl_days": "\uff13\uff10"}).content.decode()
+    assert "must be a whole number of days" in html
+    assert not ApiToken.objects.exists()
+
