@@ -109,7 +109,8 @@ def _int(lo: int, hi: int | None) -> Callable[[Any], int]:
         if isinstance(value, bool):
             raise ValueError(f"must be an integer, got {value!r}")
         if isinstance(value, str):
-            if not re.fullmatch(r"[+-]?[0-9]+", value.strip()):  # int() reads any script's digits
+            # int() reads any script's digits, and any Unicode space around them (which strip() takes off)
+            if not value.isascii() or not re.fullmatch(r"[+-]?[0-9]+", value.strip()):
                 raise ValueError(f"must be an integer, got {value!r}")
             value = int(value)
         if isinstance(value, float):
@@ -361,7 +362,8 @@ def parse_cpu_milli(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"must be a CPU count like 4 or 500m, got {value!r}")
     text = str(value).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text, re.ASCII)
+    # strip() takes a Unicode space off too: the value as given must be ASCII
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text, re.ASCII) if str(value).isascii() else None
     if not match:
         raise ValueError(f"must be a CPU count like 4 or 500m, got {value!r}")
     milli = float(match.group(1)) * (1 if match.group(2) else 1000)

@@ -96,7 +96,7 @@ def sweep_metric_problem(metric: str, task: str) -> str:
 
 def _int_in(value: Any, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
+        if isinstance(value, str) and value.isascii() and re.fullmatch(r"[0-9]+", value.strip()):
             value = int(value)
         elif isinstance(value, float) and value.is_integer():
             value = int(value)

@@ -95,3 +95,21 @@ def test_the_portal_token_lifetime_in_other_digits_is_refused_at_its_field(alice
     assert "must be a whole number of days" in html
     assert not ApiToken.objects.exists()
 
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"train": {"data": "demo", "model": "yolov8n.yaml", "epochs": "\u20035"}}, "train.epochs"),
+        ({"train": {"data": "demo", "model": "yolov8n.yaml", "epochs": "5\u00a0"}}, "train.epochs"),
+        ({"resources": {"gpu": 1, "cpu": "\u20034"}}, "resources.cpu"),
+    ],
+    ids=["em-space", "no-break-space", "cpu"],
+)
+def test_a_spec_number_padded_with_a_unicode_space_is_refused(changes, field):
+    """str.strip() took the Unicode space off for the ASCII check, and int() read it (review28)."""
+    document = {"task_name": "t", "command": "yolo train data=demo model=yolov8n.yaml"} | changes
+    if "train" in changes:
+        document.pop("command")
+    with pytest.raises(SpecError) as refused:
+        parse_spec(document)
+    assert field in refused.value.errors, refused.value.errors
