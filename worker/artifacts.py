@@ -21,6 +21,7 @@ cancel or a lost attempt, never failing for it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -155,8 +156,7 @@ def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
             if found != manifest_sha256:
                 raise RuntimeError(f"dataset {folder_key}: manifest {found} in storage, {manifest_sha256} recorded")
         _localise_data_yaml(staging / name, folder_key, target)
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)
+        _into_place(staging, target, checked=bool(manifest_sha256))
     except StorageUnavailable:
         raise
     except Exception as exc:
@@ -168,6 +168,30 @@ def dataset_local(yaml_key: str, manifest_sha256: str) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target / name
+
+
+def _into_place(staging: Path, target: Path, *, checked: bool) -> None:
+    """Rename a fetched dataset folder to ``target``.
+
+    Two slots of one node may fetch one dataset at once (a sweep's trial beside a job on the
+    same dataset). With its manifest ``checked``, a copy another slot renamed into place first
+    holds the same files: it is kept (that slot may be training from it) and this one dropped.
+    Removing it and renaming this one over it, as before, raced: the other rename landing
+    between the two made this one fail with "Directory not empty", and the attempt with it
+    (CI, 5 December). Without a manifest the newer fetch replaces the folder, retried if
+    another lands in between."""
+    for _ in range(5):
+        if not checked:
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.rename(staging, target)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            if checked and target.is_dir():
+                return
+    os.rename(staging, target)  # still losing the race: say so
 
 
 def _localise_data_yaml(yaml_file: Path, folder_key: str, local_folder: Path) -> None:

@@ -187,3 +187,42 @@ def test_a_large_object_is_fetched_and_read_from_the_store_in_bounded_memory(tmp
     assert hashlib.sha256((dataset.parent / "images" / "best.pt").read_bytes()).hexdigest() == sha
     assert fetched_peak < 8 << 20 and read_peak < 8 << 20 and dataset_peak < 8 << 20, (
         fetched_peak, read_peak, dataset_peak)
+
+
+@pytest.mark.django_db
+def test_a_dataset_another_slot_fetched_first_is_kept_and_this_fetch_goes_on(tmp_path, settings, moto, teams,
+                                                                              monkeypatch):
+    """Two slots of one node fetched one dataset at once (a sweep's trial beside a job, CI 5 December):
+    the later one removed the copy the first had renamed into place — which it may be training from —
+    and raced its rename ("Directory not empty": the attempt failed). A copy checked against the
+    manifest is the same files: it is kept, and this fetch answers with it."""
+    import shutil
+
+    import worker.artifacts as artifacts
+    from apps.core.artifacts import artifact_key
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.services import dataset_register
+
+    root = settings.DATASETS_DIR / "_shared" / f"twice-{uuid.uuid4().hex[:8]}"
+    localise = artifacts._localise_data_yaml
+
+    def other_slot_lands_first(yaml_file, folder_key, local_folder):
+        localise(yaml_file, folder_key, local_folder)
+        shutil.copytree(yaml_file.parent, local_folder)  # the other slot's rename, just before this one's
+        (local_folder / "other-slot").write_text("training from this copy")
+
+    try:
+        data_yaml = generate_demo_dataset(root, train=2, val=1, imgsz=32)
+        dataset = dataset_register(team=teams["vision"], name="twice", yaml_path=data_yaml)
+        settings.ARTIFACTS_CACHE_DIR = tmp_path / "node-cache"
+        with override_settings(STORAGES=s3_storages(moto)):
+            for path in sorted(root.rglob("*")):
+                if path.is_file():
+                    artifact_upload(artifact_key(path), path)
+            monkeypatch.setattr(artifacts, "_localise_data_yaml", other_slot_lands_first)
+            fetched = artifacts.dataset_local(dataset.yaml_key, dataset.sha256)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert fetched == cache_path(dataset.sha256, "dataset") / "data.yaml" and fetched.is_file()
+    assert (fetched.parent / "other-slot").read_text() == "training from this copy"
+    assert not [p for p in fetched.parent.parent.iterdir() if p.name.startswith(".fetch-")]
