@@ -58,7 +58,11 @@ def replay(args) -> dict:
             owners,
             nodes,
             PolicyConfig(
-                policy="fair", user_gpu_hours_per_day=None, eta_scenarios=args.scenarios, eta_head=args.eta_head
+                policy="fair",
+                user_gpu_hours_per_day=None,
+                eta_scenarios=args.scenarios,
+                eta_head=args.eta_head,
+                eta_after_budget_stretch=args.after_budget_stretch,
             ),
             seed=args.seed,
         )
@@ -261,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--eta-head", type=int, default=PolicyConfig().eta_head, help="waiting jobs forward-simulated (below: coarse)"
     )
+    parser.add_argument(
+        "--after-budget-stretch",
+        action=argparse.BooleanOptionalAction,
+        default=PolicyConfig().eta_after_budget_stretch,
+        help="head jobs past the forward step budget: coarse wait stretched by inflow (eta_after_budget_stretch)",
+    )
     parser.add_argument("--save", help="write the replay's records here")
     parser.add_argument("--records", help="read records saved by --save instead of replaying")
     parser.add_argument("--offset", default=str(cal.OFFSET_S), help="comma-separated offsets c (s)")
@@ -283,7 +293,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         data = replay(args)
         data["replay"] = {
-            k: getattr(args, k) for k in ("trace", "nodes", "load", "seed", "max_tasks", "scenarios", "eta_head")
+            k: getattr(args, k)
+            for k in (
+                "trace",
+                "nodes",
+                "load",
+                "seed",
+                "max_tasks",
+                "scenarios",
+                "eta_head",
+                "after_budget_stretch",
+            )
         }
         if args.save:
             with open(args.save, "w") as fh:

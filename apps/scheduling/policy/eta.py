@@ -16,7 +16,8 @@ keep arriving (the drift Slurm's ``squeue --start`` has). So:
    stops after ``config.eta_max_steps`` events; a job one has not started by then gets the
    coarse range (2.), but never earlier than where the scenarios stopped plus the pooled
    sweep's wait from there (:meth:`ForwardSim.after_budget`), so never before a start a
-   scenario made for a job ahead of it.
+   scenario made for a job ahead of it. With ``config.eta_after_budget_stretch`` off, that
+   coarse range leaves out the inflow stretch (the sweep's wait from now as it is).
 2. **Below the head**: the pooled list-scheduling sweep (every GPU a slot; node
    boundaries ignored), stretched by the higher-priority inflow — with inflow of
    ``λ`` GPU-seconds per second outranking a job on ``G`` GPUs, waiting takes
@@ -614,7 +615,7 @@ class EtaModel:
             for job, _, prio, _ in jobs:
                 floor = floors.get(job.job_id)
                 if floor is not None:
-                    coarse = self.coarse(points[job.job_id], prio)
+                    coarse = self.coarse(points[job.job_id], prio, stretch=config.eta_after_budget_stretch)
                     out[job.job_id] = tuple(c if c > f else f for c, f in zip(coarse, floor, strict=True))
         return out
 
@@ -641,12 +642,13 @@ class EtaModel:
             4 * config.eta_head,
         )
 
-    def coarse(self, point: float, priority: float, shape: int | None = None) -> EtaRange:
-        """A job below the head: the pooled sweep's start, stretched by inflow, with the head's
-        spread, each wait carried on from the head's last job of its ``shape`` (:meth:`carry_from`)."""
+    def coarse(self, point: float, priority: float, shape: int | None = None, *, stretch: bool = True) -> EtaRange:
+        """A job below the head: the pooled sweep's start, stretched by inflow (unless not
+        ``stretch``), with the head's spread, each wait carried on from the head's last job of its
+        ``shape`` (:meth:`carry_from`)."""
         now = self.now
         wait = max(0.0, point - now)
-        if wait > 0 and self.total_gpus and self.inflow_rate > 0:  # no inflow: load 0, no stretch
+        if stretch and wait > 0 and self.total_gpus and self.inflow_rate > 0:  # no inflow: load 0, no stretch
             load = min(0.9, self.inflow_rate_above(priority) / self.total_gpus)
             wait /= 1.0 - load
         lo_f, hi_f = self.spread

@@ -269,6 +269,11 @@ class PolicyConfig:
     eta_runtime_sigma: float = 0.5  # lognormal sigma of runtime estimates' error
     eta_range_widen: float = 1.0  # the P10-P90 range is widened by this factor around now
     eta_max_steps: int = 400  # events one forward scenario may process
+    # A head job some scenario did not start within eta_max_steps takes the coarse estimate from
+    # now (EtaModel.coarse). True: its wait stretched by 1 / (1 - load) for the inflow that would
+    # outrank it, as below the head; False: the pooled sweep's wait as it is (the scenarios'
+    # floor still applies). The stretch gave 5-13 days for jobs starting after 1-6 (docs).
+    eta_after_budget_stretch: bool = True
     eta_inflow_horizon_s: float = 7 * DAY_S  # sampled arrivals stop here
     # The point and range are calibrated on the track record (``ClusterState.eta_history``,
     # policy/eta_calibration.py): the range holds this share of recent similar jobs' actual
