@@ -242,6 +242,25 @@ def test_a_head_job_past_a_scenarios_step_budget_starts_no_earlier_than_where_th
         assert _non_decreasing([getattr(e, field) for e in entries]), field
 
 
+def test_without_the_after_budget_stretch_a_head_job_past_the_step_budget_takes_the_sweeps_wait() -> None:
+    """One GPU, a queue behind 30 high-class arrivals of an hour each: q3 is not started within
+    the step budget in every scenario, so it takes the coarse point, which the
+    inflow stretch put at 55,000 s (eta28: such points 5-13 days for jobs starting after 1-6).
+    With ``eta_after_budget_stretch`` off that job is shown at the sweep's wait (11,621 s, still
+    after q2); the jobs every scenario started are unchanged."""
+    queue = [job(f"q{i}", age_s=100.0 - i, walltime_s=1800.0) for i in range(5)]
+    better = tuple(job(f"f{i}", user="bob", cls="high", age_s=2867.0 * i, walltime_s=HOUR) for i in range(30))
+    points = {}
+    for stretch in (True, False):
+        config = fair(eta_coverage=0.0, eta_after_budget_stretch=stretch)
+        st = state([node("n1", gpus=1)], queue, [running("r", "n1", (0,), left_s=100.0)], config=config, inflow=better)
+        points[stretch] = {e.job_id: e.estimated_start_model for e in plan(st, NOW).queue}
+    stretched, unstretched = points[True], points[False]
+    assert unstretched["q3"] < stretched["q3"] - HOUR
+    assert unstretched["q3"] >= unstretched["q2"]
+    assert {k: v for k, v in unstretched.items() if k != "q3"} == {k: v for k, v in stretched.items() if k != "q3"}
+
+
 @pytest.mark.parametrize("kind", ["size", "over quota"])
 def test_a_preemption_is_graceful(kind) -> None:
     cluster = [node("n1", gpus=1)]
