@@ -65,12 +65,20 @@ def checked_hosts(kind: str, target: str) -> list[tuple[str | None, bool]]:
     return []  # email goes through the configured SMTP server
 
 
+def target_address_error(kind: str, target: str) -> str | None:
+    """The first of ``target``'s hosts that :func:`internal_address_error` refuses, or None: asked when
+    a channel is made and again at each send (a name may resolve elsewhere by then)."""
+    for host, token in checked_hosts(kind, target):
+        if problem := internal_address_error(host, unresolved_ok=token):
+            return problem
+    return None
+
+
 def send(delivery: Delivery) -> int | None:
     """Send or raise DeliveryError; returns the HTTP status for webhooks."""
     channel = delivery.channel
-    for host, token in checked_hosts(channel.kind, channel.target):
-        if problem := internal_address_error(host, unresolved_ok=token):
-            raise DeliveryError(problem)
+    if problem := target_address_error(channel.kind, channel.target):
+        raise DeliveryError(problem)
     if channel.kind == Channel.Kind.WEBHOOK:
         return send_webhook(delivery)
     title = f"[yoloportal] {delivery.payload.get('message', delivery.event)}"

@@ -37,12 +37,9 @@ def target_error(kind: str, target: str) -> str | None:
             return "is not a URL apprise supports (e.g. slack://…, msteams://…, ntfy://…, mailto://…)"
     else:
         return f"kind must be one of {', '.join(Channel.Kind.values)}"
-    from .senders import checked_hosts, internal_address_error
+    from .senders import target_address_error
 
-    for host, token in checked_hosts(kind, target):
-        if problem := internal_address_error(host, unresolved_ok=token):
-            return problem
-    return None
+    return target_address_error(kind, target)
 
 
 # A personal channel hears what its owner's preferences choose: events and lateness set on it were
