@@ -6,11 +6,13 @@ import ipaddress
 import json
 import socket
 import time
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import apprise
 import requests
 from django.conf import settings
+from requests.adapters import HTTPAdapter
+from requests.utils import select_proxy
 
 from .models import Channel, Delivery
 from .signing import sign
@@ -35,9 +37,21 @@ def internal_address_error(host: str | None, *, unresolved_ok: bool = False) -> 
     if not host or settings.NOTIFY_ALLOW_PRIVATE_TARGETS:
         return None
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None)}
+        addresses = host_addresses(host)
     except (OSError, UnicodeError):
         return None if unresolved_ok else f"{host} does not resolve"
+    return addresses_error(host, addresses)
+
+
+def host_addresses(host: str) -> list[str]:
+    """``host``'s addresses in the resolver's order, once each; raises OSError when it does not resolve."""
+    return list(dict.fromkeys(info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None)))
+
+
+def addresses_error(host: str, addresses: list[str]) -> str | None:
+    """Why ``host`` may not be connected to at ``addresses`` (any one internal refuses it), or None."""
+    if settings.NOTIFY_ALLOW_PRIVATE_TARGETS:
+        return None
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%")[0])
         if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_multicast \
@@ -77,10 +91,16 @@ def target_address_error(kind: str, target: str) -> str | None:
 def send(delivery: Delivery) -> int | None:
     """Send or raise DeliveryError; returns the HTTP status for webhooks."""
     channel = delivery.channel
-    if problem := target_address_error(channel.kind, channel.target):
-        raise DeliveryError(problem)
     if channel.kind == Channel.Kind.WEBHOOK:
         return send_webhook(delivery)
+    # apprise (and smtplib under it) looks each host up again after this check, and a name under an
+    # attacker's DNS may answer differently the second time (DNS rebinding): not pinned, because each
+    # apprise plugin makes its own connection (requests, smtplib, SDKs) and takes no address. What this
+    # check does hold: a host that resolves, now, to an internal address, or not at all, is not sent to.
+    # What it does not: a public answer here followed by an internal one in apprise's own lookup
+    # (docs/notifications.md "DNS rebinding"; an egress firewall on the notify worker closes it).
+    if problem := target_address_error(channel.kind, channel.target):
+        raise DeliveryError(problem)
     title = f"[yoloportal] {delivery.payload.get('message', delivery.event)}"
     url = email_url(channel.target) if channel.kind == Channel.Kind.EMAIL else channel.target
     notifier = apprise.Apprise()
@@ -100,7 +120,31 @@ def body_bytes(payload: dict) -> bytes:
     return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
 
 
+class PinnedAdapter(HTTPAdapter):
+    """Connects where the URL says (an IP address) while TLS speaks to, and verifies the certificate
+    against, ``hostname``: SNI and the name checked are the host the user wrote, not the address."""
+
+    def __init__(self, hostname: str) -> None:
+        super().__init__(max_retries=0)
+        self.hostname = hostname
+
+    def build_connection_pool_key_attributes(self, request, verify, cert=None):
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        if host_params["scheme"] == "https":
+            pool_kwargs = {**pool_kwargs, "server_hostname": self.hostname, "assert_hostname": self.hostname}
+        return host_params, pool_kwargs
+
+
 def send_webhook(delivery: Delivery) -> int:
+    """Post the signed body to the address that was checked.
+
+    1. Prepare the request as requests would (the host IDNA-encoded, auth from the URL in a header).
+    2. Look the host up once and refuse it if any address is internal (:func:`addresses_error`).
+    3. Send to the first address, with the original ``Host`` header, and for https the hostname as
+       SNI and as the name the certificate must carry. Looking the name up again here would let a
+       DNS answer that changed since step 2 (rebinding) reach an internal address.
+    Through an HTTP(S)_PROXY from the environment the proxy connects, with its own lookup: the
+    request goes unpinned to it, as before (the proxy is the operator's egress control)."""
     body = body_bytes({**delivery.payload, "delivery": delivery.pk})
     timestamp = int(time.time())
     headers = {
@@ -111,11 +155,33 @@ def send_webhook(delivery: Delivery) -> int:
         "X-Yoloportal-Timestamp": str(timestamp),
         "X-Yoloportal-Signature": sign(delivery.channel.secret, timestamp, body),
     }
-    try:
-        response = requests.post(delivery.channel.target, data=body, headers=headers,
-                                 timeout=settings.NOTIFY_TIMEOUT_S, allow_redirects=False)
-    except requests.RequestException as exc:
-        raise DeliveryError(f"webhook unreachable: {exc}") from None
+    with requests.Session() as session:
+        try:
+            prepared = session.prepare_request(requests.Request("POST", delivery.channel.target, data=body,
+                                                                headers=headers))
+        except requests.RequestException as exc:
+            raise DeliveryError(f"webhook unreachable: {exc}") from None
+        environment = session.merge_environment_settings(prepared.url, {}, None, None, None)
+        parts = urlsplit(prepared.url)
+        hostname = parts.hostname or ""
+        try:
+            addresses = host_addresses(hostname)
+        except (OSError, UnicodeError):
+            raise DeliveryError(f"{hostname} does not resolve") from None
+        if problem := addresses_error(hostname, addresses):
+            raise DeliveryError(problem)
+        if not select_proxy(prepared.url, environment["proxies"]):
+            address = addresses[0].replace("%", "%25")
+            literal = f"[{address}]" if ":" in address else address
+            prepared.headers["Host"] = parts.netloc.rpartition("@")[2]
+            prepared.url = urlunsplit(parts._replace(
+                netloc=literal if parts.port is None else f"{literal}:{parts.port}"))
+            session.mount(f"{parts.scheme}://", PinnedAdapter(hostname))
+        try:
+            response = session.send(prepared, timeout=settings.NOTIFY_TIMEOUT_S, allow_redirects=False,
+                                    **environment)
+        except requests.RequestException as exc:
+            raise DeliveryError(f"webhook unreachable: {exc}") from None
     if not 200 <= response.status_code < 300:
         raise DeliveryError(f"webhook answered HTTP {response.status_code}", status=response.status_code)
     return response.status_code

@@ -1,0 +1,129 @@
+"""A webhook is posted to the address its host was checked at, not to whatever a second lookup says.
+
+DNS is played by a stand-in ``socket.getaddrinfo`` for the one name under test, and the public
+internet by a stand-in for urllib3's connect that sends a connection to 93.184.215.14 to a local
+receiver (a connection urllib3 makes to the name itself is not redirected: the unpinned sender's
+https post goes nowhere here). The sender, requests, urllib3 and TLS are the real ones."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import urllib3.util.connection
+
+from apps.notifications.models import Channel
+from apps.notifications.services import channel_test
+
+from .receivers import WebhookReceiver, tls_for
+
+pytestmark = pytest.mark.django_db
+
+HOST, PUBLIC = "hooks.example.org", "93.184.215.14"
+
+
+def dns(monkeypatch, answers: list[str]) -> list[str]:
+    """``HOST`` answers each of ``answers`` in turn (the last one from then on); returns what was asked."""
+    real, asked = socket.getaddrinfo, []
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != HOST:
+            return real(host, port, *args, **kwargs)
+        asked.append(host)
+        address = answers.pop(0) if len(answers) > 1 else answers[0]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return asked
+
+
+def internet(monkeypatch, public_port: int) -> None:
+    """A connection to ``PUBLIC`` reaches the local receiver on ``public_port`` instead."""
+    real = urllib3.util.connection.create_connection
+
+    def create_connection(address, *args, **kwargs):
+        if address[0] == PUBLIC:
+            address = ("127.0.0.1", public_port)
+        return real(address, *args, **kwargs)
+
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+
+
+@pytest.fixture
+def public_server():
+    server = WebhookReceiver().start()
+    yield server
+    server.stop()
+
+
+def test_a_webhook_whose_name_rebinds_after_the_check_is_posted_to_the_checked_address(
+        bob, receiver, public_server, settings, monkeypatch):
+    """The check saw a public address; a second lookup (requests' own) answered 127.0.0.1, where
+    ``receiver`` plays Redis on the URL's port, and got the post (DNS rebinding)."""
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    dns(monkeypatch, [PUBLIC, "127.0.0.1"])
+    internet(monkeypatch, public_server.port)
+    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK,
+                                     target=f"http://{HOST}:{receiver.port}/hook")
+    delivery = channel_test(channel=channel, by=bob)
+    assert delivery.state == "sent", delivery.last_error
+    assert receiver.received == []
+    [post] = public_server.received
+    assert post.headers["host"] == f"{HOST}:{receiver.port}"
+    assert post.path == "/hook" and post.headers["x-yoloportal-event"] == "test"
+
+
+def test_a_name_that_resolves_inside_at_send_time_is_refused_without_a_second_lookup(
+        bob, receiver, settings, monkeypatch):
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    asked = dns(monkeypatch, ["127.0.0.1", PUBLIC])
+    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK,
+                                     target=f"http://{HOST}:{receiver.port}/hook")
+    delivery = channel_test(channel=channel, by=bob)
+    assert delivery.state == "failed" and "internal address (127.0.0.1)" in delivery.last_error
+    assert asked == [HOST] and receiver.received == []
+
+
+@pytest.fixture
+def tls_server(tmp_path, monkeypatch):
+    """An https receiver whose certificate names ``HOST``, its CA trusted the way an operator would
+    (REQUESTS_CA_BUNDLE); each test starts it with the host its certificate names."""
+
+    def start(hostname: str):
+        context, ca, asked = tls_for(hostname, tmp_path)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca))
+        server = WebhookReceiver().start(tls=context)
+        started.append(server)
+        return server, asked
+
+    started = []
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_a_pinned_https_webhook_still_sends_the_hostname_as_sni_and_verifies_it(
+        bob, tls_server, settings, monkeypatch):
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    server, sni = tls_server(HOST)
+    dns(monkeypatch, [PUBLIC])
+    internet(monkeypatch, server.port)
+    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK,
+                                     target=f"https://{HOST}:{server.port}/hook")
+    delivery = channel_test(channel=channel, by=bob)
+    assert delivery.state == "sent", delivery.last_error
+    assert sni == [HOST]
+    assert server.received[0].headers["host"] == f"{HOST}:{server.port}"
+
+
+def test_a_pinned_https_webhook_refuses_a_certificate_for_another_name(bob, tls_server, settings, monkeypatch):
+    """Connecting to an address must not turn certificate checking off or check it against the address."""
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    server, _ = tls_server("other.example.org")
+    dns(monkeypatch, [PUBLIC])
+    internet(monkeypatch, server.port)
+    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK,
+                                     target=f"https://{HOST}:{server.port}/hook")
+    delivery = channel_test(channel=channel, by=bob)
+    assert delivery.state == "failed" and "webhook unreachable" in delivery.last_error
+    assert HOST in delivery.last_error and server.received == []
