@@ -65,27 +65,52 @@ def target_hosts(kind: str, target: str) -> list[str | None]:
 
 
 def checked_hosts(kind: str, target: str) -> list[tuple[str | None, bool]]:
-    """Each host of ``target`` with whether it is a token rather than a host: an apprise service whose
-    URL has no ``{host}`` (slack://, discord://, pover://) keeps its first token there. Told per
-    service: one target may hold several URLs, and a token may be spelled as another's host."""
+    """Each host of ``target`` with whether it may not resolve, i.e. is not connected to:
+
+    - an apprise service whose URL has no ``{host}`` (slack://, discord://, pover://) keeps its first
+      token there;
+    - apprise's mail (``mailto://``, ``mailtos://``) connects to its SMTP server only: ``smtp_host``,
+      from ``?smtp=``, a provider's template (gmail.com: smtp.gmail.com) or else the URL's host itself.
+      Where the SMTP server is another host, the URL's host is the sender's mail domain, never
+      connected to, and a domain with only an MX record has no address: "does not resolve" refused
+      working channels. Apprise never looks MX records up (neither do we: no MX is consulted, so a
+      mailto:// URL with no ``?smtp=`` needs a domain that is itself the mail server).
+
+    Told per service: one target may hold several URLs, and a token may be spelled as another's host."""
     if kind == Channel.Kind.WEBHOOK:
         return [(urlsplit(target).hostname, False)]
     if kind == Channel.Kind.APPRISE:
         notifier = apprise.Apprise()
         notifier.add(target)
-        return [(getattr(server, attr, None),
-                 attr == "host" and "host" not in getattr(server, "template_tokens", {"host": None}))
-                for server in notifier for attr in ("host", "smtp_host")]
+        hosts = []
+        for server in notifier:
+            host, smtp_host = getattr(server, "host", None), getattr(server, "smtp_host", None)
+            if smtp_host:
+                hosts += [(host, True)] if host and host != smtp_host else []
+                hosts.append((smtp_host, False))
+            else:
+                hosts.append((host, "host" not in getattr(server, "template_tokens", {"host": None})))
+        return hosts
     return []  # email goes through the configured SMTP server
 
 
 def target_address_error(kind: str, target: str) -> str | None:
     """The first of ``target``'s hosts that :func:`internal_address_error` refuses, or None: asked when
     a channel is made and again at each send (a name may resolve elsewhere by then)."""
-    for host, token in checked_hosts(kind, target):
-        if problem := internal_address_error(host, unresolved_ok=token):
+    for host, not_connected in checked_hosts(kind, target):
+        if problem := internal_address_error(host, unresolved_ok=not_connected):
+            if problem.endswith("does not resolve") and mail_server_is_its_domain(target, host):
+                problem += (f" (mail is sent to {host} itself, the host of the mailto:// URL: name your "
+                            f"mail server with ?smtp=, e.g. mailtos://user:pass@{host}?smtp=smtp.{host})")
             return problem
     return None
+
+
+def mail_server_is_its_domain(target: str, host: str | None) -> bool:
+    """Whether one of ``target``'s apprise mail URLs connects to its own host (no ``?smtp=`` nor template)."""
+    notifier = apprise.Apprise()
+    notifier.add(target)
+    return any(getattr(server, "smtp_host", None) == host == getattr(server, "host", None) for server in notifier)
 
 
 def send(delivery: Delivery) -> int | None:

@@ -481,3 +481,39 @@ def test_an_apprise_channel_whose_host_stops_resolving_is_not_sent(bob, settings
     answer = api_client(bob).post(f"/api/v1/notifications/channels/{response.json()['id']}/test/").json()
     assert answer["delivered"] is False, answer
     assert sent == []
+
+
+def mx_only(host, *args, **kwargs):
+    """DNS where mx-only.example.org has only an MX record (no address) and the rest is public."""
+    import socket
+
+    if host in ("mx-only.example.org", "mail.mx-only.example.org"):
+        return no_such_host(host)
+    return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 0))]
+
+
+def test_a_mail_url_from_a_domain_with_only_an_mx_record_is_taken_when_it_names_its_smtp_server(
+        bob, settings, monkeypatch):
+    """apprise's mail connects to its SMTP server (``?smtp=``) only; the URL's host is the sender's
+    domain, which need have no address: "mx-only.example.org does not resolve" refused it."""
+    import socket
+
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    monkeypatch.setattr(socket, "getaddrinfo", mx_only)
+    response = api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "mail", "kind": "apprise", "target": "mailtos://me:pw@mx-only.example.org?smtp=smtp.example.net"},
+        format="json")
+    assert response.status_code == 201, response.json()
+
+
+def test_a_mail_url_whose_domain_is_its_own_unresolvable_mail_server_says_to_name_one(bob, settings, monkeypatch):
+    """Without ``?smtp=`` apprise connects to the domain itself (never its MX): refused, saying how to fix it."""
+    import socket
+
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    monkeypatch.setattr(socket, "getaddrinfo", mx_only)
+    response = api_client(bob).post("/api/v1/notifications/channels/", {
+        "name": "mail", "kind": "apprise", "target": "mailtos://me:pw@mx-only.example.org"}, format="json")
+    assert response.status_code == 400
+    [problem] = response.json()["target"]
+    assert problem.startswith("mx-only.example.org does not resolve") and "?smtp=" in problem
