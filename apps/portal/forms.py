@@ -54,8 +54,13 @@ def typed(text: str) -> int | float | str:
 
     The form builds the spec a YAML or JSON author would write; kept as text, the stored spec
     showed ``"epochs": "30"`` on the job page and in Edit & resubmit (a new-user trial). Text
-    that is not a number ("ten", "nan") stays text, so the parser names it at its field.
+    that is not a number ("ten", "nan") stays text, so the parser names it at its field; so does text
+    with anything but ASCII in it: the API refuses ``"3\u3000"`` (apps.core.values.ascii_int), and
+    ``strip()`` took that ideographic space off here and submitted 3. (The number boxes are
+    :func:`number_field`s: Django's own strip() takes Unicode spaces off too.)
     """
+    if not text.isascii():
+        return text
     text = text.strip()
     if not _NUMBER.fullmatch(text):
         return text
@@ -69,6 +74,12 @@ def text_input(placeholder: str = "", **attrs: Any) -> forms.TextInput:
     return forms.TextInput(attrs={"placeholder": placeholder, **attrs})
 
 
+def number_field(**kwargs: Any) -> forms.CharField:
+    """A text box for a number, kept as typed (``strip=False``): Django's strip() takes any Unicode
+    space off, and ``"3\u3000"`` became 3, which the API refuses (see :func:`typed`)."""
+    return forms.CharField(required=False, strip=False, **kwargs)
+
+
 class JobForm(forms.Form):
     """The common fields. Every field is optional here: the spec parser says what is missing."""
 
@@ -79,14 +90,12 @@ class JobForm(forms.Form):
     dataset = forms.CharField(required=False, widget=text_input("a dataset of your team", list="datasets"))
     model = forms.CharField(required=False, initial="yolov8n.yaml",
                             widget=text_input("yolov8n.yaml, name.pt or name:v1", list="models"))
-    epochs = forms.CharField(required=False, initial="10", widget=text_input(inputmode="numeric"))
-    imgsz = forms.CharField(required=False, initial="640", label="Image size",
-                            widget=text_input(inputmode="numeric"))
-    batch = forms.CharField(required=False, initial="16", widget=text_input("16, -1 = auto", inputmode="decimal"))
+    epochs = number_field(initial="10", widget=text_input(inputmode="numeric"))
+    imgsz = number_field(initial="640", label="Image size", widget=text_input(inputmode="numeric"))
+    batch = number_field(initial="16", widget=text_input("16, -1 = auto", inputmode="decimal"))
     gpus = forms.ChoiceField(required=False, choices=GPU_CHOICES, initial="1", label="GPUs")
     priority = forms.ChoiceField(required=False, choices=[(p, p) for p in PRIORITIES], initial="medium")
-    timeout_hours = forms.CharField(required=False, initial="24", label="Timeout (hours)",
-                                    widget=text_input(inputmode="decimal"))
+    timeout_hours = number_field(initial="24", label="Timeout (hours)", widget=text_input(inputmode="decimal"))
     allow_duplicate = forms.BooleanField(required=False, label="Run even if an identical job is active")
 
     def __init__(self, *args: Any, teams: list[str], urgent_teams: list[str] | None = None, **kwargs: Any) -> None:
@@ -125,14 +134,15 @@ class JobForm(forms.Form):
         }
         if data["team"]:
             document["team"] = data["team"]
-        hours = data["timeout_hours"].strip()
+        typed_hours = data["timeout_hours"]
+        hours = typed_hours.strip()
         if hours:
             try:
-                value = ascii_float(hours)
+                value = ascii_float(typed_hours)  # not ``hours``: strip() takes a Unicode space off
             except ValueError:
                 value = math.nan
             if not math.isfinite(value):
-                self.add_error("timeout_hours", f"must be a number of hours, got {hours!r}")
+                self.add_error("timeout_hours", f"must be a number of hours, got {typed_hours!r}")
             elif value <= 0:  # (was rounded up to a 1 s timeout: the job was killed at once)
                 self.add_error("timeout_hours", f"must be more than 0 hours, got {hours}")
             elif value * 3600 > settings.MAX_JOB_TIMEOUT_S:  # 1e308 hours: inf s, round() a 500 (sec19, F8)
@@ -205,9 +215,9 @@ class SweepForm(JobForm):
 
     method = forms.ChoiceField(required=False, choices=[(m, m) for m in ("tpe", "random", "grid")], initial="tpe",
                                help_text="tpe: Optuna's TPE; grid: every combination")
-    trials = forms.CharField(required=False, initial="8", widget=text_input("grid: leave empty", inputmode="numeric"))
-    parallel = forms.CharField(required=False, initial="2", label="At once",
-                               widget=text_input("trials queued or running at once", inputmode="numeric"))
+    trials = number_field(initial="8", widget=text_input("grid: leave empty", inputmode="numeric"))
+    parallel = number_field(initial="2", label="At once",
+                            widget=text_input("trials queued or running at once", inputmode="numeric"))
     # Empty by default: the sweep then maximises its task's own figure (box mAP50-95 for detect, mask
     # for segment, top-1 accuracy for classify); a prefilled box metric would be sent for every task.
     metric = forms.CharField(required=False, initial="", label="Metric to maximise",
@@ -225,12 +235,11 @@ class SweepForm(JobForm):
         for row in range(1, SWEEP_ROWS + 1):
             self.fields[f"p{row}_name"] = forms.CharField(
                 required=False, label="Parameter", widget=text_input("e.g. lr0", list="train-args"))
-            self.fields[f"p{row}_low"] = forms.CharField(required=False, label="Low", widget=text_input("1e-4"))
-            self.fields[f"p{row}_high"] = forms.CharField(required=False, label="High", widget=text_input("0.1"))
+            self.fields[f"p{row}_low"] = number_field(label="Low", widget=text_input("1e-4"))
+            self.fields[f"p{row}_high"] = number_field(label="High", widget=text_input("0.1"))
             self.fields[f"p{row}_log"] = forms.BooleanField(required=False, label="log scale")
-            self.fields[f"p{row}_step"] = forms.CharField(required=False, label="Step", widget=text_input("grid step"))
-            self.fields[f"p{row}_choices"] = forms.CharField(
-                required=False, label="…or choices", widget=text_input("SGD, AdamW"))
+            self.fields[f"p{row}_step"] = number_field(label="Step", widget=text_input("grid step"))
+            self.fields[f"p{row}_choices"] = number_field(label="…or choices", widget=text_input("SGD, AdamW"))
         if not self.is_bound:
             self.initial.update({"p1_name": "lr0", "p1_low": "1e-4", "p1_high": "1e-1", "p1_log": True})
 

@@ -629,3 +629,25 @@ def test_times_read_on_one_clock_with_their_zone_and_never_0_minutes(alice, demo
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert f"{start:%Y-%m-%d %H:%M} UTC" in page  # the estimated start, as the reasons write times
     assert not re.search(r"\d(a|p)\.m\.", page)
+
+
+@pytest.mark.parametrize(("field", "text"), [("epochs", "3\u3000"), ("imgsz", "\u3000128"), ("batch", "8\u00a0"),
+                                             ("timeout_hours", "2\u2003")])
+def test_a_number_padded_with_a_unicode_space_is_refused_at_its_box_as_the_api_refuses_it(
+        field, text, alice, demo_registered):
+    """The API takes ASCII numbers only (apps.core.values.ascii_int): ``"3\\u3000"`` is refused there,
+    while the form's boxes (Django's strip(), then typed()) took the ideographic space off and submitted 3."""
+    response = signed_in(alice).post("/jobs/new/", {**FORM, f"f-{field}": text})
+    assert response.status_code == 200 and not Job.objects.exists()
+    errors = field_errors(response.content.decode())
+    assert set(errors) == {field} and repr(text)[1:-1] in errors[field], errors
+
+
+@pytest.mark.parametrize("field", ["trials", "p1_low", "p1_step"])
+def test_a_sweep_number_padded_with_a_unicode_space_is_refused_at_its_box(field, alice, demo_registered):
+    form = {f"s-{k.removeprefix('f-')}": v for k, v in FORM.items() if k.startswith("f-")}
+    sweep = {**form, "mode": "sweep", "s-method": "random", "s-trials": "2", "s-parallel": "2",
+             "s-optimizer": "SGD", "s-p1_name": "lr0", "s-p1_low": "0.001", "s-p1_high": "0.1"}
+    response = signed_in(alice).post("/jobs/new/", {**sweep, f"s-{field}": sweep.get(f"s-{field}", "0.01") + "\u3000"})
+    assert response.status_code == 200 and not Job.objects.exists()
+    assert set(field_errors(response.content.decode())) == {field}
