@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from apps.jobs.spec_sweep import grid_expand
+from apps.jobs.spec_sweep import SMALLEST, grid_expand
 
 RUNNING, COMPLETE, PRUNED, FAILED = "running", "complete", "pruned", "failed"
 
@@ -118,7 +118,20 @@ def propose(config: dict, records: list[TrialRecord], number: int) -> dict[str, 
         sampler = optuna.samplers.RandomSampler(seed=seed)
     study = _study(config, [r for r in records if r.number < number], sampler=sampler)
     trial = study.ask(distributions(config["parameters"]))
-    return dict(trial.params)
+    return {name: nearer_zero_is_zero(value) for name, value in trial.params.items()}
+
+
+def nearer_zero_is_zero(value: Any) -> Any:
+    """A sampled float nearer 0 than SMALLEST as 0.0, the value the submit takes (spec._float refuses
+    0 < |x| < 1e-12: the trial was submitted, refused and counted failed). Two ways to get one: a range
+    from 0 to a tiny high (``{low: 0, high: 2.0e-12}``: every other sample), and a stepped range
+    through 0 (``{low: -0.3, high: 0.3, step: 0.1}``: -0.3 + 3 × 0.1 is 5.6e-17). Snapped, not refused
+    at submission: [-0.3, 0.3] by 0.1 is a sensible range, and 0 lies in any range that sampled such
+    a value (each bound is 0 or at least SMALLEST in size), so the snapped value is one the sampler
+    could have drawn and Optuna takes it back as history. A grid already rounds (grid_values)."""
+    if isinstance(value, float) and 0 < abs(value) < SMALLEST:
+        return 0.0
+    return value
 
 
 def pruner_for(config: dict):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from apps.jobs.spec import parse_spec
 from apps.sweeps.search import (
     COMPLETE,
@@ -128,3 +130,28 @@ def test_asha_keeps_its_rung_values_in_system_attrs_for_the_next_call():
     assert decision.prune
     assert decision.message == ("pruned at epoch 1 (metrics/mAP50-95(B) 0.3 not in the top 1/2 of the 2 trials "
                                 "that reached rung 0)")
+
+
+@pytest.mark.parametrize("space", [{"weight_decay": {"low": 0, "high": 2e-12}},
+                                   {"degrees": {"low": -0.3, "high": 0.3, "step": 0.1}}], ids=["tiny-high", "stepped"])
+@pytest.mark.parametrize("method", ["random", "tpe"])
+def test_every_proposal_is_a_value_the_trials_submit_takes(space, method):
+    """Sampled floats nearer 0 than 1e-12 (a range from 0 to a tiny high; -0.3 + 3 × 0.1 = 5.6e-17 in a
+    stepped one) were refused by the trial's own submit ("too close to 0") and counted as failed trials:
+    they are proposed as 0, which both ranges hold."""
+    cfg = parse_spec({**BASE, "sweep": {"method": method, "parameters": space, "trials": 40, "seed": 11}}).sweep
+    [(name, bounds)] = space.items()
+    for record in run_flat(cfg, 40):
+        value = record.params[name]
+        assert value == 0 or abs(value) >= 1e-12, value
+        assert bounds["low"] <= value <= bounds["high"]
+        parse_spec({"task_name": "t", "train": {"data": "demo", "model": "yolov8n.yaml", name: value}})
+
+
+def run_flat(cfg: dict, told: int) -> list[TrialRecord]:
+    """Like :func:`run`, every trial scoring alike (the space holds none of run's parameters)."""
+    records: list[TrialRecord] = []
+    for number in range(told):
+        params = propose(cfg, records, number)
+        records.append(TrialRecord(number=number, params=params, state=COMPLETE, value=float(number % 3)))
+    return records
