@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from apps.core.errors import FieldErrors
-from apps.core.values import ascii_float, bool_parse, first_found
+from apps.core.values import ascii_float, ascii_int, bool_parse, first_found
 
 from .spec_sweep import DECIMALS, SMALLEST, sweep_parse
 
@@ -109,10 +109,16 @@ def _int(lo: int, hi: int | None) -> Callable[[Any], int]:
         if isinstance(value, bool):
             raise ValueError(f"must be an integer, got {value!r}")
         if isinstance(value, str):
-            # int() reads any script's digits, and any Unicode space around them (which strip() takes off)
-            if not value.isascii() or not re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+            # The match refuses what int() reads but no author means ("1_0", "3.0", words); ascii_int
+            # what passes it only through strip(): a Unicode space around the digits ("3\u3000").
+            if not re.fullmatch(r"[+-]?[0-9]+", value.strip()):
                 raise ValueError(f"must be an integer, got {value!r}")
-            value = int(value)
+            try:
+                value = ascii_int(value)
+            except ValueError:
+                if value.isascii():  # past int()'s 4300-digit limit: its own words, as before
+                    raise
+                raise ValueError(f"must be an integer, got {value!r}") from None
         if isinstance(value, float):
             if not value.is_integer():
                 raise ValueError(f"must be an integer, got {value!r}")

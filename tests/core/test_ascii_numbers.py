@@ -113,3 +113,18 @@ def test_a_spec_number_padded_with_a_unicode_space_is_refused(changes, field):
     with pytest.raises(SpecError) as refused:
         parse_spec(document)
     assert field in refused.value.errors, refused.value.errors
+
+
+@pytest.mark.parametrize(("text", "taken"), [("3", 3), (" 3 ", 3), ("+3", 3), ("+03", 3), ("3\u3000", None),
+                                             ("\u00a03", None), (FULLWIDTH_TWO, None), ("1_0", None), ("3.0", None),
+                                             ("0x3", None), ("", None)])
+def test_a_spec_integer_given_as_text_is_ascii_digits_with_ascii_spaces_only(text, taken):
+    """The spec parser's integers, as text (YAML ``epochs: "3"``): what int() alone would read too
+    (a Unicode space, another script's digits, ``1_0``) is refused, naming what was given."""
+    document = {"task_name": "t", "train": {"data": "demo", "model": "yolov8n.yaml", "epochs": text}}
+    if taken is not None:
+        assert parse_spec(document).train_args["epochs"] == taken
+        return
+    with pytest.raises(SpecError) as refused:
+        parse_spec(document)
+    assert refused.value.errors["train.epochs"] == f"must be an integer, got {text!r}"
