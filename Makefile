@@ -8,14 +8,22 @@ STAMP   := $(VENV)/.installed-stamp
 
 .PHONY: setup run test test-fast test-postgres bench lint fmt clean
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
-	$(PY) -m pip install -q --no-deps -e .
-	touch $(STAMP)
+# The stamp holds a hash of what the install reads, not a date: a git worktree's fresh checkout is
+# newer than a shared venv's stamp, and an mtime rule re-ran `pip install -e .` into that venv
+# (pointing its editable install at the worktree). Same content, no install; any edit (or no venv,
+# or no stamp: a fresh clone) installs.
+INSTALL_INPUTS := requirements.txt requirements-dev.txt pyproject.toml
+INSTALL_HASH = cat $(INSTALL_INPUTS) | $(PYTHON) -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
 
-setup: $(STAMP)
+setup:
+	@want=$$($(INSTALL_HASH)) && [ -n "$$want" ] || exit 1; \
+	if [ -x $(PY) ] && [ "$$(cat $(STAMP) 2>/dev/null)" = "$$want" ]; then exit 0; fi; \
+	set -ex; \
+	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+	$(PY) -m pip install -q --upgrade pip; \
+	$(PY) -m pip install -q -r requirements-dev.txt; \
+	$(PY) -m pip install -q --no-deps -e .; \
+	echo "$$want" > $(STAMP)
 
 # One machine: SQLite + embedded Redis + web + scheduler + one GPU worker (simulated GPUs where none exist).
 run: setup
