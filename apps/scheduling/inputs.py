@@ -455,6 +455,14 @@ def cluster_state(now: datetime | None = None, rows: QueueRows | None = None) ->
         else:  # never the timeout as an estimate: the model's, else the stated default
             expected_end = started + (estimates.runtime_s.get(key) or DEFAULT_RUNTIME_S)
         expected_end = min(expected_end, ends_by)
+        # Clamped to now + 1 s: a job past its model/default estimate before its first epoch (or at
+        # its timeout) is "due in a second". This hides how far overdue it is and the estimate it
+        # overran, but no consumer on main reads either: each takes max(expected_end, now) (fair,
+        # fifo, reservations, preemption's time left, quota, explain's GPU slots, the ETA's forward
+        # scenarios: "due now", no draw), so unclamped would plan the same to within that second.
+        # The one rule that would use them (reservation_overdue_end) was measured and not landed;
+        # landing it means passing the estimate unclamped (docs/scheduling.md "Overdue jobs in
+        # reservations").
         running.append(Allocation(
             job_id=key, team=job.team.slug, user=job.user.username, node=job.node.name,
             gpu_indices=tuple(job.gpu_indices), gpu_share=job.gpu_share, gpu_memory_mb=job.gpu_memory_mb,
