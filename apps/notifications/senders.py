@@ -198,7 +198,9 @@ def send_webhook(delivery: Delivery) -> int:
         if not select_proxy(prepared.url, environment["proxies"]):
             address = addresses[0].replace("%", "%25")
             literal = f"[{address}]" if ":" in address else address
-            prepared.headers["Host"] = parts.netloc.rpartition("@")[2]
+            host = parts.netloc.rpartition("@")[2]  # as http.client writes it: no default port
+            default_port = {"http": 80, "https": 443}.get(parts.scheme)
+            prepared.headers["Host"] = host.rsplit(":", 1)[0] if parts.port == default_port else host
             prepared.url = urlunsplit(parts._replace(
                 netloc=literal if parts.port is None else f"{literal}:{parts.port}"))
             session.mount(f"{parts.scheme}://", PinnedAdapter(hostname))
