@@ -49,8 +49,14 @@ def setup_runs(checkout: Path, *, venv_python: bool = True) -> list[str]:
     maker = checkout / "maker"
     maker.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ]; then exec "{stand_in}" "$@"; fi\nexec "{sys.executable}" "$@"\n')
     maker.chmod(0o755)
-    done = subprocess.run(["make", "-s", "setup", f"VENV={venv}", f"PYTHON={maker}"], cwd=checkout,
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "MAKEFLAGS": ""})
+    done = subprocess.run(
+        ["make", "-s", "setup", f"VENV={venv}", f"PYTHON={maker}"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
     assert done.returncode == 0, done.stderr
     return log.read_text().splitlines() if log.exists() else []
 

@@ -57,14 +57,16 @@ def public_server():
 
 
 def test_a_webhook_whose_name_rebinds_after_the_check_is_posted_to_the_checked_address(
-        bob, receiver, public_server, settings, monkeypatch):
+    bob, receiver, public_server, settings, monkeypatch
+):
     """The check saw a public address; a second lookup (requests' own) answered 127.0.0.1, where
     ``receiver`` plays Redis on the URL's port, and got the post (DNS rebinding)."""
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
     dns(monkeypatch, [PUBLIC, "127.0.0.1"])
     internet(monkeypatch, public_server.port)
-    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK,
-                                     target=f"http://{HOST}:{receiver.port}/hook")
+    channel = Channel.objects.create(
+        user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}:{receiver.port}/hook"
+    )
     delivery = channel_test(channel=channel, by=bob)
     assert delivery.state == "sent", delivery.last_error
     assert receiver.received == []
@@ -74,11 +76,13 @@ def test_a_webhook_whose_name_rebinds_after_the_check_is_posted_to_the_checked_a
 
 
 def test_a_name_that_resolves_inside_at_send_time_is_refused_without_a_second_lookup(
-        bob, receiver, settings, monkeypatch):
+    bob, receiver, settings, monkeypatch
+):
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
     asked = dns(monkeypatch, ["127.0.0.1", PUBLIC])
-    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK,
-                                     target=f"http://{HOST}:{receiver.port}/hook")
+    channel = Channel.objects.create(
+        user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}:{receiver.port}/hook"
+    )
     delivery = channel_test(channel=channel, by=bob)
     assert delivery.state == "failed" and "internal address (127.0.0.1)" in delivery.last_error
     assert asked == [HOST] and receiver.received == []
@@ -102,14 +106,14 @@ def tls_server(tmp_path, monkeypatch):
         server.stop()
 
 
-def test_a_pinned_https_webhook_still_sends_the_hostname_as_sni_and_verifies_it(
-        bob, tls_server, settings, monkeypatch):
+def test_a_pinned_https_webhook_still_sends_the_hostname_as_sni_and_verifies_it(bob, tls_server, settings, monkeypatch):
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
     server, sni = tls_server(HOST)
     dns(monkeypatch, [PUBLIC])
     internet(monkeypatch, server.port)
-    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK,
-                                     target=f"https://{HOST}:{server.port}/hook")
+    channel = Channel.objects.create(
+        user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"https://{HOST}:{server.port}/hook"
+    )
     delivery = channel_test(channel=channel, by=bob)
     assert delivery.state == "sent", delivery.last_error
     assert sni == [HOST]
@@ -122,8 +126,9 @@ def test_a_pinned_https_webhook_refuses_a_certificate_for_another_name(bob, tls_
     server, _ = tls_server("other.example.org")
     dns(monkeypatch, [PUBLIC])
     internet(monkeypatch, server.port)
-    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK,
-                                     target=f"https://{HOST}:{server.port}/hook")
+    channel = Channel.objects.create(
+        user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"https://{HOST}:{server.port}/hook"
+    )
     delivery = channel_test(channel=channel, by=bob)
     assert delivery.state == "failed" and "webhook unreachable" in delivery.last_error
     assert HOST in delivery.last_error and server.received == []
