@@ -44,7 +44,7 @@ from apps.core.storage import (
     artifact_upload,
     shared_filesystem,
 )
-from apps.core.storage_marks import roots_said, storage_marks_check
+from apps.core.storage_marks import MARKER_NAME, roots_said, storage_marks_check
 from apps.jobs.models import Job
 
 from .cache import cache_entry
@@ -314,6 +314,15 @@ def abandoned_run_folders_remove() -> int:
 
     jobs_dir = Path(settings.JOBS_DIR)
     if shared_filesystem() or not jobs_dir.is_dir():
+        return 0
+    if (jobs_dir / MARKER_NAME).exists():
+        # The scheduler writes the marker into the roots of a *shared filesystem* only: this is the
+        # old shared DATA_DIR of an installation moved into a bucket, still mounted here, not this
+        # node's scratch. Emptying it deleted the results of every ended job that `artifacts_push`
+        # had not copied (operator trial 29); an operator removes it once the move is checked.
+        log.warning("JOBS_DIR %s holds a shared-storage marker (%s): it is the shared DATA_DIR of the filesystem "
+                    "installation, not this node's scratch; its job folders are left alone (remove them by hand once "
+                    "`manage.py artifacts_push` has copied them: docs/deploy.md)", jobs_dir, MARKER_NAME)
         return 0
     folders = {}
     for folder in jobs_dir.iterdir():
