@@ -45,3 +45,23 @@ class Command(BaseCommand):
                         raise CommandError(str(exc)) from None
                     pushed += 1
         self.stdout.write(f"{'would push' if dry_run else 'pushed'} {pushed} files, {skipped} already stored")
+        self.warn_active()
+
+    def warn_active(self) -> None:
+        """A job still starting or running writes files this pass did not see (operator trial 29: the
+        stack restarted on the bucket resumed such a job from the last checkpoint the push had copied,
+        35 epochs back; one that ended meanwhile would have had its results on the old DATA_DIR only)."""
+        from django.apps import apps
+
+        # apps.core imports no other app (tests/test_architecture.py): the model by name, and the
+        # states that hold GPUs (apps.jobs.models.HOLDING_STATES) spelled out.
+        active = apps.get_model("jobs", "Job").objects.filter(state__in=("starting", "running")).order_by("pk")
+        count = active.count()
+        if not count:
+            return
+        named = ", ".join(str(pk)[:8] for pk in active.values_list("pk", flat=True)[:10]) + (", …" if count > 10 else "")
+        self.stderr.write(
+            f"warning: {count} job{' is' if count == 1 else 's are'} starting or running ({named}): what they write "
+            "from now on, and any upload made before the restart, is not in the bucket. Stop the web, the scheduler, "
+            "the notification and GPU workers, run artifacts_push again (it copies only what changed), then start "
+            "everything with the new settings (docs/deploy.md)")
