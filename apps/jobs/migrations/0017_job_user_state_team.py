@@ -3,8 +3,13 @@
 from django.conf import settings
 from django.db import migrations, models
 
+from apps.core.migration_ops import AddIndexOnline, RemoveIndexOnline
+
 
 class Migration(migrations.Migration):
+    # CONCURRENTLY on PostgreSQL: a plain CREATE INDEX blocked every write of the table while it
+    # was built, during an upgrade with the old processes running (operator trial 29).
+    atomic = False
 
     dependencies = [
         ('accounts', '0003_storage_quota'),
@@ -15,11 +20,11 @@ class Migration(migrations.Migration):
 
     operations = [
         # The new index first: submit's count of active jobs is never without one.
-        migrations.AddIndex(
+        AddIndexOnline(
             model_name='job',
             index=models.Index(fields=['user', 'state', 'team'], name='job_user_state_team'),
         ),
-        migrations.RemoveIndex(
+        RemoveIndexOnline(
             model_name='job',
             name='job_user_state',
         ),

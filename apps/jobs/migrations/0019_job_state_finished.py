@@ -3,8 +3,13 @@
 from django.conf import settings
 from django.db import migrations, models
 
+from apps.core.migration_ops import AddIndexOnline
+
 
 class Migration(migrations.Migration):
+    # CONCURRENTLY on PostgreSQL: a plain CREATE INDEX blocked every write of the table while it
+    # was built, during an upgrade with the old processes running (operator trial 29).
+    atomic = False
 
     dependencies = [
         ('accounts', '0003_storage_quota'),
@@ -14,7 +19,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddIndex(
+        AddIndexOnline(
             model_name='job',
             index=models.Index(fields=['state', '-finished_at'], name='job_state_finished'),
         ),

@@ -2,15 +2,20 @@
 
 from django.db import migrations, models
 
+from apps.core.migration_ops import AddIndexOnline
+
 
 class Migration(migrations.Migration):
+    # CONCURRENTLY on PostgreSQL: a plain CREATE INDEX blocked every write of the table while it
+    # was built, during an upgrade with the old processes running (operator trial 29).
+    atomic = False
 
     dependencies = [
         ('jobs', '0021_job_resume_chosen_at'),
     ]
 
     operations = [
-        migrations.AddIndex(
+        AddIndexOnline(
             model_name='jobevent',
             index=models.Index(fields=['kind', 'created_at'], name='jobevent_kind_recent'),
         ),
