@@ -14,7 +14,9 @@ class EnvError(ValueError):
 
 
 def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
+    """Unset or empty is the default, as for the other readers: Docker Compose passes
+    ``${NAME:-}`` as "" (NOTIFY_SMTP_SECURITY="" stopped every process: operator trial 29)."""
+    return os.environ.get(name) or default
 
 
 def env_bool(name: str, default: bool) -> bool:

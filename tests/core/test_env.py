@@ -88,3 +88,21 @@ def test_a_password_not_percent_encoded_is_not_shown_either(url):
         parse_database_url(url)
     assert "s3cr" not in str(refused.value) and "et@db" not in str(refused.value), str(refused.value)
     assert "DATABASE_URL" in str(refused.value)
+
+
+def test_an_empty_setting_with_a_default_is_the_default(tmp_path):
+    """Operator trial 29: Docker Compose passes `${NOTIFY_SMTP_SECURITY:-}` as an empty string (and
+    a Kubernetes ConfigMap may hold ""). Read as set, NOTIFY_SMTP_SECURITY="" stopped every process
+    at start ("must be insecure, starttls or ssl"), NOTIFY_FROM="" sent mail from nobody and
+    ARTIFACTS_S3_REGION="" named no region; env_int and env_bool already took "" for unset."""
+    names = ("NOTIFY_SMTP_SECURITY", "NOTIFY_FROM", "NOTIFY_SMTP_HOST", "ARTIFACTS_S3_REGION", "LOG_FORMAT",
+             "TIME_ZONE", "WORKER_EXECUTOR")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "yoloportal.settings", "DATA_DIR": str(tmp_path),
+           **dict.fromkeys(names, "")}
+    probe = "import django; django.setup(); from django.conf import settings as s; " + "; ".join(
+        f"print(repr(s.{name}))" for name in names)
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["'insecure'", "'yoloportal@localhost'", "'127.0.0.1'", "'us-east-1'", "'plain'",
+                                   "'UTC'", "'local'"]
