@@ -142,3 +142,16 @@ def test_every_part_make_run_starts_is_in_each_deployment():
     for where, found in (("deploy/compose.yaml", in_compose), ("deploy/systemd", in_units),
                          ("deploy/kubernetes", in_kubernetes)):
         assert wanted <= found, f"{where} never runs manage.py {sorted(wanted - found)}"
+
+
+def test_compose_passes_the_mail_and_link_settings_to_what_sends_notifications():
+    """Operator trial 29: compose passes only the variables x-app names, and it named no NOTIFY_* nor
+    PORTAL_URL (nor ARTIFACTS_S3_REGION): set in .env they never reached `notify`, whose e-mail went to
+    127.0.0.1:25 inside its container. The web sends a channel's test message through the same sender."""
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    wanted = {"PORTAL_URL", "NOTIFY_SMTP_HOST", "NOTIFY_SMTP_PORT", "NOTIFY_SMTP_USER", "NOTIFY_SMTP_PASSWORD",
+              "NOTIFY_SMTP_SECURITY", "NOTIFY_FROM", "ARTIFACTS_S3_REGION"}
+    for name in ("notify", "web", "scheduler", "worker"):
+        assert wanted <= set(compose["services"][name]["environment"]), name
+    example = {line.split("=")[0] for line in (DEPLOY / "env.example").read_text().splitlines() if "=" in line}
+    assert wanted <= example
