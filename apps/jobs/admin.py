@@ -1,4 +1,7 @@
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
 
 from apps.core.admin_scoping import GuardedDeleteAdmin, TeamScopedAdmin, TeamScopedInline
 from apps.scheduling.kick import kick_scheduler
@@ -101,6 +104,10 @@ class JobEventInline(SystemWritten, PublicPathsForManagers, TeamScopedInline, ad
     public_message = public_event_display("message")
 
 
+class CancelForm(forms.Form):
+    reason = forms.CharField(max_length=200, help_text="why: the job's owner is told (notification, the job's timeline)")
+
+
 @admin.register(Job)
 class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["task_name", "state", "team", "user", "priority_class", "gpus", "node", "attempt",
@@ -159,15 +166,30 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
         if skipped:
             self.message_user(request, f"left alone: {'; '.join(skipped)}", messages.WARNING)
 
-    @admin.action(description="Cancel selected jobs")
+    @admin.action(description="Cancel selected jobs (asks why)")
     def cancel(self, request, queryset):
+        """First a page that lists the jobs and asks why, then the cancel once the reason is given:
+        the owner's notification promises who *and why* (docs/notifications.md), and a one-click
+        cancel sent "was cancelled by op" and nothing more (operator trial 29)."""
+        form = CancelForm(request.POST if "apply" in request.POST else None)
+        if not form.is_valid():
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Cancel jobs",
+                "opts": self.model._meta,
+                "form": form,
+                "jobs": list(queryset.select_related("team", "user")),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(request, "admin/jobs/job/cancel.html", context)
+        reason = form.cleaned_data["reason"]
         done, skipped = [], []
         for job in queryset:
             if job.state in TERMINAL_STATES:
                 skipped.append(f"{job.task_name} is {job.state}: nothing to cancel")
             elif job.cancel_requested_at is not None and job.state != JobState.QUEUED:
                 skipped.append(f"{job.task_name}: cancel already requested")
-            elif job_cancel(job=job, by=request.user):
+            elif job_cancel(job=job, by=request.user, reason=reason):
                 done.append(job)
             else:
                 skipped.append(f"{job.task_name} changed state meanwhile: not cancelled")

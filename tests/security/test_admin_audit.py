@@ -73,7 +73,7 @@ def test_a_manager_still_cancels_and_requeues_with_the_admin_actions_and_both_ar
     queued = make_job(team=teams["vision"], user=bob)
     running = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING)
     client = admin_client(manager)
-    client.post("/admin/jobs/job/", {"action": "cancel", "_selected_action": [str(queued.pk)]})
+    client.post("/admin/jobs/job/", {"action": "cancel", "_selected_action": [str(queued.pk)], "apply": "yes", "reason": "r"})
     client.post("/admin/jobs/job/", {"action": "requeue", "_selected_action": [str(running.pk)]})
     assert Job.objects.get(pk=queued.pk).state == JobState.CANCELLED
     assert Job.objects.get(pk=running.pk).attempt == 2

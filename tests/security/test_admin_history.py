@@ -17,7 +17,7 @@ def test_a_jobs_history_shows_what_admin_actions_did_to_it_and_links_the_audit_l
     other = make_job(team=teams["robotics"], user=carol, task_name="carol-q")
     client = admin_client(manager)
     client.post("/admin/jobs/job/", {"action": "make_high", "_selected_action": [str(job.pk)]})
-    client.post("/admin/jobs/job/", {"action": "cancel", "_selected_action": [str(job.pk)]})
+    client.post("/admin/jobs/job/", {"action": "cancel", "_selected_action": [str(job.pk)], "apply": "yes", "reason": "r"})
     audit_record(actor=carol, action="job.cancel", team=teams["robotics"], target=other, message="carol's own")
 
     html = client.get(f"/admin/jobs/job/{job.pk}/history/").content.decode()
