@@ -97,8 +97,11 @@ def fan_out(job_id: str, kind: str, event_id: int, *, quota: bool = True) -> int
         if event and event in (channel.events or []):
             wanted.append((channel, event))
     sweep = recorded if job.is_sweep and recorded is not None and kind in FINAL_KINDS else None
+    # Why it was preempted, as its timeline says (an operator's drain names them and their reason).
+    preemption = recorded.message if kind == "preempted" and recorded is not None else ""
     queued = sum(queue_delivery(channel, event, job=job, cause=f"event:{event_id}",
-                                payload=job_payload(job, event, wait_s, cancellation=cancellation, sweep=sweep))
+                                payload=job_payload(job, event, wait_s, cancellation=cancellation, sweep=sweep,
+                                                    preemption=preemption))
                  for channel, event in wanted)
     if quota and kind in FINAL_KINDS and member:
         queued += quota_check(job, preference)
@@ -150,9 +153,11 @@ MESSAGES = {
 
 
 def job_payload(job: Job, event: str, wait_s: float | None, *, cancellation: dict | None = None,
-                sweep=None) -> dict:
+                sweep=None, preemption: str = "") -> dict:
     """The message of one job event; ``sweep``: a sweep's final JobEvent, whose summary (trials
-    completed, pruned and failed, the best trial, the registered version) it carries."""
+    completed, pruned and failed, the best trial, the registered version) it carries;
+    ``preemption``: the ``preempted`` event's message, said after the message and as ``reason``
+    (operator trial 29: a drain-and-requeue said neither who nor why)."""
     wait = f"{wait_s / 60:.0f} min" if wait_s is not None else "?"
     cancellation = cancellation or {}
     why = f": {cancellation['reason']}" if cancellation.get("reason") else ""
@@ -168,6 +173,9 @@ def job_payload(job: Job, event: str, wait_s: float | None, *, cancellation: dic
         payload["wait_seconds"] = round(wait_s)
     if event == Event.CANCELLED:
         payload["cancelled_by"], payload["reason"] = cancellation.get("cancelled_by"), cancellation.get("reason", "")
+    if event == Event.PREEMPTED and preemption:
+        payload["reason"] = preemption.removeprefix("preempted: ")
+        payload["message"] = f"{payload['message']}: {payload['reason']}"
     if sweep is not None:
         payload["message"] = f"{payload['message']}: {sweep.message}"
         payload["sweep"] = {key: value for key, value in (sweep.data or {}).items()

@@ -517,3 +517,23 @@ def test_a_mail_url_whose_domain_is_its_own_unresolvable_mail_server_says_to_nam
     assert response.status_code == 400
     [problem] = response.json()["target"]
     assert problem.startswith("mx-only.example.org does not resolve") and "?smtp=" in problem
+
+
+def test_a_preemption_message_says_why_an_operator_s_drain_included(teams, bob, alice, node, receiver,
+                                                                     django_capture_on_commit_callbacks):
+    """Operator trial 29: an operator's "drain and requeue" reached the team's channel as "t29-evac
+    was preempted and requeued" — not who, not why, which the job's timeline said."""
+    from apps.jobs.services import job_evacuate
+
+    job = make_job(team=teams["vision"], user=bob, state="running", node=node, gpu_indices=[0],
+                   started_at=timezone.now(), task_name="evacuated")
+    channel_create(by=bob, name="hook", kind="webhook", target=receiver.url)
+    preference_update(user=bob, on_preempted=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert job_evacuate(job, node_name=node.name, reason="kernel upgrade", by=alice)
+    run_notifications()
+    [body] = [json.loads(r.body) for r in receiver.received]
+    assert body["event"] == "preempted"
+    assert body["message"] == (f"evacuated was preempted and requeued: node {node.name} is drained by alice "
+                               "(kernel upgrade); resumes from its checkpoint")
+    assert body["reason"] == f"node {node.name} is drained by alice (kernel upgrade); resumes from its checkpoint"
