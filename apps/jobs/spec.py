@@ -116,9 +116,10 @@ def _int(lo: int, hi: int | None) -> Callable[[Any], int]:
             try:
                 value = ascii_int(value)
             except ValueError:
-                if value.isascii():  # past int()'s 4300-digit limit: its own words, as before
-                    raise
-                raise ValueError(f"must be an integer, got {value!r}") from None
+                # Non-ASCII digits, or past int()'s 4300-digit limit (whose own words told the author to
+                # call sys.set_int_max_str_digits).
+                given = repr(value) if len(value) <= 100 else "a number of more than 100 digits"
+                raise ValueError(f"must be an integer, got {given}") from None
         if isinstance(value, float):
             if not value.is_integer():
                 raise ValueError(f"must be an integer, got {value!r}")

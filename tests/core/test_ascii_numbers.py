@@ -128,3 +128,13 @@ def test_a_spec_integer_given_as_text_is_ascii_digits_with_ascii_spaces_only(tex
     with pytest.raises(SpecError) as refused:
         parse_spec(document)
     assert refused.value.errors["train.epochs"] == f"must be an integer, got {text!r}"
+
+
+def test_a_spec_integer_given_as_text_past_python_s_digit_limit_is_refused_in_our_words():
+    """``epochs: "111…"`` (5,000 digits, quoted): the refusal was Python's own "Exceeds the limit (4300
+    digits) for integer string conversion … use sys.set_int_max_str_digits()", advice meant for a
+    programmer; now the field's usual words, without the 5,000 digits written back."""
+    document = {"task_name": "t", "train": {"data": "demo", "model": "yolov8n.yaml", "epochs": "1" * 5000}}
+    with pytest.raises(SpecError) as refused:
+        parse_spec(document)
+    assert refused.value.errors["train.epochs"] == "must be an integer, got a number of more than 100 digits"
