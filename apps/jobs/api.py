@@ -62,6 +62,12 @@ from .services import (
 from .spec import SpecError, parse_memory_mb
 
 
+class ParsedYAML(dict):
+    """What the YAML parsers hand the view: the text as sent (``__raw__``, kept as the job's spec) and
+    what it loaded (``__doc__``). A type of its own: a JSON body ``{"__doc__": 1}`` is a dict with the
+    same key, and was taken for this (a KeyError, a 500)."""
+
+
 class YAMLParser(parsers.BaseParser):
     media_type = "application/yaml"
 
@@ -70,7 +76,8 @@ class YAMLParser(parsers.BaseParser):
         if len(raw) > settings.SPEC_MAX_BYTES:
             raise ParseError({"spec": f"is larger than the limit of {settings.SPEC_MAX_BYTES} bytes"})
         try:
-            return {"__raw__": raw.decode("utf-8", "replace"), "__doc__": load_yaml(raw, max_bytes=settings.SPEC_MAX_BYTES)}
+            return ParsedYAML(__raw__=raw.decode("utf-8", "replace"),
+                              __doc__=load_yaml(raw, max_bytes=settings.SPEC_MAX_BYTES))
         except YamlError as exc:
             raise ParseError(exc.errors) from None
 
@@ -420,7 +427,7 @@ class JobListCreate(APIView):
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
     )
     def post(self, request):
-        if isinstance(request.data, dict) and "__doc__" in request.data:
+        if isinstance(request.data, ParsedYAML):
             raw, document = request.data["__raw__"], request.data["__doc__"]
         else:
             document = request.data

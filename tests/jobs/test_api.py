@@ -42,6 +42,15 @@ def test_the_same_spec_as_json_is_accepted(bob, demo_registered):
     assert response.status_code == 201, response.content
 
 
+@pytest.mark.parametrize("body", [{"__doc__": 1}, {"__doc__": {}, "__raw__": "x"}])
+def test_a_json_body_with_the_yaml_parsers_keys_is_a_spec_like_any_other(bob, demo_registered, body):
+    """``{"__doc__": 1}`` was taken for the YAML parsers' wrapper (a dict with that key) and its
+    missing ``__raw__`` was a KeyError: a 500 (fast29). Now its keys are a spec's unknown fields."""
+    response = api_client(bob).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert "__doc__" in response.json(), response.json()
+
+
 def test_a_training_timeout_under_the_minimum_is_refused_naming_it_and_the_minimum(bob, demo_registered):
     """A 1-second training only ever timed out while it started (trial23: 0.0001 hours on the form)."""
     response = api_client(bob).post("/api/v1/jobs/", SEED_SPEC.replace("timeout: 3600", "timeout: 59"),
