@@ -63,6 +63,7 @@ def replay(args) -> dict:
                 eta_scenarios=args.scenarios,
                 eta_head=args.eta_head,
                 eta_after_budget_stretch=args.after_budget_stretch,
+                eta_below_head_stretch=args.below_head_stretch,
             ),
             seed=args.seed,
         )
@@ -271,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         default=PolicyConfig().eta_after_budget_stretch,
         help="head jobs past the forward step budget: coarse wait stretched by inflow (eta_after_budget_stretch)",
     )
+    parser.add_argument(
+        "--below-head-stretch",
+        action=argparse.BooleanOptionalAction,
+        default=PolicyConfig().eta_below_head_stretch,
+        help="jobs below the forward head: coarse wait stretched by inflow (eta_below_head_stretch)",
+    )
     parser.add_argument("--save", help="write the replay's records here")
     parser.add_argument("--records", help="read records saved by --save instead of replaying")
     parser.add_argument("--offset", default=str(cal.OFFSET_S), help="comma-separated offsets c (s)")
@@ -303,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 "scenarios",
                 "eta_head",
                 "after_budget_stretch",
+                "below_head_stretch",
             )
         }
         if args.save:

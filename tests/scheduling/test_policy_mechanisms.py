@@ -261,6 +261,28 @@ def test_without_the_after_budget_stretch_a_head_job_past_the_step_budget_takes_
     assert {k: v for k, v in unstretched.items() if k != "q3"} == {k: v for k, v in stretched.items() if k != "q3"}
 
 
+def test_without_the_below_head_stretch_a_job_below_the_head_takes_the_pooled_sweeps_wait() -> None:
+    """Two GPUs held for 100 s more, two one-GPU jobs of half an hour forward-simulated (eta_head
+    2) and a two-GPU one below them, whose shape has no job in the head to carry on from. The
+    pooled sweep starts it when both one-GPU jobs end, 1,900 s from now; with the inflow stretch
+    (30 better one-hour arrivals a day: x2.67) it was shown at 5,067 s. With
+    ``eta_below_head_stretch`` off it is shown at the sweep's wait as it is; the head's jobs are
+    unchanged."""
+    queue = [job(f"q{i}", age_s=100.0 - i, walltime_s=1800.0) for i in range(2)]
+    queue.append(job("wide", gpus=2, age_s=50.0, walltime_s=1800.0))
+    better = tuple(job(f"f{i}", user="bob", cls="high", age_s=2867.0 * i, walltime_s=HOUR) for i in range(30))
+    points = {}
+    for stretch in (True, False):
+        config = fair(eta_coverage=0.0, eta_head=2, eta_below_head_stretch=stretch)
+        busy = [running("r", "n1", (0, 1), left_s=100.0)]
+        st = state([node("n1", gpus=2)], queue, busy, config=config, inflow=better)
+        points[stretch] = {e.job_id: e.estimated_start_model for e in plan(st, NOW).queue}
+    stretched, unstretched = points[True], points[False]
+    assert unstretched["wide"] == pytest.approx(NOW + 1900.0)
+    assert stretched["wide"] > NOW + 2.5 * 1900.0
+    assert {k: v for k, v in unstretched.items() if k != "wide"} == {k: v for k, v in stretched.items() if k != "wide"}
+
+
 @pytest.mark.parametrize("kind", ["size", "over quota"])
 def test_a_preemption_is_graceful(kind) -> None:
     cluster = [node("n1", gpus=1)]

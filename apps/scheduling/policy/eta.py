@@ -21,7 +21,8 @@ keep arriving (the drift Slurm's ``squeue --start`` has). So:
 2. **Below the head**: the pooled list-scheduling sweep (every GPU a slot; node
    boundaries ignored), stretched by the higher-priority inflow — with inflow of
    ``λ`` GPU-seconds per second outranking a job on ``G`` GPUs, waiting takes
-   ``1 / (1 - λ/G)`` times longer — and given the head's relative spread as its range;
+   ``1 / (1 - λ/G)`` times longer; not with ``config.eta_below_head_stretch`` off — and
+   given the head's relative spread as its range;
    then carried on from the head's last job of the same shape (:meth:`EtaModel.carry_from`):
    each wait scaled by that job's forward wait over its coarse one (where larger, at most
    ``CARRY_RATIO_MAX``, the rest added), so a shape's line keeps its order across the seam.
@@ -642,10 +643,14 @@ class EtaModel:
             4 * config.eta_head,
         )
 
-    def coarse(self, point: float, priority: float, shape: int | None = None, *, stretch: bool = True) -> EtaRange:
+    def coarse(
+        self, point: float, priority: float, shape: int | None = None, *, stretch: bool | None = None
+    ) -> EtaRange:
         """A job below the head: the pooled sweep's start, stretched by inflow (unless not
-        ``stretch``), with the head's spread, each wait carried on from the head's last job of its
-        ``shape`` (:meth:`carry_from`)."""
+        ``stretch``; None: as ``config.eta_below_head_stretch`` says, as below the head), with the
+        head's spread, each wait carried on from the head's last job of its ``shape`` (:meth:`carry_from`)."""
+        if stretch is None:
+            stretch = self.config.eta_below_head_stretch
         now = self.now
         wait = max(0.0, point - now)
         if stretch and wait > 0 and self.total_gpus and self.inflow_rate > 0:  # no inflow: load 0, no stretch

@@ -268,7 +268,10 @@ class Explainer:
             lo_f, hi_f = eta_model.spread
             widen = eta_model.config.eta_range_widen
             carry_get = eta_model.carry.get
-            stretch = bool(eta_model.total_gpus and eta_model.inflow_rate > 0)
+            # not with eta_below_head_stretch off (EtaModel.coarse's default, carry_from's denominator)
+            stretch = bool(
+                eta_model.config.eta_below_head_stretch and eta_model.total_gpus and eta_model.inflow_rate > 0
+            )
             total_gpus = eta_model.total_gpus
             if stretch:  # EtaModel.inflow_rate_above inlined: 1 - load for each place among the arrivals
                 inflow_neg_prios, inflow_work = eta_model.inflow_table()

@@ -276,6 +276,11 @@ class PolicyConfig:
     # 5 December (docs/scheduling.md, eta28b: same starts, point error lower on all six replays,
     # range narrower on five, 2 % wider on tuning seed 3, coverage >= 0.80 on all).
     eta_after_budget_stretch: bool = False
+    # Below the forward head the coarse wait (the pooled sweep's) is stretched by 1 / (1 - load)
+    # for the inflow that would outrank the job (EtaModel.coarse, Explainer.explain inlined), and
+    # the carry from the head's last job of each shape is taken against it. False: the sweep's
+    # wait as it is (the carry still scales it up to the head's forward result).
+    eta_below_head_stretch: bool = True
     eta_inflow_horizon_s: float = 7 * DAY_S  # sampled arrivals stop here
     # The point and range are calibrated on the track record (``ClusterState.eta_history``,
     # policy/eta_calibration.py): the range holds this share of recent similar jobs' actual
