@@ -279,7 +279,9 @@ class PolicyConfig:
     # Below the forward head the coarse wait (the pooled sweep's) is stretched by 1 / (1 - load)
     # for the inflow that would outrank the job (EtaModel.coarse, Explainer.explain inlined), and
     # the carry from the head's last job of each shape is taken against it. False: the sweep's
-    # wait as it is (the carry still scales it up to the head's forward result).
+    # wait as it is (the carry still scales it up to the head's forward result). Off measured on
+    # six replays (docs/scheduling.md, eta29): ranges narrower on all, the shown point's error up
+    # on held-out seeds 11 and 47 (the calibration scales it by errors learned on the head), so on.
     eta_below_head_stretch: bool = True
     eta_inflow_horizon_s: float = 7 * DAY_S  # sampled arrivals stop here
     # The point and range are calibrated on the track record (``ClusterState.eta_history``,
