@@ -50,7 +50,7 @@ def stop_moto(process: subprocess.Popen) -> None:
 def s3_storages(moto) -> dict:
     from django.conf import settings
 
-    return {**settings.STORAGES, "artifacts": {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+    return {**settings.STORAGES, "artifacts": {"BACKEND": "apps.core.s3_storage.ArtifactS3Storage", "OPTIONS": {
         "bucket_name": moto["bucket"], "endpoint_url": moto["url"], "region_name": "us-east-1",
         "access_key": "testing", "secret_key": "testing", "file_overwrite": True, "default_acl": None}}}
 

@@ -344,7 +344,7 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     "artifacts": (
-        {"BACKEND": "storages.backends.s3.S3Storage",
+        {"BACKEND": "apps.core.s3_storage.ArtifactS3Storage",
          "OPTIONS": {"bucket_name": ARTIFACTS_S3_BUCKET, "endpoint_url": ARTIFACTS_S3_ENDPOINT_URL,
                      "region_name": ARTIFACTS_S3_REGION, "file_overwrite": True, "default_acl": None,
                      "querystring_auth": True, "querystring_expire": 300}}

@@ -8,7 +8,8 @@ Rows hold keys (apps/core/artifacts.py). Where the bytes of a key live is the
   :func:`apps.core.artifacts.artifact_path` puts it — a shared ``DATA_DIR``;
 - with ``ARTIFACTS_S3_BUCKET`` set: django-storages' ``S3Storage`` on that bucket (any
   S3-compatible store: ``ARTIFACTS_S3_ENDPOINT_URL``; credentials from the usual
-  ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``), the key as the object name.
+  ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``), the key as the object name, each object
+  uploaded with its sha256 as metadata (apps/core/s3_storage.py).
 
 :func:`artifact_local` gives a process a local file for a key: the file itself on a
 shared filesystem, else a copy fetched into the node-local cache
@@ -101,7 +102,7 @@ def _problem(exc: BaseException) -> str:
     return str(exc)
 
 
-def _sha256_file(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while block := handle.read(1 << 20):
@@ -160,13 +161,15 @@ def artifact_local(key: str, sha256: str) -> Path:
 def artifact_upload(key: str, local: Path) -> str:
     """Store the local file ``local`` under ``key``; returns its sha256."""
     key_check(key)
-    sha256 = _sha256_file(local)
+    sha256 = file_sha256(local)
     storage = artifact_storage()
     if isinstance(storage, FileSystemStorage) and Path(storage.path(key)).resolve() == Path(local).resolve():
         return sha256  # already in place on the shared filesystem
     try:
         with open(local, "rb") as handle:
-            stored = storage.save(key, File(handle, name=key))
+            content = File(handle, name=key)
+            content.sha256 = sha256  # stored with the object (apps/core/s3_storage.py)
+            stored = storage.save(key, content)
     except Exception as exc:
         if _unavailable(exc):
             raise StorageUnavailable(f"artifact storage unreachable storing {key}: {_problem(exc)}") from exc
@@ -174,6 +177,27 @@ def artifact_upload(key: str, local: Path) -> str:
     if stored != key:  # pragma: no cover - both backends overwrite
         raise RuntimeError(f"storage renamed {key} to {stored}")
     return sha256
+
+
+def artifact_stored(key: str) -> tuple[int, str] | None:
+    """(size, sha256 recorded with it or "") of the object stored under ``key`` in an object store,
+    from one HEAD; None when there is none. "" for an object stored without the hash (by a version
+    before apps/core/s3_storage.py, or by hand)."""
+    key_check(key)
+    try:
+        opened = artifact_storage().open(key, "rb")
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable reading {key}: {_problem(exc)}") from exc
+        raise
+    try:
+        if not hasattr(opened, "obj"):  # a local file: nothing recorded beside it
+            return opened.size, ""
+        return opened.obj.content_length, (opened.obj.metadata or {}).get("sha256", "")
+    finally:
+        opened.close()  # (an S3File fetched nothing: it downloads on its first read)
 
 
 def artifact_copy(source: str, target: str, *, sha256: str) -> None:

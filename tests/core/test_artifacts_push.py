@@ -37,3 +37,80 @@ def test_a_push_with_nothing_running_says_nothing_more(alice, teams, moto, clean
     make_job(team=teams["vision"], user=alice, state="succeeded", task_name="done")
     out, err = push(moto)
     assert "pushed" in out and err == ""
+
+
+# --- what a second pass copies (operator trial 29: the size alone decided) -------------------
+
+
+@pytest.fixture
+def roots(tmp_path):
+    """This test's own DATA_DIR roots (the push walks all four)."""
+    folders = {name: tmp_path / name.lower() for name in ("DATASETS_DIR", "JOBS_DIR", "MODELS_DIR", "WEIGHTS_DIR")}
+    for folder in folders.values():
+        folder.mkdir()
+    with override_settings(**folders):
+        yield folders
+
+
+def stored_object(moto, key: str) -> dict:
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto["url"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+    response = client.get_object(Bucket=moto["bucket"], Key=key)
+    return {"body": response["Body"].read(), "etag": response["ETag"].strip('"'), "metadata": response["Metadata"]}
+
+
+def test_a_file_rewritten_at_the_same_size_is_copied_again_and_an_unchanged_one_is_not(moto, roots):
+    """A checkpoint of one architecture keeps its size from epoch to epoch: the first pass (run
+    live, as docs/deploy.md allows) copied epoch 33's last.pt, the job then wrote epoch 35's over
+    it at the same size, and the second pass skipped it "already stored": the bucket kept epoch 33."""
+    import hashlib
+
+    # One file over boto3's multipart threshold (8 MiB): its ETag is not the MD5 of its bytes,
+    # which is why the comparison reads the sha256 recorded with the object instead.
+    last = roots["JOBS_DIR"] / "0123abcd" / "weights" / "last.pt"
+    last.parent.mkdir(parents=True)
+    last.write_bytes(b"epoch 33" + bytes(9 * 2**20))
+    best = roots["JOBS_DIR"] / "0123abcd" / "weights" / "best.pt"
+    best.write_bytes(b"epoch 30" + bytes(1000))
+    out, err = push(moto)
+    assert out.startswith("pushed 2 files, 0 already stored"), out
+    first = stored_object(moto, "jobs/0123abcd/weights/last.pt")
+    assert first["metadata"] == {"sha256": hashlib.sha256(last.read_bytes()).hexdigest()}
+    assert first["etag"].endswith("-2") and first["etag"] != hashlib.md5(last.read_bytes()).hexdigest()
+
+    last.write_bytes(b"epoch 35" + bytes(9 * 2**20))  # same size, other bytes
+    out, err = push(moto)
+    assert out.startswith("pushed 1 files, 1 already stored"), out
+    assert stored_object(moto, "jobs/0123abcd/weights/last.pt")["body"][:8] == b"epoch 35"
+
+    out, err = push(moto)  # nothing changed: nothing copied
+    assert out.startswith("pushed 0 files, 2 already stored"), out
+
+
+def test_an_object_stored_without_its_hash_is_copied_once_then_skipped(moto, roots):
+    """An object an older push stored (no sha256 beside it) cannot be compared without a download:
+    it is copied again once, and carries its hash from then on."""
+    import boto3
+
+    dataset = roots["DATASETS_DIR"] / "demo" / "data.yaml"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_bytes(b"names: [a]\n")
+    boto3.client(
+        "s3",
+        endpoint_url=moto["url"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).put_object(Bucket=moto["bucket"], Key="datasets/demo/data.yaml", Body=b"names: [b]\n")
+    out, err = push(moto)
+    assert out.startswith("pushed 1 files, 0 already stored"), out
+    assert stored_object(moto, "datasets/demo/data.yaml")["body"] == b"names: [a]\n"
+    out, err = push(moto)
+    assert out.startswith("pushed 0 files, 1 already stored"), out

@@ -6,13 +6,20 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.artifacts import ROOTS, ArtifactKeyError, artifact_key, root_path
-from apps.core.storage import StorageUnavailable, artifact_storage, artifact_upload, shared_filesystem
+from apps.core.storage import (
+    StorageUnavailable,
+    artifact_stored,
+    artifact_upload,
+    file_sha256,
+    shared_filesystem,
+)
 
 
 class Command(BaseCommand):
     help = ("Copy every artifact file under this machine's roots (DATASETS_DIR, JOBS_DIR, MODELS_DIR, WEIGHTS_DIR) "
             "into the configured artifact storage, by key: how an existing DATA_DIR moves into S3 "
-            "(docs/deploy.md 'Storage'). Files already stored with the same size are skipped.")
+            "(docs/deploy.md 'Storage'). A file already stored with the same bytes (the sha256 recorded with "
+            "the object) is skipped: run it again and it copies only what changed.")
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true")
@@ -20,7 +27,6 @@ class Command(BaseCommand):
     def handle(self, *args, dry_run=False, **options):
         if shared_filesystem():
             raise CommandError("the artifact storage is this filesystem (set ARTIFACTS_S3_BUCKET): nothing to push")
-        storage = artifact_storage()
         pushed = skipped = 0
         for root in ROOTS:
             base = root_path(root)
@@ -36,7 +42,7 @@ class Command(BaseCommand):
                         self.stderr.write(f"skipped {path}: not a valid artifact key")
                         continue
                     try:
-                        if storage.exists(key) and storage.size(key) == path.stat().st_size:
+                        if self.stored_alike(key, path):
                             skipped += 1
                             continue
                         if not dry_run:
@@ -46,6 +52,18 @@ class Command(BaseCommand):
                     pushed += 1
         self.stdout.write(f"{'would push' if dry_run else 'pushed'} {pushed} files, {skipped} already stored")
         self.warn_active()
+
+    @staticmethod
+    def stored_alike(key: str, path: Path) -> bool:
+        """The object under ``key`` has the bytes of ``path``: same size and the same sha256 recorded
+        with it at upload (apps/core/s3_storage.py). The size alone let a file rewritten at the same
+        size (best.pt/last.pt of one architecture between epochs) stay stale in the bucket (operator
+        trial 29). An object without a recorded hash (an older push) is copied again, once. A re-run
+        costs one HEAD per file and a local read of the files whose size matches; no download."""
+        stored = artifact_stored(key)
+        if stored is None or stored[0] != path.stat().st_size or not stored[1]:
+            return False
+        return stored[1] == file_sha256(path)
 
     def warn_active(self) -> None:
         """A job still starting or running writes files this pass did not see (operator trial 29: the
