@@ -5,22 +5,53 @@ UPDATE of the table until it is done: minutes on a large jobs table, while submi
 workers wait. These build and drop indexes CONCURRENTLY on PostgreSQL (the migration that
 uses them sets ``atomic = False``, as CONCURRENTLY cannot run in a transaction) and the
 plain way elsewhere.
+
+An interrupted CONCURRENTLY build (the process killed, the connection lost, a statement
+timeout, a deadlock, a unique violation) leaves the index behind marked INVALID
+(``pg_index.indisvalid = false``): unused by queries, still updated by every write, and in the
+way of the name. The migration is not recorded as applied, so ``migrate`` runs it again, and a
+plain CREATE then failed "relation ... already exists". The build here drops such an invalid
+index (CONCURRENTLY) first and builds it again; a *valid* index of that name is an error as
+before (tests/core/test_migration_ops.py; docs/deploy.md "Upgrades").
 """
 
 from __future__ import annotations
 
+import logging
+
 from django.db import migrations
+
+log = logging.getLogger(__name__)
 
 
 def _concurrently(schema_editor) -> dict:
     return {"concurrently": True} if schema_editor.connection.vendor == "postgresql" else {}
 
 
+def _add_index(schema_editor, model, index) -> None:
+    if schema_editor.connection.vendor == "postgresql" and not schema_editor.collect_sql:  # (sqlmigrate: the plan)
+        _drop_invalid(schema_editor, index.name)
+    schema_editor.add_index(model, index, **_concurrently(schema_editor))
+
+
+def _drop_invalid(schema_editor, name: str) -> None:
+    """Drop the index ``name`` if an interrupted CONCURRENTLY build left it INVALID."""
+    quoted = schema_editor.quote_name(name)
+    with schema_editor.connection.cursor() as cursor:
+        # to_regclass: the relation of that name on the search path, NULL when there is none.
+        cursor.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [quoted])
+        row = cursor.fetchone()
+    if row is None or row[0]:
+        return  # none, or a valid one: the build below fails "already exists", as it should
+    log.warning("index %s is INVALID (an interrupted CONCURRENTLY build): dropped and built again", name)
+    schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quoted}")
+
+
 class AddIndexOnline(migrations.AddIndex):
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
         model = to_state.apps.get_model(app_label, self.model_name)
         if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.add_index(model, self.index, **_concurrently(schema_editor))
+            _add_index(schema_editor, model, self.index)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
         model = from_state.apps.get_model(app_label, self.model_name)
@@ -39,4 +70,4 @@ class RemoveIndexOnline(migrations.RemoveIndex):
         model = to_state.apps.get_model(app_label, self.model_name)
         if self.allow_migrate_model(schema_editor.connection.alias, model):
             index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
-            schema_editor.add_index(model, index, **_concurrently(schema_editor))
+            _add_index(schema_editor, model, index)
