@@ -107,9 +107,9 @@ class YoloportalCollector(Collector):
                                 labels=["team"]))
         add(GaugeMetricFamily("yoloportal_team_members", "Members of each team.", labels=["team"]))
         add(GaugeMetricFamily("yoloportal_user_quota_gpu_seconds_per_day",
-                              "Per-member rolling 24 h GPU quota in force for each team (absent: no limit).",
+                              "Per-member rolling 24 h GPU quota in force for each team (+Inf: no limit).",
                               labels=["team"]))
-        add(GaugeMetricFamily("yoloportal_team_max_gpus", "GPUs a team may hold at once (absent: no limit).",
+        add(GaugeMetricFamily("yoloportal_team_max_gpus", "GPUs a team may hold at once (+Inf: no limit; 0: none).",
                               labels=["team"]))
         add(GaugeMetricFamily("yoloportal_node_up", "1 if the node heartbeats and is not lost.", labels=["node"]))
         add(GaugeMetricFamily("yoloportal_node_info", "Node state and whether its GPUs are simulated.",
@@ -234,10 +234,13 @@ class YoloportalCollector(Collector):
             f["yoloportal_team_members"].add_metric([team], members.get(team, 0))
             per_user = quota.user_gpu_hours_per_day if quota and quota.user_gpu_hours_per_day is not None \
                 else config.user_gpu_hours_per_day
-            if per_user is not None:
-                f["yoloportal_user_quota_gpu_seconds_per_day"].add_metric([team], per_user * 3600)
-            if quota and quota.max_gpus is not None:
-                f["yoloportal_team_max_gpus"].add_metric([team], quota.max_gpus)
+            # No limit is +Inf, not an absent series (operator trial 29: a deleted quota row took the
+            # team's series away, which a rule reads as a team or a scrape gone). +Inf compares and
+            # divides as "no limit" does: held >= max never holds, held / max is 0.
+            f["yoloportal_user_quota_gpu_seconds_per_day"].add_metric(
+                [team], per_user * 3600 if per_user is not None else math.inf)
+            max_gpus = quota.max_gpus if quota and quota.max_gpus is not None else math.inf
+            f["yoloportal_team_max_gpus"].add_metric([team], max_gpus)
 
     def collect_cluster(self, f: dict[str, Metric], now) -> None:
         allocated: dict[tuple[int, int], float] = {}

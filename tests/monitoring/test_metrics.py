@@ -116,6 +116,26 @@ def test_the_quota_in_force_is_exported_per_team(teams):
     assert value(text, "yoloportal_team_max_gpus", team="robotics") == 4
 
 
+def test_a_team_without_a_limit_keeps_its_series_at_plus_infinity(teams):
+    """Operator trial 29: deleting a team's quota removed its `yoloportal_team_max_gpus` series, so
+    a rule saw the series absent (a team gone, a broken scrape) where the limit was "none". Every
+    team has both quota series; no limit is +Inf, which compares and divides as one: `held >=
+    max` never holds, `held / max` is 0 (docs/observability.md)."""
+    SchedulerConfig.current()
+    SchedulerConfig.objects.update(user_gpu_hours_per_day=None)
+    quota = TeamQuota.objects.create(team=teams["robotics"], max_gpus=0, user_gpu_hours_per_day=2)
+    _, text = scrape()
+    assert value(text, "yoloportal_team_max_gpus", team="robotics") == 0  # none: 0 stays 0
+    assert value(text, "yoloportal_team_max_gpus", team="vision") == float("inf")  # no quota row
+    assert value(text, "yoloportal_user_quota_gpu_seconds_per_day", team="vision") == float("inf")
+    assert 'yoloportal_team_max_gpus{team="vision"} +Inf' in text
+
+    quota.delete()
+    _, text = scrape()
+    assert value(text, "yoloportal_team_max_gpus", team="robotics") == float("inf")
+    assert value(text, "yoloportal_user_quota_gpu_seconds_per_day", team="robotics") == float("inf")
+
+
 def test_scheduler_and_worker_values_come_from_redis(db):
     recorders.scheduler_pass_record(0.03, finished_at=1_700_000_000.0)
     recorders.scheduler_pass_record(2.0)
