@@ -30,21 +30,50 @@ def _concurrently(schema_editor) -> dict:
 
 def _add_index(schema_editor, model, index) -> None:
     if schema_editor.connection.vendor == "postgresql" and not schema_editor.collect_sql:  # (sqlmigrate: the plan)
-        _drop_invalid(schema_editor, index.name)
+        if _built_before(schema_editor, model, index):
+            return
     schema_editor.add_index(model, index, **_concurrently(schema_editor))
 
 
-def _drop_invalid(schema_editor, name: str) -> None:
-    """Drop the index ``name`` if an interrupted CONCURRENTLY build left it INVALID."""
-    quoted = schema_editor.quote_name(name)
+def _built_before(schema_editor, model, index) -> bool:
+    """Whether an earlier, interrupted run of this migration already built ``index``.
+
+    - INVALID (its own CONCURRENTLY build was interrupted): dropped CONCURRENTLY, so it is built again.
+    - valid, on the model's table, with exactly the columns (and directions) ``index`` would build:
+      built by an earlier operation of this migration before a later one was interrupted (a migration
+      with ``atomic = False`` keeps what it did until then, and ``migrate`` runs it again from its
+      first operation). Taken as built.
+    - any other valid index of that name: False, and the build fails "already exists", as it should.
+    """
+    quoted = schema_editor.quote_name(index.name)
     with schema_editor.connection.cursor() as cursor:
         # to_regclass: the relation of that name on the search path, NULL when there is none.
-        cursor.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [quoted])
+        cursor.execute("SELECT indisvalid, indisunique, indrelid = to_regclass(%s), pg_get_indexdef(indexrelid) "
+                       "FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                       [schema_editor.quote_name(model._meta.db_table), quoted])
         row = cursor.fetchone()
-    if row is None or row[0]:
-        return  # none, or a valid one: the build below fails "already exists", as it should
-    log.warning("index %s is INVALID (an interrupted CONCURRENTLY build): dropped and built again", name)
-    schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quoted}")
+    if row is None:
+        return False
+    valid, unique, same_table, definition = row
+    if not valid:
+        log.warning("index %s is INVALID (an interrupted CONCURRENTLY build): dropped and built again", index.name)
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quoted}")
+        return False
+    if same_table and not unique and definition.endswith(f" USING btree ({_columns(model, index)})") \
+            and not (index.condition or index.include or index.opclasses or index.expressions):
+        log.warning("index %s was built by an earlier, interrupted run of this migration: kept", index.name)
+        return True
+    return False
+
+
+def _columns(model, index) -> str:
+    """``index``'s columns as ``pg_get_indexdef`` writes them: ``state, finished_at DESC``."""
+    columns = []
+    for field in index.fields:
+        column = model._meta.get_field(field.removeprefix("-")).column
+        quoted = column if column.isidentifier() and column == column.lower() else f'"{column}"'
+        columns.append(f"{quoted} DESC" if field.startswith("-") else quoted)
+    return ", ".join(columns)
 
 
 class AddIndexOnline(migrations.AddIndex):
