@@ -54,8 +54,10 @@ def addresses_error(host: str, addresses: list[str]) -> str | None:
         return None
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%")[0])
+        # not is_global: 100.64.0.0/10 (carrier-grade NAT: Alibaba Cloud's metadata service at
+        # 100.100.100.200, Tailscale's nodes) is neither private nor reserved, and was let through.
         if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or ip.is_multicast \
-                or ip.is_unspecified:
+                or ip.is_unspecified or not ip.is_global:
             return f"{host} is an internal address ({ip}); set NOTIFY_ALLOW_PRIVATE_TARGETS=true to allow it"
     return None
 

@@ -132,3 +132,17 @@ def test_a_pinned_https_webhook_refuses_a_certificate_for_another_name(bob, tls_
     delivery = channel_test(channel=channel, by=bob)
     assert delivery.state == "failed" and "webhook unreachable" in delivery.last_error
     assert HOST in delivery.last_error and server.received == []
+
+
+def test_a_name_that_resolves_to_shared_address_space_is_refused(bob, receiver, settings, monkeypatch):
+    """100.64.0.0/10 (carrier-grade NAT) is neither private nor reserved to ``ipaddress``, but it is
+    no public address: Alibaba Cloud serves its instance metadata at 100.100.100.200."""
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    dns(monkeypatch, ["100.100.100.200"])
+    channel = Channel.objects.create(
+        user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}:{receiver.port}/hook"
+    )
+    delivery = channel_test(channel=channel, by=bob)
+    assert delivery.state == "failed" and "internal address (100.100.100.200)" in delivery.last_error
+    assert receiver.received == []
+
