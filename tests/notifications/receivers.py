@@ -22,9 +22,11 @@ class Received:
 
 @dataclass
 class WebhookReceiver:
-    """Answers each POST with the next status in ``statuses`` (then 200), recording what came."""
+    """Answers each POST with the next status in ``statuses`` (then 200), recording what came;
+    ``location``: a Location header sent with each answer (a redirect's target)."""
 
     statuses: list[int] = field(default_factory=list)
+    location: str = ""
     received: list[Received] = field(default_factory=list)
 
     def start(self, tls: ssl.SSLContext | None = None) -> WebhookReceiver:
@@ -37,6 +39,8 @@ class WebhookReceiver:
                 owner.received.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 status = owner.statuses.pop(0) if owner.statuses else 200
                 self.send_response(status)
+                if owner.location:
+                    self.send_header("Location", owner.location)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")

@@ -146,3 +146,17 @@ def test_a_name_that_resolves_to_shared_address_space_is_refused(bob, receiver, 
     assert delivery.state == "failed" and "internal address (100.100.100.200)" in delivery.last_error
     assert receiver.received == []
 
+
+def test_a_redirect_to_an_internal_address_is_not_followed(bob, receiver, public_server, settings, monkeypatch):
+    """The checked, public receiver answers 307 to 127.0.0.1 (where ``receiver`` plays Redis): the
+    pinned post stops there, a failed delivery; a followed redirect would reach the unchecked address."""
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    dns(monkeypatch, [PUBLIC])
+    internet(monkeypatch, public_server.port)
+    public_server.statuses, public_server.location = [307], receiver.url
+    channel = Channel.objects.create(
+        user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}:{public_server.port}/hook"
+    )
+    delivery = channel_test(channel=channel, by=bob)
+    assert delivery.state == "failed" and "HTTP 307" in delivery.last_error
+    assert len(public_server.received) == 1 and receiver.received == []
