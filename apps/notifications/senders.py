@@ -6,10 +6,11 @@ import ipaddress
 import json
 import socket
 import time
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, quote, urlencode, urlsplit, urlunsplit
 
 import apprise
 import requests
+import urllib3
 from django.conf import settings
 from requests.adapters import HTTPAdapter
 from requests.utils import select_proxy
@@ -162,14 +163,33 @@ class PinnedAdapter(HTTPAdapter):
         return host_params, pool_kwargs
 
 
+def pinned(prepared: requests.PreparedRequest, parts: SplitResult, address: str) -> requests.PreparedRequest:
+    """``prepared`` sent to ``address`` (checked), with the ``Host`` header of the URL it was for."""
+    attempt = prepared.copy()
+    address = address.replace("%", "%25")
+    literal = f"[{address}]" if ":" in address else address
+    host = parts.netloc.rpartition("@")[2]  # as http.client writes it: no default port
+    default_port = {"http": 80, "https": 443}.get(parts.scheme)
+    attempt.headers["Host"] = host.rsplit(":", 1)[0] if parts.port == default_port else host
+    attempt.url = urlunsplit(parts._replace(netloc=literal if parts.port is None else f"{literal}:{parts.port}"))
+    return attempt
+
+
+def not_connected(exc: requests.RequestException) -> bool:
+    """Whether ``exc`` is a connection that was never made (refused, unreachable, timed out connecting)."""
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(exc, requests.ConnectTimeout) or isinstance(reason, urllib3.exceptions.ConnectTimeoutError)
+
+
 def send_webhook(delivery: Delivery) -> int:
     """Post the signed body to the address that was checked.
 
     1. Prepare the request as requests would (the host IDNA-encoded, auth from the URL in a header).
     2. Look the host up once and refuse it if any address is internal (:func:`addresses_error`).
-    3. Send to the first address, with the original ``Host`` header, and for https the hostname as
-       SNI and as the name the certificate must carry. Looking the name up again here would let a
-       DNS answer that changed since step 2 (rebinding) reach an internal address.
+    3. Send to the first address (the next one where no connection was made), with the original
+       ``Host`` header, and for https the hostname as SNI and as the name the certificate must carry.
+       Looking the name up again here would let a DNS answer that changed since step 2 (rebinding)
+       reach an internal address.
     Through an HTTP(S)_PROXY from the environment the proxy connects, with its own lookup: the
     request goes unpinned to it, as before (the proxy is the operator's egress control)."""
     body = body_bytes({**delivery.payload, "delivery": delivery.pk})
@@ -197,20 +217,23 @@ def send_webhook(delivery: Delivery) -> int:
             raise DeliveryError(f"{hostname} does not resolve") from None
         if problem := addresses_error(hostname, addresses):
             raise DeliveryError(problem)
-        if not select_proxy(prepared.url, environment["proxies"]):
-            address = addresses[0].replace("%", "%25")
-            literal = f"[{address}]" if ":" in address else address
-            host = parts.netloc.rpartition("@")[2]  # as http.client writes it: no default port
-            default_port = {"http": 80, "https": 443}.get(parts.scheme)
-            prepared.headers["Host"] = host.rsplit(":", 1)[0] if parts.port == default_port else host
-            prepared.url = urlunsplit(parts._replace(
-                netloc=literal if parts.port is None else f"{literal}:{parts.port}"))
+        if select_proxy(prepared.url, environment["proxies"]):
+            attempts = [prepared]
+        else:
             session.mount(f"{parts.scheme}://", PinnedAdapter(hostname))
-        try:
-            response = session.send(prepared, timeout=settings.NOTIFY_TIMEOUT_S, allow_redirects=False,
-                                    **environment)
-        except requests.RequestException as exc:
-            raise DeliveryError(f"webhook unreachable: {exc}") from None
+            attempts = [pinned(prepared, parts, address) for address in addresses]
+        for number, attempt in enumerate(attempts, 1):
+            try:
+                response = session.send(attempt, timeout=settings.NOTIFY_TIMEOUT_S, allow_redirects=False,
+                                        **environment)
+                break
+            except requests.RequestException as exc:
+                # The next checked address when this one took no connection (nothing was sent), as
+                # urllib3 tried each address of its own lookup: a name with a dead first address
+                # (an unreachable AAAA, a receiver down behind round-robin DNS) was no longer reached.
+                if number < len(attempts) and not_connected(exc):
+                    continue
+                raise DeliveryError(f"webhook unreachable: {exc}") from None
     if not 200 <= response.status_code < 300:
         raise DeliveryError(f"webhook answered HTTP {response.status_code}", status=response.status_code)
     return response.status_code

@@ -160,3 +160,36 @@ def test_a_redirect_to_an_internal_address_is_not_followed(bob, receiver, public
     delivery = channel_test(channel=channel, by=bob)
     assert delivery.state == "failed" and "HTTP 307" in delivery.last_error
     assert len(public_server.received) == 1 and receiver.received == []
+
+
+def test_a_name_whose_first_address_takes_no_connection_is_posted_to_its_next(
+    bob, public_server, settings, monkeypatch
+):
+    """Two public answers, the first refusing connections (a receiver down behind round-robin DNS, an
+    AAAA without a route): urllib3 tried each address of its lookup, the pinned post must too."""
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    dead_public = "93.184.215.15"
+    with socket.socket() as closed:  # a local port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        dead_port = closed.getsockname()[1]
+    real_getaddrinfo, real_connect = socket.getaddrinfo, urllib3.util.connection.create_connection
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != HOST:
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 0)) for address in (dead_public, PUBLIC)]
+
+    def create_connection(address, *args, **kwargs):
+        if address[0] in (dead_public, PUBLIC):
+            address = ("127.0.0.1", dead_port if address[0] == dead_public else public_server.port)
+        return real_connect(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    channel = Channel.objects.create(
+        user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}:{public_server.port}/hook"
+    )
+    delivery = channel_test(channel=channel, by=bob)
+    assert delivery.state == "sent", delivery.last_error
+    [post] = public_server.received
+    assert post.headers["host"] == f"{HOST}:{public_server.port}"
