@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from apps.accounts.models import Membership, Team
@@ -220,3 +222,29 @@ def test_a_job_that_may_still_run_is_not_deleted_until_it_has_ended(superuser, b
     assert job_cancel(job=Job.objects.get(pk=queued.pk), by=superuser)
     client.post(f"/admin/jobs/job/{queued.pk}/delete/", {"post": "yes"})
     assert not Job.objects.filter(pk=queued.pk).exists()  # cancelled: it may go
+
+
+def posted_back(page: str) -> dict[str, list[str]]:
+    """The hidden fields of a confirmation page's form, as the browser posts them back."""
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page):
+        fields.setdefault(name, []).append(value)
+    return fields
+
+
+def test_the_cancel_and_drain_pages_post_their_selection_back_with_the_reason(
+    manager, superuser, bob, node, demo_registered
+):
+    """What the pages (admin/reason_confirmation.html) send, not a hand-made post, does the action."""
+    job = submit(bob, task_name="to-cancel")
+    client = admin_client(manager)
+    page = client.post("/admin/jobs/job/", {"action": "cancel", "_selected_action": [str(job.pk)]}).content.decode()
+    assert "Cancel these jobs" in page and "Home" in page
+    client.post("/admin/jobs/job/", {**posted_back(page), "reason": "wrong dataset"})
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
+    client = admin_client(superuser)
+    page = client.post("/admin/cluster/node/", {"action": "drain", "_selected_action": [str(node.pk)]}).content.decode()
+    assert 'value="Drain"' in page and ">Cancel</a>" in page
+    client.post("/admin/cluster/node/", {**posted_back(page), "reason": "maintenance"})
+    node.refresh_from_db()
+    assert node.state == "draining" and node.drain_reason == "maintenance"
