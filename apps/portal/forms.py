@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from typing import Any
 
 from django import forms
@@ -59,9 +60,9 @@ def typed(text: str) -> int | float | str:
     ``strip()`` took that ideographic space off here and submitted 3. (The number boxes are
     :func:`number_field`s: Django's own strip() takes Unicode spaces off too.)
     """
+    text = text.strip(string.whitespace)  # ASCII spaces only: " Адам" in "SGD, Адам" was sent as typed
     if not text.isascii():
         return text
-    text = text.strip()
     if not _NUMBER.fullmatch(text):
         return text
     number = float(text)

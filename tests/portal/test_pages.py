@@ -651,3 +651,13 @@ def test_a_sweep_number_padded_with_a_unicode_space_is_refused_at_its_box(field,
     response = signed_in(alice).post("/jobs/new/", {**sweep, f"s-{field}": sweep.get(f"s-{field}", "0.01") + "\u3000"})
     assert response.status_code == 200 and not Job.objects.exists()
     assert set(field_errors(response.content.decode())) == {field}
+
+
+@pytest.mark.parametrize(("text", "value"), [(" 3 ", 3), (" 1e-4\t", 0.0001), (" Адам", "Адам"), ("Адам ", "Адам"),
+                                             ("3\u3000", "3\u3000"), ("\u00a03", "\u00a03"), (" ten ", "ten")])
+def test_a_box_s_text_loses_its_ascii_spaces_only(text, value):
+    """typed() kept non-ASCII text whole (so "3\\u3000" reaches the parser and is refused), ASCII
+    spaces included: "SGD, Адам" in a sweep's choices sent " Адам" (review29)."""
+    from apps.portal.forms import typed
+
+    assert typed(text) == value
