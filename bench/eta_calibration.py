@@ -64,6 +64,7 @@ def replay(args) -> dict:
                 eta_head=args.eta_head,
                 eta_after_budget_stretch=args.after_budget_stretch,
                 eta_below_head_stretch=args.below_head_stretch,
+                eta_below_head_load_max=args.below_head_load_max,
             ),
             seed=args.seed,
         )
@@ -278,6 +279,12 @@ def main(argv: list[str] | None = None) -> int:
         default=PolicyConfig().eta_below_head_stretch,
         help="jobs below the forward head: coarse wait stretched by inflow (eta_below_head_stretch)",
     )
+    parser.add_argument(
+        "--below-head-load-max",
+        type=float,
+        default=PolicyConfig().eta_below_head_load_max,
+        help="below the head the stretch is at most 1 / (1 - this) (eta_below_head_load_max; 0.9: x10)",
+    )
     parser.add_argument("--save", help="write the replay's records here")
     parser.add_argument("--records", help="read records saved by --save instead of replaying")
     parser.add_argument("--offset", default=str(cal.OFFSET_S), help="comma-separated offsets c (s)")
@@ -311,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 "eta_head",
                 "after_budget_stretch",
                 "below_head_stretch",
+                "below_head_load_max",
             )
         }
         if args.save:

@@ -283,6 +283,30 @@ def test_without_the_below_head_stretch_a_job_below_the_head_takes_the_pooled_sw
     assert {k: v for k, v in unstretched.items() if k != "wide"} == {k: v for k, v in stretched.items() if k != "wide"}
 
 
+def test_the_below_head_stretch_is_capped_at_eta_below_head_load_max() -> None:
+    """The queue above: the two-GPU job below the head waits 1,900 s in the pooled sweep, and the
+    outranking inflow (a load of 0.625) stretched it x2.67 to 5,067 s. With
+    ``eta_below_head_load_max`` 0.5 the stretch is at most x2: 3,800 s, its range (EtaModel.coarse)
+    scaled the same; at 0.9 (the default) and above 0.625 nothing changes; the head is unchanged."""
+    queue = [job(f"q{i}", age_s=100.0 - i, walltime_s=1800.0) for i in range(2)]
+    queue.append(job("wide", gpus=2, age_s=50.0, walltime_s=1800.0))
+    better = tuple(job(f"f{i}", user="bob", cls="high", age_s=2867.0 * i, walltime_s=HOUR) for i in range(30))
+    entries = {}
+    for load_max in (0.9, 0.7, 0.5):
+        config = fair(eta_coverage=0.0, eta_head=2, eta_below_head_load_max=load_max)
+        busy = [running("r", "n1", (0, 1), left_s=100.0)]
+        st = state([node("n1", gpus=2)], queue, busy, config=config, inflow=better)
+        entries[load_max] = {e.job_id: e for e in plan(st, NOW).queue}
+    full, capped = entries[0.9]["wide"], entries[0.5]["wide"]
+    assert full.estimated_start_model > NOW + 2.5 * 1900.0
+    assert capped.estimated_start_model == pytest.approx(NOW + 2 * 1900.0)
+    scale = 2 * 1900.0 / (full.estimated_start_model - NOW)  # the range scales with the point
+    assert capped.estimated_start_low - NOW == pytest.approx((full.estimated_start_low - NOW) * scale)
+    assert capped.estimated_start_high - NOW == pytest.approx((full.estimated_start_high - NOW) * scale)
+    assert entries[0.7]["wide"] == full
+    assert {k: v for k, v in entries[0.5].items() if k != "wide"} == {k: v for k, v in entries[0.9].items() if k != "wide"}
+
+
 @pytest.mark.parametrize("kind", ["size", "over quota"])
 def test_a_preemption_is_graceful(kind) -> None:
     cluster = [node("n1", gpus=1)]

@@ -649,12 +649,14 @@ class EtaModel:
         """A job below the head: the pooled sweep's start, stretched by inflow (unless not
         ``stretch``; None: as ``config.eta_below_head_stretch`` says, as below the head), with the
         head's spread, each wait carried on from the head's last job of its ``shape`` (:meth:`carry_from`)."""
-        if stretch is None:
+        load_max = 0.9  # the stretch at most x10
+        if stretch is None:  # below the head: its own switch and cap (Explainer.explain inlines this)
             stretch = self.config.eta_below_head_stretch
+            load_max = self.config.eta_below_head_load_max
         now = self.now
         wait = max(0.0, point - now)
         if stretch and wait > 0 and self.total_gpus and self.inflow_rate > 0:  # no inflow: load 0, no stretch
-            load = min(0.9, self.inflow_rate_above(priority) / self.total_gpus)
+            load = min(load_max, self.inflow_rate_above(priority) / self.total_gpus)
             wait /= 1.0 - load
         lo_f, hi_f = self.spread
         widen = self.config.eta_range_widen

@@ -275,11 +275,12 @@ class Explainer:
             total_gpus = eta_model.total_gpus
             if stretch:  # EtaModel.inflow_rate_above inlined: 1 - load for each place among the arrivals
                 inflow_neg_prios, inflow_work = eta_model.inflow_table()
+                load_max = eta_model.config.eta_below_head_load_max
                 unloaded = []
                 for k in range(len(inflow_neg_prios) + 1):
                     load = (inflow_work[k - 1] if k > 0 else 0.0) / total_gpus
-                    if load > 0.9:  # min(0.9, …) without the call
-                        load = 0.9
+                    if load > load_max:  # min(load_max, …) without the call
+                        load = load_max
                     unloaded.append(1.0 - load)
         ranges_get = ranges.get
         reserved_get = reserved_node.get

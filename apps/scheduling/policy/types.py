@@ -283,6 +283,9 @@ class PolicyConfig:
     # six replays (docs/scheduling.md, eta29): ranges narrower on all, the shown point's error up
     # on held-out seeds 11 and 47 (the calibration scales it by errors learned on the head), so on.
     eta_below_head_stretch: bool = True
+    # The outranking load that stretch stops growing at: the stretch is at most 1 / (1 - this)
+    # (0.9: x10; 0.5: x2). Only below the head (the after-budget stretch keeps 0.9).
+    eta_below_head_load_max: float = 0.9
     eta_inflow_horizon_s: float = 7 * DAY_S  # sampled arrivals stop here
     # The point and range are calibrated on the track record (``ClusterState.eta_history``,
     # policy/eta_calibration.py): the range holds this share of recent similar jobs' actual
