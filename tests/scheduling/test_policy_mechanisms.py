@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from apps.scheduling.policy import plan
+from apps.scheduling.policy.eta import EtaModel
 from apps.scheduling.policy.placement import Placer, capacities
 
 from .policy_helpers import HOUR, NOW, fair, job, node, running, state
@@ -305,6 +306,13 @@ def test_the_below_head_stretch_is_capped_at_eta_below_head_load_max() -> None:
     assert capped.estimated_start_high - NOW == pytest.approx((full.estimated_start_high - NOW) * scale)
     assert entries[0.7]["wide"] == full
     assert {k: v for k, v in entries[0.5].items() if k != "wide"} == {k: v for k, v in entries[0.9].items() if k != "wide"}
+    # EtaModel.coarse (carry_from's denominator) caps the same; the after-budget stretch
+    # (stretch=True passed) keeps 0.9
+    for load_max, below in ((0.9, 5066.67), (0.5, 3800.0)):
+        st = state([node("n1", gpus=2)], [], [], config=fair(eta_below_head_load_max=load_max), inflow=better)
+        model = EtaModel(st, NOW, capacities(st.nodes, ()), (), None, None, {})
+        assert model.coarse(NOW + 1900.0, 0.0)[0] - NOW == pytest.approx(below)
+        assert model.coarse(NOW + 1900.0, 0.0, stretch=True)[0] - NOW == pytest.approx(5066.67)
 
 
 @pytest.mark.parametrize("kind", ["size", "over quota"])
