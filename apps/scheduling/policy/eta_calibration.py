@@ -34,6 +34,14 @@ Coverage holds where the process is roughly stationary over the history (the las
 :data:`HISTORY_N` starts within :data:`HISTORY_S`); a burst that makes waits jump is
 learned only as its jobs start (jobs still waiting are not in the record: the censored
 long waits make the range somewhat too early while a burst builds up).
+
+The top bucket (predicted >= 2.5 days) applies its ratio to points far beyond its records (the
+few below-head points of 40-350 days). Bounding it by the record itself does not work: the
+record's largest wait is censored the same way (median 5-9 days on the replays while waits
+built up), so a cap at 1.5x it collapsed 14-59 % of the top bucket's ranges to an instant and
+raised gpuspec10's point error 9.5 %; clamping the predicted wait at the bucket's largest
+recorded prediction raised 4x8's 0.7-3.7 % (docs/scheduling.md, "A calibration top bucket that
+does not extrapolate").
 """
 
 from __future__ import annotations
