@@ -37,6 +37,7 @@ from django.core.files import File
 from django.core.files.storage import FileSystemStorage, storages
 
 from apps.core.artifacts import ROOTS, artifact_path, key_check
+from apps.core.hashing import file_sha256
 
 
 class StorageUnavailable(RuntimeError):
@@ -100,14 +101,6 @@ def _problem(exc: BaseException) -> str:
         return (f"the bucket {bucket!r} does not exist{f' at {endpoint}' if endpoint else ''}: create it first "
                 f"(e.g. `aws s3 mb s3://{bucket}` or `mc mb`), see docs/deploy.md")
     return str(exc)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cache_path(sha256: str, name: str) -> Path:

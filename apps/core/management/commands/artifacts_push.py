@@ -6,13 +6,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.artifacts import ROOTS, ArtifactKeyError, artifact_key, root_path
-from apps.core.storage import (
-    StorageUnavailable,
-    artifact_stored,
-    artifact_upload,
-    file_sha256,
-    shared_filesystem,
-)
+from apps.core.hashing import file_sha256
+from apps.core.storage import StorageUnavailable, artifact_stored, artifact_upload, shared_filesystem
 
 
 class Command(BaseCommand):
