@@ -11,8 +11,11 @@ timeout, a deadlock, a unique violation) leaves the index behind marked INVALID
 (``pg_index.indisvalid = false``): unused by queries, still updated by every write, and in the
 way of the name. The migration is not recorded as applied, so ``migrate`` runs it again, and a
 plain CREATE then failed "relation ... already exists". The build here drops such an invalid
-index (CONCURRENTLY) first and builds it again; a *valid* index of that name is an error as
-before (tests/core/test_migration_ops.py; docs/deploy.md "Upgrades").
+index (CONCURRENTLY) first and builds it again. A migration of several operations keeps those
+done before the interrupted one (``atomic = False``) and ``migrate`` runs it again from its first:
+a valid index that is exactly the one to build, on its table, is taken as built; any other valid
+index of that name is an error as before (tests/core/test_migration_ops.py; docs/deploy.md
+"Upgrades"). Dropping is Django's ``DROP INDEX CONCURRENTLY IF EXISTS`` already.
 """
 
 from __future__ import annotations

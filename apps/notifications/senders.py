@@ -100,8 +100,8 @@ def checked_hosts(kind: str, target: str) -> list[tuple[str | None, bool]]:
 def target_address_error(kind: str, target: str) -> str | None:
     """The first of ``target``'s hosts that :func:`internal_address_error` refuses, or None: asked when
     a channel is made and again at each send (a name may resolve elsewhere by then)."""
-    for host, not_connected in checked_hosts(kind, target):
-        if problem := internal_address_error(host, unresolved_ok=not_connected):
+    for host, may_not_resolve in checked_hosts(kind, target):
+        if problem := internal_address_error(host, unresolved_ok=may_not_resolve):
             if problem.endswith("does not resolve") and mail_server_is_its_domain(target, host):
                 problem += (f" (mail is sent to {host} itself, the host of the mailto:// URL: name your "
                             f"mail server with ?smtp=, e.g. mailtos://user:pass@{host}?smtp=smtp.{host})")
