@@ -552,7 +552,8 @@ def _inspect_open(archive: zipfile.ZipFile, *, size: int, limits: ArchiveLimits,
     if upload_kind == "classify" or _classification_layout(by_relative):
         plan = _check_classification(archive, by_relative, dirs, limits)
     else:
-        plan = _check_structure(archive, by_relative, members, dirs, skipped, declared, limits)
+        documents = {name[len(prefix):] for name in documentation}
+        plan = _check_structure(archive, by_relative, members, dirs, skipped, declared, limits, documents)
     plan.members, plan.directories, plan.uncompressed_bytes = members, dirs, declared
     plan.skipped, plan.documentation = skipped, documentation
     return plan
@@ -658,7 +659,11 @@ def _check_classification(archive: zipfile.ZipFile, by_relative: dict[str, zipfi
                        num_images=len(images), num_labels=0, uncompressed_bytes=0, kind="classify")
 
 
-def _check_structure(archive, by_relative, members, dirs, skipped, declared, limits) -> ArchivePlan:
+def _check_structure(archive, by_relative, members, dirs, skipped, declared, limits,
+                     documents: set[str] = frozenset()) -> ArchivePlan:
+    """``documents``: the skipped files beside data.yaml, relative to it — a ``train: train.txt``
+    names one of them (a top-level .txt is taken for documentation), and is answered as the
+    image-list file it is, not as a folder missing from the archive."""
     problems: list[Problem] = []
     yaml_name = next((n for n in DATA_YAML_NAMES if n in by_relative), None)
     if yaml_name is None:
@@ -732,9 +737,10 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         if bad:
             problems.append(Problem(f"{yaml_name}: {key}", bad))
             continue
-        if folder in by_relative:
+        if folder in by_relative or folder in documents:
             problems.append(Problem(f"{yaml_name}: {key}",
-                                    "must be a folder of images; image-list files are not accepted"))
+                                    f"must be a folder of images; image-list files are not accepted ({value!r} is "
+                                    "a file: put its images in a folder, e.g. images/train, and name that)"))
             continue
         if folder not in all_dirs:
             problems.append(Problem(f"{yaml_name}: {key}", f"folder {value!r} is not in the archive"))

@@ -529,3 +529,20 @@ def test_the_demo_generators_folder_uploads_as_it_is(bob, storage, tmp_path):
     assert response.json()["skipped"] == [
         "data.yaml: path (not kept: the splits are read inside the upload, relative to data.yaml)", "shapes/demo.json"]
     assert not (storage / "vision" / "shapes" / "v1" / "demo.json").exists()
+
+
+@pytest.mark.parametrize("prefix", ["", "my-data/"])
+def test_an_image_list_split_says_it_is_a_list_not_a_missing_folder(bob, prefix):
+    """``train: train.txt`` (Ultralytics' image-list form, as COCO's train2017.txt) beside data.yaml:
+    the .txt is skipped as documentation, and the split was answered "folder 'train.txt' is not in
+    the archive" though the file was there (team adoption trial 30)."""
+    files = valid_files(prefix)
+    files[prefix + "data.yaml"] = b"train: train.txt\nval: images/val\nnames: [scratch, dent]\n"
+    files[prefix + "train.txt"] = b"./images/train/0.png\n./images/train/1.png\n"
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400, response.content
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert list(problems) == ["data.yaml: train"]
+    assert "image-list files are not accepted" in problems["data.yaml: train"]
+    assert "is not in the archive" not in problems["data.yaml: train"]
+    assert not Dataset.objects.exists()
