@@ -282,4 +282,9 @@ def storage_release(*, key: str) -> None:
 
 
 def _gib(size: int) -> str:
-    return f"{size / 1024**3:.2f} GiB" if size >= 1024**3 / 100 else f"{size / 1024**2:.1f} MiB"
+    """GiB from 10 MiB up; below, MiB, KiB or bytes, so a small upload is not "0.0 MiB"."""
+    if size >= 1024**3 / 100:
+        return f"{size / 1024**3:.2f} GiB"
+    if size >= 1024**2 / 10:
+        return f"{size / 1024**2:.1f} MiB"
+    return f"{size / 1024:.1f} KiB" if size >= 1024 else f"{size} B"

@@ -3,6 +3,8 @@ the storage quota, and the page."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -295,3 +297,17 @@ def test_a_registered_yaml_may_take_an_images_name_as_an_upload_may(bob, teams):
     assert post(bob, make_zip({"a.png": PNG, "b.png": PNG}), name="shots", kind="images").status_code == 201
     yaml_path = generate_demo_dataset(team_dataset_root(teams["vision"]) / "copy", train=2, val=1, imgsz=64, seed=1)
     assert dataset_register(team=teams["vision"], name="shots", yaml_path=yaml_path).version == 2
+
+
+def test_a_small_upload_over_a_full_quota_says_how_big_it_is(bob, teams):
+    """A team at its quota pushing a small dataset was told "keeps 1.00 GiB of uploads; 0.0 MiB more
+    would pass its storage quota": every size under 50 KiB read 0.0 MiB (team adoption trial 30)."""
+    teams["vision"].storage_quota_gb = 1
+    teams["vision"].save()
+    StorageCharge.objects.create(team=teams["vision"], key="datasets/vision/old/v1", bytes=1024**3)
+    refused = post(bob, make_zip(valid_files()))
+    assert refused.status_code == 400, refused.content
+    message = refused.json()["file"][0]
+    assert "keeps 1.00 GiB of uploads" in message and "quota of 1.00 GiB" in message, message
+    assert "0.0 MiB" not in message, message
+    assert re.search(r"; \d+(\.\d)? (B|KiB) more would pass", message), message
