@@ -32,7 +32,8 @@ class TeamStandingOut(serializers.Serializer):
                                      help_text="the scheduler's policy now: under fifo fair share orders nothing")
     limits = serializers.DictField(child=LimitOut(), help_text=(
         "max_gpus (with in_use), max_gpus_per_job, user_gpu_hours_per_day (with my_used_24h), "
-        "urgent_gpu_hours_per_day (with used_24h), urgent_max_gpus (with in_use)"))
+        "urgent_gpu_hours_per_day (with used_24h), urgent_max_gpus (with in_use), storage_gb (uploaded datasets "
+        "and weights, GiB, with used)"))
     fair_share = serializers.DictField(help_text=(
         "shares, total_shares, share_fraction, decayed_gpu_hours, total_decayed_gpu_hours, usage_fraction, "
         "level (share over usage fraction; null = no usage), standing, half_life_hours, members, my_factor"))

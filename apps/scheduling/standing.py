@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.accounts.selectors import role_in, team_list
+from apps.accounts.services import storage_used_bytes
 from apps.jobs.models import HOLDING_STATES, Job, JobState
 from apps.quotas.models import TeamQuota
 
@@ -87,6 +89,13 @@ def _standing(*, user, team, now, config, policy, override, holding, usage, user
     limits["user_gpu_hours_per_day"]["my_used_24h"] = _hours(user_24h.get(user.username, 0.0))
     limits["urgent_gpu_hours_per_day"]["used_24h"] = _hours(urgent_24h.get(team.slug, 0.0))
     limits["urgent_max_gpus"]["in_use"] = held_urgent
+    # Not the scheduler's: what uploads (dataset versions, weights) may keep, as storage_reserve charges it.
+    own_storage = team.storage_quota_gb is not None
+    limits["storage_gb"] = {
+        "value": float(team.storage_quota_gb if own_storage else settings.TEAM_STORAGE_QUOTA_GB),
+        "source": TEAM_OVERRIDE if own_storage else SITE_DEFAULT,
+        "used": round(storage_used_bytes(team) / 1024**3, 3),
+    }
     return {
         "id": team.pk, "team": team.slug, "name": team.name, "role": role_in(user=user, team=team),
         "window": "rolling 24 h", "limits": limits,
