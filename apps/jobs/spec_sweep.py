@@ -340,7 +340,9 @@ def sweep_parse(value: Any, *, args: dict[str, Callable[[Any], Any]], reserved: 
                 trials = _int_in(value["trials"], 1, MAX_TRIALS)
             except ValueError as exc:
                 errors["sweep.trials"] = str(exc)
+    # Not when an entry was refused: ``parameters`` then holds what was left, not the space as given.
     if (trials and trials > 1 and method != "grid" and parameters
+            and not any(k.startswith("sweep.parameters") for k in errors)
             and all(p["type"] == "categorical" and len(p["choices"]) == 1 for p in parameters.values())):
         # Ultralytics trains deterministically: every trial would train the same configuration (trial26).
         point = ", ".join(f"{name}={p['choices'][0]}" for name, p in parameters.items())

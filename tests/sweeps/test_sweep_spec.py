@@ -103,6 +103,16 @@ def test_every_refusal_names_its_field(sweep, field, words):
     assert words in errors[field], errors[field]
 
 
+def test_a_space_of_one_point_is_not_claimed_when_it_is_one_only_because_entries_were_refused():
+    """lr0 {low: 0.1, high: 0.01} and mosaic [0, 1.5]: both refused, and sweep.trials said "the search
+    space has one point (mosaic=0.0)" — the space of what was left, not of what was typed; the portal's
+    Sweep tab showed it at Trials too (team adoption trial 30)."""
+    errors = refusal(parameters={"lr0": {"low": 0.1, "high": 0.01}, "mosaic": [0, 1.5]}, trials=2, method="random")
+    assert set(errors) == {"sweep.parameters.lr0.high", "sweep.parameters.mosaic[1]"}, errors
+    # Left with one point by what was given, it still is refused.
+    assert "one point" in refusal(parameters={"mosaic": [0.5]}, trials=2, method="random")["sweep.trials"]
+
+
 def test_only_a_training_spec_is_swept_and_it_does_not_export_after_each_trial():
     with pytest.raises(SpecError) as caught:
         parse_spec({"task_name": "v", "command": "yolo val model=m:v1 data=demo", "sweep": {"trials": 1}})
