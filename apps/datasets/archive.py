@@ -740,7 +740,7 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
         if folder in by_relative or folder in documents:
             problems.append(Problem(f"{yaml_name}: {key}",
                                     f"must be a folder of images; image-list files are not accepted ({value!r} is "
-                                    "a file: put its images in a folder, e.g. images/train, and name that)"))
+                                    f"a file: put its images in a folder, e.g. images/{key}, and name that)"))
             continue
         if folder not in all_dirs:
             problems.append(Problem(f"{yaml_name}: {key}", f"folder {value!r} is not in the archive"))

@@ -537,12 +537,14 @@ def test_an_image_list_split_says_it_is_a_list_not_a_missing_folder(bob, prefix)
     the .txt is skipped as documentation, and the split was answered "folder 'train.txt' is not in
     the archive" though the file was there (team adoption trial 30)."""
     files = valid_files(prefix)
-    files[prefix + "data.yaml"] = b"train: train.txt\nval: images/val\nnames: [scratch, dent]\n"
+    files[prefix + "data.yaml"] = b"train: train.txt\nval: val.txt\nnames: [scratch, dent]\n"
     files[prefix + "train.txt"] = b"./images/train/0.png\n./images/train/1.png\n"
+    files[prefix + "val.txt"] = b"./images/val/0.png\n"
     response = post(bob, make_zip(files))
     assert response.status_code == 400, response.content
     problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
-    assert list(problems) == ["data.yaml: train"]
-    assert "image-list files are not accepted" in problems["data.yaml: train"]
-    assert "is not in the archive" not in problems["data.yaml: train"]
+    assert list(problems) == ["data.yaml: train", "data.yaml: val"]
+    for split, problem in zip(("train", "val"), problems.values(), strict=True):
+        assert "image-list files are not accepted" in problem and f"e.g. images/{split}," in problem, problem
+        assert "is not in the archive" not in problem
     assert not Dataset.objects.exists()
