@@ -33,7 +33,7 @@ class TeamStandingOut(serializers.Serializer):
     limits = serializers.DictField(child=LimitOut(), help_text=(
         "max_gpus (with in_use), max_gpus_per_job, user_gpu_hours_per_day (with my_used_24h), "
         "urgent_gpu_hours_per_day (with used_24h), urgent_max_gpus (with in_use), storage_gb (uploaded datasets "
-        "and weights, GiB, with used)"))
+        "and weights, GiB, with used; also used_bytes and limit_bytes)"))
     fair_share = serializers.DictField(help_text=(
         "shares, total_shares, share_fraction, decayed_gpu_hours, total_decayed_gpu_hours, usage_fraction, "
         "level (share over usage fraction; null = no usage), standing, half_life_hours, members, my_factor"))

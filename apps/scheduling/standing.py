@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.accounts.selectors import role_in, team_list
-from apps.accounts.services import storage_used_bytes
+from apps.accounts.services import storage_limit_bytes, storage_used_bytes
 from apps.jobs.models import HOLDING_STATES, Job, JobState
 from apps.quotas.models import TeamQuota
 
@@ -90,11 +90,15 @@ def _standing(*, user, team, now, config, policy, override, holding, usage, user
     limits["urgent_gpu_hours_per_day"]["used_24h"] = _hours(urgent_24h.get(team.slug, 0.0))
     limits["urgent_max_gpus"]["in_use"] = held_urgent
     # Not the scheduler's: what uploads (dataset versions, weights) may keep, as storage_reserve charges it.
+    # GiB as the setting is given, and bytes, which a small team's use does not round to 0.
     own_storage = team.storage_quota_gb is not None
+    used_bytes = storage_used_bytes(team)
     limits["storage_gb"] = {
         "value": float(team.storage_quota_gb if own_storage else settings.TEAM_STORAGE_QUOTA_GB),
         "source": TEAM_OVERRIDE if own_storage else SITE_DEFAULT,
-        "used": round(storage_used_bytes(team) / 1024**3, 3),
+        "used": round(used_bytes / 1024**3, 3),
+        "used_bytes": used_bytes,
+        "limit_bytes": storage_limit_bytes(team),
     }
     return {
         "id": team.pk, "team": team.slug, "name": team.name, "role": role_in(user=user, team=team),

@@ -120,13 +120,15 @@ def test_the_storage_quota_is_shown_with_what_the_team_keeps(bob, teams, setting
     settings.TEAM_STORAGE_QUOTA_GB = 100
     StorageCharge.objects.create(team=teams["vision"], key="datasets/vision/pcb/v1", bytes=3 * 1024**3 // 2)
     limits = api_client(bob).get(f"/api/v1/teams/{teams['vision'].pk}/").json()["limits"]
-    assert limits["storage_gb"] == {"value": 100.0, "source": "site default", "used": 1.5}
+    assert limits["storage_gb"] == {"value": 100.0, "source": "site default", "used": 1.5,
+                                    "used_bytes": 3 * 1024**3 // 2, "limit_bytes": 100 * 1024**3}
     teams["vision"].storage_quota_gb = 2
     teams["vision"].save()
     listed = api_client(bob).get("/api/v1/teams/").json()["results"]
-    assert [t["limits"]["storage_gb"] for t in listed] == [{"value": 2.0, "source": "team", "used": 1.5}]
+    assert [t["limits"]["storage_gb"] for t in listed] == [
+        {"value": 2.0, "source": "team", "used": 1.5, "used_bytes": 3 * 1024**3 // 2, "limit_bytes": 2 * 1024**3}]
     client = Client()
     client.force_login(bob)
     section = client.get("/teams/").content.decode().split('data-team="vision"', 1)[1]
-    assert ('data-limit="storage_gb"><td>Uploaded datasets and weights</td><td>2 GiB</td><td class="source">team'
-            '</td><td>1.50 GiB kept</td>') in section
+    assert ('data-limit="storage_gb"><td>Uploaded datasets and weights</td><td>2.0\xa0GB</td><td class="source">team'
+            '</td><td>1.5\xa0GB kept</td>') in section
