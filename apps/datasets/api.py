@@ -27,7 +27,7 @@ from apps.core.storage import shared_filesystem
 from .archive import ArchiveRejected
 from .models import Dataset
 from .selectors import SAMPLE_MAX_BYTES, dataset_list, dataset_sample_key, dataset_sample_path
-from .services import dataset_delete, dataset_upload
+from .services import NAME_RULE, dataset_delete, dataset_upload
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class DatasetIn(StrictInput):
     name = serializers.RegexField(r"^[a-z0-9][a-z0-9_-]{0,99}$", max_length=100,
                                   help_text="how specs refer to it: data=<name>; uploading a name again makes "
                                             "a new version",
-                                  error_messages={"invalid": "use lowercase letters, digits, '-' and '_'"})
+                                  error_messages={"invalid": NAME_RULE})
     team = serializers.SlugField(required=False, help_text="team slug; optional when you are in one team")
     kind = choice_field(Dataset.Kind.choices, default=Dataset.Kind.YOLO, required=False)
     description = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")

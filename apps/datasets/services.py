@@ -39,6 +39,7 @@ from .selectors import DATA_YAML_MAX_BYTES, data_yaml_check, team_dataset_root
 from .stats import classification_stats, dataset_stats, images_stats, manifest_sha256
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+NAME_RULE = "use lowercase letters, digits, '-' and '_', starting with a lowercase letter or digit (e.g. pcb_defect)"
 
 __all__ = ["ArchiveRejected", "DatasetUpload", "StorageQuotaExceeded", "dataset_delete", "dataset_register",
            "dataset_upload"]
@@ -143,7 +144,7 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
     On any failure the hidden folder and the charge go; no version number is spent (but in 6).
     """
     if not NAME.match(name):
-        raise ArchiveRejected("has no usable name", [Problem("name", "use lowercase letters, digits, '-' and '_'")])
+        raise ArchiveRejected("has no usable name", [Problem("name", NAME_RULE)])
     plan = archive_inspect(upload, size=size, limits=upload_limits(), kind=kind)
     if plan.kind == Dataset.Kind.CLASSIFY:
         kind = Dataset.Kind.CLASSIFY  # the default kind's upload found to be a classification folder

@@ -548,3 +548,20 @@ def test_an_image_list_split_says_it_is_a_list_not_a_missing_folder(bob, prefix)
         assert "image-list files are not accepted" in problem and f"e.g. images/{split}," in problem, problem
         assert "is not in the archive" not in problem
     assert not Dataset.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["_pcb", "-pcb", "My Data"])
+def test_a_bad_name_is_told_the_whole_rule_and_the_form_says_it_too(bob, name):
+    """"_pcb" was refused "use lowercase letters, digits, '-' and '_'" — which it was: the first
+    character's rule went unsaid; the portal's Name field (pattern, no title) said only "Please match
+    the requested format" (team adoption trial 30)."""
+    from django.test import Client
+
+    response = post(bob, make_zip(valid_files()), name=name)
+    assert response.status_code == 400, response.content
+    assert "starting with a lowercase letter or digit" in response.json()["name"][0]
+    client = Client()
+    client.force_login(bob)
+    html = client.get("/datasets/").content.decode()
+    field = html.split('id="upload-name"', 1)[1].split(">", 1)[0]
+    assert 'title="lowercase letters, digits' in field and "starting with a lowercase letter or digit" in field
