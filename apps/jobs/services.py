@@ -24,8 +24,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
-from django.db.models import Case, F, Q, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import Case, DurationField, ExpressionWrapper, F, Q, Value, When
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from apps.accounts.models import AuditEntry, Membership, Team
@@ -611,9 +611,10 @@ def attempt_previous_stop(job: Job, *, margin_s: float) -> PreviousStop | None:
     has stopped, the epoch's metrics, checkpoint and output recorded before) and still can
     (:func:`attempt_previous_stopped`). At most until that preemption's time plus its grace (after
     which the old worker kills its child) plus ``margin_s`` (its check-in and kill delay);
-    ``left_s`` is that, by this machine's clock, but never more than the grace plus the margin: a
-    clock behind the scheduler's must not make the wait longer (review23). A crash, a lost node, a
-    retry, a person's requeue or a preemption without grace: None.
+    ``left_s`` is that, counted on the database's clock (:func:`event_age`), never more than the
+    grace plus the margin: neither a worker's clock behind the scheduler's (review23) nor one ahead
+    of it (it waited that much less) changes the wait. A crash, a lost node, a retry, a person's
+    requeue or a preemption without grace: None.
     """
     # 0: no attempt of this job chose, so none trained (review25, 3). A choice the previous release's
     # worker made is folded into the number when its attempt is requeued (job_requeue).
@@ -622,8 +623,8 @@ def attempt_previous_stop(job: Job, *, margin_s: float) -> PreviousStop | None:
         return None
     preempted = (JobEvent.objects.filter(job_id=job.pk, kind="preempted", data__ended_attempt=chosen,
                                          data__attempt_started=True)
-                 .order_by("-seq").only("job_id", "created_at", "data", "seq").first())
-    left = preempted_attempt_left_s(preempted, margin_s=margin_s, now=timezone.now()) if preempted else None
+                 .order_by("-seq").only("job_id", "created_at", "data", "seq").annotate(age=event_age()).first())
+    left = preempted_attempt_left_s(preempted, margin_s=margin_s) if preempted else None
     if left is None:
         return None
     data = preempted.data or {}
@@ -632,19 +633,29 @@ def attempt_previous_stop(job: Job, *, margin_s: float) -> PreviousStop | None:
     return None if previous_node_gone(stop) else stop
 
 
-def preempted_attempt_left_s(event: JobEvent, *, margin_s: float, now: datetime) -> float | None:
-    """How long from ``now`` the attempt a ``preempted`` event ended may still run to its epoch end
+def event_age() -> ExpressionWrapper:
+    """An events query's annotation ``age``: the time since each event's ``created_at``, on the
+    database's clock (``created_at`` is the writing process's clock: the scheduler's, for a
+    preemption). A worker measuring it on its own clock waited less by as much as that clock was
+    ahead (a victim still finishing its epoch then shared its GPU), more by as much as it was
+    behind (review23); the database's clock is the server's, as the scheduler's is."""
+    return ExpressionWrapper(Now() - F("created_at"), output_field=DurationField())
+
+
+def preempted_attempt_left_s(event: JobEvent, *, margin_s: float) -> float | None:
+    """How long from now the attempt a ``preempted`` event ended may still run to its epoch end
     (holding its GPUs, recording its last epoch): the preemption's time plus its grace (then its
-    worker kills it) plus ``margin_s``, less the time since — never more than the grace plus the
-    margin, whatever the two machines' clocks say (review23), at least 0. None when it cannot: a
-    preemption without grace, of an attempt that had not started, or one that reported its stop
-    (``attempt_stopped``, written once its child stopped, the epoch's rows recorded before)."""
+    worker kills it) plus ``margin_s``, less the time since (``event.age``: read with
+    :func:`event_age`, on the database's clock) — never more than the grace plus the margin
+    (review23), at least 0. None when it cannot: a preemption without grace, of an attempt that had
+    not started, or one that reported its stop (``attempt_stopped``, written once its child
+    stopped, the epoch's rows recorded before)."""
     data = event.data or {}
     grace_s = preemption_grace_s(event)
     if grace_s <= 0 or data.get("attempt_started") is not True or preempted_attempt_stopped(event):
         return None
     bound = grace_s + margin_s
-    return max(0.0, min(bound, bound - (now - event.created_at).total_seconds()))
+    return max(0.0, min(bound, bound - event.age.total_seconds()))
 
 
 def preempted_attempt_stopped(event: JobEvent) -> bool:
@@ -706,21 +717,20 @@ def gpus_stopping_left_s(*, node_name: str, gpu_indices: list[int], margin_s: fl
 
     None that has reported its stop (``attempt_stopped``) counts, nor a preemption without
     grace or of an attempt that had not started. At most each one's grace plus ``margin_s``,
-    whatever the two machines' clocks say. Only preemptions within the scheduler
-    configuration's current ``preempt_grace_s`` are looked at (a grace the operator has shortened
-    since is not waited out). Read once per busy GPU lock, not in a loop, through the events'
+    whatever this machine's clock says (counted on the database's: :func:`event_age`). Only
+    preemptions within the scheduler configuration's current ``preempt_grace_s`` are looked at
+    (a grace the operator has shortened since is not waited out). Read once per busy GPU lock, not in a loop, through the events'
     (kind, created_at) index.
     """
     from apps.scheduling.models import SchedulerConfig
 
-    now = timezone.now()
-    horizon = now - timedelta(seconds=SchedulerConfig.current().preempt_grace_s + margin_s)
+    horizon = Now() - timedelta(seconds=SchedulerConfig.current().preempt_grace_s + margin_s)
     wanted = set(gpu_indices)
     left = 0.0
     for event in (JobEvent.objects.filter(kind="preempted", created_at__gte=horizon, data__node=node_name)
-                  .only("job_id", "seq", "data", "created_at")):
+                  .only("job_id", "seq", "data", "created_at").annotate(age=event_age())):
         if wanted & set((event.data or {}).get("gpu_indices") or []):
-            left = max(left, preempted_attempt_left_s(event, margin_s=margin_s, now=now) or 0.0)
+            left = max(left, preempted_attempt_left_s(event, margin_s=margin_s) or 0.0)
     return left
 
 

@@ -170,3 +170,23 @@ def test_a_cancel_ends_the_wait_for_a_preempted_attempt(short_waits, node, teams
     assert stop == "cancelled"
     assert not locks.fds
     assert took < GRACE_S, took
+
+
+def test_a_worker_whose_clock_is_ahead_still_waits_out_the_victims_grace(short_waits, node, teams, alice, bob,
+                                                                         monkeypatch):
+    """left30: the time since the preemption was this worker's clock less the scheduler's (which
+    wrote the event): a worker 300 s ahead waited 300 s less of a 600 s grace, and its attempt
+    then shared the GPU with a victim still finishing its epoch. Now counted on the database's
+    clock. (The stand-in is the worker process's clock, Django's ``timezone.now``.)"""
+    from datetime import timedelta
+
+    from apps.jobs.services import gpus_stopping_left_s
+
+    config = SchedulerConfig.current()
+    config.preempt_grace_s = 600
+    config.save()
+    preempt(started_on(node, [0], team=teams["vision"], user=alice), grace_s=600)
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=300))
+    left = gpus_stopping_left_s(node_name="node-a", gpu_indices=[0], margin_s=15)
+    assert 600 < left <= 615, left

@@ -312,3 +312,18 @@ def test_a_first_attempt_that_never_chose_is_not_waited_for(alice, teams, node, 
     epochs, took, events = choose(second)
     assert epochs == [None]
     assert events == [] and took < 1.0, (events, took)
+
+
+def test_a_worker_whose_clock_is_ahead_still_waits_out_the_previous_attempts_grace(running, monkeypatch):
+    """left30: the other side of review23's clock-behind bound: a worker 300 s ahead of the
+    scheduler's clock counted 300 s of a 600 s grace as gone. Counted on the database's clock now."""
+    from datetime import timedelta
+
+    from apps.jobs.services import attempt_previous_stop
+
+    assert attempt_preempt(Job.objects.get(pk=running.pk), reason="an urgent job", now=timezone.now(), grace_s=600)
+    new = next_attempt_started(running.pk)
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=300))
+    stop = attempt_previous_stop(new, margin_s=15)
+    assert stop is not None and 600 < stop.left_s <= 615, stop
