@@ -193,3 +193,54 @@ def test_a_name_whose_first_address_takes_no_connection_is_posted_to_its_next(
     assert delivery.state == "sent", delivery.last_error
     [post] = public_server.received
     assert post.headers["host"] == f"{HOST}:{public_server.port}"
+
+
+def test_a_name_whose_every_address_takes_no_connection_fails_within_one_timeout(bob, settings, monkeypatch):
+    """Four public answers, none accepting a connection (its SYNs dropped: a listener whose queue is
+    full stands in for a firewall that drops them): each address was given NOTIFY_TIMEOUT_S of its
+    own, four timeouts in all, past the delivery task's stop (3 × the timeout + 30 s) with a few more.
+    The whole delivery has one NOTIFY_TIMEOUT_S now."""
+    import time
+
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    settings.NOTIFY_TIMEOUT_S = 1.0
+    blackholed = [f"93.184.215.{n}" for n in range(20, 24)]
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = []
+    for _ in range(3):  # fill its accept queue: further connections get no answer
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(("127.0.0.1", port))
+        queued.append(client)
+    real_getaddrinfo, real_connect = socket.getaddrinfo, urllib3.util.connection.create_connection
+    connects = []
+
+    def getaddrinfo(host, port_, *args, **kwargs):
+        if host != HOST:
+            return real_getaddrinfo(host, port_, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port_ or 0)) for address in blackholed]
+
+    def create_connection(address, *args, **kwargs):
+        if address[0] in blackholed:
+            connects.append(address[0])
+            address = ("127.0.0.1", port)
+        return real_connect(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}/hook")
+    began = time.monotonic()
+    try:
+        delivery = channel_test(channel=channel, by=bob)
+    finally:
+        took = time.monotonic() - began
+        for client in queued:
+            client.close()
+        listener.close()
+    assert took < 2.5, (took, connects)  # one timeout of 1 s (four before)
+    assert delivery.state == "failed"
+    assert "NOTIFY_TIMEOUT_S" in delivery.last_error and HOST in delivery.last_error, delivery.last_error
+    assert connects and connects == blackholed[: len(connects)]  # tried in the resolver's order
