@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -172,10 +173,12 @@ def artifact_upload(key: str, local: Path) -> str:
     return sha256
 
 
-def artifact_stored(key: str) -> tuple[int, str] | None:
-    """(size, sha256 recorded with it or "") of the object stored under ``key`` in an object store,
-    from one HEAD; None when there is none. "" for an object stored without the hash (by a version
-    before apps/core/s3_storage.py, or by hand)."""
+def artifact_stored(key: str) -> tuple[int, str, str] | None:
+    """(size, sha256 recorded with it or "", MD5 of its bytes or "") of the object stored under
+    ``key`` in an object store, from one HEAD; None when there is none. The sha256 is "" for an
+    object stored without it (by a version before apps/core/s3_storage.py, or by hand). The MD5 is
+    its ETag where that is one: a single-part upload not encrypted with a customer or KMS key (a
+    multipart ETag ends in ``-<parts>``; an SSE-C/SSE-KMS ETag is no MD5 of the bytes), else ""."""
     key_check(key)
     try:
         opened = artifact_storage().open(key, "rb")
@@ -187,10 +190,17 @@ def artifact_stored(key: str) -> tuple[int, str] | None:
         raise
     try:
         if not hasattr(opened, "obj"):  # a local file: nothing recorded beside it
-            return opened.size, ""
-        return opened.obj.content_length, (opened.obj.metadata or {}).get("sha256", "")
+            return opened.size, "", ""
+        obj = opened.obj
+        etag = (obj.e_tag or "").strip('"').lower()
+        md5 = etag if (_MD5.fullmatch(etag) and obj.server_side_encryption != "aws:kms"
+                       and not obj.sse_customer_algorithm) else ""
+        return obj.content_length, (obj.metadata or {}).get("sha256", ""), md5
     finally:
         opened.close()  # (an S3File fetched nothing: it downloads on its first read)
+
+
+_MD5 = re.compile(r"[0-9a-f]{32}")
 
 
 def artifact_copy(source: str, target: str, *, sha256: str) -> None:

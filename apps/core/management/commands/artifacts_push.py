@@ -6,7 +6,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.artifacts import ROOTS, ArtifactKeyError, artifact_key, root_path
-from apps.core.hashing import file_sha256
+from apps.core.hashing import file_md5, file_sha256
 from apps.core.storage import StorageUnavailable, artifact_stored, artifact_upload, shared_filesystem
 
 
@@ -53,12 +53,17 @@ class Command(BaseCommand):
         """The object under ``key`` has the bytes of ``path``: same size and the same sha256 recorded
         with it at upload (apps/core/s3_storage.py). The size alone let a file rewritten at the same
         size (best.pt/last.pt of one architecture between epochs) stay stale in the bucket (operator
-        trial 29). An object without a recorded hash (an older push) is copied again, once. A re-run
-        costs one HEAD per file and a local read of the files whose size matches; no download."""
+        trial 29). An object without a recorded hash (an older push) is compared by its ETag where
+        that is the MD5 of its bytes (a single-part upload: boto3 makes one up to 8 MiB; see
+        artifact_stored), else copied again, once (a multipart one: weights files). A re-run costs
+        one HEAD per file and a local read of the files whose size matches; no download."""
         stored = artifact_stored(key)
-        if stored is None or stored[0] != path.stat().st_size or not stored[1]:
+        if stored is None or stored[0] != path.stat().st_size:
             return False
-        return stored[1] == file_sha256(path)
+        size, sha256, md5 = stored
+        if sha256:
+            return sha256 == file_sha256(path)
+        return bool(md5) and md5 == file_md5(path)
 
     def warn_active(self) -> None:
         """A job still starting or running writes files this pass did not see (operator trial 29: the
