@@ -717,14 +717,17 @@ def gpus_stopping_left_s(*, node_name: str, gpu_indices: list[int], margin_s: fl
 
     None that has reported its stop (``attempt_stopped``) counts, nor a preemption without
     grace or of an attempt that had not started. At most each one's grace plus ``margin_s``,
-    whatever this machine's clock says (counted on the database's: :func:`event_age`). Only
-    preemptions within the scheduler configuration's current ``preempt_grace_s`` are looked at
-    (a grace the operator has shortened since is not waited out). Read once per busy GPU lock, not in a loop, through the events'
-    (kind, created_at) index.
+    whatever this machine's clock says (counted on the database's: :func:`event_age`).
+    Preemptions are looked up as far back as a victim may still run the grace it was given:
+    the scheduler configuration's ``preempt_grace_s``, or the longer one it replaced while that
+    may still run (``SchedulerConfig.grace_lookback_s``; a grace lowered since was not waited out,
+    though the victim's worker still gave it the longer one, and the two trainings shared a GPU).
+    Read once per busy GPU lock, not in a loop, through the events' (kind, created_at) index.
     """
     from apps.scheduling.models import SchedulerConfig
 
-    horizon = Now() - timedelta(seconds=SchedulerConfig.current().preempt_grace_s + margin_s)
+    lookback_s = SchedulerConfig.current().grace_lookback_s(now=timezone.now(), margin_s=margin_s)
+    horizon = Now() - timedelta(seconds=lookback_s + margin_s)
     wanted = set(gpu_indices)
     left = 0.0
     for event in (JobEvent.objects.filter(kind="preempted", created_at__gte=horizon, data__node=node_name)

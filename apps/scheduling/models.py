@@ -62,6 +62,11 @@ class SchedulerConfig(models.Model):
                                                          validators=[MinValueValidator(0)])
     default_urgent_max_gpus = models.FloatField(verbose_name="default urgent max GPUs",
                                                 default=TeamPolicy.urgent_max_gpus, validators=[MinValueValidator(0)])
+    # A preemption's victim may run its grace as it was when it was preempted (its worker counts
+    # the grace its ``preempted`` event records): when preempt_grace_s is lowered, the longer grace
+    # it replaced and when, so that jobs.services.gpus_stopping_left_s still looks back that far.
+    preempt_grace_lowered_from_s = models.FloatField(null=True, blank=True, editable=False)
+    preempt_grace_lowered_at = models.DateTimeField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -104,6 +109,33 @@ class SchedulerConfig(models.Model):
     @classmethod
     def current(cls) -> SchedulerConfig:
         return cls.objects.order_by("pk").first() or cls.objects.create()
+
+    def save(self, *args, **kwargs) -> None:
+        """Saved as usual; a lowered ``preempt_grace_s`` also records the grace it replaced
+        (:meth:`grace_lookback_s`). Two lowerings in a row keep the longer of the two."""
+        if self.pk is not None:
+            from django.utils import timezone
+
+            stored = type(self).objects.filter(pk=self.pk).values_list("preempt_grace_s", flat=True).first()
+            if stored is not None and self.preempt_grace_s < stored:
+                now = timezone.now()
+                self.preempt_grace_lowered_from_s = max(stored, self.grace_lookback_s(now=now, margin_s=0.0))
+                self.preempt_grace_lowered_at = now
+                if kwargs.get("update_fields") is not None:
+                    kwargs["update_fields"] = {*kwargs["update_fields"], "preempt_grace_lowered_from_s",
+                                               "preempt_grace_lowered_at"}
+        super().save(*args, **kwargs)
+
+    def grace_lookback_s(self, *, now, margin_s: float) -> float:
+        """How far back a preemption may be whose victim may still be running: the longest grace
+        given to any preemption that may not be over (``margin_s`` past it) — the current one, or
+        a longer one in force until it was lowered, as long as a preemption made just before could
+        still run it."""
+        grace = self.preempt_grace_s
+        before, lowered_at = self.preempt_grace_lowered_from_s, self.preempt_grace_lowered_at
+        if before and lowered_at and before > grace and (now - lowered_at).total_seconds() < before + margin_s:
+            grace = before
+        return grace
 
     def to_policy(self) -> PolicyConfig:
         return PolicyConfig(

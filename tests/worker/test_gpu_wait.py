@@ -190,3 +190,48 @@ def test_a_worker_whose_clock_is_ahead_still_waits_out_the_victims_grace(short_w
     monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=300))
     left = gpus_stopping_left_s(node_name="node-a", gpu_indices=[0], margin_s=15)
     assert 600 < left <= 615, left
+
+
+def test_a_victim_preempted_before_the_grace_was_lowered_is_still_waited_for(short_waits, node, teams, alice):
+    """left30: the lookup looked back only as far as the current preempt_grace_s. Lowered from 600 s
+    to 60 s two minutes after a preemption, its victim (whose worker gives it the 600 s its event
+    records) was no longer seen, and the next attempt on its GPU started beside it."""
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from apps.jobs.services import gpus_stopping_left_s
+
+    config = SchedulerConfig.current()
+    config.preempt_grace_s = 600
+    config.save()
+    victim = started_on(node, [0], team=teams["vision"], user=alice)
+    preempt(victim, grace_s=600)
+    JobEvent.objects.filter(job_id=victim.pk, kind="preempted").update(created_at=F("created_at") - timedelta(seconds=120))
+    config.preempt_grace_s = 60
+    config.save()
+    left = gpus_stopping_left_s(node_name="node-a", gpu_indices=[0], margin_s=15)
+    assert 600 + 15 - 120 - 10 < left <= 600 + 15 - 120, left
+
+
+def test_a_lowered_grace_is_looked_back_at_while_a_victim_may_still_run_it():
+    """The longer of two lowerings in a row is kept; a raise records nothing; it counts until it
+    (and the margin) could have run out since it was lowered."""
+    from datetime import timedelta
+
+    config = SchedulerConfig.current()
+    config.preempt_grace_s = 900
+    config.save()
+    config.preempt_grace_s = 300
+    config.save()
+    config.preempt_grace_s = 60
+    config.save()
+    config.refresh_from_db()
+    now = timezone.now()
+    assert config.preempt_grace_lowered_from_s == 900
+    assert config.grace_lookback_s(now=now, margin_s=15) == 900
+    assert config.grace_lookback_s(now=now + timedelta(seconds=916), margin_s=15) == 60
+    config.preempt_grace_s = 120
+    config.save()
+    config.refresh_from_db()
+    assert config.preempt_grace_lowered_from_s == 900 and config.grace_lookback_s(now=now, margin_s=15) == 900
