@@ -239,3 +239,37 @@ def urgent_preemption_beside_a_reservation():
     ]
     teams = {"vision": TeamPolicy(urgent_gpu_hours_per_day=8.0, urgent_max_gpus=2.0)}
     return state(cluster, queue, busy, config=fair(reservations=0, bounded_wait=True, eta_scenarios=0), teams=teams)
+
+
+# Planted-bug examples (oracle30, docs/scheduling.md "How strong the reservation oracle is"):
+# not failures of the real planner, but states on which a plausible reservation bug shows,
+# which the random draws reach too rarely to catch it in a CI-sized run.
+
+
+def two_fractional_backfills_beside_a_reserved_gpus_memory():
+    """A 0.5-GPU job needing 30 GB is reserved on the one 40 GB GPU for +10 min (a 12 GB job
+    ends then); two long 0.25-GPU 8 GB jobs could start now. One may: 40 - 8 ≥ 30 GB at
+    +10 min; the second would leave 24 GB. Caught only if the check counts the backfill
+    jobs' GPU memory (planted bug M07: it did not)."""
+    cluster = [node("n0", gpus=1, gpu_mb=40000)]
+    busy = [running("half", "n0", (0,), share=0.5, gpu_memory_mb=12000, left_s=600)]
+    queue = [
+        job("reserved", gpus=0.5, gpu_memory_mb=30000, cls="high", age_s=86400),
+        job("sliver-1", gpus=0.25, gpu_memory_mb=8000, walltime_s=8 * HOUR, cls="low", user="kim"),
+        job("sliver-2", gpus=0.25, gpu_memory_mb=8000, walltime_s=8 * HOUR, cls="low", user="lou"),
+    ]
+    return state(cluster, queue, busy, fair(reservations=2))
+
+
+def two_gpu_backfill_beside_a_three_gpu_reservation():
+    """A 3-GPU job is reserved on a 4-GPU node for +10 min (a 2-GPU job ends then); a 1-hour
+    2-GPU job could start now on the two idle GPUs. It may not: at +10 min only 2 would be
+    free. Caught only if the check counts every GPU of the backfill job (planted bug M09:
+    one fewer); the random draws seldom rank a 3-GPU job above a 2-GPU one on such a node."""
+    cluster = [node("n0", gpus=4)]
+    busy = [running("pair", "n0", (0, 1), left_s=600)]
+    queue = [
+        job("reserved", gpus=3.0, cls="high", age_s=86400),
+        job("pair-2", gpus=2.0, walltime_s=HOUR, cls="low", user="kim"),
+    ]
+    return state(cluster, queue, busy, fair(reservations=2))
