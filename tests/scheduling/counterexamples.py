@@ -273,3 +273,17 @@ def two_gpu_backfill_beside_a_three_gpu_reservation():
         job("pair-2", gpus=2.0, walltime_s=HOUR, cls="low", user="kim"),
     ]
     return state(cluster, queue, busy, fair(reservations=2))
+
+
+def cpu_backfill_beside_a_reservation():
+    """A 1-GPU job needing 12 CPU cores is reserved on a 2-GPU, 16-core node for +10 min (an
+    8-core job ends then; 8 cores are free now); a long 1-GPU 8-core job could start now on
+    the idle GPU. It may not: at +10 min only 8 cores would be free. Caught only if the check
+    counts the backfill job's CPU (planted bug M08: it did not)."""
+    cluster = [node("n0", gpus=2, cpu=16000)]
+    busy = [running("busy", "n0", (0,), cpu_milli=8000, left_s=600)]
+    queue = [
+        job("reserved", cpu_milli=12000, cls="high", age_s=86400),
+        job("cpu-heavy", cpu_milli=8000, walltime_s=8 * HOUR, cls="low", user="kim"),
+    ]
+    return state(cluster, queue, busy, fair(reservations=2))

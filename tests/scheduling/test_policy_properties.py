@@ -25,6 +25,7 @@ from apps.scheduling.policy.types import DAY_S
 from apps.scheduling.simulator import TraceTask, simulate_policy
 
 from .counterexamples import (
+    cpu_backfill_beside_a_reservation,
     fragmentation_aware_reservation_on_shared_gpus,
     nonpreemptible_start_after_the_users_other_starts,
     preempted_for_a_job_behind_a_reservation,
@@ -387,6 +388,7 @@ def reservations_fit(
 @example(urgent_preemption_beside_a_reservation())  # found by a fresh local run (urgent start unchecked)
 @example(two_fractional_backfills_beside_a_reserved_gpus_memory())  # planted bug M07 (oracle30)
 @example(two_gpu_backfill_beside_a_three_gpu_reservation())  # planted bug M09 (oracle30)
+@example(cpu_backfill_beside_a_reservation())  # planted bug M08 (oracle30)
 def test_backfill_never_delays_a_reservation(state: ClusterState) -> None:
     """Every reserved job still fits at its reserved time next to everything started now
     (``assert_reservations_hold``)."""
