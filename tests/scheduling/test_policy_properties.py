@@ -53,8 +53,9 @@ def clusters(draw, crowded: bool = False) -> ClusterState:
     backfill with two or three reservations, a queue of at least six, runtimes that end a
     second after a running job, 3-GPU jobs (a 2-GPU backfill beside a 3-GPU reservation on
     4 GPUs: one GPU miscounted decides), and running GPU parts of 0.25-0.75 holding GPU
-    memory. Each of these catches a planted bug the plain draw missed (docs/scheduling.md,
-    "How strong the reservation oracle is"). The plain draw is unchanged (CI's examples too).
+    memory. Each aims at a planted bug the plain draw missed; some are still caught only now
+    and then, hence the planted-bug examples (docs/scheduling.md, "How strong the reservation
+    oracle is"). The plain draw is unchanged (CI's examples too).
     """
     nodes = []
     for n in range(draw(st.integers(1, 2 if crowded else 4))):
