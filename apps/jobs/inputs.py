@@ -61,11 +61,17 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
         if spec.mode == "train" and (problem := freeze_problem(freeze=args.get("freeze", 0), model=model.yaml)):
             errors[_field(spec, "freeze")] = problem
 
-    if spec.mode in ("train", "val"):
+    from_model = ""
+    if spec.mode == "val" and not args.get("data") and _field(spec, "data") not in errors:
+        from_model = _data_of_model(spec, model, errors)
+    if spec.mode in ("train", "val") and _field(spec, "data") not in errors:
         data = _data(spec, team, "data", errors, kinds=(Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY))
         if data is not None:
             resolved["data_yaml"] = data.yaml_key
             inputs["data"] = data.lineage()
+            if from_model:  # said in the job's spec (the submit's answer): what it validates on, and why
+                inputs["data"]["chosen"] = (f"no data= given: {data.dataset.reference}, the dataset model "
+                                            f"{from_model} was trained on")
             if not task_refused:  # which task would run is what that error is about
                 _task_check(spec, data, resolved, errors)
             if spec.mode == "val":
@@ -100,6 +106,32 @@ def _data(spec: JobSpec, team, name: str, errors: dict[str, str],
     except ValueError as exc:
         errors[_field(spec, name)] = str(exc)
     return None
+
+
+def _data_of_model(spec: JobSpec, model: ModelRef | None, errors: dict[str, str]) -> str:
+    """A ``val`` without ``data=``: as ``yolo val model=…`` does in Ultralytics (it reads the model's
+    own data.yaml), the dataset version the registered model was trained on, when the registry
+    recorded one of the team's. Sets ``data`` in the spec's arguments (so the stored spec and the
+    submit's answer say which) and returns the model's reference; '' with the error on ``data`` else
+    (trial30: it was refused even for a model trained here)."""
+    where = _field(spec, "data")
+    hint = "give the dataset to validate on (data=NAME, one of your team's datasets; split=val by default)"
+    version = model.weights.version if model is not None and model.weights is not None else None
+    if model is None:
+        errors[where] = f"is required: {hint}, or name a registered model trained here (its dataset is used)"
+        return ""
+    reference = spec.train_args.get("model", "")
+    if version is None or (not version.lineage.get("dataset") and version.dataset_id is None):
+        errors[where] = f"is required: {reference} records no training dataset here, so {hint}"
+        return ""
+    dataset = version.dataset
+    if dataset is None or dataset.team_id != version.team_id:
+        gone = version.lineage.get("dataset") or {}
+        name = f"{gone.get('name')}:v{gone.get('version')}" if gone.get("name") else "its dataset"
+        errors[where] = f"is required: {reference} was trained on {name}, which is deleted, so {hint}"
+        return ""
+    spec.train_args["data"] = dataset.reference
+    return reference
 
 
 def _model_task_refused(spec: JobSpec, model: ModelRef, errors: dict[str, str]) -> bool:

@@ -317,7 +317,8 @@ EXPORT_ARGS: dict[str, Callable[[Any], Any]] = {
     "verbose": bool_parse,
 }
 MODE_ARGS = {"train": TRAIN_ARGS, "val": VAL_ARGS, "predict": PREDICT_ARGS, "export": EXPORT_ARGS}
-MODE_REQUIRED = {"train": ("data", "model"), "val": ("data", "model"), "predict": ("model", "source"),
+# A val's data= may be left out: the registered model's own training dataset (apps.jobs.inputs._data_of_model).
+MODE_REQUIRED = {"train": ("data", "model"), "val": ("model",), "predict": ("model", "source"),
                  "export": ("model", "format")}
 # What a missing required argument is for: a bare "is required" left a user who knows `yolo val
 # model=…` (Ultralytics reads the model's own data.yaml) guessing what to give (new-user trial 23).

@@ -11,6 +11,7 @@ import pytest
 from django.test import Client
 
 from apps.accounts.models import AuditEntry
+from apps.datasets.models import Dataset
 from apps.jobs.models import Job, JobState
 from apps.jobs.services import attempt_finish
 from apps.registry.models import PredictionRun
@@ -329,3 +330,34 @@ def test_a_model_name_with_a_typo_is_told_the_closest_names(bob, base):
     response = api_client(bob).post("/api/v1/jobs/", document, format="json")
     assert response.json()["command.model"] == [
         "no registered model 'pbc:v1' in your team; did you mean pcb? (yoloq model list)"]
+
+
+def val_without_data(user, reference: str):
+    document = {"task_name": "v", "command": f"yolo val model={reference}", "user": "vision"}
+    return api_client(user).post("/api/v1/jobs/", document, format="json")
+
+
+def test_a_val_without_data_validates_on_the_dataset_the_model_was_trained_on_and_says_so(bob, base):
+    """Trial30: `yolo val model=pcb:v1` (Ultralytics reads the model's own data.yaml) was refused
+    "command.data: is required" even for a model trained here, whose dataset the registry records."""
+    response = val_without_data(bob, base.reference)
+    assert response.status_code == 201, response.content
+    spec = response.json()["spec"]
+    assert spec["train_args"]["data"] == base.dataset.reference
+    assert spec["inputs"]["data"]["id"] == base.dataset_id
+    assert spec["inputs"]["data"]["chosen"] == (
+        f"no data= given: {base.dataset.reference}, the dataset model {base.reference} was trained on")
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.spec["resolved"]["data_yaml"] == base.dataset.yaml_key
+
+
+def test_a_val_without_data_of_a_model_whose_dataset_is_gone_names_the_field_and_why(bob, base):
+    Dataset.objects.filter(pk=base.dataset_id).delete()
+    response = val_without_data(bob, base.reference)
+    assert response.status_code == 400
+    assert response.json()["command.data"] == [
+        f"is required: {base.reference} was trained on demo:v{base.lineage['dataset']['version']}, which is deleted, "
+        "so give the dataset to validate on (data=NAME, one of your team's datasets; split=val by default)"]
+    response = val_without_data(bob, "nosuch:v1")
+    assert response.status_code == 400 and "command.model" in response.json()
+    assert response.json()["command.data"][0].startswith("is required: give the dataset to validate on")
