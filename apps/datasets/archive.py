@@ -834,6 +834,8 @@ def _split_folder(key: str, value: str, limits: ArchiveLimits, all_dirs: set[str
                 return None, ""  # Roboflow writes 'test: ../test/images' even without a test split
             return None, (f"folder {inside!r} is not in the archive (Ultralytics reads {value!r} as {inside!r} "
                           "beside data.yaml)")
+    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
+        return None, _absolute_split_problem(key, value, all_dirs)
     if ".." in [part for part in value.split("/") if part]:
         return None, (f"{value!r} points outside the archive ('..'); name a folder inside it, relative to "
                       "data.yaml (e.g. images/train)")
@@ -841,6 +843,22 @@ def _split_folder(key: str, value: str, limits: ArchiveLimits, all_dirs: set[str
     if bad:
         return None, bad
     return _normalize(value), ""
+
+
+def _absolute_split_problem(key: str, value: str, all_dirs: set[str]) -> str:
+    """Why an absolute split path (``train: /home/me/pets/images/train``, ``C:\\data\\images\\train``:
+    what a YAML written for one's own machine holds) is refused, and the relative form to write
+    instead: the longest tail of it that is a folder in the archive (trial30: the answer said only
+    "absolute path")."""
+    parts = [part for part in re.split(r"[\\/]+", value) if part]
+    if parts and re.fullmatch(r"[A-Za-z]:", parts[0]):
+        parts = parts[1:]
+    tails = ("/".join(parts[at:]) for at in range(len(parts)))
+    found = next((tail for tail in tails if tail in all_dirs), None)
+    why = f"'{value}' is an absolute path (a folder on the machine the YAML was written on)"
+    if found:
+        return f"{why}; write it relative to data.yaml: {key}: {found}"
+    return f"{why}; name a folder inside the upload, relative to data.yaml (e.g. {key}: images/{key})"
 
 
 def _image_problems(archive: zipfile.ZipFile, images: dict[str, zipfile.ZipInfo], *,

@@ -565,3 +565,26 @@ def test_a_bad_name_is_told_the_whole_rule_and_the_form_says_it_too(bob, name):
     html = client.get("/datasets/").content.decode()
     field = html.split('id="upload-name"', 1)[1].split(">", 1)[0]
     assert 'title="lowercase letters, digits' in field and "starting with a lowercase letter or digit" in field
+
+
+@pytest.mark.parametrize("prefix", ["", "my-data/"])
+def test_an_absolute_split_path_is_told_the_relative_form_to_write(bob, prefix):
+    """``train: /home/me/datasets/pets/images/train`` (a YAML written for one's own machine) was
+    refused "absolute path (would be written outside the dataset folder)" with no word of what to
+    write instead (team adoption trial 30)."""
+    files = valid_files(prefix)
+    files[prefix + "data.yaml"] = (b"train: /home/me/datasets/pets/images/train\n"
+                                   b"val: 'C:\\Users\\me\\pets\\images\\val'\n"
+                                   b"test: /srv/elsewhere/test\nnames: [scratch, dent]\n")
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400, response.content
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert problems == {
+        "data.yaml: train": "'/home/me/datasets/pets/images/train' is an absolute path (a folder on the machine the "
+                            "YAML was written on); write it relative to data.yaml: train: images/train",
+        "data.yaml: val": "'C:\\Users\\me\\pets\\images\\val' is an absolute path (a folder on the machine the YAML "
+                          "was written on); write it relative to data.yaml: val: images/val",
+        "data.yaml: test": "'/srv/elsewhere/test' is an absolute path (a folder on the machine the YAML was written "
+                           "on); name a folder inside the upload, relative to data.yaml (e.g. test: images/test)",
+    }
+    assert not Dataset.objects.exists()
