@@ -3,6 +3,7 @@ deep nesting, duplicate mapping keys or values JSON has no type for."""
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
 
 import yaml
@@ -122,19 +123,42 @@ class _StrictSafeLoader(yaml.SafeLoader):
                 self._refuse_duplicate_keys(value_node, key_path)
 
 
+def text_decode(raw: bytes, *, field: str = "spec", utf16: bool = False) -> str:
+    """Bytes sent as a YAML document → its text: UTF-8 (with or without a BOM); with ``utf16`` also
+    UTF-16 that starts with its byte-order mark, what Windows Notepad's "Unicode" and PowerShell 5's
+    ``>`` write (trial30: a spec file saved so was answered "is not UTF-8 text"). The mark makes it
+    unambiguous; UTF-16 without one is not guessed at. Only specs take it: a data.yaml is read again
+    by Ultralytics as UTF-8 where a registered folder keeps its own, so it is told to convert.
+    A refusal names the encoding found. YamlError under ``field``."""
+    if raw.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):  # before UTF-16: FF FE starts both
+        raise YamlError({field: "is UTF-32 text (it starts with a UTF-32 byte-order mark); save it as UTF-8"})
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        if not utf16:
+            raise YamlError({field: "is UTF-16 text (it starts with a UTF-16 byte-order mark); save it as UTF-8"})
+        try:
+            return raw.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise YamlError({field: f"starts with a UTF-16 byte-order mark but is not UTF-16 text ({exc.reason} at "
+                                    f"byte {exc.start}); save it as UTF-8"}) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise YamlError({field: f"is not UTF-8 text (byte {exc.start} is 0x{raw[exc.start]:02x}); save it as UTF-8"
+                                + (" or as UTF-16 with a byte-order mark" if utf16 else "")}) from None
+
+
 def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
     """Parse untrusted YAML: size cap first, then the strict safe loader. Problems raise
     :class:`YamlError` naming ``field``."""
     raw = text.encode() if isinstance(text, str) else text
     if len(raw) > max_bytes:
         raise YamlError({field: f"is {len(raw)} bytes; the limit is {max_bytes} bytes"})
+    decoded = text if isinstance(text, str) else text_decode(raw, field=field)  # a YamlError: not in the try
     try:
-        document = yaml.load(raw.decode("utf-8"), Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
+        document = yaml.load(decoded, Loader=_StrictSafeLoader)  # noqa: S506 - strict safe loader
     except (DuplicateKey, NotJson, MergeKey) as exc:
         # Named by the key's own path (the spec's field names), so the answer points at the field.
         raise YamlError({exc.path or field: exc.message}) from None
-    except UnicodeDecodeError:
-        raise YamlError({field: "is not UTF-8 text"}) from None
     except (ValueError, OverflowError, RecursionError) as exc:
         # PyYAML's constructors let these through, e.g. an integer past Python's 4300-digit limit.
         raise YamlError({field: f"is not valid YAML: {str(exc)[:200]}"}) from None

@@ -34,7 +34,7 @@ from apps.core.openapi import ERROR, paginated
 from apps.core.pagination import ListPage
 from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
-from apps.core.strict_yaml import YamlError, load_yaml
+from apps.core.strict_yaml import YamlError, load_yaml, text_decode
 from apps.core.values import ascii_int
 
 from .continuation import ContinueRefused, job_continue
@@ -76,8 +76,8 @@ class YAMLParser(parsers.BaseParser):
         if len(raw) > settings.SPEC_MAX_BYTES:
             raise ParseError({"spec": f"is larger than the limit of {settings.SPEC_MAX_BYTES} bytes"})
         try:
-            return ParsedYAML(__raw__=raw.decode("utf-8", "replace"),
-                              __doc__=load_yaml(raw, max_bytes=settings.SPEC_MAX_BYTES))
+            text = text_decode(raw, utf16=True)
+            return ParsedYAML(__raw__=text, __doc__=load_yaml(text, max_bytes=settings.SPEC_MAX_BYTES))
         except YamlError as exc:
             raise ParseError(exc.errors) from None
 

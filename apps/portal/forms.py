@@ -13,7 +13,7 @@ from django import forms
 from django.conf import settings
 
 from apps.core.errors import FieldErrors
-from apps.core.strict_yaml import load_yaml
+from apps.core.strict_yaml import YamlError, load_yaml, text_decode
 from apps.core.values import ascii_float
 from apps.jobs.spec import PRIORITIES, TRAIN_ARGS
 from apps.jobs.spec_sweep import DEFAULT_METRIC, PRUNERS
@@ -180,9 +180,9 @@ class YamlSpecForm(forms.Form):
                 return data
             raw = upload.read(settings.SPEC_MAX_BYTES + 1)
             try:
-                data["spec_text"] = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                self.add_error("spec_file", "is not UTF-8 text")
+                data["spec_text"] = text_decode(raw, field="spec_file", utf16=True)
+            except YamlError as exc:
+                self.add_error("spec_file", exc.errors["spec_file"])
                 return data
             # A refused submit shows the text it read in the box, so that its problems point at what
             # was used, not at a spec pasted there too, which the upload replaced (trial25 F5).

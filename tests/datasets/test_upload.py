@@ -588,3 +588,15 @@ def test_an_absolute_split_path_is_told_the_relative_form_to_write(bob, prefix):
                            "on); name a folder inside the upload, relative to data.yaml (e.g. test: images/test)",
     }
     assert not Dataset.objects.exists()
+
+
+def test_a_utf16_data_yaml_is_told_its_encoding(bob):
+    """A data.yaml is read again as UTF-8 by Ultralytics: UTF-16 is refused, named (it said "is not UTF-8 text")."""
+    import codecs
+
+    files = valid_files()
+    files["data.yaml"] = codecs.BOM_UTF16_LE + files["data.yaml"].decode().encode("utf-16-le")
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400, response.content
+    assert {p["path"]: p["problem"] for p in response.json()["problems"]} == {
+        "data.yaml": "is UTF-16 text (it starts with a UTF-16 byte-order mark); save it as UTF-8"}

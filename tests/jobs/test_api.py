@@ -490,3 +490,30 @@ def test_a_member_of_two_teams_says_which_one_a_job_is_for(teams, demo_registere
                                           "one the job is for (team: robotics)"]}
     named = client.post("/api/v1/jobs/", SEED_SPEC.replace("epochs=2", "epochs=3"), content_type="application/yaml")
     assert named.status_code == 201 and named.json()["team"] == "vision"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_a_utf16_spec_with_its_byte_order_mark_is_read_as_its_text(bob, demo_registered, encoding):
+    """What Windows Notepad's "Unicode" and PowerShell 5's `>` write, as `yoloq submit` sends the file:
+    answered "spec: is not UTF-8 text" (trial30). The mark makes the encoding certain."""
+    import codecs
+
+    from apps.jobs.models import Job
+
+    bom = codecs.BOM_UTF16_LE if encoding.endswith("le") else codecs.BOM_UTF16_BE
+    text = SEED_SPEC.replace("\n", "\r\n")
+    response = api_client(bob).post("/api/v1/jobs/", bom + text.encode(encoding), content_type="application/yaml")
+    assert response.status_code == 201, response.content
+    assert Job.objects.get().raw_spec == text
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (b"\xff\xfe\x00\xd8t\x00", "starts with a UTF-16 byte-order mark but is not UTF-16 text (illegal UTF-16 surrogate"),
+    (b"\xff\xfe\x00\x00t\x00\x00\x00", "is UTF-32 text (it starts with a UTF-32 byte-order mark); save it as UTF-8"),
+    ("task_name: caf\u00e9\n".encode("latin-1"), "is not UTF-8 text (byte 14 is 0xe9); save it as UTF-8 or as UTF-16"),
+])
+def test_a_spec_in_another_encoding_is_refused_naming_the_encoding(bob, demo_registered, body, words):
+    response = api_client(bob).post("/api/v1/jobs/", body, content_type="application/yaml")
+    assert response.status_code == 400, response.content
+    assert words in response.json()["spec"][0] if isinstance(response.json()["spec"], list) \
+        else words in response.json()["spec"]

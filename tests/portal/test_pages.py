@@ -232,6 +232,24 @@ def test_an_uploaded_yaml_file_is_submitted(alice, demo_registered):
     assert Job.objects.get().raw_spec == SEED_SPEC
 
 
+def test_an_uploaded_utf16_yaml_file_is_submitted_and_a_latin1_one_is_told_its_encoding(alice, demo_registered):
+    """A spec saved by Windows Notepad as "Unicode" (UTF-16 with its byte-order mark) was refused
+    "is not UTF-8 text" (trial30)."""
+    import codecs
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from tests.conftest import SEED_SPEC
+
+    upload = SimpleUploadedFile("job.yaml", codecs.BOM_UTF16_LE + SEED_SPEC.encode("utf-16-le"))
+    response = signed_in(alice).post("/jobs/new/", {"mode": "yaml", "y-spec_text": "", "y-spec_file": upload})
+    assert response.status_code == 302
+    assert Job.objects.get().raw_spec == SEED_SPEC
+    upload = SimpleUploadedFile("job.yaml", SEED_SPEC.replace("yolo", "y\xf6lo").encode() + b"# caf\xe9\n")
+    page = signed_in(alice).post("/jobs/new/", {"mode": "yaml", "y-spec_text": "", "y-spec_file": upload})
+    assert "is not UTF-8 text (byte " in page.content.decode() and "save it as UTF-8" in page.content.decode()
+
+
 def test_a_refused_uploaded_file_is_what_the_yaml_box_shows_and_says_so(alice, demo_registered):
     """Trial25 F5: a pasted spec and a file both given: the problems were the file's, the box showed the paste."""
     import html as html_lib
