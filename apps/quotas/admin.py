@@ -10,6 +10,7 @@ from .selectors import team_quota_warnings
 @admin.register(UsageRecord)
 class UsageRecordAdmin(TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["job", "attempt", "team", "user", "priority_class", "gpu_seconds", "ended_at"]
+    list_select_related = ["job", "team", "user"]  # job is nullable: Django's own skips it (trial30b)
     list_filter = ["team", "priority_class"]
     manager_can_change = False  # the ledger is written by the system only
 

@@ -11,6 +11,7 @@ from .services import StageRefused, model_stage_set, model_version_delete
 @admin.register(ModelVersion)
 class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["name", "version", "team", "source", "stage", "task", "job", "size_shown", "created_at"]
+    list_select_related = ["team", "job"]  # job is nullable: Django's own skips it (trial30b)
     list_filter = ["team", "source", "stage"]
     manager_can_change = False
     manager_can_delete = True
