@@ -24,38 +24,62 @@ pytestmark = pytest.mark.django_db
 
 
 def _jobs(teams, user, node, n: int, start: int) -> list:
-    return [make_job(team=teams["vision"], user=user, state="running", node=node, task_name=f"j{start + i}",
-                     gpu_indices=[0]) for i in range(n)]
+    return [
+        make_job(
+            team=teams["vision"], user=user, state="running", node=node, task_name=f"j{start + i}", gpu_indices=[0]
+        )
+        for i in range(n)
+    ]
 
 
 def _audit(teams, user, node, n: int, start: int) -> None:
     for i in range(n):
-        audit_record(actor=user, action=AuditEntry.Action.JOB_CANCEL, team=teams["vision"],
-                     target_id=str(start + i), message=f"entry {start + i}")
+        audit_record(
+            actor=user,
+            action=AuditEntry.Action.JOB_CANCEL,
+            team=teams["vision"],
+            target_id=str(start + i),
+            message=f"entry {start + i}",
+        )
 
 
 def _usage(teams, user, node, n: int, start: int) -> None:
     now = timezone.now()
     for job in _jobs(teams, user, node, n, start):
-        UsageRecord.objects.create(job=job, team=teams["vision"], user=user, attempt=1, priority_class="medium",
-                                   gpu_seconds=60, started_at=now - timedelta(minutes=1), ended_at=now)
+        UsageRecord.objects.create(
+            job=job,
+            team=teams["vision"],
+            user=user,
+            attempt=1,
+            priority_class="medium",
+            gpu_seconds=60,
+            started_at=now - timedelta(minutes=1),
+            ended_at=now,
+        )
 
 
 def _versions(teams, user, node, n: int, start: int) -> None:
     for i, job in enumerate(_jobs(teams, user, node, n, start)):
-        ModelVersion.objects.create(team=teams["vision"], name="pcb", version=start + i + 1, job=job,
-                                    weights_key=f"jobs/{job.pk}/train/weights/best.pt")
+        ModelVersion.objects.create(
+            team=teams["vision"],
+            name="pcb",
+            version=start + i + 1,
+            job=job,
+            weights_key=f"jobs/{job.pk}/train/weights/best.pt",
+        )
 
 
-@pytest.mark.parametrize(("url", "rows"), [
-    ("/admin/jobs/job/", _jobs),
-    ("/admin/accounts/auditentry/", _audit),
-    ("/admin/quotas/usagerecord/", _usage),
-    ("/admin/registry/modelversion/", _versions),
-])
+@pytest.mark.parametrize(
+    ("url", "rows"),
+    [
+        ("/admin/jobs/job/", _jobs),
+        ("/admin/accounts/auditentry/", _audit),
+        ("/admin/quotas/usagerecord/", _usage),
+        ("/admin/registry/modelversion/", _versions),
+    ],
+)
 @pytest.mark.parametrize("who", ["superuser", "manager"])
-def test_a_change_list_reads_a_page_in_as_many_queries_for_3_rows_as_for_30(url, rows, who, request, teams, bob,
-                                                                              node):
+def test_a_change_list_reads_a_page_in_as_many_queries_for_3_rows_as_for_30(url, rows, who, request, teams, bob, node):
     viewer = request.getfixturevalue(who)
     client = admin_client(viewer)
     rows(teams, bob, node, 3, 0)
@@ -66,4 +90,4 @@ def test_a_change_list_reads_a_page_in_as_many_queries_for_3_rows_as_for_30(url,
         response = client.get(url)
     assert response.status_code == 200
     assert response.context["cl"].result_count >= 30
-    assert len(many) == len(few), [q["sql"] for q in many.captured_queries][len(few) - 2:len(few) + 3]
+    assert len(many) == len(few), [q["sql"] for q in many.captured_queries][len(few) - 2 : len(few) + 3]
