@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
@@ -75,7 +76,19 @@ class MembershipForm(forms.ModelForm):
             refused = last_manager_error(membership=self.instance, role=None if moved else cleaned["role"])
             if refused:
                 self.add_error("role", refused)
+            elif moved and (said := self._left_behind()):
+                # A move takes the member out of the old team: what they leave there is what a removal
+                # asks about first. It was saved as a plain row change: their queued jobs stayed queued
+                # in a team they no longer saw, charged to it (managers' admin week, trial30b).
+                field = "team" if "team" in self.changed_data else "user"
+                self.add_error(field, f"{' '.join(said)} Moving is removing from the old team: remove them from "
+                                      "it in Memberships (which asks first) and add the new membership, or cancel "
+                                      "those jobs before.")
         return cleaned
+
+    def _left_behind(self) -> list[str]:
+        old = Membership.objects.filter(pk=self.instance.pk).select_related("user", "team").first()
+        return membership_remove_preview(membership=old) if old is not None else []
 
 
 class MembershipFormSet(forms.BaseInlineFormSet):
@@ -163,7 +176,17 @@ class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmi
         if not self.manages(request, obj):
             raise PermissionDenied("you do not manage that team")
         if change and {"user", "team"} & set(form.changed_data):
-            return super().save_model(request, obj, form, change)
+            # A move is a removal from the old team and an addition to the new one, through the
+            # services as each is alone: audited (membership.remove, role.change), the old team's
+            # open job sockets of the member closed, a new manager made staff. It was a plain row
+            # save (trial30b). The form refused it if the member leaves active jobs behind.
+            old = Membership.objects.select_related("user", "team").get(pk=obj.pk)
+            with transaction.atomic():
+                for said in membership_remove(membership=old, by=request.user):
+                    self.message_user(request, said, messages.WARNING)
+                saved = membership_set(user=obj.user, team=obj.team, role=obj.role, by=request.user)
+            obj.pk = saved.pk
+            return None
         saved = membership_set(user=obj.user, team=obj.team, role=obj.role, by=request.user)
         obj.pk = saved.pk
 

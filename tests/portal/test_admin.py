@@ -248,3 +248,37 @@ def test_the_cancel_and_drain_pages_post_their_selection_back_with_the_reason(
     client.post("/admin/cluster/node/", {**posted_back(page), "reason": "maintenance"})
     node.refresh_from_db()
     assert node.state == "draining" and node.drain_reason == "maintenance"
+
+
+def test_moving_a_member_to_another_team_is_a_removal_and_an_addition(superuser, alice, bob, carol, teams,
+                                                                      demo_registered):
+    """Editing a membership's team (bob: vision → robotics) was saved as a plain row change: bob's
+    queued job stayed queued in vision, charged to a team he no longer saw, with no word, and the
+    audit had no removal (managers' admin week, trial30b). Now the move is refused while he leaves
+    active jobs behind, saying what a removal would do; without them it is a removal from the old
+    team and an addition to the new one, each audited as when done alone."""
+    from apps.accounts.models import AuditEntry
+
+    job = submit(bob, task_name="bobs-queued")
+    membership = Membership.objects.get(user=bob, team=teams["vision"])
+    client = admin_client(superuser)
+    url = f"/admin/accounts/membership/{membership.pk}/change/"
+    move = {"user": bob.pk, "team": teams["robotics"].pk, "role": "member"}
+    response = client.post(url, move)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert errors["team"] == ["Active jobs of bob in vision: 1 queued job will be cancelled. Moving is removing "
+                              "from the old team: remove them from it in Memberships (which asks first) and add the "
+                              "new membership, or cancel those jobs before."]
+    assert list(Membership.objects.filter(user=bob).values_list("team__slug", flat=True)) == ["vision"]
+    job.refresh_from_db()
+    assert job.state == "queued"
+
+    Job.objects.filter(pk=job.pk).update(state="cancelled")
+    response = client.post(url, move)
+    assert response.status_code == 302, response.context["adminform"].form.errors if response.context else ""
+    assert list(Membership.objects.filter(user=bob).values_list("team__slug", flat=True)) == ["robotics"]
+    assert AuditEntry.objects.filter(action=AuditEntry.Action.MEMBERSHIP_REMOVE, team=teams["vision"],
+                                     data__user="bob").exists()
+    assert AuditEntry.objects.filter(action=AuditEntry.Action.ROLE_CHANGE, team=teams["robotics"],
+                                     data__user="bob", data__to="member").exists()
