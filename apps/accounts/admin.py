@@ -269,10 +269,20 @@ class AuditEntryAdmin(TeamScopedAdmin, admin.ModelAdmin):
         return False
 
 
-class DeactivatingUserAdmin(SelectionChecked, UserAdmin):
+class DeactivatingUserAdmin(GuardedDeleteAdmin, SelectionChecked, UserAdmin):
     """Django's user admin; deactivating an account also deals with what it leaves behind
     (:func:`apps.accounts.services.user_deactivated`): its queued jobs would still run, charged
-    to its teams, and a team could be left with no active manager (manager trial F40)."""
+    to its teams, and a team could be left with no active manager (manager trial F40).
+
+    Deleting the last active manager of a team is refused, naming whom to make manager first, as
+    removing their membership is: the delete took the membership with it, unguarded, and the team
+    was left with nobody to manage it, "deleted successfully" (managers' admin week, trial30b).
+    An account with jobs is not deleted either (Job.user is PROTECT: Django lists them)."""
+
+    def delete_refusal(self, user) -> str | None:
+        refusals = [refused for membership in Membership.objects.filter(user=user).select_related("user", "team")
+                    if (refused := last_manager_error(membership=membership))]
+        return "; ".join(refusals) or None
 
     # The account's history, not settings: the form sent them back without their microseconds,
     # so every save "changed" both (manager trial 15, F6).

@@ -282,3 +282,21 @@ def test_moving_a_member_to_another_team_is_a_removal_and_an_addition(superuser,
                                      data__user="bob").exists()
     assert AuditEntry.objects.filter(action=AuditEntry.Action.ROLE_CHANGE, team=teams["robotics"],
                                      data__user="bob", data__to="member").exists()
+
+
+def test_deleting_the_last_manager_s_account_is_refused_naming_whom_to_make_manager(superuser, alice, bob, teams):
+    """Deleting alice's account (vision's only manager) took her membership with it: "deleted
+    successfully", and vision had nobody to manage it (managers' admin week, trial30b)."""
+    client = admin_client(superuser)
+    response = client.post(f"/admin/auth/user/{alice.pk}/delete/", {"post": "yes"}, follow=True)
+    said = [str(m) for m in response.context["messages"]]
+    assert said == ["not deleted: alice is the last manager of vision; make bob its manager first"]
+    assert Membership.objects.filter(user=alice, team=teams["vision"], role="manager").exists()
+    response = client.post("/admin/auth/user/", {"action": "delete_selected", "_selected_action": [alice.pk],
+                                                  "post": "yes"})
+    assert "alice is the last manager of vision; make bob its manager first" in response.content.decode()
+    assert type(alice).objects.filter(pk=alice.pk).exists()
+    # Once another manager is there, the account goes.
+    Membership.objects.filter(user=bob).update(role="manager")
+    assert client.post(f"/admin/auth/user/{alice.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not type(alice).objects.filter(pk=alice.pk).exists()
