@@ -68,9 +68,24 @@ class ManagedTeamFilter(admin.SimpleListFilter):
         return [(str(t.pk), t.slug) for t in teams]
 
     def queryset(self, request, queryset):
-        if self.value():
-            return queryset.filter(**{f"{self._team_field}__pk": self.value()})
-        return queryset
+        value = self.value()
+        if not value:
+            return queryset
+        # The link this filter prints holds the team's id; a hand-typed ?team=vision (the name every
+        # other page uses), a stale or cut-off link was a ValueError in the query, a 500, on every
+        # team-scoped list (managers' admin week, trial30b). Nothing matches, and the list says why.
+        if not value.isascii() or not value.isdigit() or int(value) >= 2**63:
+            from django.contrib import messages
+
+            teams = team_model().objects.filter(slug=value)
+            if not request.user.is_superuser:  # another team's name is answered as an unknown one
+                teams = teams.filter(pk__in=managed_ids(request))
+            named = teams.values_list("pk", flat=True).first()
+            hint = f" (team {value}'s filter is ?{self.parameter_name}={named})" if named is not None else ""
+            messages.warning(request, f"{self.parameter_name}={value[:40]!r} is not a team's id: nothing is shown"
+                                      f"{hint}; choose the team in the filter")
+            return queryset.none()
+        return queryset.filter(**{f"{self._team_field}__pk": int(value)})
 
     def __init__(self, request, params, model, model_admin):
         self._team_field = getattr(model_admin, "team_field", "team")

@@ -300,3 +300,20 @@ def test_deleting_the_last_manager_s_account_is_refused_naming_whom_to_make_mana
     Membership.objects.filter(user=bob).update(role="manager")
     assert client.post(f"/admin/auth/user/{alice.pk}/delete/", {"post": "yes"}).status_code == 302
     assert not type(alice).objects.filter(pk=alice.pk).exists()
+
+
+@pytest.mark.parametrize("value", ["vision", "abc", "1.5", "99999999999999999999999", "robotics", "١"])
+@pytest.mark.parametrize("url", ["/admin/jobs/job/", "/admin/accounts/membership/", "/admin/datasets/dataset/",
+                                 "/admin/registry/modelversion/", "/admin/quotas/usagerecord/",
+                                 "/admin/accounts/auditentry/"])
+def test_a_team_filter_that_is_no_team_id_shows_nothing_and_says_so(manager, bob, teams, demo_registered, url,
+                                                                    value):
+    """``?team=vision`` (the name every other page uses) or a cut-off link: a ValueError in the
+    query, a 500, on every team-scoped list (managers' admin week, trial30b)."""
+    submit(bob, task_name="vision-job")
+    response = admin_client(manager).get(f"{url}?team={value}")
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == 0
+    said = [str(m) for m in response.context["messages"]]
+    hint = f" (team vision's filter is ?team={teams['vision'].pk})" if value == "vision" else ""
+    assert said == [f"team={value!r} is not a team's id: nothing is shown{hint}; choose the team in the filter"]
