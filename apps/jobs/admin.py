@@ -136,10 +136,21 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
         excluded = list(super().get_exclude(request, obj) or [])
         return excluded if request.user.is_superuser else [*excluded, "spec", "weights_path"]
 
+    # All a superuser may edit (audited): the name, the resources, the timeout and the retries. The
+    # rest the services own: the team and user (moved, a job ran in a team its owner was not in, on
+    # data it resolved in the other), the class (the actions apply its rules, events and a sweep's
+    # trials), and what workers and the scheduler write (run_class, exit_code, epochs_done, logs_key:
+    # the archived logs' key, log_bytes, is_sweep, parent, cancel_requested_at). Managers edit nothing.
+    # (managers' admin week, trial30b)
+    superuser_editable = ("task_name", "gpus", "gpu_memory_mb", "cpu_milli", "memory_mb", "timeout_s", "retries_left")
+
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         if not request.user.is_superuser:
             fields = [f for f in fields if f not in ("spec", "weights_path")] + ["public_spec"]
+        else:
+            fields += [f.name for f in Job._meta.concrete_fields
+                       if f.editable and f.name not in self.superuser_editable and f.name not in fields]
         return fields
 
     # A job that may still run is not deleted: its worker went on training on GPUs the deleted

@@ -456,3 +456,24 @@ def test_a_deleted_jobs_entry_names_it_by_its_id(superuser, bob, teams):
     admin_client(superuser).post(f"/admin/jobs/job/{job.pk}/delete/", {"post": "yes"})
     (deleted,) = entries("admin.delete", target_type="job")
     assert deleted.message == f"job long-1 ({job.pk}) by root"
+
+
+def test_what_the_services_own_is_read_only_on_a_job_even_to_a_superuser(superuser, bob, teams):
+    """A superuser's change form offered a queued job's team and user (the job then ran in a team its
+    owner was not in, on the data it had resolved in the other: vision's dataset under robotics), its
+    class (set past the class rules: no event, a sweep's trials left behind; the actions do it), and what
+    workers and the scheduler write (run_class, exit_code, epochs_done, logs_key: the archived logs'
+    key, log_bytes, is_sweep, parent) (managers' admin week, trial30b). The resources, timeout and
+    retries stay a superuser's to edit, audited."""
+    job = make_job(team=teams["vision"], user=bob, gpus=2)
+    client = admin_client(superuser)
+    url = f"/admin/jobs/job/{job.pk}/change/"
+    form = client.get(url).context["adminform"].form
+    owned = {"team", "user", "priority_class", "run_class", "runtime_signature", "idempotency_key", "exit_code",
+             "logs_key", "epochs_done", "is_sweep", "parent", "log_bytes"}
+    assert not owned & set(form.fields), sorted(owned & set(form.fields))
+    assert {"gpus", "timeout_s", "retries_left", "task_name"} <= set(form.fields)
+    data = form_data(client, url) | {"team": str(teams["robotics"].pk), "priority_class": "urgent", "logs_key": "x"}
+    assert client.post(url, data).status_code == 302
+    job.refresh_from_db()
+    assert (job.team_id, job.priority_class, job.logs_key) == (teams["vision"].pk, "medium", "")
