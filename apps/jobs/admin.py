@@ -137,7 +137,7 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
         return excluded if request.user.is_superuser else [*excluded, "spec", "weights_path"]
 
     # All a superuser may edit (audited): the name, the resources, the timeout and the retries. The
-    # rest the services own: the team and user (moved, a job ran in a team its owner was not in, on
+    # rest the services own: the team and user (moved, a job would run in a team its owner is not in, on
     # data it resolved in the other), the class (the actions apply its rules, events and a sweep's
     # trials), and what workers and the scheduler write (run_class, exit_code, epochs_done, logs_key:
     # the archived logs' key, log_bytes, is_sweep, parent, cancel_requested_at). Managers edit nothing.

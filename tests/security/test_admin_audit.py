@@ -459,8 +459,8 @@ def test_a_deleted_jobs_entry_names_it_by_its_id(superuser, bob, teams):
 
 
 def test_what_the_services_own_is_read_only_on_a_job_even_to_a_superuser(superuser, bob, teams):
-    """A superuser's change form offered a queued job's team and user (the job then ran in a team its
-    owner was not in, on the data it had resolved in the other: vision's dataset under robotics), its
+    """A superuser's change form offered a queued job's team and user (the job would run in a team its
+    owner is not in, on the data it resolved in the other: vision's dataset under robotics), its
     class (set past the class rules: no event, a sweep's trials left behind; the actions do it), and what
     workers and the scheduler write (run_class, exit_code, epochs_done, logs_key: the archived logs'
     key, log_bytes, is_sweep, parent) (managers' admin week, trial30b). The resources, timeout and
