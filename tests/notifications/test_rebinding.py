@@ -244,3 +244,50 @@ def test_a_name_whose_every_address_takes_no_connection_fails_within_one_timeout
     assert delivery.state == "failed"
     assert "NOTIFY_TIMEOUT_S" in delivery.last_error and HOST in delivery.last_error, delivery.last_error
     assert connects and connects == blackholed[: len(connects)]  # tried in the resolver's order
+
+
+def test_a_name_whose_first_address_drops_connections_is_still_posted_to_its_next(
+    bob, public_server, settings, monkeypatch
+):
+    """An AAAA without a route drops its SYNs (the case the next address is tried for): the first
+    address must not be given the whole shared NOTIFY_TIMEOUT_S, or the working second one is never
+    tried and every delivery fails (review30: 'no connection ... 1 of its 2 addresses tried')."""
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    settings.NOTIFY_TIMEOUT_S = 1.0
+    dropped = "93.184.215.20"
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = []
+    for _ in range(3):  # fill its accept queue: further connections get no answer
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(("127.0.0.1", port))
+        queued.append(client)
+    real_getaddrinfo, real_connect = socket.getaddrinfo, urllib3.util.connection.create_connection
+
+    def getaddrinfo(host, port_, *args, **kwargs):
+        if host != HOST:
+            return real_getaddrinfo(host, port_, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port_ or 0)) for address in (dropped, PUBLIC)]
+
+    def create_connection(address, *args, **kwargs):
+        if address[0] in (dropped, PUBLIC):
+            address = ("127.0.0.1", port if address[0] == dropped else public_server.port)
+        return real_connect(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    channel = Channel.objects.create(
+        user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}:{public_server.port}/hook"
+    )
+    try:
+        delivery = channel_test(channel=channel, by=bob)
+    finally:
+        for client in queued:
+            client.close()
+        listener.close()
+    assert delivery.state == "sent", delivery.last_error
+    [post] = public_server.received
+    assert post.headers["host"] == f"{HOST}:{public_server.port}"
