@@ -189,9 +189,12 @@ def send_webhook(delivery: Delivery) -> int:
     3. Send to the first address (the next one where no connection was made), with the original
        ``Host`` header, and for https the hostname as SNI and as the name the certificate must carry.
        Looking the name up again here would let a DNS answer that changed since step 2 (rebinding)
-       reach an internal address. The addresses share one ``NOTIFY_TIMEOUT_S``: each is given what
-       is left of it (urllib3 gave each address the whole timeout, so a name whose every address
-       drops connections took it once per address, past the delivery task's stop at 3 × it + 30 s).
+       reach an internal address. The addresses share one ``NOTIFY_TIMEOUT_S`` to connect: each is
+       given an even part of what is left of it (urllib3 gave each address the whole timeout, so a
+       name whose every address drops connections took it once per address, past the delivery
+       task's stop at 3 × it + 30 s; the whole of what was left let a first address that drops its
+       SYNs, an AAAA without a route, leave the working next one no time at all: review30). The
+       address that took the connection has the whole timeout to answer: at most 2 × it in all.
     Through an HTTP(S)_PROXY from the environment the proxy connects, with its own lookup: the
     request goes unpinned to it, as before (the proxy is the operator's egress control)."""
     body = body_bytes({**delivery.payload, "delivery": delivery.pk})
@@ -231,8 +234,10 @@ def send_webhook(delivery: Delivery) -> int:
                 raise DeliveryError(f"webhook unreachable: no connection to {hostname} within NOTIFY_TIMEOUT_S "
                                     f"({settings.NOTIFY_TIMEOUT_S:g} s; {number - 1} of its {len(attempts)} "
                                     "addresses tried)")
+            connect_s = left_s / (len(attempts) - number + 1)
             try:
-                response = session.send(attempt, timeout=left_s, allow_redirects=False, **environment)
+                response = session.send(attempt, timeout=(connect_s, settings.NOTIFY_TIMEOUT_S),
+                                        allow_redirects=False, **environment)
                 break
             except requests.RequestException as exc:
                 # The next checked address when this one took no connection (nothing was sent), as
@@ -240,6 +245,10 @@ def send_webhook(delivery: Delivery) -> int:
                 # (an unreachable AAAA, a receiver down behind round-robin DNS) was no longer reached.
                 if number < len(attempts) and not_connected(exc):
                     continue
+                if len(attempts) > 1 and not_connected(exc):
+                    raise DeliveryError(f"webhook unreachable: no connection to {hostname} at any of its "
+                                        f"{len(attempts)} addresses within NOTIFY_TIMEOUT_S "
+                                        f"({settings.NOTIFY_TIMEOUT_S:g} s): {exc}") from None
                 raise DeliveryError(f"webhook unreachable: {exc}") from None
     if not 200 <= response.status_code < 300:
         raise DeliveryError(f"webhook answered HTTP {response.status_code}", status=response.status_code)
