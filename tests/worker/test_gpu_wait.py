@@ -235,3 +235,31 @@ def test_a_lowered_grace_is_looked_back_at_while_a_victim_may_still_run_it():
     config.save()
     config.refresh_from_db()
     assert config.preempt_grace_lowered_from_s == 900 and config.grace_lookback_s(now=now, margin_s=15) == 900
+
+
+def test_a_worker_whose_clock_is_ahead_still_looks_back_at_a_lowered_grace(short_waits, node, teams, alice,
+                                                                            monkeypatch):
+    """review30: whether a lowered grace is still looked back at was this worker's clock less the
+    time the admin's process wrote the lowering. Lowered from 600 s to 60 s 400 s ago, two minutes
+    after a preemption: its victim may run 95 s more; a worker 300 s ahead thought the 615 s over
+    (700 s) and looked back only 75 s. Counted on the database's clock, as the events' ages are."""
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from apps.jobs.services import gpus_stopping_left_s
+
+    config = SchedulerConfig.current()
+    config.preempt_grace_s = 600
+    config.save()
+    victim = started_on(node, [0], team=teams["vision"], user=alice)
+    preempt(victim, grace_s=600)
+    config.preempt_grace_s = 60
+    config.save()
+    JobEvent.objects.filter(job_id=victim.pk, kind="preempted").update(created_at=F("created_at") - timedelta(seconds=520))
+    SchedulerConfig.objects.filter(pk=config.pk).update(  # (not short_waits' 900 s -> 3 s lowering)
+        preempt_grace_lowered_from_s=600, preempt_grace_lowered_at=F("preempt_grace_lowered_at") - timedelta(seconds=400))
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=300))
+    left = gpus_stopping_left_s(node_name="node-a", gpu_indices=[0], margin_s=15)
+    assert 615 - 520 - 10 < left <= 615 - 520, left
