@@ -720,13 +720,18 @@ def gpus_stopping_left_s(*, node_name: str, gpu_indices: list[int], margin_s: fl
     whatever this machine's clock says (counted on the database's: :func:`event_age`).
     Preemptions are looked up as far back as a victim may still run the grace it was given:
     the scheduler configuration's ``preempt_grace_s``, or the longer one it replaced while that
-    may still run (``SchedulerConfig.grace_lookback_s``; a grace lowered since was not waited out,
-    though the victim's worker still gave it the longer one, and the two trainings shared a GPU).
+    may still run (``SchedulerConfig.grace_lookback_s``, on the database's clock; a grace lowered
+    since was not waited out, though the victim's worker still gave it the longer one, and the two
+    trainings shared a GPU).
     Read once per busy GPU lock, not in a loop, through the events' (kind, created_at) index.
     """
     from apps.scheduling.models import SchedulerConfig
 
-    lookback_s = SchedulerConfig.current().grace_lookback_s(now=timezone.now(), margin_s=margin_s)
+    # The lowering's age on the database's clock too: the admin's process wrote its time, and a
+    # worker's clock ahead stopped looking back that much early (review30).
+    config = SchedulerConfig.objects.annotate(db_now=Now()).order_by("pk").first()
+    lookback_s = (config.grace_lookback_s(now=config.db_now, margin_s=margin_s) if config is not None
+                  else SchedulerConfig.current().preempt_grace_s)
     horizon = Now() - timedelta(seconds=lookback_s + margin_s)
     wanted = set(gpu_indices)
     left = 0.0

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models.functions import Now
 
 from .policy import PolicyConfig, TeamPolicy
 
@@ -114,11 +115,10 @@ class SchedulerConfig(models.Model):
         """Saved as usual; a lowered ``preempt_grace_s`` also records the grace it replaced
         (:meth:`grace_lookback_s`). Two lowerings in a row keep the longer of the two."""
         if self.pk is not None:
-            from django.utils import timezone
-
-            stored = type(self).objects.filter(pk=self.pk).values_list("preempt_grace_s", flat=True).first()
+            # The time on the database's clock, as the workers read its age (gpus_stopping_left_s).
+            stored, now = (type(self).objects.filter(pk=self.pk).annotate(db_now=Now())
+                           .values_list("preempt_grace_s", "db_now").first() or (None, None))
             if stored is not None and self.preempt_grace_s < stored:
-                now = timezone.now()
                 self.preempt_grace_lowered_from_s = max(stored, self.grace_lookback_s(now=now, margin_s=0.0))
                 self.preempt_grace_lowered_at = now
                 if kwargs.get("update_fields") is not None:
