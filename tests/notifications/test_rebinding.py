@@ -162,30 +162,57 @@ def test_a_redirect_to_an_internal_address_is_not_followed(bob, receiver, public
     assert len(public_server.received) == 1 and receiver.received == []
 
 
+def routed(monkeypatch, routes: dict[str, int]) -> list[str]:
+    """``HOST`` answers the public addresses of ``routes`` in their order, and a connection to each
+    reaches the local port it maps to; returns the addresses connected to, in order."""
+    real_getaddrinfo, real_connect, connects = socket.getaddrinfo, urllib3.util.connection.create_connection, []
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != HOST:
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 0)) for address in routes]
+
+    def create_connection(address, *args, **kwargs):
+        if address[0] in routes:
+            connects.append(address[0])
+            address = ("127.0.0.1", routes[address[0]])
+        return real_connect(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    return connects
+
+
+@pytest.fixture
+def dropping_port():
+    """A local port that answers no connection (its SYNs dropped: a listener whose accept queue is
+    full stands in for a firewall that drops them, or an AAAA without a route)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = []
+    for _ in range(3):  # fill its accept queue: further connections get no answer
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(("127.0.0.1", port))
+        queued.append(client)
+    yield port
+    for client in queued:
+        client.close()
+    listener.close()
+
+
 def test_a_name_whose_first_address_takes_no_connection_is_posted_to_its_next(
     bob, public_server, settings, monkeypatch
 ):
     """Two public answers, the first refusing connections (a receiver down behind round-robin DNS, an
     AAAA without a route): urllib3 tried each address of its lookup, the pinned post must too."""
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
-    dead_public = "93.184.215.15"
     with socket.socket() as closed:  # a local port nothing listens on
         closed.bind(("127.0.0.1", 0))
         dead_port = closed.getsockname()[1]
-    real_getaddrinfo, real_connect = socket.getaddrinfo, urllib3.util.connection.create_connection
-
-    def getaddrinfo(host, port, *args, **kwargs):
-        if host != HOST:
-            return real_getaddrinfo(host, port, *args, **kwargs)
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 0)) for address in (dead_public, PUBLIC)]
-
-    def create_connection(address, *args, **kwargs):
-        if address[0] in (dead_public, PUBLIC):
-            address = ("127.0.0.1", dead_port if address[0] == dead_public else public_server.port)
-        return real_connect(address, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    routed(monkeypatch, {"93.184.215.15": dead_port, PUBLIC: public_server.port})
     channel = Channel.objects.create(
         user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}:{public_server.port}/hook"
     )
@@ -195,51 +222,22 @@ def test_a_name_whose_first_address_takes_no_connection_is_posted_to_its_next(
     assert post.headers["host"] == f"{HOST}:{public_server.port}"
 
 
-def test_a_name_whose_every_address_takes_no_connection_fails_within_one_timeout(bob, settings, monkeypatch):
-    """Four public answers, none accepting a connection (its SYNs dropped: a listener whose queue is
-    full stands in for a firewall that drops them): each address was given NOTIFY_TIMEOUT_S of its
-    own, four timeouts in all, past the delivery task's stop (3 × the timeout + 30 s) with a few more.
-    The whole delivery has one NOTIFY_TIMEOUT_S now."""
+def test_a_name_whose_every_address_takes_no_connection_fails_within_one_timeout(
+    bob, dropping_port, settings, monkeypatch
+):
+    """Four public answers, none accepting a connection: each address was given NOTIFY_TIMEOUT_S of
+    its own, four timeouts in all, past the delivery task's stop (3 × the timeout + 30 s) with a few
+    more. The whole delivery has one NOTIFY_TIMEOUT_S to connect now."""
     import time
 
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
     settings.NOTIFY_TIMEOUT_S = 1.0
     blackholed = [f"93.184.215.{n}" for n in range(20, 24)]
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    queued = []
-    for _ in range(3):  # fill its accept queue: further connections get no answer
-        client = socket.socket()
-        client.setblocking(False)
-        client.connect_ex(("127.0.0.1", port))
-        queued.append(client)
-    real_getaddrinfo, real_connect = socket.getaddrinfo, urllib3.util.connection.create_connection
-    connects = []
-
-    def getaddrinfo(host, port_, *args, **kwargs):
-        if host != HOST:
-            return real_getaddrinfo(host, port_, *args, **kwargs)
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port_ or 0)) for address in blackholed]
-
-    def create_connection(address, *args, **kwargs):
-        if address[0] in blackholed:
-            connects.append(address[0])
-            address = ("127.0.0.1", port)
-        return real_connect(address, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    connects = routed(monkeypatch, dict.fromkeys(blackholed, dropping_port))
     channel = Channel.objects.create(user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}/hook")
     began = time.monotonic()
-    try:
-        delivery = channel_test(channel=channel, by=bob)
-    finally:
-        took = time.monotonic() - began
-        for client in queued:
-            client.close()
-        listener.close()
+    delivery = channel_test(channel=channel, by=bob)
+    took = time.monotonic() - began
     assert took < 2.5, (took, connects)  # one timeout of 1 s (four before)
     assert delivery.state == "failed"
     assert "NOTIFY_TIMEOUT_S" in delivery.last_error and HOST in delivery.last_error, delivery.last_error
@@ -247,47 +245,19 @@ def test_a_name_whose_every_address_takes_no_connection_fails_within_one_timeout
 
 
 def test_a_name_whose_first_address_drops_connections_is_still_posted_to_its_next(
-    bob, public_server, settings, monkeypatch
+    bob, public_server, dropping_port, settings, monkeypatch
 ):
     """An AAAA without a route drops its SYNs (the case the next address is tried for): the first
     address must not be given the whole shared NOTIFY_TIMEOUT_S, or the working second one is never
     tried and every delivery fails (review30: 'no connection ... 1 of its 2 addresses tried')."""
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
     settings.NOTIFY_TIMEOUT_S = 1.0
-    dropped = "93.184.215.20"
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    queued = []
-    for _ in range(3):  # fill its accept queue: further connections get no answer
-        client = socket.socket()
-        client.setblocking(False)
-        client.connect_ex(("127.0.0.1", port))
-        queued.append(client)
-    real_getaddrinfo, real_connect = socket.getaddrinfo, urllib3.util.connection.create_connection
-
-    def getaddrinfo(host, port_, *args, **kwargs):
-        if host != HOST:
-            return real_getaddrinfo(host, port_, *args, **kwargs)
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port_ or 0)) for address in (dropped, PUBLIC)]
-
-    def create_connection(address, *args, **kwargs):
-        if address[0] in (dropped, PUBLIC):
-            address = ("127.0.0.1", port if address[0] == dropped else public_server.port)
-        return real_connect(address, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    monkeypatch.setattr(urllib3.util.connection, "create_connection", create_connection)
+    connects = routed(monkeypatch, {"93.184.215.20": dropping_port, PUBLIC: public_server.port})
     channel = Channel.objects.create(
         user=bob, name="hook", kind=Channel.Kind.WEBHOOK, target=f"http://{HOST}:{public_server.port}/hook"
     )
-    try:
-        delivery = channel_test(channel=channel, by=bob)
-    finally:
-        for client in queued:
-            client.close()
-        listener.close()
+    delivery = channel_test(channel=channel, by=bob)
     assert delivery.state == "sent", delivery.last_error
+    assert connects == ["93.184.215.20", PUBLIC]
     [post] = public_server.received
     assert post.headers["host"] == f"{HOST}:{public_server.port}"
