@@ -263,3 +263,34 @@ def test_a_worker_whose_clock_is_ahead_still_looks_back_at_a_lowered_grace(short
     monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=300))
     left = gpus_stopping_left_s(node_name="node-a", gpu_indices=[0], margin_s=15)
     assert 615 - 520 - 10 < left <= 615 - 520, left
+
+
+def test_a_lowering_saved_from_an_instance_read_before_another_keeps_the_longer_grace():
+    """review30: the grace a lowering replaced was kept with the longer one recorded on the saved
+    instance, not in the row. Two admins: one lowers 1800 s to 900 s while the other, whose form was
+    read before, lowers it on to 300 s; the record said 900 s, and a victim preempted under 1800 s
+    (its worker still gives it that) was no longer looked back at after 915 s."""
+    config = SchedulerConfig.current()
+    config.preempt_grace_s = 1800
+    config.save()
+    first, second = SchedulerConfig.objects.get(pk=config.pk), SchedulerConfig.objects.get(pk=config.pk)
+    first.preempt_grace_s = 900
+    first.save()
+    second.preempt_grace_s = 300
+    second.save()
+    config.refresh_from_db()
+    assert config.preempt_grace_s == 300 and config.preempt_grace_lowered_from_s == 1800
+
+
+def test_the_same_lowering_saved_twice_at_once_keeps_its_record():
+    """review30: two admins lower 1800 s to 900 s at once; the second save is no lowering any more
+    (the row already says 900 s) and wrote its instance's empty record over the first one's."""
+    config = SchedulerConfig.current()
+    config.preempt_grace_s = 1800
+    config.save()
+    first, second = SchedulerConfig.objects.get(pk=config.pk), SchedulerConfig.objects.get(pk=config.pk)
+    first.preempt_grace_s = second.preempt_grace_s = 900
+    first.save()
+    second.save()
+    config.refresh_from_db()
+    assert config.preempt_grace_lowered_from_s == 1800 and config.preempt_grace_lowered_at is not None
