@@ -113,12 +113,17 @@ class SchedulerConfig(models.Model):
 
     def save(self, *args, **kwargs) -> None:
         """Saved as usual; a lowered ``preempt_grace_s`` also records the grace it replaced
-        (:meth:`grace_lookback_s`). Two lowerings in a row keep the longer of the two."""
-        if self.pk is not None:
-            # The time on the database's clock, as the workers read its age (gpus_stopping_left_s).
-            stored, now = (type(self).objects.filter(pk=self.pk).annotate(db_now=Now())
-                           .values_list("preempt_grace_s", "db_now").first() or (None, None))
-            if stored is not None and self.preempt_grace_s < stored:
+        (:meth:`grace_lookback_s`). Two lowerings in a row keep the longer of the two.
+
+        The record is the row's, read here, not this instance's: an instance read before another
+        admin's lowering wrote its own older record over that one (review30). The time is the
+        database's, as the workers read its age (gpus_stopping_left_s)."""
+        row = (type(self).objects.filter(pk=self.pk).annotate(db_now=Now())
+               .values_list("preempt_grace_s", "preempt_grace_lowered_from_s", "preempt_grace_lowered_at", "db_now")
+               .first() if self.pk is not None else None)
+        if row is not None:
+            stored, self.preempt_grace_lowered_from_s, self.preempt_grace_lowered_at, now = row
+            if self.preempt_grace_s < stored:
                 self.preempt_grace_lowered_from_s = max(stored, self.grace_lookback_s(now=now, margin_s=0.0))
                 self.preempt_grace_lowered_at = now
                 if kwargs.get("update_fields") is not None:
