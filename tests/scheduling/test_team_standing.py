@@ -132,3 +132,22 @@ def test_the_storage_quota_is_shown_with_what_the_team_keeps(bob, teams, setting
     section = client.get("/teams/").content.decode().split('data-team="vision"', 1)[1]
     assert ('data-limit="storage_gb"><td>Uploaded datasets and weights</td><td>2.0\xa0GB</td><td class="source">team'
             '</td><td>1.5\xa0GB kept</td>') in section
+
+
+def test_a_member_reads_only_their_own_teams_storage_use(bob, carol, teams, settings):
+    """review30: the storage use teams/ gives is the team's own: another team's uploads neither add
+    to it nor show, in the list, the team's page or the Teams page."""
+    from apps.accounts.models import StorageCharge
+
+    settings.TEAM_STORAGE_QUOTA_GB = 100
+    StorageCharge.objects.create(team=teams["vision"], key="datasets/vision/pcb/v1", bytes=1024**3)
+    StorageCharge.objects.create(team=teams["robotics"], key="datasets/robotics/arm/v1", bytes=7 * 1024**3)
+    listed = api_client(bob).get("/api/v1/teams/").json()["results"]
+    assert [(t["team"], t["limits"]["storage_gb"]["used_bytes"]) for t in listed] == [("vision", 1024**3)]
+    assert api_client(bob).get(f"/api/v1/teams/{teams['robotics'].pk}/").status_code == 404
+    assert api_client(carol).get(f"/api/v1/teams/{teams['robotics'].pk}/").json()["limits"]["storage_gb"][
+        "used_bytes"] == 7 * 1024**3
+    client = Client()
+    client.force_login(bob)
+    page = client.get("/teams/").content.decode()
+    assert "1.0\xa0GB kept" in page and "7.0\xa0GB" not in page and 'data-team="robotics"' not in page
