@@ -32,6 +32,8 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import Model
 
+from apps.core.admin_scoping import LookupsChecked
+
 from .models import AuditEntry
 from .services import audit_record
 
@@ -280,11 +282,13 @@ class AuditedModelAdmin:
 
 
 class AuditedAdminSite(admin.AdminSite):
-    """The default admin site: every registered ModelAdmin gets :class:`AuditedModelAdmin` in front."""
+    """The default admin site: every registered ModelAdmin gets :class:`AuditedModelAdmin` and
+    :class:`~apps.core.admin_scoping.LookupsChecked` (no 500 on a lookup no id can be) in front."""
 
     def register(self, model_or_iterable, admin_class=None, **options):
         admin_class = admin_class or admin.ModelAdmin
-        if not issubclass(admin_class, AuditedModelAdmin):
-            admin_class = type(admin_class.__name__, (AuditedModelAdmin, admin_class),
+        mixins = tuple(m for m in (AuditedModelAdmin, LookupsChecked) if not issubclass(admin_class, m))
+        if mixins:
+            admin_class = type(admin_class.__name__, (*mixins, admin_class),
                                {"__module__": admin_class.__module__, "__doc__": admin_class.__doc__})
         return super().register(model_or_iterable, admin_class, **options)

@@ -30,6 +30,8 @@ from functools import cache, wraps
 from django.apps import apps
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.decorators import user_passes_test
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model
@@ -90,6 +92,93 @@ class ManagedTeamFilter(admin.SimpleListFilter):
     def __init__(self, request, params, model, model_admin):
         self._team_field = getattr(model_admin, "team_field", "team")
         super().__init__(request, params, model, model_admin)
+
+
+def _lookup_target(model, key: str):
+    """The field whose values a change-list lookup ``key`` (``user``, ``team__id__exact``,
+    ``id__in``) compares, and its lookup ("exact", "in", ...); (None, "") where it is no field."""
+    from django.core.exceptions import FieldDoesNotExist
+    from django.db.models.constants import LOOKUP_SEP
+
+    opts, field, parts = model._meta, None, key.split(LOOKUP_SEP)
+    while parts and opts is not None:
+        try:
+            field = opts.pk if parts[0] == "pk" else opts.get_field(parts[0])
+        except FieldDoesNotExist:
+            break
+        parts.pop(0)
+        opts = field.related_model._meta if field.is_relation and field.related_model else None
+    if field is None or len(parts) > 1:  # not a field, or a transform (created__year__gte): Django's to judge
+        return None, ""
+    if field.is_relation and field.related_model:  # ?user=5 compares the user's id (or the key's to_field)
+        field = field.target_field if field.concrete else field.related_model._meta.pk
+    return field, parts[0] if parts else "exact"
+
+
+def lookup_problem(model, key: str, values: list[str], db: str = "default") -> str | None:
+    """Why a change list's ``?key=value`` can match nothing, where its value is no value of an
+    integer column (a word, nothing, a number past the column's range); None otherwise.
+
+    Django filtered by it as given: a 23-digit ``?user=`` or ``?team__id__exact=`` was an
+    OverflowError on SQLite, a 500 (Django 5.2 guards a plain integer field's own lookups, not a
+    foreign key's), and a word a redirect to ``?e=1`` that said nothing (managers' admin week)."""
+    from django.core.exceptions import ValidationError
+    from django.db import connections
+
+    field, lookup = _lookup_target(model, key)
+    if field is None or lookup not in ("exact", "in", "gt", "gte", "lt", "lte"):
+        return None
+    ops = connections[db].ops
+    if field.get_internal_type() not in ops.integer_field_ranges:  # not an integer column (SQLite's
+        return None  # integer_field_range answers 64 bits for any type, a UUID's too)
+    low, high = ops.integer_field_range(field.get_internal_type())
+    for given in values:
+        for one in given.split(",") if lookup == "in" else [given]:
+            try:
+                value = field.to_python(one)
+            except ValidationError:
+                value = None
+            if value is None or not low <= value <= high:
+                what = (f"the id of a {field.model._meta.verbose_name}" if field.primary_key
+                        else f"a whole number from {low} to {high}")
+                return f"{key}={one[:40]!r} is not {what}: nothing is shown"
+    return None
+
+
+class LookupsCheckedChangeList(ChangeList):
+    """A change list whose lookups (the stock filters' and hand-made ones) that no row can match
+    (:func:`lookup_problem`) show nothing and say why, where the query raised."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        from django.contrib import messages
+        from django.contrib.admin.filters import SimpleListFilter
+
+        # A SimpleListFilter reads its own parameter (ManagedTeamFilter's ?team= is checked there).
+        own = {f.parameter_name for f in self.list_filter if isinstance(f, type) and issubclass(f, SimpleListFilter)}
+        problems = [problem for key, values in self.get_filters_params().items() if key not in own
+                    if (problem := lookup_problem(self.model, key, values, self.root_queryset.db))]
+        try:
+            queryset = super().get_queryset(request, exclude_parameters)
+        except IncorrectLookupParameters:  # a word for an id: Django's redirect to ?e=1 said nothing
+            if not problems or not hasattr(self, "has_active_filters"):  # the filters were not read
+                raise
+            queryset = self.root_queryset
+            self.clear_all_filters_qs = self.get_query_string(remove=self.get_filters_params())
+        if not problems:
+            return queryset
+        if not getattr(request, "_lookup_problems_said", False):  # facets ask again, once per filter
+            request._lookup_problems_said = True
+            for problem in problems:
+                messages.warning(request, problem)
+        return queryset.none()
+
+
+class LookupsChecked:
+    """Mixin for ModelAdmin: its change list is a :class:`LookupsCheckedChangeList`. The admin site
+    puts it on every registered ModelAdmin (apps.accounts.admin_audit.AuditedAdminSite)."""
+
+    def get_changelist(self, request, **kwargs):
+        return LookupsCheckedChangeList
 
 
 class SelectionChecked:
