@@ -246,9 +246,13 @@ class StorageQuotaExceeded(Exception):
     """The team's uploads would pass its storage quota; the message says by how much."""
 
 
+def storage_quota_gb(team: Team) -> float:
+    """The team's storage quota in GiB: its own, else the site's default (TEAM_STORAGE_QUOTA_GB)."""
+    return float(team.storage_quota_gb if team.storage_quota_gb is not None else settings.TEAM_STORAGE_QUOTA_GB)
+
+
 def storage_limit_bytes(team: Team) -> int:
-    gigabytes = team.storage_quota_gb if team.storage_quota_gb is not None else settings.TEAM_STORAGE_QUOTA_GB
-    return int(gigabytes * 1024**3)
+    return int(storage_quota_gb(team) * 1024**3)
 
 
 def storage_used_bytes(team: Team) -> int:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from apps.accounts.models import Team
 from apps.accounts.selectors import role_in, team_list
-from apps.accounts.services import storage_limit_bytes, storage_used_bytes
+from apps.accounts.services import storage_limit_bytes, storage_quota_gb, storage_used_bytes
 from apps.jobs.models import HOLDING_STATES, Job, JobState
 from apps.quotas.models import TeamQuota
 
@@ -91,11 +90,10 @@ def _standing(*, user, team, now, config, policy, override, holding, usage, user
     limits["urgent_max_gpus"]["in_use"] = held_urgent
     # Not the scheduler's: what uploads (dataset versions, weights) may keep, as storage_reserve charges it.
     # GiB as the setting is given, and bytes, which a small team's use does not round to 0.
-    own_storage = team.storage_quota_gb is not None
     used_bytes = storage_used_bytes(team)
     limits["storage_gb"] = {
-        "value": float(team.storage_quota_gb if own_storage else settings.TEAM_STORAGE_QUOTA_GB),
-        "source": TEAM_OVERRIDE if own_storage else SITE_DEFAULT,
+        "value": storage_quota_gb(team),
+        "source": TEAM_OVERRIDE if team.storage_quota_gb is not None else SITE_DEFAULT,
         "used": round(used_bytes / 1024**3, 3),
         "used_bytes": used_bytes,
         "limit_bytes": storage_limit_bytes(team),
