@@ -1,0 +1,90 @@
+"""Deleting a team that still owns datasets or registered models is refused, naming them: the
+cascade took the rows and left their folders and weights files in storage, reachable by nobody
+and cleaned by nothing (left31). Deleting each through its own service (audited, files removed,
+refused while a job uses it) comes first; then the team goes."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db.models import ProtectedError
+
+from apps.accounts.models import StorageCharge, Team
+from apps.datasets.models import Dataset
+from apps.datasets.services import dataset_delete
+from apps.registry.models import ModelVersion
+from apps.registry.services import model_version_delete
+from tests.conftest import admin_client, api_client
+from tests.datasets.archives import make_zip, upload, valid_files
+from tests.registry.conftest import yolov8n_pt  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def stores(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path / "datasets"
+    settings.MODELS_DIR = tmp_path / "models"
+    settings.WEIGHTS_DIR = tmp_path / "weights"
+    return tmp_path
+
+
+@pytest.fixture
+def owned(bob, yolov8n_pt, stores):  # noqa: F811
+    """vision with one dataset version and one uploaded weights version, no jobs; their files."""
+    dataset = api_client(bob).post(
+        "/api/v1/datasets/", {"file": upload(make_zip(valid_files())), "name": "pcb"}, format="multipart"
+    )
+    assert dataset.status_code == 201, dataset.content
+    weights = SimpleUploadedFile("det.pt", yolov8n_pt.read_bytes(), content_type="application/octet-stream")
+    version = api_client(bob).post("/api/v1/weights/", {"file": weights, "team": "vision"}, format="multipart")
+    assert version.status_code == 201, version.content
+    files = [stores / "datasets" / "vision" / "pcb" / "v1", stores / "models" / "vision" / "det" / "v1" / "det.pt"]
+    assert all(path.exists() for path in files)
+    return files
+
+
+REFUSAL = (
+    "vision still owns 1 dataset version (vision/pcb:v1) and 1 model version (vision/det:v1): "
+    "delete them first (their files go with them)"
+)
+
+
+def test_a_team_owning_datasets_and_models_is_not_deleted_from_its_admin_page(superuser, teams, owned):
+    url = f"/admin/accounts/team/{teams['vision'].pk}/delete/"
+
+    response = admin_client(superuser).post(url, {"post": "yes"}, follow=True)
+
+    assert Team.objects.filter(slug="vision").exists()
+    assert [str(m) for m in response.context["messages"]] == [f"not deleted: {REFUSAL}"]
+    assert all(path.exists() for path in owned)
+    assert Dataset.objects.count() == ModelVersion.objects.count() == 1 and StorageCharge.objects.count() == 2
+
+
+def test_a_team_owning_data_is_not_deleted_by_delete_selected_either(superuser, teams, owned):
+    data = {"action": "delete_selected", "_selected_action": [teams["vision"].pk]}
+    client = admin_client(superuser)
+
+    asked = client.post("/admin/accounts/team/", data)
+    client.post("/admin/accounts/team/", data | {"post": "yes"})
+
+    assert REFUSAL in asked.content.decode()
+    assert Team.objects.filter(slug="vision").exists() and all(path.exists() for path in owned)
+
+
+def test_no_other_path_deletes_the_rows_under_their_files(teams, owned):
+    with pytest.raises(ProtectedError):
+        teams["vision"].delete()
+    with pytest.raises(ProtectedError):
+        Team.objects.filter(slug="vision").delete()
+    assert all(path.exists() for path in owned)
+
+
+def test_once_its_data_is_deleted_through_the_services_the_team_goes(superuser, alice, teams, owned):
+    dataset_delete(dataset=Dataset.objects.get(), by=alice)
+    model_version_delete(version=ModelVersion.objects.get(), by=alice)
+
+    response = admin_client(superuser).post(f"/admin/accounts/team/{teams['vision'].pk}/delete/", {"post": "yes"})
+
+    assert response.status_code == 302 and not Team.objects.filter(slug="vision").exists()
+    assert not any(path.exists() for path in owned) and not StorageCharge.objects.exists()
