@@ -26,6 +26,7 @@ from .services import (
     membership_remove,
     membership_remove_preview,
     membership_set,
+    team_delete_refusal,
     user_deactivated,
 )
 
@@ -127,7 +128,7 @@ class MembershipInline(RoleChoicesForManagers, TeamScopedInline, admin.TabularIn
 
 
 @admin.register(Team)
-class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
+class TeamAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
     list_display = ["slug", "name", "shares", "members"]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
@@ -135,6 +136,11 @@ class TeamAdmin(TeamScopedAdmin, admin.ModelAdmin):
     # The fair-share weight decides everyone's priority, the storage quota is a share of the
     # pool's disk (like the GPU quotas, superuser-only): only admins change them.
     superuser_only_fields = ("slug", "shares", "storage_quota_gb")
+
+    def delete_refusal(self, team: Team) -> str | None:
+        # A team that owns datasets or model versions keeps them and itself: the cascade left
+        # their files in storage, orphaned (left31). Its jobs Django lists itself (PROTECT).
+        return team_delete_refusal(team)
 
     @admin.display(description="members")
     def members(self, team: Team) -> int:

@@ -135,6 +135,29 @@ def team_ensure(*, slug: str, name: str | None = None) -> Team:
 MANAGING_ROLES = (Membership.Role.MANAGER, Membership.Role.ADMIN)
 
 
+TEAM_DATA_SHOWN = 3
+
+
+def team_delete_refusal(team: Team) -> str | None:
+    """Why ``team`` may not be deleted yet: it still owns dataset versions or registered model
+    versions, named (the first few of each). Their rows are PROTECT on the team: the cascade took
+    them and left their folders and weights files in storage, where nothing reaches or cleans them
+    (left31). Each is deleted through its own service first (audited; its files and storage charge
+    go; refused while an active job uses it). Jobs (PROTECT too) are listed by Django's own page.
+    Reverse accessors, not imports: datasets and registry sit above this app."""
+    parts = []
+    for what, rows in (("dataset version", team.datasets.all()), ("model version", team.model_versions.all())):
+        named = list(rows.order_by("name", "version").values_list("name", "version")[: TEAM_DATA_SHOWN + 1])
+        if not named:
+            continue
+        count = rows.count() if len(named) > TEAM_DATA_SHOWN else len(named)
+        shown = ", ".join(f"{team.slug}/{name}:v{version}" for name, version in named[:TEAM_DATA_SHOWN])
+        parts.append(f"{count} {what}{'s' if count != 1 else ''} ({shown}{' …' if count > TEAM_DATA_SHOWN else ''})")
+    if not parts:
+        return None
+    return f"{team.slug} still owns {' and '.join(parts)}: delete them first (their files go with them)"
+
+
 def last_manager_error(*, membership: Membership, role: str | None = None) -> str | None:
     """Why ``membership`` may not become ``role`` (None: be removed), or None.
 

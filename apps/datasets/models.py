@@ -21,7 +21,9 @@ class Dataset(models.Model):
         IMAGES = "images", "images to predict on"
         CLASSIFY = "classify", "classification dataset (a folder of images per class)"
 
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="datasets")
+    # PROTECT: a team with versions is not deleted (their folders would stay in storage, orphaned;
+    # accounts.services.team_delete_refusal names them). Deleted through dataset_delete first.
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="datasets")
     name = models.SlugField(max_length=100)
     version = models.PositiveIntegerField(default=1)
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.YOLO)

@@ -35,7 +35,9 @@ class ModelVersion(models.Model):
         TRAINING = "training"
         UPLOAD = "upload"
 
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="model_versions")
+    # PROTECT: a team with versions is not deleted (their weights and exports would stay in storage,
+    # orphaned; accounts.services.team_delete_refusal names them). model_version_delete first.
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="model_versions")
     name = models.CharField(max_length=200)
     version = models.PositiveIntegerField()
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.TRAINING)
