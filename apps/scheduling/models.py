@@ -2,12 +2,34 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
-from django.db import models
+from django.db import NotSupportedError, models, router, transaction
 from django.db.models.functions import Now
 
 from .policy import PolicyConfig, TeamPolicy
 
 DAY_S = 86400.0
+
+
+class SchedulerConfigQuerySet(models.QuerySet):
+    """No bulk write of ``preempt_grace_s``: a lowering is recorded by :meth:`SchedulerConfig.save`
+    only, and ``update()`` (which ``bulk_update()`` calls) would write the row past it, the GPU-lock
+    lookback then missing the longer grace a victim may still run (review30, left31). The other
+    fields (the record's own included) update as usual. ``SchedulerConfig._base_manager`` (Django's
+    plain manager, for related lookups) is not this queryset: do not write the grace through it."""
+
+    REFUSED = ("preempt_grace_s is changed with SchedulerConfig.save() (it records a lowering for the GPU-lock "
+               "lookback), not with QuerySet.update() or bulk_update()")
+
+    def update(self, **kwargs):
+        if "preempt_grace_s" in kwargs:
+            raise NotSupportedError(self.REFUSED)
+        return super().update(**kwargs)
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        # Refused before its transaction opens (update() inside it would mark an outer one broken).
+        if "preempt_grace_s" in fields:
+            raise NotSupportedError(self.REFUSED)
+        return super().bulk_update(objs, fields, batch_size=batch_size)
 
 
 class SchedulerConfig(models.Model):
@@ -70,6 +92,8 @@ class SchedulerConfig(models.Model):
     preempt_grace_lowered_at = models.DateTimeField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = SchedulerConfigQuerySet.as_manager()
+
     class Meta:
         verbose_name = "scheduler configuration"
         verbose_name_plural = "scheduler configuration"
@@ -116,20 +140,26 @@ class SchedulerConfig(models.Model):
         (:meth:`grace_lookback_s`). Two lowerings in a row keep the longer of the two.
 
         The record is the row's, read here, not this instance's: an instance read before another
-        admin's lowering wrote its own older record over that one (review30). The time is the
-        database's, as the workers read its age (gpus_stopping_left_s)."""
-        row = (type(self).objects.filter(pk=self.pk).annotate(db_now=Now())
-               .values_list("preempt_grace_s", "preempt_grace_lowered_from_s", "preempt_grace_lowered_at", "db_now")
-               .first() if self.pk is not None else None)
-        if row is not None:
-            stored, self.preempt_grace_lowered_from_s, self.preempt_grace_lowered_at, now = row
-            if self.preempt_grace_s < stored:
-                self.preempt_grace_lowered_from_s = max(stored, self.grace_lookback_s(now=now, margin_s=0.0))
-                self.preempt_grace_lowered_at = now
-                if kwargs.get("update_fields") is not None:
-                    kwargs["update_fields"] = {*kwargs["update_fields"], "preempt_grace_lowered_from_s",
-                                               "preempt_grace_lowered_at"}
-        super().save(*args, **kwargs)
+        admin's lowering wrote its own older record over that one (review30). The row is read
+        locked, in the save's transaction (SQLite: its IMMEDIATE transaction's write lock): a save
+        that read it while another was in flight wrote after that one, its grace (a raise) gone
+        without a record (left31). The time is the database's, as the workers read its age
+        (gpus_stopping_left_s)."""
+        using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+        with transaction.atomic(using=using):
+            row = (type(self).objects.using(using).select_for_update().filter(pk=self.pk).annotate(db_now=Now())
+                   .values_list("preempt_grace_s", "preempt_grace_lowered_from_s", "preempt_grace_lowered_at",
+                                "db_now")
+                   .first() if self.pk is not None else None)
+            if row is not None:
+                stored, self.preempt_grace_lowered_from_s, self.preempt_grace_lowered_at, now = row
+                if self.preempt_grace_s < stored:
+                    self.preempt_grace_lowered_from_s = max(stored, self.grace_lookback_s(now=now, margin_s=0.0))
+                    self.preempt_grace_lowered_at = now
+                    if kwargs.get("update_fields") is not None:
+                        kwargs["update_fields"] = {*kwargs["update_fields"], "preempt_grace_lowered_from_s",
+                                                   "preempt_grace_lowered_at"}
+            super().save(*args, **kwargs)
 
     def grace_lookback_s(self, *, now, margin_s: float) -> float:
         """How far back a preemption may be whose victim may still be running: the longest grace
