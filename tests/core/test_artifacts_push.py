@@ -171,3 +171,49 @@ def test_an_object_stored_without_its_hash_with_other_bytes_of_the_same_size_is_
     out, err = push(moto)
     assert out.startswith("pushed 1 files, 0 already stored"), out
     assert stored_object(moto, "datasets/demo/data.yaml")["body"] == b"names: [b]\n"
+
+
+def test_an_object_skipped_by_its_etag_gets_its_sha256_recorded_its_bytes_and_other_metadata_kept(moto, roots):
+    """review30/left31: an object the ETag rule skipped never got the sha256 metadata, so every later
+    push read the local file again for its MD5. It is copied onto itself (server side, only while
+    its ETag is still the one compared) with the sha256 added: the bytes, their ETag, its content
+    type and its other metadata stay; the next push compares the sha256."""
+    import hashlib
+
+    dataset = roots["DATASETS_DIR"] / "demo" / "data.yaml"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_bytes(b"names: [a]\n")
+    s3_client(moto).put_object(
+        Bucket=moto["bucket"],
+        Key="datasets/demo/data.yaml",
+        Body=b"names: [a]\n",
+        ContentType="application/yaml",
+        Metadata={"owner": "ops"},
+    )
+    before = stored_object(moto, "datasets/demo/data.yaml")
+
+    out, err = push(moto)
+
+    assert out.startswith("pushed 0 files, 1 already stored"), out
+    after = stored_object(moto, "datasets/demo/data.yaml")
+    assert after["metadata"] == {"owner": "ops", "sha256": hashlib.sha256(b"names: [a]\n").hexdigest()}
+    assert (after["body"], after["etag"]) == (before["body"], before["etag"])
+    head = s3_client(moto).head_object(Bucket=moto["bucket"], Key="datasets/demo/data.yaml")
+    assert head["ContentType"] == "application/yaml"
+
+
+def test_the_sha256_is_not_recorded_with_an_object_whose_etag_changed_since_it_was_compared(moto, roots):
+    """The copy onto itself is conditional on the ETag compared: an object rewritten in between
+    (another writer) is not said recorded, and the push copies the file over it as any other."""
+    import hashlib
+
+    from apps.core.storage import artifact_record_sha256
+
+    put_in_one_part(moto, "datasets/demo/data.yaml", b"names: [b]\n")
+    compared = hashlib.md5(b"names: [a]\n").hexdigest()
+    with override_settings(STORAGES=s3_storages(moto)):
+        recorded = artifact_record_sha256("datasets/demo/data.yaml", sha256="0" * 64, md5=compared)
+        gone = artifact_record_sha256("datasets/demo/none.yaml", sha256="0" * 64, md5=compared)
+    assert (recorded, gone) == (False, False)
+    # (moto ignores the copy's condition: the object's ETag after the copy says False here.)
+    assert stored_object(moto, "datasets/demo/data.yaml")["body"] == b"names: [b]\n"
