@@ -203,6 +203,44 @@ def artifact_stored(key: str) -> tuple[int, str, str] | None:
 _MD5 = re.compile(r"[0-9a-f]{32}")
 
 
+def artifact_record_sha256(key: str, *, sha256: str, md5: str) -> bool:
+    """Record ``sha256`` with the object under ``key`` in an object store, which an older push
+    stored without it, so a later comparison reads it instead of hashing the file for its MD5
+    again (artifacts_push; review30). Copied onto itself server side (no bytes travel), with the
+    same write parameters an upload gets and its other metadata and content type kept, only while
+    its ETag is still ``md5``: False when the object changed since (or is gone; the caller then
+    uploads the file over it), else True.
+    Single-part objects only (the ETag that is an MD5), so under S3's 5 GiB copy limit."""
+    from types import SimpleNamespace
+
+    key_check(key)
+    storage = artifact_storage()
+    try:
+        opened = storage.open(key, "rb")
+        try:
+            obj = opened.obj
+            params = storage._get_write_parameters(key, SimpleNamespace(sha256=sha256, content_type=obj.content_type))
+            params["Metadata"] = {**(obj.metadata or {}), **params.get("Metadata", {})}
+            copied = obj.copy_from(CopySource={"Bucket": obj.bucket_name, "Key": obj.key},
+                                   CopySourceIfMatch=f'"{md5}"', MetadataDirective="REPLACE", **params)
+        finally:
+            opened.close()
+    except FileNotFoundError:
+        return False
+    except Exception as exc:
+        if _unavailable(exc):
+            raise StorageUnavailable(f"artifact storage unreachable recording the sha256 of {key}: {_problem(exc)}") \
+                from exc
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        if code in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+            return False
+        raise
+    # Gotcha: moto ignores x-amz-copy-source-if-match (AWS, MinIO and Ceph honour it), so the
+    # copy's own ETag is checked too: another MD5 means other bytes were stamped with this sha256,
+    # and the False makes artifacts_push upload the file over them (bytes and hash right again).
+    return (copied.get("CopyObjectResult", {}).get("ETag") or "").strip('"').lower() == md5
+
+
 def artifact_copy(source: str, target: str, *, sha256: str) -> None:
     """Store the bytes of ``source`` under ``target`` as well, checked against ``sha256``.
 

@@ -6,8 +6,14 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.artifacts import ROOTS, ArtifactKeyError, artifact_key, root_path
-from apps.core.hashing import file_md5, file_sha256
-from apps.core.storage import StorageUnavailable, artifact_stored, artifact_upload, shared_filesystem
+from apps.core.hashing import file_md5_and_sha256, file_sha256
+from apps.core.storage import (
+    StorageUnavailable,
+    artifact_record_sha256,
+    artifact_stored,
+    artifact_upload,
+    shared_filesystem,
+)
 
 
 class Command(BaseCommand):
@@ -55,15 +61,21 @@ class Command(BaseCommand):
         size (best.pt/last.pt of one architecture between epochs) stay stale in the bucket (operator
         trial 29). An object without a recorded hash (an older push) is compared by its ETag where
         that is the MD5 of its bytes (a single-part upload: boto3 makes one up to 8 MiB; see
-        artifact_stored), else copied again, once (a multipart one: weights files). A re-run costs
-        one HEAD per file and a local read of the files whose size matches; no download."""
+        artifact_stored), else copied again, once (a multipart one: weights files). An object skipped
+        by its ETag gets the sha256 recorded then (copied onto itself, server side), so the next
+        pass compares that and no MD5 again (left31). A re-run costs one HEAD per file and a local
+        read of the files whose size matches; no download."""
         stored = artifact_stored(key)
         if stored is None or stored[0] != path.stat().st_size:
             return False
         size, sha256, md5 = stored
         if sha256:
             return sha256 == file_sha256(path)
-        return bool(md5) and md5 == file_md5(path)
+        if not md5:
+            return False
+        local_md5, local_sha256 = file_md5_and_sha256(path)
+        # Changed since the HEAD (its ETag no longer the one compared): copied as any other.
+        return local_md5 == md5 and artifact_record_sha256(key, sha256=local_sha256, md5=md5)
 
     def warn_active(self) -> None:
         """A job still starting or running writes files this pass did not see (operator trial 29: the
