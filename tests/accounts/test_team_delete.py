@@ -88,3 +88,18 @@ def test_once_its_data_is_deleted_through_the_services_the_team_goes(superuser, 
 
     assert response.status_code == 302 and not Team.objects.filter(slug="vision").exists()
     assert not any(path.exists() for path in owned) and not StorageCharge.objects.exists()
+
+
+def test_the_refusal_names_the_first_three_of_many_and_counts_them_all(teams):
+    from apps.accounts.services import team_delete_refusal
+
+    for version in range(1, 6):
+        Dataset.objects.create(
+            team=teams["vision"], name="scans", version=version, key=f"datasets/vision/scans/v{version}"
+        )
+
+    assert team_delete_refusal(teams["vision"]) == (
+        "vision still owns 5 dataset versions (vision/scans:v1, vision/scans:v2, vision/scans:v3 …): "
+        "delete them first (their files go with them)"
+    )
+    assert team_delete_refusal(teams["robotics"]) is None
