@@ -103,3 +103,20 @@ def test_the_refusal_names_the_first_three_of_many_and_counts_them_all(teams):
         "delete them first (their files go with them)"
     )
     assert team_delete_refusal(teams["robotics"]) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_delete_selected_of_a_team_without_data_deletes_it_and_audits_it_without_the_deleted_team(superuser, teams):
+    """The bulk delete's audit entry named the team it had just deleted as its team: a foreign key
+    to no row, refused at commit (IntegrityError: a 500 after the team was gone). As the delete page
+    does, the entry of a deleted team belongs to no team; its id is the target's."""
+    from apps.accounts.models import AuditEntry
+
+    robotics = teams["robotics"].pk
+    data = {"action": "delete_selected", "_selected_action": [robotics], "post": "yes"}
+
+    response = admin_client(superuser).post("/admin/accounts/team/", data)
+
+    assert response.status_code == 302 and not Team.objects.filter(pk=robotics).exists()
+    entry = AuditEntry.objects.get(action=AuditEntry.Action.ADMIN_DELETE, target_id=str(robotics))
+    assert entry.team_id is None and "robotics" in entry.message
