@@ -181,6 +181,9 @@ class AuditedModelAdmin:
         rows = [(obj, snapshot(obj), str(obj.pk), described(obj)) for obj in queryset]
         super().delete_queryset(request, queryset)
         for obj, before, target_id, named in rows:
+            # Gone, as delete_model's row is (Django empties its pk): a team's own entry named the
+            # team just deleted as its team, a foreign key to no row refused at commit (a 500; left31).
+            setattr(obj, obj._meta.pk.attname, None)
             self.audit(request, AuditEntry.Action.ADMIN_DELETE, obj, target_id=target_id, named=named,
                        before=before)
 
