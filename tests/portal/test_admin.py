@@ -370,3 +370,28 @@ def test_an_id_lookup_that_is_an_id_still_filters(superuser, bob, carol, teams, 
         assert response.status_code == 200, query
         assert response.context["cl"].result_count == count, query
         assert not list(response.context["messages"]), query
+
+
+def test_deleting_every_manager_s_account_at_once_is_refused(superuser, alice, bob, teams):
+    """alice and bob both manage vision: each account alone may go (the other stays manager), both
+    in one "delete selected" took every manager of vision with them, "deleted successfully" (review31)."""
+    Membership.objects.filter(user=bob).update(role="manager")
+    client = admin_client(superuser)
+    response = client.post("/admin/auth/user/", {"action": "delete_selected",
+                                                  "_selected_action": [alice.pk, bob.pk], "post": "yes"})
+    assert response.status_code == 200
+    assert "alice and bob are the last managers of vision" in response.content.decode()
+    assert type(alice).objects.filter(pk__in=[alice.pk, bob.pk]).count() == 2
+
+
+def test_removing_every_manager_of_a_team_at_once_is_refused_not_a_500(superuser, alice, bob, teams):
+    """The same through Memberships' "delete selected": each membership alone passed the check, the
+    second removal then raised in the delete, a 500 after the first was gone (review31)."""
+    Membership.objects.filter(user=bob).update(role="manager")
+    selected = list(Membership.objects.filter(team=teams["vision"]).values_list("pk", flat=True))
+    client = admin_client(superuser)
+    response = client.post("/admin/accounts/membership/", {"action": "delete_selected",
+                                                            "_selected_action": selected, "post": "yes"})
+    assert response.status_code == 200
+    assert "alice and bob are the last managers of vision" in response.content.decode()
+    assert Membership.objects.filter(team=teams["vision"], role="manager").count() == 2
