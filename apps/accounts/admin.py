@@ -23,6 +23,7 @@ from .models import ApiToken, AuditEntry, Membership, Team
 from .services import (
     MANAGING_ROLES,
     last_manager_error,
+    last_managers_error,
     membership_remove,
     membership_remove_preview,
     membership_set,
@@ -214,7 +215,9 @@ class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmi
             for membership in objs:
                 for said in membership_remove_preview(membership=membership):
                     self.message_user(request, said, messages.WARNING)
-        return super().get_deleted_objects(objs, request)
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        # Each alone passed delete_refusal: two managers of a team selected together (review31).
+        return deleted, counts, perms_needed, [*protected, *last_managers_error(memberships=objs)]
 
     @staticmethod
     def delete_is_asking(request) -> bool:
@@ -289,6 +292,12 @@ class DeactivatingUserAdmin(GuardedDeleteAdmin, SelectionChecked, UserAdmin):
         refusals = [refused for membership in Membership.objects.filter(user=user).select_related("user", "team")
                     if (refused := last_manager_error(membership=membership))]
         return "; ".join(refusals) or None
+
+    def get_deleted_objects(self, objs, request):
+        # Each account alone passed: two managers of a team selected together (review31).
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        memberships = Membership.objects.filter(user__in=[user.pk for user in objs])
+        return deleted, counts, perms_needed, [*protected, *last_managers_error(memberships=memberships)]
 
     # The account's history, not settings: the form sent them back without their microseconds,
     # so every save "changed" both (manager trial 15, F6).

@@ -180,6 +180,28 @@ def last_manager_error(*, membership: Membership, role: str | None = None) -> st
     return f"{current.user.get_username()} is the last manager of {team.slug}; {first}"
 
 
+def last_managers_error(*, memberships) -> list[str]:
+    """Why removing ``memberships`` all at once would leave a team without an active manager: one
+    sentence per team two or more of whose active managers are among them and none is left beside
+    them (one alone is :func:`last_manager_error`'s). Each of them alone may go while the other
+    stays: checked one by one, a "delete selected" of both took every manager (review31)."""
+    ids = {m.pk for m in memberships if m.pk is not None}
+    leaving: dict[Team, list[str]] = {}
+    for membership in (Membership.objects.filter(pk__in=ids, role__in=MANAGING_ROLES, user__is_active=True)
+                       .select_related("user", "team").order_by("team__slug", "user__username")):
+        leaving.setdefault(membership.team, []).append(membership.user.get_username())
+    refusals = []
+    for team, names in leaving.items():
+        others = Membership.objects.filter(team=team, user__is_active=True).exclude(pk__in=ids)
+        if len(names) < 2 or others.filter(role__in=MANAGING_ROLES).exists():
+            continue
+        candidates = sorted(others.values_list("user__username", flat=True))
+        first = (f"make {' or '.join(candidates[:5])}{' (or another member)' if len(candidates) > 5 else ''} "
+                 f"its manager first" if candidates else "add another manager first")
+        refusals.append(f"{', '.join(names[:-1])} and {names[-1]} are the last managers of {team.slug}; {first}")
+    return refusals
+
+
 def membership_set(*, user, team: Team, role: str, by=None) -> Membership:
     """Add ``user`` to ``team`` with ``role`` (or change the role); role changes are audited.
 
