@@ -395,3 +395,34 @@ def test_removing_every_manager_of_a_team_at_once_is_refused_not_a_500(superuser
     assert response.status_code == 200
     assert "alice and bob are the last managers of vision" in response.content.decode()
     assert Membership.objects.filter(team=teams["vision"], role="manager").count() == 2
+
+
+def test_changing_a_member_row_s_user_on_the_team_page_replaces_them(superuser, alice, bob, carol, teams,
+                                                                     demo_registered):
+    """On vision's page, bob's row changed to carol added carol and kept bob: "changed", and bob still
+    in vision, still seeing its jobs and data (the team page's side of trial30b's move, review31).
+    Now it is bob's removal (asked about first: what he leaves behind) and carol's addition."""
+    from apps.accounts.models import AuditEntry
+    from tests.security.test_admin_audit import form_data
+
+    job = submit(bob, task_name="bobs-queued")
+    client = admin_client(superuser)
+    url = f"/admin/accounts/team/{teams['vision'].pk}/change/"
+    data = form_data(client, url)
+    row = next(i for i in range(int(data["memberships-TOTAL_FORMS"]))
+               if data.get(f"memberships-{i}-id") == str(Membership.objects.get(user=bob).pk))
+    data[f"memberships-{row}-user"] = str(carol.pk)
+    response = client.post(url, data)
+    assert response.status_code == 200
+    (formset,) = [inline.formset for inline in response.context["inline_admin_formsets"]]
+    assert formset.non_form_errors() == ["Active jobs of bob in vision: 1 queued job will be cancelled. Remove bob "
+                                         "from Memberships, which asks first, or cancel those jobs before."]
+    assert sorted(Membership.objects.filter(team=teams["vision"]).values_list("user__username", flat=True)) == [
+        "alice", "bob"]
+
+    Job.objects.filter(pk=job.pk).update(state="cancelled")
+    assert client.post(url, data).status_code == 302
+    assert sorted(Membership.objects.filter(team=teams["vision"]).values_list("user__username", flat=True)) == [
+        "alice", "carol"]
+    assert AuditEntry.objects.filter(action=AuditEntry.Action.MEMBERSHIP_REMOVE, team=teams["vision"],
+                                     data__user="bob").exists()
