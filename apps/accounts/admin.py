@@ -102,11 +102,15 @@ class MembershipFormSet(forms.BaseInlineFormSet):
         if self.instance.pk is None or any(self.errors):
             return
         deleted = [f for f in self.forms if self.can_delete and self._should_delete_form(f)]
+        # A row whose user is changed replaces that member: their removal too (save_formset), asked
+        # about as a deletion is. It was a plain save: the new user added, the old one kept (review31).
+        replaced = [f for f in self.forms if f not in deleted and f.instance.pk and "user" in f.changed_data]
         # A member with active jobs is removed where the removal asks first (what it cancels):
         # ticking "Delete?" here cancelled three queued jobs with no question (manager trial 15, F2).
-        for form in deleted:
-            if form.instance.pk and (said := membership_remove_preview(membership=form.instance)):
-                raise ValidationError(f"{' '.join(said)} Remove {form.instance.user.get_username()} from "
+        for form in [*deleted, *replaced]:
+            old = Membership.objects.filter(pk=form.instance.pk).select_related("user", "team").first()
+            if old is not None and (said := membership_remove_preview(membership=old)):
+                raise ValidationError(f"{' '.join(said)} Remove {old.user.get_username()} from "
                                       "Memberships, which asks first, or cancel those jobs before.")
         kept = [f for f in self.forms if f not in deleted and f.cleaned_data]
         if any(f.cleaned_data.get("role") in MANAGING_ROLES and getattr(f.cleaned_data.get("user"), "is_active", False)
@@ -163,10 +167,14 @@ class TeamAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
         # Managers made first, so a hand-over (one promoted, another demoted) never leaves the
         # team without one in between (membership_set refuses that).
         changed = sorted(formset.save(commit=False), key=lambda m: m.role not in MANAGING_ROLES)
+        # A row given another user is the old member's removal (after the additions: a manager
+        # replaced by a manager leaves the team one in between), as MembershipAdmin's move (review31).
+        replaced = [Membership.objects.select_related("user", "team").get(pk=membership.pk)
+                    for membership, fields in formset.changed_objects if "user" in fields]
         for membership in changed:
             saved = membership_set(user=membership.user, team=form.instance, role=membership.role, by=request.user)
             membership.pk = saved.pk  # the form's row is the one saved (the admin audit reads it back)
-        for membership in formset.deleted_objects:
+        for membership in [*replaced, *formset.deleted_objects]:
             for said in membership_remove(membership=membership, by=request.user):
                 self.message_user(request, said, messages.WARNING)
 
