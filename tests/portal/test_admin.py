@@ -9,7 +9,7 @@ from django.db import connection
 
 from apps.accounts.models import Membership, Team
 from apps.cluster.models import Node
-from apps.jobs.models import Job
+from apps.jobs.models import Job, JobState
 from tests.conftest import admin_client
 
 from .helpers import submit
@@ -426,3 +426,30 @@ def test_changing_a_member_row_s_user_on_the_team_page_replaces_them(superuser, 
         "alice", "carol"]
     assert AuditEntry.objects.filter(action=AuditEntry.Action.MEMBERSHIP_REMOVE, team=teams["vision"],
                                      data__user="bob").exists()
+
+
+def test_a_superuser_s_job_edit_writes_only_what_it_changed(superuser, bob, teams):
+    """The change form saved the whole row as read at the POST: what the scheduler or the worker wrote
+    in between (the job ended: state, exit code) was written back over with the form's older copy, a
+    finished job running again (review31). A concurrent writer is stood in for by a pre_save that
+    commits their write just before the admin's."""
+    from django.db.models.signals import pre_save
+
+    from tests.jobs.factories import make_job
+    from tests.security.test_admin_audit import form_data
+
+    job = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING)
+    client = admin_client(superuser)
+    url = f"/admin/jobs/job/{job.pk}/change/"
+    data = form_data(client, url) | {"task_name": "renamed"}
+
+    def worker_finishes(sender, instance, **kwargs):
+        Job.objects.filter(pk=instance.pk).update(state=JobState.SUCCEEDED, exit_code=0)
+
+    pre_save.connect(worker_finishes, sender=Job)
+    try:
+        assert client.post(url, data).status_code == 302
+    finally:
+        pre_save.disconnect(worker_finishes, sender=Job)
+    job.refresh_from_db()
+    assert (job.task_name, job.state, job.exit_code) == ("renamed", JobState.SUCCEEDED, 0)
