@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
 from apps.core.admin_scoping import GuardedDeleteAdmin, TeamScopedAdmin, TeamScopedInline
@@ -152,6 +153,19 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
             fields += [f.name for f in Job._meta.concrete_fields
                        if f.editable and f.name not in self.superuser_editable and f.name not in fields]
         return fields
+
+    def save_model(self, request, obj, form, change):
+        # Only what the form changed: the whole row, as read at the POST, wrote back over what the
+        # scheduler and the worker wrote meanwhile (a job that ended in between ran again, review31).
+        if not change:
+            return super().save_model(request, obj, form, change)
+        if not self.manages(request, obj):
+            raise PermissionDenied("you do not manage that team")
+        columns = {f.name for f in Job._meta.concrete_fields}
+        fields = [name for name in form.changed_data if name in columns]
+        if fields:
+            obj.save(update_fields=fields)
+        return None
 
     # A job that may still run is not deleted: its worker went on training on GPUs the deleted
     # rows no longer held, then died on the missing row (operator trial 20, F2). Cancel first.
