@@ -361,3 +361,19 @@ def test_a_val_without_data_of_a_model_whose_dataset_is_gone_names_the_field_and
     response = val_without_data(bob, "nosuch:v1")
     assert response.status_code == 400 and "command.model" in response.json()
     assert response.json()["command.data"][0].startswith("is required: give the dataset to validate on")
+
+
+def test_a_val_without_data_retried_under_its_idempotency_key_is_the_same_job(bob, base):
+    """`yoloq submit` retries a lost answer under the same Idempotency-Key (CI trial 17): a val left
+    without data= was stored with the model's dataset filled in, and the retry, compared before that
+    fill, was "a different request" (review31)."""
+    document = {"task_name": "v", "command": f"yolo val model={base.reference}", "user": "vision"}
+    client = api_client(bob)
+    first = client.post("/api/v1/jobs/", document, format="json", HTTP_IDEMPOTENCY_KEY="val-1")
+    assert first.status_code == 201, first.content
+    again = client.post("/api/v1/jobs/", document, format="json", HTTP_IDEMPOTENCY_KEY="val-1")
+    assert again.status_code == 200, again.content
+    assert again.json()["id"] == first.json()["id"]
+    assert Job.objects.filter(task_name="v").count() == 1
+    other = client.post("/api/v1/jobs/", {**document, "task_name": "w"}, format="json", HTTP_IDEMPOTENCY_KEY="val-1")
+    assert other.status_code == 409, "the rest is still compared"
