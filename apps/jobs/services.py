@@ -123,6 +123,12 @@ def job_is_same_request(job: Job, spec: JobSpec, continued_from: dict | None = N
     if stored.pop("continued_from", None) != continued_from:
         return False
     asked = {key: value for key, value in asked.items() if key in stored}
+    # A val left without data= is stored with the dataset its model was trained on filled in
+    # (apps.jobs.inputs._data_of_model, said in inputs.data.chosen); a retry is compared before that
+    # fill, so without it: it was "another request", a 409 for `yoloq submit`'s retry (review31).
+    chosen = (((job.spec.get("inputs") or {}).get("data") or {}).get("chosen"))
+    if chosen and "data" not in (asked.get("train_args") or {}) and isinstance(stored.get("train_args"), dict):
+        stored["train_args"] = {key: value for key, value in stored["train_args"].items() if key != "data"}
     for document in (asked, stored):
         document.pop("allow_duplicate", None)
     if asked.get("sweep") and asked["sweep"].get("seed") is None and stored.get("sweep"):
