@@ -539,6 +539,15 @@ def command_parse(command: Any) -> tuple[str, str, dict[str, Any], dict[str, str
     stray: list[str] = []
     for word in words:
         key, sep, value = word.partition("=")
+        if not sep and word in _BARE_FLAGS:
+            # Ultralytics' entrypoint reads a bare boolean argument as =True (`yolo export … half`,
+            # `yolo train … cos_lr`, `yolo train resume`): so does the spec, and the typed check below
+            # answers one this mode does not take, or the platform's own (resume), by its name.
+            key, sep, value = word, "=", "True"
+        elif not sep and word in MODE_ARGS[mode]:
+            errors[f"command.{word}"] = (f"is missing its value: write {word}=<value> "
+                                         "(only true/false arguments may stand alone)")
+            continue
         if not sep or not key:
             stray.append(word)
             continue
@@ -552,6 +561,13 @@ def command_parse(command: Any) -> tuple[str, str, dict[str, Any], dict[str, str
         hint = " (Ultralytics takes epochs=3, not --epochs 3)" if any(w.startswith("-") for w in stray) else ""
         errors["command"] = f"expected key=value words, got {shown}{hint}"
     return task, mode, args, errors
+
+
+# Words Ultralytics takes alone as =True: its boolean arguments (those the modes here take, and the
+# platform's own) and the export flags it lists itself ({"half", "int8", "end2end", "nms"}).
+_BARE_FLAGS = frozenset(
+    {key for allowed in MODE_ARGS.values() for key, parser in allowed.items() if parser in (bool_parse, _cache)}
+    | {"resume", "plots", "exist_ok", "save_txt", "save_conf", "show", "stream", "half", "int8", "end2end", "nms"})
 
 
 def _command_names_task(command: Any) -> bool:

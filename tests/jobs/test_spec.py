@@ -264,6 +264,39 @@ def test_every_word_that_is_no_key_value_is_named(command, message):
     assert errors_of({"task_name": "t", "command": command})["command"] == message
 
 
+@pytest.mark.parametrize(("command", "args"), [
+    ("yolo train data=demo model=yolov8n.yaml epochs=3 cos_lr", {"cos_lr": True}),
+    ("yolo train data=demo model=yolov8n.yaml rect single_cls epochs=3", {"rect": True, "single_cls": True}),
+    ("yolo train data=demo model=yolov8n.yaml cache", {"cache": True}),
+    ("yolo export model=yolov8n.pt format=onnx half", {"half": True}),
+    ("yolo predict model=yolov8n.pt source=demo agnostic_nms", {"agnostic_nms": True}),
+])
+def test_a_bare_boolean_argument_is_true_as_ultralytics_reads_it(command, args):
+    """Trial 31: `yolo export … half` and `yolo train … cos_lr` are Ultralytics commands (its entrypoint
+    takes a bare boolean argument as =True); they were refused "expected key=value words, got 'half'"."""
+    spec = parse_spec({"task_name": "t", "command": command, "resources": {"gpu": 1}})
+    assert {key: spec.train_args[key] for key in args} == args
+
+
+@pytest.mark.parametrize(("command", "field", "message"), [
+    ("yolo train data=demo model=yolov8n.yaml resume", "command.resume",
+     "cannot be set: managed by the platform (jobs resume from their own checkpoints)"),
+    ("yolo train data=demo model=yolov8n.yaml plots", "command.plots",
+     "cannot be set: set by the platform (plots need fonts that are downloaded)"),
+    ("yolo train data=demo model=yolov8n.yaml epochs", "command.epochs",
+     "is missing its value: write epochs=<value> (only true/false arguments may stand alone)"),
+    ("yolo val model=yolov8n.pt data=demo cos_lr", "command.cos_lr",
+     "is not an allowed val argument (allowed: batch, conf, data, half, imgsz, iou, max_det, model, rect, "
+     "single_cls, split, verbose, workers)"),
+])
+def test_a_bare_argument_that_cannot_stand_alone_is_refused_by_its_name(command, field, message):
+    """`yolo train … resume` (Ultralytics' own way to resume) was "expected key=value words, got 'resume'":
+    the answer now says why resume is not the user's to set."""
+    errors = errors_of({"task_name": "t", "command": command, "resources": {"gpu": 1}})
+    assert errors.get(field) == message, errors
+    assert "command" not in errors
+
+
 def test_a_command_is_split_into_the_words_shlex_gives():
     """Property: the quick split (no quotes or backslashes) gives shlex's words, or shlex's error."""
     import shlex
