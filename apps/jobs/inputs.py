@@ -237,6 +237,16 @@ def _split_check(spec: JobSpec, data: DataRef, errors: dict[str, str], name: str
     if splits is not None and split not in splits:
         errors[_field(spec, "split")] = (f"dataset {data.dataset.reference} has no {split!r} split "
                                          f"(it has {', '.join(splits) or 'none'})")
+    elif name == "data" and splits is not None and splits[split].get("images") and splits[split].get("instances") == 0:
+        # A val of a split where no image has a labelled object ran, and recorded "mAP50-95 0 … 0 classes" as
+        # the model's evaluation (Ultralytics: "cannot compute metrics without labels"; trial 31). A predict job
+        # ("source") needs no labels.
+        labelled = ", ".join(f"split={other}" for other, counts in splits.items()
+                             if other != split and counts.get("instances"))
+        errors[_field(spec, "split")] = (
+            f"the {split!r} split of dataset {data.dataset.reference} has no labels ({splits[split]['images']} "
+            f"images, none with a labelled object): every metric would be 0; validate on a split with labels"
+            f"{f' ({labelled})' if labelled else ''} or upload the {split} labels")
 
 
 def _source(spec: JobSpec, data: DataRef, errors: dict[str, str]) -> dict[str, Any]:

@@ -351,6 +351,29 @@ def test_a_val_without_data_validates_on_the_dataset_the_model_was_trained_on_an
     assert job.spec["resolved"]["data_yaml"] == base.dataset.yaml_key
 
 
+def test_a_val_on_a_split_without_labels_is_refused_naming_the_split(bob, base, tmp_path):
+    """Trial 31: a dataset whose val images have no label files was stored (its stats say 0 labels) and
+    `yolo val` on it succeeded with "mAP50-95 0 … 0 classes" recorded as the model's evaluation, where
+    Ultralytics itself says "no labels found …, cannot compute metrics without labels"."""
+    from django.conf import settings
+
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.services import dataset_register
+
+    data_yaml = generate_demo_dataset(settings.DATASETS_DIR / "_shared" / "unlabelled", train=4, val=2)
+    for label in (data_yaml.parent / "labels" / "val").glob("*.txt"):
+        label.unlink()
+    dataset_register(team=base.team, name="unlabelled", yaml_path=data_yaml)
+    document = {"task_name": "v", "command": f"yolo val model={base.reference} data=unlabelled", "user": "vision"}
+    response = api_client(bob).post("/api/v1/jobs/", document, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json() == {"command.split": [
+        "the 'val' split of dataset unlabelled:v1 has no labels (2 images, none with a labelled object): every "
+        "metric would be 0; validate on a split with labels (split=train) or upload the val labels"]}
+    document["command"] += " split=train"
+    assert api_client(bob).post("/api/v1/jobs/", document, format="json").status_code == 201
+
+
 def test_a_val_without_data_of_a_model_whose_dataset_is_gone_names_the_field_and_why(bob, base):
     Dataset.objects.filter(pk=base.dataset_id).delete()
     response = val_without_data(bob, base.reference)
