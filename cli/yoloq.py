@@ -417,6 +417,16 @@ def outcome_lines(api: Api, outcome: dict, job_id: str) -> list[tuple[str, str]]
     return lines
 
 
+def demoted_text(job: dict) -> str:
+    """An urgent job the scheduler runs as high (its team past the urgent allowance: docs/scheduling.md)
+    is placed, charged and preempted as high; its class alone read "urgent" (trial 31)."""
+    run_class = job.get("run_class") or ""
+    # A queued job's run_class is its last attempt's (a requeue leaves it): the next placement decides anew.
+    if not run_class or run_class == job["priority_class"] or job["state"] == "queued":
+        return ""
+    return f" ({'ran' if job['state'] in TERMINAL else 'runs'} as {run_class}: beyond the team's urgent allowance)"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     api = api_from_config()
     job = api.get(f"jobs/{job_resolve(api, args.id)}/")
@@ -431,7 +441,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("team / user", f"{job['team']} / {job['user']}"),
         # The score (whole points) orders the queue: a number only while queued. A running attempt 2
         # printed "priority 0" beside a first attempt's kept 23995 (new-user trial 23).
-        ("class", job["priority_class"] + (f" (priority {job['priority']:.0f})" if job["state"] == "queued" else "")),
+        ("class", job["priority_class"] + (f" (priority {job['priority']:.0f})" if job["state"] == "queued" else "")
+                  + demoted_text(job)),
         ("resources", f"{gpus_text((job.get('spec') or {}).get('gpus', 0))} GPU(s) and a timeout of {job['timeout_s']} s"
                       " per trial" if sweep else f"{gpus_text(job['resources']['gpu'])} GPU(s), timeout {job['timeout_s']} s"),
         ("attempt", str(job["attempt"])),

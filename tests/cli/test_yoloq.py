@@ -89,6 +89,20 @@ def test_status_gives_the_priority_score_of_a_queued_job_only(logged_in, alice, 
     assert code == 0 and "priority" not in out and "high" in out
 
 
+def test_status_says_an_urgent_job_runs_as_high_beyond_the_urgent_allowance(logged_in, alice, teams, capsys):
+    """Trial 31: a demoted urgent job (run_class high: its team past the urgent allowance) read "class: urgent"
+    in `yoloq status` and on its page, while the scheduler ran, charged and preempted it as high."""
+    demoted = make_job(team=teams["vision"], user=alice, state=JobState.RUNNING, priority_class="urgent",
+                       run_class="high")
+    kept = make_job(team=teams["vision"], user=alice, state=JobState.RUNNING, priority_class="urgent",
+                    run_class="urgent")
+
+    code, out, _ = run(capsys, "status", str(demoted.pk)[:8])
+    assert code == 0 and "class: urgent (runs as high: beyond the team's urgent allowance)\n" in out, out
+    code, out, _ = run(capsys, "status", str(kept.pk)[:8])
+    assert code == 0 and "class: urgent\n" in out, out
+
+
 def test_submit_again_under_the_same_idempotency_key_gives_the_same_job(logged_in, tmp_path, capsys):
     """A retried CI step: its second submit was a 409 "identical job already active", exit 1 (CI trial 17, H2)."""
     spec = tmp_path / "job.yaml"

@@ -679,3 +679,15 @@ def test_a_box_s_text_loses_its_ascii_spaces_only(text, value):
     from apps.portal.forms import typed
 
     assert typed(text) == value
+
+
+def test_a_job_page_says_an_urgent_job_runs_as_high_beyond_the_urgent_allowance(alice, teams):
+    """Trial 31: a demoted urgent job's page said only "urgent" (the scheduler placed and charges it as high)."""
+    from tests.jobs.factories import make_job
+
+    job = make_job(team=teams["vision"], user=alice, state=JobState.RUNNING, priority_class="urgent", run_class="high")
+    html = signed_in(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "urgent</span><span class=\"muted\" id=\"run-class\"> · runs as high: beyond the team's urgent allowance" in html
+    Job.objects.filter(pk=job.pk).update(run_class="urgent")
+    html = signed_in(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "runs as" not in html
