@@ -696,6 +696,7 @@ def zip_folder(folder: Path, into: Path) -> tuple[int, int, int]:
     """Zip ``folder`` (its name as the top folder) into ``into``: (files written, files skipped, files
     written that were reached through a symbolic link)."""
     written = skipped = linked = 0
+    holding: set[str] = set()  # folders with a file written under them
     with zipfile.ZipFile(into, "w") as archive:
         for path, relative, through in folder_files(folder):
             if SKIPPED.search(relative):
@@ -705,6 +706,15 @@ def zip_folder(folder: Path, into: Path) -> tuple[int, int, int]:
             archive.write(path, f"{folder.name}/{relative}", compress_type=compress)
             written += 1
             linked += through
+            parts = relative.split("/")[:-1]
+            holding.update("/".join(parts[:end]) for end in range(1, len(parts) + 1))
+        # An empty folder goes in as a folder entry, as `zip -r` writes it: left out, an emptied split
+        # (images/val) was answered "folder 'images/val' is not in the archive" while the user saw it on
+        # disk; with it, "holds no images" (trial 31). folder_files has refused links that loop.
+        for directory, _, _ in os.walk(folder, followlinks=True):
+            relative = Path(directory).relative_to(folder).as_posix()
+            if relative != "." and relative not in holding and not SKIPPED.search(relative + "/"):
+                archive.writestr(f"{folder.name}/{relative}/", b"")
     return written, skipped, linked
 
 

@@ -128,6 +128,18 @@ def test_a_refused_dataset_prints_each_problem(logged_in, tmp_path, capsys):
     assert code == 1 and f"yoloq: {folder} was refused:" in err and "other.zip" not in err, err
 
 
+def test_a_folder_with_an_empty_split_is_told_the_split_holds_no_images(logged_in, tmp_path, capsys):
+    """Trial 31: a folder whose images/val is there but empty was refused "folder 'images/val' is not in the
+    archive" (the zip left empty folders out): the user looked at the folder on disk and saw it there."""
+    folder = dataset_folder(tmp_path)
+    for path in (folder / "images" / "val").iterdir():
+        path.unlink()
+    for path in (folder / "labels" / "val").iterdir():
+        path.unlink()
+    code, _, err = run(capsys, "dataset", "push", str(folder), "--team", "vision")
+    assert code == 1 and "data.yaml: val: folder 'images/val' holds no images" in err, err
+
+
 def test_weights_push_stores_a_checked_version(logged_in, tmp_path, capsys):
     weights = build_checkpoint("yolov8n.yaml", tmp_path)
     code, out, err = run(capsys, "weights", "push", str(weights), "--team", "vision", "--name", "yolov8s.pt")
