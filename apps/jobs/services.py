@@ -1593,7 +1593,10 @@ def job_submit(*, user, spec: JobSpec, raw_spec: str = "", idempotency_key: str 
         raise IdempotencyKeyReused(left_behind, visible=False)
     fingerprint = spec.fingerprint()
     if not spec.allow_duplicate:
-        twin = Job.objects.filter(team=resolved.team, spec_hash=fingerprint, state__in=ACTIVE_STATES).first()
+        # A job whose cancel is requested is ending (its worker stops it): no twin. Cancel and resubmit
+        # was a 409 naming the job just cancelled, "running" while it stopped (trial 31).
+        twin = Job.objects.filter(team=resolved.team, spec_hash=fingerprint, state__in=ACTIVE_STATES,
+                                  cancel_requested_at__isnull=True).first()
         if twin:
             # A retry that raced the first request under its key asked KEY_USED before that one
             # committed: the key's job is the answer (as in the IntegrityError branch below), not a

@@ -469,6 +469,26 @@ def test_a_duplicate_409_names_the_active_job_and_what_counts(alice, demo_regist
     assert "name, class, timeout and host memory do not count" in detail and "allow_duplicate: true" in detail
 
 
+def test_a_job_being_cancelled_is_no_twin_of_the_same_spec_submitted_again(alice, demo_registered):
+    """Trial 31: `yoloq cancel` of a running job, then the same spec again (cancel and resubmit) was a 409
+    "an identical job of your team is already active: … (…, running)": the job the user had just cancelled,
+    still stopping. A job whose cancel is requested is ending; a twin still queued or running is not."""
+    from apps.jobs.services import job_cancel, job_transition
+
+    first = api_client(alice).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
+    assert first.status_code == 201
+    job = Job.objects.get(pk=first.json()["id"])
+    assert job_transition(job.pk, expected=[JobState.QUEUED], to=JobState.RUNNING)
+    job.refresh_from_db()
+    assert job_cancel(job=job, by=alice)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.cancel_requested_at is not None  # its worker is stopping it
+    again = api_client(alice).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
+    assert again.status_code == 201, again.content
+    third = api_client(alice).post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
+    assert third.status_code == 409 and f"({again.json()['id'][:8]}, queued)" in third.json()["detail"]
+
+
 def test_a_member_of_two_teams_says_which_one_a_job_is_for(teams, demo_registered):
     """trial26: bob, added to robotics, sent a spec naming no team and it went to robotics (the first by
     name): its quota, its queue, and `data=` looked up among robotics' datasets. Uploads already refuse
