@@ -2,6 +2,7 @@
 
     python bench/eta_drain.py --records s59.json                       # main and the default candidate
     python bench/eta_drain.py --records s59.json --candidate 0.75:60:3 --candidate 0.5:60:1
+    python bench/eta_drain.py --records s59.json --candidate 0.75:60:1:0.90   # and the calibration at level 0.90
 
 The ranges are wide because of the jobs the model predicts to wait days (docs/scheduling.md,
 "Where the ETA ranges' width comes from"), and the model's point for them carries little
@@ -16,7 +17,8 @@ plus ``1 - w`` x its shape's drain estimate: (jobs of its shape waiting at its s
 GPU class of ``eta_calibration._shape`` and whether GPU models are constrained. Everything used
 is known at the job's submit (earlier submits and starts only); the record keeps the new point,
 as it would if the model gave it (calibration moves no start, so the records are still valid).
-Scored by ``eta_calibration.evaluate`` (main's Calibration, ``cal.OFFSET_S``, level 0.88), with the
+Scored by ``eta_calibration.evaluate`` (main's Calibration, ``cal.OFFSET_S``, level 0.88 or the
+candidate's optional fourth field ``L``), with the
 long waiters (waited >= 7 days) whose start the shown range held. Offline only: no setting.
 """
 
@@ -38,6 +40,7 @@ from bench.eta_calibration import _shape, evaluate  # noqa: E402
 DAY_S = 86400.0
 DRAIN_MAX_S = 60 * DAY_S
 LONG_WAIT_S = 7 * DAY_S
+MAIN_LEVEL = 0.88  # PolicyConfig().eta_coverage, as bench/eta_calibration.py's default row
 
 
 def shape_of(record: list) -> tuple[str, bool]:
@@ -94,7 +97,7 @@ def with_drain_points(data: dict, weight: float, threshold_s: float, window_s: f
     return out, changed
 
 
-def score(data: dict, level: float = 0.88) -> dict:
+def score(data: dict, level: float = MAIN_LEVEL) -> dict:
     e = evaluate(data, cal.OFFSET_S, level)
     longs = [r for r in data["records"] if r[4] is not None and r[5] and r[4] - r[0] >= LONG_WAIT_S]
     held = sum(1 for rec, lo, hi, _ in e["details"] if rec[4] - rec[0] >= LONG_WAIT_S and lo - 1 <= rec[4] <= hi + 1)
@@ -105,7 +108,7 @@ def score(data: dict, level: float = 0.88) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", required=True, help="records saved by bench/eta_calibration.py --save")
-    parser.add_argument("--candidate", action="append", help="w:T_hours:W_days (default 0.75:60:3)")
+    parser.add_argument("--candidate", action="append", help="w:T_hours:W_days[:level] (default 0.75:60:1)")
     args = parser.parse_args(argv)
     with open(args.records) as fh:
         data = json.load(fh)
@@ -116,15 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     candidates = []
-    for name in args.candidate or ["0.75:60:3"]:
+    for name in args.candidate or ["0.75:60:1"]:
         try:
-            w, t, win = (float(x) for x in name.split(":"))
+            w, t, win, *level = (float(x) for x in name.split(":"))
+            if len(level) > 1:
+                raise ValueError
         except ValueError:
-            parser.error(f"--candidate {name!r}: expected w:T_hours:W_days, e.g. 0.75:60:3")
-        candidates.append((name, w, t * 3600, win * DAY_S))
-    for name, *setting in [("main",), *candidates]:
+            parser.error(f"--candidate {name!r}: expected w:T_hours:W_days[:level], e.g. 0.75:60:1 or 0.75:60:1:0.9")
+        candidates.append((name, (w, t * 3600, win * DAY_S), level[0] if level else MAIN_LEVEL))
+    for name, setting, level in [("main", None, MAIN_LEVEL), *candidates]:
         scored, changed = with_drain_points(data, *setting) if setting else (data, 0)
-        e = score(scored)
+        e = score(scored, level)
         print(
             f"| {name} | {e['coverage']:.3f} | {e['coverage_waiting']:.3f} | {e['late']:.3f} | "
             f"{e['width_s'] / mean_wait:.3f} | {e['mae_s']:,.0f} | {e['mae_model_s']:,.0f} | "

@@ -54,4 +54,4 @@ def test_an_unknown_candidate_names_the_expected_form(tmp_path, capsys) -> None:
     path.write_text('{"records": [], "metrics": {"mean_wait_s": 1.0}}')
     with pytest.raises(SystemExit):
         eta_drain.main(["--records", str(path), "--candidate", "half"])
-    assert "w:T_hours:W_days" in capsys.readouterr().err
+    assert "w:T_hours:W_days[:level]" in capsys.readouterr().err
