@@ -20,6 +20,9 @@ as it would if the model gave it (calibration moves no start, so the records are
 Scored by ``eta_calibration.evaluate`` (main's Calibration, ``cal.OFFSET_S``, level 0.88 or the
 candidate's optional fourth field ``L``), with the
 long waiters (waited >= 7 days) whose start the shown range held. Offline only: no setting.
+Measured (docs/scheduling.md, "The long waiters' point from their shape's drain rate"): narrower and
+mostly a lower error, but it failed its held-out rule twice (coverage on 4x8 s67; at level 0.89 the
+point error on s89) and loses the multi-week waiters, whom the drain rate does not tell apart.
 """
 
 from __future__ import annotations
