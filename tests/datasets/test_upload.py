@@ -600,3 +600,17 @@ def test_a_utf16_data_yaml_is_told_its_encoding(bob):
     assert response.status_code == 400, response.content
     assert {p["path"]: p["problem"] for p in response.json()["problems"]} == {
         "data.yaml": "is UTF-16 text (it starts with a UTF-16 byte-order mark); save it as UTF-8"}
+
+
+def test_a_huge_label_file_of_one_repeated_line_is_refused_by_the_label_limit_not_as_a_zip_bomb(bob, storage):
+    # trial31: 400,000 × one line (7 MiB, deflating ~1000:1, as `yoloq dataset push` zips it) was answered
+    # "compression ratio 412:1 is above 200:1 (zip bomb?)"; a label file over the limit is never read or
+    # extracted, so the label limit is the refusal that applies.
+    files = valid_files() | {"labels/train/0.txt": b"0 0.5 0.5 0.1 0.1\n" * 400_000}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400
+    body = response.json()
+    assert "zip bomb" not in str(body)
+    problems = {p["path"]: p["problem"] for p in body["problems"]}
+    assert problems["labels/train/0.txt"] == "label file is 6.9 MiB; the limit is 1.0 MiB"
+    assert not (storage / "vision").exists()
