@@ -372,6 +372,42 @@ def _keypoint_names(document: dict, yaml_name: str, names: dict[int, str], kpt_s
     return kept
 
 
+MISPLACED_NAMED = 3  # misplaced images and label files named one by one; more are one line with a count
+
+
+def _misplaced_problems(images: list[str], labels: list[str]) -> list[Problem]:
+    """Images outside an 'images' folder and label files outside a 'labels' folder: each named when
+    there are a few; otherwise one line with the count, a couple of examples and the layout expected.
+    A flat layout (train/a.jpg beside train/a.txt) got one line per file: 42 for 42 files (trial31)."""
+    if len(images) + len(labels) <= MISPLACED_NAMED:
+        return ([Problem(rel, "images belong in an 'images' folder (e.g. images/train/)") for rel in images]
+                + [Problem(rel, "label files belong in a 'labels' folder beside 'images'") for rel in labels])
+    image_dirs = {posixpath.dirname(rel) for rel in images}
+    label_dirs = {posixpath.dirname(rel) for rel in labels}
+    folders = sorted(image_dirs | label_dirs)
+    where = ", ".join(f"{d}/" if d else "(top)" for d in folders[:MISPLACED_NAMED])
+    where += f" and {len(folders) - MISPLACED_NAMED} more folders" if len(folders) > MISPLACED_NAMED else ""
+    example = images[0] if images else labels[0]
+    stem, folder = posixpath.splitext(example)[0], posixpath.dirname(example)
+    split = posixpath.basename(folder) or "train"
+    examples = [example] + [rel for rel in labels if posixpath.splitext(rel)[0] == stem and rel != example]
+    if len(examples) == 1 and len(images + labels) > 1:
+        examples.append((labels if example in images and labels else images)[0])
+    image_name = posixpath.basename(images[0] if images else f"{posixpath.basename(stem)}.jpg")
+    layout = (f"put each image in images/<split>/ and its label file in labels/<split>/ (images/{split}/"
+              f"{image_name}, labels/{split}/{posixpath.basename(stem)}{LABEL_SUFFIX})")
+    count = len(images) + len(labels)
+    if images and labels and label_dirs <= image_dirs:
+        what = f"{count} images and label files are side by side"
+    elif images and labels:
+        what = f"{count} images and label files are outside 'images' and 'labels' folders"
+    elif images:
+        what = f"{count} images are outside an 'images' folder"
+    else:
+        what = f"{count} label files are outside a 'labels' folder"
+    return [Problem(where, f"{what} (e.g. {', '.join(examples[:2])}): {layout}")]
+
+
 def _label_problems(text: str, num_classes: int, kpt_shape: list[int] | None = None) -> str | None:
     """The first problem in a YOLO label file, or None (``kpt_shape``: a pose dataset's, from data.yaml)."""
     first_box = first_polygon = 0  # line numbers, for a file that mixes the two
@@ -767,9 +803,10 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
             continue
         splits[key] = folder
 
+    misplaced_labels: list[str] = []
     for rel in sorted(label_files):
         if "labels" not in rel.split("/")[:-1]:
-            problems.append(Problem(rel, "label files belong in a 'labels' folder beside 'images'"))
+            misplaced_labels.append(rel)
             continue
         info = by_relative[rel]
         if info.file_size > limits.max_label_bytes:
@@ -799,11 +836,13 @@ def _check_structure(archive, by_relative, members, dirs, skipped, declared, lim
                                          "labels only for the images it finds, so these objects would be left "
                                          "out of training; add the image or remove the label file"))
     placed: dict[str, zipfile.ZipInfo] = {}
+    misplaced_images: list[str] = []
     for rel in sorted(image_files):
         if "images" not in rel.split("/")[:-1]:
-            problems.append(Problem(rel, "images belong in an 'images' folder (e.g. images/train/)"))
+            misplaced_images.append(rel)
         else:
             placed[rel] = by_relative[rel]
+    problems.extend(_misplaced_problems(misplaced_images, misplaced_labels))
     problems.extend(_image_problems(archive, placed, min_side=TRAINING_MIN_SIDE))
     if not label_files and not problems:
         problems.append(Problem("labels/", "no label files: put one .txt per image under labels/"))

@@ -614,3 +614,27 @@ def test_a_huge_label_file_of_one_repeated_line_is_refused_by_the_label_limit_no
     problems = {p["path"]: p["problem"] for p in body["problems"]}
     assert problems["labels/train/0.txt"] == "label file is 6.9 MiB; the limit is 1.0 MiB"
     assert not (storage / "vision").exists()
+
+
+def test_a_flat_layout_is_told_once_with_the_expected_layout_examples_and_a_count(bob, storage):
+    # trial31: images and their .txt side by side in train/ and val/ got one line per file (42 for 42).
+    files = {"data.yaml": b"train: train\nval: val\nnames: {0: scratch, 1: dent}\n"}
+    for split, count in (("train", 16), ("val", 5)):
+        for n in range(count):
+            files[f"{split}/{n}.png"] = PNG
+            files[f"{split}/{n}.txt"] = b"0 0.5 0.5 0.2 0.2\n"
+    body = post(bob, make_zip(files)).json()
+    problems = {p["path"]: p["problem"] for p in body["problems"]}
+    assert body["problem_count"] == 3, problems
+    assert "must be inside an 'images' folder" in problems["data.yaml: train"]
+    assert "must be inside an 'images' folder" in problems["data.yaml: val"]
+    assert problems["train/, val/"] == (
+        "42 images and label files are side by side (e.g. train/0.png, train/0.txt): put each image in "
+        "images/<split>/ and its label file in labels/<split>/ (images/train/0.png, labels/train/0.txt)")
+
+
+def test_a_few_misplaced_files_are_still_named_one_by_one(bob, storage):
+    files = valid_files() | {"stray.png": PNG, "extra/a.png": PNG, "extra/a.txt": b"0 0.5 0.5 0.2 0.2\n"}
+    problems = {p["path"]: p["problem"] for p in post(bob, make_zip(files)).json()["problems"]}
+    assert "'images' folder" in problems["stray.png"] and "'images' folder" in problems["extra/a.png"]
+    assert "'labels' folder" in problems["extra/a.txt"]
