@@ -586,6 +586,8 @@ def cmd_continue(args: argparse.Namespace) -> int:
     body = {"timeout": args.timeout} if args.timeout is not None else {}
     if args.memory is not None:  # more for a job that ran out of memory
         body["memory"] = args.memory
+    if args.gpus is not None:  # fewer for a job over a per-job GPU limit lowered since its submit
+        body["gpu"] = args.gpus
     # One key per invocation: a retried request cannot continue the job twice.
     job = api.request("POST", f"jobs/{job_id}/continue/", json=body, ok=(200, 201),
                       headers={"Idempotency-Key": f"yoloq-{uuid.uuid4()}"}).json()
@@ -1192,6 +1194,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, metavar="S", help="the new job's timeout in seconds (default: the job's own)")
     p.add_argument("--memory", metavar="QTY", help="the new job's resources.memory, e.g. 16Gi (default: the job's "
                                                   "own; more for a job that ran out of memory)")
+    p.add_argument("--gpus", metavar="N", help="the new job's resources.gpu: a whole number of GPUs, or 0.5, 0.25 "
+                                               "or 0.125 of one (default: the job's own; fewer for a job over a "
+                                               "per-job GPU limit lowered since it was submitted)")
     p.set_defaults(func=cmd_continue)
 
     p = commands.add_parser("class", help="team managers: change a queued job's priority class, or a sweep's "

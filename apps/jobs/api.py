@@ -59,7 +59,7 @@ from .services import (
     job_submit,
     spec_parse,
 )
-from .spec import SpecError, parse_memory_mb
+from .spec import SpecError, parse_gpus, parse_memory_mb
 
 
 class ParsedYAML(dict):
@@ -517,12 +517,24 @@ class JobContinueIn(StrictInput):
                                    help_text="the new job's resources.memory, e.g. 16Gi (default: the job's own); "
                                              "for a job that ran out of memory")
 
+    # Any JSON value reaches the spec's own parser, so 0.3, "two" or true get resources.gpu's words.
+    gpu = serializers.JSONField(required=False,
+                                help_text="the new job's resources.gpu: a whole number of GPUs or 0.125, 0.25 or "
+                                          "0.5 of one (default: the job's own); fewer for a job over a per-job "
+                                          "GPU limit lowered since it was submitted")
+
     def validate_memory(self, value: str) -> str:
         try:
             parse_memory_mb(value)
         except ValueError as exc:
             raise serializers.ValidationError(str(exc)) from None
         return value
+
+    def validate_gpu(self, value) -> float:
+        try:
+            return parse_gpus(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class JobContinue(APIView):
@@ -543,7 +555,8 @@ class JobContinue(APIView):
             return field_errors({"Idempotency-Key": "must be at most 200 characters"})
         try:
             new, created = job_continue(job=job, user=request.user, timeout_s=data.validated_data.get("timeout"),
-                                        memory=data.validated_data.get("memory"), idempotency_key=key)
+                                        memory=data.validated_data.get("memory"), gpus=data.validated_data.get("gpu"),
+                                        idempotency_key=key)
         except ContinueRefused as refused:
             return field_errors(refused.errors, refused.status)
         except StorageUnavailable as exc:

@@ -193,10 +193,11 @@ def inputs_gone(job: Job) -> frozenset[str]:
     return frozenset(gone)
 
 
-def _document(job: Job, timeout_s: int | None, memory: str | None = None) -> tuple[dict, str]:
+def _document(job: Job, timeout_s: int | None, memory: str | None = None,
+              gpus: float | None = None) -> tuple[dict, str]:
     """The job's spec document (its stored text, as Resubmit reads it) with the new ``timeout``,
-    the new ``resources.memory`` ("" removes it) and its data pinned (:func:`_data_pinned`), and
-    the text to store (the old text when none changed it)."""
+    the new ``resources.memory`` ("" removes it), the new ``resources.gpu`` and its data pinned
+    (:func:`_data_pinned`), and the text to store (the old text when none changed it)."""
     try:
         document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
     except FieldErrors as exc:
@@ -211,6 +212,10 @@ def _document(job: Job, timeout_s: int | None, memory: str | None = None) -> tup
         resources = {**(resources if isinstance(resources, dict) else {}), "memory": memory}
         if memory == "":  # the portal's box emptied: no memory limit of its own
             del resources["memory"]
+        changed = {**changed, "resources": resources}
+    if gpus is not None:
+        resources = changed.get("resources")
+        resources = {**(resources if isinstance(resources, dict) else {}), "gpu": int(gpus) if gpus >= 1 else gpus}
         changed = {**changed, "resources": resources}
     if changed == document:
         return document, job.raw_spec
@@ -356,12 +361,15 @@ def _copy(job: Job, new_id: uuid.UUID, checkpoint: Checkpoint) -> tuple[str, lis
 
 
 def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | None = None,
-                 idempotency_key: str = "") -> tuple[Job, bool]:
+                 gpus: float | None = None, idempotency_key: str = "") -> tuple[Job, bool]:
     """A new job that resumes ``job``'s newest stored checkpoint; (job, created) as ``job_submit``.
 
     ``memory`` (a quantity such as ``16Gi``) replaces the spec's ``resources.memory``: a job that
     ran out of memory is continued with more, not into the same out-of-memory; a bad one is a
-    SpecError under ``memory``.
+    SpecError under ``memory``. ``gpus`` (parsed by ``parse_gpus``) replaces ``resources.gpu``: a
+    job over a per-job GPU limit lowered since its submit is continued with fewer (trial31); the
+    worker forces the device on a resume, so the checkpoint resumes on any count. Its refusals
+    (the limits) are under ``gpu``.
 
     Raises ContinueRefused, SpecError (the spec no longer passes a submit: deleted weights, a data
     folder gone, a timeout over the limit), DuplicateJob, TooManyActiveJobs, IdempotencyKeyReused,
@@ -373,13 +381,11 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
         except ValueError as exc:
             raise SpecError({"memory": str(exc)}) from None
     point = continue_point(job, user=user, idempotency_key=idempotency_key)
-    document, raw_spec = _document(job, timeout_s, memory)
+    document, raw_spec = _document(job, timeout_s, memory, gpus)
     try:
         spec = spec_parse(document, user=user)  # SpecError before anything is copied
     except SpecError as exc:
-        if memory is not None and "resources.memory" in exc.errors:  # the field the caller gave
-            exc.errors["memory"] = exc.errors.pop("resources.memory")
-        raise
+        raise _named(exc, memory, gpus) from None
     new_id = uuid.uuid4()
     lineage = {"job": str(job.pk), "task_name": job.task_name, "epoch": point.epoch}
     written: list[str] = []
@@ -394,8 +400,11 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
             written += keys
             copies.append((checkpoint, key))
         with transaction.atomic():
-            new, created = job_submit(user=user, spec=spec, raw_spec=raw_spec, idempotency_key=idempotency_key,
-                                      job_id=new_id, continued_from=lineage)
+            try:
+                new, created = job_submit(user=user, spec=spec, raw_spec=raw_spec, idempotency_key=idempotency_key,
+                                          job_id=new_id, continued_from=lineage)
+            except SpecError as exc:  # the limits (resources.gpu's per-job limit) are checked here
+                raise _named(exc, memory, gpus) from None
             if created:
                 from apps.core.artifacts import artifact_path
 
@@ -416,6 +425,19 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
     if not created:  # an Idempotency-Key replay: that job has its own copies
         _forget(written)
     return new, created
+
+
+def _named(exc: SpecError, memory: str | None, gpus: float | None) -> SpecError:
+    """The spec's refusal under the request's field where the caller gave one (``memory``, ``gpu``);
+    a GPU limit the job's own count is over says how to continue with fewer."""
+    errors = dict(exc.errors)
+    if memory is not None and "resources.memory" in errors:
+        errors["memory"] = errors.pop("resources.memory")
+    if gpus is not None and "resources.gpu" in errors:
+        errors["gpu"] = errors.pop("resources.gpu")
+    elif "limit" in str(errors.get("resources.gpu", "")) or "at most" in str(errors.get("resources.gpu", "")):
+        errors["resources.gpu"] = f"{errors['resources.gpu']} (continue with fewer: gpu, yoloq continue --gpus N)"
+    return SpecError(errors)
 
 
 def _forget(keys: list[str]) -> None:

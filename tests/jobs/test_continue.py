@@ -711,3 +711,37 @@ def test_a_replay_copies_no_checkpoint(cancelled, alice):
 
     assert (first.status_code, again.status_code) == (201, 200), again.content
     assert again.json()["id"] == first.json()["id"]
+
+
+def test_a_job_over_a_newly_lowered_per_job_gpu_limit_is_continued_with_fewer_gpus(cancelled, alice, settings):
+    """trial31: after the team's per-job limit dropped to 0.5, a 1-GPU job could not be continued at all
+    (Edit & resubmit starts over); ``gpu`` is the new job's resources.gpu, checked as a submit's."""
+    from apps.quotas.models import TeamQuota
+
+    settings.ADMISSION_CACHE_S = 0
+    TeamQuota.objects.update_or_create(team=cancelled.team, defaults={"max_gpus_per_job": 0.5})
+    client = api_client(alice)
+
+    refused = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+    assert refused.status_code == 400, refused.content
+    assert refused.json()["resources.gpu"] == [
+        "asks for 1 GPUs; the per-job limit is 0.5 (continue with fewer: gpu, yoloq continue --gpus N)"]
+    over = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", {"gpu": 2}, format="json")
+    assert over.status_code == 400 and over.json() == {"gpu": ["asks for 2 GPUs; the per-job limit is 0.5"]}
+
+    response = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", {"gpu": 0.5}, format="json")
+
+    assert response.status_code == 201, response.content
+    new = Job.objects.get(pk=response.json()["id"])
+    assert new.gpus == 0.5 and cancelled.gpus == 1 and new.spec["continued_from"]["epoch"] == 3
+    assert "gpu: 0.5" in new.raw_spec and "memory: 4Gi" in new.raw_spec
+
+
+@pytest.mark.parametrize("gpu", [0, 0.3, "two", True])
+def test_a_bad_gpu_is_refused_naming_gpu_as_a_spec_s_is(cancelled, alice, gpu):
+    response = api_client(alice).post(f"/api/v1/jobs/{cancelled.pk}/continue/", {"gpu": gpu}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == {"gpu"}
+    assert "must be a whole number of GPUs from 1 to 64, or 0.125, 0.25 or 0.5 of one GPU" in response.json()["gpu"][0]
+    assert not Job.objects.exclude(pk=cancelled.pk).exists()
