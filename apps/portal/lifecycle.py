@@ -171,13 +171,14 @@ def models_compare(request):
         if not (part.strip().isascii() and part.strip().isdigit()):
             raise Http404("Compare takes model ids (numbers).")
         ids.append(int(part))
-    if any(pk > LARGEST_ID for pk in ids):
-        raise Http404(MODEL_NOT_VISIBLE)
-    versions = list(model_list(user=request.user).filter(pk__in=ids))
+    versions = list(model_list(user=request.user).filter(pk__in=[pk for pk in ids if pk <= LARGEST_ID]))
     versions.sort(key=lambda v: ids.index(v.pk))
     problem = ""
-    if len(versions) != len(set(ids)):
-        raise Http404(MODEL_NOT_VISIBLE)
+    if missing := list(dict.fromkeys(pk for pk in ids if pk not in {v.pk for v in versions})):
+        # Named (trial31: "?ids=1,99999" said "No model with that id" without saying which). Another
+        # team's id is named the same as one that does not exist: the answer tells nothing more.
+        raise Http404(f"No model with id {missing[0]} in your teams." if len(missing) == 1 else
+                      f"No models with ids {', '.join(map(str, missing))} in your teams.")
     if not 2 <= len(versions) <= 4:
         problem = "Pick 2 to 4 versions to compare (tick them on the Models page)."
     keys = sorted({k for v in versions for k in (v.metrics or {}) if k.startswith("metrics/") or k == "fitness"})

@@ -400,3 +400,13 @@ def test_a_val_without_data_retried_under_its_idempotency_key_is_the_same_job(bo
     assert Job.objects.filter(task_name="v").count() == 1
     other = client.post("/api/v1/jobs/", {**document, "task_name": "w"}, format="json", HTTP_IDEMPOTENCY_KEY="val-1")
     assert other.status_code == 409, "the rest is still compared"
+
+
+def test_compare_with_a_missing_id_names_that_id(bob, base, carol):
+    """trial31: ``?ids=1,99999`` was "No model with that id in your teams." without naming 99999."""
+    response = page(bob).get(f"/models/compare/?ids={base.pk},99999")
+    assert response.status_code == 404
+    assert "No model with id 99999 in your teams." in response.content.decode()
+    response = page(carol).get(f"/models/compare/?ids={base.pk},99998,{2**63}")
+    assert response.status_code == 404
+    assert f"No models with ids {base.pk}, 99998, {2**63} in your teams." in response.content.decode()
