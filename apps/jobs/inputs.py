@@ -74,6 +74,8 @@ def inputs_resolve(*, spec: JobSpec, team) -> tuple[dict[str, Any], dict[str, An
                                             f"{from_model} was trained on")
             if not task_refused:  # which task would run is what that error is about
                 _task_check(spec, data, resolved, errors)
+            if spec.mode == "train" and args.get("val", True) is not False:
+                _train_val_check(spec, data, errors)
             if spec.mode == "val":
                 _split_check(spec, data, errors, "data")
                 if _field(spec, "data") not in errors:  # a dataset of another task: its classes are beside the point
@@ -247,6 +249,21 @@ def _split_check(spec: JobSpec, data: DataRef, errors: dict[str, str], name: str
             f"the {split!r} split of dataset {data.dataset.reference} has no labels ({splits[split]['images']} "
             f"images, none with a labelled object): every metric would be 0; validate on a split with labels"
             f"{f' ({labelled})' if labelled else ''} or upload the {split} labels")
+
+
+def _train_val_check(spec: JobSpec, data: DataRef, errors: dict[str, str]) -> None:
+    """A training validates on the dataset's val split every epoch (Ultralytics' trainer): on one where no image
+    has a labelled object every metric was 0 each epoch and best.pt was picked by those zeros (trial31 left; T2
+    refused only `yolo val`). Refused naming the split unless the spec says val=false, which skips validation
+    during training (Ultralytics still validates the last epoch and best.pt: those figures stay 0)."""
+    splits = ((data.dataset.stats or {}).get("splits") or {}) if data.dataset else {}
+    counts = splits.get("val") or {}
+    if counts.get("images") and counts.get("instances") == 0:  # a classification dataset counts no instances
+        errors[_field(spec, "data")] = (
+            f"the 'val' split of dataset {data.dataset.reference} has no labels ({counts['images']} images, none "
+            "with a labelled object): a training validates on it every epoch, so every metric would be 0 and best.pt "
+            "chosen by those zeros; upload the val labels, or train with val=false (no validation during training; "
+            "the last epoch's is still 0)")
 
 
 def _source(spec: JobSpec, data: DataRef, errors: dict[str, str]) -> dict[str, Any]:

@@ -374,6 +374,30 @@ def test_a_val_on_a_split_without_labels_is_refused_naming_the_split(bob, base, 
     assert api_client(bob).post("/api/v1/jobs/", document, format="json").status_code == 201
 
 
+def test_a_training_validating_on_a_split_without_labels_is_refused_naming_it_unless_val_is_false(bob, base):
+    """trial31 left: T2 refused only `yolo val`; a training validates on the val split each epoch (Ultralytics),
+    so on one without labels every epoch's mAP was 0 and best.pt was chosen by those zeros."""
+    from django.conf import settings
+
+    from apps.datasets.demo import generate_demo_dataset
+    from apps.datasets.services import dataset_register
+
+    data_yaml = generate_demo_dataset(settings.DATASETS_DIR / "_shared" / "unlabelled", train=4, val=2)
+    for label in (data_yaml.parent / "labels" / "val").glob("*.txt"):
+        label.unlink()
+    dataset_register(team=base.team, name="unlabelled", yaml_path=data_yaml)
+    document = {"task_name": "t", "command": "yolo train model=yolov8n.yaml data=unlabelled epochs=1 imgsz=64",
+                "user": "vision"}
+    response = api_client(bob).post("/api/v1/jobs/", document, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json() == {"command.data": [
+        "the 'val' split of dataset unlabelled:v1 has no labels (2 images, none with a labelled object): a training "
+        "validates on it every epoch, so every metric would be 0 and best.pt chosen by those zeros; upload the val "
+        "labels, or train with val=false (no validation during training; the last epoch's is still 0)"]}
+    document["command"] += " val=false"
+    assert api_client(bob).post("/api/v1/jobs/", document, format="json").status_code == 201
+
+
 def test_a_val_without_data_of_a_model_whose_dataset_is_gone_names_the_field_and_why(bob, base):
     Dataset.objects.filter(pk=base.dataset_id).delete()
     response = val_without_data(bob, base.reference)
