@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
-from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserEditAdmin
+from apps.core.admin_scoping import ChangedFieldsSaveAdmin, GuardedDeleteAdmin, SuperuserEditAdmin
 
 from .models import GPU, Node
 from .services import node_delete, node_delete_refusal, node_drain, node_resume
@@ -32,7 +32,7 @@ class DrainForm(forms.Form):
 
 # Nodes are shared by every team: managers may look, only admins drain or resume them.
 @admin.register(Node)
-class NodeAdmin(GuardedDeleteAdmin, SuperuserEditAdmin, admin.ModelAdmin):
+class NodeAdmin(GuardedDeleteAdmin, SuperuserEditAdmin, ChangedFieldsSaveAdmin, admin.ModelAdmin):
     list_display = ["name", "state", "drain_reason", "storage_problem", "simulated", "cpu_count", "memory_mb", "last_heartbeat"]
     list_filter = ["state", "simulated"]
     inlines = [GPUInline]

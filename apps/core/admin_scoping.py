@@ -454,3 +454,52 @@ class GuardedDeleteAdmin:
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
         refusals = [refusal for obj in objs if (refusal := self.delete_refusal(obj))]
         return deleted, counts, perms_needed, [*protected, *refusals]
+
+
+class ChangeRefused(Exception):
+    """What a ``save_model`` found changed under it between the form's checks and the save (a row
+    another admin removed, a job the scheduler placed): the change page says it, an error message,
+    and nothing of the save stays (Django's change view is one transaction). It was a 500."""
+
+
+class RefusableChangeAdmin:
+    """Answers :class:`ChangeRefused` with its message, back on the page the POST came from."""
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        from django.contrib import messages
+        from django.http import HttpResponseRedirect
+
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ChangeRefused as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+
+class ChangedFieldsSaveAdmin(RefusableChangeAdmin):
+    """A change page saves the columns its form changed, nothing else (``update_fields``).
+
+    Django saves the whole row as it read it at the POST: what another process wrote to the row
+    meanwhile was written back over with that older copy — a job that ended ran again (review31),
+    a node's state and heartbeat went back (the worker's), a dataset's hash and statistics (a
+    re-registration's), a model version's stage (a promotion through the portal or the API), another
+    admin's edit of the scheduler configuration (fix31a). A form that changed nothing writes nothing.
+    The row's ``auto_now`` columns (``updated_at``) are saved with it, as a whole-row save did.
+
+    Put it after the admin's permission mixins (``TeamScopedAdmin`` checks first, then calls on) and
+    before ``admin.ModelAdmin``; an add is Django's whole save."""
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            return super().save_model(request, obj, form, change)
+        fields = self.changed_columns(obj, form)
+        if fields:
+            stamped = [f.name for f in obj._meta.concrete_fields if getattr(f, "auto_now", False)]
+            obj.save(update_fields=[*fields, *(name for name in stamped if name not in fields)])
+        return None
+
+    @staticmethod
+    def changed_columns(obj, form) -> list[str]:
+        """The form's changed fields that are the row's own columns (not many-to-many: save_related's)."""
+        columns = {f.name for f in obj._meta.concrete_fields}
+        return [name for name in form.changed_data if name in columns]

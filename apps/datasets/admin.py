@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 
-from apps.core.admin_scoping import GuardedDeleteAdmin, TeamScopedAdmin
+from apps.core.admin_scoping import ChangedFieldsSaveAdmin, GuardedDeleteAdmin, TeamScopedAdmin
 from apps.core.values import bytes_in_words
 
 from .models import Dataset
@@ -9,7 +9,7 @@ from .services import dataset_delete
 
 
 @admin.register(Dataset)
-class DatasetAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
+class DatasetAdmin(GuardedDeleteAdmin, TeamScopedAdmin, ChangedFieldsSaveAdmin, admin.ModelAdmin):
     list_display = ["name", "version", "team", "kind", "num_images", "num_classes", "size_shown", "created_at"]
     list_filter = ["team", "kind"]
     manager_can_delete = True

@@ -1,10 +1,16 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.template.response import TemplateResponse
 
-from apps.core.admin_scoping import GuardedDeleteAdmin, TeamScopedAdmin, TeamScopedInline
+from apps.core.admin_scoping import (
+    ChangedFieldsSaveAdmin,
+    ChangeRefused,
+    GuardedDeleteAdmin,
+    TeamScopedAdmin,
+    TeamScopedInline,
+)
 from apps.scheduling.kick import kick_scheduler
 
 from .models import (
@@ -110,7 +116,8 @@ class CancelForm(forms.Form):
 
 
 @admin.register(Job)
-class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamScopedAdmin, admin.ModelAdmin):
+class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamScopedAdmin, ChangedFieldsSaveAdmin,
+               admin.ModelAdmin):
     list_display = ["task_name", "state", "team", "user", "priority_class", "gpus", "node", "attempt",
                     "queue_position", "estimated_start_at", "priority_score", "created_at"]
     # Named: Django's own select_related skips a nullable key (node): one query a row (trial30b).
@@ -145,6 +152,11 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
     # (managers' admin week, trial30b)
     superuser_editable = ("task_name", "gpus", "gpu_memory_mb", "cpu_milli", "memory_mb", "timeout_s", "retries_left")
 
+    # What the job is placed and charged by: changed once it was placed, its allocation (gpu_indices,
+    # the node's slots) and the usage charged for it no longer matched its count (review31, fix31a).
+    # Editable while it is queued; read-only, and the page says why, from then on.
+    resource_fields = ("gpus", "gpu_memory_mb", "cpu_milli", "memory_mb")
+
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         if not request.user.is_superuser:
@@ -152,20 +164,33 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
         else:
             fields += [f.name for f in Job._meta.concrete_fields
                        if f.editable and f.name not in self.superuser_editable and f.name not in fields]
+            if obj is not None and obj.state != JobState.QUEUED:
+                fields += [name for name in self.resource_fields if name not in fields]
         return fields
 
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        if request.method == "GET" and request.user.is_superuser:
+            job = self.get_object(request, object_id)
+            if job is not None and job.state != JobState.QUEUED:
+                self.message_user(request, f"{', '.join(self.resource_fields)} are read-only: job {job.task_name} is "
+                                           f"{job.state} (they change only while a job is queued; its GPUs are "
+                                           "allocated by them)", messages.INFO)
+        return super().change_view(request, object_id, form_url, extra_context)
+
     def save_model(self, request, obj, form, change):
-        # Only what the form changed: the whole row, as read at the POST, wrote back over what the
-        # scheduler and the worker wrote meanwhile (a job that ended in between ran again, review31).
-        if not change:
+        # Only what the form changed (ChangedFieldsSaveAdmin). Resources only of a job still queued,
+        # checked again on the locked row: the scheduler may have placed it since the form was read.
+        resources = [name for name in self.changed_columns(obj, form) if name in self.resource_fields] if change else []
+        if not resources:
             return super().save_model(request, obj, form, change)
-        if not self.manages(request, obj):
-            raise PermissionDenied("you do not manage that team")
-        columns = {f.name for f in Job._meta.concrete_fields}
-        fields = [name for name in form.changed_data if name in columns]
-        if fields:
-            obj.save(update_fields=fields)
-        return None
+        with transaction.atomic():
+            state, name = (Job.objects.select_for_update().filter(pk=obj.pk).values_list("state", "task_name").first()
+                           or ("gone", obj.task_name))
+            if state != JobState.QUEUED:
+                raise ChangeRefused(f"{', '.join(resources)} not changed: job {name} is {state} "
+                                    "now (the scheduler placed it meanwhile); resources change only while it is "
+                                    "queued")
+            return super().save_model(request, obj, form, change)
 
     # A job that may still run is not deleted: its worker went on training on GPUs the deleted
     # rows no longer held, then died on the missing row (operator trial 20, F2). Cancel first.

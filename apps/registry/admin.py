@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
-from apps.core.admin_scoping import GuardedDeleteAdmin, SuperuserOnlyAdmin, TeamScopedAdmin
+from apps.core.admin_scoping import ChangedFieldsSaveAdmin, GuardedDeleteAdmin, SuperuserOnlyAdmin, TeamScopedAdmin
 from apps.core.values import bytes_in_words
 
 from .models import ModelVersion, SharedWeights, Stage
@@ -9,7 +9,7 @@ from .services import StageRefused, model_stage_set, model_version_delete
 
 
 @admin.register(ModelVersion)
-class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
+class ModelVersionAdmin(GuardedDeleteAdmin, TeamScopedAdmin, ChangedFieldsSaveAdmin, admin.ModelAdmin):
     list_display = ["name", "version", "team", "source", "stage", "task", "job", "size_shown", "created_at"]
     list_select_related = ["team", "job"]  # job is nullable: Django's own skips it (trial30b)
     list_filter = ["team", "source", "stage"]

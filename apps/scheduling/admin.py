@@ -1,13 +1,13 @@
 from django.contrib import admin, messages
 
-from apps.core.admin_scoping import SuperuserEditAdmin
+from apps.core.admin_scoping import ChangedFieldsSaveAdmin, SuperuserEditAdmin
 
 from .kick import kick_scheduler
 from .models import SchedulerConfig
 
 
 @admin.register(SchedulerConfig)
-class SchedulerConfigAdmin(SuperuserEditAdmin, admin.ModelAdmin):
+class SchedulerConfigAdmin(SuperuserEditAdmin, ChangedFieldsSaveAdmin, admin.ModelAdmin):
     """The one configuration row: weights, half-life, quotas, urgent defaults. Admins edit; managers read."""
 
     fieldsets = [
