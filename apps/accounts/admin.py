@@ -12,12 +12,15 @@ from django.http import HttpResponseRedirect
 from django.urls import reverse
 
 from apps.core.admin_scoping import (
+    ChangeRefused,
     GuardedDeleteAdmin,
+    RefusableChangeAdmin,
     SelectionChecked,
     SuperuserOnlyAdmin,
     TeamScopedAdmin,
     TeamScopedInline,
 )
+from apps.core.errors import FieldErrors
 
 from .models import ApiToken, AuditEntry, Membership, Team
 from .services import (
@@ -180,7 +183,8 @@ class TeamAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmin, admin.ModelAdmin):
+class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmin, RefusableChangeAdmin,
+                      admin.ModelAdmin):
     list_display = ["user", "team", "role"]
     list_filter = ["role", "team"]
     search_fields = ["user__username", "team__slug"]
@@ -195,11 +199,19 @@ class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmi
             # services as each is alone: audited (membership.remove, role.change), the old team's
             # open job sockets of the member closed, a new manager made staff. It was a plain row
             # save (trial30b). The form refused it if the member leaves active jobs behind.
-            old = Membership.objects.select_related("user", "team").get(pk=obj.pk)
+            # The row is read again, locked: another admin may have removed it since the form's checks
+            # (a DoesNotExist, a 500), or made it the team's last manager (membership_remove refuses).
             with transaction.atomic():
-                for said in membership_remove(membership=old, by=request.user):
-                    self.message_user(request, said, messages.WARNING)
-                saved = membership_set(user=obj.user, team=obj.team, role=obj.role, by=request.user)
+                old = Membership.objects.select_for_update().select_related("user", "team").filter(pk=obj.pk).first()
+                if old is None:
+                    raise ChangeRefused(f"nothing moved: this membership was removed meanwhile (by another admin "
+                                        f"or a service); add {obj.user.get_username()} to {obj.team.slug} instead")
+                try:
+                    for said in membership_remove(membership=old, by=request.user):
+                        self.message_user(request, said, messages.WARNING)
+                    saved = membership_set(user=obj.user, team=obj.team, role=obj.role, by=request.user)
+                except FieldErrors as exc:
+                    raise ChangeRefused(f"nothing moved: {exc}") from None
             obj.pk = saved.pk
             return None
         saved = membership_set(user=obj.user, team=obj.team, role=obj.role, by=request.user)

@@ -202,11 +202,30 @@ def last_managers_error(*, memberships) -> list[str]:
     return refusals
 
 
+def team_managers_lock(team_id: int) -> None:
+    """Lock ``team_id``'s managing memberships until the transaction ends (call it in one).
+
+    :func:`last_manager_error` reads whether another manager stays: two admins removing (or
+    demoting) a team's last two managers at the same moment each read the other still there, and
+    both went (fix31a). Every removal and demotion takes these locks first, in one order (by id):
+    the second waits for the first, then reads it gone and is refused. (SQLite's IMMEDIATE
+    transactions already serialise the writers; there this is a plain read.)"""
+    list(Membership.objects.select_for_update().filter(team_id=team_id, role__in=MANAGING_ROLES)
+         .order_by("pk").values_list("pk", flat=True))
+
+
 def membership_set(*, user, team: Team, role: str, by=None) -> Membership:
     """Add ``user`` to ``team`` with ``role`` (or change the role); role changes are audited.
 
     Refused (:class:`FieldErrors` on ``role``) if it would leave the team without a manager.
     """
+    with transaction.atomic():
+        if role not in MANAGING_ROLES:
+            team_managers_lock(team.pk)
+        return _membership_set_locked(user=user, team=team, role=role, by=by)
+
+
+def _membership_set_locked(*, user, team: Team, role: str, by) -> Membership:
     existing = Membership.objects.filter(user=user, team=team).first()
     if existing is not None and (refused := last_manager_error(membership=existing, role=role)):
         raise FieldErrors({"role": refused})
@@ -232,11 +251,12 @@ def membership_remove(*, membership: Membership, by=None) -> list[str]:
     What the member leaves behind is dealt with in the same transaction (:mod:`apps.core.departures`:
     their queued jobs in the team are cancelled, naming who removed them); returns what was
     done, a sentence each, for the person who removed them."""
-    if refused := last_manager_error(membership=membership):
-        raise FieldErrors({"role": refused})
     user, team, role = membership.user, membership.team, membership.role
     target_id = membership.pk
     with transaction.atomic():
+        team_managers_lock(membership.team_id)
+        if refused := last_manager_error(membership=membership):
+            raise FieldErrors({"role": refused})
         membership.delete()
         done = departure_apply(user=user, team=team, by=by)
         # Their open job sockets of this team close now (they re-check every few seconds anyway).
