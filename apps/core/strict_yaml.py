@@ -147,11 +147,18 @@ def text_decode(raw: bytes, *, field: str = "spec", utf16: bool = False) -> str:
                                 + (" or as UTF-16 with a byte-order mark" if utf16 else "")}) from None
 
 
-def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec") -> Any:
+def load_yaml(text: str | bytes, *, max_bytes: int, field: str = "spec", sent_bytes: int | None = None) -> Any:
     """Parse untrusted YAML: size cap first, then the strict safe loader. Problems raise
-    :class:`YamlError` naming ``field``."""
+    :class:`YamlError` naming ``field``.
+
+    The cap is on the UTF-8 text. ``sent_bytes``: the size of the file the text was decoded from
+    (a UTF-16 spec's), said beside it where the two differ: a CJK-heavy UTF-16 file under the limit
+    is larger as UTF-8, and the refusal quoted that size as if it were the file's (review31)."""
     raw = text.encode() if isinstance(text, str) else text
     if len(raw) > max_bytes:
+        if sent_bytes is not None and sent_bytes != len(raw):
+            raise YamlError({field: f"is {len(raw)} bytes as UTF-8 (the file sent is {sent_bytes} bytes in its own "
+                                    f"encoding); the limit is {max_bytes} bytes of UTF-8"})
         raise YamlError({field: f"is {len(raw)} bytes; the limit is {max_bytes} bytes"})
     decoded = text if isinstance(text, str) else text_decode(raw, field=field)  # a YamlError: not in the try
     try:

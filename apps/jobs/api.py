@@ -77,7 +77,8 @@ class YAMLParser(parsers.BaseParser):
             raise ParseError({"spec": f"is larger than the limit of {settings.SPEC_MAX_BYTES} bytes"})
         try:
             text = text_decode(raw, utf16=True)
-            return ParsedYAML(__raw__=text, __doc__=load_yaml(text, max_bytes=settings.SPEC_MAX_BYTES))
+            return ParsedYAML(__raw__=text, __doc__=load_yaml(text, max_bytes=settings.SPEC_MAX_BYTES,
+                                                                sent_bytes=len(raw)))
         except YamlError as exc:
             raise ParseError(exc.errors) from None
 

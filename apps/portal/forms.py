@@ -170,6 +170,7 @@ class YamlSpecForm(forms.Form):
                                 widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false", "class": "code"}))
     spec_file = forms.FileField(required=False, label="…or upload a .yaml file")
     spec_file_used = ""  # the uploaded file's name once its text replaced the box's
+    spec_file_bytes: int | None = None  # its size as sent (a UTF-16 file's text is larger as UTF-8)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -189,13 +190,15 @@ class YamlSpecForm(forms.Form):
             self.data = self.data.copy()
             self.data[self.add_prefix("spec_text")] = data["spec_text"]
             self.spec_file_used = upload.name
+            self.spec_file_bytes = len(raw)
         if not (data.get("spec_text") or "").strip():
             self.add_error("spec_text", "paste a job spec or upload a file")
         return data
 
     def spec_document(self) -> Any:
         """Parse the YAML (YamlError on a size, syntax or alias problem)."""
-        return load_yaml(self.cleaned_data["spec_text"], max_bytes=settings.SPEC_MAX_BYTES)
+        return load_yaml(self.cleaned_data["spec_text"], max_bytes=settings.SPEC_MAX_BYTES,
+                         sent_bytes=self.spec_file_bytes)
 
     def add_spec_errors(self, error: FieldErrors) -> None:
         self.spec_errors = sorted(error.errors.items())
