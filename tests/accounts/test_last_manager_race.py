@@ -4,8 +4,8 @@ The removal now locks the team's managing memberships in its transaction and che
 lock (``services.team_managers_lock``): the second waits for the first, reads it gone, is refused.
 
 Threads with their own connections (PostgreSQL rows locks; SQLite's IMMEDIATE transactions).
-A ``pre_delete`` holds the first removal until the second has checked too (or 3 s have passed:
-with the lock the second cannot check before the first commits)."""
+A ``pre_delete`` (a removal) or ``pre_save`` (a demotion) holds each write until the other has
+checked too (or 3 s have passed: with the lock the second cannot check before the first commits)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import threading
 
 import pytest
 from django.db import connection
-from django.db.models.signals import pre_delete
+from django.db.models.signals import pre_delete, pre_save
 
 from apps.accounts.models import Membership
 from apps.accounts.services import MANAGING_ROLES, membership_remove, membership_set
@@ -41,12 +41,7 @@ def test_removing_a_team_s_last_two_managers_at_once_leaves_one(alice, teams, se
         try:
             start.wait(10)
             if second == "demote" and user.username == "dave":
-                # The demotion meets alice's removal inside her transaction, before either commits.
-                try:
-                    both_deleting.wait(3)
-                except threading.BrokenBarrierError:
-                    pass
-                membership_set(user=user, team=vision, role="member")
+                membership_set(user=user, team=vision, role="member")  # held at its row's save (pre_save)
             else:
                 membership_remove(
                     membership=Membership.objects.select_related("user", "team").get(user=user, team=vision)
@@ -60,6 +55,7 @@ def test_removing_a_team_s_last_two_managers_at_once_leaves_one(alice, teams, se
             connection.close()
 
     pre_delete.connect(hold, sender=Membership)
+    pre_save.connect(hold, sender=Membership)
     try:
         workers = [threading.Thread(target=remove, args=(user,)) for user in (alice, dave)]
         for worker in workers:
@@ -68,6 +64,7 @@ def test_removing_a_team_s_last_two_managers_at_once_leaves_one(alice, teams, se
             worker.join(60)
     finally:
         pre_delete.disconnect(hold, sender=Membership)
+        pre_save.disconnect(hold, sender=Membership)
     assert errors == [] and not any(w.is_alive() for w in workers)
     assert len(done) == 1 and len(refused) == 1, (done, refused)
     assert "is the last manager of vision" in refused[0]
