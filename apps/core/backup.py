@@ -68,8 +68,10 @@ def _pg_args() -> list[str]:
     return args
 
 
-def _copy_tree(source: Path, target: Path) -> int:
-    """Copy regular files (hidden in-progress ones skipped: uploads being written, deletions)."""
+def _copy_tree(source: Path, target: Path, root: str, vanished: list[str]) -> int:
+    """Copy regular files (hidden in-progress ones skipped: uploads being written, deletions).
+    A file removed after its folder was listed (a node's finished run folder, a rotated
+    checkpoint) is left out and its key added to ``vanished``."""
     count = 0
     for folder, dirs, files in os.walk(source):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
@@ -81,18 +83,35 @@ def _copy_tree(source: Path, target: Path) -> int:
                 continue
             dst = target / src.relative_to(source)
             dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
+            try:
+                shutil.copy2(src, dst)
+            except FileNotFoundError:
+                if src.exists():
+                    raise
+                dst.unlink(missing_ok=True)
+                vanished.append(f"{root}/{src.relative_to(source).as_posix()}")
+                continue
             count += 1
     return count
 
 
-def _fetch_store(root: str, target: Path) -> int:
-    """Copy every object under ``root`` in the object store into ``target``; how many."""
+def _fetch_store(root: str, target: Path, vanished: list[str]) -> int:
+    """Copy every object under ``root`` in the object store into ``target``; how many.
+
+    The backup of a live installation lists a root, then fetches its objects one by one: a job
+    training meanwhile stores a checkpoint and deletes its oldest (three are kept), so an object
+    listed may be gone when its turn comes. It is left out and named in ``vanished`` (operator
+    trial 31: the backup stopped with a FileNotFoundError traceback and no manifest.json)."""
     count = 0
     for key in artifact_listing(root):
         destination = target / key.partition("/")[2]
         destination.parent.mkdir(parents=True, exist_ok=True)
-        with artifact_read(key) as source, open(destination, "wb") as out:
+        try:
+            source = artifact_read(key)
+        except FileNotFoundError:
+            vanished.append(key)
+            continue
+        with source, open(destination, "wb") as out:
             shutil.copyfileobj(source, out, 1 << 20)
         count += 1
     return count
@@ -146,16 +165,16 @@ def backup(target: Path) -> dict:
         (target / "database.dump").chmod(0o600)
     else:
         raise BackupError(f"no backup for the {vendor} database engine")
-    files = {}
+    files, vanished = {}, []
     for root in ROOTS:
         source = root_path(root)
-        files[root] = _copy_tree(source, target / "storage" / root) if source.is_dir() else 0
+        files[root] = _copy_tree(source, target / "storage" / root, root, vanished) if source.is_dir() else 0
     objects = None
     if not shared_filesystem():
         # With an object store the local roots hold only this machine's copies: the store is where
         # every weights file, checkpoint and log archive lives (multi-node trial, M1).
         try:
-            objects = {root: _fetch_store(root, target / "store" / root) for root in ROOTS}
+            objects = {root: _fetch_store(root, target / "store" / root, vanished) for root in ROOTS}
         except StorageUnavailable as exc:
             raise BackupError(f"{exc}: the backup in {target} is incomplete; run it again into a new folder") from None
     secret = Path(settings.DATA_DIR) / "secret_key"
@@ -165,6 +184,8 @@ def backup(target: Path) -> dict:
                 "files": files, "secret_key": (target / "secret_key").exists()}
     if objects is not None:
         manifest |= {"store": artifact_store_name(), "objects": objects}
+    if vanished:
+        manifest["vanished"] = vanished
     (target / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

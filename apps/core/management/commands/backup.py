@@ -18,4 +18,10 @@ class Command(BaseCommand):
             manifest = backup(folder)
         except BackupError as exc:
             raise CommandError(str(exc)) from None
+        if manifest.get("vanished"):
+            # Deleted by the running installation after the backup listed them (a job's older
+            # checkpoints, a finished run folder): not an error, but the operator should know.
+            self.stderr.write(f"left out {len(manifest['vanished'])} file(s) deleted while the backup ran "
+                              f"(the installation is live; rows dumped before may still name them): "
+                              + ", ".join(manifest["vanished"]))
         self.stdout.write(json.dumps(manifest))
