@@ -20,7 +20,7 @@ RULE_TESTS = DEPLOY / "prometheus" / "tests" / "yoloportal.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "yoloportal.json"
 ALERTS = {"YoloportalNodeLost", "YoloportalGpusIdleWhileJobsWait", "YoloportalJobFailureRateHigh",
           "YoloportalSchedulerNotPlanning", "YoloportalRedisUnreachable", "YoloportalQueuedJobsLate",
-          "YoloportalNodeStorageUnreachable"}
+          "YoloportalNodeStorageUnreachable", "YoloportalMetricsUnreachable"}
 METRIC = re.compile(r"\byoloportal_[a-z0-9_]+")
 
 
@@ -35,7 +35,7 @@ def test_promtool_accepts_the_scrape_config():
 
 def test_promtool_accepts_the_rules():
     result = run("promtool", "check", "rules", str(RULES))
-    assert result.returncode == 0 and "SUCCESS: 7 rules found" in output(result), output(result)
+    assert result.returncode == 0 and "SUCCESS: 8 rules found" in output(result), output(result)
 
 
 def test_the_rule_unit_tests_pass():
@@ -66,6 +66,15 @@ def test_every_metric_the_rules_use_is_exported():
     exprs = " ".join(rule["expr"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"])
     used = names_in(exprs)
     assert used and used <= metric_names(), used - metric_names()
+
+
+def test_the_scrape_alert_watches_the_scrape_job_prometheus_yml_names():
+    """YoloportalMetricsUnreachable reads Prometheus' own ``up`` of the job scraping /metrics: a job
+    renamed in one file and not the other would leave the alert watching nothing (operator trial 31)."""
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    rules = {rule["alert"]: rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]}
+    assert [job["job_name"] for job in scrape] == ["yoloportal"]
+    assert rules["YoloportalMetricsUnreachable"]["expr"].strip() == 'up{job="yoloportal"} == 0'
 
 
 def test_every_metric_the_dashboard_uses_is_exported():
