@@ -68,10 +68,11 @@ def _pg_args() -> list[str]:
     return args
 
 
-def _copy_tree(source: Path, target: Path, root: str, vanished: list[str]) -> int:
+def _copy_tree(source: Path, target: Path, root: str = "", vanished: list[str] | None = None) -> int:
     """Copy regular files (hidden in-progress ones skipped: uploads being written, deletions).
-    A file removed after its folder was listed (a node's finished run folder, a rotated
-    checkpoint) is left out and its key added to ``vanished``."""
+    With ``vanished`` (the backup of a live installation's roots), a file removed after its
+    folder was listed (a node's finished run folder, a rotated checkpoint) is left out and its
+    key added there; without it (restore, reading a backup folder) that is an error."""
     count = 0
     for folder, dirs, files in os.walk(source):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
@@ -86,7 +87,7 @@ def _copy_tree(source: Path, target: Path, root: str, vanished: list[str]) -> in
             try:
                 shutil.copy2(src, dst)
             except FileNotFoundError:
-                if src.exists():
+                if vanished is None or src.exists():
                     raise
                 dst.unlink(missing_ok=True)
                 vanished.append(f"{root}/{src.relative_to(source).as_posix()}")
