@@ -21,7 +21,9 @@ class Command(BaseCommand):
         if manifest.get("vanished"):
             # Deleted by the running installation after the backup listed them (a job's older
             # checkpoints, a finished run folder): not an error, but the operator should know.
-            self.stderr.write(f"left out {len(manifest['vanished'])} file(s) deleted while the backup ran "
-                              f"(the installation is live; rows dumped before may still name them): "
-                              + ", ".join(manifest["vanished"]))
+            self.stderr.write(
+                f"left out {len(manifest['vanished'])} file(s) deleted while the backup ran "
+                f"(the installation is live; rows dumped before may still name them): "
+                + ", ".join(manifest["vanished"])
+            )
         self.stdout.write(json.dumps(manifest))
