@@ -1,0 +1,280 @@
+"""Why the long waiters waited: an instrumented replay, pass by pass (issue 14, ETA diagnosis).
+
+    python bench/why_waited.py --records /tmp/eta30/ns-s31.json --save why-s31.json
+    python bench/why_waited.py --load-why why-s31.json          # summarise a saved trace again
+
+``--records`` is a replay saved by ``bench/eta_calibration.py --save`` (its setup is reused
+exactly, and its first starts are checked against this run's: the instrumentation observes,
+it changes no start). Every job whose first start came ``--min-wait-days`` or more after its
+submit in that record is followed through every planning pass it waited in:
+
+- its rank (position in the pass's queue) and the queue's length;
+- what the pass decided for it (``Waiting.kind``: ``reserved`` with the reservation's time,
+  ``resources`` = blocked without one, ``quota`` / ``overquota`` / ``never``) and how many
+  jobs ahead of it held a reservation;
+- the jobs the pass started on a node whose GPUs it could use (its GPU-model constraint):
+  their class, GPUs and rank, ahead of it (the fair order put them first) or behind it
+  (backfilled past it);
+- whether it was preempted and requeued;
+- its ETA range at submit (the saved record's) and, once a day of replay time, the range a
+  re-ask would show (the job is added to the pass's ``explain_only``; ETAs change no start).
+
+The summary splits each long waiter's wait into the states above (time-weighted between
+passes) and names its main cause; docs/scheduling.md, "Why the long waiters waited".
+Instrumentation wraps ``plan``, ``rank_queue`` and ``Explainer.explain`` as the replay runs
+(read-only: they return what they returned) and is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+import os
+import statistics
+import sys
+from collections import Counter
+from dataclasses import replace
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import apps.scheduling.policy.explain as explain_mod  # noqa: E402
+import apps.scheduling.policy.fair as fair  # noqa: E402
+import apps.scheduling.simulator as sim  # noqa: E402
+from apps.scheduling.policy import PolicyConfig  # noqa: E402
+
+DAY_S = 86400.0
+
+
+def config_of(replay: dict) -> PolicyConfig:
+    """The PolicyConfig ``bench/eta_calibration.py`` replayed with (its ``replay`` block)."""
+    return PolicyConfig(
+        policy="fair",
+        user_gpu_hours_per_day=None,
+        eta_scenarios=replay["scenarios"],
+        eta_head=replay["eta_head"],
+        eta_after_budget_stretch=replay["after_budget_stretch"],
+        eta_below_head_stretch=replay["below_head_stretch"],
+        eta_below_head_load_max=replay.get("below_head_load_max", 0.9),  # not saved before eta29b
+    )
+
+
+def long_waiters(records: list, min_wait_s: float) -> list[tuple[float, float]]:
+    """(submit, GPUs) of the record's jobs whose first start came ``min_wait_s`` or more after submit."""
+    return [(r[0], float(r[6])) for r in records if r[4] is not None and r[4] - r[0] >= min_wait_s]
+
+
+def usable(node_models: dict[str, frozenset], models: tuple) -> set[str]:
+    """Nodes whose GPUs a job constrained to ``models`` may use (all nodes without a constraint)."""
+    want = set(models)
+    return {n for n, have in node_models.items() if not want or have & want}
+
+
+def trace(replay: dict, tracked_keys: set, reask_s: float = DAY_S) -> dict:
+    """Replay the setup with the instrumentation on; per tracked job its pass-by-pass states.
+
+    ``tracked_keys``: (submit, GPUs) of the jobs to follow (a job matching one is followed;
+    the summary keeps only those that did wait long in this run)."""
+    tasks, _ = sim.load_trace(replay["trace"])
+    tasks = tasks[: replay["max_tasks"]] if replay.get("max_tasks") else tasks
+    nodes = sim.load_nodes(replay["nodes"])
+    gpus = float(sum(len(n.gpus) for n in nodes))
+    tasks = sim.rescale(tasks, gpus, replay["load"])
+    owners = sim.assign_users(len(tasks), replay["seed"], 40, 6, 1.1)
+    task_of = {t.name: t for t in tasks}
+    node_models = {n.name: frozenset(g.model for g in n.gpus) for n in nodes}
+    tracked = {t.name for t in tasks if (t.submit, float(t.gpus)) in tracked_keys}
+    usable_of = {name: usable(node_models, task_of[name].gpu_models) for name in tracked}
+    passes: dict[str, list] = {name: [] for name in tracked}  # job -> [t, rank, queue, kind, until, ahead_reserved]
+    etas: dict[str, list] = {name: [] for name in tracked}  # job -> [t, point, low, high] at re-asks
+    passed_by: dict[str, list] = {name: [] for name in tracked}  # job -> [t, starter, gpus, class, ahead?]
+    last_ask: dict[str, float] = {}
+    box: dict = {}
+    plan_of, rank_of, explain_of, metrics_of = sim.plan, fair.rank_queue, explain_mod.Explainer.explain, sim._metrics
+    jobs: dict = {}
+
+    def ranked(*a, **k):
+        rows = rank_of(*a, **k)
+        box["rows"] = rows
+        return rows
+
+    def explained(self, waiting, reserved_node, eta_model=None):
+        box["waiting"] = waiting
+        return explain_of(self, waiting, reserved_node, eta_model)
+
+    def planned(state, now):
+        queued_tracked = [q.job_id for q in state.queued if q.job_id in tracked]
+        ask = frozenset(j for j in queued_tracked if now - last_ask.get(j, -math.inf) >= reask_s)
+        if ask:
+            state = replace(state, explain_only=(state.explain_only or frozenset()) | ask)
+        box.clear()
+        result = plan_of(state, now)
+        if not queued_tracked:
+            return result
+        # The queue's order is the explainer's (``waiting``): the pass's entries cover only the jobs
+        # in ``explain_only`` (the simulator's new jobs and the re-asked ones), not every job.
+        order = box.get("waiting", ())
+        position = {w.job.job_id: (k + 1, w) for k, w in enumerate(order)}
+        reserved_rank = [k for k, w in enumerate(order) if w.kind == "reserved"]
+        rank_all = {r.job.job_id: i + 1 for i, r in enumerate(box.get("rows", ()))}
+        entries = {e.job_id: e for e in result.queue} if ask else {}
+        for j in queued_tracked:
+            got = position.get(j)
+            if got is None:  # started in this pass
+                continue
+            pos, w = got
+            until = w.until if w.kind == "reserved" else None
+            passes[j].append([now, pos, len(order), w.kind, until, bisect.bisect_left(reserved_rank, pos - 1)])
+            e = entries.get(j)
+            if e is not None:
+                last_ask[j] = now
+                etas[j].append([now, e.estimated_start, e.estimated_start_low, e.estimated_start_high])
+            my_rank = rank_all.get(j, pos)
+            for s in result.starts:
+                if s.node in usable_of[j]:
+                    t = task_of[s.job_id]
+                    cls = s.priority_class or sim.QOS_CLASS.get(t.qos, "low")
+                    passed_by[j].append([now, s.job_id, t.gpus, cls, rank_all.get(s.job_id, 0) < my_rank])
+        return result
+
+    def keep(j, *a, **k):
+        jobs.update(j)
+        return metrics_of(j, *a, **k)
+
+    sim.plan, fair.rank_queue, explain_mod.Explainer.explain, sim._metrics = planned, ranked, explained, keep
+    try:
+        sim.simulate_policy(tasks, owners, nodes, config_of(replay), seed=replay["seed"])
+    finally:
+        sim.plan, fair.rank_queue, explain_mod.Explainer.explain, sim._metrics = (
+            plan_of,
+            rank_of,
+            explain_of,
+            metrics_of,
+        )
+    out = {}
+    for name in tracked:
+        j = jobs.get(name)
+        if j is None or j.first_start is None:
+            continue
+        out[name] = {
+            "submit": j.task.submit,
+            "first_start": j.first_start,
+            "gpus": j.task.gpus,
+            "models": list(j.task.gpu_models),
+            "class": j.request.priority_class,
+            "user": j.request.user,
+            "preempted": j.preempted,
+            "eta": [j.eta_at_submit, j.eta_low, j.eta_high],
+            "passes": passes[name],
+            "etas": etas[name],
+            "passed_by": passed_by[name],
+        }
+    starts = sorted(
+        (j.first_start, j.task.submit, float(j.task.gpus)) for j in jobs.values() if j.first_start is not None
+    )
+    return {"replay": replay, "jobs": out, "starts": starts}
+
+
+def states(job: dict) -> dict[str, float]:
+    """Seconds of the job's wait spent in each state, each pass's state held until the next pass."""
+    spent: Counter = Counter()
+    rows = job["passes"]
+    for k, (t, _pos, _n, kind, _until, ahead_res) in enumerate(rows):
+        end = rows[k + 1][0] if k + 1 < len(rows) else job["first_start"]
+        if kind == "reserved":
+            key = "reserved"
+        elif kind == "resources":
+            key = "blocked, no reservation" if ahead_res else "blocked, none reserved ahead"
+        else:
+            key = kind
+        spent[key] += max(0.0, end - t)
+    return dict(spent)
+
+
+def cause(job: dict) -> str:
+    """The main cause of a long wait (docs/scheduling.md, "Why the long waiters waited")."""
+    spent = states(job)
+    wait = job["first_start"] - job["submit"]
+    reserved = spent.get("reserved", 0.0)
+    behind = spent.get("blocked, no reservation", 0.0)
+    if job["preempted"]:
+        return "preempted and requeued"
+    if reserved >= 0.5 * wait:
+        return "held a reservation most of the wait"
+    if behind >= 0.5 * wait:
+        return "below the reservation cut (others reserved ahead)"
+    if spent.get("blocked, none reserved ahead", 0.0) >= 0.5 * wait:
+        return "blocked with no reservation ahead"
+    return "mixed"
+
+
+def summarise(data: dict, min_wait_s: float = 7 * DAY_S) -> dict:
+    """Counts per cause, and per cause the figures the docs table shows."""
+    jobs = {k: v for k, v in data["jobs"].items() if v["first_start"] - v["submit"] >= min_wait_s}
+    by_cause: dict[str, list] = {}
+    for name, job in jobs.items():
+        by_cause.setdefault(cause(job), []).append(name)
+    table = {}
+    for c, names in sorted(by_cause.items(), key=lambda kv: -len(kv[1])):
+        rows = [jobs[n] for n in names]
+        waits = [(r["first_start"] - r["submit"]) / DAY_S for r in rows]
+        gpus = Counter(_size(r["gpus"]) for r in rows)
+        ranks0 = [r["passes"][0][1] for r in rows if r["passes"]]
+        late = sum(1 for r in rows if r["eta"][2] is not None and r["first_start"] > r["eta"][2])
+        ahead = sum(sum(1 for p in r["passed_by"] if p[4]) for r in rows)
+        behind = sum(sum(1 for p in r["passed_by"] if not p[4]) for r in rows)
+        res_share = [states(r).get("reserved", 0.0) / max(1.0, r["first_start"] - r["submit"]) for r in rows]
+        table[c] = {
+            "jobs": len(rows),
+            "median_wait_d": statistics.median(waits),
+            "gpus": dict(gpus),
+            "median_rank_at_submit": statistics.median(ranks0) if ranks0 else None,
+            "late_vs_submit_range": late,
+            "starts_on_its_nodes_ahead": ahead,
+            "starts_on_its_nodes_behind": behind,
+            "median_reserved_share": statistics.median(res_share),
+        }
+    return {"long_waiters": len(jobs), "causes": table}
+
+
+def _size(gpus: float) -> str:
+    return "<1" if gpus < 1 else str(int(gpus))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", help="a replay saved by bench/eta_calibration.py --save (setup + long waiters)")
+    parser.add_argument("--load-why", help="summarise a trace saved by --save instead of replaying")
+    parser.add_argument("--save", help="write the per-job trace here")
+    parser.add_argument("--min-wait-days", type=float, default=7.0, help="the long waiters summarised")
+    parser.add_argument(
+        "--track-days", type=float, help="follow every job that waited this long (default --min-wait-days): a baseline"
+    )
+    parser.add_argument("--reask-hours", type=float, default=24.0, help="re-ask the ETA this often (replay time)")
+    args = parser.parse_args(argv)
+    min_wait_s = args.min_wait_days * DAY_S
+    if args.load_why:
+        with open(args.load_why) as fh:
+            data = json.load(fh)
+    else:
+        if not args.records:
+            parser.error("--records: a saved eta_calibration replay is required (or --load-why)")
+        with open(args.records) as fh:
+            saved = json.load(fh)
+        track_s = args.track_days * DAY_S if args.track_days is not None else min_wait_s
+        keys = set(long_waiters(saved["records"], min(track_s, min_wait_s)))
+        data = trace(saved["replay"], keys, args.reask_hours * 3600.0)
+        same = sorted((r[4], r[0], float(r[6])) for r in saved["records"] if r[4] is not None) == data["starts"]
+        data["starts_match_record"] = same
+        print(f"first starts as in {args.records}: {same}")
+        data.pop("starts")
+        if args.save:
+            with open(args.save, "w") as fh:
+                json.dump(data, fh)
+    print(json.dumps(summarise(data, min_wait_s), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
