@@ -86,7 +86,8 @@ def trace(replay: dict, tracked_keys: set, reask_s: float = DAY_S) -> dict:
     node_models = {n.name: frozenset(g.model for g in n.gpus) for n in nodes}
     tracked = {t.name for t in tasks if (t.submit, float(t.gpus)) in tracked_keys}
     usable_of = {name: usable(node_models, task_of[name].gpu_models) for name in tracked}
-    passes: dict[str, list] = {name: [] for name in tracked}  # job -> [t, rank, queue, kind, until, ahead_reserved]
+    # job -> [t, rank, queue length, kind, reserved start, reserved jobs ahead, priority, fair-share factor, size factor]
+    passes: dict[str, list] = {name: [] for name in tracked}
     etas: dict[str, list] = {name: [] for name in tracked}  # job -> [t, point, low, high] at re-asks
     passed_by: dict[str, list] = {name: [] for name in tracked}  # job -> [t, starter, gpus, class, ahead?]
     last_ask: dict[str, float] = {}
@@ -125,7 +126,9 @@ def trace(replay: dict, tracked_keys: set, reask_s: float = DAY_S) -> dict:
                 continue
             pos, w = got
             until = w.until if w.kind == "reserved" else None
-            passes[j].append([now, pos, len(order), w.kind, until, bisect.bisect_left(reserved_rank, pos - 1)])
+            prio, _, _, (f_share, _f_age, f_size, _f_class) = w.row
+            ahead_res = bisect.bisect_left(reserved_rank, pos - 1)
+            passes[j].append([now, pos, len(order), w.kind, until, ahead_res, prio, f_share, f_size])
             e = entries.get(j)
             if e is not None:
                 last_ask[j] = now
@@ -180,7 +183,7 @@ def states(job: dict) -> dict[str, float]:
     """Seconds of the job's wait spent in each state, each pass's state held until the next pass."""
     spent: Counter = Counter()
     rows = job["passes"]
-    for k, (t, _pos, _n, kind, _until, ahead_res) in enumerate(rows):
+    for k, (t, _pos, _n, kind, _until, ahead_res, *_) in enumerate(rows):
         end = rows[k + 1][0] if k + 1 < len(rows) else job["first_start"]
         if kind == "reserved":
             key = "reserved"
@@ -193,23 +196,22 @@ def states(job: dict) -> dict[str, float]:
 
 
 def cause(job: dict) -> str:
-    """The main cause of a long wait (docs/scheduling.md, "Why the long waiters waited")."""
-    spent = states(job)
-    wait = job["first_start"] - job["submit"]
-    reserved = spent.get("reserved", 0.0)
-    behind = spent.get("blocked, no reservation", 0.0)
+    """The main cause of a long wait (docs/scheduling.md, "Why the long waiters waited"): requeued
+    after a preemption; holding a reservation for at least half the wait (waiting for its time);
+    else whom the starts on its GPUs went to: jobs the fair order ranked ahead of it (outranked),
+    or jobs ranked behind it that fitted where it did not (passed by backfill)."""
     if job["preempted"]:
         return "preempted and requeued"
-    if reserved >= 0.5 * wait:
+    wait = job["first_start"] - job["submit"]
+    if states(job).get("reserved", 0.0) >= 0.5 * wait:
         return "held a reservation most of the wait"
-    if behind >= 0.5 * wait:
-        return "below the reservation cut (others reserved ahead)"
-    if spent.get("blocked, none reserved ahead", 0.0) >= 0.5 * wait:
-        return "blocked with no reservation ahead"
-    return "mixed"
+    ahead = sum(1 for p in job["passed_by"] if p[4])
+    if ahead >= len(job["passed_by"]) - ahead:
+        return "outranked: starts on its GPUs went to jobs ranked ahead"
+    return "passed by backfill: starts on its GPUs went to jobs ranked behind"
 
 
-def summarise(data: dict, min_wait_s: float = 7 * DAY_S) -> dict:
+def summarise(data: dict, min_wait_s: float = 7 * DAY_S, submit_of: dict[str, float] | None = None) -> dict:
     """Counts per cause, and per cause the figures the docs table shows."""
     jobs = {k: v for k, v in data["jobs"].items() if v["first_start"] - v["submit"] >= min_wait_s}
     by_cause: dict[str, list] = {}
@@ -235,7 +237,124 @@ def summarise(data: dict, min_wait_s: float = 7 * DAY_S) -> dict:
             "starts_on_its_nodes_behind": behind,
             "median_reserved_share": statistics.median(res_share),
         }
-    return {"long_waiters": len(jobs), "causes": table}
+    return {
+        "long_waiters": len(jobs),
+        "causes": table,
+        "passed_by": passed_by_table(jobs, submit_of),
+        "reask": reask(jobs),
+    }
+
+
+def submits(replay: dict) -> dict[str, float]:
+    """Each job's submit in the replay (the trace rescaled as :func:`trace` does)."""
+    tasks, _ = sim.load_trace(replay["trace"])
+    tasks = tasks[: replay["max_tasks"]] if replay.get("max_tasks") else tasks
+    gpus = float(sum(len(n.gpus) for n in sim.load_nodes(replay["nodes"])))
+    return {t.name: t.submit for t in sim.rescale(tasks, gpus, replay["load"])}
+
+
+def passed_by_table(jobs: dict, submit_of: dict[str, float] | None = None) -> dict[str, dict]:
+    """Starts on the long waiters' nodes during their waits: ranked ahead of the waiter (the fair
+    order put them first) or behind it (backfilled past it), by class, by GPUs and (with
+    ``submit_of``) how many were submitted after the waiter; a start counts once per waiter it passed."""
+    out = {k: {"starts": 0, "submitted later": 0, "class": Counter(), "gpus": Counter()} for k in ("ahead", "behind")}
+    for job in jobs.values():
+        for _t, starter, gpus, cls, ahead in job["passed_by"]:
+            row = out["ahead" if ahead else "behind"]
+            row["starts"] += 1
+            row["class"][cls] += 1
+            row["gpus"][_size(gpus)] += 1
+            if submit_of is not None and submit_of.get(starter, -math.inf) > job["submit"]:
+                row["submitted later"] += 1
+    return {k: {**v, "class": dict(v["class"]), "gpus": dict(v["gpus"])} for k, v in out.items()}
+
+
+def reask(jobs: dict) -> dict[str, float]:
+    """The ranges a re-ask showed during the wait: how many ended before the actual start (late)."""
+    asks = [(e, job["first_start"]) for job in jobs.values() for e in job["etas"] if e[3] is not None]
+    late = sum(1 for e, start in asks if start > e[3])
+    by_job = [
+        sum(1 for e in job["etas"] if e[3] is not None and job["first_start"] > e[3]) / len(job["etas"])
+        for job in jobs.values()
+        if job["etas"]
+    ]
+    return {
+        "asks": len(asks),
+        "late": late,
+        "jobs_late_at_every_ask": sum(1 for x in by_job if x == 1.0),
+        "jobs_asked": len(by_job),
+    }
+
+
+def auc(pos: list[float], neg: list[float]) -> float | None:
+    """P(a value of ``pos`` > one of ``neg``), ties half: 0.5 = the feature tells nothing apart."""
+    if not pos or not neg:
+        return None
+    ranked = sorted([(v, 1) for v in pos] + [(v, 0) for v in neg])
+    rank_sum, k = 0.0, 0
+    while k < len(ranked):  # average ranks over ties
+        end = k
+        while end + 1 < len(ranked) and ranked[end + 1][0] == ranked[k][0]:
+            end += 1
+        mid = (k + end) / 2 + 1
+        rank_sum += sum(mid for i in range(k, end + 1) if ranked[i][1])
+        k = end + 1
+    return (rank_sum - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
+
+
+def requested_gpu_hours(f_size: float, cap_gpu_hours: float = 1000.0) -> float:
+    """GPUs × walltime estimate from the size factor (``priority.size_factor`` inverted; the cap's floor)."""
+    return math.expm1((1.0 - f_size) * math.log1p(cap_gpu_hours))
+
+
+def at_age(job: dict, age_s: float) -> list | None:
+    """The pass row in force ``age_s`` after the submit (None if it had started by then)."""
+    if job["first_start"] - job["submit"] < age_s or not job["passes"]:
+        return None
+    times = [p[0] for p in job["passes"]]
+    k = bisect.bisect_right(times, job["submit"] + age_s) - 1
+    return job["passes"][max(0, k)]
+
+
+def signals(job: dict, age_s: float) -> dict[str, float] | None:
+    """What was known of the job at its submit (first pass) and at ``age_s`` into its wait."""
+    if not job["passes"]:
+        return None
+    first, later = job["passes"][0], at_age(job, age_s)
+    if later is None:
+        return None
+    point = job["eta"][0]
+    return {
+        "shown point at submit (wait)": (point - job["submit"]) if point is not None else math.inf,
+        "GPUs": float(job["gpus"]),
+        "requested GPU-h (size factor)": requested_gpu_hours(first[8]),
+        "rank at submit": float(first[1]),
+        "rank / queue at submit": first[1] / first[2],
+        "fair-share factor at submit (low = heavy user)": -first[7],
+        "priority at submit (low = behind)": -first[6],
+        f"rank at {age_s / DAY_S:g} d": float(later[1]),
+        f"rank / queue at {age_s / DAY_S:g} d": later[1] / later[2],
+        f"priority at {age_s / DAY_S:g} d (low = behind)": -later[6],
+        f"reserved at {age_s / DAY_S:g} d": float(later[3] == "reserved"),
+        f"reserved jobs ahead at {age_s / DAY_S:g} d": float(later[5]),
+    }
+
+
+def discriminate(data: dict, min_wait_s: float, base_s: float, age_s: float) -> dict[str, tuple]:
+    """Per signal: (AUC long vs base, median long, median base); long = waited >= ``min_wait_s``,
+    base = waited ``base_s`` to ``min_wait_s``; only jobs still waiting at ``age_s``."""
+    long_rows, base_rows = [], []
+    for job in data["jobs"].values():
+        wait = job["first_start"] - job["submit"]
+        got = signals(job, age_s)
+        if got is None or wait < base_s:
+            continue
+        (long_rows if wait >= min_wait_s else base_rows).append(got)
+    out = {}
+    for key in long_rows[0] if long_rows else ():
+        a, b = [r[key] for r in long_rows], [r[key] for r in base_rows]
+        out[key] = (auc(a, b), statistics.median(a), statistics.median(b) if b else None, len(a), len(b))
+    return out
 
 
 def _size(gpus: float) -> str:
@@ -250,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-wait-days", type=float, default=7.0, help="the long waiters summarised")
     parser.add_argument(
         "--track-days", type=float, help="follow every job that waited this long (default --min-wait-days): a baseline"
+    )
+    parser.add_argument(
+        "--base-days", type=float, help="compare with the jobs that waited this long to --min-wait-days"
     )
     parser.add_argument("--reask-hours", type=float, default=24.0, help="re-ask the ETA this often (replay time)")
     args = parser.parse_args(argv)
@@ -272,7 +394,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.save:
             with open(args.save, "w") as fh:
                 json.dump(data, fh)
-    print(json.dumps(summarise(data, min_wait_s), indent=1))
+    print(json.dumps(summarise(data, min_wait_s, submits(data["replay"])), indent=1))
+    if args.base_days is not None:
+        age_s = args.base_days * DAY_S
+        print(
+            f"| signal | AUC (>= {args.min_wait_days:g} d vs {args.base_days:g}-{args.min_wait_days:g} d) | median long | median base |"
+        )
+        print("|---|---:|---:|---:|")
+        for key, (a, m_long, m_base, n_long, n_base) in discriminate(data, min_wait_s, age_s, age_s).items():
+            print(f"| {key} | {a:.2f} | {m_long:,.3g} | {m_base:,.3g} | ({n_long} / {n_base})")
     return 0
 
 

@@ -87,6 +87,13 @@ def test_states_split_the_wait_between_passes() -> None:
         "blocked, none reserved ahead": DAY,
         "reserved": 3 * DAY,
     }
-    assert why.cause(job) == "below the reservation cut (others reserved ahead)"
+    job["passed_by"] = [
+        [DAY, "a", 1.0, "low", True],
+        [2 * DAY, "b", 1.0, "low", False],
+        [3 * DAY, "c", 8.0, "high", True],
+    ]
+    assert why.cause(job) == "outranked: starts on its GPUs went to jobs ranked ahead"
+    job["passed_by"][2][4] = False
+    assert why.cause(job) == "passed by backfill: starts on its GPUs went to jobs ranked behind"
     job["preempted"] = 1
     assert why.cause(job) == "preempted and requeued"
