@@ -62,6 +62,8 @@ def test_the_whole_node_job_is_followed_pass_by_pass_and_no_start_moves(tmp_path
     assert all(p[4] >= p[0] for p in job["passes"])  # the reservation's time is never in the past
     # The six short jobs started on its node while it waited (the four long ones before it came).
     assert sorted(p[1] for p in job["passed_by"]) == [f"short-{k}" for k in range(6)]
+    # ranked ahead of it (an hour of one GPU: a higher size factor than its 8-GPU day), in its class
+    assert {(p[2], p[3], p[4]) for p in job["passed_by"]} == {(1.0, "high", True)}
     # Its ETA re-asked at most once a day of replay time, at the passes there were: at its submit, then when
     # the first 10-day job ended (no pass in between); each range is a range.
     assert [e[0] for e in job["etas"]] == [100.0, 10 * DAY]
