@@ -183,10 +183,13 @@ def states(job: dict) -> dict[str, float]:
     """Seconds of the job's wait spent in each state, each pass's state held until the next pass."""
     spent: Counter = Counter()
     rows = job["passes"]
-    for k, (t, _pos, _n, kind, _until, ahead_res, *_) in enumerate(rows):
+    for k, (t, _pos, _n, kind, until, ahead_res, *_) in enumerate(rows):
         end = rows[k + 1][0] if k + 1 < len(rows) else job["first_start"]
         if kind == "reserved":
-            key = "reserved"
+            # A reservation due at the pass itself: the GPUs it counts on are held by jobs past their
+            # walltime estimate (the reservation takes an overdue job as ending now), so it waits on
+            # while they run on.
+            key = "reserved, due now" if until is not None and until <= t + 1.0 else "reserved"
         elif kind == "resources":
             key = "blocked, no reservation" if ahead_res else "blocked, none reserved ahead"
         else:
@@ -203,7 +206,8 @@ def cause(job: dict) -> str:
     if job["preempted"]:
         return "preempted and requeued"
     wait = job["first_start"] - job["submit"]
-    if states(job).get("reserved", 0.0) >= 0.5 * wait:
+    spent = states(job)
+    if spent.get("reserved", 0.0) + spent.get("reserved, due now", 0.0) >= 0.5 * wait:
         return "held a reservation most of the wait"
     ahead = sum(1 for p in job["passed_by"] if p[4])
     if ahead >= len(job["passed_by"]) - ahead:
@@ -226,7 +230,7 @@ def summarise(data: dict, min_wait_s: float = 7 * DAY_S, submit_of: dict[str, fl
         late = sum(1 for r in rows if r["eta"][2] is not None and r["first_start"] > r["eta"][2])
         ahead = sum(sum(1 for p in r["passed_by"] if p[4]) for r in rows)
         behind = sum(sum(1 for p in r["passed_by"] if not p[4]) for r in rows)
-        res_share = [states(r).get("reserved", 0.0) / max(1.0, r["first_start"] - r["submit"]) for r in rows]
+        res_share = [_reserved(states(r)) / max(1.0, r["first_start"] - r["submit"]) for r in rows]
         table[c] = {
             "jobs": len(rows),
             "median_wait_d": statistics.median(waits),
@@ -355,6 +359,10 @@ def discriminate(data: dict, min_wait_s: float, base_s: float, age_s: float) -> 
         a, b = [r[key] for r in long_rows], [r[key] for r in base_rows]
         out[key] = (auc(a, b), statistics.median(a), statistics.median(b) if b else None, len(a), len(b))
     return out
+
+
+def _reserved(spent: dict[str, float]) -> float:
+    return spent.get("reserved", 0.0) + spent.get("reserved, due now", 0.0)
 
 
 def _size(gpus: float) -> str:

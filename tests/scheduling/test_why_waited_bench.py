@@ -94,6 +94,8 @@ def test_states_split_the_wait_between_passes() -> None:
         [2 * DAY, "b", 1.0, "low", False],
         [3 * DAY, "c", 8.0, "high", True],
     ]
+    job["passes"][2][4] = 7 * DAY  # due at the pass: the jobs it counts on are past their estimates
+    assert why.states(job)["reserved, due now"] == 3 * DAY
     assert why.cause(job) == "outranked: starts on its GPUs went to jobs ranked ahead"
     job["passed_by"][2][4] = False
     assert why.cause(job) == "passed by backfill: starts on its GPUs went to jobs ranked behind"
