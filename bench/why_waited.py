@@ -23,6 +23,11 @@ The summary splits each long waiter's wait into the states above (time-weighted 
 passes) and names its main cause; docs/scheduling.md, "Why the long waiters waited".
 Instrumentation wraps ``plan``, ``rank_queue`` and ``Explainer.explain`` as the replay runs
 (read-only: they return what they returned) and is removed afterwards.
+
+Measured (4x8 seeds 11 and 31, main's defaults; docs): 93-98 % of the >= 7-day waits were spent
+blocked below the reservation cut, the GPUs going to later, smaller arrivals ranked ahead; once
+reserved, a job started within hours. Best signals: the job's own priority (size factor) at the
+submit on s31 (AUC 0.85-0.87, not s11: 0.60), its rank / queue length two days in on both (0.67, 0.88).
 """
 
 from __future__ import annotations

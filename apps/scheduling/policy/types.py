@@ -424,7 +424,10 @@ class QueueEntry:
 class Plan:
     starts: tuple[Start, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
-    queue: tuple[QueueEntry, ...] = ()  # every job not started by this plan
+    # Every job not started by this plan; with ``ClusterState.explain_only`` (the simulator's) only
+    # those jobs — a bench that wants every waiting job's rank reads the pass's order elsewhere
+    # (bench/why_waited.py wraps ``Explainer.explain``).
+    queue: tuple[QueueEntry, ...] = ()
     wake_at: float | None = None  # plan again by then even without events (a quota frees up)
     # The pass's backfill reservations: (job id, node, GPUs it holds there). The queue entries
     # say the same for the jobs they explain; this covers every one (the simulator's
