@@ -34,11 +34,16 @@ def start_moto(port: int, log: Path) -> subprocess.Popen:
             time.sleep(0.2)
 
 
-def create_bucket(url: str, bucket: str) -> None:
+def s3_client(url: str):
+    """A boto3 client of the moto server at ``url`` (its fixed test credentials)."""
     import boto3
 
-    boto3.client("s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket=bucket)
+    return boto3.client("s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing",
+                        region_name="us-east-1")
+
+
+def create_bucket(url: str, bucket: str) -> None:
+    s3_client(url).create_bucket(Bucket=bucket)
 
 
 def stop_moto(process: subprocess.Popen) -> None:

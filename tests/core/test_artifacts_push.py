@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from tests.jobs.factories import make_job
-from tests.s3 import s3_storages
+from tests.s3 import s3_client, s3_storages
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
@@ -53,15 +53,7 @@ def roots(tmp_path):
 
 
 def stored_object(moto, key: str) -> dict:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=moto["url"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
+    client = s3_client(moto["url"])
     response = client.get_object(Bucket=moto["bucket"], Key=key)
     return {"body": response["Body"].read(), "etag": response["ETag"].strip('"'), "metadata": response["Metadata"]}
 
@@ -97,18 +89,10 @@ def test_a_file_rewritten_at_the_same_size_is_copied_again_and_an_unchanged_one_
 def test_an_object_stored_without_its_hash_is_copied_once_then_skipped(moto, roots):
     """An object an older push stored (no sha256 beside it) cannot be compared without a download:
     it is copied again once, and carries its hash from then on."""
-    import boto3
-
     dataset = roots["DATASETS_DIR"] / "demo" / "data.yaml"
     dataset.parent.mkdir(parents=True)
     dataset.write_bytes(b"names: [a]\n")
-    boto3.client(
-        "s3",
-        endpoint_url=moto["url"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    ).put_object(Bucket=moto["bucket"], Key="datasets/demo/data.yaml", Body=b"names: [b]\n")
+    s3_client(moto["url"]).put_object(Bucket=moto["bucket"], Key="datasets/demo/data.yaml", Body=b"names: [b]\n")
     out, err = push(moto)
     assert out.startswith("pushed 1 files, 0 already stored"), out
     assert stored_object(moto, "datasets/demo/data.yaml")["body"] == b"names: [a]\n"
@@ -116,26 +100,14 @@ def test_an_object_stored_without_its_hash_is_copied_once_then_skipped(moto, roo
     assert out.startswith("pushed 0 files, 1 already stored"), out
 
 
-def s3_client(moto):
-    import boto3
-
-    return boto3.client(
-        "s3",
-        endpoint_url=moto["url"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-
-
 def put_in_one_part(moto, key: str, body: bytes) -> None:
-    s3_client(moto).put_object(Bucket=moto["bucket"], Key=key, Body=body)
+    s3_client(moto["url"]).put_object(Bucket=moto["bucket"], Key=key, Body=body)
 
 
 def put_in_parts(moto, key: str, body: bytes) -> None:
     """A multipart upload (as boto3 makes above 8 MiB), here of one part: its ETag is
     ``md5(part md5s)-1``, not the MD5 of the bytes."""
-    client, bucket = s3_client(moto), moto["bucket"]
+    client, bucket = s3_client(moto["url"]), moto["bucket"]
     upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
     part = client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=body)
     client.complete_multipart_upload(
@@ -183,7 +155,7 @@ def test_an_object_skipped_by_its_etag_gets_its_sha256_recorded_its_bytes_and_ot
     dataset = roots["DATASETS_DIR"] / "demo" / "data.yaml"
     dataset.parent.mkdir(parents=True)
     dataset.write_bytes(b"names: [a]\n")
-    s3_client(moto).put_object(
+    s3_client(moto["url"]).put_object(
         Bucket=moto["bucket"],
         Key="datasets/demo/data.yaml",
         Body=b"names: [a]\n",
@@ -198,7 +170,7 @@ def test_an_object_skipped_by_its_etag_gets_its_sha256_recorded_its_bytes_and_ot
     after = stored_object(moto, "datasets/demo/data.yaml")
     assert after["metadata"] == {"owner": "ops", "sha256": hashlib.sha256(b"names: [a]\n").hexdigest()}
     assert (after["body"], after["etag"]) == (before["body"], before["etag"])
-    head = s3_client(moto).head_object(Bucket=moto["bucket"], Key="datasets/demo/data.yaml")
+    head = s3_client(moto["url"]).head_object(Bucket=moto["bucket"], Key="datasets/demo/data.yaml")
     assert head["ContentType"] == "application/yaml"
 
 

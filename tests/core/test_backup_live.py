@@ -11,34 +11,23 @@ import json
 import shutil
 from pathlib import Path
 
-import boto3
 import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 
 from apps.core import backup as backup_module
-from tests.s3 import s3_storages
+from tests.s3 import s3_client, s3_storages
 
 # transaction=True: sqlite3's backup API waits forever on a source connection inside the test's open
 # write transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def client(moto):
-    return boto3.client(
-        "s3",
-        endpoint_url=moto["url"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-
-
 def test_an_object_deleted_between_the_listing_and_its_copy_is_left_out_not_a_traceback(
     moto, tmp_path, monkeypatch, capsys
 ):
-    s3 = client(moto)
+    s3 = s3_client(moto["url"])
     kept, rotated = "jobs/j1/checkpoints/epoch-0004-attempt-1.pt", "jobs/j1/checkpoints/epoch-0001-attempt-1.pt"
     for key in (kept, rotated, "datasets/vision/demo/v1/data.yaml"):
         s3.put_object(Bucket=moto["bucket"], Key=key, Body=key.encode())
