@@ -83,8 +83,9 @@ def test_a_manager_still_cancels_and_requeues_with_the_admin_actions_and_both_ar
     assert not entries("admin.action")
 
 
-def test_a_superuser_edit_of_a_running_job_is_audited_with_before_and_after(superuser, bob, teams):
-    job = make_job(team=teams["vision"], user=bob, state=JobState.RUNNING, gpus=2)
+def test_a_superuser_edit_of_a_queued_job_is_audited_with_before_and_after(superuser, bob, teams):
+    # Queued: a placed job's resources are read-only (fix31a; tests/portal/test_admin_writes.py).
+    job = make_job(team=teams["vision"], user=bob, state=JobState.QUEUED, gpus=2)
     client = admin_client(superuser)
     url = f"/admin/jobs/job/{job.pk}/change/"
     data = form_data(client, url) | {"gpus": "1", "retries_left": "3"}
