@@ -31,7 +31,7 @@ from apps.accounts.throttles import SubmitThrottle
 from apps.core.api import StrictInput, field_errors, query_strict, surrogates_refuse
 from apps.core.errors import FieldErrors
 from apps.core.openapi import ERROR, paginated
-from apps.core.pagination import ListPage
+from apps.core.pagination import ListPage, NewestFirstPage
 from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
 from apps.core.strict_yaml import YamlError, load_yaml, text_decode
@@ -393,13 +393,19 @@ class JobListCreate(APIView):
                              description="a job state, or active (queued, starting, running) or finished (any ended state)"),
             OpenApiParameter("id", str, description="jobs whose id starts with this (at least 4 characters, as "
                                                     "`yoloq queue` prints ids)"),
+            OpenApiParameter("before", str, description="the jobs listed after this one (a job id): what a `next` "
+                                                        "link carries, so that jobs submitted, or leaving a "
+                                                        "filter, between two pages neither repeat nor hide any; "
+                                                        "not with offset"),
             *LIST_FILTERS,
         ],
         responses={200: paginated(JobOut), 400: ERROR},
         operation_id="jobs_list",
+        description="Newest first. Follow `next` to page: it continues after the last job shown (`before`); "
+                    "`count` is the list's length as it is now.",
     )
     def get(self, request):
-        query_strict(request, takes=("state", "id", *FILTER_NAMES), what="the job list", paged=True)
+        query_strict(request, takes=("state", "id", "before", *FILTER_NAMES), what="the job list", paged=True)
         state = request.query_params.get("state") or None
         if state and state not in STATE_FILTERS:
             return field_errors({"state": f"must be one of {', '.join(STATE_FILTERS)}, got {state[:50]!r}"})
@@ -416,11 +422,11 @@ class JobListCreate(APIView):
         if prefix:
             # UUIDField's startswith compares without dashes on every database (Django's UUIDTextMixin).
             jobs = jobs.filter(id__startswith=prefix.lower())
-        paginator = self.paginator_class()
-        page = paginator.paginate_queryset(jobs.select_related("model_version"), request, view=self)
+        paginator = NewestFirstPage()
+        page = paginator.paginate_queryset(jobs.select_related("model_version"), request, view=self,
+                                           cursor_scope=job_list(user=request.user),
+                                           not_found="no job with that id in your teams")
         return paginator.get_paginated_response(JobOut(page, many=True).data)
-
-    paginator_class = ListPage
 
     @extend_schema(
         request={"application/json": JobSpecDoc, "application/yaml": OpenApiTypes.STR},

@@ -146,8 +146,8 @@ def test_every_unknown_parameter_is_named_at_once(alice):
     response = api_client(alice).get("/api/v1/jobs/", {"status": "running", "sort": "created_at"})
     assert response.status_code == 400
     assert response.json() == {
-        "sort": ["is not a parameter of the job list (it takes state, id, team, user, mine, limit, offset)"],
-        "status": ["is not a parameter of the job list (it takes state, id, team, user, mine, limit, offset)"]}
+        "sort": ["is not a parameter of the job list (it takes state, id, before, team, user, mine, limit, offset)"],
+        "status": ["is not a parameter of the job list (it takes state, id, before, team, user, mine, limit, offset)"]}
 
 
 @pytest.mark.parametrize("url", PAGED + UNPAGED + ["/api/v1/jobs/{job}/", "/api/v1/schema/"])
