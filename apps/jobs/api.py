@@ -381,6 +381,20 @@ LIST_FILTERS = [
 ]
 
 
+# How long a submit refused at the active-job cap is told to wait (Retry-After). A place frees when
+# one of the user's jobs ends, which no one can time; a client that retries on 429 (urllib3's Retry,
+# CI wrappers) read a 429 without Retry-After as "at once" and hammered, or gave up (trial 32).
+ACTIVE_CAP_RETRY_S = 60
+
+
+def active_cap_refusal(cap: TooManyActiveJobs) -> Response:
+    """The 429 of a submit (or continue) past MAX_ACTIVE_JOBS_PER_USER: the count, the limit, and
+    when to ask again, as the throttles' 429s say it (``Retry-After`` in seconds)."""
+    detail = f"{cap}. Try again in {ACTIVE_CAP_RETRY_S} seconds at the earliest"
+    return Response({"detail": detail, "active_jobs": cap.count, "limit": cap.limit},
+                    status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(ACTIVE_CAP_RETRY_S)})
+
+
 class JobListCreate(APIView):
     parser_classes = [BoundedJSONParser, YAMLParser, TextYAMLParser, XYAMLParser]
 
@@ -450,8 +464,7 @@ class JobListCreate(APIView):
         except IdempotencyKeyReused as reused:  # named as the caller sent it: the header
             return field_errors({"Idempotency-Key": reused.errors["idempotency_key"]}, status.HTTP_409_CONFLICT)
         except TooManyActiveJobs as cap:
-            return Response({"detail": str(cap), "active_jobs": cap.count, "limit": cap.limit},
-                            status=status.HTTP_429_TOO_MANY_REQUESTS)
+            return active_cap_refusal(cap)
         except DuplicateJob as dup:
             return Response(
                 {"detail": f"an identical job of your team is already active: {dup.job.task_name} ({str(dup.job.pk)[:8]}, "
@@ -574,8 +587,7 @@ class JobContinue(APIView):
         except IdempotencyKeyReused as reused:
             return field_errors({"Idempotency-Key": reused.errors["idempotency_key"]}, status.HTTP_409_CONFLICT)
         except TooManyActiveJobs as cap:
-            return Response({"detail": str(cap), "active_jobs": cap.count, "limit": cap.limit},
-                            status=status.HTTP_429_TOO_MANY_REQUESTS)
+            return active_cap_refusal(cap)
         except DuplicateJob as dup:
             return Response({"detail": f"an identical job of your team is already active: {dup.job.task_name} "
                                        f"({str(dup.job.pk)[:8]}, {dup.job.state}); continued or submitted again "

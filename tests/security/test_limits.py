@@ -92,6 +92,16 @@ def test_a_user_at_the_active_job_cap_gets_a_429_naming_the_count_and_the_limit(
     assert Job.objects.filter(user=bob).count() == 4
 
 
+def test_the_active_job_cap_says_when_to_try_again(bob, demo_registered, settings, teams):
+    """A 429 without Retry-After: a CI client retrying on 429 had no wait to honour (trial 32)."""
+    settings.MAX_ACTIVE_JOBS_PER_USER = 1
+    make_job(team=teams["vision"], user=bob)
+    response = submit_api(bob)
+    assert response.status_code == 429, response.content
+    assert int(response["Retry-After"]) > 0
+    assert f"Try again in {response['Retry-After']} seconds" in response.json()["detail"]
+
+
 def test_a_cap_lowered_below_what_a_user_has_still_names_the_exact_count(bob, demo_registered, settings, teams):
     """Submit counts active jobs only up to the cap; the refusal counts them all."""
     for _ in range(5):
