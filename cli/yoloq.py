@@ -564,7 +564,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     api = api_from_config()
     job_id = job_resolve(api, args.id)
-    job = api.request("POST", f"jobs/{job_id}/cancel/", ok=(202,)).json()
+    body = {"reason": args.reason} if args.reason else {}
+    job = api.request("POST", f"jobs/{job_id}/cancel/", ok=(202,), json=body).json()
     if job["state"] == "cancelled":
         print(f"Cancelled {job_id} ({job['task_name']}).")
     else:
@@ -1181,6 +1182,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("cancel", help="cancel a job, like scancel")
     p.add_argument("id", help=JOB_ID_HELP)
+    p.add_argument("--reason", help="why (kept in the job's timeline; a teammate's job: told to its owner)")
     p.set_defaults(func=cmd_cancel)
 
     p = commands.add_parser("requeue", help="team managers: put a running job back in the queue "

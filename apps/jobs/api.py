@@ -491,17 +491,26 @@ class NoInput(StrictInput):
     """The body of an action that takes none: a field sent is named in a 400, not dropped (CI trial 17, H8)."""
 
 
+class JobCancelIn(StrictInput):
+    # Refused as PLATFORM_FIELDS' "reason" (the queue's: "is computed by the scheduler") before: a
+    # manager's script could not say why, which the owner's notification promises (trial 32).
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                   help_text="why (optional): in the job's timeline and, when the job is "
+                                             "someone else's, in its owner's notification")
+
+
 class JobCancel(APIView):
-    @extend_schema(request=None, responses={202: JobOut, 400: ERROR, 403: ERROR, 404: ERROR, 409: ERROR})
+    @extend_schema(request=JobCancelIn, responses={202: JobOut, 400: ERROR, 403: ERROR, 404: ERROR, 409: ERROR})
     def post(self, request, job_id):
         job = get_or_404(job_list(user=request.user), job_id, JOB_NOT_VISIBLE)
-        NoInput(data=request.data).is_valid(raise_exception=True)
+        data = JobCancelIn(data=request.data)
+        data.is_valid(raise_exception=True)
         if not job_may_cancel(user=request.user, job=job):
             return Response({"detail": "only the job's owner or a team manager may cancel it"},
                             status=status.HTTP_403_FORBIDDEN)
         if job.state not in (JobState.QUEUED, JobState.STARTING, JobState.RUNNING):
             return field_errors({"state": f"job is already {job.state}; nothing to cancel"}, status.HTTP_409_CONFLICT)
-        job_cancel(job=job, by=request.user)
+        job_cancel(job=job, by=request.user, reason=data.validated_data.get("reason", "").strip())
         job.refresh_from_db()
         return Response(JobOut(job).data, status=status.HTTP_202_ACCEPTED)
 
@@ -529,6 +538,9 @@ class JobRequeue(APIView):
 
 
 class JobContinueIn(StrictInput):
+    # PLATFORM_FIELDS says "ask with resources.gpu", a spec's field: here the field is gpu (trial 32).
+    forbidden = {"gpus": 'are allocated by the scheduler (ask with gpu, e.g. {"gpu": 1})'}
+
     timeout = serializers.IntegerField(required=False, min_value=1,
                                        help_text="seconds; the new job's timeout (default: the job's own)")
     # Blank and untrimmed reach the spec's own parser: `yoloq continue ID --memory ""` got DRF's "may

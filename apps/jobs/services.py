@@ -1703,7 +1703,7 @@ def job_cancel(*, job: Job, by, reason: str = "") -> bool:
     job's events. A sweep parent is cancelled at once, with its queued and running trials.
     """
     if job.is_sweep:
-        return sweep_cancel(job, by=by)
+        return sweep_cancel(job, by=by, reason=reason)
     now = timezone.now()
     who = f" by {actor_name(by)}" if by is not None else ""
     why = f": {reason}" if reason else ""
@@ -1735,7 +1735,7 @@ def cancellation_data(job: Job, *, by, reason: str) -> dict:
             "reason": reason}
 
 
-def sweep_cancel(parent: Job, *, by) -> bool:
+def sweep_cancel(parent: Job, *, by, reason: str = "") -> bool:
     """Cancel a sweep: the parent at once, then each of its queued and running trials.
 
     A trial the sweep step submits while this runs is caught by that step: it cancels the
@@ -1746,8 +1746,9 @@ def sweep_cancel(parent: Job, *, by) -> bool:
         return False
     who = f"by {actor_name(by)}" if by is not None else "by the platform"
     trials = list(Job.objects.filter(parent=parent, state__in=ACTIVE_STATES).select_related("team"))
-    job_event(parent, "cancelled", f"cancelled {who}; cancelling its {len(trials)} queued or running trial(s)",
-              cancellation_data(parent, by=by, reason=""))
+    why = f": {reason}" if reason else ""
+    job_event(parent, "cancelled", f"cancelled {who}{why}; cancelling its {len(trials)} queued or running trial(s)",
+              cancellation_data(parent, by=by, reason=reason))
     if by is not None:
         audit_record(actor=by, action=AuditEntry.Action.JOB_CANCEL, team=parent.team_id, target=parent,
                      message="sweep with its trials")

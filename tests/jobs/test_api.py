@@ -153,6 +153,24 @@ def test_a_manager_cancels_any_job_of_their_team(alice, bobs_job):
     assert api_client(alice).post(f"/api/v1/jobs/{bobs_job.pk}/cancel/").status_code == 202
 
 
+def test_a_manager_s_cancel_says_why_and_the_owner_s_event_keeps_it(alice, bob, teams):
+    """{"reason": …} was refused "cannot be set: is computed by the scheduler" (the queue reason's
+    word): a manager's script could not say why, which the owner's notification promises (trial 32)."""
+    from apps.jobs.models import JobEvent
+
+    job = make_job(team=teams["vision"], user=bob)
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/cancel/", {"reason": "superseded by run 43"},
+                                      format="json")
+    assert response.status_code == 202, response.content
+    event = JobEvent.objects.get(job=job, kind="cancelled")
+    assert event.message == "cancelled by alice while queued: superseded by run 43"
+    assert event.data["reason"] == "superseded by run 43"
+    response = api_client(alice).post(f"/api/v1/jobs/{make_job(team=teams['vision'], user=bob).pk}/cancel/",
+                                      {"reason": "x" * 201}, format="json")
+    assert response.status_code == 400
+    assert list(response.json()) == ["reason"]
+
+
 def test_a_manager_requeues_a_running_job_of_their_team(alice, bobs_job):
     response = api_client(alice).post(f"/api/v1/jobs/{bobs_job.pk}/requeue/")
     assert response.status_code == 202, response.content
