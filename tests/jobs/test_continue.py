@@ -745,3 +745,14 @@ def test_a_bad_gpu_is_refused_naming_gpu_as_a_spec_s_is(cancelled, alice, gpu):
     assert set(response.json()) == {"gpu"}
     assert "must be a whole number of GPUs from 1 to 64, or 0.125, 0.25 or 0.5 of one GPU" in response.json()["gpu"][0]
     assert not Job.objects.exclude(pk=cancelled.pk).exists()
+
+
+def test_a_gpus_field_is_told_the_field_continue_takes(alice, teams):
+    """{"gpus": 1} was told "ask with resources.gpu", a spec's field continue/ has not: its own is gpu (trial 32)."""
+    from tests.jobs.factories import make_job
+
+    job = make_job(team=teams["vision"], user=alice, state=JobState.FAILED)
+    response = api_client(alice).post(f"/api/v1/jobs/{job.pk}/continue/", {"gpus": 1}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"gpus": ["cannot be set: are allocated by the scheduler (ask with gpu, e.g. "
+                                        "{\"gpu\": 1})"]}
