@@ -63,7 +63,7 @@ def predictions_missing_why(*, user, job_id) -> str | None:
     name, mode = f"{job.task_name} ({str(job.pk)[:8]})", (job.spec or {}).get("mode") or "train"
     state = job.state.replace("_", " ")
     if mode != "predict":
-        return f"{name} is a {mode} job: only a predict job (yolo predict …) has predictions."
+        return f"{name} is {'an' if mode[0] in 'aeiou' else 'a'} {mode} job: only a predict job (yolo predict …) has predictions."
     if job.state in ("queued", "starting", "running"):
         return f"{name} is {state}: its predictions are here once it has succeeded."
     if job.state != "succeeded":

@@ -246,6 +246,9 @@ def test_no_predictions_yet_says_why_to_the_team_and_nothing_to_an_outsider(bob,
     training = base.job
     assert "is a train job: only a predict job" in api_client(bob).get(
         f"/api/v1/jobs/{training.pk}/predictions/").json()["detail"]
+    export = train(bob, "yolo export model=pcb:v1 format=onnx")  # "is a export job" (trial 32)
+    assert "is an export job: only a predict job" in api_client(bob).get(
+        f"/api/v1/jobs/{export.pk}/predictions/").json()["detail"]
     outsider = api_client(carol).get(f"/api/v1/jobs/{job.pk}/predictions/")
     assert (outsider.status_code, outsider.json()["detail"]) == (404, "No predictions for that job in your teams.")
 
