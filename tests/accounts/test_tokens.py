@@ -213,3 +213,12 @@ def test_a_body_that_is_no_object_is_refused_naming_the_body(bob, body, kind):
     response = api_client(bob).post("/api/v1/tokens/", body, format="json")
     assert response.status_code == 400
     assert response.json() == {"body": [f"must be a JSON object of the fields (name, expires_in_days), got {kind}"]}
+
+
+@pytest.mark.parametrize("url", ["/api/v1/tokens/", "/api/v1/notifications/channels/"])
+def test_a_body_that_is_no_json_is_refused_naming_the_body(bob, url):
+    """A broken JSON body was DRF's {"detail": "JSON parse error - …"} here, where jobs/ names its
+    body (spec) and a list is {"body": […]}: no field for a client to key on (trial 32)."""
+    response = api_client(bob).post(url, '{"name": ', content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"body": ["is not valid JSON: Expecting value: line 1 column 10 (char 9)"]}
