@@ -76,6 +76,10 @@ class CliError(Exception):
     """A problem to print for the user (no traceback); exit status 1."""
 
 
+class Unreachable(CliError):
+    """The request got no answer (connection refused, reset, timed out): it may or may not have been done."""
+
+
 # --- configuration ---------------------------------------------------------------------------
 
 
@@ -128,11 +132,11 @@ class Api:
                                      "User-Agent": "yoloq"})
 
     def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,),
-                timeout: float | tuple[float, float] = TIMEOUT_S, **kwargs: Any) -> requests.Response:
+                timeout: float | tuple[float, float] | None = None, **kwargs: Any) -> requests.Response:
         try:
-            response = self.session.request(method, self.base + path, timeout=timeout, **kwargs)
+            response = self.session.request(method, self.base + path, timeout=timeout or TIMEOUT_S, **kwargs)
         except requests.RequestException as exc:
-            raise CliError(f"cannot reach {self.base}: {exc}") from None
+            raise Unreachable(f"cannot reach {self.base}: {exc}") from None
         if response.status_code in ok:
             return response
         raise CliError(error_text(response))
@@ -258,7 +262,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # fresh key made the retry a 409 "identical job already active" and the step failed (CI trial 17, H2).
     key = args.idempotency_key or f"yoloq-{uuid.uuid4()}"
     headers = {"Content-Type": "application/yaml", "Idempotency-Key": key}
-    response = api.request("POST", "jobs/", data=body, headers=headers, ok=(200, 201, 400, 409))
+    try:
+        response = api.request("POST", "jobs/", data=body, headers=headers, ok=(200, 201, 400, 409))
+    except Unreachable as exc:
+        # A timed-out submit may have queued its job: run again without the key, the retry made a
+        # second key and was refused as a duplicate of it (409, exit 1), so a CI retry failed (trial 32).
+        raise Unreachable(f"{exc}\nthe job may have been queued all the same: to retry without queuing it twice, "
+                          f"run again with --idempotency-key {key}") from None
     job = response.json()
     if response.status_code == 400:
         print(f"{args.file}: the spec was refused:", file=sys.stderr)
