@@ -327,11 +327,22 @@ class JobDetailOut(JobOut):
 
 
 class JobSpecDoc(serializers.Serializer):
-    """The job spec as JSON (documentation only: apps.jobs.spec.parse_spec validates it)."""
+    """The job spec as JSON (documentation only: apps.jobs.spec.parse_spec validates it). Every one of
+    the spec's own fields (apps.jobs.spec.TOP_LEVEL_KEYS) is here: val, predict, export, preemptible and
+    expected_duration were missing, so a client generated from the schema could not send them (trial 32)."""
 
     task_name = serializers.CharField(max_length=200)
     command = serializers.CharField(required=False, help_text="yolo [task] train key=value …")
     train = serializers.DictField(required=False, help_text="training arguments, instead of command")
+    val = serializers.DictField(required=False, help_text="validation arguments (yolo val), instead of command")
+    predict = serializers.DictField(required=False, help_text="prediction arguments (yolo predict), instead of command")
+    export = serializers.JSONField(required=False, help_text=(
+        "a training's formats to export after it ends, e.g. [onnx] (onnx, torchscript); with no command or train, "
+        "the export arguments (yolo export), e.g. {model: pcb:v1, format: onnx}"))
+    preemptible = serializers.BooleanField(required=False, help_text=(
+        "false: never preempted, charged 1.25x in fair-share usage (docs/scheduling.md); default true"))
+    expected_duration = serializers.IntegerField(required=False, min_value=1, help_text=(
+        "your runtime estimate in seconds, used for start estimates until the scheduler has history"))
     task = serializers.ChoiceField(choices=["detect", "segment", "classify", "pose", "obb"], required=False)
     resources = serializers.DictField(required=False, help_text="{gpu: 1, memory: 16Gi, cpu: '4'}")
     priority = serializers.ChoiceField(choices=["low", "medium", "high", "urgent"], required=False)

@@ -101,6 +101,18 @@ def test_the_downloads_declare_the_hash_header_they_send(bob):
     assert {"X-Weights-Epoch", "X-Weights-Note"} <= set(weights)
 
 
+@pytest.mark.django_db
+def test_the_job_spec_in_the_schema_has_every_field_a_spec_takes(bob):
+    """val, predict, export, preemptible and expected_duration were accepted by POST jobs/ and missing
+    from its documented body: a client generated from the schema could not set them (trial 32)."""
+    from apps.jobs.spec import TOP_LEVEL_KEYS
+
+    schemas = api_client(bob).get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()["components"]["schemas"]
+    body = schemas["JobSpecDocRequest"]
+    assert set(body["properties"]) == TOP_LEVEL_KEYS
+    assert body["required"] == ["task_name"]
+
+
 @pytest.fixture
 def live_api(live_server, transactional_db, teams, alice, bob, carol):
     """A live server with some of everything for bob's team, and a token for bob."""
