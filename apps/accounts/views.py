@@ -8,6 +8,8 @@ from django.conf import settings
 from django.contrib.auth.views import LoginView
 from django.http import HttpResponse
 
+from apps.core.api import wait_text
+
 from .throttles import login_attempt_allowed, parse_rate
 
 
@@ -24,11 +26,17 @@ def login_throttled(view):
         if request.method == "POST" and rate:
             ip = request.META.get("REMOTE_ADDR", "")
             username = str(request.POST.get("username", ""))
-            if not login_attempt_allowed(ip=ip, username=username, rate=parse_rate(rate)):
-                return HttpResponse(
-                    "Too many login attempts: wait a minute and try again.",
+            limit, period = parse_rate(rate)
+            if not login_attempt_allowed(ip=ip, username=username, rate=(limit, period)):
+                # A counter's window ends at most one period after its first attempt. "wait a minute"
+                # was said whatever the rate (10/hour: an hour), with no Retry-After (trial 32).
+                refused = HttpResponse(
+                    f"Too many sign-in attempts: the login limit is {rate}. "
+                    f"Try again in {wait_text(period)} at the latest.",
                     status=429, content_type="text/plain; charset=utf-8",
                 )
+                refused["Retry-After"] = str(period)
+                return refused
         return view(request, *args, **kwargs)
 
     return throttled

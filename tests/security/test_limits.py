@@ -27,6 +27,20 @@ def test_the_admin_login_is_throttled(bob, login_rate):
     assert client.post("/admin/login/", {"username": "bob", "password": "pw-bob"}).status_code == 429
 
 
+def test_a_refused_login_says_which_limit_and_when_to_try_again(bob, settings):
+    """"wait a minute" whatever THROTTLE_LOGIN said (10/hour: an hour), and no Retry-After (trial 32)."""
+    settings.REST_FRAMEWORK = settings.REST_FRAMEWORK | {
+        "DEFAULT_THROTTLE_RATES": settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] | {"login": "2/hour"}}
+    client = Client()
+    for _ in range(2):
+        client.post("/accounts/login/", {"username": "bob", "password": "wrong"})
+    response = client.post("/accounts/login/", {"username": "bob", "password": "wrong"})
+    assert response.status_code == 429
+    assert response["Retry-After"] == "3600"
+    assert response.content.decode() == ("Too many sign-in attempts: the login limit is 2/hour. "
+                                         "Try again in 60 minutes at the latest.")
+
+
 def test_the_portal_and_admin_logins_count_together(bob, login_rate):
     client = Client()
     client.post("/accounts/login/", {"username": "bob", "password": "wrong"})
