@@ -232,7 +232,7 @@ SPECTACULAR_SETTINGS = {
     # Every paged list's ?limit= and ?offset= in the schema (apps.core.openapi.page_parameters);
     # every GET's 400 for a parameter it does not take (apps.core.openapi.query_errors).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "apps.core.openapi.page_parameters",
-                             "apps.core.openapi.query_errors"],
+                             "apps.core.openapi.query_errors", "apps.core.openapi.retry_after"],
 }
 
 # --- Scheduler and workers ----------------------------------------------------------------

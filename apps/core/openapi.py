@@ -73,3 +73,17 @@ def query_errors(result: dict, generator, request, public) -> dict:
 
 
 ERROR = OpenApiResponse(OpenApiTypes.OBJECT, description="field name → list of problems, or `detail`")
+
+
+def retry_after(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook: every documented 429 declares the ``Retry-After`` header
+    (seconds) it is sent with (the throttles', the active-job cap's): a client generated from the
+    schema had no word of when to try again (trial 32). Said once here, like :func:`query_errors`."""
+    header = {"Retry-After": {"schema": {"type": "integer"},
+                              "description": "seconds to wait before trying again"}}
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            refused = operation.get("responses", {}).get("429")
+            if refused is not None:
+                refused.setdefault("headers", {}).update(header)
+    return result

@@ -113,6 +113,17 @@ def test_the_job_spec_in_the_schema_has_every_field_a_spec_takes(bob):
     assert body["required"] == ["task_name"]
 
 
+@pytest.mark.django_db
+def test_every_429_declares_the_retry_after_it_is_sent_with(bob):
+    """The throttles' and the active-job cap's 429s send Retry-After; the schema did not say so (trial 32)."""
+    paths = api_client(bob).get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()["paths"]
+    refusals = {f"{method} {path}": operation["responses"]["429"] for path, operations in paths.items()
+                for method, operation in operations.items() if "429" in operation.get("responses", {})}
+    assert {"post /api/v1/jobs/", "post /api/v1/tokens/", "post /api/v1/datasets/"} <= set(refusals)
+    assert [name for name, refusal in refusals.items()
+            if refusal.get("headers", {}).get("Retry-After", {}).get("schema") != {"type": "integer"}] == []
+
+
 @pytest.fixture
 def live_api(live_server, transactional_db, teams, alice, bob, carol):
     """A live server with some of everything for bob's team, and a token for bob."""
