@@ -169,6 +169,12 @@ def test_a_manager_s_cancel_says_why_and_the_owner_s_event_keeps_it(alice, bob, 
                                       {"reason": "x" * 201}, format="json")
     assert response.status_code == 400
     assert list(response.json()) == ["reason"]
+    sweep = make_job(team=teams["vision"], user=bob, is_sweep=True, state=JobState.RUNNING)
+    response = api_client(alice).post(f"/api/v1/jobs/{sweep.pk}/cancel/", {"reason": "wrong grid"}, format="json")
+    assert response.status_code == 202, response.content
+    event = JobEvent.objects.get(job=sweep, kind="cancelled")
+    assert event.message.startswith("cancelled by alice: wrong grid; cancelling its 0")
+    assert event.data["reason"] == "wrong grid"
 
 
 def test_a_manager_requeues_a_running_job_of_their_team(alice, bobs_job):
