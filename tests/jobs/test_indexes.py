@@ -13,9 +13,11 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.db.models import Q
 from django.test.utils import CaptureQueriesContext
 
 from apps.accounts.services import membership_set, team_ensure
+from apps.core.pagination import NewestFirstPage
 from apps.jobs.models import ACTIVE_STATES, HOLDING_STATES, Job, JobEvent, JobState, LogChunk, MetricPoint
 from apps.jobs.selectors import job_list, queue_list
 from tests.jobs.bulk import insert_job_history, insert_jobs
@@ -58,6 +60,9 @@ def plan_of(queryset) -> str:
     return queryset.explain()
 
 
+NEWEST = NewestFirstPage.ordering  # what jobs/ pages by: newest first, ties by id
+
+
 def assert_indexed(plan: str, *, paged: bool) -> None:
     """No full scan of a hot table: each touch goes through an index. A page (LIMIT) must
     also come out of the index in order (SQLite), or sort at most a small match (PostgreSQL)."""
@@ -81,9 +86,11 @@ def assert_indexed(plan: str, *, paged: bool) -> None:
 def hot_queries(member, job) -> dict[str, object]:
     return {
         "queue in scheduler order": queue_list(user=member)[:100],
-        "team jobs newest first": job_list(user=member).order_by("-created_at")[:100],
-        "my jobs newest first": job_list(user=member, mine=True).order_by("-created_at")[:100],
-        "team jobs in one state": job_list(user=member, state=JobState.FAILED).order_by("-created_at")[:100],
+        "team jobs newest first": job_list(user=member).order_by(*NEWEST)[:100],
+        "my jobs newest first": job_list(user=member, mine=True).order_by(*NEWEST)[:100],
+        "team jobs in one state": job_list(user=member, state=JobState.FAILED).order_by(*NEWEST)[:100],
+        "team jobs after a next link's job": job_list(user=member).order_by(*NEWEST).filter(
+            Q(created_at__lt=job.created_at) | Q(created_at=job.created_at, pk__lt=job.pk))[:101],
         "submit: a user's active jobs": Job.objects.filter(user=member, state__in=ACTIVE_STATES).values("pk"),
         "scheduler: queued jobs": Job.objects.filter(state=JobState.QUEUED),
         "scheduler: holding jobs": Job.objects.filter(state__in=HOLDING_STATES, node__isnull=False),
@@ -97,6 +104,7 @@ def hot_queries(member, job) -> dict[str, object]:
 
 
 HOT = ["queue in scheduler order", "team jobs newest first", "my jobs newest first", "team jobs in one state",
+       "team jobs after a next link's job",
        "submit: a user's active jobs", "scheduler: queued jobs", "scheduler: holding jobs",
        "scheduler: runtime model's samples", "scheduler: recent arrivals", "events after seq",
        "logs after seq", "metrics after seq"]
