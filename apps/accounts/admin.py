@@ -96,6 +96,17 @@ class MembershipForm(forms.ModelForm):
         return membership_remove_preview(membership=old) if old is not None else []
 
 
+def staying_user_ids(formset) -> set[int]:
+    """The users on the team page's rows that are kept (not ticked "Delete?"), as the save leaves them.
+
+    A deleted or replaced row's member who is one of them is no removal: two rows' users swapped, or
+    a row given the user of a row deleted in the same save. Both were removed (review32): the swap's
+    two members (queued jobs cancelled), "changed successfully"; a 500 where one was the last manager."""
+    return {form.cleaned_data["user"].pk for form in formset.forms
+            if form.cleaned_data.get("user") is not None
+            and not (formset.can_delete and formset._should_delete_form(form))}
+
+
 class MembershipFormSet(forms.BaseInlineFormSet):
     """The team page's members, saved together: one may be demoted while another is promoted,
     but the team must keep an active manager (trial 14, F13)."""
@@ -108,14 +119,15 @@ class MembershipFormSet(forms.BaseInlineFormSet):
         # A row whose user is changed replaces that member: their removal too (save_formset), asked
         # about as a deletion is. It was a plain save: the new user added, the old one kept (review31).
         replaced = [f for f in self.forms if f not in deleted and f.instance.pk and "user" in f.changed_data]
+        kept = [f for f in self.forms if f not in deleted and f.cleaned_data]
+        staying = staying_user_ids(self)
         # A member with active jobs is removed where the removal asks first (what it cancels):
         # ticking "Delete?" here cancelled three queued jobs with no question (manager trial 15, F2).
         for form in [*deleted, *replaced]:
             old = Membership.objects.filter(pk=form.instance.pk).select_related("user", "team").first()
-            if old is not None and (said := membership_remove_preview(membership=old)):
+            if old is not None and old.user_id not in staying and (said := membership_remove_preview(membership=old)):
                 raise ValidationError(f"{' '.join(said)} Remove {old.user.get_username()} from "
                                       "Memberships, which asks first, or cancel those jobs before.")
-        kept = [f for f in self.forms if f not in deleted and f.cleaned_data]
         if any(f.cleaned_data.get("role") in MANAGING_ROLES and getattr(f.cleaned_data.get("user"), "is_active", False)
                for f in kept):
             return
@@ -172,12 +184,17 @@ class TeamAdmin(GuardedDeleteAdmin, TeamScopedAdmin, admin.ModelAdmin):
         changed = sorted(formset.save(commit=False), key=lambda m: m.role not in MANAGING_ROLES)
         # A row given another user is the old member's removal (after the additions: a manager
         # replaced by a manager leaves the team one in between), as MembershipAdmin's move (review31).
-        replaced = [Membership.objects.select_related("user", "team").get(pk=membership.pk)
-                    for membership, fields in formset.changed_objects if "user" in fields]
+        # Read with a filter: another admin may have removed that member since the form's checks (it was a
+        # DoesNotExist, a 500); they are gone already. A member still on a kept row stays (staying_user_ids).
+        staying = staying_user_ids(formset)
+        replaced = [old for membership, fields in formset.changed_objects if "user" in fields
+                    if (old := Membership.objects.select_related("user", "team").filter(pk=membership.pk).first())]
         for membership in changed:
             saved = membership_set(user=membership.user, team=form.instance, role=membership.role, by=request.user)
             membership.pk = saved.pk  # the form's row is the one saved (the admin audit reads it back)
         for membership in [*replaced, *formset.deleted_objects]:
+            if membership.user_id in staying:
+                continue
             for said in membership_remove(membership=membership, by=request.user):
                 self.message_user(request, said, messages.WARNING)
 
