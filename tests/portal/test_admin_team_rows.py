@@ -18,8 +18,11 @@ pytestmark = pytest.mark.django_db
 def rows(data: dict) -> dict[str, int]:
     """Form index of each member row by its membership's user id."""
     by_id = {str(m.pk): m.user_id for m in Membership.objects.all()}
-    return {str(by_id[data[f"memberships-{i}-id"]]): i for i in range(int(data["memberships-TOTAL_FORMS"]))
-            if data.get(f"memberships-{i}-id") in by_id}
+    return {
+        str(by_id[data[f"memberships-{i}-id"]]): i
+        for i in range(int(data["memberships-TOTAL_FORMS"]))
+        if data.get(f"memberships-{i}-id") in by_id
+    }
 
 
 def members(team) -> list[tuple[str, str]]:
@@ -56,8 +59,7 @@ def test_swapping_the_only_manager_s_row_with_a_member_s_is_not_a_500(superuser,
     assert members(teams["vision"]) == [("alice", "member"), ("bob", "manager")]
 
 
-def test_a_row_given_the_user_of_a_row_deleted_in_the_same_save_keeps_that_user(superuser, alice, bob, carol,
-                                                                                 teams):
+def test_a_row_given_the_user_of_a_row_deleted_in_the_same_save_keeps_that_user(superuser, alice, bob, carol, teams):
     """alice's row given bob, bob's own row deleted: bob takes alice's row (manager), alice goes.
     bob was promoted on his row, then removed with it: nobody left of the two."""
     from apps.accounts.services import membership_set
