@@ -203,3 +203,36 @@ def test_a_utf16_spec_under_the_limit_is_refused_with_its_true_size(bob, demo_re
         f"is {utf8} bytes as UTF-8 (the file sent is {len(body)} bytes in its own "
         "encoding); the limit is 400 bytes of UTF-8"
     ]
+
+
+def test_a_dataset_edited_while_it_was_deleted_is_said_not_a_500(superuser, teams, demo_registered):
+    """A save of the changed columns only (update_fields) of a row deleted between the POST's read and
+    the save raised Django's "Save with update_fields did not affect any rows.", a 500 (review32)."""
+    from apps.datasets.models import Dataset
+
+    dataset = Dataset.objects.get(team=teams["vision"], name="demo")
+    client = admin_client(superuser)
+    client.raise_request_exception = False
+    url = f"/admin/datasets/dataset/{dataset.pk}/change/"
+    data = form_data(client, url) | {"description": "belt camera, 2026"}
+    with written_after_the_read(Dataset, lambda pk: Dataset.objects.filter(pk=pk).delete()) as done:
+        response = client.post(url, data)
+    assert done
+    assert response.status_code == 302 and response["Location"] == url
+    assert f"nothing saved: dataset “{dataset}” was deleted meanwhile" in said(response)
+
+
+@pytest.mark.parametrize("edit", [{"task_name": "renamed"}, {"gpus": "2"}])
+def test_a_job_edited_while_it_was_deleted_is_said_not_a_500(superuser, bob, teams, edit):
+    """The same for a job (its resources' path reads the row locked: the job gone was said "is gone now
+    (the scheduler placed it meanwhile)")."""
+    job = make_job(team=teams["vision"], user=bob, task_name="q", gpus=1)
+    client = admin_client(superuser)
+    client.raise_request_exception = False
+    url = f"/admin/jobs/job/{job.pk}/change/"
+    data = form_data(client, url) | edit
+    with written_after_the_read(Job, lambda pk: Job.objects.filter(pk=pk).delete()) as done:
+        response = client.post(url, data)
+    assert done
+    assert response.status_code == 302 and response["Location"] == url
+    assert f"nothing saved: job “{job}” was deleted meanwhile" in said(response)
