@@ -494,9 +494,17 @@ class ChangedFieldsSaveAdmin(RefusableChangeAdmin):
             return super().save_model(request, obj, form, change)
         fields = self.changed_columns(obj, form)
         if fields:
+            # The row locked first (the change view's transaction holds it): deleted since the POST read
+            # it, Django's update_fields save raised "did not affect any rows", a 500 (review32).
+            if not type(obj)._base_manager.select_for_update().filter(pk=obj.pk).exists():
+                raise self.deleted_meanwhile(obj)
             stamped = [f.name for f in obj._meta.concrete_fields if getattr(f, "auto_now", False)]
             obj.save(update_fields=[*fields, *(name for name in stamped if name not in fields)])
         return None
+
+    @staticmethod
+    def deleted_meanwhile(obj) -> ChangeRefused:
+        return ChangeRefused(f"nothing saved: {obj._meta.verbose_name} “{obj}” was deleted meanwhile")
 
     @staticmethod
     def changed_columns(obj, form) -> list[str]:

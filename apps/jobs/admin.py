@@ -184,8 +184,10 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
         if not resources:
             return super().save_model(request, obj, form, change)
         with transaction.atomic():
-            state, name = (Job.objects.select_for_update().filter(pk=obj.pk).values_list("state", "task_name").first()
-                           or ("gone", obj.task_name))
+            row = Job.objects.select_for_update().filter(pk=obj.pk).values_list("state", "task_name").first()
+            if row is None:
+                raise self.deleted_meanwhile(obj)
+            state, name = row
             if state != JobState.QUEUED:
                 raise ChangeRefused(f"{', '.join(resources)} not changed: job {name} is {state} "
                                     "now (the scheduler placed it meanwhile); resources change only while it is "

@@ -235,4 +235,5 @@ def test_a_job_edited_while_it_was_deleted_is_said_not_a_500(superuser, bob, tea
         response = client.post(url, data)
     assert done
     assert response.status_code == 302 and response["Location"] == url
-    assert f"nothing saved: job “{job}” was deleted meanwhile" in said(response)
+    name = edit.get("task_name", "q")  # the row as the form left it: the name typed
+    assert f"nothing saved: job “{name} ({job.pk})” was deleted meanwhile" in said(response)
