@@ -437,3 +437,12 @@ def test_compare_with_a_missing_id_names_that_id(bob, base, carol):
     response = page(carol).get(f"/models/compare/?ids={base.pk},99998,{2**63}")
     assert response.status_code == 404
     assert f"No models with ids {base.pk}, 99998, {2**63} in your teams." in response.content.decode()
+
+
+def test_compare_with_an_id_of_thousands_of_digits_is_a_404_naming_it_shortened(bob, base):
+    """Python refuses int() of a string over 4300 digits (ValueError): the compare page's id parse was a
+    500 (review32). Named as any missing id, shortened."""
+    huge = "9" * 5000
+    response = page(bob).get(f"/models/compare/?ids={base.pk},{huge}")
+    assert response.status_code == 404
+    assert f"No model with id {'9' * 20}… in your teams." in response.content.decode()
