@@ -116,7 +116,8 @@ class AuditList(APIView):
         query_strict(request, takes=AUDIT_PARAMETERS, what="the audit list", paged=True)
         after = None
         if raw_after := request.query_params.get("after", ""):
-            if not (raw_after.isascii() and raw_after.isdigit()):  # '²' passes isdigit, not int() (sec19, F6)
+            # '²' passes isdigit, not int() (sec19, F6); past 4300 digits int() raises too (review32).
+            if not (raw_after.isascii() and raw_after.isdigit()) or len(raw_after.lstrip("0")) > 19:
                 return field_errors({"after": f"must be an audit entry id (a whole number), got {raw_after[:50]!r}"})
             after = int(raw_after)
         action = request.query_params.get("action") or None
