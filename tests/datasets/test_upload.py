@@ -649,3 +649,14 @@ def test_an_upper_case_txt_over_the_label_limit_still_counts_towards_the_zip_bom
     response = post(bob, make_zip(files))
     assert response.status_code == 400, response.content
     assert not (storage / "vision").exists()
+
+
+def test_many_label_files_outside_a_labels_folder_and_no_misplaced_image_are_told_once(bob, storage):
+    # review32: the one-line summary of misplaced files (trial31) took its second example from the
+    # images when the first was a label file, and there were none: an IndexError, a 500.
+    files = valid_files() | {f"annotations/train/{n}.txt": b"0 0.5 0.5 0.2 0.2\n" for n in range(4)}
+    response = post(bob, make_zip(files))
+    assert response.status_code == 400, response.content
+    problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
+    assert problems["annotations/train/"].startswith(
+        "4 label files are outside a 'labels' folder (e.g. annotations/train/0.txt, annotations/train/1.txt)"), problems
