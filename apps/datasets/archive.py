@@ -396,7 +396,10 @@ def _misplaced_problems(images: list[str], labels: list[str]) -> list[Problem]:
     split = posixpath.basename(folder) or "train"
     examples = [example] + [rel for rel in labels if posixpath.splitext(rel)[0] == stem and rel != example]
     if len(examples) == 1 and len(images + labels) > 1:
-        examples.append((labels if example in images and labels else images)[0])
+        # From the other kind where there is one (an image's label file), else the next of its own: label
+        # files alone took images[0] of none, an IndexError (review32).
+        others = [rel for rel in ((labels if example in images else images) or images + labels) if rel != example]
+        examples += others[:1]
     image_name = posixpath.basename(images[0] if images else f"{posixpath.basename(stem)}.jpg")
     layout = (f"put each image in images/<split>/ and its label file in labels/<split>/ (images/{split}/"
               f"{image_name}, labels/{split}/{posixpath.basename(stem)}{LABEL_SUFFIX})")
