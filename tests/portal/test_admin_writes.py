@@ -237,3 +237,28 @@ def test_a_job_edited_while_it_was_deleted_is_said_not_a_500(superuser, bob, tea
     assert response.status_code == 302 and response["Location"] == url
     name = edit.get("task_name", "q")  # the row as the form left it: the name typed
     assert f"nothing saved: job “{name} ({job.pk})” was deleted meanwhile" in said(response)
+
+
+def test_a_queued_job_placed_between_its_page_and_the_save_says_its_resources_were_not_changed(superuser, bob, teams):
+    """The page (GET) offered gpus on a queued job; the scheduler placed it before the POST, which then
+    read it starting: gpus read-only, the posted 2 dropped in silence, "was changed successfully"
+    (review32). The window is the admin's think time, not the request's."""
+    job = make_job(team=teams["vision"], user=bob, task_name="q", gpus=1)
+    client = admin_client(superuser)
+    url = f"/admin/jobs/job/{job.pk}/change/"
+    data = form_data(client, url) | {"gpus": "2", "task_name": "renamed"}
+    Job.objects.filter(pk=job.pk).update(state=JobState.STARTING)
+    response = client.post(url, data)
+    assert response.status_code == 302 and response["Location"] == url
+    assert (
+        "gpus not changed: job q is starting now (the scheduler placed it meanwhile); resources change only "
+        "while it is queued"
+    ) in said(response)
+    job.refresh_from_db()
+    assert (job.gpus, job.task_name) == (1, "q")
+    # The same values posted back (nothing asked of the resources) save the rest as before.
+    data = form_data(client, url) | {"task_name": "renamed"}
+    data["gpus"] = "1"
+    assert client.post(url, data).status_code == 302
+    job.refresh_from_db()
+    assert (job.gpus, job.task_name) == (1, "renamed")
