@@ -181,6 +181,11 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
         # Only what the form changed (ChangedFieldsSaveAdmin). Resources only of a job still queued,
         # checked again on the locked row: the scheduler may have placed it since the form was read.
         resources = [name for name in self.changed_columns(obj, form) if name in self.resource_fields] if change else []
+        if change and request.user.is_superuser and (dropped := self.resources_dropped(request, obj, form)):
+            # The page offered them (queued at its GET); placed before the POST read it, they were read-only
+            # there and the posted values dropped in silence, "changed successfully" (review32).
+            raise ChangeRefused(f"{', '.join(dropped)} not changed: job {form.initial.get('task_name', obj.task_name)} is {obj.state} now (the "
+                                "scheduler placed it meanwhile); resources change only while it is queued")
         if not resources:
             return super().save_model(request, obj, form, change)
         with transaction.atomic():
@@ -193,6 +198,23 @@ class JobAdmin(SystemWritten, GuardedDeleteAdmin, PublicPathsForManagers, TeamSc
                                     "now (the scheduler placed it meanwhile); resources change only while it is "
                                     "queued")
             return super().save_model(request, obj, form, change)
+
+    def resources_dropped(self, request, obj, form) -> list[str]:
+        """The resource fields posted with another value than the row's that the form did not take
+        (read-only: the job is no longer queued). Superusers' only: a manager's page never offers them."""
+        from django.core.exceptions import ValidationError
+
+        dropped = []
+        for name in self.resource_fields:
+            if name in form.fields or name not in request.POST:
+                continue
+            try:
+                value = Job._meta.get_field(name).formfield().clean(request.POST[name])
+            except ValidationError:
+                value = request.POST[name]
+            if value != getattr(obj, name):
+                dropped.append(name)
+        return dropped
 
     # A job that may still run is not deleted: its worker went on training on GPUs the deleted
     # rows no longer held, then died on the missing row (operator trial 20, F2). Cancel first.

@@ -134,7 +134,15 @@ def test_a_running_job_s_resources_are_read_only_and_the_page_says_why(superuser
         "gpus, gpu_memory_mb, cpu_milli, memory_mb are read-only: job t is running (they change only while a "
         "job is queued; its GPUs are allocated by them)"
     ) in said(response)
+    # Posted anyway (a page opened while it was queued, or by hand): refused and said, not dropped in
+    # silence with "changed successfully" (review32).
     data = form_data(client, url) | {"gpus": "4", "task_name": "renamed"}
+    response = client.post(url, data)
+    assert response.status_code == 302 and response["Location"] == url
+    assert "gpus not changed: job t is running now" in " ".join(said(response))
+    job.refresh_from_db()
+    assert (job.gpus, job.task_name) == (1, "t")
+    del data["gpus"]
     assert client.post(url, data).status_code == 302
     job.refresh_from_db()
     assert (job.gpus, job.task_name) == (1, "renamed")
