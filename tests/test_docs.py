@@ -1,8 +1,9 @@
-"""The docs against the code, mechanically: configuration, the CLI, the API paths.
+"""The docs against the code, mechanically: configuration, the CLIs, the API paths.
 
 - Every environment variable the code reads is documented, with its real default where a
   configuration table gives one; every variable a configuration table names is read.
-- Every ``yoloq`` command, verb and option the docs show exists with that spelling.
+- Every ``yoloq`` command, verb and option the docs show exists with that spelling, and every
+  ``manage.py`` command and option.
 - Every API path the docs name is routed.
 
 Configuration tables are the Markdown tables of README.md and docs/*.md whose header has a
@@ -362,6 +363,36 @@ def test_every_yoloq_command_and_option_in_the_docs_exists():
                 for option in re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", OTHER_TOOLS.sub("", rest)):
                     if not any(option in a.option_strings for p in found for a in p._actions):
                         wrong.append(f"{path.name}: yoloq {command} {' '.join(verbs)} has no {option}: {line.strip()}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _management_options(name: str) -> set[str]:
+    """A management command's options, its subcommands' (``team create``) and their names."""
+    from django.core.management import get_commands, load_command_class
+
+    parser = load_command_class(get_commands()[name], name).create_parser("manage.py", name)
+    found = {o for a in parser._actions for o in a.option_strings}
+    for sub in _subcommands(parser).values():
+        found |= {o for a in sub._actions for o in a.option_strings}
+    return found
+
+
+def test_every_management_command_and_option_in_the_docs_exists():
+    from django.core.management import get_commands
+
+    commands = get_commands()
+    wrong = []
+    for path in DOCS:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for match in re.finditer(r"manage\.py ([a-z_]+)", line):
+                if match.group(1) not in commands:
+                    wrong.append(f"{path.name}:{n}: no command {match.group(1)!r}")
+                    continue
+                rest = line[match.end() :]
+                rest = rest[: m.start()] if (m := re.search(r"manage\.py |yoloq |\. [A-Z]", rest)) else rest
+                for option in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest):
+                    if option not in _management_options(match.group(1)):
+                        wrong.append(f"{path.name}:{n}: manage.py {match.group(1)} has no {option}: {line.strip()}")
     assert not wrong, "\n".join(wrong)
 
 
