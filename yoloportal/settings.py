@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zoneinfo
 from pathlib import Path
 
 from yoloportal.env import (
@@ -133,6 +134,11 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
+# Django's own refusal ("Incorrect timezone setting: Mars/Base") named no variable.
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    raise EnvError(f"TIME_ZONE={TIME_ZONE!r} is not a time zone: use an IANA name such as Europe/Berlin") from None
 USE_I18N = False
 # One 24-hour clock with its zone on pages and in admin (yoloportal/formats/en/formats.py).
 FORMAT_MODULE_PATH = ["yoloportal.formats"]

@@ -106,3 +106,14 @@ def test_an_empty_setting_with_a_default_is_the_default(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["'insecure'", "'yoloportal@localhost'", "'127.0.0.1'", "'us-east-1'", "'plain'",
                                    "'UTC'", "'local'"]
+
+
+def test_a_bad_time_zone_stops_the_process_naming_the_variable(tmp_path):
+    """README: a bad value stops the process with a message naming the variable. TIME_ZONE=Mars/Base
+    stopped it with Django's "Incorrect timezone setting: Mars/Base", which names no variable."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "yoloportal.settings", "DATA_DIR": str(tmp_path),
+           "TIME_ZONE": "Mars/Base"}
+    done = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "TIME_ZONE='Mars/Base' is not a time zone" in done.stderr, done.stderr[-500:]
