@@ -6,6 +6,8 @@ import os
 import zoneinfo
 from pathlib import Path
 
+from redis.connection import parse_url as redis_parse_url
+
 from yoloportal.env import (
     EnvError,
     checkout_tag,
@@ -17,6 +19,7 @@ from yoloportal.env import (
     env_rate,
     env_str,
     parse_database_url,
+    shown_url,
 )
 from yoloportal.logs import logging_config
 
@@ -165,6 +168,12 @@ MANAGED_TEAM_IDS = "apps.accounts.selectors.managed_team_ids"
 # --- Redis: RQ delivery, channel layer, scheduler kicks ------------------------------
 EMBEDDED_REDIS_PORT = env_int("EMBEDDED_REDIS_PORT", 6390, minimum=1, maximum=65535)
 REDIS_URL = env_str("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+# redis-py reads it only at the first connection: REDIS_URL=notaurl passed `manage.py check`, then every
+# process stopped with "Redis URL must specify one of the following schemes", naming no variable.
+try:
+    redis_parse_url(REDIS_URL)
+except ValueError as refused:
+    raise EnvError(f"REDIS_URL={shown_url(REDIS_URL)!r} is not a Redis URL: {refused}") from None
 RQ_QUEUES = {"default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 3600}}
 RQ_SHOW_ADMIN_LINK = True
 

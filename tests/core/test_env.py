@@ -117,3 +117,15 @@ def test_a_bad_time_zone_stops_the_process_naming_the_variable(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "TIME_ZONE='Mars/Base' is not a time zone" in done.stderr, done.stderr[-500:]
+
+
+@pytest.mark.parametrize("url", ["notaurl", "http://redis:6379/0", "redis://:s3cret@redis:99999/0"])
+def test_a_redis_url_redis_cannot_read_stops_the_process_naming_the_variable(tmp_path, url):
+    """REDIS_URL=notaurl passed `manage.py check` and then stopped every process with redis-py's
+    "Redis URL must specify one of the following schemes", naming no variable."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "yoloportal.settings", "DATA_DIR": str(tmp_path), "REDIS_URL": url}
+    done = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "REDIS_URL='" in done.stderr and "is not a Redis URL" in done.stderr, done.stderr[-500:]
+    assert "s3cret" not in done.stderr
