@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 from django.db.models import Sum
 from rq.timeouts import JobTimeoutException
 
@@ -115,6 +115,12 @@ PREVIOUS_STOP_CHECK_IN_S = 2.0  # the heartbeat and the cancel check meanwhile (
 MAY_RECORD_CACHE_S = 1.0
 # Once a job's stored log is full, its output file is emptied whenever it grows past this.
 LOG_FILE_KEEP_BYTES = 1 << 20
+# How long a training work-horse rides out a database that does not answer (SQLite's write lock held
+# past its busy timeout by a backup or an `sqlite3` shell; a PostgreSQL restart or failover): the
+# child trains on, its events wait in their file, and each write is tried again every
+# DATABASE_RETRY_S. Past this the error ends the attempt as any error of ours (attempt_error).
+DATABASE_OUTAGE_RIDE_S = 600.0
+DATABASE_RETRY_S = 1.0
 
 
 # What the training child (and the zygote it may be forked from) inherits of the worker's
@@ -707,7 +713,7 @@ class AttemptRunner:
             while True:
                 exit_code = execution.poll()
                 for event in execution.events():
-                    self.on_event(event, result)
+                    self.through_outage(self.on_event, event, result)
                 now = time.monotonic()
                 if now - last_log >= LOG_FLUSH_S or exit_code is not None:
                     self.flush_logs(execution.log_reader)
@@ -716,7 +722,7 @@ class AttemptRunner:
                     break
                 if not stop_reason and now - last_beat >= min(settings.HEARTBEAT_S, 2.0):
                     last_beat = now
-                    stop_reason = self.check_in()
+                    stop_reason = self.through_outage(self.check_in)
                     if stop_reason == "fenced":
                         grace = attempt_stop_grace(self.job)
                         if grace:  # preempted: the child stops after its current epoch's checkpoint
@@ -731,7 +737,7 @@ class AttemptRunner:
                     continue
                 time.sleep(POLL_S)
             for event in execution.events():
-                self.on_event(event, result)
+                self.through_outage(self.on_event, event, result)
             self.flush_logs(execution.log_reader, final=True)
             if stop_by is not None:
                 execution.stop()  # DDP ranks of a child that stopped itself
@@ -762,6 +768,40 @@ class AttemptRunner:
             parts.append(f"{usage.oom_kills} process(es) killed for memory")
         job_event(self.job, "attempt_resources", "; ".join(parts) or "no measurements",
                   {**usage.as_dict(), "wall_s": round(wall_s, 3)})
+
+    def through_outage(self, write, *args, **kwargs):
+        """``write(*args, **kwargs)``, tried again every DATABASE_RETRY_S while the database does not
+        answer, for at most DATABASE_OUTAGE_RIDE_S; one WARNING when it stops answering, one INFO when
+        it answers again.
+
+        A training's events are read from its file once: a write that failed lost its event, and
+        the error ended the attempt as one of ours, the job ``failed`` (or a retry spent) with
+        "could not run the attempt: OperationalError: database is locked" while nothing was wrong
+        with it (fault32: a 45 s SQLite lock failed both running jobs). Meanwhile the child trained
+        on and its keep-3 retention deleted the one checkpoint recorded, so a requeue would have
+        started over. Each write here may be repeated: a metric point and a checkpoint row are
+        upserts, a log chunk is appended once (its transaction rolled back).
+        """
+        since = None
+        while True:
+            try:
+                answer = write(*args, **kwargs)
+            except (OperationalError, InterfaceError) as exc:
+                now = time.monotonic()
+                if since is None:
+                    since = now
+                    log.warning("job %s attempt %d: the database does not answer (%s: %s); the training goes on "
+                                "and its reports wait, retrying every %g s for up to %g s", self.job.pk,
+                                self.job.attempt, type(exc).__name__, exc, DATABASE_RETRY_S, DATABASE_OUTAGE_RIDE_S)
+                if now - since >= DATABASE_OUTAGE_RIDE_S:
+                    raise
+                time.sleep(DATABASE_RETRY_S)
+                close_old_connections()  # a broken PostgreSQL connection is replaced
+                continue
+            if since is not None:
+                log.info("job %s attempt %d: the database answers again after %.0f s", self.job.pk,
+                         self.job.attempt, time.monotonic() - since)
+            return answer
 
     def check_in(self) -> str:
         """Heartbeat the attempt; return why to stop ('' to go on)."""
@@ -803,8 +843,8 @@ class AttemptRunner:
             return
         self.log_tail.extend(line for line in text.splitlines() if line.strip())
         self.log_tail = self.log_tail[-200:]
-        log_append(self.job, text, from_attempt=True)
-        if reader.offset > LOG_FILE_KEEP_BYTES and log_full(self.job):
+        self.through_outage(log_append, self.job, text, from_attempt=True)  # read once: not lost to an outage
+        if reader.offset > LOG_FILE_KEEP_BYTES and self.through_outage(log_full, self.job):
             reader.truncate()  # nothing more is stored: keep the node's disk bounded too
 
     # --- the end ------------------------------------------------------------------------------

@@ -581,3 +581,47 @@ def test_a_cleanly_stopped_worker_takes_no_new_work_and_its_job_moves_at_once(li
     assert len(placed) == 1 and "placed on node-b" in placed[0], placed
     assert not watch.violations, watch.violations
     record("worker SIGTERM (clean stop)", stop_to_requeue_s=round(requeued_at - stopped_at, 2))
+
+
+HOLD_WRITE_LOCK = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+connection.execute("COMMIT")
+"""
+
+
+@pytest.mark.one_database
+def test_a_database_that_stops_answering_mid_training_is_ridden_out_without_losing_the_attempt(live, alice):
+    """10. Another process holds SQLite's write lock past the busy timeout (30 s) while a job trains
+    (a backup, an `sqlite3` shell, a stuck migration; on PostgreSQL a restart or a failover is the
+    same OperationalError). That is no fault of the job: the work-horse waits for the database
+    while the child trains on, then records what it reported meanwhile; the attempt goes on
+    (fault32: it ended the job with "the worker on node-a could not run the attempt:
+    OperationalError: database is locked", a retry spent, and the next attempt started over: the
+    child's keep-3 retention had deleted the one checkpoint recorded).
+
+    The node grace is longer than the outage: a longer outage also ends in the node's loss, whose
+    requeue (one attempt, no retry) was already right."""
+    import subprocess
+    import sys
+
+    live.start_scheduler(NODE_GRACE_S="120", NODE_SUSPECT_S="120")
+    live.start_worker()
+    job_id = submit(api_client(alice), epochs=30, name="database-outage", retries=RETRIES)
+    wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
+    held = float(settings.DATABASES["default"]["OPTIONS"]["timeout"]) + 4
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITE_LOCK, settings.DATABASES["default"]["NAME"], str(held)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    assert holder.wait(held + 30) == 0
+    wait_for(lambda: finished(job_id), 400, what="the job to end")
+    final, timeline = job(job_id), timeline_of(job_id)
+    assert final.state == JobState.SUCCEEDED, (final.error, timeline)
+    assert_one_fault_one_attempt(job_id, faults=0)
+    assert_metrics_continuous(job_id, 30)
+    log = live.log("worker")
+    assert "the database does not answer (OperationalError: database is locked); the training goes on" in log, log[-3000:]
+    assert "the database answers again after" in log
