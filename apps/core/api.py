@@ -6,9 +6,11 @@ strict input serializer and the JSON 404.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, QueryDict
 from rest_framework import parsers, serializers, status
 from rest_framework.exceptions import (
@@ -122,8 +124,16 @@ class FormatNamedNegotiation(DefaultContentNegotiation):
             raise ValidationError({self.settings.URL_FORMAT_OVERRIDE: problem}) from None
 
 
+log = logging.getLogger("yoloportal.api")
+
+# How long a client is told to wait before it tries a request the database did not answer again.
+DATABASE_DOWN_RETRY_AFTER_S = 30
+
+
 def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
+    if response is None and isinstance(exc, (OperationalError, InterfaceError)):
+        return database_down(exc, context.get("request"))
     if response is None:
         return None
     if response.status_code == status.HTTP_404_NOT_FOUND and isinstance(response.data, dict):
@@ -135,6 +145,26 @@ def exception_handler(exc, context):
     if isinstance(exc, UnsupportedMediaType):
         media_types_name(response, context.get("view"))
     return response
+
+
+def database_down(exc: Exception, request) -> Response:
+    """A 503 for a request the database did not answer: SQLite's write lock held past the busy
+    timeout by another process (a backup, an `sqlite3` shell), PostgreSQL restarting or failing
+    over. It was a 500 with a traceback (fault32). The client is not told the database's own
+    words (they may name its host); the log has them, on one line.
+
+    "May not have been carried out": a statement before the one that failed may have committed
+    (a submit's job row is one transaction; its retry is not run twice: the Idempotency-Key, and
+    an identical spec of an active job is a 409 naming it).
+    """
+    path = getattr(request, "path", "")
+    log.warning("%s %s: the database did not answer: %s: %s", getattr(request, "method", ""), path,
+                type(exc).__name__, exc)
+    return Response({"detail": f"The database did not answer in time ({type(exc).__name__}): the request may not "
+                               f"have been carried out. Try again in a minute; a submit repeated with the same "
+                               f"Idempotency-Key, or of the same spec while its job is active, does not run it twice."},
+                    status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                    headers={"Retry-After": str(DATABASE_DOWN_RETRY_AFTER_S)})
 
 
 def media_types_name(response: Response, view) -> None:
