@@ -412,6 +412,26 @@ def shared_storage_lost() -> str:
     return "the shared DATA_DIR is not readable on this node (the newest datasets' files are missing): is it mounted?"
 
 
+def jobs_dir_full() -> str:
+    """Why this node's JOBS_DIR has no room for a training's writes, or ''.
+
+    A training writes its checkpoints (three full ones kept), weights and log into its run folder
+    there; below ``JOBS_DIR_MIN_FREE_MB`` a write fails with "No space left on device". That was the
+    job's failure, retries spent, and the log that would have said why was cut off by the same full
+    disk (fault32). As a storage problem the node takes no new work until there is room (each
+    heartbeat looks), and a training that fails meanwhile is requeued (worker.tasks.storage_lost_now).
+    """
+    floor = settings.JOBS_DIR_MIN_FREE_MB * (1 << 20)
+    try:
+        usage = shutil.disk_usage(settings.JOBS_DIR)
+    except OSError:
+        return ""  # a folder that is not there is the storage markers' to report
+    if usage.free >= floor:
+        return ""
+    return (f"storage full: JOBS_DIR has {usage.free / (1 << 20):.0f} MB free of {usage.total / (1 << 30):.1f} GB "
+            f"(JOBS_DIR_MIN_FREE_MB={settings.JOBS_DIR_MIN_FREE_MB:g})")
+
+
 def job_inputs_missing(job: Job) -> list[Path]:
     """The job's dataset and weights files (on the shared filesystem) that are not here."""
     if not shared_filesystem():

@@ -94,15 +94,15 @@ class Heartbeat(threading.Thread):
         Each beat looks, as the worker did at its start (worker/artifacts.py): a mount that
         dropped since then takes the node out of the scheduler's placements until it is back.
         """
-        if not shared_filesystem():
-            return None
-        from .artifacts import shared_storage_lost, shared_storage_problem
+        from .artifacts import jobs_dir_full, shared_storage_lost, shared_storage_problem
 
+        if not shared_filesystem():
+            return jobs_dir_full()  # its scratch JOBS_DIR (run folders) may fill up all the same
         problem = shared_storage_lost()
         if problem and not self.storage_lost:  # the path it lacks (node_storage_problem_set logs the change)
             log.warning("node %s: %s", self.node.name, shared_storage_problem() or problem)
         self.storage_lost = bool(problem)
-        return problem
+        return problem or jobs_dir_full()
 
     def stop(self) -> None:
         self.stopped.set()

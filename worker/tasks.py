@@ -62,6 +62,7 @@ from .artifacts import (
     dataset_cache_entry,
     dataset_local,
     job_inputs_missing,
+    jobs_dir_full,
     results_upload,
     run_folder_remove,
     run_folder_scrub,
@@ -196,14 +197,20 @@ def storage_lost_hand_back(*, job_id: str, attempt_id: str, node_name: str) -> b
                               f"queue for a node that can (not counted as a retry)")
 
 
-def storage_lost_now(job: Job) -> str:
-    """If this node can no longer read the shared storage, mark the node and say so for the job
-    (why its attempt ended: ``storage_lost``, requeued by attempt_finish), else ''."""
+def storage_lost_now(job: Job, *, failed: bool = True) -> str:
+    """If this node can no longer read the shared storage, or (``failed``: the attempt failed or
+    raised) its JOBS_DIR is full, mark the node and say so for the job (why its attempt ended:
+    ``storage_lost``, requeued by attempt_finish, not a retry), else ''. A success on a disk it
+    filled stays one."""
     problem = shared_storage_lost()  # '' with an object store
-    if not problem:
-        return ""
-    node_storage_problem_set(job.node, problem=problem)
-    return f"node {job.node.name} lost the shared storage while the attempt ran: {problem}"
+    if problem:
+        node_storage_problem_set(job.node, problem=problem)
+        return f"node {job.node.name} lost the shared storage while the attempt ran: {problem}"
+    full = jobs_dir_full() if failed else ""
+    if full:
+        node_storage_problem_set(job.node, problem=full)
+        return f"node {job.node.name} ran out of room while the attempt ran: {full}"
+    return ""
 
 
 def cache_prune_quietly() -> None:
@@ -896,7 +903,7 @@ class AttemptRunner:
         fetch. The next attempt resumes from the newest checkpoint that is on the storage; one of
         the final epoch only reports the training finished (train_child), so a mount that
         flickered after the results were written costs a restart, not the training."""
-        lost = storage_lost_now(self.job)
+        lost = storage_lost_now(self.job, failed=result.outcome != "succeeded")
         if lost:
             result.outcome, result.error = "storage_lost", {"kind": "storage", "message": lost}
 

@@ -341,6 +341,10 @@ CUDA_OOM_RETRIES = env_int("CUDA_OOM_RETRIES", 2, minimum=0, maximum=5)
 WEIGHTS_DIR = env_path("WEIGHTS_DIR", DATA_DIR / "weights")
 DATASETS_DIR = env_path("DATASETS_DIR", DATA_DIR / "datasets")
 JOBS_DIR = env_path("JOBS_DIR", DATA_DIR / "jobs")
+# A worker whose JOBS_DIR has less room than this takes no new work ("storage full": its node's
+# storage problem), and a training that fails meanwhile was stopped by the full disk, not by its
+# own fault: requeued, not a retry (worker.artifacts.jobs_dir_full). A YOLOv8x checkpoint is ~0.5 GB.
+JOBS_DIR_MIN_FREE_MB = env_float("JOBS_DIR_MIN_FREE_MB", 1024.0, minimum=0.0)
 # Registry files: uploaded weights and exports (models/<team>/<name>/v<N>/…); apps/core/artifacts.py.
 MODELS_DIR = env_path("MODELS_DIR", DATA_DIR / "models")
 

@@ -29,6 +29,12 @@ def suspect_after_s() -> float:
     return min(settings.NODE_SUSPECT_S, settings.NODE_GRACE_S)
 
 
+def storage_problem_said(problem: str) -> str:
+    """A node's ``storage_problem`` in the few words queued jobs' reasons and the dashboard show:
+    its worker found the shared storage gone, or its JOBS_DIR full (worker.artifacts.jobs_dir_full)."""
+    return "storage full" if problem.startswith("storage full") else "shared storage unreachable"
+
+
 class Node(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active"

@@ -1014,8 +1014,8 @@ def attempt_finish(job: Job, *, outcome: str, exit_code: int | None = None, erro
         # resumes from its last checkpoint on a node that can, as a killed training would.
         usage_charge(current, ended_at=now)
         job_requeue(current, kind="storage_unavailable",
-                    reason=f"{error}; requeued to resume from its last checkpoint on a node that can read the "
-                           f"shared storage (not counted as a retry)")
+                    reason=f"{error}; requeued to resume from its last checkpoint on a node that can read and "
+                           f"write the storage (not counted as a retry)")
         return "requeued"
     if outcome == "failed" and cuda_oom_batch and attempt_cuda_oom_retry(current, batch=cuda_oom_batch, now=now):
         return "requeued"

@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.accounts.models import Team
-from apps.cluster.models import ForeignAllocation, Node
+from apps.cluster.models import ForeignAllocation, Node, storage_problem_said
 from apps.jobs.models import HOLDING_STATES, QUEUE_INFO_FIELDS, Job, JobEvent, JobState
 from apps.quotas.models import TeamQuota, UsageRecord
 
@@ -72,7 +72,7 @@ def cluster_nodes(nodes: Iterable[Node]) -> tuple[NodeInfo, ...]:
             schedulable=n.takes_work,
             unschedulable_because=("" if n.takes_work
                                    else f"{n.state}: {n.drain_reason}" if n.drain_reason
-                                   else "shared storage unreachable" if n.storage_problem else n.state),
+                                   else storage_problem_said(n.storage_problem) if n.storage_problem else n.state),
             images=frozenset(n.images or ()),
             features=tuple(n.features or ()) + (() if n.simulated else ("cuda",)),
             whole_gpus_only=n.executor == Node.Executor.SLURM,
