@@ -348,11 +348,16 @@ def cmd_queue(args: argparse.Namespace) -> int:
         return 0
     print(table(rows, ["POS", "ID", "TASK", "TEAM", "USER", "CLASS", "GPUS", "STATE", "WHERE / WHY"]))
     if "queued" in states:
-        # The reasons and estimates are the scheduler's last word: say when it has stopped planning.
-        note = (api.get("cluster/").get("scheduler") or {}).get("note")
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+        scheduler_note(api)
     return 0
+
+
+def scheduler_note(api) -> None:
+    """The reasons and estimates of queued jobs are the scheduler's last word: say (on stderr) when it
+    has stopped planning (multi-node trial M9; `yoloq status` too since fault32)."""
+    note = (api.get("cluster/").get("scheduler") or {}).get("note")
+    if note:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def value_text(value: Any) -> str:
@@ -491,6 +496,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"\n{job['error']}")
     if sweep:
         print(f"\n{sweep_text(sweep)}")
+    if job["state"] == "queued":
+        scheduler_note(api)  # its estimate and reason are the scheduler's last word, as in `yoloq queue`
     return 0
 
 

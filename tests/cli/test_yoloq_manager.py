@@ -104,3 +104,19 @@ def test_queue_says_when_the_scheduler_is_not_planning(web, config, alice, teams
     recorders.scheduler_pass_record(0.01)
     code, _, err = run(capsys, "queue")
     assert code == 0 and "note:" not in err
+
+
+def test_status_of_a_queued_job_says_when_the_scheduler_is_not_planning(web, config, alice, teams, capsys):
+    """fault32: with the scheduler killed, `yoloq status` of a queued job said "estimated start: any
+    moment" and the dead scheduler's last reason; only `yoloq queue` and the job page said it had stopped."""
+    from apps.monitoring import recorders
+
+    waiting = make_job(team=teams["vision"], user=alice, task_name="alice-waits", queue_position=1)
+    login(web, alice, capsys)
+    recorders.scheduler_pass_record(0.01, finished_at=timezone.now().timestamp() - 600)
+    code, out, err = run(capsys, "status", str(waiting.pk)[:8])
+    assert code == 0 and "alice-waits" in out
+    assert "note: the scheduler has not planned since" in err and "(10 min ago)" in err
+    recorders.scheduler_pass_record(0.01)
+    code, _, err = run(capsys, "status", str(waiting.pk)[:8])
+    assert code == 0 and "note:" not in err
