@@ -127,10 +127,10 @@ def node_storage_problem_set(node: Node, *, problem: str) -> bool:
     problem = problem[:Node._meta.get_field("storage_problem").max_length]
     changed = Node.objects.filter(pk=node.pk).exclude(storage_problem=problem).update(storage_problem=problem) == 1
     if changed and problem:
-        log.warning("node %s cannot reach the shared storage; it takes no new work until it can: %s",
-                    node.name, problem)
+        log.warning("node %s has a storage problem; it takes no new work until it is gone: %s", node.name, problem)
     elif changed:
-        log.warning("node %s reaches the shared storage again; it takes work again", node.name)
+        log.warning("node %s: its storage problem is gone (the shared storage is readable, JOBS_DIR has room); it "
+                    "takes work again", node.name)
     node.storage_problem = problem
     return changed
 
