@@ -60,21 +60,34 @@ def test_a_full_jobs_dir_requeues_its_training_and_takes_no_work_until_there_is_
         storage_marked(settings)
         shutil.copy2(settings.JOBS_DIR / MARKER_NAME, mount / MARKER_NAME)
         live.start_worker(JOBS_DIR=str(mount), JOBS_DIR_MIN_FREE_MB="32")
-        spec = (SEED_SPEC.replace("epochs=2 imgsz=128", "epochs=12 imgsz=64").replace(
-            "yolo-v8s-industrial-inspection", "disk-full") + f"retries: {RETRIES}\n")
+        spec = (
+            SEED_SPEC.replace("epochs=2 imgsz=128", "epochs=12 imgsz=64").replace(
+                "yolo-v8s-industrial-inspection", "disk-full"
+            )
+            + f"retries: {RETRIES}\n"
+        )
         job_id = api_client(alice).post("/api/v1/jobs/", spec, content_type="application/yaml").json()["id"]
         wait_for(lambda: Checkpoint.objects.filter(job_id=job_id).exists(), 180, what="a first checkpoint")
 
         filler = mount / "filler"
         fill(filler)  # the disk is full
-        wait_for(lambda: job_row(job_id).state in TERMINAL_STATES or job_row(job_id).attempt > 1
-                 or JobEvent.objects.filter(job_id=job_id, kind="retry").exists(), 120,
-                 what="the training to end on the full disk")
-        timeline = list(JobEvent.objects.filter(job_id=job_id).order_by("seq").values_list("attempt", "kind", "message"))
+        wait_for(
+            lambda: (
+                job_row(job_id).state in TERMINAL_STATES
+                or job_row(job_id).attempt > 1
+                or JobEvent.objects.filter(job_id=job_id, kind="retry").exists()
+            ),
+            120,
+            what="the training to end on the full disk",
+        )
+        timeline = list(
+            JobEvent.objects.filter(job_id=job_id).order_by("seq").values_list("attempt", "kind", "message")
+        )
         assert not [e for e in timeline if e[1] in ("retry", "failed")], timeline
         [requeued] = JobEvent.objects.filter(job_id=job_id, kind="storage_unavailable")
-        assert "storage full: JOBS_DIR has " in requeued.message and "(not counted as a retry)" in requeued.message, \
+        assert "storage full: JOBS_DIR has " in requeued.message and "(not counted as a retry)" in requeued.message, (
             requeued.message
+        )
         node = Node.objects.get(name="node-a")
         assert node.storage_problem.startswith("storage full: JOBS_DIR has "), node.storage_problem
         wait_for(lambda: "node-a (storage full)" in job_row(job_id).reason, 30, what="the queued job's reason")
