@@ -27,6 +27,7 @@ from rq.timeouts import JobTimeoutException
 
 from apps.cluster.services import node_storage_problem_set
 from apps.core.artifacts import artifact_path
+from apps.core.errors import database_unanswered
 from apps.core.faults import fault_point
 from apps.core.storage import shared_filesystem
 from apps.jobs.models import Checkpoint, Job, JobState
@@ -794,6 +795,8 @@ class AttemptRunner:
             try:
                 answer = write(*args, **kwargs)
             except (OperationalError, InterfaceError) as exc:
+                if not database_unanswered(exc):
+                    raise  # an error in what was asked (a missing migration, a bug): no use waiting
                 now = time.monotonic()
                 if since is None:
                     since = now

@@ -10,7 +10,6 @@ import logging
 import math
 from collections.abc import Sequence
 
-from django.db import InterfaceError, OperationalError
 from django.http import Http404, QueryDict
 from rest_framework import parsers, serializers, status
 from rest_framework.exceptions import (
@@ -26,6 +25,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from .errors import database_unanswered
 from .values import first_surrogate
 
 # Fields the platform owns. Naming them in a write is mass assignment: refused with this reason.
@@ -132,7 +132,7 @@ DATABASE_DOWN_RETRY_AFTER_S = 30
 
 def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
-    if response is None and isinstance(exc, (OperationalError, InterfaceError)):
+    if response is None and database_unanswered(exc):
         return database_down(exc, context.get("request"))
     if response is None:
         return None

@@ -72,3 +72,28 @@ def test_a_submit_the_database_does_not_answer_is_a_503_that_says_what_to_do(ali
     assert not Job.objects.exists()
     again = client.post("/api/v1/jobs/", SEED_SPEC, content_type="application/yaml")
     assert again.status_code == 201, again.content
+
+
+def test_only_a_database_that_did_not_answer_is_said_so_an_error_in_what_was_asked_stays_a_bug():
+    """A 503 "try again" for a missing table (a migration not run) or bad SQL would hide a bug
+    behind a retry forever, and a training worker would wait 10 minutes on it."""
+    import sqlite3
+
+    from django.db import InterfaceError, OperationalError, ProgrammingError
+
+    from apps.core.errors import database_unanswered
+
+    def wrapped(message: str, cause: BaseException | None) -> OperationalError:
+        exc = OperationalError(message)
+        exc.__cause__ = cause
+        return exc
+
+    assert database_unanswered(wrapped("database is locked", sqlite3.OperationalError("database is locked")))
+    assert database_unanswered(wrapped("database is locked (another thread of this process is writing)", None))
+    assert database_unanswered(InterfaceError("connection already closed"))
+    assert not database_unanswered(wrapped("no such table: jobs_job", sqlite3.OperationalError("no such table")))
+    assert not database_unanswered(wrapped('near "SELEC": syntax error', sqlite3.OperationalError("syntax")))
+    assert not database_unanswered(ProgrammingError("relation \"jobs_job\" does not exist"))
+    assert not database_unanswered(ValueError("database is locked"))
+    psycopg = pytest.importorskip("psycopg")
+    assert database_unanswered(wrapped("connection refused", psycopg.OperationalError("connection refused")))
