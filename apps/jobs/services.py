@@ -231,8 +231,10 @@ def job_event(job: Job, kind: str, message: str = "", data: dict | None = None, 
 # --- transitions ----------------------------------------------------------------------------
 
 
-def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None, **fields: Any) -> bool:
-    """Move a job to ``to`` if it is in one of ``expected`` (and on ``attempt_id``). True if we won.
+def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None, planned: dict[str, Any] | None = None,
+                   **fields: Any) -> bool:
+    """Move a job to ``to`` if it is in one of ``expected`` (and on ``attempt_id``, and its
+    ``planned`` fields still hold those values). True if we won.
 
     A final state frees the attempt's GPU slots in the same transaction, and forgets the queue's
     answers (position, ETAs, the reason it waited): a job cancelled in the queue still read "Why
@@ -241,6 +243,8 @@ def job_transition(job_id, *, expected: Iterable[str], to: str, attempt_id=None,
     query = Job.objects.filter(pk=job_id, state__in=list(expected))
     if attempt_id is not None:
         query = query.filter(attempt_id=attempt_id)
+    if planned:
+        query = query.filter(**planned)
     now = timezone.now()
     if to not in TERMINAL_STATES:
         return query.update(state=to, **fields) == 1
@@ -338,6 +342,11 @@ def job_requeue(
 # --- the scheduler's side of an attempt -------------------------------------------------------
 
 
+# What a placement is sized by: a claim places the job only while its row still says what it was
+# planned with (job_claim).
+CLAIM_RESOURCE_FIELDS = ("gpus", "gpu_memory_mb", "cpu_milli", "memory_mb")
+
+
 class SlotTaken(Exception):
     """A GPU slot the claim needs is held by another attempt."""
 
@@ -346,14 +355,23 @@ def job_claim(job: Job, *, node, gpu_indices: list[int], gpu_share: float, run_c
     """Allocate a queued job to ``node`` (queued → starting) as its current attempt, with its
     GPU slots, in one transaction. True if we won.
 
-    False, with nothing written, if the job is no longer queued on that attempt or a slot is
-    held by another attempt (another scheduler got there first, or the plan was stale): the
-    unique (node, GPU, slot) constraint decides, whatever the isolation level.
+    False, with nothing written, if the job is no longer queued on that attempt, its resources
+    are no longer the ones ``job`` was planned with, or a slot is held by another attempt
+    (another scheduler got there first, or the plan was stale): the unique (node, GPU, slot)
+    constraint decides, whatever the isolation level.
+
+    The resources are part of the conditional update (``CLAIM_RESOURCE_FIELDS``): a superuser's
+    admin edit of a queued job's gpus/memory commits on the locked row (fix31a), and a pass that
+    read the job before that commit and claims after it would otherwise place it with the old
+    count (one GPU index on a row saying 2). The UPDATE's own WHERE compares them on the row as
+    it is once the admin's lock is released (PostgreSQL re-checks it on the newest row version;
+    SQLite's write lock orders the two): a mismatch is a lost claim, and the next pass replans.
     """
     try:
         with transaction.atomic():
             if not job_transition(
                 job.pk, expected=[JobState.QUEUED], to=JobState.STARTING, attempt_id=job.attempt_id,
+                planned={name: getattr(job, name) for name in CLAIM_RESOURCE_FIELDS},
                 node=node, gpu_indices=list(gpu_indices), gpu_share=gpu_share, run_class=run_class,
                 dispatched_at=None, queue_position=None, reason="", estimated_start_at=None,
                 estimated_start_low_at=None, estimated_start_high_at=None,

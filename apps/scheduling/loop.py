@@ -187,7 +187,7 @@ def _plan_and_start(now: datetime | None, token: int | None, rows: QueueRows | N
                             raise ClaimAbandoned(f"victim {preemption.job_id} is no longer running")
                     if not job_claim(job, node=nodes[start.node], gpu_indices=list(start.gpu_indices),
                                      gpu_share=start.gpu_share, run_class=start.priority_class or job.priority_class):
-                        raise ClaimAbandoned(f"{job.pk} is no longer queued")
+                        raise ClaimAbandoned(f"{job.pk} is no longer queued as planned (placed meanwhile, or its resources were edited)")
             except ClaimAbandoned as why:
                 log.info("start of %s abandoned: %s", job.pk, why, extra={"job_id": str(job.pk)})
                 continue
