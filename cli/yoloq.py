@@ -606,6 +606,8 @@ def cmd_continue(args: argparse.Namespace) -> int:
         body["memory"] = args.memory
     if args.gpus is not None:  # fewer for a job over a per-job GPU limit lowered since its submit
         body["gpu"] = args.gpus
+    if args.val is not None:  # false: a training whose dataset's val split has no labels
+        body["val"] = args.val
     # One key per invocation: a retried request cannot continue the job twice.
     job = api.request("POST", f"jobs/{job_id}/continue/", json=body, ok=(200, 201),
                       headers={"Idempotency-Key": f"yoloq-{uuid.uuid4()}"}).json()
@@ -1216,6 +1218,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", metavar="N", help="the new job's resources.gpu: a whole number of GPUs, or 0.5, 0.25 "
                                                "or 0.125 of one (default: the job's own; fewer for a job over a "
                                                "per-job GPU limit lowered since it was submitted)")
+    p.add_argument("--no-val", dest="val", action="store_false", default=None,
+                   help="no validation during the new job's training (val=false): for a dataset whose val split "
+                        "has no labels (default: the job's own val)")
+    p.add_argument("--val", dest="val", action="store_true", help="validate after each epoch again (val=true)")
     p.set_defaults(func=cmd_continue)
 
     p = commands.add_parser("class", help="team managers: change a queued job's priority class, or a sweep's "

@@ -566,6 +566,10 @@ class JobContinueIn(StrictInput):
                                           "0.5 of one (default: the job's own); fewer for a job over a per-job "
                                           "GPU limit lowered since it was submitted")
 
+    val = serializers.BooleanField(required=False,
+                                   help_text="the new job's val argument (default: the job's own); false to "
+                                             "continue a training whose dataset's val split has no labels")
+
     def validate_memory(self, value: str) -> str:
         try:
             parse_memory_mb(value)
@@ -599,7 +603,7 @@ class JobContinue(APIView):
         try:
             new, created = job_continue(job=job, user=request.user, timeout_s=data.validated_data.get("timeout"),
                                         memory=data.validated_data.get("memory"), gpus=data.validated_data.get("gpu"),
-                                        idempotency_key=key)
+                                        val=data.validated_data.get("val"), idempotency_key=key)
         except ContinueRefused as refused:
             return field_errors(refused.errors, refused.status)
         except StorageUnavailable as exc:

@@ -194,10 +194,11 @@ def inputs_gone(job: Job) -> frozenset[str]:
 
 
 def _document(job: Job, timeout_s: int | None, memory: str | None = None,
-              gpus: float | None = None) -> tuple[dict, str]:
+              gpus: float | None = None, val: bool | None = None) -> tuple[dict, str]:
     """The job's spec document (its stored text, as Resubmit reads it) with the new ``timeout``,
-    the new ``resources.memory`` ("" removes it), the new ``resources.gpu`` and its data pinned
-    (:func:`_data_pinned`), and the text to store (the old text when none changed it)."""
+    the new ``resources.memory`` ("" removes it), the new ``resources.gpu``, the new ``val``
+    argument and its data pinned (:func:`_data_pinned`), and the text to store (the old text
+    when none changed it)."""
     try:
         document = load_yaml(job.raw_spec, max_bytes=1 << 20) if job.raw_spec else None
     except FieldErrors as exc:
@@ -217,6 +218,8 @@ def _document(job: Job, timeout_s: int | None, memory: str | None = None,
         resources = changed.get("resources")
         resources = {**(resources if isinstance(resources, dict) else {}), "gpu": int(gpus) if gpus >= 1 else gpus}
         changed = {**changed, "resources": resources}
+    if val is not None:
+        changed = _arg_set(changed, "val", val)
     if changed == document:
         return document, job.raw_spec
     # YAML, as the spec was most likely written: Edit & resubmit shows this text in the YAML box.
@@ -326,6 +329,18 @@ def _pin(document: dict, key: str, pinned: str) -> dict:
     return document
 
 
+def _arg_set(document: dict, key: str, value: bool) -> dict:
+    """``document`` with the training argument ``key`` set to ``value``: in its ``command`` string
+    (``key=False``, in place of any ``key=…`` or bare ``key`` word, else added) or its ``train`` block."""
+    if isinstance(document.get("command"), str):
+        words = shlex.split(document["command"])  # it parsed when the job was submitted
+        kept = [word for word in words if word != key and not word.startswith(f"{key}=")]
+        return {**document, "command": shlex.join([*kept, f"{key}={value}"])}
+    if isinstance(document.get("train"), dict):
+        return {**document, "train": {**document["train"], key: value}}
+    return document
+
+
 def _metrics_carry(job: Job, new: Job, epoch: int) -> None:
     """Copy ``job``'s metric points of epochs 1..``epoch`` (what the resumed weights went through)
     to ``new``, with sequence numbers of the new job's and the times they were measured.
@@ -361,7 +376,7 @@ def _copy(job: Job, new_id: uuid.UUID, checkpoint: Checkpoint) -> tuple[str, lis
 
 
 def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | None = None,
-                 gpus: float | None = None, idempotency_key: str = "") -> tuple[Job, bool]:
+                 gpus: float | None = None, val: bool | None = None, idempotency_key: str = "") -> tuple[Job, bool]:
     """A new job that resumes ``job``'s newest stored checkpoint; (job, created) as ``job_submit``.
 
     ``memory`` (a quantity such as ``16Gi``) replaces the spec's ``resources.memory``: a job that
@@ -369,7 +384,10 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
     SpecError under ``memory``. ``gpus`` (parsed by ``parse_gpus``) replaces ``resources.gpu``: a
     job over a per-job GPU limit lowered since its submit is continued with fewer (trial31); the
     worker forces the device on a resume, so the checkpoint resumes on any count. Its refusals
-    (the limits) are under ``gpu``.
+    (the limits) are under ``gpu``. ``val`` sets the training's ``val`` argument: a training on a
+    dataset whose val split has no labels is refused unless val=false (inputs._train_val_check),
+    and one submitted before that refusal existed could otherwise not be continued (left32);
+    Ultralytics lets a resume change ``val`` (``BaseTrainer.check_resume``'s allowed overrides).
 
     Raises ContinueRefused, SpecError (the spec no longer passes a submit: deleted weights, a data
     folder gone, a timeout over the limit), DuplicateJob, TooManyActiveJobs, IdempotencyKeyReused,
@@ -381,11 +399,11 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
         except ValueError as exc:
             raise SpecError({"memory": str(exc)}) from None
     point = continue_point(job, user=user, idempotency_key=idempotency_key)
-    document, raw_spec = _document(job, timeout_s, memory, gpus)
+    document, raw_spec = _document(job, timeout_s, memory, gpus, val)
     try:
         spec = spec_parse(document, user=user)  # SpecError before anything is copied
     except SpecError as exc:
-        raise _named(exc, memory, gpus) from None
+        raise _named(exc, memory, gpus, val) from None
     new_id = uuid.uuid4()
     lineage = {"job": str(job.pk), "task_name": job.task_name, "epoch": point.epoch}
     written: list[str] = []
@@ -404,7 +422,7 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
                 new, created = job_submit(user=user, spec=spec, raw_spec=raw_spec, idempotency_key=idempotency_key,
                                           job_id=new_id, continued_from=lineage)
             except SpecError as exc:  # the limits (resources.gpu's per-job limit) are checked here
-                raise _named(exc, memory, gpus) from None
+                raise _named(exc, memory, gpus, val) from None
             if created:
                 from apps.core.artifacts import artifact_path
 
@@ -427,10 +445,20 @@ def job_continue(*, job: Job, user, timeout_s: int | None = None, memory: str | 
     return new, created
 
 
-def _named(exc: SpecError, memory: str | None, gpus: float | None) -> SpecError:
+# The end of inputs._train_val_check's refusal (an unlabelled val split), said the same on a continue.
+VAL_FALSE_ADVICE = "or train with val=false"
+
+
+def _named(exc: SpecError, memory: str | None, gpus: float | None, val: bool | None = None) -> SpecError:
     """The spec's refusal under the request's field where the caller gave one (``memory``, ``gpu``);
-    a GPU limit the job's own count is over says how to continue with fewer."""
+    a GPU limit the job's own count is over says how to continue with fewer, an unlabelled val
+    split how to continue without validation."""
     errors = dict(exc.errors)
+    if val is None:
+        for field in ("command.data", "train.data"):
+            if VAL_FALSE_ADVICE in str(errors.get(field, "")):
+                errors[field] = (f"{errors[field]} (continue with val=false: val in the API, yoloq continue "
+                                 "--no-val, or untick Validate on the job page)")
     if memory is not None and "resources.memory" in errors:
         errors["memory"] = errors.pop("resources.memory")
     if gpus is not None and "resources.gpu" in errors:

@@ -57,7 +57,7 @@ from apps.jobs.services import (
     spec_resolve,
     urgent_errors,
 )
-from apps.jobs.spec import SpecError
+from apps.jobs.spec import SpecError, parse_gpus
 from apps.monitoring.recorders import scheduler_status
 from apps.monitoring.services import cluster_history
 from apps.quotas.reports import GROUPS, report_for_page
@@ -175,6 +175,8 @@ def job_detail(request, job_id):
         # The submit form's unit (Timeout (hours)); after a refused Continue, what was typed.
         "continue_hours": request.GET.get("timeout_hours", f"{job.timeout_s / 3600:g}")[:32],
         "continue_memory": request.GET.get("memory", spec_memory(job) if point else "")[:32],
+        "continue_gpu": request.GET.get("gpu", f"{job.gpus:g}")[:32],
+        "continue_val": request.GET.get("val", "true" if _trains_with_val(job) else "") == "true",
         "continued_from": (job.spec or {}).get("continued_from"),
         # An ended job with no epoch said "curves appear after the first epoch" for ever (new-user trial 23).
         "curves_empty": ("no epoch finished, so there are no curves" if job.state in TERMINAL_STATES
@@ -336,7 +338,12 @@ def job_resubmit(request, job_id):
 
 
 # The job page's Continue boxes, by the field a refusal names.
-CONTINUE_BOXES = {"timeout": "Timeout (hours)", "memory": "Memory"}
+CONTINUE_BOXES = {"timeout": "Timeout (hours)", "memory": "Memory", "gpu": "GPUs", "val": "Validate"}
+
+
+def _trains_with_val(job) -> bool:
+    """Whether ``job``'s training validates each epoch (its val argument; Ultralytics' default is true)."""
+    return ((job.spec or {}).get("train_args") or {}).get("val", True) is not False
 
 
 def _in_hours(field: str, problem) -> str:
@@ -375,9 +382,22 @@ def job_continue_view(request, job_id):
     memory = (request.POST.get("memory") or "").strip()[:32]
     if memory == spec_memory(job) or "memory" not in request.POST:
         memory = None  # unchanged (or an older page without the box)
+    # The API's gpu (apps.jobs.api.JobContinueIn.validate_gpu): the same parser, the same words.
+    gpu_typed = (request.POST.get("gpu") or "").strip()[:32]
+    gpus = None
+    if gpu_typed and gpu_typed != f"{job.gpus:g}":
+        try:
+            gpus = parse_gpus(gpu_typed)
+        except ValueError as exc:
+            messages.error(request, f"Could not continue: {CONTINUE_BOXES['gpu']}: {exc}")
+            return _continue_again(request, job)
+    # An unticked checkbox is not sent: val_shown says the page had the box (an older page had not).
+    val = None
+    if "val_shown" in request.POST and (request.POST.get("val") == "true") != _trains_with_val(job):
+        val = request.POST.get("val") == "true"
     try:
-        new_job, _ = job_continue(job=job, user=request.user, timeout_s=timeout_s, memory=memory,
-                                  idempotency_key=request.POST.get("idempotency_key", "")[:200])
+        new_job, _ = job_continue(job=job, user=request.user, timeout_s=timeout_s, memory=memory, gpus=gpus,
+                                  val=val, idempotency_key=request.POST.get("idempotency_key", "")[:200])
     except FieldErrors as exc:  # ContinueRefused, SpecError, IdempotencyKeyReused
         messages.error(request, "Could not continue: " + "; ".join(
             f"{CONTINUE_BOXES.get(field, field)}: {problem}" + _in_hours(field, problem)
@@ -399,7 +419,9 @@ def job_continue_view(request, job_id):
 def _continue_again(request, job):
     """Back to the job's page after a refused Continue, its boxes holding what was typed (they came
     back with the job's own timeout and memory, the typed values lost: new-user trial 20)."""
-    typed = {name: request.POST.get(name, "")[:32] for name in ("timeout_hours", "memory") if name in request.POST}
+    typed = {name: request.POST.get(name, "")[:32] for name in ("timeout_hours", "memory", "gpu") if name in request.POST}
+    if "val_shown" in request.POST:
+        typed["val"] = "true" if request.POST.get("val") == "true" else "false"
     return redirect(reverse("job", args=[job.pk]) + (f"?{urlencode(typed)}" if typed else "") + "#continue-form")
 
 

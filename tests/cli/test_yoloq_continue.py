@@ -27,7 +27,8 @@ def test_continue_queues_the_rest_with_a_new_timeout_and_refuses_an_active_job(w
     attempt_finish(job, outcome="timed_out", exit_code=-15)
     login(web, alice, capsys)
 
-    code, out, err = run(capsys, "continue", job_id[:8], "--timeout", "900", "--memory", "6Gi", "--gpus", "0.5")
+    code, out, err = run(capsys, "continue", job_id[:8], "--timeout", "900", "--memory", "6Gi", "--gpus", "0.5",
+                            "--no-val")
 
     new = Job.objects.exclude(pk=job_id).get()
     assert code == 0, err
@@ -35,6 +36,7 @@ def test_continue_queues_the_rest_with_a_new_timeout_and_refuses_an_active_job(w
     assert new.timeout_s == 900 and new.spec["continued_from"]["job"] == job_id
     assert new.memory_mb == 6144 and job.memory_mb == 4096  # more for a job that ran out of memory
     assert new.gpus == 0.5 and job.gpus == 1  # fewer, under a newly lowered per-job limit (trial31)
+    assert new.spec["train_args"]["val"] is False  # a dataset whose val split has no labels (left32)
     code, _, err = run(capsys, "continue", str(new.pk)[:8])
     assert code == 1
     assert "state: job is queued; only an ended job (failed, cancelled or timed out) can be continued" in err

@@ -756,3 +756,60 @@ def test_a_gpus_field_is_told_the_field_continue_takes(alice, teams):
     assert response.status_code == 400
     assert response.json() == {"gpus": ["cannot be set: are allocated by the scheduler (ask with gpu, e.g. "
                                         "{\"gpu\": 1})"]}
+
+
+def _val_unlabelled(job: Job) -> None:
+    """The dataset ``job`` trained on as an upload without val labels records it (stats: val images, 0
+    instances): a training submitted before such trainings were refused (fix31b) is continued now."""
+    from apps.datasets.models import Dataset
+
+    dataset = Dataset.objects.get(pk=job.spec["inputs"]["data"]["id"])
+    splits = dataset.stats["splits"]
+    dataset.stats = {**dataset.stats, "splits": {**splits, "val": {**splits["val"], "labels": 0, "instances": 0}}}
+    dataset.save(update_fields=["stats"])
+
+
+def test_a_training_on_an_unlabelled_val_split_is_continued_with_val_false(cancelled, alice):
+    """fix31b refused such a training unless val=false, which continue could not set: the job could
+    only start over (Edit & resubmit). ``val`` is the new job's val argument (Ultralytics lets a
+    resume change it); without it the refusal says how to continue."""
+    _val_unlabelled(cancelled)
+    client = api_client(alice)
+
+    refused = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/")
+    assert refused.status_code == 400, refused.content
+    assert refused.json()["command.data"][0].endswith(
+        "or train with val=false (no validation during training; the last epoch's is still 0) (continue with "
+        "val=false: val in the API, yoloq continue --no-val, or untick Validate on the job page)")
+    bad = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", {"val": "maybe"}, format="json")
+    assert bad.status_code == 400 and bad.json() == {"val": ["Must be a valid boolean."]}
+
+    response = client.post(f"/api/v1/jobs/{cancelled.pk}/continue/", {"val": False}, format="json")
+
+    assert response.status_code == 201, response.content
+    new = Job.objects.get(pk=response.json()["id"])
+    assert new.spec["train_args"]["val"] is False and "val=False" in new.raw_spec
+    assert new.spec["continued_from"]["epoch"] == 3 and new.spec["train_args"]["epochs"] == 5
+
+
+def test_the_continue_form_takes_gpus_and_validate_as_the_api_does(cancelled, alice, client):
+    """fix31b: the API and ``yoloq continue --gpus`` took ``gpu``; the page had no box for it (nor for val)."""
+    client.force_login(alice)
+    page = client.get(f"/jobs/{cancelled.pk}/").content.decode()
+    assert 'name="gpu" value="1"' in page and 'name="val" value="true" checked' in page
+
+    response = client.post(f"/jobs/{cancelled.pk}/continue/", {"gpu": "two", "val_shown": "1", "val": "true",
+                                                              "idempotency_key": "g1"}, follow=True)
+    assert not Job.objects.exclude(pk=cancelled.pk).exists()
+    text = html.unescape(response.content.decode())
+    assert ("Could not continue: GPUs: must be a whole number of GPUs from 1 to 64, or 0.125, 0.25 or 0.5 of one "
+            "GPU") in text
+    assert 'name="gpu" value="two"' in text  # the box holds what was typed
+
+    _val_unlabelled(cancelled)
+    response = client.post(f"/jobs/{cancelled.pk}/continue/", {"gpu": "0.5", "val_shown": "1",
+                                                              "idempotency_key": "g2"})
+
+    new = Job.objects.exclude(pk=cancelled.pk).get()
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{new.pk}/"
+    assert new.gpus == 0.5 and new.spec["train_args"]["val"] is False
