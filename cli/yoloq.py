@@ -817,6 +817,8 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
         return 0
     if answer.get("skipped"):  # documentation beside data.yaml, OS clutter: not stored
         print(f"Skipped (not stored): {', '.join(answer['skipped'])}", file=sys.stderr)
+    for warning in answer.get("warnings") or []:  # a split without labels: stored, but trainings on it are refused
+        print(f"Warning: {warning}", file=sys.stderr)
     if answer.get("unchanged"):
         print(f"Unchanged: {answer['team']}/{answer['reference']} already holds exactly these files "
               f"(sha256 {answer['sha256'][:16]}…); no new version made")

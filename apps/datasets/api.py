@@ -45,8 +45,13 @@ class DatasetOut(serializers.ModelSerializer):
 
 
 class DatasetDetailOut(DatasetOut):
+    warnings = serializers.ListField(
+        child=serializers.CharField(), source="label_warnings", read_only=True,
+        help_text="stored, but: each split with images and no labelled object (a training validating on the "
+                  "val split, and validating on such a split, are refused)")
+
     class Meta(DatasetOut.Meta):
-        fields = [*DatasetOut.Meta.fields, "stats"]
+        fields = [*DatasetOut.Meta.fields, "stats", "warnings"]
 
 
 class DatasetUploadOut(DatasetDetailOut):

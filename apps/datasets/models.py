@@ -64,6 +64,25 @@ class Dataset(models.Model):
         stats = self.stats or {}
         return label_task_problem(stats.get("labels", ""), task, kpt_shape=bool(stats.get("kpt_shape")))
 
+    def label_warnings(self) -> list[str]:
+        """A sentence for each split of a YOLO version that has images but no labelled object: stored
+        all the same (a split of backgrounds may be meant), but a training validating on it and a
+        `yolo val` of it are refused (apps.jobs.inputs), so the upload's answer and the dataset page
+        say so at once (fix31b left: the user learnt it at the training's submit)."""
+        if self.kind != self.Kind.YOLO:
+            return []
+        warnings = []
+        for split, counts in ((self.stats or {}).get("splits") or {}).items():
+            if not counts.get("images") or counts.get("instances") != 0:
+                continue
+            refused = (f"a training on {self.reference} is refused unless val=false (it validates on this split "
+                       "each epoch), and so is validating on it" if split == "val"
+                       else f"validating on it (split={split}) is refused" + (", and a training learns only background "
+                                                                               "from it" if split == "train" else ""))
+            warnings.append(f"the '{split}' split has no labels ({counts['images']} images, none with a labelled "
+                            f"object): {refused}; upload the labels (labels/{split}/, one .txt per image) as a new version")
+        return warnings
+
     def lineage(self) -> dict:
         """What a job or a model version records about the data it used."""
         return {"id": self.pk, "team": self.team.slug, "name": self.name, "version": self.version,

@@ -79,6 +79,7 @@ def dataset_detail(request, pk: int):
         "splits": stats.get("splits") or {},
         "samples": samples,
         "skipped": stats.get("skipped") or [],
+        "label_warnings": dataset.label_warnings(),
         "versions": dataset_list(user=request.user).filter(team=dataset.team, name=dataset.name),
         "chart": {"names": dataset.names, "histogram": stats.get("histogram") or {}},
         "can_delete": is_manager_of(user=request.user, team=dataset.team),

@@ -660,3 +660,24 @@ def test_many_label_files_outside_a_labels_folder_and_no_misplaced_image_are_tol
     problems = {p["path"]: p["problem"] for p in response.json()["problems"]}
     assert problems["annotations/train/"].startswith(
         "4 label files are outside a 'labels' folder (e.g. annotations/train/0.txt, annotations/train/1.txt)"), problems
+
+
+def test_a_val_split_without_labels_is_stored_with_a_warning_naming_the_split(bob, client):
+    """fix31b: such an upload was accepted silently (stats: 0 instances) and the training on it was then
+    refused; the upload's answer, the detail and the dataset page now say so at once, and it is still stored."""
+    files = {name: data for name, data in valid_files().items() if not name.startswith("labels/val/")}
+    response = post(bob, make_zip(files))
+
+    assert response.status_code == 201, response.content
+    warning = ("the 'val' split has no labels (2 images, none with a labelled object): a training on pcb:v1 is "
+               "refused unless val=false (it validates on this split each epoch), and so is validating on it; "
+               "upload the labels (labels/val/, one .txt per image) as a new version")
+    assert response.json()["warnings"] == [warning]
+    dataset = Dataset.objects.get()
+    assert api_client(bob).get(f"/api/v1/datasets/{dataset.pk}/").json()["warnings"] == [warning]
+    client.force_login(bob)
+    page = client.get(f"/datasets/{dataset.pk}/").content.decode()
+    assert 'id="label-warnings"' in page and "The &#x27;val&#x27; split has no labels (2 images" in page
+
+    labelled = post(bob, make_zip(valid_files()))
+    assert labelled.status_code == 201 and labelled.json()["warnings"] == []
