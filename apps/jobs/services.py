@@ -219,11 +219,15 @@ def job_event(job: Job, kind: str, message: str = "", data: dict | None = None, 
     event = JobEvent.objects.create(
         job_id=job.pk, seq=seq, attempt=job.attempt, kind=kind, message=message, data=data or {}
     )
-    state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
-    # After commit: many events are written inside the transaction of their state change.
+    state, priority_class, run_class = (Job.objects.filter(pk=job.pk).values_list("state", "priority_class", "run_class")
+                                        .first() or (None, None, None))
+    # After commit: many events are written inside the transaction of their state change. The
+    # classes ride along: the job page says "runs as high: beyond the team's urgent allowance" when
+    # the scheduler placed an urgent job as high (trial31: only after a reload).
     live.publish_on_commit(job.pk, {"type": "status", "seq": seq, "job": str(job.pk),
                                     "data": {"state": state, "kind": kind, "message": message,
-                                             "attempt": job.attempt}})
+                                             "attempt": job.attempt, "priority_class": priority_class,
+                                             "run_class": run_class}})
     job_event_recorded(job_id=job.pk, kind=kind, event_id=event.pk)  # notifications, after commit
     return event
 

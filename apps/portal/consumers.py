@@ -150,7 +150,8 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "status", "seq": self.last_seq, "job": str(job.pk),
                               "history_end": True,
                               "data": {"state": job.state, "kind": "snapshot", "attempt": job.attempt,
-                                       "epochs_done": job.epochs_done}})
+                                       "epochs_done": job.epochs_done, "priority_class": job.priority_class,
+                                       "run_class": job.run_class}})
         if not self.live:
             self.closed = True
             await self.close(code=LIVE_PAUSED)

@@ -115,6 +115,24 @@
     events.set(seq, data);
     renderTimeline();
     if (data.state) setState(data.state);
+    if (data.state) setClasses(data);
+  }
+
+  // "runs as high: beyond the team's urgent allowance": an urgent job the scheduler placed as high
+  // (apps.scheduling.loop). Each live status message carries both classes; the page said it only
+  // after a reload (trial31). Hidden while queued: a requeued job keeps its last attempt's run_class.
+  function setClasses(data) {
+    var pill = document.getElementById("priority-class");
+    if (pill && data.priority_class) {
+      pill.textContent = data.priority_class;
+      pill.className = "cls cls-" + data.priority_class;
+    }
+    var note = document.getElementById("run-class");
+    if (!note || !data.priority_class) return;
+    var demoted = data.run_class && data.run_class !== data.priority_class && data.state !== "queued";
+    note.textContent = demoted ? " · " + (TERMINAL.has(data.state) ? "ran" : "runs") + " as " + data.run_class +
+                                 ": beyond the team's urgent allowance" : "";
+    note.classList.toggle("hidden", !demoted);
   }
 
   function applyLog(seq, text) {
@@ -138,7 +156,8 @@
     var data = message.data || {};
     if (message.type === "metrics") applyMetric(seq, data);
     else if (message.type === "status") applyEvent(seq, { kind: data.kind, message: data.message, attempt: data.attempt,
-                                                         state: data.state, time: data.time || new Date().toISOString() });
+                                                         state: data.state, time: data.time || new Date().toISOString(),
+                                                         priority_class: data.priority_class, run_class: data.run_class });
     else if (message.type === "log") applyLog(seq, data.text || "");
     if (!inHistory) {
       if (seq > highest + 1) {
@@ -154,6 +173,7 @@
     inHistory = false;
     var data = message.data || {};
     if (data.state) setState(data.state);
+    if (data.state) setClasses(data);
     if (data.epochs_done) epochsDoneFloor = Math.max(epochsDoneFloor, data.epochs_done);
     var reconnecting = everConnected;
     everConnected = true;

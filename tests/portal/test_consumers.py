@@ -269,3 +269,35 @@ def test_the_full_stack_refuses_a_foreign_origin(alice, demo_registered):
         return connected
 
     assert not async_to_sync(run)()
+
+
+def test_a_live_placement_of_an_urgent_job_beyond_its_teams_allowance_carries_its_run_class(alice, teams, node):
+    """trial31 left: "runs as high: beyond the team's urgent allowance" appeared on the job page only after a
+    reload: the live status message carried the state alone. The real scheduler pass places the job as high
+    (the team's urgent GPU-hours are below its timeout); the message and the snapshot carry both classes."""
+    from apps.quotas.models import TeamQuota
+    from apps.scheduling.loop import plan_and_start
+    from tests.jobs.factories import make_job
+
+    TeamQuota.objects.update_or_create(team=teams["vision"], defaults={"urgent_gpu_hours_per_day": 0.0001})
+    job = make_job(team=teams["vision"], user=alice, priority_class="urgent")
+
+    async def run():
+        communicator = socket_for(alice, job.pk)
+        await communicator.connect()
+        await receive_until_history_end(communicator)
+        assert await sync_to_async(plan_and_start)()
+        placed = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        again = socket_for(alice, job.pk)
+        await again.connect()
+        snapshot = (await receive_until_history_end(again))[-1]
+        await again.disconnect()
+        return placed, snapshot
+
+    placed, snapshot = async_to_sync(run)()
+    assert placed["data"]["kind"] == "scheduled" and "runs as high" in placed["data"]["message"]
+    assert {k: placed["data"][k] for k in ("state", "priority_class", "run_class")} == {
+        "state": "starting", "priority_class": "urgent", "run_class": "high"}
+    assert {k: snapshot["data"][k] for k in ("state", "priority_class", "run_class")} == {
+        "state": "starting", "priority_class": "urgent", "run_class": "high"}
