@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import uuid
@@ -10,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 
-from apps.accounts.models import AuditEntry
+from apps.accounts.models import AuditEntry, Team
 from apps.accounts.services import (
     StorageQuotaExceeded,
     audit_record,
@@ -150,12 +151,14 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
         kind = Dataset.Kind.CLASSIFY  # the default kind's upload found to be a classification folder
     _refuse_kind_switch(team=team, name=name, kind=kind)
     root = team_dataset_root(team)
-    root.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     staging = root / f".upload-{token}"
     charge = f"upload:{team.slug}:{token}"
-    storage_reserve(team=team, key=charge, size=plan.uncompressed_bytes)
+    with transaction.atomic():
+        _team_held(team)
+        storage_reserve(team=team, key=charge, size=plan.uncompressed_bytes)
     try:
+        root.mkdir(parents=True, exist_ok=True)
         archive_extract(upload, plan, destination=staging)
         if kind in (Dataset.Kind.YOLO, Dataset.Kind.CLASSIFY):
             # A classification version gets a data.yaml too (its splits and class names): Ultralytics
@@ -187,9 +190,12 @@ def dataset_upload(*, user, team, name: str, upload: IO[bytes], size: int, descr
         dataset = _dataset_commit(team=team, name=name, kind=kind, staging=staging, charge=charge, values={
             "sha256": sha256, "size_bytes": stored_bytes, "num_images": plan.num_images, "num_classes": len(names),
             "names": names, "stats": stats, "description": description, "uploaded_by": user})
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         storage_release(key=charge)
+        if isinstance(exc, ArchiveRejected) and exc.field == "team":
+            with contextlib.suppress(OSError):  # the deleted team's folder, when nothing else is in it
+                root.rmdir()
         raise
     _dataset_store(dataset)
     audit_record(actor=user, action=AuditEntry.Action.DATASET_UPLOAD, team=team, target=dataset,
@@ -250,31 +256,52 @@ def _dataset_store(dataset: Dataset) -> None:
         raise
 
 
+TEAM_GONE = "team {slug} was deleted while this upload was being checked: nothing was stored"
+
+
+def _team_held(team) -> None:
+    """Lock ``team``'s row for the rest of the transaction (PostgreSQL; SQLite's writers are serialised
+    anyway); ArchiveRejected on ``team`` when it has been deleted.
+
+    A superuser may delete a team that owns no dataset version (accounts.services.team_delete_refusal)
+    while one of its uploads is being extracted and checked, unlocked: the version's insert then failed
+    at its commit (the foreign keys are checked there), a 500 that left the files renamed to
+    ``<name>/v<N>`` (left32). Held from here to the commit, the row cannot go meanwhile, and once the
+    version is committed the team is not deleted while it owns it (Dataset.team is PROTECT)."""
+    if not list(Team.objects.select_for_update().filter(pk=team.pk).values_list("pk", flat=True)):
+        raise ArchiveRejected(TEAM_GONE.format(slug=team.slug), field="team")
+
+
 def _dataset_commit(*, team, name: str, kind: str, staging: Path, charge: str, values: dict) -> Dataset:
-    with transaction.atomic():
-        latest = Dataset.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
-        version = version_next(kind="dataset", team=team, name=name, floor=latest)
-        # Again here, after the name's counter row is held (version_next), so that two uploads of
-        # different kinds under a new name cannot both pass the check made before extracting.
-        _refuse_kind_switch(team=team, name=name, kind=kind)
-        key = key_join("datasets", team.slug, name, f"v{version}")
-        final = artifact_path(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            # No row holds this number (it was just issued, and numbers are never reused): the folder is
-            # what a crash between the rename and the commit (or a reset database) left behind.
-            stale = staging.parent / f".stale-{uuid.uuid4().hex}"
-            final.rename(stale)
-            shutil.rmtree(stale, ignore_errors=True)
-        staging.rename(final)
-        try:
+    final: Path | None = None
+    try:
+        with transaction.atomic():
+            _team_held(team)
+            latest = Dataset.objects.filter(team=team, name=name).aggregate(v=Max("version"))["v"] or 0
+            version = version_next(kind="dataset", team=team, name=name, floor=latest)
+            # Again here, after the name's counter row is held (version_next), so that two uploads of
+            # different kinds under a new name cannot both pass the check made before extracting.
+            _refuse_kind_switch(team=team, name=name, kind=kind)
+            key = key_join("datasets", team.slug, name, f"v{version}")
+            final = artifact_path(key)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            if final.exists():
+                # No row holds this number (it was just issued, and numbers are never reused): the folder is
+                # what a crash between the rename and the commit (or a reset database) left behind.
+                stale = staging.parent / f".stale-{uuid.uuid4().hex}"
+                final.rename(stale)
+                shutil.rmtree(stale, ignore_errors=True)
+            staging.rename(final)
             dataset = Dataset.objects.create(
                 team=team, name=name, version=version, kind=kind, key=key,
                 yaml_key=f"{key}/data.yaml" if kind != Dataset.Kind.IMAGES else "", **values)
             storage_adjust(key=charge, size=values["size_bytes"], new_key=key)
-        except BaseException:
+    except BaseException:
+        # Inside the transaction or at its commit (foreign keys are checked there): the folder goes back
+        # to its staging name, which the caller's cleanup removes (it removed only that name: left32).
+        if final is not None and final.exists() and not staging.exists():
             final.rename(staging)
-            raise
+        raise
     return dataset
 
 
