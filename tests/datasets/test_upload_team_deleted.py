@@ -34,8 +34,10 @@ class TeamDeletedMeanwhile(io.BytesIO):
         self.team, self.when, self.deleted = team, when, False
 
     def read(self, *args):
-        reserved = self.when != "extracting" or StorageCharge.objects.filter(
-            key__startswith=f"upload:{self.team.slug}:").exists()
+        reserved = (
+            self.when != "extracting"
+            or StorageCharge.objects.filter(key__startswith=f"upload:{self.team.slug}:").exists()
+        )
         if not self.deleted and reserved:
             self.deleted = True
             Team.objects.get(pk=self.team.pk).delete()
@@ -43,8 +45,9 @@ class TeamDeletedMeanwhile(io.BytesIO):
 
 
 @pytest.mark.parametrize("when", ["extracting", "inspecting"])
-def test_an_upload_whose_team_was_deleted_meanwhile_is_refused_and_leaves_no_files(when, bob, teams, settings,
-                                                                                   tmp_path):
+def test_an_upload_whose_team_was_deleted_meanwhile_is_refused_and_leaves_no_files(
+    when, bob, teams, settings, tmp_path
+):
     settings.DATASETS_DIR = tmp_path / "datasets"
     team = teams["vision"]
     content = make_zip(valid_files())
@@ -55,7 +58,8 @@ def test_an_upload_whose_team_was_deleted_meanwhile_is_refused_and_leaves_no_fil
 
     assert upload.deleted and not Team.objects.filter(pk=team.pk).exists()
     assert refused.value.report()["team"] == [
-        "team vision was deleted while this upload was being checked: nothing was stored"]
+        "team vision was deleted while this upload was being checked: nothing was stored"
+    ]
     assert not Dataset.objects.exists() and not StorageCharge.objects.exists()
     left = sorted(str(p.relative_to(settings.DATASETS_DIR)) for p in settings.DATASETS_DIR.rglob("*"))
     assert left == []
