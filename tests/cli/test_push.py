@@ -140,6 +140,17 @@ def test_a_folder_with_an_empty_split_is_told_the_split_holds_no_images(logged_i
     assert code == 1 and "data.yaml: val: folder 'images/val' holds no images" in err, err
 
 
+def test_a_folder_whose_val_split_has_no_labels_is_stored_with_a_warning(logged_in, tmp_path, capsys):
+    """fix31b left: such a push was stored silently, and the training on it refused later."""
+    folder = dataset_folder(tmp_path)
+    for path in (folder / "labels" / "val").iterdir():
+        path.unlink()
+    code, out, err = run(capsys, "dataset", "push", str(folder), "--team", "vision")
+    assert code == 0 and "Stored vision/pcb_defect:v1" in out, (out, err)
+    assert "Warning: the 'val' split has no labels (2 images, none with a labelled object): a training on " \
+           "pcb_defect:v1 is refused unless val=false" in err, err
+
+
 def test_weights_push_stores_a_checked_version(logged_in, tmp_path, capsys):
     weights = build_checkpoint("yolov8n.yaml", tmp_path)
     code, out, err = run(capsys, "weights", "push", str(weights), "--team", "vision", "--name", "yolov8s.pt")
