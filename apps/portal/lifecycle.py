@@ -162,6 +162,9 @@ def model_stage(request, pk: int):
     return redirect("model", pk=version.pk)
 
 
+MISSING_IDS_SHOWN = 5
+
+
 @login_required
 def models_compare(request):
     raw = [part for value in request.GET.getlist("ids") for part in value.split(",") if part.strip()]
@@ -181,9 +184,11 @@ def models_compare(request):
     if missing := list(dict.fromkeys(pk for pk in ids if pk not in {v.pk for v in versions})):
         # Named (trial31: "?ids=1,99999" said "No model with that id" without saying which). Another
         # team's id is named the same as one that does not exist: the answer tells nothing more.
-        shown = [str(pk) if len(str(pk)) <= 20 else f"{str(pk)[:20]}…" for pk in missing]
-        raise Http404(f"No model with id {shown[0]} in your teams." if len(shown) == 1 else
-                      f"No models with ids {', '.join(shown)} in your teams.")
+        # The first few, then how many: a URL of hundreds of ids was a 404 naming every one (review32).
+        shown = [str(pk) if len(str(pk)) <= 20 else f"{str(pk)[:20]}…" for pk in missing[:MISSING_IDS_SHOWN]]
+        more = f" … ({len(missing)} in all)" if len(missing) > MISSING_IDS_SHOWN else ""
+        raise Http404(f"No model with id {shown[0]} in your teams." if len(missing) == 1 else
+                      f"No models with ids {', '.join(shown)}{more} in your teams.")
     if not 2 <= len(versions) <= 4:
         problem = "Pick 2 to 4 versions to compare (tick them on the Models page)."
     keys = sorted({k for v in versions for k in (v.metrics or {}) if k.startswith("metrics/") or k == "fitness"})

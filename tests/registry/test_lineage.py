@@ -446,3 +446,13 @@ def test_compare_with_an_id_of_thousands_of_digits_is_a_404_naming_it_shortened(
     response = page(bob).get(f"/models/compare/?ids={base.pk},{huge}")
     assert response.status_code == 404
     assert f"No model with id {'9' * 20}… in your teams." in response.content.decode()
+
+
+def test_compare_with_many_missing_ids_names_the_first_few_and_counts_them(bob, base):
+    """The 404 named every missing id: a URL of hundreds was a message of hundreds (review32)."""
+    missing = list(range(90001, 90301))
+    response = page(bob).get(f"/models/compare/?ids={base.pk},{','.join(map(str, missing))}")
+    assert response.status_code == 404
+    body = response.content.decode()
+    assert "No models with ids 90001, 90002, 90003, 90004, 90005 … (300 in all) in your teams." in body
+    assert "90006" not in body
