@@ -678,50 +678,60 @@ class UploadBody:
 
 def folder_files(folder: Path) -> list[tuple[Path, str, bool]]:
     """Each file under ``folder``: (path, its path relative to ``folder``, reached through a symbolic
-    link), in path order. Links are followed, to files and to folders, as ``zip -r`` follows them: a
+    link), in path order, with each hidden/cache entry (``SKIPPED``) as itself; see :func:`folder_walk`."""
+    return folder_walk(folder)[0]
+
+
+def folder_walk(folder: Path) -> tuple[list[tuple[Path, str, bool]], list[str]]:
+    """What :func:`zip_folder` zips: each file under ``folder`` (path, its path relative to ``folder``,
+    reached through a symbolic link), in path order, and the folders entered (relative paths).
+
+    Links are followed, to files and to folders, wherever they point, as ``zip -r`` follows them: a
     dataset whose images folder is a link to where the images are is that dataset (trial27 F2: a
     linked file was left out as a "hidden/cache file", a linked folder without a word, and the server
     then said "folder 'images/val' is not in the archive"). A link to nothing, or to a folder that
-    holds the link (a loop), is a CliError naming it: nothing is left out silently. Among the
-    hidden/cache files (``SKIPPED``), which are left out anyway, such a link is listed as it is and
-    left out with them: an editor's lock file (Emacs' ``.#data.yaml``) is a link to nothing."""
+    holds the link (a loop), is a CliError naming it: nothing is left out silently.
+
+    A hidden/cache entry (``SKIPPED``: ``.git``, ``.ipynb_checkpoints``, ``.DS_Store``, ``__MACOSX``,
+    Emacs' lock link ``.#data.yaml``) is listed as itself, one entry, and never entered or followed:
+    it is left out anyway, and walking a ``.git`` of 100,000 objects, or a hidden link to a big tree,
+    only cost time before zipping (review32). A link to nothing or a loop among them is no refusal."""
     found: list[tuple[Path, str, bool]] = []
+    folders: list[str] = []
 
     def visit(directory: Path, prefix: str, chain: frozenset[str], linked: bool) -> None:
         for entry in os.scandir(directory):
             path, relative = Path(entry.path), prefix + entry.name
             through = linked or entry.is_symlink()
-            hidden = bool(SKIPPED.search(relative) or SKIPPED.search(relative + "/"))
+            if SKIPPED.search(relative) or SKIPPED.search(relative + "/"):
+                found.append((path, relative, through))
+                continue
             if entry.is_symlink() and not path.exists():
-                if hidden:
-                    found.append((path, relative, through))
-                    continue
                 raise CliError(f"{path}: is a symbolic link to {os.readlink(path)}, which does not exist; "
                                "nothing was uploaded")
             if entry.is_dir():
                 real = os.path.realpath(path)
-                if real not in chain:
-                    visit(path, relative + "/", chain | {real}, through)
-                elif hidden:
-                    found.append((path, relative, through))
-                else:
+                if real in chain:
                     raise CliError(f"{path}: is a symbolic link to a folder that holds it ({real}), a loop; "
                                    "nothing was uploaded")
+                folders.append(relative)
+                visit(path, relative + "/", chain | {real}, through)
             elif entry.is_file():
                 found.append((path, relative, through))
 
     visit(folder, "", frozenset({os.path.realpath(folder)}), False)
-    return sorted(found, key=lambda item: item[1].split("/"))
+    return sorted(found, key=lambda item: item[1].split("/")), folders
 
 
 def zip_folder(folder: Path, into: Path) -> tuple[int, int, int]:
-    """Zip ``folder`` (its name as the top folder) into ``into``: (files written, files skipped, files
-    written that were reached through a symbolic link)."""
+    """Zip ``folder`` (its name as the top folder) into ``into``: (files written, hidden/cache files
+    and folders left out, files written that were reached through a symbolic link)."""
     written = skipped = linked = 0
     holding: set[str] = set()  # folders with a file written under them
+    entries, folders = folder_walk(folder)
     with zipfile.ZipFile(into, "w") as archive:
-        for path, relative, through in folder_files(folder):
-            if SKIPPED.search(relative):
+        for path, relative, through in entries:
+            if SKIPPED.search(relative) or SKIPPED.search(relative + "/"):
                 skipped += 1
                 continue
             compress = zipfile.ZIP_STORED if path.suffix.lower() in STORED_SUFFIXES else zipfile.ZIP_DEFLATED
@@ -732,10 +742,10 @@ def zip_folder(folder: Path, into: Path) -> tuple[int, int, int]:
             holding.update("/".join(parts[:end]) for end in range(1, len(parts) + 1))
         # An empty folder goes in as a folder entry, as `zip -r` writes it: left out, an emptied split
         # (images/val) was answered "folder 'images/val' is not in the archive" while the user saw it on
-        # disk; with it, "holds no images" (trial 31). folder_files has refused links that loop.
-        for directory, _, _ in os.walk(folder, followlinks=True):
-            relative = Path(directory).relative_to(folder).as_posix()
-            if relative != "." and relative not in holding and not SKIPPED.search(relative + "/"):
+        # disk; with it, "holds no images" (trial 31). The folders folder_walk entered: it walked the tree
+        # once (an os.walk here walked it again, hidden folders and links included: review32).
+        for relative in folders:
+            if relative not in holding:
                 archive.writestr(f"{folder.name}/{relative}/", b"")
     return written, skipped, linked
 
@@ -802,7 +812,7 @@ def cmd_dataset_push(args: argparse.Namespace) -> int:
             written, skipped, linked = zip_folder(source, archive)
             if not args.quiet:
                 notes = [f"{linked} through symbolic links"] if linked else []
-                notes += [f"{skipped} hidden/cache files left out"] if skipped else []
+                notes += [f"{skipped} hidden/cache files or folders left out"] if skipped else []
                 print(f"zipped {written} files of {source}" + (f" ({'; '.join(notes)})" if notes else ""),
                       file=sys.stderr)
             # A refusal names the folder pushed, not the temporary NAME.zip (trial26: "boxes.zip was refused"

@@ -48,7 +48,7 @@ def test_a_folder_and_then_a_zip_become_two_versions(logged_in, tmp_path, capsys
     code, out, err = run(capsys, "dataset", "push", str(folder), "--team", "vision")
     assert code == 0, err
     assert "Stored vision/pcb_defect:v1: 4 images (train 2, val 2), 2 classes" in out
-    assert "2 hidden/cache files left out" in err
+    assert "2 hidden/cache files or folders left out" in err
     assert "Skipped (not stored): pcb_defect/README.md" in err
     archive = tmp_path / "pcb_defect.zip"
     archive.write_bytes(make_zip(valid_files() | {"labels/val/0.txt": b"1 0.5 0.5 0.2 0.2\n"}))

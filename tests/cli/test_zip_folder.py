@@ -73,3 +73,33 @@ def test_a_link_to_nothing_or_a_loop_among_the_hidden_files_is_left_out_with_the
 
     assert sorted(zipfile.ZipFile(tmp_path / "out.zip").namelist()) == sorted(f"pcb/{n}" for n in valid_files())
     assert (written, skipped) == (len(valid_files()), 2)
+
+
+def test_a_hidden_folder_or_a_hidden_link_to_a_big_tree_is_left_out_unentered(tmp_path):
+    """A ``.git`` (or a hidden link to a big tree) is left out as one entry, not walked file by file
+    first: that walk only cost time, its files left out anyway (review32)."""
+    folder = dataset_folder(tmp_path)
+    big = tmp_path / "big"
+    for n in range(50):
+        (big / f"d{n % 5}").mkdir(parents=True, exist_ok=True)
+        (big / f"d{n % 5}" / f"{n}.bin").write_bytes(b"x")
+    (folder / ".git" / "objects").mkdir(parents=True)
+    (folder / ".git" / "objects" / "ab").write_bytes(b"x")
+    (folder / ".ipynb_checkpoints").symlink_to(big)
+    (folder / "images" / ".trash").symlink_to(big)
+
+    written, skipped, linked = yoloq.zip_folder(folder, tmp_path / "out.zip")
+
+    assert sorted(zipfile.ZipFile(tmp_path / "out.zip").namelist()) == sorted(f"pcb/{n}" for n in valid_files())
+    assert (written, skipped, linked) == (len(valid_files()), 3, 0)
+
+
+def test_an_empty_folder_goes_in_but_not_an_empty_hidden_one(tmp_path):
+    folder = dataset_folder(tmp_path)
+    (folder / "images" / "test").mkdir()
+    (folder / ".ipynb_checkpoints" / "empty").mkdir(parents=True)
+
+    yoloq.zip_folder(folder, tmp_path / "out.zip")
+
+    names = zipfile.ZipFile(tmp_path / "out.zip").namelist()
+    assert "pcb/images/test/" in names and not any(".ipynb" in name for name in names)
