@@ -34,7 +34,8 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.decorators import user_passes_test
 from django.core.exceptions import PermissionDenied
-from django.db.models import Model
+from django.db import transaction
+from django.db.models import Model, ProtectedError, RestrictedError
 from django.utils.module_loading import import_string
 
 
@@ -445,16 +446,55 @@ class GuardedDeleteAdmin:
         obj = self.get_object(request, object_id)
         allowed = obj is not None and self.has_delete_permission(request, obj)  # else Django's own 403/404
         refusal = self.delete_refusal(obj) if allowed else None
-        if refusal:
-            self.message_user(request, f"{self.refused_words}: {refusal}", messages.ERROR)
-            meta = self.model._meta
-            return HttpResponseRedirect(reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk]))
-        return super().delete_view(request, object_id, extra_context)
+        if not refusal:
+            try:
+                return super().delete_view(request, object_id, extra_context)
+            except (DeleteRefused, ProtectedError, RestrictedError) as exc:
+                refusal = self.refusal_found_at_delete(obj, exc)
+        self.message_user(request, f"{self.refused_words}: {refusal}", messages.ERROR)
+        meta = self.model._meta
+        return HttpResponseRedirect(reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk]))
+
+    def response_action(self, request, queryset):
+        # "delete selected" logs, then deletes: one transaction, so that a refusal found at the delete
+        # leaves no log of a deletion that did not happen (Django's action is not one).
+        from django.contrib import messages
+
+        try:
+            with transaction.atomic(using=queryset.db):
+                return super().response_action(request, queryset)
+        except (DeleteRefused, ProtectedError, RestrictedError) as exc:
+            self.message_user(request, f"{self.refused_words}: {self.refusal_found_at_delete(None, exc)}",
+                              messages.ERROR)
+            return None  # Django goes back to the list
+
+    def refusal_found_at_delete(self, obj, exc: Exception) -> str:
+        """What the delete itself found, after the confirmation's checks had passed: a
+        :class:`DeleteRefused` (a check taken again under a lock), or a row Django's PROTECT keeps
+        that appeared meanwhile (a dataset registered to the team being deleted: a ProtectedError,
+        a 500; review32). The refusal read again names it where it can; else the rows, the first few."""
+        if isinstance(exc, DeleteRefused):
+            return str(exc)
+        if obj is not None and (refusal := self.delete_refusal(obj)):
+            return refusal
+        rows = list(getattr(exc, "protected_objects", None) or getattr(exc, "restricted_objects", None) or [])
+        named = ", ".join(f"{row._meta.verbose_name} {row}" for row in rows[:DELETE_ROWS_SHOWN])
+        more = f" … ({len(rows)} in all)" if len(rows) > DELETE_ROWS_SHOWN else ""
+        return f"still used by {named}{more} (added meanwhile): delete those first"
 
     def get_deleted_objects(self, objs, request):
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
         refusals = [refusal for obj in objs if (refusal := self.delete_refusal(obj))]
         return deleted, counts, perms_needed, [*protected, *refusals]
+
+
+DELETE_ROWS_SHOWN = 3
+
+
+class DeleteRefused(Exception):
+    """A ``delete_model`` or ``delete_queryset`` that found, under its lock, a reason the confirmation's
+    checks could not see yet (another admin removed a team's other manager meanwhile):
+    :class:`GuardedDeleteAdmin` says it, an error message, and nothing of the delete stays."""
 
 
 class ChangeRefused(Exception):

@@ -5,6 +5,8 @@ refused while a job uses it) comes first; then the team goes."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db.models import ProtectedError
@@ -120,3 +122,65 @@ def test_delete_selected_of_a_team_without_data_deletes_it_and_audits_it_without
     assert response.status_code == 302 and not Team.objects.filter(pk=robotics).exists()
     entry = AuditEntry.objects.get(action=AuditEntry.Action.ADMIN_DELETE, target_id=str(robotics))
     assert entry.team_id is None and "robotics" in entry.message
+
+
+
+def register_a_dataset_at_the_admin_log(team):
+    """A dataset of ``team`` registered, by another connection (an upload's request), at the admin's
+    log of the deletion: Django writes it after every check (the refusal, its protected list) and just
+    before the delete. PostgreSQL only: on SQLite the delete's IMMEDIATE transaction holds the write
+    lock from before the checks, so no registration can land between them and the delete."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite serialises the checks and the delete (IMMEDIATE): nothing lands in between")
+    done = []
+
+    def register() -> None:
+        try:
+            Dataset.objects.create(team=team, name="late", version=1, key="datasets/vision/late/v1")
+        finally:
+            connection.close()
+
+    def hook(execute, sql, params, many, context):
+        if not done and sql.startswith('INSERT INTO "django_admin_log"'):
+            done.append(threading.Thread(target=register))
+            done[0].start()
+            done[0].join(10)
+        return execute(sql, params, many, context)
+
+    return connection.execute_wrapper(hook)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dataset_registered_after_the_checks_is_said_not_a_500(superuser, teams):
+    """The refusal passed, then a dataset was registered to the team before its delete: Django's
+    PROTECT raised ProtectedError, a 500 (review32). Said as the refusal says it; nothing deleted."""
+    client = admin_client(superuser)
+    client.raise_request_exception = False
+
+    with register_a_dataset_at_the_admin_log(teams["vision"]):
+        response = client.post(f"/admin/accounts/team/{teams['vision'].pk}/delete/", {"post": "yes"}, follow=True)
+
+    assert response.status_code == 200
+    assert [str(m) for m in response.context["messages"]] == [
+        "not deleted: vision still owns 1 dataset version (vision/late:v1): delete them first (their files go with them)"
+    ]
+    assert Team.objects.filter(slug="vision").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dataset_registered_after_delete_selected_asked_is_said_not_a_500(superuser, teams):
+    from django.contrib.admin.models import LogEntry
+
+    client = admin_client(superuser)
+    client.raise_request_exception = False
+    data = {"action": "delete_selected", "_selected_action": [teams["vision"].pk], "post": "yes"}
+
+    with register_a_dataset_at_the_admin_log(teams["vision"]):
+        response = client.post("/admin/accounts/team/", data, follow=True)
+
+    assert response.status_code == 200
+    said = [str(m) for m in response.context["messages"]]
+    assert said == ["not deleted: still used by dataset vision/late:v1 (added meanwhile): delete those first"], said
+    assert Team.objects.filter(slug="vision").exists() and not LogEntry.objects.exists()
