@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from apps.core.admin_scoping import (
     ChangeRefused,
+    DeleteRefused,
     GuardedDeleteAdmin,
     RefusableChangeAdmin,
     SelectionChecked,
@@ -31,6 +32,7 @@ from .services import (
     membership_remove_preview,
     membership_set,
     team_delete_refusal,
+    team_managers_lock,
     user_deactivated,
 )
 
@@ -218,7 +220,14 @@ class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmi
             # save (trial30b). The form refused it if the member leaves active jobs behind.
             # The row is read again, locked: another admin may have removed it since the form's checks
             # (a DoesNotExist, a 500), or made it the team's last manager (membership_remove refuses).
+            # The teams' managers' locks first (both teams, by id), then the row: the order every removal
+            # takes them (team_managers_lock). The row first, a removal in the same team beside it held
+            # the managers' rows below it and waited on this one, which waited on them: a deadlock on
+            # PostgreSQL, one of the two a 500 (review32).
             with transaction.atomic():
+                old_team_id = Membership.objects.filter(pk=obj.pk).values_list("team_id", flat=True).first()
+                for team_id in sorted({old_team_id or obj.team_id, obj.team_id}):
+                    team_managers_lock(team_id)
                 old = Membership.objects.select_for_update().select_related("user", "team").filter(pk=obj.pk).first()
                 if old is None:
                     raise ChangeRefused(f"nothing moved: this membership was removed meanwhile (by another admin "
@@ -237,8 +246,12 @@ class MembershipAdmin(GuardedDeleteAdmin, RoleChoicesForManagers, TeamScopedAdmi
     def delete_model(self, request, obj):
         if not self.manages(request, obj):
             raise PermissionDenied("you do not manage that team")
-        for said in membership_remove(membership=obj, by=request.user):
-            self.message_user(request, said, messages.WARNING)
+        try:
+            said = membership_remove(membership=obj, by=request.user)
+        except FieldErrors as exc:  # made the last manager meanwhile (read under the lock): was a 500
+            raise DeleteRefused("; ".join(exc.errors.values())) from None
+        for sentence in said:
+            self.message_user(request, sentence, messages.WARNING)
 
     def delete_queryset(self, request, queryset):
         for membership in queryset:
@@ -329,12 +342,6 @@ class DeactivatingUserAdmin(GuardedDeleteAdmin, SelectionChecked, UserAdmin):
         refusals = [refused for membership in Membership.objects.filter(user=user).select_related("user", "team")
                     if (refused := last_manager_error(membership=membership))]
         return "; ".join(refusals) or None
-
-    def get_deleted_objects(self, objs, request):
-        # Each account alone passed: two managers of a team selected together (review31).
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        memberships = Membership.objects.filter(user__in=[user.pk for user in objs])
-        return deleted, counts, perms_needed, [*protected, *last_managers_error(memberships=memberships)]
 
     # The account's history, not settings: the form sent them back without their microseconds,
     # so every save "changed" both (manager trial 15, F6).
