@@ -343,6 +343,36 @@ class DeactivatingUserAdmin(GuardedDeleteAdmin, SelectionChecked, UserAdmin):
                     if (refused := last_manager_error(membership=membership))]
         return "; ".join(refusals) or None
 
+    def delete_model(self, request, obj):
+        with transaction.atomic():
+            self.managers_locked_check([obj.pk])
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            self.managers_locked_check(list(queryset.values_list("pk", flat=True)))
+            super().delete_queryset(request, queryset)
+
+    @staticmethod
+    def managers_locked_check(user_ids: list[int]) -> None:
+        """Lock the managers of every team these accounts are in (team_managers_lock, by team id), then
+        check again what the confirmation checked: the delete takes their memberships with it, a removal
+        as membership_remove's. Unlocked, an account's delete and the removal of the team's other manager
+        at the same moment each read the other still there, and both went (review32)."""
+        memberships = Membership.objects.filter(user__in=user_ids)
+        for team_id in sorted(set(memberships.values_list("team_id", flat=True))):
+            team_managers_lock(team_id)
+        refusals = [refused for membership in memberships.select_related("user", "team")
+                    if (refused := last_manager_error(membership=membership))]
+        if refusals := refusals or last_managers_error(memberships=memberships):
+            raise DeleteRefused("; ".join(refusals))
+
+    def get_deleted_objects(self, objs, request):
+        # Each account alone passed: two managers of a team selected together (review31).
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        memberships = Membership.objects.filter(user__in=[user.pk for user in objs])
+        return deleted, counts, perms_needed, [*protected, *last_managers_error(memberships=memberships)]
+
     # The account's history, not settings: the form sent them back without their microseconds,
     # so every save "changed" both (manager trial 15, F6).
     readonly_fields = ("last_login", "date_joined")
