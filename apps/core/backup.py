@@ -101,19 +101,22 @@ def _fetch_store(root: str, target: Path, vanished: list[str]) -> int:
 
     The backup of a live installation lists a root, then fetches its objects one by one: a job
     training meanwhile stores a checkpoint and deletes its oldest (three are kept), so an object
-    listed may be gone when its turn comes. It is left out and named in ``vanished`` (operator
-    trial 31: the backup stopped with a FileNotFoundError traceback and no manifest.json)."""
+    listed may be gone when its turn comes, or go while it is read (a big one's ranged GETs come after
+    the HEAD: review32). It is left out, no partial file, and named in ``vanished`` (operator trial 31:
+    the backup stopped with a FileNotFoundError traceback and no manifest.json)."""
     count = 0
     for key in artifact_listing(root):
         destination = target / key.partition("/")[2]
         destination.parent.mkdir(parents=True, exist_ok=True)
         try:
             source = artifact_read(key)
+            with source, open(destination, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
         except FileNotFoundError:
+            # Gone before its HEAD, or after it while read (StoredObjectReader's GETs): no partial copy.
+            destination.unlink(missing_ok=True)
             vanished.append(key)
             continue
-        with source, open(destination, "wb") as out:
-            shutil.copyfileobj(source, out, 1 << 20)
         count += 1
     return count
 

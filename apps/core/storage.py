@@ -26,6 +26,7 @@ does not go through the store yet.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
@@ -339,7 +340,7 @@ class StoredObjectReader(io.RawIOBase):
             return 0
         if self._body is None or self._body_position != self._position:
             self._drop_body()
-            self._body = self._object.get(Range=f"bytes={self._position}-", IfMatch=self._object.e_tag)["Body"]
+            self._body = self._get_from(self._position)
             self._body_position = self._position
         data = self._body.read(len(buffer))
         if not data:
@@ -348,6 +349,20 @@ class StoredObjectReader(io.RawIOBase):
         self._position += len(data)
         self._body_position = self._position
         return len(data)
+
+    def _get_from(self, position: int):
+        """The GET's stream from ``position`` on. An object deleted since the HEAD (a training's worker
+        rotating its checkpoints while a backup reads them) is a FileNotFoundError, as a missing local
+        file is: it was botocore's ClientError NoSuchKey, which the backup did not take for "vanished"
+        (review32)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return self._object.get(Range=f"bytes={position}-", IfMatch=self._object.e_tag)["Body"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise FileNotFoundError(errno.ENOENT, "deleted from the store while it was read", self.name) from exc
+            raise
 
     def _drop_body(self) -> None:
         if self._body is not None:

@@ -71,3 +71,28 @@ def test_a_file_removed_between_the_walk_and_its_copy_is_left_out_not_a_tracebac
     copied = folder / "storage" / "jobs" / "ops31-live" / "checkpoints"
     assert (copied / "epoch-0002.pt").read_bytes() == b"newer" and not (copied / "epoch-0001.pt").exists()
     assert manifest["vanished"] == ["jobs/ops31-live/checkpoints/epoch-0001.pt"]
+
+
+def test_an_object_deleted_while_it_is_read_is_left_out_without_a_partial_file(moto, tmp_path, monkeypatch):
+    """The reader's HEAD found the object; it was deleted before its ranged GET (a big checkpoint read
+    while the worker rotated it): a ClientError NoSuchKey traceback and an empty file left (review32)."""
+    s3 = s3_client(moto["url"])
+    kept, rotated = "jobs/j1/checkpoints/epoch-0004-attempt-1.pt", "jobs/j1/checkpoints/epoch-0001-attempt-1.pt"
+    for key in (kept, rotated):
+        s3.put_object(Bucket=moto["bucket"], Key=key, Body=key.encode() * 1000)
+    read = backup_module.artifact_read
+
+    def opened_then_rotated(key):
+        opened = read(key)  # the HEAD: size and ETag
+        if key == rotated:
+            s3.delete_object(Bucket=moto["bucket"], Key=rotated)
+        return opened
+
+    monkeypatch.setattr(backup_module, "artifact_read", opened_then_rotated)
+    folder = tmp_path / "backup"
+    with override_settings(STORAGES=s3_storages(moto)):
+        call_command("backup", str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["vanished"] == [rotated] and manifest["objects"]["jobs"] == 1
+    assert (folder / "store" / kept).read_bytes() == kept.encode() * 1000
+    assert not (folder / "store" / rotated).exists()
