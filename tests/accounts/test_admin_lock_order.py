@@ -58,8 +58,10 @@ def test_moving_a_manager_while_another_is_removed_is_no_deadlock(alice, teams, 
         try:
             client = admin_client(superuser)
             with locking_queries(lambda n: (move_hook(n), n == 1 and first_lock_held.set())):
-                response = client.post(f"/admin/accounts/membership/{moved.pk}/change/",
-                                       {"user": erin.pk, "team": robotics.pk, "role": "manager"})
+                response = client.post(
+                    f"/admin/accounts/membership/{moved.pk}/change/",
+                    {"user": erin.pk, "team": robotics.pk, "role": "manager"},
+                )
             answers.append(response.status_code)
         except Exception as exc:  # noqa: BLE001 - a deadlock's 500 lands here
             errors.append(exc)
@@ -71,8 +73,9 @@ def test_moving_a_manager_while_another_is_removed_is_no_deadlock(alice, teams, 
         try:
             first_lock_held.wait(10)
             with locking_queries(lambda n: removal_locking.set()):
-                membership_remove(membership=Membership.objects.select_related("user", "team").get(user=dave,
-                                                                                                  team=vision))
+                membership_remove(
+                    membership=Membership.objects.select_related("user", "team").get(user=dave, team=vision)
+                )
         except Exception as exc:  # noqa: BLE001 - DeadlockDetected lands here
             errors.append(exc)
         finally:

@@ -124,7 +124,6 @@ def test_delete_selected_of_a_team_without_data_deletes_it_and_audits_it_without
     assert entry.team_id is None and "robotics" in entry.message
 
 
-
 def register_a_dataset_at_the_admin_log(team):
     """A dataset of ``team`` registered, by another connection (an upload's request), at the admin's
     log of the deletion: Django writes it after every check (the refusal, its protected list) and just
