@@ -209,7 +209,13 @@ def team_managers_lock(team_id: int) -> None:
     demoting) a team's last two managers at the same moment each read the other still there, and
     both went (fix31a). Every removal and demotion takes these locks first, in one order (by id):
     the second waits for the first, then reads it gone and is refused. (SQLite's IMMEDIATE
-    transactions already serialise the writers; there this is a plain read.)"""
+    transactions already serialise the writers; there this is a plain read.)
+
+    Gotcha (review32): take them before any other membership row lock, and for several teams in
+    team id order (the admin's move, an account's delete do): a row locked first, a removal beside it
+    held the managers' rows below it and waited on that one, which waited on them, a deadlock on
+    PostgreSQL. And anything that deletes memberships besides :func:`membership_remove` (an
+    account's cascade) takes them and checks again under them (``DeactivatingUserAdmin``)."""
     list(Membership.objects.select_for_update().filter(team_id=team_id, role__in=MANAGING_ROLES)
          .order_by("pk").values_list("pk", flat=True))
 
