@@ -456,3 +456,24 @@ def test_the_first_job_below_the_forward_head_is_not_shown_before_the_last_one_i
         assert replace(only[0], estimated_start_low=0.0, estimated_start_high=0.0) == replace(
             entries[128], estimated_start_low=0.0, estimated_start_high=0.0
         )
+
+
+def test_restart_packing_puts_a_requeued_job_on_the_node_that_drains_last() -> None:
+    """``restart_packing``: a requeued job goes where the longest work already runs, not by best
+    fit, so the other node can drain for a whole-node job; a job never preempted keeps best
+    fit, and without the setting the restart does too."""
+    cluster = [node("n1", gpus=8), node("n2", gpus=8)]
+    busy = [
+        running("long", "n1", (0,), left_s=20 * 86400),
+        running("s1", "n2", (0,), left_s=5 * 86400),
+        running("s2", "n2", (1,), left_s=5 * 86400),
+    ]
+    restart = job("restart", walltime_s=2 * 86400, preemptions=1, attained_s=86400)
+    fresh = job("fresh", walltime_s=2 * 86400)
+    for config, queued, want in [
+        (fair(restart_packing=True), [restart], "n1"),
+        (fair(restart_packing=True), [fresh], "n2"),  # best fit: the fuller node
+        (fair(), [restart], "n2"),
+    ]:
+        (start,) = plan(state(cluster, queued, busy, config=config), NOW).starts
+        assert start.node == want, (config.restart_packing, queued[0].job_id)

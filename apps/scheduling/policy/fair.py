@@ -51,7 +51,9 @@ class FairPlanner:
             if end > drain.get(a.node, now):
                 drain[a.node] = end
         targets = waiting_shapes(state.queued, state.nodes) if self.config.fragmentation_aware else None
-        self.placer = Placer(self.caps, drain if self.config.drain_aware else None, now, targets)
+        self.placer = Placer(
+            self.caps, drain if self.config.drain_aware else None, now, targets, self.config.restart_packing
+        )
         self.quota = QuotaLedger(state, now)
         self.never = NeverStarts(state)
         self.starts: list[Start] = []

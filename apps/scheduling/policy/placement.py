@@ -251,8 +251,10 @@ class Placer:
         drain: dict[str, float] | None = None,
         now: float = 0.0,
         targets: list[Target] | None = None,
+        pack_restarts: bool = False,
     ) -> None:
         self.caps = caps
+        self.pack_restarts = pack_restarts
         self.drain = drain
         self.now = now
         self.targets = targets
@@ -344,6 +346,15 @@ class Placer:
         drain = self.drain
         if drain is None:
             fits = [((0.0,) + key, name, fit) for name, (key, fit) in base.items()]
+        elif self.pack_restarts and job.preemptions:
+            # A restart: among nodes it delays equally, the one that drains last (PolicyConfig.
+            # restart_packing). The key stays (delay, ...): the fragmentation groups below read it.
+            now, drain_at = self.now, drain.get
+            fits = []
+            for name, (key, fit) in base.items():
+                at = drain_at(name, now)
+                later = end - at
+                fits.append(((later if later > 0 else 0.0, -at) + key, name, fit))
         else:  # _delay inlined: how much later the node would drain (0 if not later)
             now, drain_at = self.now, drain.get
             fits = [

@@ -263,6 +263,11 @@ class PolicyConfig:
     starvation_min_wait_s: float = 6 * 3600.0
     starvation_reservations: int = 4
     fragmentation_aware: bool = False  # placement keeps GPUs that waiting shapes need (FGD-style)
+    # A requeued job (preempted before) goes, among the nodes it delays equally (drain_aware's
+    # first key), to the node that drains last rather than by best fit: restarts pack onto the
+    # node that already holds the longest work, so the others can drain for whole-node jobs.
+    # Needs drain_aware. Off: docs/scheduling.md, "Restarts packed where the longest work runs".
+    restart_packing: bool = False
     # -- ETAs --
     eta_head: int = 128  # forward-simulate this many jobs at the head of the queue; below, coarse
     eta_scenarios: int = 3  # scenarios of runtime error and inflow (5 until 3 Dec.: docs); 0 = no forward simulation
