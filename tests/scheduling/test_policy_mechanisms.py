@@ -477,3 +477,21 @@ def test_restart_packing_puts_a_requeued_job_on_the_node_that_drains_last() -> N
     ]:
         (start,) = plan(state(cluster, queued, busy, config=config), NOW).starts
         assert start.node == want, (config.restart_packing, queued[0].job_id)
+
+
+def test_a_requeued_whole_node_job_ranks_first_with_requeued_whole_node_first() -> None:
+    """``requeued_whole_node_first``: a whole-node job that was preempted ranks ahead of `high`
+    work, so its reservation holds the node as it drains and a long `high` job may not take a
+    GPU of it; a whole-node job never preempted, or the setting off, keeps rank by class."""
+    cluster = [node("n1", gpus=8)]
+    busy = [running("ending", "n1", (0,), left_s=HOUR)]
+    long_high = job("long-high", cls="high", walltime_s=10 * 86400)
+    wide = job("wide", gpus=8, cls="medium", walltime_s=86400, preemptions=1, attained_s=HOUR)
+    on = fair(requeued_whole_node_first=True)
+    for config, queued, want in [
+        (on, [long_high, wide], []),
+        (on, [long_high, replace(wide, preemptions=0, attained_s=0.0)], ["long-high"]),
+        (fair(), [long_high, wide], ["long-high"]),
+    ]:
+        result = plan(state(cluster, queued, busy, config=config), NOW)
+        assert [s.job_id for s in result.starts] == want, (config.requeued_whole_node_first, queued[1])

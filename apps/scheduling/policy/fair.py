@@ -216,6 +216,8 @@ class FairPlanner:
         now = self.now
         fairshare = fairshare_factors(self.state)
         rows = rank_queue(self.state, now, quota.urgent_ok, fairshare)
+        if config.requeued_whole_node_first:
+            rows = requeued_whole_node_first(rows, self.state.nodes)
         starving: set[str] = set()
         if config.bounded_wait:
             rows, starving = promote_starving(rows, self.state, now)
@@ -387,6 +389,21 @@ def waiting_shapes(queued: tuple[JobRequest, ...], nodes: tuple[NodeInfo, ...]) 
     if not total:
         return []
     return [(need, models, gmem, weight / total) for (need, models, gmem), weight in sorted(demand.items())]
+
+
+def requeued_whole_node_first(rows: list[Ranked], nodes: tuple[NodeInfo, ...]) -> list[Ranked]:
+    """``PolicyConfig.requeued_whole_node_first``: requeued jobs asking for at least the largest
+    node's GPUs move to the front, behind urgent jobs, in their rank order."""
+    widest = max((len(n.gpus) for n in nodes if n.schedulable), default=0)
+    if not widest:
+        return rows
+    ids = {r.job.job_id for r in rows if r.job.preemptions and r.job.gpus >= widest - EPS and r.cls != "urgent"}
+    if not ids:
+        return rows
+    urgent = [r for r in rows if r.cls == "urgent"]
+    first = [r for r in rows if r.job.job_id in ids]
+    rest = [r for r in rows if r.cls != "urgent" and r.job.job_id not in ids]
+    return urgent + first + rest
 
 
 def preemptor(job: JobRequest, victim: Allocation, urgent: bool = False) -> str:

@@ -268,6 +268,11 @@ class PolicyConfig:
     # node that already holds the longest work, so the others can drain for whole-node jobs.
     # Needs drain_aware. Off: docs/scheduling.md, "Restarts packed where the longest work runs".
     restart_packing: bool = False
+    # A requeued whole-node job (preempted before; asks for at least the largest node's GPUs)
+    # ranks first, behind urgent jobs: size preemption took its node for a shorter job, and the
+    # node it left drains when that job ends — ranked by class it lost that node to every
+    # `high` job (traced on 4x8 seed 3). Off: docs/scheduling.md, as restart_packing.
+    requeued_whole_node_first: bool = False
     # -- ETAs --
     eta_head: int = 128  # forward-simulate this many jobs at the head of the queue; below, coarse
     eta_scenarios: int = 3  # scenarios of runtime error and inflow (5 until 3 Dec.: docs); 0 = no forward simulation
