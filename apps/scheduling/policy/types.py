@@ -266,12 +266,14 @@ class PolicyConfig:
     # A requeued job (preempted before) goes, among the nodes it delays equally (drain_aware's
     # first key), to the node that drains last rather than by best fit: restarts pack onto the
     # node that already holds the longest work, so the others can drain for whole-node jobs.
-    # Needs drain_aware. Off: docs/scheduling.md, "Restarts packed where the longest work runs".
+    # Needs drain_aware. Off: did not move the maximum wait on 4x8 seed 3 (docs/scheduling.md,
+    # "Restarts packed where the longest work runs; requeued whole-node jobs first").
     restart_packing: bool = False
     # A requeued whole-node job (preempted before; asks for at least the largest node's GPUs)
     # ranks first, behind urgent jobs: size preemption took its node for a shorter job, and the
-    # node it left drains when that job ends — ranked by class it lost that node to every
-    # `high` job (traced on 4x8 seed 3). Off: docs/scheduling.md, as restart_packing.
+    # node it left drains when that job ends — ranked as usual (size factor 0) it lost that
+    # node to the smaller jobs ranked above it (traced on 4x8 seed 3). Off: measured on seed 3
+    # only, maximum below shipped's there but not on seed 5 (docs/scheduling.md, as above).
     requeued_whole_node_first: bool = False
     # -- ETAs --
     eta_head: int = 128  # forward-simulate this many jobs at the head of the queue; below, coarse
