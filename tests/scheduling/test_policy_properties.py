@@ -126,6 +126,7 @@ def clusters(draw, crowded: bool = False) -> ClusterState:
                 walltime_s=draw(st.sampled_from(walltimes)),
                 preemptible=draw(st.booleans()),
                 attained_s=draw(st.sampled_from((0.0, 0.0, 1800.0))),
+                preemptions=draw(st.sampled_from((0, 0, 1))),
             )
         )
     teams = {
@@ -146,6 +147,8 @@ def clusters(draw, crowded: bool = False) -> ClusterState:
         fragmentation_aware=draw(st.booleans()),
         eta_scenarios=draw(st.sampled_from((0, 2))),
         starving_preempt_window_s=draw(st.sampled_from((None, 0.0, 2 * 3600.0))),
+        restart_packing=draw(st.booleans()),
+        requeued_whole_node_first=draw(st.booleans()),
     )
     return ClusterState(
         tuple(nodes),
