@@ -3,6 +3,7 @@ waiting, fragmentation-aware placement, and ETA ranges. One behaviour each."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -495,3 +496,31 @@ def test_a_requeued_whole_node_job_ranks_first_with_requeued_whole_node_first() 
     ]:
         result = plan(state(cluster, queued, busy, config=config), NOW)
         assert [s.job_id for s in result.starts] == want, (config.requeued_whole_node_first, queued[1])
+
+
+def test_age_past_the_cap_forgives_size_with_size_forgiveness_s() -> None:
+    """``size_forgiveness_s``: past ``age_cap_s`` a big job's size factor rises towards 1, so a
+    job asking 480 GPU-hours that waited the cap + the forgiveness ranks as if it were tiny and
+    takes the one free GPU before a fresh 1-hour job; halfway (3 of 7 days) it does not, nor
+    with the setting off."""
+    cluster = [node("n1", gpus=2)]
+    busy = [running("long", "n1", (0,), left_s=30 * 86400)]
+    fresh = job("fresh", walltime_s=HOUR)
+    on = fair(size_forgiveness_s=7 * 86400)
+    for config, waited_days, want in [
+        (on, 14, "big"),
+        (on, 10, "fresh"),
+        (fair(), 14, "fresh"),
+    ]:
+        big = job("big", walltime_s=20 * 86400, timeout_s=20 * 86400, age_s=waited_days * 86400)
+        result = plan(state(cluster, [fresh, big], busy, config=config), NOW)
+        assert [s.job_id for s in result.starts] == [want], (config.size_forgiveness_s, waited_days)
+    big = job("big", walltime_s=20 * 86400, timeout_s=20 * 86400, age_s=10 * 86400)
+    shown = {e.job_id: e for e in plan(state(cluster, [fresh, big], busy, config=on), NOW).queue}
+    size = 1 - math.log1p(480) / math.log1p(1000)
+    assert shown["big"].factors["size"] == pytest.approx(size + (1 - size) * 3 / 7)  # shown as ranked
+
+
+def test_size_forgiveness_s_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="size_forgiveness_s"):
+        fair(size_forgiveness_s=0.0)

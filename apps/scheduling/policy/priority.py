@@ -180,6 +180,7 @@ def rank_queue(
         fairshare = fairshare_factors(state)
     wf, wa, ws, wc = config.weight_fairshare, config.weight_age, config.weight_size, config.weight_class
     age_cap = config.age_cap_s
+    forgive = config.size_forgiveness_s  # None = off
     size_norm = 1.0 / math.log1p(config.size_cap_gpu_hours)
     urgent_cache: dict[str, bool] = {}
     urgent_rows: list[Ranked] = []
@@ -204,6 +205,8 @@ def rank_queue(
         f_size = 1.0 - log1p(job.gpus * job.walltime / 3600.0) * size_norm
         if f_size < 0.0:
             f_size = 0.0
+        if forgive is not None and waited > age_cap:  # age past the cap forgives size
+            f_size += (1.0 - f_size) * min(1.0, (waited - age_cap) / forgive)
         prio = wf * f_share + wa * f_age + ws * f_size + wc * f_class
         (urgent_rows if cls == "urgent" else rows).append(
             new_row(Ranked, (prio, job, cls, (f_share, f_age, f_size, f_class)))

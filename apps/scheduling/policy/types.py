@@ -275,6 +275,12 @@ class PolicyConfig:
     # node to the smaller jobs ranked above it (traced on 4x8 seed 3). Off: measured on seed 3
     # only, maximum below shipped's there but not on seed 5 (docs/scheduling.md, as above).
     requeued_whole_node_first: bool = False
+    # Past ``age_cap_s`` a job's size factor rises linearly towards 1 over this many seconds:
+    # size' = size + (1 - size) * min(1, (waited - age_cap_s) / size_forgiveness_s), so a job
+    # that asks many GPU-hours ranks, after age_cap_s + this, as if it were tiny (not a tier:
+    # fair-share, class and age still order it among the small jobs). A small job (size ~ 1)
+    # gains ~nothing. None = off (docs/scheduling.md, "Age past the cap forgives size").
+    size_forgiveness_s: float | None = None
     # -- ETAs --
     eta_head: int = 128  # forward-simulate this many jobs at the head of the queue; below, coarse
     eta_scenarios: int = 3  # scenarios of runtime error and inflow (5 until 3 Dec.: docs); 0 = no forward simulation
@@ -333,6 +339,8 @@ class PolicyConfig:
                 raise ValueError(f"{name} must be a non-negative integer")
         if self.starving_preempt_window_s is not None and self.starving_preempt_window_s < 0:
             raise ValueError("starving_preempt_window_s must be >= 0 seconds, or None")
+        if self.size_forgiveness_s is not None and not self.size_forgiveness_s > 0:
+            raise ValueError("size_forgiveness_s must be > 0 seconds, or None")
         if not 0.0 <= self.eta_coverage < 1.0:
             raise ValueError("eta_coverage must be in [0, 1): the share of starts the ETA range should hold")
 
