@@ -502,7 +502,7 @@ def test_age_past_the_cap_forgives_size_with_size_forgiveness_s() -> None:
     """``size_forgiveness_s``: past ``age_cap_s`` a big job's size factor rises towards 1, so a
     job asking 480 GPU-hours that waited the cap + the forgiveness ranks as if it were tiny and
     takes the one free GPU before a fresh 1-hour job; halfway (3 of 7 days) it does not, nor
-    with the setting off."""
+    with the setting off, nor when ``size_forgiveness_min_gpus`` asks for more GPUs than it has."""
     cluster = [node("n1", gpus=2)]
     busy = [running("long", "n1", (0,), left_s=30 * 86400)]
     fresh = job("fresh", walltime_s=HOUR)
@@ -511,10 +511,12 @@ def test_age_past_the_cap_forgives_size_with_size_forgiveness_s() -> None:
         (on, 14, "big"),
         (on, 10, "fresh"),
         (fair(), 14, "fresh"),
+        (replace(on, size_forgiveness_min_gpus=2.0), 14, "fresh"),
+        (replace(on, size_forgiveness_min_gpus=1.0), 14, "big"),
     ]:
         big = job("big", walltime_s=20 * 86400, timeout_s=20 * 86400, age_s=waited_days * 86400)
         result = plan(state(cluster, [fresh, big], busy, config=config), NOW)
-        assert [s.job_id for s in result.starts] == [want], (config.size_forgiveness_s, waited_days)
+        assert [s.job_id for s in result.starts] == [want], (config, waited_days)
     big = job("big", walltime_s=20 * 86400, timeout_s=20 * 86400, age_s=10 * 86400)
     shown = {e.job_id: e for e in plan(state(cluster, [fresh, big], busy, config=on), NOW).queue}
     size = 1 - math.log1p(480) / math.log1p(1000)

@@ -181,6 +181,7 @@ def rank_queue(
     wf, wa, ws, wc = config.weight_fairshare, config.weight_age, config.weight_size, config.weight_class
     age_cap = config.age_cap_s
     forgive = config.size_forgiveness_s  # None = off
+    forgive_gpus = config.size_forgiveness_min_gpus
     size_norm = 1.0 / math.log1p(config.size_cap_gpu_hours)
     urgent_cache: dict[str, bool] = {}
     urgent_rows: list[Ranked] = []
@@ -205,7 +206,7 @@ def rank_queue(
         f_size = 1.0 - log1p(job.gpus * job.walltime / 3600.0) * size_norm
         if f_size < 0.0:
             f_size = 0.0
-        if forgive is not None and waited > age_cap:  # age past the cap forgives size
+        if forgive is not None and waited > age_cap and job.gpus >= forgive_gpus:  # age past the cap forgives size
             f_size += (1.0 - f_size) * min(1.0, (waited - age_cap) / forgive)
         prio = wf * f_share + wa * f_age + ws * f_size + wc * f_class
         (urgent_rows if cls == "urgent" else rows).append(

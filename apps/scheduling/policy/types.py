@@ -281,6 +281,9 @@ class PolicyConfig:
     # fair-share, class and age still order it among the small jobs). A small job (size ~ 1)
     # gains ~nothing. None = off (docs/scheduling.md, "Age past the cap forgives size").
     size_forgiveness_s: float | None = None
+    # ...only for jobs asking at least this many GPUs (0 = every job). A forgiven long one-GPU
+    # job fills a node a waiting whole-node job needs (4x8 seed 3, docs as above).
+    size_forgiveness_min_gpus: float = 0.0
     # -- ETAs --
     eta_head: int = 128  # forward-simulate this many jobs at the head of the queue; below, coarse
     eta_scenarios: int = 3  # scenarios of runtime error and inflow (5 until 3 Dec.: docs); 0 = no forward simulation
