@@ -149,6 +149,8 @@ def clusters(draw, crowded: bool = False) -> ClusterState:
         starving_preempt_window_s=draw(st.sampled_from((None, 0.0, 2 * 3600.0))),
         restart_packing=draw(st.booleans()),
         requeued_whole_node_first=draw(st.booleans()),
+        size_forgiveness_s=draw(st.sampled_from((None, 86400.0, 7 * 86400.0))),  # queued ages reach 10 days
+        size_forgiveness_min_gpus=draw(st.sampled_from((0.0, 8.0))),
     )
     return ClusterState(
         tuple(nodes),
