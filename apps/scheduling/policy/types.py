@@ -279,10 +279,12 @@ class PolicyConfig:
     # size' = size + (1 - size) * min(1, (waited - age_cap_s) / size_forgiveness_s), so a job
     # that asks many GPU-hours ranks, after age_cap_s + this, as if it were tiny (not a tier:
     # fair-share, class and age still order it among the small jobs). A small job (size ~ 1)
-    # gains ~nothing. None = off (docs/scheduling.md, "Age past the cap forgives size").
+    # gains ~nothing. None = off (docs/scheduling.md, "Age past the cap forgives size"): with
+    # size_preemption + the 6 h window and min_gpus 8 (7 days) it failed 4x8 seed 3 on
+    # utilisation; past the stop its maximum wait was below shipped's on all eight setups.
     size_forgiveness_s: float | None = None
-    # ...only for jobs asking at least this many GPUs (0 = every job). A forgiven long one-GPU
-    # job fills a node a waiting whole-node job needs (4x8 seed 3, docs as above).
+    # ...only for jobs asking at least this many GPUs (0 = every job: the forgiven long one-GPU
+    # jobs then fill the nodes waiting whole-node jobs need; seed 3's mean 10 k -> 27 k s).
     size_forgiveness_min_gpus: float = 0.0
     # -- ETAs --
     eta_head: int = 128  # forward-simulate this many jobs at the head of the queue; below, coarse
