@@ -13,7 +13,8 @@ class SchedulerConfigAdmin(SuperuserEditAdmin, ChangedFieldsSaveAdmin, admin.Mod
     fieldsets = [
         ("Policy", {"fields": ["policy", "preemption", "preempt_min_runtime_s", "preempt_grace_s", "backfill",
                                "reservations", "size_preemption", "starving_preempt_window_hours", "bounded_wait",
-                               "fragmentation_aware"]}),
+                               "fragmentation_aware", "size_forgiveness_hours", "size_forgiveness_min_gpus",
+                               "requeued_whole_node_first"]}),
         ("Priority weights (each factor is in [0, 1])",
          {"fields": ["weight_fairshare", "weight_age", "weight_size", "weight_class"]}),
         ("Fair-share and age", {"fields": ["half_life_hours", "age_cap_hours", "size_cap_gpu_hours"]}),
