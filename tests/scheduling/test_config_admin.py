@@ -52,3 +52,21 @@ def test_zero_user_gpu_hours_per_day_is_saved_with_a_warning_that_it_stops_every
     assert any(m.startswith("user GPU-hours per day 0: no user may start a job") for m in said), said
     response = post_config(superuser, user_gpu_hours_per_day=20)
     assert not [m for m in response.context["messages"] if "GPU-hours per day" in str(m)]
+
+
+def test_the_sfwrq_settings_are_saved_from_the_admin_change_page_and_reach_the_policy(superuser):
+    """Issue 14's candidate sfwrq can be turned on by an operator (ChangedFieldsSaveAdmin writes
+    the changed fields: each must be on the form); a zero forgiveness is refused at its field."""
+    response = post_config(superuser, size_forgiveness_hours=0)
+    form = response.context["adminform"].form
+    assert list(form.errors) == ["size_forgiveness_hours"], form.errors
+    assert SchedulerConfig.current().size_forgiveness_hours is None
+    response = post_config(superuser, size_preemption="on", starving_preempt_window_hours=6,
+                           size_forgiveness_hours=168, size_forgiveness_min_gpus=8, requeued_whole_node_first="on")
+    assert "adminform" not in response.context or not response.context["adminform"].form.errors
+    config = SchedulerConfig.current()
+    assert (config.size_forgiveness_hours, config.size_forgiveness_min_gpus, config.requeued_whole_node_first) == (
+        168, 8, True)
+    policy = config.to_policy()
+    assert policy.size_forgiveness_s == 168 * 3600 and policy.size_forgiveness_min_gpus == 8
+    assert policy.requeued_whole_node_first and policy.size_preemption

@@ -299,6 +299,74 @@ def test_the_starving_preemption_window_is_an_admin_setting_in_hours():
     assert "starving_preempt_window_hours" in refused.value.message_dict
 
 
+def test_size_forgiveness_and_requeued_whole_node_first_are_admin_settings_off_by_default():
+    """The three settings of issue 14's candidate sfwrq (docs/scheduling.md): off as PolicyConfig's
+    defaults; hours in admin, seconds in the policy; a zero or negative duration and a negative
+    GPU count are refused at their own fields, in the form's words."""
+    from django.core.exceptions import ValidationError
+
+    from apps.scheduling.models import SchedulerConfig
+    from apps.scheduling.policy import PolicyConfig
+
+    policy = cluster_state()[0].config
+    shipped = PolicyConfig()
+    assert policy.size_forgiveness_s is None is shipped.size_forgiveness_s
+    assert policy.size_forgiveness_min_gpus == shipped.size_forgiveness_min_gpus == 0
+    assert policy.requeued_whole_node_first is shipped.requeued_whole_node_first is False
+    config = SchedulerConfig.current()
+    config.size_preemption, config.starving_preempt_window_hours = True, 6
+    config.size_forgiveness_hours, config.size_forgiveness_min_gpus, config.requeued_whole_node_first = 168, 8, True
+    config.full_clean()
+    config.save()
+    policy = cluster_state()[0].config
+    assert policy.size_forgiveness_s == 7 * 86400 and policy.size_forgiveness_min_gpus == 8
+    assert policy.requeued_whole_node_first and policy.size_preemption
+    assert policy.starving_preempt_window_s == 6 * 3600
+    for field, value in [("size_forgiveness_hours", 0), ("size_forgiveness_hours", -1),
+                         ("size_forgiveness_min_gpus", -1)]:
+        config.refresh_from_db()
+        setattr(config, field, value)
+        with pytest.raises(ValidationError) as refused:
+            config.full_clean()
+        assert list(refused.value.message_dict) == [field], refused.value.message_dict
+
+
+def test_a_live_pass_ranks_a_long_waiting_8_gpu_job_by_its_forgiven_size(alice, demo_registered):
+    """A real planning pass (database in, queue rows out): two of alice's jobs wait behind a busy
+    8-GPU node, both past the age cap. Off, the 4-GPU job ranks first (smaller); with size
+    forgiveness for jobs of 8 GPUs or more, the 8-GPU job's size factor is 1 and it ranks first."""
+    from apps.scheduling.loop import plan_and_start
+    from apps.scheduling.models import SchedulerConfig
+    from worker.inventory import simulated_gpus
+    from worker.node import register_this_host
+
+    register_this_host(name="node-8", gpus=simulated_gpus(8))
+    config = SchedulerConfig.current()
+    config.age_cap_hours = 1
+    config.save()
+    busy = submit(alice, epochs=9, resources={"gpu": 8})
+    plan_and_start()
+    assert Job.objects.get(pk=busy.pk).state == JobState.STARTING
+    whole, half = submit(alice, epochs=5, resources={"gpu": 8}), submit(alice, epochs=5, resources={"gpu": 4})
+    Job.objects.filter(pk__in=[whole.pk, half.pk]).update(created_at=timezone.now() - timedelta(hours=3))
+
+    def ranked():
+        plan_and_start()
+        rows = {j.pk: j for j in Job.objects.filter(pk__in=[whole.pk, half.pk])}
+        assert all(j.state == JobState.QUEUED for j in rows.values())
+        return rows[whole.pk], rows[half.pk]
+
+    w, h = ranked()
+    assert w.priority_factors["size"] < h.priority_factors["size"] < 1
+    assert h.queue_position < w.queue_position
+    config.size_forgiveness_hours, config.size_forgiveness_min_gpus = 1, 8  # waited 3 h: cap 1 h + 1 h passed
+    config.save()
+    w, h = ranked()
+    assert w.priority_factors["size"] == 1 and h.priority_factors["size"] < 1
+    assert w.queue_position < h.queue_position
+    assert w.priority_score > h.priority_score
+
+
 def test_the_runtime_model_is_fitted_again_only_when_a_job_has_succeeded(alice, demo_registered, node):
     """Every pass asks for the model; between successes it is the one already fitted (two
     index seeks tell), and any new success is in the next fit, even one that finished
