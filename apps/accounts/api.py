@@ -9,8 +9,8 @@ from rest_framework.views import APIView
 
 from apps.core.api import StrictInput, field_errors, query_strict
 from apps.core.errors import FieldErrors
-from apps.core.openapi import ERROR, paginated
-from apps.core.pagination import ListPage
+from apps.core.openapi import ERROR, before_parameter, paginated
+from apps.core.pagination import ListPage, NewestFirstPage
 from apps.core.selectors import get_or_404
 
 from .models import ApiToken, AuditEntry
@@ -48,11 +48,15 @@ class TokenListCreate(APIView):
     def get_throttles(self):
         return [AuthThrottle()] if self.request.method == "POST" else super().get_throttles()
 
-    @extend_schema(responses={200: paginated(TokenOut), 400: ERROR}, operation_id="tokens_list")
+    @extend_schema(responses={200: paginated(TokenOut), 400: ERROR}, operation_id="tokens_list",
+                   parameters=[before_parameter("tokens")],
+                   description="Newest first. Follow `next` to page: it continues after the last token shown "
+                               "(`before`).")
     def get(self, request):
-        query_strict(request, takes=(), what="the token list", paged=True)
-        paginator = ListPage()
-        page = paginator.paginate_queryset(token_list(user=request.user), request, view=self)
+        query_strict(request, takes=("before",), what="the token list", paged=True)
+        paginator = NewestFirstPage(item="token")
+        page = paginator.paginate_queryset(token_list(user=request.user), request, view=self,
+                                           not_found="no token of yours with that id")
         return paginator.get_paginated_response(TokenOut(page, many=True).data)
 
     @extend_schema(request=TokenIn, responses={201: TokenCreatedOut, 400: ERROR, 429: ERROR})
@@ -97,7 +101,7 @@ class AuditOut(serializers.ModelSerializer):
         return entry.team.slug if entry.team_id else None
 
 
-AUDIT_PARAMETERS = ("team", "action", "after")
+AUDIT_PARAMETERS = ("team", "action", "after", "before")
 
 
 class AuditList(APIView):
@@ -105,10 +109,13 @@ class AuditList(APIView):
         parameters=[OpenApiParameter("team", str), OpenApiParameter("action", str, enum=AuditEntry.Action.values),
                     OpenApiParameter("after", int, description="only entries newer than the one with this id, "
                                                                "oldest first (a poller passes the newest id it has "
-                                                               "and pages on; without it: newest first)")],
+                                                               "and pages on; without it: newest first)"),
+                    before_parameter("entries")],
         responses={200: paginated(AuditOut), 400: ERROR},
         operation_id="audit_list",
-        description="Entries of the teams the caller manages (all for an admin), plus the caller's own tokens.",
+        description="Entries of the teams the caller manages (all for an admin), plus the caller's own tokens. "
+                    "Newest first: follow `next` to page, it continues after the last entry shown (`before`); "
+                    "with `after`, oldest first by offset (entries only arrive at its end).",
     )
     def get(self, request):
         # A parameter the list does not take is named, not ignored: ?after=abc answered page one as
@@ -132,6 +139,14 @@ class AuditList(APIView):
             # Oldest first: newest first, a poller reading one page of many skipped the entries
             # between that page and its last id (manager trial 15, F5).
             entries = entries.filter(pk__gt=after).order_by("pk")
-        paginator = ListPage()
-        page = paginator.paginate_queryset(entries, request, view=self)
+        if after is not None:
+            if "before" in request.query_params:
+                return field_errors({"before": "cannot be given with after= (oldest first, paged by offset): "
+                                               "give one of the two"})
+            paginator = ListPage()
+            page = paginator.paginate_queryset(entries, request, view=self)
+        else:
+            paginator = NewestFirstPage(item="audit entry", ordering=("-created_at", "-id"))
+            page = paginator.paginate_queryset(entries, request, view=self, cursor_scope=audit_list(user=request.user),
+                                               not_found="no audit entry with that id that you may read")
         return paginator.get_paginated_response(AuditOut(page, many=True).data)

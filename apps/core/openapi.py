@@ -7,7 +7,7 @@ scheme is described by ``apps.accounts.openapi`` beside the class it documents.
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
 _PAGINATED: dict[str, type[serializers.Serializer]] = {}
@@ -87,3 +87,11 @@ def retry_after(result: dict, generator, request, public) -> dict:
             if refused is not None:
                 refused.setdefault("headers", {}).update(header)
     return result
+
+
+def before_parameter(items: str) -> OpenApiParameter:
+    """The ``before`` query parameter of a list paged by :class:`apps.core.pagination.NewestFirstPage`."""
+    return OpenApiParameter("before", str, description=(
+        f"the {items} listed after this one (its id): what a `next` link carries, so that {items} added or "
+        "removed between two pages neither repeat nor hide any; not with offset"))
+

@@ -66,23 +66,41 @@ class ListPage(LimitOffsetPagination):
         return offset
 
 
+# models/ and datasets/: a team's names in order, each name's newest version first (their models'
+# Meta ordering, unique on (team, name, version)), the id last as in every keyset ordering.
+VERSION_ORDER = ("team__slug", "name", "-version", "-pk")
+
+
 class NewestFirstPage(ListPage):
-    """Pages of a newest-first list whose ``next`` link carries on after the last item shown
-    (``?before=<its id>``) rather than at an offset.
+    """Pages of a list whose ``next`` link carries on after the last item shown (``?before=<its
+    id>``) rather than at an offset: newest first (jobs/, audit/, notifications/deliveries/,
+    tokens/), or another fixed order given as ``ordering`` (models/ and datasets/: by team, name,
+    newest version first).
 
     An offset counts from the list's head as it is when the next page is read: jobs submitted
     between two pages pushed the ones already shown onto the next page again, and jobs leaving a
     filtered list (``?state=queued`` ones starting) pulled unseen ones back before the offset, so
-    a script paging through its jobs read some twice and never saw others (trial 32). After an
-    item, each remaining one comes once. ``?offset=`` still jumps into the list (not with
-    ``before``); ``count`` is the whole list's as it is now; a page reached with ``before`` has no
+    a script paging through its jobs read some twice and never saw others (trial 32; the same on
+    models/ when a version was registered between two pages, page 32). After an item, each
+    remaining one comes once. ``?offset=`` still jumps into the list (not with ``before``);
+    ``count`` is the whole list's as it is now; a page reached with ``before`` has no
     ``previous`` link. The view passes ``cursor_scope``: where the ``before`` item is looked up
     (every item the caller may see, unfiltered, so an item that has left the filter still
-    places the page), and what to say when it is not there.
+    places the page; another team's item is "no such item", never a leak), and what to say when
+    it is not there.
+
+    ``ordering`` must end in a unique key (``pk``) and hold no nullable field: the keyset
+    condition compares each field's value with the ``before`` item's (``queue/`` cannot page
+    this way: its positions move every scheduler pass).
     """
 
     cursor_query_param = "before"
     ordering = ("-created_at", "-pk")
+
+    def __init__(self, *, item: str = "job", ordering: tuple[str, ...] | None = None) -> None:
+        self.item = item
+        if ordering is not None:
+            self.ordering = ordering
 
     def paginate_queryset(self, queryset, request, view=None, *, cursor_scope=None, not_found: str = ""):
         queryset = queryset.order_by(*self.ordering)
@@ -101,21 +119,40 @@ class NewestFirstPage(ListPage):
         cursor = self.cursor_get(raw, queryset if cursor_scope is None else cursor_scope, not_found)
         self.request, self.limit, self.offset = request, self.get_limit(request), 0
         self.count = self.get_count(queryset)
-        after = queryset.filter(Q(created_at__lt=cursor.created_at) | Q(created_at=cursor.created_at, pk__lt=cursor.pk))
-        rows = list(after[:self.limit + 1])
+        rows = list(queryset.filter(self.after(cursor))[:self.limit + 1])
         self.more, page = len(rows) > self.limit, rows[:self.limit]
         self.last = page[-1] if page else None
         return page
 
-    def cursor_get(self, raw: str, scope, not_found: str):
+    def after(self, cursor: dict) -> Q:
+        """The rows after ``cursor`` (its values of the ordering's fields) in ``ordering``:
+        ``a < x or (a = x and (b < y or …))`` for descending fields, ``>`` for ascending ones."""
+        condition = None
+        for field in reversed(self.ordering):
+            name = field.lstrip("-")
+            beyond = Q(**{f"{name}__{'lt' if field.startswith('-') else 'gt'}": cursor[name]})
+            condition = beyond if condition is None else beyond | (Q(**{name: cursor[name]}) & condition)
+        return condition
+
+    def cursor_get(self, raw: str, scope, not_found: str) -> dict:
         name = self.cursor_query_param
+        article = "an" if self.item[0] in "aeiou" else "a"
+        malformed = ValidationError({name: [f"must be {article} {self.item} id (as a next link gives it), "
+                                            f"got {raw[:50]!r}"]})
+        field = scope.model._meta.pk
+        if field.get_internal_type() in ("AutoField", "BigAutoField"):
+            # Digits only, and within a signed 64-bit integer: a longer number reached SQLite as an
+            # OverflowError (a 500) and fullwidth digits were read as digits (apps.core.values).
+            if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > 2**63 - 1:
+                raise malformed
         try:
-            pk = scope.model._meta.pk.to_python(raw)
+            pk = field.to_python(raw)
         except DjangoValidationError:
-            raise ValidationError({name: [f"must be a job id (as a next link gives it), got {raw[:50]!r}"]}) from None
-        cursor = scope.select_related(None).filter(pk=pk).only("pk", "created_at").first()
+            raise malformed from None
+        fields = [f.lstrip("-") for f in self.ordering]
+        cursor = scope.select_related(None).filter(pk=pk).order_by().values(*fields).first()
         if cursor is None:
-            raise ValidationError({name: [not_found or "no item with that id in this list"]})
+            raise ValidationError({name: [not_found or f"no {self.item} with that id in this list"]})
         return cursor
 
     def get_next_link(self):

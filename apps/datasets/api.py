@@ -19,8 +19,8 @@ from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal
 from apps.core.api import StrictInput, choice_field, field_errors, query_strict
 from apps.core.errors import FieldErrors
 from apps.core.guards import InUse
-from apps.core.openapi import ERROR, paginated
-from apps.core.pagination import ListPage
+from apps.core.openapi import ERROR, before_parameter, paginated
+from apps.core.pagination import VERSION_ORDER, NewestFirstPage
 from apps.core.selectors import get_or_404
 from apps.core.storage import shared_filesystem
 
@@ -94,18 +94,21 @@ class DatasetListCreate(RefundsRefusedUploads, APIView):
         return [UploadThrottle()] if self.request.method == "POST" else super().get_throttles()
 
     @extend_schema(parameters=[OpenApiParameter("team", str, description="a team you are in"),
-                               OpenApiParameter("name", str)],
+                               OpenApiParameter("name", str), before_parameter("datasets")],
+                   description="By team, name, newest version first. Follow `next` to page: it continues after "
+                               "the last version shown (`before`); `count` is the list's length as it is now.",
                    responses={200: paginated(DatasetOut), 400: ERROR}, operation_id="datasets_list")
     def get(self, request):
-        query_strict(request, takes=("team", "name"), what="the dataset list", paged=True)
+        query_strict(request, takes=("team", "name", "before"), what="the dataset list", paged=True)
         try:
             team = team_filter(user=request.user, slug=request.query_params.get("team") or None)
         except FieldErrors as exc:
             return field_errors(exc.errors)
-        paginator = ListPage()
+        paginator = NewestFirstPage(item="dataset", ordering=VERSION_ORDER)
         datasets = dataset_list(user=request.user, team=team.slug if team else None,
                                 name=request.query_params.get("name") or None)
-        page = paginator.paginate_queryset(datasets, request, view=self)
+        page = paginator.paginate_queryset(datasets, request, view=self, cursor_scope=dataset_list(user=request.user),
+                                           not_found="no dataset with that id in your teams")
         return paginator.get_paginated_response(DatasetOut(page, many=True).data)
 
     @extend_schema(request={"multipart/form-data": DatasetIn}, responses={

@@ -11,8 +11,8 @@ from apps.accounts.selectors import team_list
 from apps.accounts.throttles import ChannelTestThrottle
 from apps.core.api import StrictInput, choice_field, field_errors, query_strict
 from apps.core.errors import FieldErrors
-from apps.core.openapi import ERROR, paginated
-from apps.core.pagination import ListPage
+from apps.core.openapi import ERROR, before_parameter, paginated
+from apps.core.pagination import ListPage, NewestFirstPage
 from apps.core.selectors import get_or_404
 
 from .models import Channel, Delivery, Event, NotificationPreference
@@ -229,9 +229,13 @@ class DeliveryOut(serializers.ModelSerializer):
 
 
 class DeliveryList(APIView):
-    @extend_schema(responses={200: paginated(DeliveryOut), 400: ERROR}, operation_id="notification_deliveries_list")
+    @extend_schema(responses={200: paginated(DeliveryOut), 400: ERROR}, operation_id="notification_deliveries_list",
+                   parameters=[before_parameter("deliveries")],
+                   description="Newest first. Follow `next` to page: it continues after the last delivery shown "
+                               "(`before`); `count` is the list's length as it is now.")
     def get(self, request):
-        query_strict(request, takes=(), what="the delivery list", paged=True)
-        paginator = ListPage()
-        page = paginator.paginate_queryset(delivery_list(user=request.user), request, view=self)
+        query_strict(request, takes=("before",), what="the delivery list", paged=True)
+        paginator = NewestFirstPage(item="delivery")
+        page = paginator.paginate_queryset(delivery_list(user=request.user), request, view=self,
+                                           not_found="no delivery with that id in your delivery log")
         return paginator.get_paginated_response(DeliveryOut(page, many=True).data)

@@ -24,8 +24,8 @@ from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal
 from apps.core.api import StorageDown, StrictInput, choice_field, field_errors, query_choice, query_strict
 from apps.core.artifacts import ArtifactKeyError, artifact_path
 from apps.core.errors import FieldErrors
-from apps.core.openapi import ERROR, paginated
-from apps.core.pagination import ListPage
+from apps.core.openapi import ERROR, before_parameter, paginated
+from apps.core.pagination import VERSION_ORDER, NewestFirstPage
 from apps.core.selectors import get_or_404
 from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_local, artifact_read, shared_filesystem
 
@@ -131,12 +131,14 @@ class ModelDetailOut(ModelOut):
 class ModelListView(APIView):
     @extend_schema(operation_id="models_list", responses={200: paginated(ModelOut), 400: ERROR}, parameters=[
         OpenApiParameter("team", str, description="a team you are in"), OpenApiParameter("name", str),
-        OpenApiParameter("stage", str, enum=Stage.values)])
+        OpenApiParameter("stage", str, enum=Stage.values), before_parameter("versions")],
+        description="By team, name, newest version first. Follow `next` to page: it continues after the last "
+                    "version shown (`before`); `count` is the list's length as it is now.")
     def get(self, request):
         """A page of versions, as every list: it was a bare array cut at 500 without a word, and
         refused ?limit= (CI trial 17, H3)."""
         # A stage or team it cannot filter by is a 400 naming it: ?stage=bogus was an empty list.
-        query_strict(request, takes=("team", "name", "stage"), what="the model list", paged=True)
+        query_strict(request, takes=("team", "name", "stage", "before"), what="the model list", paged=True)
         stage = query_choice(request, "stage", Stage.values)
         try:
             team = team_filter(user=request.user, slug=request.query_params.get("team") or None)
@@ -146,8 +148,9 @@ class ModelListView(APIView):
                               name=request.query_params.get("name") or None)
         if stage:
             versions = versions.filter(stage=stage)
-        paginator = ListPage()
-        page = paginator.paginate_queryset(versions, request, view=self)
+        paginator = NewestFirstPage(item="model version", ordering=VERSION_ORDER)
+        page = paginator.paginate_queryset(versions, request, view=self, cursor_scope=model_list(user=request.user),
+                                           not_found="no model version with that id in your teams")
         return paginator.get_paginated_response(ModelOut(page, many=True).data)
 
 
