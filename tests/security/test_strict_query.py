@@ -131,7 +131,7 @@ def test_the_model_list_comes_a_page_at_a_time_as_every_list(alice, teams):
 
     assert page["count"] == 3 and [v["version"] for v in page["results"]] == [2, 1]
     assert client.get("/api/v1/models/", {"stages": "x"}).json() == {
-        "stages": ["is not a parameter of the model list (it takes team, name, stage, limit, offset)"]}
+        "stages": ["is not a parameter of the model list (it takes team, name, stage, before, limit, offset)"]}
 
 
 @pytest.mark.parametrize("url", ["/api/v1/models/", "/api/v1/datasets/"])
