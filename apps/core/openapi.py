@@ -95,3 +95,14 @@ def before_parameter(items: str) -> OpenApiParameter:
         f"the {items} listed after this one (its id): what a `next` link carries, so that {items} added or "
         "removed between two pages neither repeat nor hide any; not with offset"))
 
+
+# A resumable download (apps.core.downloads.file_download): its Range header and the answers it adds.
+RANGE_HEADER = OpenApiParameter("Range", str, OpenApiParameter.HEADER, description=(
+    "one byte range: bytes=a-b, bytes=a- or bytes=-n (the last n); answered 206 with Content-Range. Several "
+    "ranges, or one that is no range, get the whole file (200); one starting past the end a 416 naming Range "
+    "and the file's size. Every download says Accept-Ranges: bytes; with If-Range (the ETag, a quoted sha256) "
+    "a file that changed since comes whole"))
+RANGE_RESPONSES = {(206, "application/octet-stream"): OpenApiResponse(
+    OpenApiTypes.BINARY, description="the range asked for (Content-Range: bytes a-b/size)"),
+    416: OpenApiResponse(OpenApiTypes.OBJECT, description="{\"Range\": [the range asked, and the file's size]}; "
+                                                          "Content-Range: bytes */size")}

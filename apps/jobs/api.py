@@ -10,7 +10,6 @@ import threading
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
-from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -29,8 +28,9 @@ from rest_framework.views import APIView
 from apps.accounts.selectors import member_filter, team_filter, team_list
 from apps.accounts.throttles import SubmitThrottle
 from apps.core.api import StrictInput, field_errors, query_strict, surrogates_refuse
+from apps.core.downloads import file_download
 from apps.core.errors import FieldErrors
-from apps.core.openapi import ERROR, paginated
+from apps.core.openapi import ERROR, RANGE_HEADER, RANGE_RESPONSES, paginated
 from apps.core.pagination import ListPage, NewestFirstPage
 from apps.core.selectors import get_or_404
 from apps.core.storage import StorageUnavailable
@@ -751,7 +751,8 @@ class JobWeights(APIView):
     last.pt checkpoint (``X-Weights-Epoch`` says of which epoch; ``jobs.selectors.job_weights_find``), with
     ``X-Weights-SHA256`` where its hash is recorded."""
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR}, parameters=[
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **RANGE_RESPONSES, 404: ERROR},
+                   parameters=[RANGE_HEADER,
         OpenApiParameter("X-Weights-SHA256", str, OpenApiParameter.HEADER, response=[200],
                          description="the file's sha256 (hex), checked against the file as it was served; "
                                      "absent where none is recorded"),
@@ -781,8 +782,9 @@ class JobWeights(APIView):
             raise NotFound("The weights file is gone.")
         handle = verified_open(key, found.sha256, "weights")
         suffix = f"-epoch{found.epoch}" if found.epoch is not None else ""
-        response = FileResponse(handle, as_attachment=True, filename=f"{job.task_name}-{job.id}{suffix}.pt",
-                                content_type="application/octet-stream")  # not the name's guess (registry.api.BINARY)
+        response = file_download(request, handle, as_attachment=True, sha256=found.sha256,
+                                 filename=f"{job.task_name}-{job.id}{suffix}.pt",
+                                 content_type="application/octet-stream")  # not the name's guess (registry.api.BINARY)
         # Which weights these are (a cancelled job's are a checkpoint of some epoch): yoloq prints them.
         response["X-Weights-Note"] = found.note
         if found.epoch is not None:

@@ -10,7 +10,6 @@ from pathlib import PurePosixPath
 from typing import IO
 
 from django.conf import settings
-from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, serializers, status
@@ -23,8 +22,9 @@ from apps.accounts.throttles import RefundsRefusedUploads, UploadThrottle
 from apps.accounts.uploads import STORE_REFUSALS, UploadRefused, storage_refusal, upload_input
 from apps.core.api import StorageDown, StrictInput, choice_field, field_errors, query_choice, query_strict
 from apps.core.artifacts import ArtifactKeyError, artifact_path
+from apps.core.downloads import file_download
 from apps.core.errors import FieldErrors
-from apps.core.openapi import ERROR, before_parameter, paginated
+from apps.core.openapi import ERROR, RANGE_HEADER, RANGE_RESPONSES, before_parameter, paginated
 from apps.core.pagination import VERSION_ORDER, NewestFirstPage
 from apps.core.selectors import get_or_404
 from apps.core.storage import ArtifactChanged, StorageUnavailable, artifact_local, artifact_read, shared_filesystem
@@ -169,8 +169,9 @@ BINARY = "application/octet-stream"
 
 
 class ModelDownloadView(APIView):
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
-                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH),
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **RANGE_RESPONSES, 404: ERROR,
+                              409: ERROR},
+                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH), RANGE_HEADER,
                                OpenApiParameter("X-Weights-SHA256", str, OpenApiParameter.HEADER, response=[200],
                                                 description="the file's sha256 (hex), checked against the file as "
                                                             "it was served; absent where none is recorded")])
@@ -178,16 +179,17 @@ class ModelDownloadView(APIView):
         query_strict(request, takes=(), what="a model version's download")
         version = get_or_404(model_list(user=request.user), pk, MODEL_NOT_VISIBLE)
         handle = verified_open(version.weights_key, version.sha256, "weights")
-        response = FileResponse(handle, as_attachment=True, filename=f"{version.name}-v{version.version}.pt",
-                                content_type=BINARY)
+        response = file_download(request, handle, as_attachment=True, filename=f"{version.name}-v{version.version}.pt",
+                                 content_type=BINARY, sha256=version.sha256)
         if version.sha256:  # checked against the file just now: a script verifies its copy (yoloq model pull)
             response["X-Weights-SHA256"] = version.sha256  # as jobs/{id}/weights/ sends it
         return response
 
 
 class ExportDownloadView(APIView):
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
-                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH),
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **RANGE_RESPONSES, 404: ERROR,
+                              409: ERROR},
+                   parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH), RANGE_HEADER,
                                OpenApiParameter("X-Export-SHA256", str, OpenApiParameter.HEADER, response=[200],
                                                 description="the file's sha256 (hex), checked against the file as "
                                                             "it was served; absent where none is recorded")])
@@ -198,7 +200,8 @@ class ExportDownloadView(APIView):
         name = export.key.rsplit("/", 1)[-1]
         of = (f"{export.version.name}-v{export.version.version}" if export.version
               else PurePosixPath(export.model_lineage.get("name") or "weights").stem)  # weights that are no version
-        response = FileResponse(handle, as_attachment=True, content_type=BINARY, filename=f"{of}-{name}")
+        response = file_download(request, handle, as_attachment=True, content_type=BINARY, filename=f"{of}-{name}",
+                                 sha256=export.sha256)
         if export.sha256:  # checked against the file just now: a script verifies its copy (yoloq export pull)
             response["X-Export-SHA256"] = export.sha256
         return response
@@ -309,12 +312,12 @@ class PredictionImageView(APIView):
                 handle = _stored(artifact_read, f"{run.key}/{results[index]['image']}")
             except (ArtifactKeyError, FileNotFoundError, KeyError, TypeError):
                 raise NotFound("The annotated image is gone.") from None
-            return FileResponse(handle, content_type="image/jpeg")
+            return file_download(request, handle, content_type="image/jpeg")
         folder = artifact_path(run.key).resolve()
         path = (folder / results[index]["image"]).resolve()
         if not path.is_relative_to(folder) or not path.is_file():
             raise NotFound("The annotated image is gone.")
-        return FileResponse(path.open("rb"), content_type="image/jpeg")
+        return file_download(request, path.open("rb"), content_type="image/jpeg")
 
 
 def prediction_run_or_404(user, job_id):

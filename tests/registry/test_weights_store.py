@@ -136,3 +136,24 @@ def test_deleted_uploaded_weights_leave_the_store_too(bob, moto, yolov8n_pt):
         assert store.list_objects_v2(Bucket=moto["bucket"])["KeyCount"] == 1
         model_version_delete(version=version, by=bob)
         assert store.list_objects_v2(Bucket=moto["bucket"])["KeyCount"] == 0
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_weights_from_the_store_download_in_ranges(bob, moto, yolov8n_pt, recorded, settings, tmp_path):
+    """With a recorded sha256 the range comes out of this web node's checked cache; without one
+    (older rows) out of the store itself, StoredObjectReader fetching from the range's start."""
+    settings.ARTIFACTS_CACHE_DIR = tmp_path / "web" / "cache"
+    data = yolov8n_pt.read_bytes()
+    with override_settings(STORAGES=s3_storages(moto)):
+        assert push(bob, yolov8n_pt).status_code == 201
+        version = ModelVersion.objects.get()
+        if not recorded:
+            ModelVersion.objects.filter(pk=version.pk).update(sha256="")
+        response = api_client(bob).get(f"/api/v1/models/{version.pk}/download/", HTTP_RANGE="bytes=1000-1999")
+        assert response.status_code == 206, response
+        assert response["Content-Range"] == f"bytes 1000-1999/{len(data)}"
+        assert b"".join(response.streaming_content) == data[1000:2000]
+        tail = api_client(bob).get(f"/api/v1/models/{version.pk}/download/", HTTP_RANGE="bytes=-100")
+        assert tail.status_code == 206 and b"".join(tail.streaming_content) == data[-100:]
+        past = api_client(bob).get(f"/api/v1/models/{version.pk}/download/", HTTP_RANGE=f"bytes={len(data)}-")
+        assert past.status_code == 416 and f"{len(data)} bytes" in past.json()["Range"][0]
