@@ -57,6 +57,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import requests
 
@@ -145,13 +146,18 @@ class Api:
         return self.request("GET", path, params=params).json()
 
     def get_all(self, path: str, page: int = 1000, **params: Any) -> list[dict]:
-        """Every item of a paginated list (``limit``/``offset`` pages)."""
+        """Every item of a paginated list, page after page as each ``next`` link says: after the last
+        item shown (``?before=``) on lists that page so, where versions or jobs that arrive between
+        two pages neither repeat one nor hide one (offsets did both). The link's query only, on
+        this client's address: a server behind a proxy may name itself by another."""
         items: list[dict] = []
+        query: dict[str, Any] = {"limit": page, **params}
         while True:
-            body = self.get(path, limit=page, offset=len(items), **params)
+            body = self.get(path, **query)
             items.extend(body["results"])
-            if not body["results"] or len(items) >= body["count"]:
+            if not body["results"] or not body.get("next"):
                 return items
+            query = dict(parse_qsl(urlsplit(body["next"]).query))
 
 
 def error_text(response: requests.Response) -> str:
@@ -895,8 +901,13 @@ def cmd_weights_push(args: argparse.Namespace) -> int:
 
 
 def download(api: Api, path: str, output: str | None, fallback: str, sha_header: str) -> tuple[Path, Any, str]:
-    """Save a download beside its target, then move it into place once its sha256 matches the one the
-    server sent in ``sha_header`` (checked against the stored file as it was served).
+    """Save a download as ``<target>.part``, then move it into place once its sha256 matches the one
+    the server sent in ``sha_header`` (checked against the stored file as it was served).
+
+    A download that broke off leaves its ``.part``; the same command again resumes it (``Range:
+    bytes=<its size>-``) where the server says ``Accept-Ranges: bytes`` and sends the hash to check
+    the joined file against (without one, a part of an older file could not be told apart: it
+    starts over). A joined file whose hash is not the server's is deleted: pull again.
 
     Returns where it went, the response's headers and the line to print about its hash.
     """
@@ -909,29 +920,53 @@ def download(api: Api, path: str, output: str | None, fallback: str, sha_header:
     target = Path(output or name)
     if target.is_dir():  # -o into a folder: the name the server gives
         target = target / name
+    part = target.with_name(target.name + ".part")
+    expected = response.headers.get(sha_header, "")
+    size = int(response.headers.get("Content-Length") or -1)
+    have = part.stat().st_size if part.is_file() else 0
+    resumed = 0
+    if have and expected and response.headers.get("Accept-Ranges") == "bytes" and 0 < have <= size:
+        response.close()  # (stream=True: nothing of its body was read)
+        if have == size:  # the break came after the last byte: the part is only to be checked
+            resumed = have
+        else:
+            headers = {"Range": f"bytes={have}-"}
+            if etag := response.headers.get("ETag"):
+                headers["If-Range"] = etag  # a file replaced since the first answer comes whole
+            response = api.request("GET", path, ok=(200, 206), stream=True, timeout=(TIMEOUT_S, 300),
+                                   headers=headers)
+            if response.status_code == 206 and response.headers.get("Content-Range", "").startswith(f"bytes {have}-"):
+                resumed = have
     digest = hashlib.sha256()
     try:
-        handle = tempfile.NamedTemporaryFile(dir=target.resolve().parent, prefix=".yoloq-", delete=False)
+        handle = part.open("r+b" if resumed else "wb")
     except OSError as exc:  # a folder that cannot be written
         raise CliError(f"-o: cannot write in {target.resolve().parent} ({exc.strerror}); nothing was saved") from None
     with handle:
+        if resumed:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+            handle.seek(resumed)
         try:
-            for block in response.iter_content(1 << 20):
+            # 64 KiB blocks: what came before a break is on disk, less the block it broke in (urllib3
+            # drops the bytes of a read that ends early).
+            for block in ([] if resumed == size else response.iter_content(1 << 16)):
                 handle.write(block)
                 digest.update(block)
-        except BaseException:
-            os.unlink(handle.name)
-            raise
+        except requests.RequestException as exc:
+            handle.close()
+            raise CliError(f"the download broke off after {part.stat().st_size} of {size} bytes ({exc}); they are "
+                           f"kept in {part}: run the same command again to resume") from None
     # The server sends the hash it checked the file against: the copy on disk is verified against
     # it, and the hash printed for the script's records (nothing verified it: CI trial 17, H4).
-    expected = response.headers.get(sha_header, "")
     if expected and digest.hexdigest() != expected:
-        os.unlink(handle.name)
+        part.unlink()
         raise CliError(f"the download's sha256 {digest.hexdigest()} is not the server's {expected}: nothing saved; "
                        "pull again")
-    os.replace(handle.name, target)
+    os.replace(part, target)
     return target, response.headers, (f"  sha256 {digest.hexdigest()}"
-                                      + (" (verified)" if expected else " (the server recorded none to check)"))
+                                      + (" (verified)" if expected else " (the server recorded none to check)")
+                                      + (f"; resumed after the {resumed} bytes of {part.name}" if resumed else ""))
 
 
 def cmd_weights_pull(args: argparse.Namespace) -> int:

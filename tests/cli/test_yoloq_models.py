@@ -187,3 +187,30 @@ def test_a_classifiers_figures_are_its_accuracy_and_say_so(web, config, bob, tea
                                                               "0.75", "(top-1)"]
     code, out, _ = run(capsys, "model", "show", "pets:v1")
     assert code == 0 and "metrics: top-1 accuracy 0.75, top-5 1" in out
+
+
+def test_a_pull_that_broke_off_resumes_its_part_and_a_part_of_other_bytes_starts_over(web, config, bob, tmp_path,
+                                                                                        capsys, pcb):  # noqa: F811
+    """page 32: the server answers Range (206); a pull finding ``<target>.part`` asks for the rest
+    only, and checks the joined file against the server's sha256 (a 200 MB weights file over a
+    flaky link restarted from its first byte before)."""
+    login(web, bob, capsys)
+    target = tmp_path / "got.pt"
+    part = tmp_path / "got.pt.part"
+    part.write_bytes(b"wei")  # what an earlier pull kept when the link broke
+
+    code, out, err = run(capsys, "model", "pull", pcb.reference, "-o", str(target))
+
+    assert code == 0, err
+    assert target.read_bytes() == b"weights" and not part.exists()
+    assert out.endswith(f"  sha256 {pcb.sha256} (verified); resumed after the 3 bytes of got.pt.part\n"), out
+
+    part.write_bytes(b"xyz")  # a part of some other file: the joined bytes are not the server's
+    code, _, err = run(capsys, "model", "pull", pcb.reference, "-o", str(target))
+    assert code == 1 and "is not the server's" in err and "pull again" in err and not part.exists()
+    code, out, err = run(capsys, "model", "pull", pcb.reference, "-o", str(target))
+    assert code == 0 and target.read_bytes() == b"weights" and "resumed" not in out
+
+    part.write_bytes(b"weights")  # broke after the last byte: checked, nothing fetched again
+    code, out, err = run(capsys, "weights", "pull", str(pcb.job_id)[:8], "-o", str(target))
+    assert code == 0 and target.read_bytes() == b"weights" and "resumed after the 7 bytes" in out, (out, err)
