@@ -84,13 +84,23 @@ def wanted_range(request: HttpRequest, size: int, etag: str) -> tuple[int, int] 
     if last != "" and end < start:
         return None  # no range at all (RFC 9110 14.1.1): ignored
     if start >= size:
-        return (f"{header[:60]} starts past the end: the file is {size} bytes (bytes 0-{size - 1})" if size
-                else f"{header[:60]} cannot be served: the file is empty")
+        return (
+            f"{header[:60]} starts past the end: the file is {size} bytes (bytes 0-{size - 1})"
+            if size
+            else f"{header[:60]} cannot be served: the file is empty"
+        )
     return start, min(end, size - 1)
 
 
-def file_download(request: HttpRequest, handle: IO[bytes], *, content_type: str, filename: str = "",
-                  as_attachment: bool = False, sha256: str = "") -> FileResponse | Response:
+def file_download(
+    request: HttpRequest,
+    handle: IO[bytes],
+    *,
+    content_type: str,
+    filename: str = "",
+    as_attachment: bool = False,
+    sha256: str = "",
+) -> FileResponse | Response:
     """``FileResponse`` of ``handle`` (opened and checked by the view), resumable: the range the
     request asks for (206), or a 416 naming ``Range``; ``sha256`` (the recorded hash, when there
     is one) is sent as the ETag that ``If-Range`` is compared with."""
@@ -108,8 +118,12 @@ def file_download(request: HttpRequest, handle: IO[bytes], *, content_type: str,
         response = FileResponse(handle, as_attachment=as_attachment, filename=filename, content_type=content_type)
     else:
         start, end = wanted
-        response = FileResponse(_Slice(handle, start, end - start + 1), as_attachment=as_attachment,
-                                filename=filename, content_type=content_type)
+        response = FileResponse(
+            _Slice(handle, start, end - start + 1),
+            as_attachment=as_attachment,
+            filename=filename,
+            content_type=content_type,
+        )
         response.status_code = status.HTTP_206_PARTIAL_CONTENT
         response["Content-Range"] = f"bytes {start}-{end}/{size}"
         response["Content-Length"] = str(end - start + 1)

@@ -30,8 +30,9 @@ def add_audit(team, n: int):
 
 
 def add_delivery(user, n: int):
-    channel, _ = Channel.objects.get_or_create(user=user, name="hook", kind="webhook",
-                                               defaults={"target": "https://hooks.example.com/x"})
+    channel, _ = Channel.objects.get_or_create(
+        user=user, name="hook", kind="webhook", defaults={"target": "https://hooks.example.com/x"}
+    )
     return Delivery.objects.create(channel=channel, event="test", cause=f"test:{n}")
 
 
@@ -98,8 +99,10 @@ def test_audit_s_after_and_before_are_not_given_together(alice):
     assert list(response.json()) == ["before"]
 
 
-@pytest.mark.parametrize("path", ["/api/v1/models/", "/api/v1/datasets/", "/api/v1/audit/",
-                                  "/api/v1/notifications/deliveries/", "/api/v1/tokens/"])
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/models/", "/api/v1/datasets/", "/api/v1/audit/", "/api/v1/notifications/deliveries/", "/api/v1/tokens/"],
+)
 def test_the_schema_documents_the_cursor(bob, path):
     paths = api_client(bob).get("/api/v1/schema/", {"format": "json"}).json()["paths"]
     names = {p["name"] for p in paths[path]["get"]["parameters"]}

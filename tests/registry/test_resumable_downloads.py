@@ -39,9 +39,14 @@ def test_one_range_is_a_206_with_its_bytes_and_where_they_lie(bob, version):
         assert whole.status_code == 200 and whole["Accept-Ranges"] == "bytes"
         assert whole["ETag"] == f'"{version.sha256}"'
         assert body(whole) == WEIGHTS
-        for header, first, last in (("bytes=0-99", 0, 99), ("bytes=10000-", 10000, size - 1),
-                                    ("bytes=-4", size - 4, size - 1), ("bytes=5000-99999", 5000, size - 1),
-                                    ("bytes=-99999", 0, size - 1), ("bytes=7-7", 7, 7)):
+        for header, first, last in (
+            ("bytes=0-99", 0, 99),
+            ("bytes=10000-", 10000, size - 1),
+            ("bytes=-4", size - 4, size - 1),
+            ("bytes=5000-99999", 5000, size - 1),
+            ("bytes=-99999", 0, size - 1),
+            ("bytes=7-7", 7, 7),
+        ):
             response = client.get(url, HTTP_RANGE=header)
             assert response.status_code == 206, (url, header, response.status_code)
             assert response["Content-Range"] == f"bytes {first}-{last}/{size}"
@@ -49,7 +54,7 @@ def test_one_range_is_a_206_with_its_bytes_and_where_they_lie(bob, version):
             assert response["Accept-Ranges"] == "bytes"
             assert "attachment" in response["Content-Disposition"]
             assert response["X-Weights-SHA256"] == version.sha256  # the whole file's, to check the joined copy
-            assert body(response) == WEIGHTS[first:last + 1]
+            assert body(response) == WEIGHTS[first : last + 1]
 
 
 def test_a_download_resumed_in_pieces_is_the_file(bob, version):
@@ -108,8 +113,15 @@ def test_an_export_download_resumes_too(bob, version, stores):
     onnx = stores.JOBS_DIR / str(version.job_id) / "export" / "best.onnx"
     onnx.parent.mkdir(parents=True)
     onnx.write_bytes(WEIGHTS[::-1])
-    export = export_record(job=version.job, version=version, exported={
-        "format": "onnx", "path": str(onnx), "verification": {"max_abs": 1e-5, "max_rel": 1e-7, "passed": True}})
+    export = export_record(
+        job=version.job,
+        version=version,
+        exported={
+            "format": "onnx",
+            "path": str(onnx),
+            "verification": {"max_abs": 1e-5, "max_rel": 1e-7, "passed": True},
+        },
+    )
     response = api_client(bob).get(f"/api/v1/exports/{export.pk}/download/", HTTP_RANGE="bytes=-10")
     assert response.status_code == 206 and response["Content-Range"] == "bytes 10234-10243/10244"
     assert body(response) == WEIGHTS[::-1][-10:]
