@@ -33,7 +33,7 @@ from rest_framework.response import Response
 
 from .api import field_errors
 
-RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
 
 
 class _Slice(io.RawIOBase):
