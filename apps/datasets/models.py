@@ -64,6 +64,14 @@ class Dataset(models.Model):
         stats = self.stats or {}
         return label_task_problem(stats.get("labels", ""), task, kpt_shape=bool(stats.get("kpt_shape")))
 
+    def unlabelled_splits(self) -> dict[str, int]:
+        """Each split that has images but no labelled object, with its image count: what the upload
+        warns of (label_warnings) and what a training's val and a `yolo val` refuse (apps.jobs.inputs).
+        A classification dataset counts no instances at all (no key), so it has none."""
+        splits = (self.stats or {}).get("splits") or {}
+        return {split: counts["images"] for split, counts in splits.items()
+                if counts.get("images") and counts.get("instances") == 0}
+
     def label_warnings(self) -> list[str]:
         """A sentence for each split of a YOLO version that has images but no labelled object: stored
         all the same (a split of backgrounds may be meant), but a training validating on it and a
@@ -72,14 +80,12 @@ class Dataset(models.Model):
         if self.kind != self.Kind.YOLO:
             return []
         warnings = []
-        for split, counts in ((self.stats or {}).get("splits") or {}).items():
-            if not counts.get("images") or counts.get("instances") != 0:
-                continue
+        for split, images in self.unlabelled_splits().items():
             refused = (f"a training on {self.reference} is refused unless val=false (it validates on this split "
                        "each epoch), and so is validating on it" if split == "val"
                        else f"validating on it (split={split}) is refused" + (", and a training learns only background "
                                                                                "from it" if split == "train" else ""))
-            warnings.append(f"the '{split}' split has no labels ({counts['images']} images, none with a labelled "
+            warnings.append(f"the '{split}' split has no labels ({images} images, none with a labelled "
                             f"object): {refused}; upload the labels (labels/{split}/, one .txt per image) as a new version")
         return warnings
 

@@ -239,7 +239,7 @@ def _split_check(spec: JobSpec, data: DataRef, errors: dict[str, str], name: str
     if splits is not None and split not in splits:
         errors[_field(spec, "split")] = (f"dataset {data.dataset.reference} has no {split!r} split "
                                          f"(it has {', '.join(splits) or 'none'})")
-    elif name == "data" and splits is not None and splits[split].get("images") and splits[split].get("instances") == 0:
+    elif name == "data" and splits is not None and split in data.dataset.unlabelled_splits():
         # A val of a split where no image has a labelled object ran, and recorded "mAP50-95 0 … 0 classes" as
         # the model's evaluation (Ultralytics: "cannot compute metrics without labels"; trial 31). A predict job
         # ("source") needs no labels.
@@ -256,11 +256,10 @@ def _train_val_check(spec: JobSpec, data: DataRef, errors: dict[str, str]) -> No
     has a labelled object every metric was 0 each epoch and best.pt was picked by those zeros (trial31 left; T2
     refused only `yolo val`). Refused naming the split unless the spec says val=false, which skips validation
     during training (Ultralytics still validates the last epoch and best.pt: those figures stay 0)."""
-    splits = ((data.dataset.stats or {}).get("splits") or {}) if data.dataset else {}
-    counts = splits.get("val") or {}
-    if counts.get("images") and counts.get("instances") == 0:  # a classification dataset counts no instances
+    images = data.dataset.unlabelled_splits().get("val") if data.dataset else None
+    if images:
         errors[_field(spec, "data")] = (
-            f"the 'val' split of dataset {data.dataset.reference} has no labels ({counts['images']} images, none "
+            f"the 'val' split of dataset {data.dataset.reference} has no labels ({images} images, none "
             "with a labelled object): a training validates on it every epoch, so every metric would be 0 and best.pt "
             "chosen by those zeros; upload the val labels, or train with val=false (no validation during training; "
             "the last epoch's is still 0)")
